@@ -1,0 +1,123 @@
+/*
+ * tern.h - the only public header of libtern, a C inference engine and kernel
+ * library for ternary LLMs (weights in {-1,0,+1} with one fp16 scale per group
+ * of 64 or 128, optionally with a blockwise Hadamard rotation folded in).
+ *
+ * Conventions
+ *  - Every call that can fail returns a tern_status; TERN_OK is 0.
+ *  - On failure the library stores a human-readable message (naming the file,
+ *    key or tensor and the byte offset where that applies) in thread-local
+ *    storage: read it with tern_last_error() on the same thread.
+ *  - The library never exits and never prints unless a log callback is set.
+ *  - Handles are opaque; each has a _free function that accepts NULL.
+ *  - Weights stay packed and mmapped read-only; the library reports the bytes it
+ *    allocates (tern_model_memory()).
+ *
+ * Sections: core, formats, kernels (ternary linear layers), model, text.
+ */
+#ifndef TERN_H
+#define TERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TERN_BUILDING_LIB) && defined(__GNUC__)
+#define TERN_API __attribute__((visibility("default")))
+#else
+#define TERN_API
+#endif
+
+#define TERN_VERSION_MAJOR 0
+#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_PATCH 0
+
+/* ===================================================================== core */
+
+typedef enum tern_status {
+    TERN_OK = 0,
+    TERN_ERR_INVALID_ARG = 1,   /* a bad argument from the caller (NULL, bad flag value) */
+    TERN_ERR_IO = 2,            /* open/read/write/mmap failed */
+    TERN_ERR_FORMAT = 3,        /* a file is malformed or breaks a contract */
+    TERN_ERR_UNSUPPORTED = 4,   /* valid but not supported (unknown arch, type) */
+    TERN_ERR_NOMEM = 5,         /* allocation failed */
+    TERN_ERR_SHAPE = 6,         /* shapes or strides do not match */
+    TERN_ERR_RANGE = 7,         /* an index (token id, position) out of range */
+    TERN_ERR_CONTEXT_FULL = 8,  /* the context (KV cache) is full */
+    TERN_ERR_INTERNAL = 9,      /* a bug: please report */
+    TERN_ERR_CANCELLED = 10     /* stopped by the caller (callback returned false) */
+} tern_status;
+
+/* Short constant name of a status ("TERN_ERR_FORMAT"). */
+TERN_API const char *tern_status_str(tern_status s);
+/* Message of the last failure on this thread ("" when none). */
+TERN_API const char *tern_last_error(void);
+TERN_API const char *tern_version(void);
+
+typedef enum tern_log_level {
+    TERN_LOG_ERROR = 0, TERN_LOG_WARN = 1, TERN_LOG_INFO = 2, TERN_LOG_DEBUG = 3
+} tern_log_level;
+typedef void (*tern_log_fn)(tern_log_level level, const char *msg, void *user);
+/* Set the log callback (NULL: silent, the default). Process-wide. */
+TERN_API void tern_set_log(tern_log_fn fn, void *user, tern_log_level max_level);
+
+/* Progress of long work (loading, converting, synthesizing): done/total units.
+ * Return false to cancel (the call then fails with TERN_ERR_CANCELLED). */
+typedef bool (*tern_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/* ================================================================== formats */
+
+/* Tensor element types. Values are tern's own; ggml ids are in the comments. */
+typedef enum tern_dtype {
+    TERN_DT_F32 = 0,        /* ggml 0 */
+    TERN_DT_F16 = 1,        /* ggml 1 */
+    TERN_DT_BF16 = 2,       /* ggml 30 */
+    TERN_DT_Q8_0 = 3,       /* ggml 8: 32 per block, fp16 d + 32 x int8 (34 B) */
+    TERN_DT_PQ2_0 = 4,      /* ggml 142: 128 per block, fp16 d + 32 B codes (34 B) */
+    TERN_DT_PTQ1_0 = 5,     /* ggml 143: 128 per block, 24+2 B base-3 trits + fp16 d last (28 B) */
+    TERN_DT_Q1_0 = 6,       /* ggml 41: 1-bit, 128 per block, fp16 d + 16 B signs (18 B) */
+    TERN_DT_Q2_0 = 7,       /* ggml 42, PrismML fork layout: 128 per block, 34 B (same bytes as PQ2_0) */
+    TERN_DT_Q2_0_G64 = 8,   /* ggml 42, mainline layout: 64 per block, fp16 d + 16 B (18 B) */
+    TERN_DT_I8 = 9,         /* ggml 24 */
+    TERN_DT_I16 = 10,       /* ggml 25 */
+    TERN_DT_I32 = 11,       /* ggml 26 */
+    TERN_DT_U32 = 12,       /* safetensors U32 (MLX words) */
+    TERN_DT_F64 = 13,       /* ggml 28 */
+    TERN_DT_COUNT
+} tern_dtype;
+
+TERN_API const char *tern_dtype_name(tern_dtype t);
+/* Elements per block and bytes per block (1 and the element size for plain types). */
+TERN_API size_t tern_dtype_block_elems(tern_dtype t);
+TERN_API size_t tern_dtype_block_bytes(tern_dtype t);
+/* True for the ternary/binary packed types (PQ2_0, PTQ1_0, Q2_0, Q2_0_G64, Q1_0). */
+TERN_API bool tern_dtype_is_packed_ternary(tern_dtype t);
+
+/* --- formats: section owned by the formats module (GGUF, safetensors, MLX pack,
+ *     codecs). Declarations below. */
+/* @@FORMATS@@ */
+
+/* ================================================================== kernels */
+
+/* --- kernels: ternary linear layers (the mlx_ternary equivalent), ISA info,
+ *     thread settings. Declarations below. */
+/* @@KERNELS@@ */
+
+/* ==================================================================== model */
+
+/* --- model: loading, sessions, evaluation. Declarations below. */
+/* @@MODEL@@ */
+
+/* ===================================================================== text */
+
+/* --- text: tokenizer, chat template, sampling. Declarations below. */
+/* @@TEXT@@ */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TERN_H */

@@ -1,0 +1,58 @@
+/*
+ * cli.h - shared pieces of the `tern` command line: the subcommand table,
+ * argument helpers and the progress bar. The CLI is a thin layer over libtern;
+ * this folder (and src/server) is the only place that prints or exits.
+ *
+ * Exit codes: 0 success, 1 runtime failure (message on stderr), 2 usage error
+ * (one clear line on stderr).
+ */
+#ifndef TERN_CLI_H
+#define TERN_CLI_H
+
+#include "tern.h"
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Each subcommand: argv[0] is the subcommand name. Returns the exit code. */
+int tern_cmd_inspect(int argc, char **argv);
+int tern_cmd_convert(int argc, char **argv);
+int tern_cmd_quantize(int argc, char **argv);
+int tern_cmd_synth(int argc, char **argv);
+int tern_cmd_bench(int argc, char **argv);
+int tern_cmd_eval(int argc, char **argv);
+int tern_cmd_run(int argc, char **argv);
+int tern_cmd_chat(int argc, char **argv);
+int tern_cmd_tokenize(int argc, char **argv);
+int tern_cmd_detokenize(int argc, char **argv);
+int tern_cmd_perplexity(int argc, char **argv);
+
+/* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...);
+/* Runtime error from the library: prints "tern <cmd>: <tern_last_error()>", returns 1. */
+int cli_lib_error(const char *cmd, tern_status st);
+/* Strict number parsing: whole string, range-checked. false on error. */
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool cli_parse_f64(const char *s, double lo, double hi, double *out);
+/* Parse "1,2,3" (also spaces/newlines) into a malloc'd int32 array. false on error. */
+bool cli_parse_ids(const char *s, int32_t **out, size_t *n);
+/* Is this argument -h/--help? */
+bool cli_is_help(const char *a);
+
+/* Progress bar on stderr (only when stderr is a TTY or force is set);
+ * quiet silences it. Usable as a tern_progress_fn with a cli_progress as user. */
+typedef struct cli_progress {
+    const char *label;
+    bool quiet;
+    double t0;
+    int last_pct;
+} cli_progress;
+void cli_progress_init(cli_progress *p, const char *label, bool quiet);
+bool cli_progress_cb(uint64_t done, uint64_t total, void *user);
+void cli_progress_done(cli_progress *p);
+
+/* The model used when -m is not given: $TERN_MODEL, else the embedded default
+ * model installed next to the binary / in the source tree, else NULL. */
+const char *cli_default_model(void);
+
+#endif

@@ -1,0 +1,115 @@
+/*
+ * cli_util.c - argument parsing, error printing and the progress bar.
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "tern %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (try 'tern %s --help')\n", cmd);
+    return 2;
+}
+
+int cli_lib_error(const char *cmd, tern_status st) {
+    const char *m = tern_last_error();
+    fprintf(stderr, "tern %s: %s\n", cmd, (m && *m) ? m : tern_status_str(st));
+    return 1;
+}
+
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_f64(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_ids(const char *s, int32_t **out, size_t *n) {
+    size_t cap = 64, len = 0;
+    int32_t *a = malloc(cap * sizeof *a);
+    if (!a) return false;
+    const char *p = s;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && *end != ',' && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
+            free(a);
+            return false;
+        }
+        if (len == cap) {
+            cap *= 2;
+            int32_t *b = realloc(a, cap * sizeof *a);
+            if (!b) { free(a); return false; }
+            a = b;
+        }
+        a[len++] = (int32_t)v;
+        p = end;
+    }
+    *out = a;
+    *n = len;
+    return true;
+}
+
+bool cli_is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void cli_progress_init(cli_progress *p, const char *label, bool quiet) {
+    p->label = label;
+    p->quiet = quiet;
+    p->t0 = now_s();
+    p->last_pct = -1;
+}
+
+bool cli_progress_cb(uint64_t done, uint64_t total, void *user) {
+    cli_progress *p = user;
+    if (p->quiet || total == 0) return true;
+    int pct = (int)(100.0 * (double)done / (double)total);
+    if (pct == p->last_pct) return true;
+    p->last_pct = pct;
+    int w = 30, fill = pct * w / 100;
+    char bar[64];
+    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+    bar[w] = 0;
+    double el = now_s() - p->t0;
+    fprintf(stderr, "\r%s [%s] %3d%% %.1fs", p->label, bar, pct, el);
+    fflush(stderr);
+    return true;
+}
+
+void cli_progress_done(cli_progress *p) {
+    if (p->quiet) return;
+    if (p->last_pct >= 0) fprintf(stderr, "\n");
+}

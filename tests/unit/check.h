@@ -1,0 +1,157 @@
+/*
+ * check.h - the tiny test harness every tests/unit/test_*.c uses.
+ *
+ *   TEST(name) { CHECK(cond); CHECK_EQ_INT(a, b); CHECK_NEAR(a, b, tol); }
+ *   int main(void) { RUN(name); ...; return check_summary(); }
+ *
+ * A failed CHECK prints file:line and the expression and marks the current test
+ * failed (it goes on, so one run shows every failure). check_summary() prints
+ * "N passed, N failed" (and ", N skipped") and returns the process exit code.
+ * SKIP("why") ends a test as skipped and says why, loudly.
+ * fixtures_dir() gives ../shared/fixtures (TERN_FIXTURES overrides) or NULL.
+ */
+#ifndef TERN_TEST_CHECK_H
+#define TERN_TEST_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static int check_passed, check_failed, check_skipped;
+static int check_cur_failed, check_cur_skipped;
+static const char *check_cur_name;
+
+#define TEST(name) static void name(void)
+
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %s\n", __FILE__, __LINE__,        \
+                    check_cur_name, #c);                                          \
+            check_cur_failed = 1;                                                 \
+        }                                                                         \
+    } while (0)
+
+#define CHECK_MSG(c, ...)                                                         \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %s: ", __FILE__, __LINE__,        \
+                    check_cur_name, #c);                                          \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+            check_cur_failed = 1;                                                 \
+        }                                                                         \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                        \
+    do {                                                                          \
+        long long _a = (long long)(a), _b = (long long)(b);                       \
+        if (_a != _b) {                                                           \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %s == %s (%lld vs %lld)\n",       \
+                    __FILE__, __LINE__, check_cur_name, #a, #b, _a, _b);          \
+            check_cur_failed = 1;                                                 \
+        }                                                                         \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                     \
+    do {                                                                          \
+        double _a = (double)(a), _b = (double)(b);                                \
+        if (!(fabs(_a - _b) <= (tol))) {                                          \
+            fprintf(stderr, "  FAIL %s:%d [%s]: |%s - %s| = %g > %g (%g vs %g)\n",\
+                    __FILE__, __LINE__, check_cur_name, #a, #b, fabs(_a - _b),    \
+                    (double)(tol), _a, _b);                                       \
+            check_cur_failed = 1;                                                 \
+        }                                                                         \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                           \
+    do {                                                                          \
+        const char *_a = (a), *_b = (b);                                          \
+        if (!_a || !_b || strcmp(_a, _b) != 0) {                                  \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %s == %s (\"%s\" vs \"%s\")\n",   \
+                    __FILE__, __LINE__, check_cur_name, #a, #b,                   \
+                    _a ? _a : "(null)", _b ? _b : "(null)");                      \
+            check_cur_failed = 1;                                                 \
+        }                                                                         \
+    } while (0)
+
+#define SKIP(...)                                                                 \
+    do {                                                                          \
+        fprintf(stderr, "  SKIP [%s]: ", check_cur_name);                         \
+        fprintf(stderr, __VA_ARGS__);                                             \
+        fputc('\n', stderr);                                                      \
+        check_cur_skipped = 1;                                                    \
+        return;                                                                   \
+    } while (0)
+
+#define RUN(name)                                                                 \
+    do {                                                                          \
+        check_cur_name = #name;                                                   \
+        check_cur_failed = 0;                                                     \
+        check_cur_skipped = 0;                                                    \
+        name();                                                                   \
+        if (check_cur_failed) { check_failed++; fprintf(stderr, "not ok %s\n", #name); } \
+        else if (check_cur_skipped) { check_skipped++; fprintf(stderr, "skip %s\n", #name); } \
+        else { check_passed++; fprintf(stderr, "ok %s\n", #name); }               \
+    } while (0)
+
+static inline int check_summary(void) {
+    if (check_skipped)
+        printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped);
+    else
+        printf("%d passed, %d failed\n", check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}
+
+/* The fixtures folder: $TERN_FIXTURES, else the build's default (../shared/fixtures
+ * next to the source tree). Returns NULL and prints a loud warning if absent. */
+static inline const char *fixtures_dir(void) {
+    const char *d = getenv("TERN_FIXTURES");
+    if (!d || !*d) d = getenv("TERN_FIXTURES_DEFAULT");
+    struct stat st;
+    if (!d || stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr,
+                "\n*** FIXTURES MISSING: set TERN_FIXTURES to ../shared/fixtures; "
+                "fixture tests are SKIPPED ***\n\n");
+        return NULL;
+    }
+    return d;
+}
+
+/* Path join into a static buffer rotation (4 slots). */
+static inline const char *fixture_path(const char *rel) {
+    static char buf[4][1024];
+    static int slot;
+    const char *d = fixtures_dir();
+    if (!d) return NULL;
+    char *b = buf[slot++ & 3];
+    snprintf(b, sizeof buf[0], "%s/%s", d, rel);
+    return b;
+}
+
+/* Deterministic xorshift RNG for tests: fresh data per run comes from the seed
+ * printed at start (TERN_TEST_SEED overrides). */
+static unsigned long long check_rng_state = 0x9E3779B97F4A7C15ull;
+static inline void check_seed(void) {
+    const char *s = getenv("TERN_TEST_SEED");
+    unsigned long long seed = s ? strtoull(s, NULL, 0) : (unsigned long long)time(NULL);
+    check_rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+    fprintf(stderr, "test seed %llu (set TERN_TEST_SEED to repeat)\n", seed);
+}
+static inline unsigned long long check_rand_u64(void) {
+    unsigned long long x = check_rng_state;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return check_rng_state = x;
+}
+static inline double check_rand_unit(void) { /* [0,1) */
+    return (double)(check_rand_u64() >> 11) * (1.0 / 9007199254740992.0);
+}
+static inline float check_rand_normal(void) {
+    double u1 = check_rand_unit() + 1e-300, u2 = check_rand_unit();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+#endif
