@@ -109,7 +109,59 @@ TERN_API bool tern_dtype_is_packed_ternary(tern_dtype t);
 
 /* ==================================================================== model */
 
-/* --- model: loading, sessions, evaluation. Declarations below. */
+/* --- model: loading, sessions, evaluation (owned by the model module). */
+
+typedef struct tern_model tern_model;
+typedef struct tern_session tern_session;
+
+typedef struct tern_model_params {
+    int n_threads;                  /* worker threads for kernels; 0 = all online cores */
+    tern_progress_fn progress;      /* load progress (may be NULL) */
+    void *progress_user;
+} tern_model_params;
+TERN_API void tern_model_params_default(tern_model_params *p);
+
+/* Load a model: a GGUF file (qwen35 / qwen3; PQ2_0, PTQ1_0, Q2_0 g128/g64, Q1_0)
+ * or an MLX pack directory (config.json + hadamard.json + model.safetensors).
+ * Ternary weights stay in the read-only mapping where the layout allows. */
+TERN_API tern_status tern_model_load(const char *path, const tern_model_params *p, tern_model **out);
+TERN_API void tern_model_free(tern_model *m);
+
+typedef struct tern_model_info {
+    const char *arch;               /* "qwen35" or "qwen3" */
+    const char *name;               /* general.name or "" */
+    int n_layers, n_embd, n_ff, n_vocab;
+    int n_head, n_head_kv, head_dim;
+    int n_ctx_train;                /* context_length from the file (0 if absent) */
+    bool has_hadamard;
+    uint64_t weight_bytes;          /* bytes of weights used at decode (mapped or repacked) */
+    uint64_t decode_bytes_per_token;/* weight bytes read per decoded token (all but the embedding) */
+    uint64_t alloc_bytes;           /* bytes the model allocated (repacks, converted tensors) */
+} tern_model_info;
+TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
+
+typedef struct tern_session_params {
+    int n_ctx;                      /* KV cache positions (0 = min(4096, n_ctx_train)) */
+    int n_chunk;                    /* prefill chunk size (0 = 64); 1 = token-by-token */
+} tern_session_params;
+TERN_API void tern_session_params_default(tern_session_params *p);
+TERN_API tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_session **out);
+TERN_API void tern_session_free(tern_session *s);
+/* Forget all tokens (KV cache and GDN states back to empty). */
+TERN_API void tern_session_reset(tern_session *s);
+/* Number of tokens evaluated so far, and the capacity. */
+TERN_API int tern_session_pos(const tern_session *s);
+TERN_API int tern_session_n_ctx(const tern_session *s);
+/* Evaluate n tokens after the current position. all_logits, when not NULL,
+ * receives n x n_vocab floats (row t = logits after token t). The last row is
+ * always available afterwards through tern_session_logits(). Token ids are
+ * bounds-checked (TERN_ERR_RANGE); a batch that does not fit the context fails
+ * with TERN_ERR_CONTEXT_FULL before any work is done. */
+TERN_API tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n,
+                                       float *all_logits);
+TERN_API const float *tern_session_logits(const tern_session *s);
+/* Bytes this session allocated (KV cache, recurrent states, scratch). */
+TERN_API uint64_t tern_session_memory(const tern_session *s);
 /* @@MODEL@@ */
 
 /* ===================================================================== text */
