@@ -1,0 +1,353 @@
+/*
+ * codecs.c - lossless ternary row codecs (PQ2_0 / fork Q2_0, mainline Q2_0 g64,
+ * PTQ1_0 base-3 trits, MLX affine 2-bit words) and row dequantisation.
+ * Layout rules are in codecs.h and blocks.h; this file is their only encoder.
+ */
+#include "formats/codecs.h"
+
+#include <stdlib.h>
+
+#define TN(t) ((t) ? (t) : "?")
+
+bool tern_codec_is_ternary(tern_dtype t) {
+    return t == TERN_DT_PQ2_0 || t == TERN_DT_PTQ1_0 || t == TERN_DT_Q2_0 ||
+           t == TERN_DT_Q2_0_G64;
+}
+
+size_t tern_codec_row_bytes(tern_dtype t, uint64_t K) {
+    size_t be = tern_dtype_block_elems(t), bb = tern_dtype_block_bytes(t);
+    if (!be || K % be) return 0;
+    return (size_t)(K / be) * bb;
+}
+
+static tern_status bad_code(const char *tensor, uint64_t row, uint64_t elem, unsigned code) {
+    return tern_fail(TERN_ERR_FORMAT,
+                     "tensor '%s' row %llu element %llu: code %u is not ternary "
+                     "(only 0,1,2 = -1,0,+1 are valid; code 3 is refused)",
+                     TN(tensor), (unsigned long long)row, (unsigned long long)elem, code);
+}
+
+static tern_status bad_k(const char *tensor, uint64_t K, unsigned mult) {
+    return tern_fail(TERN_ERR_SHAPE, "tensor '%s': row length %llu is not a multiple of %u",
+                     TN(tensor), (unsigned long long)K, mult);
+}
+
+static tern_status check_codes(const uint8_t *codes, uint64_t K, const char *tensor,
+                               uint64_t row) {
+    for (uint64_t j = 0; j < K; j++)
+        if (TERN_UNLIKELY(codes[j] > 2)) return bad_code(tensor, row, j, codes[j]);
+    return TERN_OK;
+}
+
+tern_status tern_trits_to_codes(const int8_t *t, size_t n, uint8_t *codes, const char *tensor,
+                                uint64_t row) {
+    for (size_t j = 0; j < n; j++) {
+        if (t[j] < -1 || t[j] > 1)
+            return tern_fail(TERN_ERR_FORMAT, "tensor '%s' row %llu element %zu: trit %d not in -1..1",
+                             TN(tensor), (unsigned long long)row, j, t[j]);
+        codes[j] = (uint8_t)(t[j] + 1);
+    }
+    return TERN_OK;
+}
+
+tern_status tern_codes_to_trits(const uint8_t *codes, size_t n, int8_t *t, const char *tensor,
+                                uint64_t row) {
+    for (size_t j = 0; j < n; j++) {
+        if (codes[j] > 2) return bad_code(tensor, row, j, codes[j]);
+        t[j] = (int8_t)((int)codes[j] - 1);
+    }
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ 2-bit blocks */
+
+/* Pack n (multiple of 4) codes LSB-first, 4 per byte. */
+static void pack2(const uint8_t *c, size_t n, uint8_t *q) {
+    for (size_t i = 0; i < n / 4; i++)
+        q[i] = (uint8_t)(c[4 * i] | c[4 * i + 1] << 2 | c[4 * i + 2] << 4 | c[4 * i + 3] << 6);
+}
+
+static tern_status unpack2(const uint8_t *q, size_t n, uint8_t *c, const char *tensor,
+                           uint64_t row, uint64_t base) {
+    for (size_t i = 0; i < n / 4; i++) {
+        uint8_t b = q[i];
+        for (int k = 0; k < 4; k++) {
+            unsigned v = (b >> (2 * k)) & 3;
+            if (TERN_UNLIKELY(v == 3)) return bad_code(tensor, row, base + 4 * i + k, v);
+            c[4 * i + k] = (uint8_t)v;
+        }
+    }
+    return TERN_OK;
+}
+
+tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
+                                  const char *tensor, uint64_t row) {
+    if (K % 128) return bad_k(tensor, K, 128);
+    tern_status st = check_codes(codes, K, tensor, row);
+    if (st) return st;
+    uint8_t *o = dst;
+    for (uint64_t b = 0; b < K / 128; b++, o += 34) {
+        memcpy(o, &d[b], 2);
+        pack2(codes + b * 128, 128, o + 2);
+    }
+    return TERN_OK;
+}
+
+tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
+                                  const char *tensor, uint64_t row) {
+    if (K % 128) return bad_k(tensor, K, 128);
+    const uint8_t *p = src;
+    for (uint64_t b = 0; b < K / 128; b++, p += 34) {
+        d[b] = tern_rd16(p);
+        tern_status st = unpack2(p + 2, 128, codes + b * 128, tensor, row, b * 128);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
+tern_status tern_encode_q2_0_g64_row(const uint8_t *codes, const uint16_t *d, uint64_t K,
+                                     void *dst, const char *tensor, uint64_t row) {
+    if (K % 128) return bad_k(tensor, K, 128);
+    tern_status st = check_codes(codes, K, tensor, row);
+    if (st) return st;
+    uint8_t *o = dst;
+    for (uint64_t b = 0; b < K / 64; b++, o += 18) {
+        memcpy(o, &d[b / 2], 2);
+        pack2(codes + b * 64, 64, o + 2);
+    }
+    return TERN_OK;
+}
+
+tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
+                                     const char *tensor, uint64_t row) {
+    if (K % 128)
+        return tern_fail(TERN_ERR_UNSUPPORTED,
+                         "tensor '%s': row length %llu is not a multiple of 128, so its "
+                         "g64 blocks cannot be regrouped to g128",
+                         TN(tensor), (unsigned long long)K);
+    const uint8_t *p = src;
+    for (uint64_t g = 0; g < K / 128; g++, p += 36) {
+        uint16_t d0 = tern_rd16(p), d1 = tern_rd16(p + 18);
+        if (d0 != d1)
+            return tern_fail(TERN_ERR_UNSUPPORTED,
+                             "tensor '%s' row %llu group %llu: the two 64-blocks carry different "
+                             "scales (0x%04x vs 0x%04x), so g64 -> g128 would lose information; "
+                             "refused",
+                             TN(tensor), (unsigned long long)row, (unsigned long long)g, d0, d1);
+        d[g] = d0;
+        tern_status st = unpack2(p + 2, 64, codes + g * 128, tensor, row, g * 128);
+        if (!st) st = unpack2(p + 20, 64, codes + g * 128 + 64, tensor, row, g * 128 + 64);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ PTQ1_0 */
+
+static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
+
+static inline uint8_t trit_of(uint8_t q, int n) {
+    return (uint8_t)(((uint16_t)(uint8_t)(q * pow3[n]) * 3) >> 8);
+}
+
+/* Element index of trit n of qs byte m (m < 24) or qh byte h (m = 24 + h). */
+static inline unsigned ptq_elem(unsigned m, unsigned n) {
+    if (m < 16) return 16 * n + m;
+    if (m < 24) return 80 + 8 * n + (m - 16);
+    return 120 + 2 * n + (m - 24);
+}
+
+tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
+                                   const char *tensor, uint64_t row) {
+    if (K % 128) return bad_k(tensor, K, 128);
+    tern_status st = check_codes(codes, K, tensor, row);
+    if (st) return st;
+    uint8_t *o = dst;
+    for (uint64_t b = 0; b < K / 128; b++, o += 28) {
+        const uint8_t *c = codes + b * 128;
+        for (unsigned m = 0; m < 26; m++) {
+            unsigned nt = m < 24 ? 5 : 4, v = 0;
+            for (unsigned n = 0; n < nt; n++) v = v * 3 + c[ptq_elem(m, n)];
+            if (nt == 4) v *= 3;
+            o[m] = (uint8_t)((v * 256 + 242) / 243); /* ceil(256 v / 243) */
+        }
+        memcpy(o + 26, &d[b], 2);
+    }
+    return TERN_OK;
+}
+
+tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
+                                   const char *tensor, uint64_t row) {
+    if (K % 128) return bad_k(tensor, K, 128);
+    const uint8_t *p = src;
+    for (uint64_t b = 0; b < K / 128; b++, p += 28) {
+        uint8_t *c = codes + b * 128;
+        for (unsigned m = 0; m < 26; m++) {
+            unsigned nt = m < 24 ? 5 : 4;
+            for (unsigned n = 0; n < nt; n++) {
+                uint8_t t = trit_of(p[m], n);
+                if (TERN_UNLIKELY(t > 2)) /* q*3^n wraps to >= 171: not a valid trit byte */
+                    return bad_code(tensor, row, b * 128 + ptq_elem(m, n), t);
+                c[ptq_elem(m, n)] = t;
+            }
+        }
+        d[b] = tern_rd16(p + 26);
+    }
+    return TERN_OK;
+}
+
+/* --------------------------------------------------------------------- MLX */
+
+tern_status tern_encode_mlx_row(const uint8_t *codes, uint64_t K, uint32_t *words,
+                                const char *tensor, uint64_t row) {
+    if (K % 16) return bad_k(tensor, K, 16);
+    tern_status st = check_codes(codes, K, tensor, row);
+    if (st) return st;
+    for (uint64_t i = 0; i < K / 16; i++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 16; j++) w |= (uint32_t)codes[16 * i + j] << (2 * j);
+        uint8_t le[4] = {(uint8_t)w, (uint8_t)(w >> 8), (uint8_t)(w >> 16), (uint8_t)(w >> 24)};
+        memcpy(&words[i], le, 4); /* little endian in memory, whatever the host */
+    }
+    return TERN_OK;
+}
+
+tern_status tern_decode_mlx_row(const uint32_t *words, uint64_t K, uint8_t *codes,
+                                const char *tensor, uint64_t row) {
+    if (K % 16) return bad_k(tensor, K, 16);
+    /* the words are little endian: the bytes are the PQ2_0 qs bytes */
+    return unpack2((const uint8_t *)words, K, codes, tensor, row, 0);
+}
+
+tern_status tern_mlx_check_biases(const uint16_t *scales, const uint16_t *biases, uint64_t n,
+                                  const char *tensor, uint64_t row) {
+    for (uint64_t g = 0; g < n; g++) {
+        uint16_t s = tern_rd16(&scales[g]), b = tern_rd16(&biases[g]);
+        if ((uint16_t)(s ^ 0x8000u) != b)
+            return tern_fail(TERN_ERR_FORMAT,
+                             "tensor '%s' row %llu group %llu: bias 0x%04x is not -scale "
+                             "(scale 0x%04x): not a ternary affine pack",
+                             TN(tensor), (unsigned long long)row, (unsigned long long)g, b, s);
+    }
+    return TERN_OK;
+}
+
+/* ----------------------------------------------------------------- generic */
+
+tern_status tern_decode_row(tern_dtype t, const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
+                            const char *tensor, uint64_t row) {
+    switch (t) {
+    case TERN_DT_PQ2_0:
+    case TERN_DT_Q2_0: return tern_decode_pq2_0_row(src, K, codes, d, tensor, row);
+    case TERN_DT_PTQ1_0: return tern_decode_ptq1_0_row(src, K, codes, d, tensor, row);
+    case TERN_DT_Q2_0_G64: return tern_decode_q2_0_g64_row(src, K, codes, d, tensor, row);
+    default:
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': type %s is not a ternary layout",
+                         TN(tensor), tern_dtype_name(t));
+    }
+}
+
+tern_status tern_encode_row(tern_dtype t, const uint8_t *codes, const uint16_t *d, uint64_t K,
+                            void *dst, const char *tensor, uint64_t row) {
+    switch (t) {
+    case TERN_DT_PQ2_0:
+    case TERN_DT_Q2_0: return tern_encode_pq2_0_row(codes, d, K, dst, tensor, row);
+    case TERN_DT_PTQ1_0: return tern_encode_ptq1_0_row(codes, d, K, dst, tensor, row);
+    case TERN_DT_Q2_0_G64: return tern_encode_q2_0_g64_row(codes, d, K, dst, tensor, row);
+    default:
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': cannot encode type %s",
+                         TN(tensor), tern_dtype_name(t));
+    }
+}
+
+tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to, void *dst,
+                                uint64_t K, uint64_t rows, const char *tensor) {
+    if (!tern_codec_is_ternary(from) || !tern_codec_is_ternary(to))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': no ternary transcode %s -> %s",
+                         TN(tensor), tern_dtype_name(from), tern_dtype_name(to));
+    if (K % 128) return bad_k(tensor, K, 128);
+    size_t sb = tern_codec_row_bytes(from, K), db = tern_codec_row_bytes(to, K);
+    uint8_t *codes = tern_malloc((size_t)K);
+    uint16_t *d = tern_malloc((size_t)(K / 128) * 2);
+    if (!codes || !d) {
+        tern_free(codes, (size_t)K);
+        tern_free(d, (size_t)(K / 128) * 2);
+        return tern_fail(TERN_ERR_NOMEM, "tensor '%s': out of memory", TN(tensor));
+    }
+    tern_status st = TERN_OK;
+    for (uint64_t r = 0; r < rows && !st; r++) {
+        st = tern_decode_row(from, (const uint8_t *)src + r * sb, K, codes, d, tensor, r);
+        if (!st) st = tern_encode_row(to, codes, d, K, (uint8_t *)dst + r * db, tensor, r);
+    }
+    tern_free(codes, (size_t)K);
+    tern_free(d, (size_t)(K / 128) * 2);
+    return st;
+}
+
+/* ------------------------------------------------------------- dequantize */
+
+tern_status tern_dequant_row(tern_dtype t, const void *src, uint64_t K, float *out,
+                             const char *tensor, uint64_t row) {
+    const uint8_t *p = src;
+    switch (t) {
+    case TERN_DT_F32: memcpy(out, p, K * 4); return TERN_OK;
+    case TERN_DT_F16:
+        for (uint64_t j = 0; j < K; j++) out[j] = tern_f16_to_f32(tern_rd16(p + 2 * j));
+        return TERN_OK;
+    case TERN_DT_BF16:
+        for (uint64_t j = 0; j < K; j++) out[j] = tern_bf16_to_f32(tern_rd16(p + 2 * j));
+        return TERN_OK;
+    case TERN_DT_F64:
+        for (uint64_t j = 0; j < K; j++) {
+            double v;
+            memcpy(&v, p + 8 * j, 8);
+            out[j] = (float)v;
+        }
+        return TERN_OK;
+    case TERN_DT_Q8_0:
+        if (K % 32) return bad_k(tensor, K, 32);
+        for (uint64_t b = 0; b < K / 32; b++, p += 34) {
+            float d = tern_f16_to_f32(tern_rd16(p));
+            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)(int8_t)p[2 + j];
+        }
+        return TERN_OK;
+    case TERN_DT_Q1_0:
+        if (K % 128) return bad_k(tensor, K, 128);
+        for (uint64_t b = 0; b < K / 128; b++, p += 18) {
+            float d = tern_f16_to_f32(tern_rd16(p));
+            for (int j = 0; j < 128; j++)
+                out[b * 128 + j] = ((p[2 + j / 8] >> (j % 8)) & 1) ? d : -d;
+        }
+        return TERN_OK;
+    case TERN_DT_Q2_0_G64:
+        /* decoded directly (K need only be a multiple of 64; per-block scales) */
+        if (K % 64) return bad_k(tensor, K, 64);
+        for (uint64_t b = 0; b < K / 64; b++, p += 18) {
+            float d = tern_f16_to_f32(tern_rd16(p));
+            for (int j = 0; j < 64; j++) {
+                unsigned c = (p[2 + j / 4] >> (2 * (j % 4))) & 3;
+                if (c == 3) return bad_code(tensor, row, b * 64 + j, c);
+                out[b * 64 + j] = (float)((int)c - 1) * d;
+            }
+        }
+        return TERN_OK;
+    case TERN_DT_PQ2_0:
+    case TERN_DT_Q2_0:
+    case TERN_DT_PTQ1_0: {
+        if (K % 128) return bad_k(tensor, K, 128);
+        uint8_t codes[128];
+        uint16_t d;
+        size_t bb = tern_dtype_block_bytes(t);
+        for (uint64_t b = 0; b < K / 128; b++, p += bb) {
+            tern_status st = tern_decode_row(t, p, 128, codes, &d, tensor, row);
+            if (st) return tern_fail_prefix(st, "block %llu", (unsigned long long)b);
+            float df = tern_f16_to_f32(d);
+            for (int j = 0; j < 128; j++) out[b * 128 + j] = (float)((int)codes[j] - 1) * df;
+        }
+        return TERN_OK;
+    }
+    default:
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': cannot dequantize type %s",
+                         TN(tensor), tern_dtype_name(t));
+    }
+}

@@ -1,0 +1,103 @@
+/*
+ * vorder.c - GDN V-head order permutations between grouped (HF/MLX) and tiled
+ * (GGUF) order; the rules are in vorder.h.
+ */
+#include "formats/vorder.h"
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !memcmp(s + a - b, suf, b);
+}
+
+tern_vorder_kind tern_vorder_kind_of(const char *n) {
+    if (strncmp(n, "blk.", 4)) return TERN_VO_NONE;
+    if (ends_with(n, ".attn_qkv.weight")) return TERN_VO_QKV;
+    if (ends_with(n, ".attn_gate.weight") || ends_with(n, ".ssm_alpha.weight") ||
+        ends_with(n, ".ssm_beta.weight"))
+        return TERN_VO_ROWS;
+    if (ends_with(n, ".ssm_a") || ends_with(n, ".ssm_dt.bias")) return TERN_VO_ELEMS;
+    if (ends_with(n, ".ssm_conv1d.weight")) return TERN_VO_CONV;
+    if (ends_with(n, ".ssm_out.weight")) return TERN_VO_COLS;
+    return TERN_VO_NONE;
+}
+
+tern_vorder_kind tern_vorder_kind_of_hf(const char *n) {
+    if (!strstr(n, "linear_attn.")) return TERN_VO_NONE;
+    if (ends_with(n, ".in_proj_qkv.weight")) return TERN_VO_QKV;
+    if (ends_with(n, ".in_proj_z.weight") || ends_with(n, ".in_proj_a.weight") ||
+        ends_with(n, ".in_proj_b.weight"))
+        return TERN_VO_ROWS;
+    if (ends_with(n, ".A_log") || ends_with(n, ".dt_bias")) return TERN_VO_ELEMS;
+    if (ends_with(n, ".conv1d.weight")) return TERN_VO_CONV;
+    if (ends_with(n, ".out_proj.weight")) return TERN_VO_COLS;
+    return TERN_VO_NONE;
+}
+
+tern_status tern_gdn_dims_check(const tern_gdn_dims *g) {
+    if (!g->n_k || !g->n_v || g->n_v % g->n_k || !g->head_k_dim || !g->head_v_dim)
+        return tern_fail(TERN_ERR_FORMAT,
+                         "GDN dims invalid: n_k %llu, n_v %llu (must be a multiple of n_k), "
+                         "head_k_dim %llu, head_v_dim %llu",
+                         (unsigned long long)g->n_k, (unsigned long long)g->n_v,
+                         (unsigned long long)g->head_k_dim, (unsigned long long)g->head_v_dim);
+    return TERN_OK;
+}
+
+void tern_vorder_units(void *dst, const void *src, const tern_gdn_dims *g, size_t unit,
+                       tern_vorder_dir dir) {
+    uint64_t r = g->n_v / g->n_k;
+    for (uint64_t k = 0; k < g->n_k; k++)
+        for (uint64_t j = 0; j < r; j++) {
+            uint64_t grouped = k * r + j, tiled = j * g->n_k + k;
+            uint64_t from = dir == TERN_VORDER_TO_TILED ? grouped : tiled;
+            uint64_t to = dir == TERN_VORDER_TO_TILED ? tiled : grouped;
+            memcpy((uint8_t *)dst + to * unit, (const uint8_t *)src + from * unit, unit);
+        }
+}
+
+static tern_status shape_err(const char *name, const char *what, uint64_t got, uint64_t want) {
+    return tern_fail(TERN_ERR_SHAPE, "tensor '%s': %s is %llu, the GDN dims need %llu",
+                     name ? name : "?", what, (unsigned long long)got, (unsigned long long)want);
+}
+
+tern_status tern_vorder_tensor(tern_vorder_kind kind, const tern_gdn_dims *g, const void *src,
+                               void *dst, uint64_t n_rows, uint64_t row_bytes, tern_vorder_dir dir,
+                               const char *name) {
+    tern_status st = tern_gdn_dims_check(g);
+    if (st) return tern_fail_prefix(st, "tensor '%s'", name ? name : "?");
+    uint64_t total = n_rows * row_bytes;
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    uint64_t vdim = g->n_v * g->head_v_dim, kdim = g->n_k * g->head_k_dim;
+    switch (kind) {
+    case TERN_VO_NONE: memcpy(d, s, total); return TERN_OK;
+    case TERN_VO_QKV:
+    case TERN_VO_CONV: {
+        if (n_rows != 2 * kdim + vdim) return shape_err(name, "row/channel count", n_rows, 2 * kdim + vdim);
+        uint64_t off = 2 * kdim * row_bytes;
+        memcpy(d, s, off);
+        tern_vorder_units(d + off, s + off, g, g->head_v_dim * row_bytes, dir);
+        return TERN_OK;
+    }
+    case TERN_VO_ROWS:
+        if (n_rows == vdim) {
+            tern_vorder_units(d, s, g, g->head_v_dim * row_bytes, dir);
+            return TERN_OK;
+        }
+        if (n_rows == g->n_v) { /* ssm_alpha / ssm_beta: one row per head */
+            tern_vorder_units(d, s, g, row_bytes, dir);
+            return TERN_OK;
+        }
+        return shape_err(name, "row count", n_rows, vdim);
+    case TERN_VO_ELEMS:
+        if (n_rows != 1 || row_bytes % g->n_v) return shape_err(name, "rows", n_rows, 1);
+        tern_vorder_units(d, s, g, row_bytes / g->n_v, dir);
+        return TERN_OK;
+    case TERN_VO_COLS:
+        if (row_bytes % g->n_v) return shape_err(name, "row bytes (not divisible by n_v)", row_bytes, g->n_v);
+        for (uint64_t r = 0; r < n_rows; r++)
+            tern_vorder_units(d + r * row_bytes, s + r * row_bytes, g, row_bytes / g->n_v, dir);
+        return TERN_OK;
+    }
+    return tern_fail(TERN_ERR_INTERNAL, "tensor '%s': unknown V-order kind %d", name ? name : "?", (int)kind);
+}
