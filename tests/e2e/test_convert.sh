@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_convert.sh - `tern convert` round trips on the fixtures, compared with cmp:
+#   qwen35 model A: pq2_0 -> ptq1_0 equals model-ptq1_0.gguf (general.name set with
+#     --name: the two fixture files differ only in general.name and file_type),
+#     ptq1_0 -> pq2_0 equals model-pq2_0.gguf, and pq2_0 -> ptq1_0 -> pq2_0 without
+#     --name equals the input byte for byte;
+#   qwen3: q2_0 (fork g128) <-> q2_0_g64 (mainline) equal the fixture files
+#     (README: the files differ only in general.name and the Q2_0 layout);
+#   GGUF -> mlx -> GGUF identical; the MLX pack written from model A has the
+#     fixture pack's tensor bytes;
+#   refusals: g64 with unequal half scales, bad --to, missing input.
+# Usage: bash test_convert.sh /path/to/tern
+set -u
+TERN=${1:?usage: test_convert.sh /path/to/tern}
+FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
+if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
+  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_convert SKIPPED ***"; exit 0
+fi
+A=$FIX/qwen35-tiny; Q3=$FIX/qwen3-tiny
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok() { echo "ok $1"; pass=$((pass+1)); }
+bad() { echo "not ok $1"; fail=$((fail+1)); }
+run() { # name, command... : expect success
+  local n=$1; shift
+  if "$@" >"$W/out" 2>&1; then return 0; else echo "  command failed: $*"; cat "$W/out"; bad "$n"; return 1; fi
+}
+same() { # name, a, b
+  if cmp "$2" "$3"; then ok "$1"; else bad "$1"; fi
+}
+
+run pq2ptq "$TERN" convert "$A/model-pq2_0.gguf" "$W/a.gguf" --to ptq1_0 --name qwen35-tiny-ptq1_0-hadamard --quiet &&
+  same "pq2_0 -> ptq1_0 == model-ptq1_0.gguf" "$W/a.gguf" "$A/model-ptq1_0.gguf"
+run ptq2pq "$TERN" convert "$A/model-ptq1_0.gguf" "$W/b.gguf" --to pq2_0 --name qwen35-tiny-pq2_0-hadamard --quiet &&
+  same "ptq1_0 -> pq2_0 == model-pq2_0.gguf" "$W/b.gguf" "$A/model-pq2_0.gguf"
+run rt1 "$TERN" convert "$A/model-pq2_0.gguf" "$W/c.gguf" --to ptq1_0 --quiet &&
+run rt2 "$TERN" convert "$W/c.gguf" "$W/d.gguf" --to pq2_0 --quiet &&
+  same "pq2_0 -> ptq1_0 -> pq2_0 == input" "$W/d.gguf" "$A/model-pq2_0.gguf"
+# model C (fork Q2_0 g128, no Hadamard) through every layout and back
+run c1 "$TERN" convert "$A/model-q2_0-nohadamard.gguf" "$W/c1.gguf" --to q2_0_g64 --quiet &&
+run c2 "$TERN" convert "$W/c1.gguf" "$W/c2.gguf" --to ptq1_0 --quiet &&
+run c3 "$TERN" convert "$W/c2.gguf" "$W/c3.gguf" --to pq2_0 --quiet &&
+run c4 "$TERN" convert "$W/c3.gguf" "$W/c4.gguf" --to q2_0 --quiet &&
+  same "model C q2_0 -> g64 -> ptq1_0 -> pq2_0 -> q2_0 == input" "$W/c4.gguf" "$A/model-q2_0-nohadamard.gguf"
+run g64 "$TERN" convert "$Q3/model-q2_0.gguf" "$W/g.gguf" --to q2_0_g64 --name qwen3-tiny-q2_0-g64 --quiet &&
+  same "qwen3 q2_0 -> q2_0_g64 == model-q2_0_g64.gguf" "$W/g.gguf" "$Q3/model-q2_0_g64.gguf"
+run g128 "$TERN" convert "$Q3/model-q2_0_g64.gguf" "$W/h.gguf" --to q2_0 --name qwen3-tiny-q2_0 --quiet &&
+  same "qwen3 q2_0_g64 -> q2_0 == model-q2_0.gguf" "$W/h.gguf" "$Q3/model-q2_0.gguf"
+
+# GGUF -> MLX -> GGUF
+if "$TERN" convert "$A/model-pq2_0.gguf" "$W/pack" --to mlx --quiet >"$W/out" 2>&1; then
+  run mlx2 "$TERN" convert "$W/pack" "$W/m.gguf" --to pq2_0 --quiet &&
+    same "pq2_0 -> mlx -> pq2_0 == input" "$W/m.gguf" "$A/model-pq2_0.gguf"
+  run mlx3 "$TERN" convert "$A/model-ptq1_0.gguf" "$W/pack2" --to mlx --quiet &&
+  run mlx4 "$TERN" convert "$W/pack2" "$W/m2.gguf" --to ptq1_0 --quiet &&
+    same "ptq1_0 -> mlx -> ptq1_0 == input" "$W/m2.gguf" "$A/model-ptq1_0.gguf"
+  run mlx5 "$TERN" convert "$A/mlx-pack" "$W/m3.gguf" --to pq2_0 --name qwen35-tiny-pq2_0-hadamard --quiet &&
+    same "fixture mlx-pack -> pq2_0 == model-pq2_0.gguf" "$W/m3.gguf" "$A/model-pq2_0.gguf"
+  if [ -f "$W/pack/model.safetensors" ] && command -v python3 >/dev/null; then
+    if python3 - "$W/pack/model.safetensors" "$A/mlx-pack/model.safetensors" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n, = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+print("tensors differing from the fixture pack:", diff[:10], len(diff))
+sys.exit(1 if diff else 0)
+PY
+    then ok "GGUF -> mlx tensors == fixture mlx-pack tensors"; else bad "GGUF -> mlx tensors == fixture mlx-pack tensors"; fi
+  fi
+else
+  echo "  GGUF -> mlx failed:"; cat "$W/out"; bad "GGUF -> mlx"
+fi
+
+# refusals
+python3 - "$Q3/model-q2_0_g64.gguf" "$W/bad64.gguf" <<'PY'
+import sys
+sys.path.insert(0, __import__("os").environ.get("TERN_SOURCE_DIR", ".") + "/tools")
+b = bytearray(open(sys.argv[1], "rb").read())
+import gguf_lite
+r = gguf_lite.Reader(sys.argv[1])
+t = r.by_name["blk.0.ffn_up.weight"]
+off = r.data_offset + t["offset"] + 5 * (t["ne"][0] // 64) * 18 + 18  # row 5, block 1
+b[off] ^= 1
+open(sys.argv[2], "wb").write(b)
+PY
+if "$TERN" convert "$W/bad64.gguf" "$W/x.gguf" --to pq2_0 --quiet >"$W/out" 2>&1; then bad "g64 unequal halves refused"
+elif grep -q "blk.0.ffn_up.weight" "$W/out" && grep -q "row 5" "$W/out"; then ok "g64 unequal halves refused naming tensor and row"
+else cat "$W/out"; bad "g64 refusal message"; fi
+[ ! -e "$W/x.gguf" ] && ok "no output left after a refusal" || bad "no output left after a refusal"
+"$TERN" convert "$A/model-pq2_0.gguf" "$W/y.gguf" --to q3_0 >/dev/null 2>&1; [ $? -eq 2 ] && ok "bad --to is a usage error" || bad "bad --to is a usage error"
+"$TERN" convert "$W/missing.gguf" "$W/y.gguf" --to pq2_0 >/dev/null 2>&1; [ $? -eq 1 ] && ok "missing input fails" || bad "missing input fails"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
