@@ -1,9 +1,88 @@
-/* cmd_tokenize.c - `tern tokenize` (placeholder until implemented). */
+/*
+ * cmd_tokenize.c - `tern tokenize`: text to token ids, exactly as the model's
+ * tokenizer encodes it (no BOS; added tokens matched as Hugging Face does unless
+ * --no-special). Output: ids separated by spaces, or a JSON array with --json.
+ */
 #include "cli/cli.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern tokenize [-m MODEL] [--json] [--no-special] (--text TEXT | --file F)\n"
+            "  -m, --model PATH   GGUF file, MLX pack folder or tokenizer.json (default: the embedded model)\n"
+            "  --text TEXT        text to encode (exactly as given)\n"
+            "  --file F           read the text from a file ('-' = stdin), byte-exact\n"
+            "  --json             print a JSON array of ids\n"
+            "  --no-special       treat the text as plain text: never produce added/control tokens\n");
+}
+
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); return NULL; }
+            b = nb; cap *= 2;
+        }
+        size_t r = fread(b + n, 1, cap - 1 - n, f);
+        n += r;
+        if (!r) break;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
 int tern_cmd_tokenize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tern tokenize: not implemented yet\n");
-    return 1;
+    const char *model = NULL, *text = NULL, *file = NULL;
+    bool json = false, special = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) { usage(stdout); return 0; }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--text") || !strcmp(a, "--file")) {
+            if (i + 1 >= argc) return cli_usage_error("tokenize", "%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[1] == 'm' || !strcmp(a, "--model")) model = v;
+            else if (!strcmp(a, "--text")) text = v;
+            else file = v;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--no-special")) {
+            special = false;
+        } else {
+            return cli_usage_error("tokenize", "unknown option '%s'", a);
+        }
+    }
+    if (!!text == !!file) return cli_usage_error("tokenize", "give exactly one of --text or --file");
+    if (!model) model = cli_default_model();
+    if (!model) return cli_usage_error("tokenize", "no model: use -m MODEL or set TERN_MODEL");
+    size_t len = 0;
+    char *buf = NULL;
+    if (file) {
+        FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
+        if (!f) { fprintf(stderr, "tern tokenize: cannot open %s\n", file); return 1; }
+        buf = read_all(f, &len);
+        if (f != stdin) fclose(f);
+        if (!buf) { fprintf(stderr, "tern tokenize: out of memory\n"); return 1; }
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+    tern_tokenizer *tok = NULL;
+    tern_status st = tern_tokenizer_load(model, &tok);
+    if (st) { free(buf); return cli_lib_error("tokenize", st); }
+    tern_tokens ids = {0};
+    st = tern_tokenize(tok, text, len, special, &ids);
+    if (st) { free(buf); tern_tokenizer_free(tok); return cli_lib_error("tokenize", st); }
+    if (json) putchar('[');
+    for (size_t i = 0; i < ids.n; i++) printf(i ? (json ? ", %d" : " %d") : "%d", ids.ids[i]);
+    printf(json ? "]\n" : "\n");
+    tern_tokens_free(&ids);
+    tern_tokenizer_free(tok);
+    free(buf);
+    return 0;
 }
