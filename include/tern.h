@@ -167,6 +167,143 @@ TERN_API uint64_t tern_session_memory(const tern_session *s);
 /* ===================================================================== text */
 
 /* --- text: tokenizer, chat template, sampling. Declarations below. */
+
+/* A growable byte string (always NUL-terminated when data != NULL) and a growable
+ * token array. The text API appends to them; zero-initialise before first use,
+ * release with the _free functions. */
+typedef struct tern_str { char *data; size_t len, cap; } tern_str;
+typedef struct tern_tokens { int32_t *ids; size_t n, cap; } tern_tokens;
+TERN_API void tern_str_free(tern_str *s);
+TERN_API void tern_tokens_free(tern_tokens *t);
+TERN_API tern_status tern_str_append(tern_str *s, const char *data, size_t len);
+TERN_API tern_status tern_tokens_push(tern_tokens *t, int32_t id);
+
+/* Byte-level BPE tokenizer (GPT-2 byte mapping, merges by rank, NFC, the Qwen2 /
+ * Qwen3.5 split regexes), as Hugging Face `tokenizers` encodes. */
+typedef struct tern_tokenizer tern_tokenizer;
+
+/* token types (GGUF tokenizer.ggml.token_type values) */
+typedef enum tern_token_type {
+    TERN_TOKEN_UNDEFINED = 0, TERN_TOKEN_NORMAL = 1, TERN_TOKEN_UNKNOWN = 2,
+    TERN_TOKEN_CONTROL = 3, TERN_TOKEN_USER_DEFINED = 4, TERN_TOKEN_UNUSED = 5,
+    TERN_TOKEN_BYTE = 6
+} tern_token_type;
+
+/* Load from a GGUF file (tokenizer.ggml.* keys), a tokenizer.json file, or a
+ * directory holding tokenizer.json (an MLX pack). */
+TERN_API tern_status tern_tokenizer_load(const char *path, tern_tokenizer **out);
+/* Same, from tokenizer.json text in memory (name is used in messages). */
+TERN_API tern_status tern_tokenizer_load_json(const char *json, size_t len, const char *name,
+                                              tern_tokenizer **out);
+TERN_API void tern_tokenizer_free(tern_tokenizer *t);
+
+/* Encode `len` bytes of text, appending ids to *out. No BOS is added.
+ * parse_special = true: added tokens (control and user-defined, e.g. <|im_start|>,
+ *   <think>) are matched in the raw text leftmost-longest, as HF does.
+ * parse_special = false: the text is plain text; no added token is ever produced
+ *   (use it for user input so control tokens cannot be injected). */
+TERN_API tern_status tern_tokenize(const tern_tokenizer *t, const char *text, size_t len,
+                                   bool parse_special, tern_tokens *out);
+/* Decode ids to bytes, appended to *out (byte-exact: every token's bytes). */
+TERN_API tern_status tern_detokenize(const tern_tokenizer *t, const int32_t *ids, size_t n,
+                                     tern_str *out);
+/* The raw bytes of one token (NULL if id is out of range). */
+TERN_API const char *tern_token_bytes(const tern_tokenizer *t, int32_t id, size_t *len);
+/* Id of an exact token string (mapped form for BPE tokens, e.g. "Ġthe"; literal
+ * text for added tokens), or -1. */
+TERN_API int32_t tern_token_lookup(const tern_tokenizer *t, const char *s, size_t len);
+TERN_API tern_token_type tern_token_get_type(const tern_tokenizer *t, int32_t id);
+TERN_API int32_t tern_tokenizer_n_vocab(const tern_tokenizer *t);
+TERN_API int32_t tern_tokenizer_bos(const tern_tokenizer *t);   /* -1 if none */
+TERN_API int32_t tern_tokenizer_eos(const tern_tokenizer *t);   /* -1 if none */
+/* End of generation: eos, <|im_end|>, <|endoftext|> and other end markers. */
+TERN_API bool tern_token_is_eog(const tern_tokenizer *t, int32_t id);
+/* "qwen2" or "qwen35" (the split regex in use). */
+TERN_API const char *tern_tokenizer_pre(const tern_tokenizer *t);
+/* The chat template text from the file (NULL if none). */
+TERN_API const char *tern_tokenizer_chat_template(const tern_tokenizer *t);
+
+/* Streaming detokenizer: feeds token bytes and emits only complete UTF-8
+ * sequences; an incomplete one is held back until a later token completes it.
+ * Zero-initialise; flush at the end emits whatever is still held. */
+typedef struct tern_detok_stream { unsigned char held[8]; int n_held; } tern_detok_stream;
+TERN_API tern_status tern_detok_stream_push(tern_detok_stream *st, const tern_tokenizer *t,
+                                            int32_t id, tern_str *out);
+TERN_API tern_status tern_detok_stream_push_bytes(tern_detok_stream *st, const char *b, size_t n,
+                                                  tern_str *out);
+TERN_API tern_status tern_detok_stream_flush(tern_detok_stream *st, tern_str *out);
+
+/* ---- chat (Qwen ChatML). Renders what the official Jinja templates render. */
+typedef enum tern_chat_format {
+    TERN_CHAT_QWEN3 = 0,    /* Qwen3: Hermes JSON tool calls */
+    TERN_CHAT_QWEN35 = 1    /* Qwen3.5: XML function tool calls, <think>\n prompt */
+} tern_chat_format;
+/* The format for a tokenizer: qwen35 pre-tokenizer -> QWEN35, else QWEN3. */
+TERN_API tern_chat_format tern_chat_format_for(const tern_tokenizer *t);
+
+typedef struct tern_tool_call {
+    const char *name;
+    const char *arguments;          /* a JSON object, as text */
+} tern_tool_call;
+typedef struct tern_chat_msg {
+    const char *role;               /* "system", "user", "assistant", "tool" */
+    const char *content;            /* NULL = empty */
+    const char *reasoning_content;  /* assistant only; NULL = none (then <think> in content is parsed) */
+    const tern_tool_call *tool_calls; /* assistant only */
+    size_t n_tool_calls;
+} tern_chat_msg;
+typedef struct tern_chat_opts {
+    const char *tools_json;         /* JSON array of tool definitions, or NULL */
+    bool add_generation_prompt;
+    bool enable_thinking;           /* false: the prompt ends with an empty think block */
+} tern_chat_opts;
+/* Render messages to prompt text (append to *out). Fails with INVALID_ARG on
+ * what the template rejects (unknown role, bad JSON, no user query for Qwen3.5). */
+TERN_API tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n,
+                                      const tern_chat_opts *opts, tern_str *out);
+
+/* A parsed assistant reply. Strings are owned by the struct. */
+typedef struct tern_chat_reply {
+    char *reasoning;                /* text inside <think>...</think> ("" if none) */
+    char *content;                  /* the visible answer (tool call markup removed) */
+    tern_tool_call *tool_calls;     /* name/arguments (arguments as compact JSON) */
+    size_t n_tool_calls;
+} tern_chat_reply;
+/* Parse generated text (what follows the generation prompt). thinking_open:
+ * the prompt ended inside <think> (Qwen3.5 thinking mode), so text before
+ * </think> is reasoning even without an opening tag. */
+TERN_API tern_status tern_chat_parse(tern_chat_format fmt, const char *text, size_t len,
+                                     bool thinking_open, tern_chat_reply *out);
+TERN_API void tern_chat_reply_free(tern_chat_reply *r);
+
+/* ---- sampling */
+typedef struct tern_sampler_params {
+    float temperature;              /* <= 0: greedy (argmax) */
+    int top_k;                      /* 0: off */
+    float top_p;                    /* 1: off */
+    float min_p;                    /* 0: off */
+    float repeat_penalty;           /* 1: off (llama.cpp style: logit/p if > 0 else logit*p) */
+    float presence_penalty;         /* 0: off (OpenAI style) */
+    float frequency_penalty;        /* 0: off */
+    int penalty_last_n;             /* window for the penalties (0 = 64) */
+    uint64_t seed;
+} tern_sampler_params;
+TERN_API void tern_sampler_params_default(tern_sampler_params *p);
+typedef struct tern_sampler tern_sampler;
+TERN_API tern_status tern_sampler_new(const tern_sampler_params *p, int n_vocab, tern_sampler **out);
+TERN_API void tern_sampler_free(tern_sampler *s);
+/* Choose the next token from logits[n_vocab] (not modified). */
+TERN_API int32_t tern_sampler_sample(tern_sampler *s, const float *logits);
+/* Record a token for the penalties (prompt tokens too, if wanted). */
+TERN_API void tern_sampler_accept(tern_sampler *s, int32_t id);
+TERN_API void tern_sampler_reset(tern_sampler *s);   /* history cleared, rng reseeded */
+
+/* Why generation stopped. */
+typedef enum tern_stop_reason {
+    TERN_STOP_NONE = 0, TERN_STOP_EOG = 1, TERN_STOP_STRING = 2, TERN_STOP_MAX_TOKENS = 3,
+    TERN_STOP_CONTEXT_FULL = 4, TERN_STOP_CANCELLED = 5
+} tern_stop_reason;
+TERN_API const char *tern_stop_reason_str(tern_stop_reason r);  /* "eog", "stop_string", ... */
 /* @@TEXT@@ */
 
 #ifdef __cplusplus
