@@ -1,6 +1,6 @@
 /*
  * kernels.h - the CPU kernel contract. Model code calls only what is declared
- * here (through the CPU back-end); ISA variants live in src/kernels/cpu/*_<isa>.c
+ * here (through the CPU back-end); ISA variants live in src/kernels/cpu/cpu_<isa>.c
  * and are chosen once at start (tern_kernels_init), with the scalar reference in
  * src/kernels/cpu/ref.c always compiled as fallback and test oracle.
  *

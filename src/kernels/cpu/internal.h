@@ -1,0 +1,72 @@
+/*
+ * internal.h - the CPU kernel table shared by dispatch.c (fills it once), the
+ * driver (matmul.c: threading, activation preparation, multi-matrix calls),
+ * the scalar reference ref.c and the ISA files (*_avx2.c, *_avx512.c, *_neon.c).
+ *
+ * A matmul is split in two steps so the activation is prepared once per call:
+ *   act_prep  : one batch row of fp32 x (k values) -> ISA-private bytes
+ *               (act_bytes(k) per row; NULL act_prep: kernels read fp32 x directly)
+ *   rows      : y[b, r] for r in [r0, r1), every b < batch, reading the prepared
+ *               activation rows act + b*act_stride (bytes).
+ * Every slot always holds a valid function: the reference first, then the ISA
+ * replaces what it implements (the BLIS context pattern).
+ */
+#ifndef TERN_KERNELS_CPU_INTERNAL_H
+#define TERN_KERNELS_CPU_INTERNAL_H
+
+#include "kernels/kernels.h"
+#include "formats/blocks.h"
+
+typedef size_t (*tern_act_bytes_fn)(int64_t k);
+typedef void (*tern_act_prep_fn)(const float *x, int64_t k, void *act);
+typedef void (*tern_rows_fn)(const tern_qmat *w, const void *act, size_t act_stride,
+                             size_t batch, float *y, size_t y_stride, int64_t r0, int64_t r1);
+
+typedef struct tern_mm_ops {
+    tern_act_bytes_fn act_bytes;   /* NULL together with act_prep: raw fp32 x */
+    tern_act_prep_fn act_prep;
+    tern_rows_fn rows;
+    int row_tile;                  /* preferred multiple of rows per task */
+} tern_mm_ops;
+
+/* One row of n floats: forward (inverse=false): x <- H(x*s)/sqrt(block);
+ * inverse: x <- s * H(x)/sqrt(block). signs may be NULL (all +1). */
+typedef void (*tern_fwht_fn)(float *x, size_t n, size_t block, const float *signs, bool inverse);
+/* Fused sites, one row (the driver loops rows). */
+typedef void (*tern_addnorm_fn)(float *r, const float *d, const float *gain, float eps,
+                                float *normed, float *rotated, size_t n, size_t block,
+                                const float *signs);
+typedef void (*tern_swiglu_fn)(const float *gate, const float *up, float *out, size_t n,
+                               size_t block, const float *signs);
+
+typedef struct tern_kern_table {
+    tern_isa isa;
+    tern_mm_ops mm[TERN_DT_COUNT];
+    tern_fwht_fn fwht;
+    tern_addnorm_fn addnorm;
+    tern_swiglu_fn swiglu;
+} tern_kern_table;
+
+/* The active table (initialised on first use). */
+const tern_kern_table *tern_kern_get(void);
+
+/* Fill the table with the scalar reference (ref.c). */
+void tern_ref_fill(tern_kern_table *t);
+/* ISA fills (only defined when compiled for the architecture). */
+void tern_avx2_fill(tern_kern_table *t);
+void tern_avx512_fill(tern_kern_table *t);
+void tern_neon_fill(tern_kern_table *t);
+
+/* Reference pieces other files reuse (fallbacks for odd cases). */
+void tern_ref_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
+                   float *y, size_t y_stride, int64_t r0, int64_t r1);
+void tern_ref_fwht(float *x, size_t n, size_t block, const float *signs, bool inverse);
+void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, float *normed,
+                      float *rotated, size_t n, size_t block, const float *signs);
+void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
+                     const float *signs);
+
+/* fp16 -> fp32 table (65536 entries), filled by dispatch before any kernel runs. */
+extern float tern_f16_table[65536];
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * matmul.c - the driver behind kernels.h: matrix checks, activation
+ * preparation (once per call, shared by every matrix of a multi call), the
+ * split of output rows over the thread pool, and the Hadamard / fused-site
+ * entry points. The arithmetic itself lives in the kernel table (ref.c and
+ * the ISA files); this file only routes.
+ */
+#include "kernels/cpu/internal.h"
+
+#include <stdlib.h>
+
+tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
+    if (!name) name = "(matrix)";
+    if (!w) return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: NULL", name);
+    if (w->n < 0 || w->k <= 0)
+        return tern_fail(TERN_ERR_SHAPE, "matrix %s: bad shape n=%lld k=%lld", name,
+                         (long long)w->n, (long long)w->k);
+    size_t be, bb;
+    switch (w->type) {
+    case TERN_DT_PQ2_0: case TERN_DT_Q2_0: be = 128; bb = 34; break;
+    case TERN_DT_Q2_0_G64: be = 64; bb = 18; break;
+    case TERN_DT_Q1_0: be = 128; bb = 18; break;
+    case TERN_DT_F32: be = 1; bb = 4; break;
+    case TERN_DT_F16: case TERN_DT_BF16: be = 1; bb = 2; break;
+    default:
+        return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: type %s has no CPU kernel", name,
+                         tern_dtype_name(w->type));
+    }
+    if ((size_t)w->k % be)
+        return tern_fail(TERN_ERR_SHAPE, "matrix %s: k=%lld is not a multiple of the %s block (%zu)",
+                         name, (long long)w->k, tern_dtype_name(w->type), be);
+    size_t need = (size_t)w->k / be * bb;
+    if (w->row_bytes < need)
+        return tern_fail(TERN_ERR_SHAPE, "matrix %s: row_bytes %zu < %zu needed for k=%lld %s",
+                         name, w->row_bytes, need, (long long)w->k, tern_dtype_name(w->type));
+    if (w->n > 0 && !w->data)
+        return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: NULL data", name);
+    return TERN_OK;
+}
+
+/* ---------------------------------------------------------- scratch memory
+ * One growing buffer per calling thread for prepared activations, so the token
+ * loop does not allocate after the first call of each size. */
+static _Thread_local uint8_t *g_scratch;
+static _Thread_local size_t g_scratch_size;
+
+static void *scratch_get(size_t n) {
+    if (n <= g_scratch_size) return g_scratch;
+    if (g_scratch) tern_free_aligned(g_scratch, g_scratch_size);
+    size_t sz = n + n / 4 + 4096;
+    g_scratch = tern_alloc_aligned(sz);
+    g_scratch_size = g_scratch ? sz : 0;
+    return g_scratch;
+}
+
+/* ------------------------------------------------------------------ prep */
+typedef struct prep_job {
+    tern_act_prep_fn prep;
+    const float *x;
+    size_t x_stride, act_stride, batch;
+    int64_t k;
+    uint8_t *act;
+} prep_job;
+
+static void prep_task(void *vctx, int task, int n_tasks) {
+    prep_job *j = vctx;
+    size_t b0 = j->batch * (size_t)task / (size_t)n_tasks;
+    size_t b1 = j->batch * (size_t)(task + 1) / (size_t)n_tasks;
+    for (size_t b = b0; b < b1; b++) j->prep(j->x + b * j->x_stride, j->k, j->act + b * j->act_stride);
+}
+
+/* ------------------------------------------------------------------ rows */
+#define MAX_MULTI 8
+
+typedef struct mm_job {
+    int n_mats;
+    const tern_qmat *w[MAX_MULTI];
+    const tern_mm_ops *ops[MAX_MULTI];
+    const void *act[MAX_MULTI];
+    size_t act_stride[MAX_MULTI];
+    float *y[MAX_MULTI];
+    size_t y_stride[MAX_MULTI];
+    int64_t row_start[MAX_MULTI + 1];   /* prefix sums of row counts (in tiles) */
+    int64_t tile;                       /* rows per unit */
+    int64_t n_units;
+    size_t batch;
+} mm_job;
+
+static void mm_task(void *vctx, int task, int n_tasks) {
+    mm_job *j = vctx;
+    int64_t u0 = j->n_units * task / n_tasks, u1 = j->n_units * (task + 1) / n_tasks;
+    for (int m = 0; m < j->n_mats && u0 < u1; m++) {
+        int64_t s = j->row_start[m], e = j->row_start[m + 1];
+        int64_t a = u0 > s ? u0 : s, b = u1 < e ? u1 : e;
+        if (a >= b) continue;
+        int64_t r0 = (a - s) * j->tile, r1 = (b - s) * j->tile;
+        if (r1 > j->w[m]->n) r1 = j->w[m]->n;
+        j->ops[m]->rows(j->w[m], j->act[m], j->act_stride[m], j->batch, j->y[m], j->y_stride[m], r0, r1);
+    }
+}
+
+void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, size_t batch,
+                       size_t x_stride, float *const *y, const size_t *y_stride,
+                       tern_pool *pool) {
+    TERN_ASSERT(n_mats >= 1);
+    if (batch == 0) return;
+    if (n_mats > MAX_MULTI) {
+        for (int m = 0; m < n_mats; m += MAX_MULTI) {
+            int c = n_mats - m < MAX_MULTI ? n_mats - m : MAX_MULTI;
+            tern_matmul_multi(c, w + m, x, batch, x_stride, y + m, y_stride + m, pool);
+        }
+        return;
+    }
+    const tern_kern_table *kt = tern_kern_get();
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.n_mats = n_mats;
+    j.batch = batch;
+    int64_t k = w[0]->k;
+    /* Prepare the activation once per distinct prep function. */
+    size_t total = 0, offs[MAX_MULTI];
+    for (int m = 0; m < n_mats; m++) {
+        TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT);
+        j.w[m] = w[m];
+        j.ops[m] = &kt->mm[w[m]->type];
+        j.y[m] = y[m];
+        j.y_stride[m] = y_stride[m];
+        offs[m] = SIZE_MAX;
+        if (!j.ops[m]->act_prep) continue;
+        int same = -1;
+        for (int q = 0; q < m; q++)
+            if (j.ops[q]->act_prep == j.ops[m]->act_prep) same = q;
+        if (same >= 0) { offs[m] = offs[same]; j.act_stride[m] = j.act_stride[same]; continue; }
+        size_t st = (j.ops[m]->act_bytes(k) + 63) & ~(size_t)63;
+        j.act_stride[m] = st;
+        offs[m] = total;
+        total += st * batch;
+    }
+    static const tern_mm_ops ref_ops = {NULL, NULL, tern_ref_rows, 1};
+    uint8_t *scr = total ? scratch_get(total) : NULL;
+    if (total && !scr) /* out of memory: the reference needs no scratch */
+        for (int m = 0; m < n_mats; m++) { j.ops[m] = &ref_ops; offs[m] = SIZE_MAX; }
+    for (int m = 0; m < n_mats; m++) {
+        if (offs[m] == SIZE_MAX) {
+            j.act[m] = x;
+            j.act_stride[m] = x_stride * sizeof(float);
+            continue;
+        }
+        bool done = false;
+        for (int q = 0; q < m; q++)
+            if (offs[q] == offs[m]) done = true;
+        j.act[m] = scr + offs[m];
+        if (done) continue;
+        prep_job pj = {j.ops[m]->act_prep, x, x_stride, j.act_stride[m], batch, k, scr + offs[m]};
+        int pt = batch >= 8 && pool ? tern_pool_size(pool) * 2 : 1;
+        if ((size_t)pt > batch) pt = (int)batch;
+        tern_pool_run(pt > 1 ? pool : NULL, prep_task, &pj, pt);
+    }
+    /* Split rows in tiles over the workers. */
+    int64_t tile = 1;
+    for (int m = 0; m < n_mats; m++)
+        if (j.ops[m]->row_tile > tile) tile = j.ops[m]->row_tile;
+    j.tile = tile;
+    j.row_start[0] = 0;
+    for (int m = 0; m < n_mats; m++) j.row_start[m + 1] = j.row_start[m] + (w[m]->n + tile - 1) / tile;
+    j.n_units = j.row_start[n_mats];
+    if (j.n_units == 0) return;
+    int nt = tern_pool_size(pool);
+    int n_tasks = nt == 1 ? 1 : nt * 4;
+    /* Small jobs are not worth waking workers for. */
+    double work = (double)j.n_units * (double)tile * (double)k * (double)batch;
+    if (work < 65536.0) n_tasks = 1;
+    if (n_tasks > j.n_units) n_tasks = (int)j.n_units;
+    tern_pool_run(n_tasks > 1 ? pool : NULL, mm_task, &j, n_tasks);
+}
+
+void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride, float *y,
+                 size_t y_stride, tern_pool *pool) {
+    tern_matmul_multi(1, &w, x, batch, x_stride, &y, &y_stride, pool);
+}
+
+/* ------------------------------------------------------- Hadamard, fused */
+void tern_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs) {
+    TERN_ASSERT(block >= 1 && (block & (block - 1)) == 0 && n % block == 0);
+    const tern_kern_table *kt = tern_kern_get();
+    for (size_t r = 0; r < rows; r++) kt->fwht(x + r * n, n, block, signs, false);
+}
+
+void tern_hadamard_inv(float *x, size_t rows, size_t n, size_t block, const float *signs) {
+    TERN_ASSERT(block >= 1 && (block & (block - 1)) == 0 && n % block == 0);
+    const tern_kern_table *kt = tern_kern_get();
+    for (size_t r = 0; r < rows; r++) kt->fwht(x + r * n, n, block, signs, true);
+}
+
+void tern_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+                               float *normed, float *rotated, size_t rows, size_t n,
+                               size_t block, const float *signs) {
+    TERN_ASSERT(!signs || (block >= 1 && (block & (block - 1)) == 0 && n % block == 0));
+    const tern_kern_table *kt = tern_kern_get();
+    for (size_t i = 0; i < rows; i++)
+        kt->addnorm(r + i * n, d ? d + i * n : NULL, gain, eps, normed ? normed + i * n : NULL,
+                    rotated ? rotated + i * n : NULL, n, block, signs);
+}
+
+void tern_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
+                          size_t block, const float *signs) {
+    TERN_ASSERT(!signs || (block >= 1 && (block & (block - 1)) == 0 && n % block == 0));
+    const tern_kern_table *kt = tern_kern_get();
+    for (size_t i = 0; i < rows; i++)
+        kt->swiglu(gate + i * n, up + i * n, out + i * n, n, block, signs);
+}

@@ -1,0 +1,416 @@
+/*
+ * test_kernels.c - the CPU kernels (kernels.h) against oracles computed here:
+ * float64 products of the dequantized matrix (built from the random trits and
+ * scales this test draws, never from the kernel's own unpacking), an explicit
+ * Hadamard matrix, and the unfused composition of the fused sites. Every ISA
+ * the machine has (forced with tern_kernels_force) at 1, 2 and 3 threads.
+ * TERN_SANITIZED=1 shrinks the sizes.
+ */
+#include "check.h"
+#include "kernels/kernels.h"
+#include "formats/blocks.h"
+
+#include <stdint.h>
+
+static int g_small;
+
+/* ------------------------------------------------------------ test matrix */
+typedef struct tmat {
+    tern_qmat q;
+    uint8_t *buf;
+    double *deq;      /* n x k dequantized values, float64 */
+} tmat;
+
+static uint16_t rand_scale_f16(void) {
+    /* scales like Bonsai's (0.004 .. 0.03), exact in fp16 by construction */
+    float s = 0.004f + 0.026f * (float)check_rand_unit();
+    return tern_f32_to_f16(s);
+}
+
+/* Draw a random matrix of `type` with row padding `pad` bytes (non-minimal row_bytes). */
+static tmat make_mat(tern_dtype type, int64_t n, int64_t k, size_t pad) {
+    tmat t;
+    memset(&t, 0, sizeof t);
+    size_t be = tern_dtype_block_elems(type), bb = tern_dtype_block_bytes(type);
+    size_t rb = (size_t)k / be * bb + pad;
+    t.buf = calloc((size_t)n * rb + 1, 1);
+    t.deq = calloc((size_t)(n * k), sizeof(double));
+    t.q.type = type; t.q.n = n; t.q.k = k; t.q.data = t.buf; t.q.row_bytes = rb;
+    for (int64_t r = 0; r < n; r++) {
+        uint8_t *row = t.buf + (size_t)r * rb;
+        double *dq = t.deq + r * k;
+        if (type == TERN_DT_F32 || type == TERN_DT_F16 || type == TERN_DT_BF16) {
+            for (int64_t j = 0; j < k; j++) {
+                float v = check_rand_normal() * 0.05f;
+                if (type == TERN_DT_F32) { memcpy(row + 4 * j, &v, 4); dq[j] = v; }
+                else if (type == TERN_DT_F16) {
+                    uint16_t h = tern_f32_to_f16(v); memcpy(row + 2 * j, &h, 2); dq[j] = tern_f16_to_f32(h);
+                } else {
+                    uint16_t h = tern_f32_to_bf16(v); memcpy(row + 2 * j, &h, 2); dq[j] = tern_bf16_to_f32(h);
+                }
+            }
+            continue;
+        }
+        for (int64_t b = 0; b < k / (int64_t)be; b++) {
+            uint8_t *blk = row + (size_t)b * bb;
+            uint16_t d = rand_scale_f16();
+            memcpy(blk, &d, 2);
+            double dd = tern_f16_to_f32(d);
+            for (size_t j = 0; j < be; j++) {
+                double *o = &dq[b * (int64_t)be + (int64_t)j];
+                if (type == TERN_DT_Q1_0) {
+                    int bit = (int)(check_rand_u64() >> 40) & 1;
+                    blk[2 + j / 8] |= (uint8_t)(bit << (j % 8));
+                    *o = bit ? dd : -dd;
+                } else {
+                    int trit = (int)((check_rand_u64() >> 33) % 3); /* 0,1,2 */
+                    blk[2 + j / 4] |= (uint8_t)(trit << (2 * (j % 4)));
+                    *o = (trit - 1) * dd;
+                }
+            }
+        }
+    }
+    return t;
+}
+static void free_mat(tmat *t) { free(t->buf); free(t->deq); }
+
+static double rel_err_vs_f64(const tmat *t, const float *x, size_t batch, size_t xs,
+                             const float *y, size_t ys) {
+    double maxref = 0, maxdiff = 0;
+    for (size_t b = 0; b < batch; b++)
+        for (int64_t r = 0; r < t->q.n; r++) {
+            double s = 0;
+            for (int64_t j = 0; j < t->q.k; j++) s += t->deq[r * t->q.k + j] * (double)x[b * xs + (size_t)j];
+            double dlt = fabs(s - (double)y[b * ys + (size_t)r]);
+            if (!(dlt <= maxdiff)) maxdiff = dlt;  /* NaN propagates as a failure */
+            if (fabs(s) > maxref) maxref = fabs(s);
+        }
+    return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
+
+static float *rand_x(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = check_rand_normal() * scale;
+    return x;
+}
+
+static const tern_isa all_isas[] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
+
+static void restore_best(void) {
+    if (!tern_kernels_force(TERN_ISA_AVX512) && !tern_kernels_force(TERN_ISA_AVX2) &&
+        !tern_kernels_force(TERN_ISA_NEON))
+        tern_kernels_force(TERN_ISA_SCALAR);
+}
+
+static void count_task(void *c, int t, int nn) {
+    int *h = c;
+    __atomic_fetch_add(&h[t], 1, __ATOMIC_RELAXED);
+    (void)nn;
+}
+
+/* ---------------------------------------------------------------- tests */
+TEST(pool_runs_every_task_once) {
+    for (int nt = 1; nt <= 3; nt++) {
+        tern_pool *p = NULL;
+        CHECK(tern_pool_new(nt, &p) == TERN_OK);
+        CHECK_EQ_INT(tern_pool_size(p), nt);
+        static int hits[1000];
+        for (int rep = 0; rep < 50; rep++) {
+            memset(hits, 0, sizeof hits);
+            int n = 1 + rep * 17 % 997;
+            tern_pool_run(p, count_task, hits, n);
+            int bad = 0;
+            for (int i = 0; i < 1000; i++) bad += hits[i] != (i < n);
+            CHECK_EQ_INT(bad, 0);
+        }
+        tern_pool_free(p);
+    }
+    CHECK(tern_pool_new(0, &(tern_pool *){NULL}) != TERN_OK);
+}
+
+TEST(qmat_check_rejects_bad_shapes) {
+    uint8_t buf[64];
+    tern_qmat w = {TERN_DT_PQ2_0, 1, 100, buf, 34};
+    CHECK(tern_qmat_check(&w, "w") == TERN_ERR_SHAPE);
+    w.k = 128; w.row_bytes = 33;
+    CHECK(tern_qmat_check(&w, "w") == TERN_ERR_SHAPE);
+    w.row_bytes = 34;
+    CHECK(tern_qmat_check(&w, "w") == TERN_OK);
+    w.type = TERN_DT_PTQ1_0;
+    CHECK(tern_qmat_check(&w, "w") == TERN_ERR_UNSUPPORTED);
+    w.type = TERN_DT_Q2_0_G64; w.k = 64; w.row_bytes = 18;
+    CHECK(tern_qmat_check(&w, "w") == TERN_OK);
+}
+
+static void run_matmul_case(tern_dtype type, int64_t n, int64_t k, size_t batch, tern_pool *pool,
+                            const char *isa) {
+    tmat t = make_mat(type, n, k, batch % 3 == 0 ? 6 : 0);
+    size_t xs = (size_t)k + (batch % 2 ? 3 : 0);  /* non-contiguous rows on odd batches */
+    size_t ys = (size_t)n + 5;
+    float *x = rand_x(batch * xs + 1, 1.0f);
+    float *y = malloc((batch * ys + 1) * sizeof(float));
+    for (size_t i = 0; i < batch * ys + 1; i++) y[i] = -12345.0f;
+    tern_matmul(&t.q, x, batch, xs, y, ys, pool);
+    double e = rel_err_vs_f64(&t, x, batch, xs, y, ys);
+    CHECK_MSG(e < 1e-3, "%s %s n=%lld k=%lld batch=%zu threads=%d: max_rel_err %.3g",
+              isa, tern_dtype_name(type), (long long)n, (long long)k, batch, tern_pool_size(pool), e);
+    /* padding between output rows untouched */
+    int touched = 0;
+    for (size_t b = 0; b < batch; b++)
+        for (size_t i = (size_t)n; i < ys && b * ys + i < batch * ys; i++) touched += y[b * ys + i] != -12345.0f;
+    CHECK_EQ_INT(touched, 0);
+    free(x); free(y); free_mat(&t);
+}
+
+TEST(matmul_all_types_isas_threads) {
+    static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0, TERN_DT_Q2_0_G64, TERN_DT_Q1_0,
+                                       TERN_DT_F32, TERN_DT_F16, TERN_DT_BF16};
+    static const size_t batches_full[] = {1, 2, 3, 5, 31, 32, 33, 100, 129};
+    static const size_t batches_small[] = {1, 3, 33};
+    const size_t *batches = g_small ? batches_small : batches_full;
+    size_t nb = g_small ? 3 : 9;
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        const char *isa = tern_isa_name(all_isas[ii]);
+        for (int nt = 1; nt <= 3; nt++) {
+            tern_pool *pool = NULL;
+            CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+                int64_t kq = types[ti] == TERN_DT_Q2_0_G64 ? 64 : 128;
+                for (size_t bi = 0; bi < nb; bi++) {
+                    size_t batch = batches[bi];
+                    if (nt > 1 && batch > 33 && bi % 2) continue;  /* keep it fast */
+                    int64_t n = 37 + (int64_t)(bi * 13) % 29;       /* not a multiple of anything */
+                    int64_t k = kq * (int64_t)(1 + (bi + ti) % 5);  /* e.g. 128*3 */
+                    if (batch >= 100 && g_small) continue;
+                    run_matmul_case(types[ti], n, k, batch, pool, isa);
+                }
+            }
+            tern_pool_free(pool);
+        }
+    }
+    tern_kernels_force(TERN_ISA_SCALAR);
+    restore_best();
+}
+
+TEST(matmul_bonsai_like_k_and_big_batch) {
+    /* A wider K (several Hadamard blocks) with larger activations, every ISA. */
+    int64_t k = g_small ? 1024 : 5120, n = g_small ? 19 : 77;
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        tern_pool *pool = NULL;
+        CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        run_matmul_case(TERN_DT_PQ2_0, n, k, 1, pool, tern_isa_name(all_isas[ii]));
+        run_matmul_case(TERN_DT_PQ2_0, n, k, g_small ? 33 : 64, pool, tern_isa_name(all_isas[ii]));
+        run_matmul_case(TERN_DT_Q2_0_G64, n, k, 4, pool, tern_isa_name(all_isas[ii]));
+        tern_pool_free(pool);
+    }
+    restore_best();
+}
+
+TEST(matmul_outlier_activation) {
+    /* One activation 200x larger than the rest (un-rotated residual streams have
+     * these): the error bound must still hold. */
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        tmat t = make_mat(TERN_DT_PQ2_0, 40, 1024, 0);
+        float *x = rand_x(1024 * 3, 1.0f);
+        x[5] = 200.0f; x[1024 + 700] = -300.0f;
+        float y[120];
+        tern_matmul(&t.q, x, 3, 1024, y, 40, NULL);
+        double e = rel_err_vs_f64(&t, x, 3, 1024, y, 40);
+        CHECK_MSG(e < 1e-3, "%s outlier: max_rel_err %.3g", tern_isa_name(all_isas[ii]), e);
+        free(x); free_mat(&t);
+    }
+    restore_best();
+}
+
+TEST(matmul_zero_batch_and_zero_rows) {
+    tmat t = make_mat(TERN_DT_PQ2_0, 4, 128, 0);
+    float y = 7.0f;
+    tern_matmul(&t.q, NULL, 0, 128, &y, 4, NULL);
+    CHECK(y == 7.0f);
+    t.q.n = 0;
+    float x[128] = {0};
+    tern_matmul(&t.q, x, 1, 128, &y, 4, NULL);
+    CHECK(y == 7.0f);
+    free_mat(&t);
+}
+
+TEST(multi_equals_separate_bitwise) {
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        tern_pool *pool = NULL;
+        CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        size_t batches[] = {1, 7, 40};
+        for (int bi = 0; bi < 3; bi++) {
+            size_t batch = batches[bi];
+            int64_t k = 384;
+            tmat a = make_mat(TERN_DT_PQ2_0, 61, k, 0), b = make_mat(TERN_DT_PQ2_0, 13, k, 0),
+                 c = make_mat(TERN_DT_PQ2_0, 130, k, 0);
+            float *x = rand_x(batch * (size_t)k, 1.0f);
+            float *ys[3], *yr[3];
+            int64_t ns[3] = {61, 13, 130};
+            for (int m = 0; m < 3; m++) {
+                ys[m] = calloc(batch * (size_t)ns[m], sizeof(float));
+                yr[m] = calloc(batch * (size_t)ns[m], sizeof(float));
+            }
+            const tern_qmat *ws[3] = {&a.q, &b.q, &c.q};
+            size_t st[3] = {61, 13, 130};
+            tern_matmul_multi(3, ws, x, batch, (size_t)k, ys, st, pool);
+            for (int m = 0; m < 3; m++) tern_matmul(ws[m], x, batch, (size_t)k, yr[m], st[m], NULL);
+            for (int m = 0; m < 3; m++)
+                CHECK_MSG(memcmp(ys[m], yr[m], batch * (size_t)ns[m] * sizeof(float)) == 0,
+                          "%s batch %zu matrix %d differs", tern_isa_name(all_isas[ii]), batch, m);
+            for (int m = 0; m < 3; m++) { free(ys[m]); free(yr[m]); }
+            free(x); free_mat(&a); free_mat(&b); free_mat(&c);
+        }
+        tern_pool_free(pool);
+    }
+    restore_best();
+}
+
+/* ------------------------------------------------------------- Hadamard */
+static double had_entry(size_t i, size_t j) { return (__builtin_popcountll(i & j) & 1) ? -1.0 : 1.0; }
+
+TEST(hadamard_vs_explicit_matrix_and_inverse) {
+    size_t blocks[] = {1, 2, 16, 64, 256, 1024};
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        for (size_t bi = 0; bi < 6; bi++) {
+            size_t blk = blocks[bi];
+            size_t n = blk * (bi % 2 ? 3 : 2), rows = 2;
+            if (g_small && blk > 256) continue;
+            float *x = rand_x(rows * n, 2.0f), *x0 = malloc(rows * n * sizeof(float));
+            float *s = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) s[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
+            memcpy(x0, x, rows * n * sizeof(float));
+            tern_hadamard(x, rows, n, blk, s);
+            double maxe = 0, maxv = 0;
+            for (size_t r = 0; r < rows; r++)
+                for (size_t o = 0; o < n; o += blk)
+                    for (size_t i = 0; i < blk; i++) {
+                        double acc = 0;
+                        for (size_t j = 0; j < blk; j++)
+                            acc += had_entry(i, j) * s[o + j] * (double)x0[r * n + o + j];
+                        acc /= sqrt((double)blk);
+                        double e = fabs(acc - x[r * n + o + i]);
+                        if (!(e <= maxe)) maxe = e;
+                        if (fabs(acc) > maxv) maxv = fabs(acc);
+                    }
+            /* fp32 rounding: log2(block) stages of additions */
+            double tol = 1e-6 * (1 + log2((double)blk)) * (maxv > 1 ? maxv : 1);
+            CHECK_MSG(maxe <= tol, "%s block %zu: max err %.3g > %.3g", tern_isa_name(all_isas[ii]), blk, maxe, tol);
+            tern_hadamard_inv(x, rows, n, blk, s);
+            double back = 0;
+            for (size_t i = 0; i < rows * n; i++) { double e = fabs(x[i] - x0[i]); if (!(e <= back)) back = e; }
+            CHECK_MSG(back <= 1e-5 * (1 + log2((double)blk)) * 4, "%s block %zu: round trip err %.3g",
+                      tern_isa_name(all_isas[ii]), blk, back);
+            free(x); free(x0); free(s);
+        }
+    }
+    restore_best();
+}
+
+/* ----------------------------------------------------------- fused sites */
+TEST(fused_sites_match_composition) {
+    size_t n = 2048, rows = 3, blk = 1024;
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        const char *isa = tern_isa_name(all_isas[ii]);
+        float *r = rand_x(rows * n, 1.0f), *d = rand_x(rows * n, 0.5f), *g = rand_x(n, 1.0f);
+        float *s = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) s[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
+        float *r2 = malloc(rows * n * sizeof(float)), *nr = malloc(rows * n * sizeof(float));
+        float *rot = malloc(rows * n * sizeof(float)), *ex = malloc(rows * n * sizeof(float));
+        memcpy(r2, r, rows * n * sizeof(float));
+        tern_add_rmsnorm_hadamard(r, d, g, 1e-6f, nr, rot, rows, n, blk, s);
+        /* composition in float64 */
+        double maxe_r = 0, maxe_n = 0, maxe_t = 0;
+        for (size_t row = 0; row < rows; row++) {
+            double *v = malloc(n * sizeof(double)), ss = 0;
+            for (size_t i = 0; i < n; i++) { v[i] = (double)r2[row * n + i] + d[row * n + i]; ss += v[i] * v[i]; }
+            double inv = 1.0 / sqrt(ss / n + 1e-6);
+            for (size_t i = 0; i < n; i++) {
+                maxe_r = fmax(maxe_r, fabs(v[i] - r[row * n + i]));
+                double nv = v[i] * inv * g[i];
+                maxe_n = fmax(maxe_n, fabs(nv - nr[row * n + i]));
+                ex[row * n + i] = (float)nv;
+            }
+            for (size_t o = 0; o < n; o += blk)
+                for (size_t i = 0; i < blk; i++) {
+                    double acc = 0;
+                    for (size_t j = 0; j < blk; j++) acc += had_entry(i, j) * s[o + j] * (double)ex[row * n + o + j];
+                    maxe_t = fmax(maxe_t, fabs(acc / 32.0 - rot[row * n + o + i]));
+                }
+            free(v);
+        }
+        CHECK_MSG(maxe_r < 1e-6, "%s residual err %g", isa, maxe_r);
+        CHECK_MSG(maxe_n < 1e-5, "%s normed err %g", isa, maxe_n);
+        CHECK_MSG(maxe_t < 1e-4, "%s rotated err %g", isa, maxe_t);
+        /* rotated without normed, no add */
+        memcpy(r2, r, rows * n * sizeof(float));
+        float *rot2 = malloc(rows * n * sizeof(float));
+        tern_add_rmsnorm_hadamard(r2, NULL, g, 1e-6f, NULL, rot2, rows, n, blk, s);
+        CHECK(memcmp(r2, r, rows * n * sizeof(float)) == 0);
+        float *nr2 = malloc(rows * n * sizeof(float));
+        tern_add_rmsnorm_hadamard(r2, NULL, g, 1e-6f, nr2, NULL, rows, n, blk, s);
+        memcpy(ex, nr2, rows * n * sizeof(float));
+        tern_hadamard(ex, rows, n, blk, s);
+        double e2 = 0;
+        for (size_t i = 0; i < rows * n; i++) e2 = fmax(e2, fabs(ex[i] - rot2[i]));
+        CHECK_MSG(e2 < 1e-5, "%s norm-only rotated vs composition %g", isa, e2);
+        /* swiglu */
+        float *out = malloc(rows * n * sizeof(float));
+        tern_swiglu_hadamard(r, d, out, rows, n, blk, s);
+        for (size_t i = 0; i < rows * n; i++) {
+            double gg = r[i];
+            ex[i] = (float)(gg / (1 + exp(-gg)) * d[i]);
+        }
+        tern_hadamard(ex, rows, n, blk, s);
+        double e3 = 0;
+        for (size_t i = 0; i < rows * n; i++) e3 = fmax(e3, fabs(ex[i] - out[i]));
+        CHECK_MSG(e3 < 1e-5, "%s swiglu vs composition %g", isa, e3);
+        tern_swiglu_hadamard(r, d, out, rows, n, blk, NULL);
+        double e4 = 0;
+        for (size_t i = 0; i < rows * n; i++) {
+            double gg = r[i];
+            e4 = fmax(e4, fabs(gg / (1 + exp(-gg)) * d[i] - out[i]));
+        }
+        CHECK_MSG(e4 < 1e-5, "%s swiglu (no transform) %g", isa, e4);
+        free(r); free(d); free(g); free(s); free(r2); free(nr); free(rot); free(ex); free(rot2);
+        free(nr2); free(out);
+    }
+    restore_best();
+}
+
+TEST(isa_names_and_env) {
+    tern_kernels_init();
+    CHECK_STR(tern_isa_name(TERN_ISA_SCALAR), "scalar");
+    CHECK(tern_kernels_force(TERN_ISA_SCALAR));
+    CHECK(tern_kernels_isa() == TERN_ISA_SCALAR);
+#if defined(__x86_64__)
+    CHECK(!tern_kernels_force(TERN_ISA_NEON));
+#endif
+#if defined(__aarch64__)
+    CHECK(!tern_kernels_force(TERN_ISA_AVX2));
+#endif
+    restore_best();
+    fprintf(stderr, "  best ISA here: %s\n", tern_isa_name(tern_kernels_isa()));
+}
+
+int main(void) {
+    check_seed();
+    g_small = getenv("TERN_SANITIZED") != NULL;
+    RUN(pool_runs_every_task_once);
+    RUN(qmat_check_rejects_bad_shapes);
+    RUN(isa_names_and_env);
+    RUN(matmul_all_types_isas_threads);
+    RUN(matmul_bonsai_like_k_and_big_batch);
+    RUN(matmul_outlier_activation);
+    RUN(matmul_zero_batch_and_zero_rows);
+    RUN(multi_equals_separate_bitwise);
+    RUN(hadamard_vs_explicit_matrix_and_inverse);
+    RUN(fused_sites_match_composition);
+    return check_summary();
+}
