@@ -105,6 +105,50 @@ TERN_API bool tern_dtype_is_packed_ternary(tern_dtype t);
 
 /* --- kernels: ternary linear layers (the mlx_ternary equivalent), ISA info,
  *     thread settings. Declarations below. */
+/* A ternary linear layer y = x W^T + b, W [n_out, n_in] with one fp16 scale per
+ * group of 64 or 128 inputs (W[i,j] = trit * scale). The layer keeps its own
+ * packed copy (PQ2_0 bytes for group 128, mainline Q2_0 for group 64; Q1_0 for
+ * 1-bit rows), so the caller's buffers may be freed after creation. Scales are
+ * stored in fp16 (as every ternary file format does): float scales are rounded. */
+typedef struct tern_linear tern_linear;
+
+/* trits: int8 [n_out, n_in] in {-1, 0, +1}; scales: float [n_out, n_in/group];
+ * bias: float [n_out] or NULL. n_in must be a positive multiple of group (64|128).
+ * Errors: TERN_ERR_SHAPE (bad sizes), TERN_ERR_INVALID_ARG (NULL, a trit out of range). */
+TERN_API tern_status tern_linear_from_trits(const int8_t *trits, const float *scales,
+                                            const float *bias, int64_t n_out, int64_t n_in,
+                                            int group, tern_linear **out);
+/* MLX affine 2-bit (mx.quantize bits=2): words uint32 [n_out, n_in/16], element j of a
+ * word at bits 2j; scales and biases fp16 bits [n_out, n_in/group]. Refused with
+ * TERN_ERR_FORMAT unless every code is in {0,1,2} and every bias == -scale exactly. */
+TERN_API tern_status tern_linear_from_mlx_2bit(const uint32_t *words, const uint16_t *scales_f16,
+                                               const uint16_t *biases_f16, const float *bias,
+                                               int64_t n_out, int64_t n_in, int group,
+                                               tern_linear **out);
+/* Packed rows of a GGUF tensor: type PQ2_0, Q2_0 (128), Q2_0_G64 or Q1_0; `data` holds
+ * n_out rows of n_in elements back to back (size bytes, checked). Ternary codes are
+ * checked (code 3 is refused with TERN_ERR_FORMAT). */
+TERN_API tern_status tern_linear_from_packed(tern_dtype type, const void *data, size_t size,
+                                             const float *bias, int64_t n_out, int64_t n_in,
+                                             tern_linear **out);
+TERN_API void tern_linear_free(tern_linear *l);
+TERN_API int64_t tern_linear_n_in(const tern_linear *l);
+TERN_API int64_t tern_linear_n_out(const tern_linear *l);
+/* y[b*y_stride + i] = sum_j W[i,j] x[b*x_stride + j] + bias[i], for b < batch.
+ * x_stride >= n_in and y_stride >= n_out (elements), else TERN_ERR_SHAPE; batch 0
+ * returns TERN_OK without touching x or y. Thread-safe for distinct y; runs on the
+ * library's kernel threads (tern_set_threads). */
+TERN_API tern_status tern_linear_forward(const tern_linear *l, const float *x, size_t batch,
+                                         size_t x_stride, float *y, size_t y_stride);
+/* W as float [n_out, n_in] (for checks); out must hold n_out*n_in floats. */
+TERN_API tern_status tern_linear_dequantize(const tern_linear *l, float *out);
+
+/* Threads used by tern_linear_forward (default 1; 0 = all online cores). */
+TERN_API tern_status tern_set_threads(int n_threads);
+TERN_API int tern_get_threads(void);
+/* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
+ * the environment variable TERN_ISA can lower it. */
+TERN_API const char *tern_kernel_isa(void);
 /* @@KERNELS@@ */
 
 /* ==================================================================== model */

@@ -26,6 +26,9 @@ int tern_cmd_chat(int argc, char **argv);
 int tern_cmd_tokenize(int argc, char **argv);
 int tern_cmd_detokenize(int argc, char **argv);
 int tern_cmd_perplexity(int argc, char **argv);
+/* `tern bench model ...` (src/cli/bench_model.c); argv[0] is "model".
+ * `tern bench` dispatches `bench kernels` itself (cmd_bench.c). */
+int tern_bench_model(int argc, char **argv);
 
 /* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);

@@ -1,9 +1,350 @@
-/* cmd_bench.c - `tern bench` (placeholder until implemented). */
+/*
+ * cmd_bench.c - `tern bench kernels` (this file) and `tern bench model`
+ * (tern_bench_model, in bench_model.c).
+ *
+ * bench kernels measures, in one run:
+ *   - the machine's memory read ceiling (GB/s): a 1 GiB buffer (4x the 260 MB
+ *     L3 of the reference machine) summed with 256-bit loads, 1..T threads,
+ *     best of several passes;
+ *   - ternary GEMV (batch 1) and GEMM (batch 128) on the Bonsai shapes and
+ *     mlx_ternary's shapes, PQ2_0 weights, 1 and 2 threads: interleaved medians
+ *     (every configuration runs once per round, rounds repeat), GEMV over
+ *     rotating weight copies that together exceed 600 MB so no call is served
+ *     from the L3; GB/s = weight bytes / time, and its ratio to the ceiling;
+ *     GFLOP/s = 2*batch*K*N / time;
+ *   - the Hadamard transform and the fused sites (GB/s = bytes read+written);
+ *   - the error bound: max|y - ref| / max|ref| against float64 of the
+ *     dequantized matrix on sampled rows of every measured product; a value
+ *     >= 1e-3 fails the command (exit 1).
+ * --json prints one JSON object per measurement (one per line) with op, K, N,
+ * batch, threads, ms, gbps, gflops, ceiling_gbps, max_rel_err (+ ratio, isa).
+ */
 #include "cli/cli.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void bench_kernels_usage(FILE *f) {
+    fprintf(f,
+            "usage: tern bench kernels [--json] [--threads N] [--quick] [--reps N]\n"
+            "  Kernel throughput on the Bonsai and mlx_ternary shapes with the memory\n"
+            "  read ceiling measured in the same run. Exit 1 if an error bound breaks.\n"
+            "  --threads N   only N threads (default: 1 and 2)\n"
+            "  --quick       fewer rounds, smaller ceiling buffer, no head-shape GEMM\n"
+            "  --reps N      rounds of the interleaved loop (default 9, quick 5)\n"
+            "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
+            "usage: tern bench model ...   (see tern bench model --help)\n");
+}
+
+/* ----------------------------------------------------------- read ceiling */
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t n;
+    uint64_t sink[64];
+} bw_job;
+
+#if defined(__x86_64__)
+typedef long long v4i __attribute__((vector_size(32)));
+__attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_t n) {
+    v4i a = {0}, b = {0}, c = {0}, d = {0};
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        v4i x0, x1, x2, x3;
+        memcpy(&x0, p + i, 32); memcpy(&x1, p + i + 32, 32);
+        memcpy(&x2, p + i + 64, 32); memcpy(&x3, p + i + 96, 32);
+        a += x0; b += x1; c += x2; d += x3;
+    }
+    a += b + c + d;
+    return (uint64_t)(a[0] + a[1] + a[2] + a[3]);
+}
+#else
+static uint64_t read_sum(const uint8_t *p, size_t n) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        uint64_t x[4];
+        memcpy(x, p + i, 32);
+        a += x[0]; b += x[1]; c += x[2]; d += x[3];
+    }
+    return a + b + c + d;
+}
+#endif
+
+static void bw_task(void *ctx, int t, int nt) {
+    bw_job *j = ctx;
+    size_t chunk = (j->n / (size_t)nt) & ~(size_t)127;
+    j->sink[t & 63] += read_sum(j->buf + chunk * (size_t)t, chunk);
+}
+
+static double measure_ceiling(tern_pool *pool, int threads, uint8_t *buf, size_t n, int passes) {
+    bw_job j = {buf, n, {0}};
+    double best = 0;
+    for (int p = 0; p < passes; p++) {
+        double t0 = tern_now_s();
+        tern_pool_run(threads > 1 ? pool : NULL, bw_task, &j, threads);
+        double dt = tern_now_s() - t0;
+        double gbps = (double)((n / (size_t)threads) & ~(size_t)127) * threads / dt / 1e9;
+        if (gbps > best) best = gbps;
+    }
+    return best;
+}
+
+/* ----------------------------------------------------------- test weights */
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static inline uint64_t rnd(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static float rnd_normal(void) {
+    double u1 = ((double)(rnd() >> 11) + 1.0) / 9007199254740993.0, u2 = (double)(rnd() >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* PQ2_0 rows: fp16 scale in [0.004, 0.03], codes uniform over {0,1,2}. */
+static void fill_pq2(uint8_t *buf, int64_t n, int64_t k) {
+    static uint8_t valid[81];
+    int nv = 0;
+    for (int b = 0; b < 256; b++)
+        if (!(b & (b >> 1) & 0x55)) valid[nv++] = (uint8_t)b;
+    size_t nb = (size_t)n * (size_t)(k / 128);
+    for (size_t i = 0; i < nb; i++) {
+        uint8_t *blk = buf + i * 34;
+        uint16_t d = tern_f32_to_f16(0.004f + 0.026f * (float)((rnd() >> 40) & 0xffff) / 65536.0f);
+        memcpy(blk, &d, 2);
+        for (int j = 0; j < 32; j += 8) {
+            uint64_t r = rnd();
+            for (int q = 0; q < 8; q++) blk[2 + j + q] = valid[((r >> (8 * q)) & 0xff) % 81];
+        }
+    }
+}
+
+/* max |y - ref| / max |ref| over sampled rows, ref in float64 from the bytes. */
+static double sample_err(const tern_qmat *w, const float *x, size_t batch, const float *y) {
+    double maxd = 0, maxr = 0;
+    int64_t nrows = w->n < 48 ? w->n : 48;
+    size_t nb = batch < 4 ? batch : 4;
+    for (int64_t s = 0; s < nrows; s++) {
+        int64_t r = s < 16 ? s : (int64_t)(rnd() % (uint64_t)w->n);
+        const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+        for (size_t bi = 0; bi < nb; bi++) {
+            size_t b = bi == nb - 1 ? batch - 1 : bi;
+            double acc = 0;
+            for (int64_t j = 0; j < w->k; j++) {
+                const uint8_t *blk = row + (size_t)(j / 128) * 34;
+                int code = (blk[2 + (j % 128) / 4] >> (2 * (j % 4))) & 3;
+                acc += (double)(code - 1) * tern_f16_to_f32(tern_rd16(blk)) * x[b * (size_t)w->k + (size_t)j];
+            }
+            double dlt = fabs(acc - y[b * (size_t)w->n + (size_t)r]);
+            if (!(dlt <= maxd)) maxd = dlt;
+            if (fabs(acc) > maxr) maxr = fabs(acc);
+        }
+    }
+    return maxr > 0 ? maxd / maxr : maxd;
+}
+
+/* ---------------------------------------------------------- measurements */
+typedef struct shape { const char *name; int64_t k, n; bool bonsai; } shape;
+static const shape g_shapes[] = {
+    {"gate/up", 5120, 17408, true},  {"down", 17408, 5120, true},   {"z", 5120, 6144, true},
+    {"o/out", 6144, 5120, true},     {"head", 5120, 248320, true},
+    {"mlx gate", 2560, 640, false},  {"mlx down", 640, 2560, false}, {"mlx in_proj_a", 2048, 16, false},
+    {"mlx mlp.gate", 2048, 6144, false},
+};
+#define N_SHAPES (sizeof g_shapes / sizeof g_shapes[0])
+
+typedef struct config {
+    int shape, batch, threads;
+    int n_copies;
+    uint8_t **copies;     /* shared per shape */
+    double *times;
+    int n_times;
+    double err;
+} config;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void emit(bool json, const char *op, const char *name, int64_t k, int64_t n, int batch, int threads,
+                 double ms, double gbps, double gflops, double ceiling, double err) {
+    if (json) {
+        printf("{\"op\":\"%s\",\"shape\":\"%s\",\"K\":%lld,\"N\":%lld,\"batch\":%d,\"threads\":%d,"
+               "\"ms\":%.4f,\"gbps\":%.3f,\"gflops\":%.2f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,"
+               "\"max_rel_err\":%.3g,\"isa\":\"%s\"}\n",
+               op, name, (long long)k, (long long)n, batch, threads, ms, gbps, gflops, ceiling,
+               ceiling > 0 ? gbps / ceiling : 0.0, err, tern_isa_name(tern_kernels_isa()));
+    } else {
+        printf("%-10s %-14s K=%-6lld N=%-7lld b=%-4d t=%d  %9.3f ms  %7.2f GB/s (%5.1f%% of %5.1f)  %8.2f GFLOP/s  err %.2g\n",
+               op, name, (long long)k, (long long)n, batch, threads, ms, gbps,
+               ceiling > 0 ? 100.0 * gbps / ceiling : 0.0, ceiling, gflops, err);
+    }
+    fflush(stdout);
+}
+
+static int bench_kernels(int argc, char **argv) {
+    bool json = false, quick = false;
+    int only_threads = 0, reps = 0;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) { bench_kernels_usage(stdout); return 0; }
+        else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            int64_t v;
+            if (!cli_parse_i64(argv[++i], 1, 256, &v)) return cli_usage_error("bench", "bad --threads '%s'", argv[i]);
+            only_threads = (int)v;
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            int64_t v;
+            if (!cli_parse_i64(argv[++i], 1, 1000, &v)) return cli_usage_error("bench", "bad --reps '%s'", argv[i]);
+            reps = (int)v;
+        } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
+    }
+    if (!reps) reps = quick ? 5 : 9;
+    tern_kernels_init();
+    int thr[2] = {1, 2}, n_thr = 2;
+    if (only_threads) { thr[0] = only_threads; n_thr = 1; }
+    int max_t = thr[n_thr - 1];
+    tern_pool *pool = NULL;
+    if (tern_pool_new(max_t, &pool) != TERN_OK) return cli_lib_error("bench", TERN_ERR_INTERNAL);
+    if (!json)
+        printf("tern bench kernels: isa %s, %d round(s), interleaved medians\n",
+               tern_isa_name(tern_kernels_isa()), reps);
+
+    /* Read ceiling, per thread count. */
+    size_t bw_n = quick ? ((size_t)512 << 20) : ((size_t)1 << 30);
+    uint8_t *bw = tern_alloc_aligned(bw_n);
+    if (!bw) return cli_usage_error("bench", "cannot allocate %zu bytes for the bandwidth buffer", bw_n);
+    for (size_t i = 0; i < bw_n; i += 4096) memset(bw + i, (int)(i >> 12), 4096);
+    double ceiling[257] = {0};
+    for (int ti = 0; ti < n_thr; ti++) {
+        ceiling[thr[ti]] = measure_ceiling(pool, thr[ti], bw, bw_n, quick ? 3 : 5);
+        emit(json, "read_bw", "1GiB", 0, 0, 0, thr[ti], (double)bw_n / ceiling[thr[ti]] / 1e6,
+             ceiling[thr[ti]], 0, ceiling[thr[ti]], 0);
+    }
+    tern_free_aligned(bw, bw_n);
+
+    /* Weights: rotating copies per shape, > 600 MB per shape in total. */
+    const size_t rot_bytes = (size_t)600 << 20;
+    uint8_t **copies[N_SHAPES];
+    int n_copies[N_SHAPES];
+    size_t wbytes[N_SHAPES];
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * 34;
+        n_copies[s] = (int)((rot_bytes + wbytes[s] - 1) / wbytes[s]);
+        if (n_copies[s] < 2) n_copies[s] = 2;
+        copies[s] = calloc((size_t)n_copies[s], sizeof(uint8_t *));
+        for (int c = 0; c < n_copies[s]; c++) {
+            copies[s][c] = tern_alloc_aligned(wbytes[s]);
+            if (!copies[s][c]) return cli_usage_error("bench", "out of memory for weight copies");
+            if (c == 0) fill_pq2(copies[s][c], g_shapes[s].n, g_shapes[s].k);
+            else memcpy(copies[s][c], copies[s][0], wbytes[s]);
+        }
+    }
+    /* Activations: batch 128 x max K. */
+    size_t xmax = (size_t)128 * 17408;
+    float *x = tern_alloc_aligned(xmax * sizeof(float));
+    float *y = tern_alloc_aligned((size_t)128 * 248320 * sizeof(float));
+    for (size_t i = 0; i < xmax; i++) x[i] = rnd_normal();
+
+    /* Configurations. */
+    config cfg[N_SHAPES * 2 * 2];
+    int nc = 0;
+    int batches[2] = {1, 128};
+    for (size_t s = 0; s < N_SHAPES; s++)
+        for (int bi = 0; bi < 2; bi++)
+            for (int ti = 0; ti < n_thr; ti++) {
+                if (quick && batches[bi] == 128 && g_shapes[s].n > 100000) continue;
+                config *c = &cfg[nc++];
+                memset(c, 0, sizeof *c);
+                c->shape = (int)s; c->batch = batches[bi]; c->threads = thr[ti];
+                c->times = calloc((size_t)reps, sizeof(double));
+            }
+    /* Interleaved rounds; the first round of each config also checks the error. */
+    int rot = 0;
+    double worst = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int ci = 0; ci < nc; ci++) {
+            config *c = &cfg[ci];
+            const shape *sh = &g_shapes[c->shape];
+            if (c->batch == 128 && r >= (quick ? 2 : 3) && sh->n > 100000) continue; /* head GEMM: ~1 s each */
+            tern_qmat w = {TERN_DT_PQ2_0, sh->n, sh->k, copies[c->shape][rot++ % n_copies[c->shape]],
+                           (size_t)(sh->k / 128) * 34};
+            double t0 = tern_now_s();
+            tern_matmul(&w, x, (size_t)c->batch, (size_t)sh->k, y, (size_t)sh->n, c->threads > 1 ? pool : NULL);
+            c->times[c->n_times++] = tern_now_s() - t0;
+            if (r == 0) {
+                c->err = sample_err(&w, x, (size_t)c->batch, y);
+                if (!(c->err <= worst)) worst = c->err;
+            }
+        }
+    }
+    for (int ci = 0; ci < nc; ci++) {
+        config *c = &cfg[ci];
+        const shape *sh = &g_shapes[c->shape];
+        double t = median(c->times, c->n_times);
+        double gb = (double)wbytes[c->shape] / t / 1e9;
+        double gf = 2.0 * c->batch * (double)sh->k * (double)sh->n / t / 1e9;
+        emit(json, c->batch == 1 ? "gemv" : "gemm", sh->name, sh->k, sh->n, c->batch, c->threads, t * 1e3, gb, gf,
+             ceiling[c->threads], c->err);
+        free(c->times);
+    }
+
+    /* Hadamard and fused sites, one row (decode), single thread. */
+    int64_t hk[3] = {5120, 6144, 17408};
+    float *sg = tern_alloc_aligned(17408 * sizeof(float));
+    float *a = tern_alloc_aligned(17408 * 4 * sizeof(float)), *bb = a + 17408, *cc = bb + 17408, *dd = cc + 17408;
+    for (int i = 0; i < 17408; i++) { sg[i] = (rnd() & 1) ? 1.0f : -1.0f; a[i] = rnd_normal(); bb[i] = rnd_normal(); }
+    float *gain = tern_alloc_aligned(17408 * sizeof(float));
+    for (int i = 0; i < 17408; i++) gain[i] = 1.0f + 0.1f * rnd_normal();
+    int hreps = quick ? 201 : 1001;
+    double *ht = calloc((size_t)hreps, sizeof(double));
+    for (int hi = 0; hi < 3; hi++) {
+        size_t n = (size_t)hk[hi];
+        for (int op = 0; op < 3; op++) {
+            for (int r = 0; r < hreps; r++) {
+                double t0 = tern_now_s();
+                if (op == 0) tern_hadamard(a, 1, n, 1024, sg);
+                else if (op == 1) tern_add_rmsnorm_hadamard(a, bb, gain, 1e-6f, cc, dd, 1, n, 1024, sg);
+                else tern_swiglu_hadamard(a, bb, cc, 1, n, 1024, sg);
+                ht[r] = tern_now_s() - t0;
+                if (op == 1) for (size_t i = 0; i < n; i++) a[i] = cc[i]; /* keep values bounded */
+            }
+            double t = median(ht, hreps);
+            /* bytes: hadamard r+w n; addnorm r: 2n + gain, w: r, normed, rotated; swiglu r 2n, w n */
+            double bytes = 4.0 * (double)n * (op == 0 ? 2 : op == 1 ? 6 : 3);
+            const char *ops[3] = {"hadamard", "add_rmsnorm_had", "swiglu_had"};
+            emit(json, ops[op], "1 row", (int64_t)n, 0, 1, 1, t * 1e3, bytes / t / 1e9, 0, ceiling[thr[0]], 0);
+        }
+    }
+    free(ht);
+    tern_free_aligned(sg, 17408 * sizeof(float));
+    tern_free_aligned(a, 17408 * 4 * sizeof(float));
+    tern_free_aligned(gain, 17408 * sizeof(float));
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        for (int c = 0; c < n_copies[s]; c++) tern_free_aligned(copies[s][c], wbytes[s]);
+        free(copies[s]);
+    }
+    tern_free_aligned(x, xmax * sizeof(float));
+    tern_free_aligned(y, (size_t)128 * 248320 * sizeof(float));
+    tern_pool_free(pool);
+    if (!(worst < 1e-3)) {
+        fprintf(stderr, "tern bench: error bound broken: max_rel_err %.3g >= 1e-3\n", worst);
+        return 1;
+    }
+    if (!json) printf("error bound ok: worst max_rel_err %.3g < 1e-3\n", worst);
+    return 0;
+}
 
 int tern_cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tern bench: not implemented yet\n");
-    return 1;
+    if (argc < 2 || cli_is_help(argv[1])) {
+        bench_kernels_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "kernels")) return bench_kernels(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "model")) return tern_bench_model(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown benchmark '%s' (kernels or model)", argv[1]);
 }
