@@ -1,0 +1,327 @@
+/*
+ * backend_cpu.c - the CPU back-end table (backend.h): ternary matmuls, Hadamard
+ * and fused sites come from the kernel library (kernels.h); attention, the GDN
+ * conv + delta-rule recurrence, RoPE and the small per-head ops are here, in
+ * plain C, split over the kernel thread pool (per head).
+ *
+ * Math follows transformers' modeling_qwen3_5.py / modeling_qwen3.py:
+ *   GDN: causal depthwise conv1d (kernel conv_k, state = last conv_k-1 inputs), SiLU;
+ *        q,k L2-normalised (x * rsqrt(sum x^2 + 1e-6)), q *= 1/sqrt(dk);
+ *        g = ssm_a * softplus(a + dt_bias) (ssm_a = -exp(A_log)), beta = sigmoid(b);
+ *        S = S*exp(g); kv = S^T k; delta = (v - kv)*beta; S += k delta^T; o = S^T q;
+ *        out = rmsnorm(o)*norm*silu(z) per value head (all in fp32).
+ *   attention: causal softmax(q k^T * scale) v over the cache, GQA h -> h/(n_head/n_kv).
+ *   RoPE: NEOX pairs (i, i+rot/2), inv_freq_i = theta^(-2i/rot), angles in double.
+ */
+#include "model/backend.h"
+#include "formats/codecs.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* --------------------------------------------------------- kernel wrappers */
+
+static void cpu_matmul(tern_pool *pool, const tern_qmat *w, const float *x, size_t batch,
+                       size_t xs, float *y, size_t ys) {
+    tern_matmul(w, x, batch, xs, y, ys, pool);
+}
+
+static void cpu_matmul_multi(tern_pool *pool, int n, const tern_qmat *const *w, const float *x,
+                             size_t batch, size_t xs, float *const *y, const size_t *ys) {
+    tern_matmul_multi(n, w, x, batch, xs, y, ys, pool);
+}
+
+static void cpu_hadamard(tern_pool *pool, float *x, size_t rows, size_t n, size_t block,
+                         const float *signs) {
+    (void)pool;
+    if (signs) tern_hadamard(x, rows, n, block, signs);
+}
+
+static void cpu_add_rmsnorm_hadamard(tern_pool *pool, float *r, const float *d, const float *gain,
+                                     float eps, float *normed, float *rotated, size_t rows,
+                                     size_t n, size_t block, const float *signs) {
+    (void)pool;
+    tern_add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs);
+}
+
+static void cpu_swiglu_hadamard(tern_pool *pool, const float *gate, const float *up, float *out,
+                                size_t rows, size_t n, size_t block, const float *signs) {
+    (void)pool;
+    tern_swiglu_hadamard(gate, up, out, rows, n, block, signs);
+}
+
+static tern_status cpu_embed(tern_pool *pool, const tern_qmat *emb, const int32_t *ids, size_t n,
+                             float *out, size_t block, const float *signs) {
+    (void)pool;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= emb->n)
+            return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %lld)", (int)ids[i],
+                             (long long)emb->n);
+        tern_status st = tern_dequant_row(emb->type, emb->data + (size_t)ids[i] * emb->row_bytes,
+                                          (uint64_t)emb->k, out + i * emb->k, "token_embd.weight",
+                                          (uint64_t)ids[i]);
+        if (st) return st;
+    }
+    if (signs) tern_hadamard_inv(out, n, (size_t)emb->k, block, signs);
+    return TERN_OK;
+}
+
+/* --------------------------------------------------------- per-head norm */
+
+typedef struct {
+    float *x;
+    size_t rows, stride;
+    int n_heads, hd;
+    const float *gain;
+    float eps;
+} hn_ctx;
+
+static void hn_task(void *vc, int task, int n_tasks) {
+    hn_ctx *c = vc;
+    size_t total = c->rows * (size_t)c->n_heads;
+    size_t a = total * task / n_tasks, b = total * (task + 1) / n_tasks;
+    for (size_t i = a; i < b; i++) {
+        size_t r = i / c->n_heads, h = i % c->n_heads;
+        float *v = c->x + r * c->stride + h * c->hd;
+        double ss = 0;
+        for (int j = 0; j < c->hd; j++) ss += (double)v[j] * v[j];
+        float inv = (float)(1.0 / sqrt(ss / c->hd + c->eps));
+        for (int j = 0; j < c->hd; j++) v[j] = v[j] * inv * c->gain[j];
+    }
+}
+
+static void cpu_head_rmsnorm(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads,
+                             int hd, const float *gain, float eps) {
+    hn_ctx c = {x, rows, stride, n_heads, hd, gain, eps};
+    int nt = pool ? tern_pool_size(pool) : 1;
+    if (rows * n_heads < 8) nt = 1;
+    tern_pool_run(nt > 1 ? pool : NULL, hn_task, &c, nt);
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+static void cpu_rope(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads, int hd,
+                     int rot, int pos0, float theta) {
+    (void)pool;
+    int half = rot / 2;
+    for (size_t r = 0; r < rows; r++) {
+        double pos = (double)(pos0 + (int)r);
+        for (int i = 0; i < half; i++) {
+            double inv = pow((double)theta, -2.0 * i / rot);
+            double ang = pos * inv;
+            float cs = (float)cos(ang), sn = (float)sin(ang);
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + r * stride + (size_t)h * hd;
+                float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * cs - x1 * sn;
+                v[i + half] = x1 * cs + x0 * sn;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- attention */
+
+static void attn_task(void *vc, int h, int n_tasks) {
+    (void)n_tasks;
+    const tm_attn_args *a = vc;
+    int group = a->n_head / a->n_head_kv;
+    int kvh = h / group;
+    size_t kvw = (size_t)a->n_head_kv * a->head_dim;
+    float *sc = a->scratch + (size_t)h * (a->pos0 + a->rows);
+    int hd = a->head_dim;
+    for (int i = 0; i < a->rows; i++) {
+        const float *q = a->q + i * a->q_stride + (size_t)h * hd;
+        int np = a->pos0 + i + 1;
+        float mx = -INFINITY;
+        for (int p = 0; p < np; p++) {
+            const float *k = a->kcache + p * kvw + (size_t)kvh * hd;
+            float s = 0;
+            for (int j = 0; j < hd; j++) s += q[j] * k[j];
+            s *= a->scale;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        double sum = 0;
+        for (int p = 0; p < np; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float inv = (float)(1.0 / sum);
+        float *o = a->out + (size_t)i * a->n_head * hd + (size_t)h * hd;
+        for (int j = 0; j < hd; j++) o[j] = 0;
+        for (int p = 0; p < np; p++) {
+            const float *v = a->vcache + p * kvw + (size_t)kvh * hd;
+            float w = sc[p] * inv;
+            for (int j = 0; j < hd; j++) o[j] += w * v[j];
+        }
+    }
+}
+
+static void cpu_attention(tern_pool *pool, const tm_attn_args *a) {
+    tern_pool_run(pool, attn_task, (void *)a, a->n_head);
+}
+
+/* ------------------------------------------------------------------- GDN */
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+typedef struct {
+    const tm_gdn_args *a;
+    int conv_ch;
+} gdn_ctx;
+
+/* Conv + SiLU per channel range; also advances the conv state. Then L2-norms
+ * q and k rows (done per key head in the second half of the task list). */
+static void gdn_conv_task(void *vc, int task, int n_tasks) {
+    gdn_ctx *c = vc;
+    const tm_gdn_args *a = c->a;
+    int C = c->conv_ch, K = a->conv_k, T = a->rows;
+    int c0 = (int)((int64_t)C * task / n_tasks), c1 = (int)((int64_t)C * (task + 1) / n_tasks);
+    for (int ch = c0; ch < c1; ch++) {
+        const float *w = a->conv_w + (size_t)ch * K;
+        for (int t = 0; t < T; t++) {
+            float s = 0;
+            for (int i = 0; i < K; i++) {
+                int src = t - (K - 1) + i; /* input index; negative: from the state */
+                float x = src >= 0 ? a->qkv[(size_t)src * C + ch]
+                                   : a->conv_state[(size_t)(K - 1 + src) * C + ch];
+                s += w[i] * x;
+            }
+            a->work[(size_t)t * C + ch] = silu(s);
+        }
+        /* new state: the last K-1 inputs of (state ++ rows) */
+        for (int i = 0; i < K - 1; i++) {
+            int src = T - (K - 1) + i;
+            float x = src >= 0 ? a->qkv[(size_t)src * C + ch]
+                               : a->conv_state[(size_t)(K - 1 + src) * C + ch];
+            /* src < 0 reads state slot K-1+src >= i: ascending order is safe */
+            a->conv_state[(size_t)i * C + ch] = x;
+        }
+    }
+}
+
+static void gdn_l2_task(void *vc, int task, int n_tasks) {
+    gdn_ctx *c = vc;
+    const tm_gdn_args *a = c->a;
+    size_t total = (size_t)a->rows * 2 * a->n_k;
+    size_t lo = total * task / n_tasks, hi = total * (task + 1) / n_tasks;
+    float qscale = 1.0f / sqrtf((float)a->dk);
+    for (size_t i = lo; i < hi; i++) {
+        size_t t = i / (2 * a->n_k), hk = i % (2 * a->n_k);
+        float *v = a->work + t * c->conv_ch + hk * a->dk;
+        double ss = 0;
+        for (int j = 0; j < a->dk; j++) ss += (double)v[j] * v[j];
+        float inv = (float)(1.0 / sqrt(ss + 1e-6));
+        if (hk < (size_t)a->n_k) inv *= qscale; /* query heads first */
+        for (int j = 0; j < a->dk; j++) v[j] *= inv;
+    }
+}
+
+static void gdn_head_task(void *vc, int p, int n_tasks) {
+    (void)n_tasks;
+    gdn_ctx *c = vc;
+    const tm_gdn_args *a = c->a;
+    int dk = a->dk, dv = a->dv, C = c->conv_ch, nv = a->n_v, nk = a->n_k;
+    int r = nv / nk;
+    int kh = a->v_tiled ? p % nk : p / r;
+    float *S = a->state + (size_t)p * dk * dv;
+    float kv[512], o[512];
+    TERN_ASSERT(dv <= 512);
+    for (int t = 0; t < a->rows; t++) {
+        const float *row = a->work + (size_t)t * C;
+        const float *q = row + (size_t)kh * dk;
+        const float *k = row + (size_t)nk * dk + (size_t)kh * dk;
+        const float *v = row + (size_t)2 * nk * dk + (size_t)p * dv;
+        float g = a->ssm_a[p] * softplus(a->a[(size_t)t * nv + p] + a->dt_bias[p]);
+        float decay = expf(g);
+        float beta = sigmoidf_(a->b[(size_t)t * nv + p]);
+        for (int j = 0; j < dv; j++) kv[j] = 0;
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv;
+            float ki = k[i];
+            for (int j = 0; j < dv; j++) {
+                Si[j] *= decay;
+                kv[j] += Si[j] * ki;
+            }
+        }
+        for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta; /* delta */
+        for (int j = 0; j < dv; j++) o[j] = 0;
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv;
+            float ki = k[i], qi = q[i];
+            for (int j = 0; j < dv; j++) {
+                Si[j] += ki * kv[j];
+                o[j] += Si[j] * qi;
+            }
+        }
+        /* gated RMSNorm */
+        double ss = 0;
+        for (int j = 0; j < dv; j++) ss += (double)o[j] * o[j];
+        float inv = (float)(1.0 / sqrt(ss / dv + a->eps));
+        const float *z = a->z + (size_t)t * nv * dv + (size_t)p * dv;
+        float *out = a->out + (size_t)t * nv * dv + (size_t)p * dv;
+        for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * silu(z[j]);
+    }
+}
+
+static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
+    gdn_ctx c = {a, 2 * a->n_k * a->dk + a->n_v * a->dv};
+    int nt = pool ? tern_pool_size(pool) : 1;
+    tern_pool_run(pool, gdn_conv_task, &c, nt);
+    tern_pool_run(pool, gdn_l2_task, &c, nt);
+    tern_pool_run(pool, gdn_head_task, &c, a->n_v);
+}
+
+/* ------------------------------------------------------------ data movers */
+
+static void cpu_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
+                          size_t n) {
+    for (size_t r = 0; r < rows; r++) memcpy(dst + r * ds, src + r * ss, n * sizeof(float));
+}
+
+static void cpu_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a,
+                            float *b) {
+    for (size_t r = 0; r < rows; r++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *s = src + (r * n_heads + h) * 2 * (size_t)hd;
+            memcpy(a + (r * n_heads + h) * (size_t)hd, s, hd * sizeof(float));
+            memcpy(b + (r * n_heads + h) * (size_t)hd, s + hd, hd * sizeof(float));
+        }
+}
+
+static void cpu_mul_sigmoid(float *x, const float *g, size_t rows, size_t n) {
+    for (size_t i = 0; i < rows * n; i++) x[i] *= sigmoidf_(g[i]);
+}
+
+static void cpu_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k,
+                                      int n_v, int dv) {
+    int r = n_v / n_k;
+    for (size_t t = 0; t < rows; t++)
+        for (int k = 0; k < n_k; k++)
+            for (int j = 0; j < r; j++)
+                memcpy(dst + (t * n_v + (size_t)k * r + j) * dv,
+                       src + (t * n_v + (size_t)j * n_k + k) * dv, dv * sizeof(float));
+}
+
+static const tern_backend g_cpu = {
+    .name = "cpu",
+    .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
+    .hadamard = cpu_hadamard,
+    .add_rmsnorm_hadamard = cpu_add_rmsnorm_hadamard,
+    .swiglu_hadamard = cpu_swiglu_hadamard,
+    .embed = cpu_embed,
+    .head_rmsnorm = cpu_head_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .gdn = cpu_gdn,
+    .copy_rows = cpu_copy_rows,
+    .split_heads = cpu_split_heads,
+    .mul_sigmoid = cpu_mul_sigmoid,
+    .permute_tiled_grouped = cpu_permute_tiled_grouped,
+};
+
+const tern_backend *tm_backend_cpu(void) { return &g_cpu; }

@@ -1,0 +1,129 @@
+/*
+ * forward.c - the qwen35 (hybrid GDN + gated attention) and qwen3 (dense)
+ * forward pass over one chunk of T tokens, written against the back-end table
+ * (backend.h) only. Matmuls run batched over the chunk; the GDN recurrence and
+ * causal attention walk the chunk's tokens in order inside the back-end.
+ *
+ * Per layer (pre-norm residual; the residual add is deferred into the next norm):
+ *   site 1: r += delta; n = rmsnorm(r)*attn_norm; x' = H(n)        (x' = n without Hadamard)
+ *   attention: q|gate, k, v = W x'; per-head q/k norm; RoPE; cache; softmax;
+ *              o *= sigmoid(gate); delta = Wo H(o)
+ *   GDN:       qkv, z = W x'; a, b = W n (un-rotated); conv+SiLU, delta rule,
+ *              gated norm; [permute tiled->grouped]; delta = Wout H(o)
+ *   site 2: r += delta; n = rmsnorm(r)*post_norm; x' = H(n)
+ *   MLP:       gate, up = W x'; act = H(silu(gate)*up); delta = Wdown act
+ * Head: r += delta; n = rmsnorm(r)*output_norm; logits = Wout H(n).
+ */
+#include "model/session.h"
+
+#include <math.h>
+
+tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
+    tern_model *m = s->m;
+    const tm_hparams *hp = &m->hp;
+    const tern_backend *be = m->be;
+    tern_pool *pool = m->pool;
+    const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const size_t blk = (size_t)m->had_block;
+    const int pos0 = s->pos;
+    const bool had = m->hadamard;
+    float *in = had ? s->rot : s->normed; /* input of the ternary matmuls */
+
+    tern_status st = be->embed(pool, &m->tok_embd, tokens, (size_t)T, s->x, blk,
+                               m->embd_inverse ? tm_model_signs(m, E) : NULL);
+    if (st) return st;
+
+    const float *sE = tm_model_signs(m, E);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const tm_layer *l = &m->layers[il];
+        be->add_rmsnorm_hadamard(pool, s->x, il ? s->delta : NULL, l->attn_norm, hp->eps,
+                                 s->normed, s->rot, (size_t)T, (size_t)E, blk, sE);
+        if (l->is_attn) {
+            const int qw = NH * HD, kvw = NKV * HD;
+            const int qrows = (int)l->wq.n;
+            const tern_qmat *w3[3] = {&l->wq, &l->wk, &l->wv};
+            float *y3[3] = {s->big0, s->kbuf, s->vbuf};
+            size_t ys3[3] = {(size_t)qrows, (size_t)kvw, (size_t)kvw};
+            be->matmul_multi(pool, 3, w3, in, (size_t)T, (size_t)E, y3, ys3);
+            float *q = s->big0, *gate = NULL;
+            if (hp->attn_gate) {
+                be->split_heads(s->big0, (size_t)T, NH, HD, s->big1, s->big2);
+                q = s->big1;
+                gate = s->big2;
+            }
+            be->head_rmsnorm(pool, q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, hp->eps);
+            be->head_rmsnorm(pool, s->kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, hp->eps);
+            be->rope(pool, q, (size_t)T, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
+            be->rope(pool, s->kbuf, (size_t)T, (size_t)kvw, NKV, HD, hp->rope_dims, pos0,
+                     hp->rope_theta);
+            size_t layer_off = (size_t)l->kv_index * s->n_ctx * kvw;
+            float *kc = s->kcache + layer_off, *vc = s->vcache + layer_off;
+            be->copy_rows(kc + (size_t)pos0 * kvw, (size_t)kvw, s->kbuf, (size_t)kvw, (size_t)T,
+                          (size_t)kvw);
+            be->copy_rows(vc + (size_t)pos0 * kvw, (size_t)kvw, s->vbuf, (size_t)kvw, (size_t)T,
+                          (size_t)kvw);
+            tm_attn_args aa = {.q = q, .q_stride = (size_t)qw, .kcache = kc, .vcache = vc,
+                               .out = s->big3, .rows = T, .pos0 = pos0, .n_head = NH,
+                               .n_head_kv = NKV, .head_dim = HD,
+                               .scale = 1.0f / sqrtf((float)HD), .scratch = s->att_scratch};
+            be->attention(pool, &aa);
+            if (gate) be->mul_sigmoid(s->big3, gate, (size_t)T, (size_t)qw);
+            be->hadamard(pool, s->big3, (size_t)T, (size_t)qw, blk, tm_model_signs(m, qw));
+            be->matmul(pool, &l->wo, s->big3, (size_t)T, (size_t)qw, s->delta, (size_t)E);
+        } else {
+            const int nk = hp->ssm_n_k, nv = hp->ssm_n_v, dk = hp->ssm_dk, dv = hp->ssm_dv;
+            const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
+            const tern_qmat *w2[2] = {&l->wqkv, &l->wz};
+            float *y2[2] = {s->big0, s->big1};
+            size_t ys2[2] = {(size_t)C, (size_t)VW};
+            be->matmul_multi(pool, 2, w2, in, (size_t)T, (size_t)E, y2, ys2);
+            float *a = s->ab, *b = s->ab + (size_t)T * nv;
+            const tern_qmat *wab[2] = {&l->wa, &l->wb};
+            float *yab[2] = {a, b};
+            size_t ysab[2] = {(size_t)nv, (size_t)nv};
+            be->matmul_multi(pool, 2, wab, s->normed, (size_t)T, (size_t)E, yab, ysab);
+            size_t conv_n = (size_t)(hp->conv_k - 1) * C;
+            size_t st_n = (size_t)nv * dk * dv;
+            tm_gdn_args ga = {.qkv = s->big0, .z = s->big1, .a = a, .b = b, .conv_w = l->conv,
+                              .ssm_a = l->ssm_a, .dt_bias = l->dt_bias, .norm = l->ssm_norm,
+                              .conv_state = s->conv_state + (size_t)l->gdn_index * conv_n,
+                              .state = s->ssm_state + (size_t)l->gdn_index * st_n,
+                              .out = s->big3, .work = s->big2, .rows = T, .n_k = nk, .n_v = nv,
+                              .dk = dk, .dv = dv, .conv_k = hp->conv_k, .v_tiled = m->v_tiled,
+                              .eps = hp->eps};
+            be->gdn(pool, &ga);
+            float *o = s->big3;
+            if (m->out_permute) {
+                be->permute_tiled_grouped(s->big3, s->big2, (size_t)T, nk, nv, dv);
+                o = s->big2;
+            }
+            be->hadamard(pool, o, (size_t)T, (size_t)VW, blk, tm_model_signs(m, VW));
+            be->matmul(pool, &l->wout, o, (size_t)T, (size_t)VW, s->delta, (size_t)E);
+        }
+        /* MLP */
+        be->add_rmsnorm_hadamard(pool, s->x, s->delta, l->post_norm, hp->eps, s->normed, s->rot,
+                                 (size_t)T, (size_t)E, blk, sE);
+        const int F = hp->n_ff;
+        const tern_qmat *wgu[2] = {&l->wgate, &l->wup};
+        float *ygu[2] = {s->big0, s->big1};
+        size_t ysgu[2] = {(size_t)F, (size_t)F};
+        be->matmul_multi(pool, 2, wgu, in, (size_t)T, (size_t)E, ygu, ysgu);
+        be->swiglu_hadamard(pool, s->big0, s->big1, s->big2, (size_t)T, (size_t)F, blk,
+                            tm_model_signs(m, F));
+        be->matmul(pool, &l->wdown, s->big2, (size_t)T, (size_t)F, s->delta, (size_t)E);
+    }
+    /* head */
+    const size_t V = (size_t)hp->n_vocab;
+    if (logits_out) {
+        be->add_rmsnorm_hadamard(pool, s->x, s->delta, m->output_norm, hp->eps, s->normed, s->rot,
+                                 (size_t)T, (size_t)E, blk, sE);
+        be->matmul(pool, &m->output, in, (size_t)T, (size_t)E, logits_out, V);
+        be->copy_rows(s->logits, V, logits_out + (size_t)(T - 1) * V, V, 1, V);
+    } else {
+        size_t lo = (size_t)(T - 1) * E;
+        be->add_rmsnorm_hadamard(pool, s->x + lo, s->delta + lo, m->output_norm, hp->eps,
+                                 s->normed + lo, s->rot + lo, 1, (size_t)E, blk, sE);
+        be->matmul(pool, &m->output, in + lo, 1, (size_t)E, s->logits, V);
+    }
+    return TERN_OK;
+}

@@ -1,0 +1,145 @@
+/*
+ * session.c - sessions: the KV cache and GDN states of one sequence, scratch
+ * buffers, chunked evaluation (tern_session_eval splits the batch into chunks of
+ * n_chunk tokens; chunk 1 is the token-by-token walk) and memory accounting.
+ */
+#include "model/session.h"
+
+#include <stdlib.h>
+
+void tern_session_params_default(tern_session_params *p) {
+    memset(p, 0, sizeof *p);
+}
+
+static float *s_alloc(tern_session *s, size_t n_floats) {
+    TERN_ASSERT(s->n_allocs < (int)(sizeof s->allocs / sizeof s->allocs[0]));
+    size_t n;
+    if (!tern_mul_ok(n_floats ? n_floats : 1, sizeof(float), &n)) return NULL;
+    float *p = tern_alloc_aligned(n);
+    if (!p) return NULL;
+    memset(p, 0, n);
+    s->allocs[s->n_allocs] = p;
+    s->alloc_n[s->n_allocs++] = n;
+    s->bytes += n;
+    return p;
+}
+
+void tern_session_free(tern_session *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_allocs; i++) tern_free_aligned(s->allocs[i], s->alloc_n[i]);
+    free(s);
+}
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_session **out) {
+    if (!m || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: NULL argument");
+    *out = NULL;
+    tern_session_params def;
+    if (!p) {
+        tern_session_params_default(&def);
+        p = &def;
+    }
+    const tm_hparams *hp = &m->hp;
+    int n_ctx = p->n_ctx;
+    if (n_ctx <= 0) n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (n_ctx > (1 << 24))
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: n_ctx %d too large", n_ctx);
+    int n_chunk = p->n_chunk > 0 ? p->n_chunk : 64;
+    if (n_chunk > 4096) n_chunk = 4096;
+    if (n_chunk > n_ctx) n_chunk = n_ctx;
+    tern_session *s = calloc(1, sizeof *s);
+    if (!s) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->n_chunk = n_chunk;
+    size_t T = (size_t)n_chunk, E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim;
+    size_t qw = (size_t)hp->n_head * HD, kvw = (size_t)hp->n_head_kv * HD;
+    size_t qrows = qw * (hp->attn_gate ? 2 : 1);
+    size_t C = 0, VW = 0, nv = (size_t)hp->ssm_n_v;
+    if (hp->n_gdn_layers) {
+        C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + nv * hp->ssm_dv;
+        VW = nv * hp->ssm_dv;
+    }
+    size_t F = (size_t)hp->n_ff;
+    size_t kv_n = (size_t)hp->n_attn_layers * n_ctx * kvw;
+    bool ok = true;
+#define A(ptr, n) do { if (ok && !((ptr) = s_alloc(s, (n)))) ok = false; } while (0)
+    if (hp->n_attn_layers) {
+        A(s->kcache, kv_n);
+        A(s->vcache, kv_n);
+    }
+    if (hp->n_gdn_layers) {
+        A(s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C);
+        A(s->ssm_state, (size_t)hp->n_gdn_layers * nv * hp->ssm_dk * hp->ssm_dv);
+    }
+    A(s->x, T * E);
+    A(s->delta, T * E);
+    A(s->normed, T * E);
+    A(s->rot, T * E);
+    A(s->big0, T * maxz(maxz(qrows, C), F));
+    A(s->big1, T * maxz(maxz(qw, VW), F));
+    A(s->big2, T * maxz(maxz(qw, C), F));
+    A(s->big3, T * maxz(qw, VW));
+    A(s->kbuf, T * kvw);
+    A(s->vbuf, T * kvw);
+    A(s->ab, 2 * T * (nv ? nv : 1));
+    A(s->att_scratch, (size_t)hp->n_head * n_ctx);
+    A(s->logits, (size_t)hp->n_vocab);
+#undef A
+    if (!ok) {
+        uint64_t b = s->bytes;
+        tern_session_free(s);
+        return tern_fail(TERN_ERR_NOMEM, "tern_session_new: out of memory (n_ctx %d, %llu bytes so far)",
+                         n_ctx, (unsigned long long)b);
+    }
+    *out = s;
+    return TERN_OK;
+}
+
+void tern_session_reset(tern_session *s) {
+    if (!s) return;
+    const tm_hparams *hp = &s->m->hp;
+    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    if (s->kcache) {
+        size_t n = (size_t)hp->n_attn_layers * s->n_ctx * kvw * sizeof(float);
+        memset(s->kcache, 0, n);
+        memset(s->vcache, 0, n);
+    }
+    if (s->conv_state) {
+        size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+        memset(s->conv_state, 0, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float));
+        memset(s->ssm_state, 0,
+               (size_t)hp->n_gdn_layers * hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+    }
+    memset(s->logits, 0, (size_t)hp->n_vocab * sizeof(float));
+    s->pos = 0;
+}
+
+int tern_session_pos(const tern_session *s) { return s ? s->pos : 0; }
+int tern_session_n_ctx(const tern_session *s) { return s ? s->n_ctx : 0; }
+const float *tern_session_logits(const tern_session *s) { return s ? s->logits : NULL; }
+uint64_t tern_session_memory(const tern_session *s) { return s ? s->bytes : 0; }
+
+tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, float *all_logits) {
+    if (!s || (!tokens && n)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval: NULL argument");
+    if (n == 0) return TERN_OK;
+    int V = s->m->hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)",
+                             (int)tokens[i], i, V);
+    if (n > (size_t)(s->n_ctx - s->pos))
+        return tern_fail(TERN_ERR_CONTEXT_FULL,
+                         "context full: %zu tokens at position %d exceed the context of %d", n,
+                         s->pos, s->n_ctx);
+    for (size_t i = 0; i < n;) {
+        int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
+        tern_status st = tm_forward_chunk(s, tokens + i, c,
+                                          all_logits ? all_logits + i * (size_t)V : NULL);
+        if (st) return st;
+        s->pos += c;
+        i += (size_t)c;
+    }
+    return TERN_OK;
+}
