@@ -61,9 +61,9 @@ tern_status tern_st_expect(const tern_st *st, const tern_st_tensor *t, const cha
                            uint32_t n_dims, const uint64_t *shape);
 
 /* ------------------------------------------------------------------ writer
- * Tensors are written in the order added, each 8-byte aligned in the buffer
- * (the header is padded with spaces to a multiple of 8, like the Python
- * library). dtype strings as above; data from memory or a fill callback. */
+ * Tensors are written contiguously in the order added (the reference loaders
+ * refuse holes); the header is padded with spaces to a multiple of 8, like the
+ * Python library. dtype strings as above; data from memory or a fill callback. */
 typedef struct tern_st_writer tern_st_writer;
 typedef tern_status (*tern_st_fill_fn)(void *dst, uint64_t nbytes, void *user);
 tern_status tern_st_writer_new(tern_st_writer **out);
