@@ -34,7 +34,7 @@
 #define TERN_HADAMARD_TRANSFORM "normalized-sylvester-walsh-hadamard"
 #define TERN_HADAMARD_AXIS "input-last-dimension"
 
-typedef struct tern_hadamard {
+typedef struct tern_hadamard_meta {
     uint32_t version;           /* 1 */
     uint32_t block_size;        /* n, e.g. 1024 */
     uint32_t n_widths;
@@ -46,38 +46,38 @@ typedef struct tern_hadamard {
     char **inverse_names;       /* [n_inverse] rotated embedding tables */
     bool gdn_v_grouped;
     void *index;                /* private: name set */
-} tern_hadamard;
+} tern_hadamard_meta;
 
 /* From GGUF keys. Returns TERN_OK with *out = NULL when the file has no
  * prism.hadamard.* key at all; any partial/invalid contract is an error. */
-tern_status tern_hadamard_from_gguf(const tern_gguf *g, tern_hadamard **out);
+tern_status tern_hadamard_from_gguf(const tern_gguf *g, tern_hadamard_meta **out);
 /* From hadamard.json text / file (keys with the "prism.hadamard." prefix, as in
  * the pack; unprefixed keys are accepted too). */
-tern_status tern_hadamard_from_json(const char *text, size_t len, const char *src, tern_hadamard **out);
-tern_status tern_hadamard_from_json_file(const char *path, tern_hadamard **out);
-void tern_hadamard_free(tern_hadamard *h);
+tern_status tern_hadamard_from_json(const char *text, size_t len, const char *src, tern_hadamard_meta **out);
+tern_status tern_hadamard_from_json_file(const char *path, tern_hadamard_meta **out);
+void tern_hadamard_free(tern_hadamard_meta *h);
 
 /* Sign vector (+-1.0f) for a K width, NULL if the contract has none. */
-const float *tern_hadamard_signs_for_width(const tern_hadamard *h, uint64_t K);
-bool tern_hadamard_is_folded(const tern_hadamard *h, const char *name);
-bool tern_hadamard_is_inverse(const tern_hadamard *h, const char *name);
+const float *tern_hadamard_signs_for_width(const tern_hadamard_meta *h, uint64_t K);
+bool tern_hadamard_is_folded(const tern_hadamard_meta *h, const char *name);
+bool tern_hadamard_is_inverse(const tern_hadamard_meta *h, const char *name);
 
 /* Tensor lookup for validation: set *K (reduction width) and *ternary and
  * return true when `name` exists. */
 typedef bool (*tern_hadamard_lookup_fn)(const char *name, uint64_t *K, bool *ternary, void *user);
-tern_status tern_hadamard_validate(const tern_hadamard *h, tern_hadamard_lookup_fn lookup, void *user,
+tern_status tern_hadamard_validate(const tern_hadamard_meta *h, tern_hadamard_lookup_fn lookup, void *user,
                                    const char *src);
 /* The same against a GGUF's tensors (K = ne[0], ternary = packed ternary type). */
-tern_status tern_hadamard_validate_gguf(const tern_hadamard *h, const tern_gguf *g);
+tern_status tern_hadamard_validate_gguf(const tern_hadamard_meta *h, const tern_gguf *g);
 
 /* Copy with every weight/inverse name passed through rename (NULL: keep).
  * rename returns a malloc'd string or NULL to keep the name. For converters
  * that move the contract between the GGUF and MLX namespaces. */
-tern_status tern_hadamard_clone(const tern_hadamard *h, char *(*rename)(const char *name, void *u), void *u,
-                                tern_hadamard **out);
+tern_status tern_hadamard_clone(const tern_hadamard_meta *h, char *(*rename)(const char *name, void *u), void *u,
+                                tern_hadamard_meta **out);
 /* Write the contract as prism.hadamard.* keys / as hadamard.json text
  * (malloc'd, free()). */
-tern_status tern_hadamard_to_gguf(const tern_hadamard *h, tern_gguf_writer *w);
-tern_status tern_hadamard_to_json(const tern_hadamard *h, char **out);
+tern_status tern_hadamard_to_gguf(const tern_hadamard_meta *h, tern_gguf_writer *w);
+tern_status tern_hadamard_to_json(const tern_hadamard_meta *h, char **out);
 
 #endif

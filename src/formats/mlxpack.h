@@ -48,7 +48,7 @@ typedef struct tern_mlxpack {
     size_t n_modules;
     tern_mlx_module *modules;
     tern_st *st;                        /* model.safetensors */
-    tern_hadamard *hadamard;            /* NULL when the pack has no hadamard.json */
+    tern_hadamard_meta *hadamard;            /* NULL when the pack has no hadamard.json */
 } tern_mlxpack;
 
 /* Open and validate a pack directory: config.json, hadamard.json (when present,
