@@ -299,15 +299,11 @@ tern_status tern_tok_add_merge(tern_tokenizer *t, const char *a, size_t alen, co
     return TERN_OK;
 }
 
-static int cmp_added(const void *a, const void *b, void *ctx);
-static const tern_tokenizer *g_sort_tok;
-static int cmp_added_q(const void *a, const void *b) { return cmp_added(a, b, (void *)g_sort_tok); }
-static int cmp_added(const void *a, const void *b, void *ctx) {
-    const tern_tokenizer *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = t->tok[x].text_len, ly = t->tok[y].text_len;
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+typedef struct added_key { uint32_t len; int32_t id; } added_key;
+static int cmp_added(const void *a, const void *b) {
+    const added_key *x = a, *y = b; /* longest first, then lowest id */
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 tern_status tern_tok_finish(tern_tokenizer *t, const char *name) {
@@ -334,8 +330,12 @@ tern_status tern_tok_finish(tern_tokenizer *t, const char *name) {
                 t->added_first[(unsigned char)t->pool[t->tok[id].text_off]] = 1;
             }
         }
-        g_sort_tok = t;
-        qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_q);
+        added_key *keys = tern_malloc((size_t)t->n_added * sizeof *keys);
+        if (!keys) return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
+        for (int32_t i = 0; i < t->n_added; i++) keys[i] = (added_key){t->tok[t->added[i]].text_len, t->added[i]};
+        qsort(keys, (size_t)t->n_added, sizeof *keys, cmp_added);
+        for (int32_t i = 0; i < t->n_added; i++) t->added[i] = keys[i].id;
+        tern_free(keys, (size_t)t->n_added * sizeof *keys);
     }
     /* end-of-generation ids */
     static const char *const eog_names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
