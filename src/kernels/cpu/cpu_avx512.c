@@ -1,7 +1,340 @@
 /*
- * cpu_avx512.c - the avx512 kernels (placeholder: the reference is used until
- * the optimised kernels land).
+ * cpu_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI + VBMI) kernels.
+ *
+ * GEMV (batch < TERN_AVX512_GEMM_MIN) for PQ2_0 / Q2_0 (g128) and Q2_0_G64:
+ *   int8 VNNI on the packed codes in place. The activation is quantised ONCE
+ *   per call to 14-bit integers x_q = round(x / sx), |x_q| <= 16256, with one
+ *   scale sx per 1024 inputs (a Hadamard block), split x_q = 128*hi + lo (hi,
+ *   lo signed bytes), and permuted into the order in which vpmultishiftqb
+ *   unpacks a block's codes, so a block costs one broadcast load, two
+ *   multishifts and two ANDs (codes 0..2 as unsigned bytes), then four
+ *   vpdpbusd (hi and lo against the two code vectors). Codes are unsigned, so
+ *   sum((q-1) x) = sum(q x) - sum(x): the per-block sum(x_q) is precomputed and
+ *   seeds the lo accumulator. Per block: T = (accH << 7) + accL, converted to
+ *   float and scaled by the block's fp16 d (a 64K-entry table lookup);
+ *   per 1024 inputs the sum is scaled by sx. Error: x_q has 14 bits per 1024
+ *   values (max_rel_err ~1e-5 on Gaussian data; see docs/performance.md).
+ *
+ * GEMM (batch >= TERN_AVX512_GEMM_MIN) for every type: fp32 FMA on
+ *   dequantised weight panels (8 rows x 1024 inputs, 32 KB) reused over the
+ *   whole batch: 8 rows x 3 batch rows of 16-wide accumulators per step. The
+ *   unpack costs one pass per row tile; the activation stays fp32 (exact up to
+ *   fp32 rounding).
+ *
+ * Activation layout (act_prep for g128; g64 is the same with 64-blocks and
+ * 128 bytes per block):
+ *   [nb blocks x 256 B: hiA 64 | hiB 64 | loA 64 | loB 64][nb x int32 sum(x_q)]
+ *   [nseg x float sx]
  */
 #include "kernels/cpu/internal.h"
 
-void tern_avx512_fill(tern_kern_table *t) { (void)t; }
+#include <immintrin.h>
+#include <math.h>
+
+#define SEG 1024
+#define GEMM_MIN 6
+
+/* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
+static uint8_t g_permA128[64], g_permB128[64], g_perm64[64];
+static __m512i g_ctlA128, g_ctlB128, g_ctl64;
+
+static void init_tables(void) {
+    uint8_t ca[64], cb[64], c64[64];
+    for (int p = 0; p < 64; p++) {
+        int lane = p / 8, t = p % 8;
+        /* g128: source qwords Q0..Q3 Q0..Q3 (32 code bytes broadcast) */
+        ca[p] = (uint8_t)(lane < 4 ? 2 * t : 16 + 2 * t);
+        cb[p] = (uint8_t)(lane < 4 ? 32 + 2 * t : 48 + 2 * t);
+        g_permA128[p] = (uint8_t)(lane < 4 ? 32 * lane + t : 32 * (lane - 4) + 8 + t);
+        g_permB128[p] = (uint8_t)(lane < 4 ? 32 * lane + 16 + t : 32 * (lane - 4) + 24 + t);
+        /* g64: source qwords Q0 Q1 Q0 Q1 Q0 Q1 Q0 Q1 (16 code bytes broadcast);
+         * lane pair (2m, 2m+1) takes codes 8m..8m+7 of Q0 / Q1 */
+        int m = lane / 2, q = lane % 2;
+        c64[p] = (uint8_t)(16 * m + 2 * t);
+        g_perm64[p] = (uint8_t)(32 * q + 8 * m + t);
+    }
+    memcpy(&g_ctlA128, ca, 64);
+    memcpy(&g_ctlB128, cb, 64);
+    memcpy(&g_ctl64, c64, 64);
+}
+
+/* ------------------------------------------------------ activation prep */
+static size_t act_layout(int64_t k, int qk, size_t *off_corr, size_t *off_sx) {
+    size_t nb = (size_t)k / (size_t)qk, nseg = ((size_t)k + SEG - 1) / SEG;
+    size_t blk_bytes = (size_t)qk * 2;
+    *off_corr = nb * blk_bytes;
+    *off_sx = *off_corr + nb * 4;
+    return *off_sx + nseg * 4;
+}
+static size_t act_bytes128(int64_t k) { size_t a, b; return act_layout(k, 128, &a, &b); }
+static size_t act_bytes64(int64_t k) { size_t a, b; return act_layout(k, 64, &a, &b); }
+
+/* Quantise 64 floats with inverse scale inv to hi/lo bytes (natural order). */
+static inline __m512i quant16(__m512 v, __m512 inv, __m512i *hi32, __m512i *lo32) {
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));  /* round to nearest even */
+    __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(64)), 7);
+    *hi32 = h;
+    *lo32 = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 7));
+    return q;
+}
+
+static inline void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
+    size_t off_corr, off_sx;
+    act_layout(k, qk, &off_corr, &off_sx);
+    uint8_t *blk = act;
+    int32_t *corr = (int32_t *)((uint8_t *)act + off_corr);
+    float *sxs = (float *)((uint8_t *)act + off_sx);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
+        int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
+        float amax = _mm512_reduce_max_ps(mx);
+        float sx = amax / 16256.0f, iv = amax > 0 ? 16256.0f / amax : 0.0f;
+        if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
+        sxs[seg] = sx;
+        __m512 inv = _mm512_set1_ps(iv);
+        for (int64_t b0 = s0; b0 < s1; b0 += qk) {
+            uint8_t hib[128], lob[128];
+            __m512i csum = _mm512_setzero_si512();
+            for (int j = 0; j < qk; j += 16) {
+                __m512i h, l;
+                csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b0 + j), inv, &h, &l));
+                _mm_storeu_si128((__m128i *)(hib + j), _mm512_cvtepi32_epi8(h));
+                _mm_storeu_si128((__m128i *)(lob + j), _mm512_cvtepi32_epi8(l));
+            }
+            corr[b0 / qk] = -_mm512_reduce_add_epi32(csum);
+            uint8_t *o = blk + (size_t)(b0 / qk) * (size_t)qk * 2;
+            if (qk == 128) {
+                __m512i h0 = _mm512_loadu_si512(hib), h1 = _mm512_loadu_si512(hib + 64);
+                __m512i l0 = _mm512_loadu_si512(lob), l1 = _mm512_loadu_si512(lob + 64);
+                __m512i pa = _mm512_loadu_si512(g_permA128), pb = _mm512_loadu_si512(g_permB128);
+                _mm512_storeu_si512(o, _mm512_permutex2var_epi8(h0, pa, h1));
+                _mm512_storeu_si512(o + 64, _mm512_permutex2var_epi8(h0, pb, h1));
+                _mm512_storeu_si512(o + 128, _mm512_permutex2var_epi8(l0, pa, l1));
+                _mm512_storeu_si512(o + 192, _mm512_permutex2var_epi8(l0, pb, l1));
+            } else {
+                __m512i p = _mm512_loadu_si512(g_perm64);
+                _mm512_storeu_si512(o, _mm512_permutexvar_epi8(p, _mm512_loadu_si512(hib)));
+                _mm512_storeu_si512(o + 64, _mm512_permutexvar_epi8(p, _mm512_loadu_si512(lob)));
+            }
+        }
+    }
+}
+static void act_prep128(const float *x, int64_t k, void *act) { act_prep_qk(x, k, act, 128); }
+static void act_prep64(const float *x, int64_t k, void *act) { act_prep_qk(x, k, act, 64); }
+
+/* ---------------------------------------------------------------- GEMV */
+#define NBMAX 4
+
+/* One row, nbt (1..4) batch rows; qk 128 (34-byte blocks) or 64 (18-byte). */
+static inline void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const *acts, int nbt,
+                            const int32_t *const *corrs, const float *const *sxs, float *out, int qk) {
+    const size_t bb = 2 + (size_t)qk / 4;
+    const int bps = SEG / qk; /* blocks per segment */
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const int64_t nb = k / qk;
+    __m512 Y[NBMAX], F[NBMAX];
+    for (int b = 0; b < NBMAX; b++) { Y[b] = _mm512_setzero_ps(); F[b] = _mm512_setzero_ps(); }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = row + (size_t)i * bb;
+        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
+        __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+        __m512i A, B = _mm512_setzero_si512();
+        if (qk == 128) {
+            __m512i src = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+            A = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctlA128, src), m3);
+            B = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctlB128, src), m3);
+        } else {
+            __m512i src = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 2)));
+            A = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl64, src), m3);
+        }
+        for (int b = 0; b < nbt; b++) {
+            const uint8_t *a = acts[b] + (size_t)i * (size_t)qk * 2;
+            __m512i accL = _mm512_castsi128_si512(_mm_cvtsi32_si128(corrs[b][i]));
+            __m512i accH;
+            if (qk == 128) {
+                accH = _mm512_dpbusd_epi32(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
+                accH = _mm512_dpbusd_epi32(accH, B, _mm512_loadu_si512(a + 64));
+                accL = _mm512_dpbusd_epi32(accL, A, _mm512_loadu_si512(a + 128));
+                accL = _mm512_dpbusd_epi32(accL, B, _mm512_loadu_si512(a + 192));
+            } else {
+                accH = _mm512_dpbusd_epi32(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
+                accL = _mm512_dpbusd_epi32(accL, A, _mm512_loadu_si512(a + 64));
+            }
+            __m512i T = _mm512_add_epi32(_mm512_slli_epi32(accH, 7), accL);
+            F[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), d, F[b]);
+        }
+        if ((i + 1) % bps == 0 || i + 1 == nb) {
+            int64_t seg = i / bps;
+            for (int b = 0; b < nbt; b++) {
+                Y[b] = _mm512_fmadd_ps(F[b], _mm512_set1_ps(sxs[b][seg]), Y[b]);
+                F[b] = _mm512_setzero_ps();
+            }
+        }
+    }
+    for (int b = 0; b < nbt; b++) out[b] = _mm512_reduce_add_ps(Y[b]);
+}
+
+static inline void gemv_rows_qk(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
+                                float *y, size_t y_stride, int64_t r0, int64_t r1, int qk) {
+    size_t off_corr, off_sx;
+    act_layout(w->k, qk, &off_corr, &off_sx);
+    for (size_t b0 = 0; b0 < batch; b0 += NBMAX) {
+        int nbt = batch - b0 < NBMAX ? (int)(batch - b0) : NBMAX;
+        const uint8_t *acts[NBMAX];
+        const int32_t *corrs[NBMAX];
+        const float *sxs[NBMAX];
+        for (int b = 0; b < nbt; b++) {
+            acts[b] = (const uint8_t *)act + (b0 + (size_t)b) * act_stride;
+            corrs[b] = (const int32_t *)(acts[b] + off_corr);
+            sxs[b] = (const float *)(acts[b] + off_sx);
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            float out[NBMAX];
+            const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+            switch (nbt) { /* constant trip counts for the compiler */
+            case 1: gemv_row(row, w->k, acts, 1, corrs, sxs, out, qk); break;
+            case 2: gemv_row(row, w->k, acts, 2, corrs, sxs, out, qk); break;
+            case 3: gemv_row(row, w->k, acts, 3, corrs, sxs, out, qk); break;
+            default: gemv_row(row, w->k, acts, 4, corrs, sxs, out, qk); break;
+            }
+            for (int b = 0; b < nbt; b++) y[(b0 + (size_t)b) * y_stride + (size_t)r] = out[b];
+        }
+    }
+}
+static void gemv_rows128(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                         size_t y_stride, int64_t r0, int64_t r1) {
+    gemv_rows_qk(w, act, act_stride, batch, y, y_stride, r0, r1, 128);
+}
+static void gemv_rows64(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                        size_t y_stride, int64_t r0, int64_t r1) {
+    gemv_rows_qk(w, act, act_stride, batch, y, y_stride, r0, r1, 64);
+}
+
+/* ---------------------------------------------------------------- GEMM */
+#define GR 8        /* rows per tile */
+#define GB 3        /* batch rows per micro-tile */
+#define KC 1024     /* inputs per panel */
+#define BC 64       /* batch rows per chunk (vector partial sums on the stack) */
+
+/* Dequantise row r, inputs [k0, k0+kc) to floats. */
+static void dequant_panel(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc, float *dst) {
+    const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    const __m512i sh2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i sh1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i m3 = _mm512_set1_epi32(3), m1 = _mm512_set1_epi32(1);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    switch (w->type) {
+    case TERN_DT_PQ2_0: case TERN_DT_Q2_0: case TERN_DT_Q2_0_G64: {
+        int qk = w->type == TERN_DT_Q2_0_G64 ? 64 : 128;
+        size_t bb = 2 + (size_t)qk / 4;
+        for (int64_t j = 0; j < kc; j += 16) {
+            int64_t e = k0 + j;
+            const uint8_t *blk = row + (size_t)(e / qk) * bb;
+            __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+            __m512i v = _mm512_set1_epi32((int)tern_rd32(blk + 2 + (e % qk) / 4));
+            __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh2), m3);
+            _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(c), one), d));
+        }
+        break;
+    }
+    case TERN_DT_Q1_0:
+        for (int64_t j = 0; j < kc; j += 16) {
+            int64_t e = k0 + j;
+            const uint8_t *blk = row + (size_t)(e / 128) * 18;
+            __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+            __m512i v = _mm512_set1_epi32((int)tern_rd16(blk + 2 + (e % 128) / 8));
+            __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh1), m1);
+            __m512 f = _mm512_sub_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), _mm512_cvtepi32_ps(c)), one);
+            _mm512_storeu_ps(dst + j, _mm512_mul_ps(f, d));
+        }
+        break;
+    case TERN_DT_F32:
+        memcpy(dst, row + 4 * k0, (size_t)kc * 4);
+        break;
+    case TERN_DT_F16:
+        for (int64_t j = 0; j < kc; j += 16)
+            _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (k0 + j)))));
+        break;
+    case TERN_DT_BF16:
+        for (int64_t j = 0; j < kc; j += 16) {
+            __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * (k0 + j))));
+            _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+        }
+        break;
+    default:
+        TERN_ASSERT(!"unsupported type in dequant_panel");
+    }
+}
+
+static void gemm_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                      size_t y_stride, int64_t r0, int64_t r1) {
+    const int64_t k = w->k;
+    const float *x = act;
+    const size_t xs = act_stride / sizeof(float);
+    float panel[GR][KC] __attribute__((aligned(64)));
+    static _Thread_local __m512 part[GR][BC];
+    for (int64_t rt = r0; rt < r1; rt += GR) {
+        int nr = r1 - rt < GR ? (int)(r1 - rt) : GR;
+        for (size_t b0 = 0; b0 < batch; b0 += BC) {
+            int nbc = batch - b0 < BC ? (int)(batch - b0) : BC;
+            for (int r = 0; r < GR; r++)
+                for (int b = 0; b < nbc; b++) part[r][b] = _mm512_setzero_ps();
+            for (int64_t k0 = 0; k0 < k; k0 += KC) {
+                int64_t kc = k - k0 < KC ? k - k0 : KC;
+                int64_t kv = kc & ~(int64_t)15;  /* vector part; k is a multiple of 16 except dense types */
+                for (int r = 0; r < nr; r++) dequant_panel(w, rt + r, k0, kv, panel[r]);
+                for (int r = nr; r < GR; r++) memset(panel[r], 0, (size_t)kv * 4);
+                int b = 0;
+                for (; b + GB <= nbc; b += GB) {
+                    __m512 acc[GR][GB];
+                    for (int r = 0; r < GR; r++)
+                        for (int q = 0; q < GB; q++) acc[r][q] = _mm512_setzero_ps();
+                    const float *x0 = x + (b0 + (size_t)b) * xs + k0;
+                    for (int64_t j = 0; j < kv; j += 16) {
+                        __m512 xv[GB];
+                        for (int q = 0; q < GB; q++) xv[q] = _mm512_loadu_ps(x0 + (size_t)q * xs + j);
+                        for (int r = 0; r < GR; r++) {
+                            __m512 wv = _mm512_load_ps(&panel[r][j]);
+                            for (int q = 0; q < GB; q++) acc[r][q] = _mm512_fmadd_ps(wv, xv[q], acc[r][q]);
+                        }
+                    }
+                    for (int r = 0; r < GR; r++)
+                        for (int q = 0; q < GB; q++) part[r][b + q] = _mm512_add_ps(part[r][b + q], acc[r][q]);
+                }
+                for (; b < nbc; b++) {
+                    __m512 acc[GR];
+                    for (int r = 0; r < GR; r++) acc[r] = _mm512_setzero_ps();
+                    const float *x0 = x + (b0 + (size_t)b) * xs + k0;
+                    for (int64_t j = 0; j < kv; j += 16) {
+                        __m512 xv = _mm512_loadu_ps(x0 + j);
+                        for (int r = 0; r < GR; r++) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(&panel[r][j]), xv, acc[r]);
+                    }
+                    for (int r = 0; r < GR; r++) part[r][b] = _mm512_add_ps(part[r][b], acc[r]);
+                }
+            }
+            for (int r = 0; r < nr; r++)
+                for (int b = 0; b < nbc; b++)
+                    y[(b0 + (size_t)b) * y_stride + (size_t)(rt + r)] = _mm512_reduce_add_ps(part[r][b]);
+        }
+    }
+}
+
+void tern_avx512_fill(tern_kern_table *t) {
+    init_tables();
+    for (int i = 0; i < TERN_DT_COUNT; i++) {
+        bool dense = i == TERN_DT_F32 || i == TERN_DT_F16 || i == TERN_DT_BF16;
+        if (dense || i == TERN_DT_Q1_0) {
+            t->mm[i].gemm_rows = gemm_rows;
+            t->mm[i].gemm_min_batch = 1;
+            t->mm[i].gemm_k_align = dense ? 16 : 1;
+            t->mm[i].row_tile = GR;
+        }
+    }
+    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, gemm_rows, GEMM_MIN, 1};
+    tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, gemm_rows, GEMM_MIN, 1};
+    t->mm[TERN_DT_PQ2_0] = g128;
+    t->mm[TERN_DT_Q2_0] = g128;
+    t->mm[TERN_DT_Q2_0_G64] = g64;
+}

@@ -27,6 +27,11 @@ typedef struct tern_mm_ops {
     tern_act_prep_fn act_prep;
     tern_rows_fn rows;
     int row_tile;                  /* preferred multiple of rows per task */
+    /* Optional large-batch path on raw fp32 x (act = x, act_stride = x_stride*4):
+     * used when batch >= gemm_min_batch and k % gemm_k_align == 0. */
+    tern_rows_fn gemm_rows;
+    int gemm_min_batch;
+    int gemm_k_align;
 } tern_mm_ops;
 
 /* One row of n floats: forward (inverse=false): x <- H(x*s)/sqrt(block);

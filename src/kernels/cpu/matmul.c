@@ -119,10 +119,16 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     int64_t k = w[0]->k;
     /* Prepare the activation once per distinct prep function. */
     size_t total = 0, offs[MAX_MULTI];
+    tern_mm_ops gemm_ops[MAX_MULTI];
     for (int m = 0; m < n_mats; m++) {
         TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT);
         j.w[m] = w[m];
-        j.ops[m] = &kt->mm[w[m]->type];
+        const tern_mm_ops *o = &kt->mm[w[m]->type];
+        if (o->gemm_rows && batch >= (size_t)o->gemm_min_batch && k % o->gemm_k_align == 0) {
+            gemm_ops[m] = (tern_mm_ops){NULL, NULL, o->gemm_rows, o->row_tile, NULL, 0, 1};
+            o = &gemm_ops[m];
+        }
+        j.ops[m] = o;
         j.y[m] = y[m];
         j.y_stride[m] = y_stride[m];
         offs[m] = SIZE_MAX;
@@ -136,7 +142,7 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
         offs[m] = total;
         total += st * batch;
     }
-    static const tern_mm_ops ref_ops = {NULL, NULL, tern_ref_rows, 1};
+    static const tern_mm_ops ref_ops = {NULL, NULL, tern_ref_rows, 1, NULL, 0, 1};
     uint8_t *scr = total ? scratch_get(total) : NULL;
     if (total && !scr) /* out of memory: the reference needs no scratch */
         for (int m = 0; m < n_mats; m++) { j.ops[m] = &ref_ops; offs[m] = SIZE_MAX; }
