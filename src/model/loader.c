@@ -58,7 +58,7 @@ void tern_model_free(tern_model *m) {
     free(m->owned);
     free(m->owned_n);
     if (m->gguf) tern_gguf_close(m->gguf);
-    if (m->st_map.data || m->st_map.fd > 0) tern_map_close(&m->st_map);
+    if (m->mlx) tm_mlx_close(m->mlx);
     tern_pool_free(m->pool);
     free(m->layers);
     free(m->path);
@@ -165,17 +165,6 @@ static tern_status ld_vec(ld *L, const char *name, int64_t n, const float **out)
     return TERN_OK;
 }
 
-static tern_status ld_u(ld *L, const char *key, int *out, bool required) {
-    uint64_t v = 0;
-    tern_status st = required ? tern_gguf_get_u64(L->g, key, &v) : tern_gguf_get_u64_opt(L->g, key, &v);
-    if (st) return tern_fail_prefix(st, "%s", L->path);
-    if (v > (1u << 30))
-        return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' = %llu is out of range", L->path, key,
-                         (unsigned long long)v);
-    if (required || v) *out = (int)v;
-    return TERN_OK;
-}
-
 #define TRY(x) do { tern_status st_ = (x); if (st_) return st_; } while (0)
 
 static tern_status ld_hadamard(ld *L) {
@@ -258,6 +247,94 @@ static tern_status need_signs(ld *L, int64_t k, const char *what) {
                      L->path, (long long)k, what);
 }
 
+
+/* ------------------------------------------------------------ hyperparameters */
+
+/* GGUF key getter for tm_hparams_load. */
+static tern_status gguf_get(void *u, const char *key, double *out, bool *found) {
+    const tern_gguf *g = u;
+    const tern_gguf_kv *kv = tern_gguf_find_kv(g, key);
+    *found = kv != NULL;
+    if (!kv) return TERN_OK;
+    if (kv->type == TERN_GGUF_FLOAT32 || kv->type == TERN_GGUF_FLOAT64)
+        return tern_gguf_get_f64(g, key, out);
+    uint64_t v = 0;
+    tern_status st = tern_gguf_get_u64(g, key, &v);
+    *out = (double)v;
+    return st;
+}
+
+tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *path) {
+    tm_hparams *hp = &m->hp;
+    const char *A = hp->arch == TM_ARCH_QWEN35 ? "qwen35" : "qwen3";
+    char key[128];
+    double v;
+    bool found;
+#define KEY(s) (snprintf(key, sizeof key, "%s.%s", A, s), key)
+#define GETI(s, dst, req)                                                                     \
+    do {                                                                                      \
+        TRY(get(u, KEY(s), &v, &found));                                                      \
+        if (!found && (req))                                                                  \
+            return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' is missing", path, key);          \
+        if (found) {                                                                          \
+            if (!(v >= 0 && v <= (double)(1 << 30)) || v != (double)(int64_t)v)               \
+                return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' = %g is out of range", path,  \
+                                 key, v);                                                     \
+            (dst) = (int)v;                                                                   \
+        }                                                                                     \
+    } while (0)
+    GETI("block_count", hp->n_layer, true);
+    GETI("embedding_length", hp->n_embd, true);
+    GETI("feed_forward_length", hp->n_ff, true);
+    GETI("attention.head_count", hp->n_head, true);
+    GETI("attention.head_count_kv", hp->n_head_kv, true);
+    hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
+    GETI("attention.key_length", hp->head_dim, false);
+    int vlen = hp->head_dim;
+    GETI("attention.value_length", vlen, false);
+    GETI("context_length", hp->n_ctx_train, false);
+    hp->eps = 1e-6f;
+    TRY(get(u, KEY("attention.layer_norm_rms_epsilon"), &v, &found));
+    if (found) hp->eps = (float)v;
+    hp->rope_theta = hp->arch == TM_ARCH_QWEN35 ? 1e7f : 1e6f;
+    TRY(get(u, KEY("rope.freq_base"), &v, &found));
+    if (found) hp->rope_theta = (float)v;
+    hp->rope_dims = hp->head_dim;
+    GETI("rope.dimension_count", hp->rope_dims, false);
+    if (hp->n_layer < 1 || hp->n_layer > 1024 || hp->n_embd < 1 || hp->n_ff < 1 ||
+        hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 ||
+        hp->head_dim % 2 || vlen != hp->head_dim || hp->rope_dims < 2 || hp->rope_dims % 2 ||
+        hp->rope_dims > hp->head_dim || !(hp->eps > 0) || !(hp->rope_theta > 0))
+        return tern_fail(TERN_ERR_FORMAT,
+                         "%s: inconsistent hyperparameters (layers %d, embd %d, ff %d, heads %d/%d, "
+                         "head_dim %d, value_length %d, rope dims %d)",
+                         path, hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv,
+                         hp->head_dim, vlen, hp->rope_dims);
+    if (hp->arch == TM_ARCH_QWEN35) {
+        hp->attn_gate = true;
+        GETI("full_attention_interval", hp->full_attn_interval, true);
+        GETI("ssm.group_count", hp->ssm_n_k, true);
+        GETI("ssm.time_step_rank", hp->ssm_n_v, true);
+        GETI("ssm.state_size", hp->ssm_dk, true);
+        GETI("ssm.conv_kernel", hp->conv_k, true);
+        int inner = 0;
+        GETI("ssm.inner_size", inner, true);
+        if (hp->full_attn_interval < 1 || hp->ssm_n_k < 1 || hp->ssm_n_v < 1 ||
+            hp->ssm_n_v % hp->ssm_n_k || inner % hp->ssm_n_v || hp->ssm_dk < 1 ||
+            hp->ssm_dk > 512 || hp->conv_k < 2 || hp->conv_k > 16)
+            return tern_fail(TERN_ERR_FORMAT,
+                             "%s: inconsistent GDN hyperparameters (n_k %d, n_v %d, state %d, inner %d, conv %d, interval %d)",
+                             path, hp->ssm_n_k, hp->ssm_n_v, hp->ssm_dk, inner, hp->conv_k,
+                             hp->full_attn_interval);
+        hp->ssm_dv = inner / hp->ssm_n_v;
+        if (hp->ssm_dv > 512)
+            return tern_fail(TERN_ERR_UNSUPPORTED, "%s: GDN value head dim %d > 512", path, hp->ssm_dv);
+    }
+#undef GETI
+#undef KEY
+    return TERN_OK;
+}
+
 static tern_status load_gguf(tern_model *m, const char *path) {
     tern_gguf *g = NULL;
     TRY(tern_gguf_open(path, &g));
@@ -278,62 +355,7 @@ static tern_status load_gguf(tern_model *m, const char *path) {
     char *nm = NULL;
     TRY(tern_gguf_get_str_opt(g, "general.name", &nm));
     m->name = nm;
-    const char *A = hp->arch == TM_ARCH_QWEN35 ? "qwen35" : "qwen3";
-    char key[128];
-#define KEY(s) (snprintf(key, sizeof key, "%s.%s", A, s), key)
-    TRY(ld_u(&L, KEY("block_count"), &hp->n_layer, true));
-    TRY(ld_u(&L, KEY("embedding_length"), &hp->n_embd, true));
-    TRY(ld_u(&L, KEY("feed_forward_length"), &hp->n_ff, true));
-    TRY(ld_u(&L, KEY("attention.head_count"), &hp->n_head, true));
-    TRY(ld_u(&L, KEY("attention.head_count_kv"), &hp->n_head_kv, true));
-    hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
-    TRY(ld_u(&L, KEY("attention.key_length"), &hp->head_dim, false));
-    int vlen = hp->head_dim;
-    TRY(ld_u(&L, KEY("attention.value_length"), &vlen, false));
-    TRY(ld_u(&L, KEY("context_length"), &hp->n_ctx_train, false));
-    double f = 0;
-    hp->eps = 1e-6f;
-    if (tern_gguf_find_kv(g, KEY("attention.layer_norm_rms_epsilon"))) {
-        TRY(tern_gguf_get_f64(g, key, &f));
-        hp->eps = (float)f;
-    }
-    hp->rope_theta = hp->arch == TM_ARCH_QWEN35 ? 1e7f : 1e6f;
-    if (tern_gguf_find_kv(g, KEY("rope.freq_base"))) {
-        TRY(tern_gguf_get_f64(g, key, &f));
-        hp->rope_theta = (float)f;
-    }
-    hp->rope_dims = hp->head_dim;
-    TRY(ld_u(&L, KEY("rope.dimension_count"), &hp->rope_dims, false));
-    if (hp->n_layer < 1 || hp->n_layer > 1024 || hp->n_embd < 1 || hp->n_ff < 1 ||
-        hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 ||
-        hp->head_dim % 2 || vlen != hp->head_dim || hp->rope_dims < 2 || hp->rope_dims % 2 ||
-        hp->rope_dims > hp->head_dim || !(hp->eps > 0) || !(hp->rope_theta > 0))
-        return tern_fail(TERN_ERR_FORMAT,
-                         "%s: inconsistent hyperparameters (layers %d, embd %d, ff %d, heads %d/%d, "
-                         "head_dim %d, value_length %d, rope dims %d)",
-                         path, hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv,
-                         hp->head_dim, vlen, hp->rope_dims);
-    if (hp->arch == TM_ARCH_QWEN35) {
-        hp->attn_gate = true;
-        TRY(ld_u(&L, KEY("full_attention_interval"), &hp->full_attn_interval, true));
-        TRY(ld_u(&L, KEY("ssm.group_count"), &hp->ssm_n_k, true));
-        TRY(ld_u(&L, KEY("ssm.time_step_rank"), &hp->ssm_n_v, true));
-        TRY(ld_u(&L, KEY("ssm.state_size"), &hp->ssm_dk, true));
-        TRY(ld_u(&L, KEY("ssm.conv_kernel"), &hp->conv_k, true));
-        int inner = 0;
-        TRY(ld_u(&L, KEY("ssm.inner_size"), &inner, true));
-        if (hp->full_attn_interval < 1 || hp->ssm_n_k < 1 || hp->ssm_n_v < 1 ||
-            hp->ssm_n_v % hp->ssm_n_k || inner % hp->ssm_n_v || hp->ssm_dk < 1 ||
-            hp->ssm_dk > 512 || hp->conv_k < 1 || hp->conv_k > 16)
-            return tern_fail(TERN_ERR_FORMAT,
-                             "%s: inconsistent GDN hyperparameters (n_k %d, n_v %d, state %d, inner %d, conv %d, interval %d)",
-                             path, hp->ssm_n_k, hp->ssm_n_v, hp->ssm_dk, inner, hp->conv_k,
-                             hp->full_attn_interval);
-        hp->ssm_dv = inner / hp->ssm_n_v;
-        if (hp->ssm_dv > 512)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "%s: GDN value head dim %d > 512", path, hp->ssm_dv);
-    }
-#undef KEY
+    TRY(tm_hparams_load(m, gguf_get, g, path));
     TRY(ld_hadamard(&L));
     m->v_tiled = true;
     if (!m->hadamard) m->out_permute = false;
@@ -410,7 +432,8 @@ static tern_status load_gguf(tern_model *m, const char *path) {
 
 /* ------------------------------------------------------------- public load */
 
-static void fill_info(tern_model *m, bool tied) {
+void tm_fill_info(tern_model *m) {
+    bool tied = m->output.data == m->tok_embd.data;
     tm_hparams *hp = &m->hp;
     tern_model_info *in = &m->info;
     in->arch = hp->arch == TM_ARCH_QWEN35 ? "qwen35" : "qwen3";
@@ -439,7 +462,6 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     tern_kernels_init();
     tern_model *m = calloc(1, sizeof *m);
     if (!m) return tern_fail(TERN_ERR_NOMEM, "out of memory");
-    m->st_map.fd = -1;
     m->path = tern_strdup(path);
     m->be = tm_backend_cpu();
     struct stat sb;
@@ -464,7 +486,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         tern_model_free(m);
         return st;
     }
-    fill_info(m, m->output.data == m->tok_embd.data);
+    tm_fill_info(m);
     if (p->progress) p->progress(1, 1, p->progress_user);
     *out = m;
     return TERN_OK;

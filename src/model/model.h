@@ -81,7 +81,7 @@ struct tern_model {
     char *path;
     char *name;
     void *gguf;                   /* tern_gguf* (NULL for an MLX pack) */
-    tern_map st_map;              /* safetensors mapping (MLX pack) */
+    void *mlx;                    /* tern_mlxpack* (NULL for a GGUF) */
     tm_layer *layers;
     tern_qmat tok_embd;           /* [n_vocab, n_embd] */
     tern_qmat output;             /* [n_vocab, n_embd] (may alias tok_embd: tied) */
@@ -106,7 +106,14 @@ void *tm_model_alloc(tern_model *m, size_t n);
 /* Sign vector for width k (NULL when the model has no Hadamard or none for k). */
 const float *tm_model_signs(const tern_model *m, int64_t k);
 
+/* Hyperparameters from GGUF-named keys ("<arch>.block_count", ...); hp.arch set
+ * first. get() sets *found and *out (numbers as double). */
+typedef tern_status (*tm_key_get)(void *u, const char *key, double *out, bool *found);
+tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *path);
+void tm_fill_info(tern_model *m);
+
 /* loader_mlx.c */
 tern_status tm_load_mlx(tern_model *m, const char *dir);
+void tm_mlx_close(void *pack);
 
 #endif
