@@ -1,5 +1,812 @@
-/* chat.c - placeholder being written */
+/*
+ * chat.c - Qwen3 and Qwen3.5 ChatML prompts, rendered natively and
+ * byte-identical to the official Jinja templates (tools/templates/qwen3.jinja,
+ * qwen3.5.jinja, as rendered by transformers: trim_blocks + lstrip_blocks,
+ * tojson = json.dumps(ensure_ascii=False), separators ", " and ": ", key order
+ * kept), and the reply parser (reasoning / content / tool calls).
+ *
+ * What the templates do, in short:
+ *   <|im_start|>{role}\n{content}<|im_end|>\n per turn; a system turn first
+ *   (with the tools block when tools are given); assistant turns after the last
+ *   real user query (not a <tool_response> wrapper) carry
+ *   <think>\n{reasoning}\n</think>\n\n before the content, earlier ones lose
+ *   their reasoning (Qwen3 keeps it when non-empty); tool results become
+ *   <tool_response> blocks inside one user turn per run of tool messages.
+ *   Qwen3 writes tool calls as Hermes JSON, Qwen3.5 as XML <function=...>
+ *   with <parameter=...> blocks (strings raw, mappings/lists as JSON, other
+ *   values as Python str(): True, None, 1.0). Qwen3.5 trims every content
+ *   (Python str.strip()). The generation prompt is <|im_start|>assistant\n,
+ *   then <think>\n (Qwen3.5, thinking on) or <think>\n\n</think>\n\n (off).
+ */
 #include "text/tok_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 tern_chat_format tern_chat_format_for(const tern_tokenizer *t) {
     return t && !strcmp(t->pre, "qwen35") ? TERN_CHAT_QWEN35 : TERN_CHAT_QWEN3;
+}
+
+/* ------------------------------------------------------- string helpers */
+
+typedef struct sv { const char *p; size_t n; } sv;
+static sv SV(const char *s) { sv r = {s ? s : "", s ? strlen(s) : 0}; return r; }
+
+static bool sv_starts(sv s, const char *pre) { size_t l = strlen(pre); return s.n >= l && !memcmp(s.p, pre, l); }
+static bool sv_ends(sv s, const char *suf) { size_t l = strlen(suf); return s.n >= l && !memcmp(s.p + s.n - l, suf, l); }
+static const char *sv_find(sv s, const char *needle) {
+    size_t l = strlen(needle);
+    if (l > s.n) return NULL;
+    for (size_t i = 0; i + l <= s.n; i++) if (!memcmp(s.p + i, needle, l)) return s.p + i;
+    return NULL;
+}
+static const char *sv_rfind(sv s, const char *needle) {
+    size_t l = strlen(needle);
+    if (l > s.n) return NULL;
+    for (size_t i = s.n - l + 1; i-- > 0;) if (!memcmp(s.p + i, needle, l)) return s.p + i;
+    return NULL;
+}
+static sv lstrip_nl(sv s) { while (s.n && s.p[0] == '\n') { s.p++; s.n--; } return s; }
+static sv rstrip_nl(sv s) { while (s.n && s.p[s.n - 1] == '\n') s.n--; return s; }
+
+/* Python str.isspace() code points, for str.strip() / Jinja |trim */
+static bool py_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+static size_t dec_utf8(const char *s, size_t n, uint32_t *cp) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[0] < 0x80) { *cp = u[0]; return 1; }
+    if ((u[0] & 0xE0) == 0xC0 && n >= 2) { *cp = (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F); return 2; }
+    if ((u[0] & 0xF0) == 0xE0 && n >= 3) {
+        *cp = (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F); return 3;
+    }
+    if ((u[0] & 0xF8) == 0xF0 && n >= 4) {
+        *cp = (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+        return 4;
+    }
+    *cp = 0xFFFD;
+    return 1;
+}
+static sv py_strip(sv s) {
+    while (s.n) {
+        uint32_t c;
+        size_t k = dec_utf8(s.p, s.n, &c);
+        if (!py_space(c)) break;
+        s.p += k; s.n -= k;
+    }
+    while (s.n) {
+        size_t k = 1;
+        while (k < s.n && k < 4 && ((unsigned char)s.p[s.n - k] & 0xC0) == 0x80) k++;
+        uint32_t c;
+        dec_utf8(s.p + s.n - k, k, &c);
+        if (!py_space(c)) break;
+        s.n -= k;
+    }
+    return s;
+}
+
+#define APP(out, s) do { tern_status _st = tern_str_append((out), (s), strlen(s)); if (_st) return _st; } while (0)
+#define APPV(out, v) do { sv _v = (v); tern_status _st = tern_str_append((out), _v.p, _v.n); if (_st) return _st; } while (0)
+
+/* ------------------------------------------------------------------ JSON
+ * A small validating JSON reader that writes Python json.dumps text:
+ * separators ", " and ": ", non-ASCII kept, strings re-escaped as Python does,
+ * integers as Python ints, floats as Python float repr. */
+
+typedef struct jp { const char *p, *end; int depth; } jp;
+
+static void ws(jp *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++; }
+
+static tern_status jerr(jp *j, const char *what) {
+    return tern_fail(TERN_ERR_INVALID_ARG, "chat: invalid JSON (%s) near '%.20s'", what, j->p < j->end ? j->p : "");
+}
+
+static int hexv(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode a JSON string at j->p (on the quote) into raw UTF-8. */
+static tern_status jstring(jp *j, tern_str *out) {
+    if (j->p >= j->end || *j->p != '"') return jerr(j, "string expected");
+    j->p++;
+    tern_status st = tern_str_append(out, "", 0);
+    if (st) return st;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char c = (unsigned char)*j->p;
+        if (c < 0x20) return jerr(j, "control character in string");
+        if (c != '\\') {
+            const char *s = j->p;
+            while (j->p < j->end && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20) j->p++;
+            if ((st = tern_str_append(out, s, (size_t)(j->p - s)))) return st;
+            continue;
+        }
+        if (j->p + 1 >= j->end) return jerr(j, "bad escape");
+        char e = j->p[1];
+        j->p += 2;
+        char ch;
+        switch (e) {
+        case '"': ch = '"'; break;
+        case '\\': ch = '\\'; break;
+        case '/': ch = '/'; break;
+        case 'b': ch = '\b'; break;
+        case 'f': ch = '\f'; break;
+        case 'n': ch = '\n'; break;
+        case 'r': ch = '\r'; break;
+        case 't': ch = '\t'; break;
+        case 'u': {
+            uint32_t cp = 0;
+            for (int i = 0; i < 4; i++) {
+                int h = j->p + i < j->end ? hexv(j->p[i]) : -1;
+                if (h < 0) return jerr(j, "bad \\u escape");
+                cp = cp << 4 | (uint32_t)h;
+            }
+            j->p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && j->p + 6 <= j->end && j->p[0] == '\\' && j->p[1] == 'u') {
+                uint32_t lo = 0;
+                int ok = 1;
+                for (int i = 0; i < 4; i++) {
+                    int h = hexv(j->p[2 + i]);
+                    if (h < 0) { ok = 0; break; }
+                    lo = lo << 4 | (uint32_t)h;
+                }
+                if (ok && lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    j->p += 6;
+                }
+            }
+            char u[4];
+            size_t k;
+            if (cp < 0x80) { u[0] = (char)cp; k = 1; }
+            else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
+            else if (cp < 0x10000) {
+                u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
+            } else {
+                u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
+            }
+            if ((st = tern_str_append(out, u, k))) return st;
+            continue;
+        }
+        default: return jerr(j, "bad escape");
+        }
+        if ((st = tern_str_append(out, &ch, 1))) return st;
+    }
+    if (j->p >= j->end) return jerr(j, "unterminated string");
+    j->p++;
+    return TERN_OK;
+}
+
+/* Python json.dumps string escaping (ensure_ascii=False). */
+static tern_status py_json_str(sv s, tern_str *out) {
+    APP(out, "\"");
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        char buf[8];
+        const char *r = NULL;
+        switch (c) {
+        case '"': r = "\\\""; break;
+        case '\\': r = "\\\\"; break;
+        case '\n': r = "\\n"; break;
+        case '\r': r = "\\r"; break;
+        case '\t': r = "\\t"; break;
+        case '\b': r = "\\b"; break;
+        case '\f': r = "\\f"; break;
+        default:
+            if (c < 0x20) { snprintf(buf, sizeof buf, "\\u%04x", c); r = buf; }
+        }
+        if (r) APP(out, r);
+        else { tern_status st = tern_str_append(out, (const char *)&s.p[i], 1); if (st) return st; }
+    }
+    APP(out, "\"");
+    return TERN_OK;
+}
+
+/* Scan a JSON number literal; *is_float when it has a fraction or exponent. */
+static tern_status jnumber(jp *j, sv *lit, bool *is_float) {
+    const char *s = j->p;
+    *is_float = false;
+    if (j->p < j->end && *j->p == '-') j->p++;
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
+    if (*j->p == '0') j->p++;
+    else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+    if (j->p < j->end && *j->p == '.') {
+        *is_float = true;
+        j->p++;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        *is_float = true;
+        j->p++;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+    }
+    lit->p = s;
+    lit->n = (size_t)(j->p - s);
+    return TERN_OK;
+}
+
+/* Python repr() of a float given as a JSON literal (shortest round-trip digits). */
+static tern_status py_float_repr(sv lit, tern_str *out) {
+    char tmp[64];
+    if (lit.n >= sizeof tmp) return tern_fail(TERN_ERR_INVALID_ARG, "chat: number literal too long");
+    memcpy(tmp, lit.p, lit.n);
+    tmp[lit.n] = 0;
+    double v = strtod(tmp, NULL);
+    if (isinf(v)) { APP(out, v > 0 ? "Infinity" : "-Infinity"); return TERN_OK; }
+    char e[40];
+    int prec;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    snprintf(e, sizeof e, "%.*e", prec, v);
+    /* e = [-]d[.ddd]e[+-]XX -> digits + decimal exponent */
+    char digits[24];
+    int nd = 0;
+    const char *q = e;
+    bool neg = *q == '-';
+    if (neg) q++;
+    for (; *q && *q != 'e'; q++) if (*q >= '0' && *q <= '9') digits[nd++] = *q;
+    int exp10 = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    int decpt = exp10 + 1; /* value = 0.digits * 10^decpt */
+    char buf[64];
+    int o = 0;
+    if (neg) buf[o++] = '-';
+    if (v == 0) { o += snprintf(buf + o, sizeof buf - (size_t)o, "0.0"); }
+    else if (decpt > 16 || decpt <= -4) {
+        buf[o++] = digits[0];
+        if (nd > 1) { buf[o++] = '.'; for (int i = 1; i < nd; i++) buf[o++] = digits[i]; }
+        o += snprintf(buf + o, sizeof buf - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    } else if (decpt <= 0) {
+        buf[o++] = '0'; buf[o++] = '.';
+        for (int i = 0; i < -decpt; i++) buf[o++] = '0';
+        for (int i = 0; i < nd; i++) buf[o++] = digits[i];
+    } else {
+        for (int i = 0; i < decpt; i++) buf[o++] = i < nd ? digits[i] : '0';
+        buf[o++] = '.';
+        if (nd > decpt) for (int i = decpt; i < nd; i++) buf[o++] = digits[i];
+        else buf[o++] = '0';
+    }
+    return tern_str_append(out, buf, (size_t)o);
+}
+
+static tern_status py_int(sv lit, tern_str *out) {
+    if (lit.n == 2 && !memcmp(lit.p, "-0", 2)) { APP(out, "0"); return TERN_OK; }
+    APPV(out, lit);
+    return TERN_OK;
+}
+
+/* Parse one value at j->p and write it as Python json.dumps would. */
+static tern_status jdump(jp *j, tern_str *out) {
+    tern_status st;
+    ws(j);
+    if (j->p >= j->end) return jerr(j, "value expected");
+    if (++j->depth > 64) return jerr(j, "nested too deeply");
+    char c = *j->p;
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        j->p++;
+        APP(out, c == '{' ? "{" : "[");
+        ws(j);
+        bool first = true;
+        if (j->p < j->end && *j->p == close) j->p++;
+        else for (;;) {
+            if (!first) APP(out, ", ");
+            first = false;
+            if (c == '{') {
+                ws(j);
+                tern_str key = {0};
+                st = jstring(j, &key);
+                if (!st) st = py_json_str((sv){key.data, key.len}, out);
+                tern_str_free(&key);
+                if (st) return st;
+                ws(j);
+                if (j->p >= j->end || *j->p != ':') return jerr(j, "':' expected");
+                j->p++;
+                APP(out, ": ");
+            }
+            if ((st = jdump(j, out))) return st;
+            ws(j);
+            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+            if (j->p < j->end && *j->p == close) { j->p++; break; }
+            return jerr(j, "',' or closing bracket expected");
+        }
+        APP(out, c == '{' ? "}" : "]");
+    } else if (c == '"') {
+        tern_str s = {0};
+        st = jstring(j, &s);
+        if (!st) st = py_json_str((sv){s.data, s.len}, out);
+        tern_str_free(&s);
+        if (st) return st;
+    } else if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) { j->p += 4; APP(out, "true"); }
+    else if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) { j->p += 5; APP(out, "false"); }
+    else if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) { j->p += 4; APP(out, "null"); }
+    else {
+        sv lit;
+        bool fl;
+        if ((st = jnumber(j, &lit, &fl))) return st;
+        if ((st = fl ? py_float_repr(lit, out) : py_int(lit, out))) return st;
+    }
+    j->depth--;
+    return TERN_OK;
+}
+
+/* Whole text must be exactly one JSON value. */
+static tern_status json_to_py(sv text, tern_str *out) {
+    jp j = {text.p, text.p + text.n, 0};
+    tern_status st = jdump(&j, out);
+    if (st) return st;
+    ws(&j);
+    if (j.p != j.end) return jerr(&j, "trailing characters");
+    return TERN_OK;
+}
+
+/* Python str() of one JSON value, as Jinja's |string gives it for a non-mapping
+ * non-list value; mappings and lists go through tojson (the Qwen3.5 rule). */
+static tern_status py_str_value(jp *j, tern_str *out) {
+    ws(j);
+    if (j->p >= j->end) return jerr(j, "value expected");
+    char c = *j->p;
+    if (c == '{' || c == '[') return jdump(j, out);
+    if (c == '"') return jstring(j, out);
+    if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) { j->p += 4; APP(out, "True"); return TERN_OK; }
+    if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) { j->p += 5; APP(out, "False"); return TERN_OK; }
+    if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) { j->p += 4; APP(out, "None"); return TERN_OK; }
+    sv lit;
+    bool fl;
+    tern_status st = jnumber(j, &lit, &fl);
+    if (st) return st;
+    return fl ? py_float_repr(lit, out) : py_int(lit, out);
+}
+
+/* Iterate the top-level members of a JSON array (tools). */
+static tern_status render_tools_list(sv tools, tern_str *out, bool *any) {
+    jp j = {tools.p, tools.p + tools.n, 0};
+    *any = false;
+    ws(&j);
+    if (j.p >= j.end || *j.p != '[') return tern_fail(TERN_ERR_INVALID_ARG, "chat: tools must be a JSON array");
+    j.p++;
+    ws(&j);
+    if (j.p < j.end && *j.p == ']') { j.p++; ws(&j); return j.p == j.end ? TERN_OK : jerr(&j, "trailing characters"); }
+    for (;;) {
+        APP(out, "\n");
+        tern_status st = jdump(&j, out);
+        if (st) return st;
+        *any = true;
+        ws(&j);
+        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
+        if (j.p < j.end && *j.p == ']') { j.p++; break; }
+        return jerr(&j, "',' or ']' expected in tools");
+    }
+    ws(&j);
+    return j.p == j.end ? TERN_OK : jerr(&j, "trailing characters");
+}
+
+static bool tools_nonempty(const char *tools) {
+    if (!tools) return false;
+    const char *p = tools;
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    if (*p != '[') return true; /* let the renderer report it */
+    p++;
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    return *p != ']';
+}
+
+/* --------------------------------------------------------------- Qwen3 */
+
+static const char QWEN3_TOOLS_HEAD[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char QWEN3_TOOLS_TAIL[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+static const char QWEN35_TOOLS_HEAD[] = "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+static const char QWEN35_TOOLS_TAIL[] =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n"
+    "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n"
+    "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested "
+    "within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n"
+    "- You may provide optional reasoning for your function call in natural language BEFORE the function call, "
+    "but NOT after\n- If there is no function call available, answer the question like normal with your current "
+    "knowledge and do not tell the user about function calls\n</IMPORTANT>";
+
+static bool role_is(const tern_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
+
+static tern_status check_roles(const tern_chat_msg *msgs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!role_is(&msgs[i], "system") && !role_is(&msgs[i], "user") && !role_is(&msgs[i], "assistant") &&
+            !role_is(&msgs[i], "tool"))
+            return tern_fail(TERN_ERR_INVALID_ARG, "chat: message %zu has unknown role '%s'", i,
+                             msgs[i].role ? msgs[i].role : "(null)");
+    return TERN_OK;
+}
+
+/* Split reasoning out of content the way both templates do (when no explicit
+ * reasoning_content): content after the last </think> (lstrip \n); reasoning =
+ * before the first </think>, rstrip \n, after the last <think>, lstrip \n. */
+static void split_think(sv content, sv *reasoning, sv *rest) {
+    const char *last = sv_rfind(content, "</think>"), *first = sv_find(content, "</think>");
+    rest->p = last + 8;
+    rest->n = (size_t)(content.p + content.n - rest->p);
+    *rest = lstrip_nl(*rest);
+    sv before = {content.p, (size_t)(first - content.p)};
+    before = rstrip_nl(before);
+    const char *open = sv_rfind(before, "<think>");
+    if (open) { before.n -= (size_t)(open + 7 - before.p); before.p = open + 7; }
+    *reasoning = lstrip_nl(before);
+}
+
+static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
+    tern_status st;
+    bool tools = tools_nonempty(o->tools_json);
+    if (tools) {
+        APP(out, "<|im_start|>system\n");
+        if (n && role_is(&msgs[0], "system")) { APPV(out, SV(msgs[0].content)); APP(out, "\n\n"); }
+        APP(out, QWEN3_TOOLS_HEAD);
+        bool any;
+        if ((st = render_tools_list(SV(o->tools_json), out, &any))) return st;
+        APP(out, QWEN3_TOOLS_TAIL);
+    } else if (n && role_is(&msgs[0], "system")) {
+        APP(out, "<|im_start|>system\n");
+        APPV(out, SV(msgs[0].content));
+        APP(out, "<|im_end|>\n");
+    }
+    size_t lqi = n ? n - 1 : 0;
+    for (size_t k = n; k-- > 0;) {
+        sv c = SV(msgs[k].content);
+        if (role_is(&msgs[k], "user") && !(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) {
+            lqi = k;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const tern_chat_msg *m = &msgs[i];
+        if (role_is(m, "user") || (role_is(m, "system") && i != 0)) {
+            APP(out, "<|im_start|>");
+            APP(out, m->role);
+            APP(out, "\n");
+            APPV(out, SV(m->content));
+            APP(out, "<|im_end|>\n");
+        } else if (role_is(m, "assistant")) {
+            sv content = SV(m->content), rc = {"", 0};
+            if (m->reasoning_content) rc = SV(m->reasoning_content);
+            else if (sv_find(content, "</think>")) split_think(SV(m->content), &rc, &content);
+            bool last = i + 1 == n;
+            if (i > lqi && (last || rc.n)) {
+                APP(out, "<|im_start|>assistant\n<think>\n");
+                sv r = lstrip_nl(rstrip_nl(rc));
+                APPV(out, r);
+                APP(out, "\n</think>\n\n");
+                APPV(out, lstrip_nl(content));
+            } else {
+                APP(out, "<|im_start|>assistant\n");
+                APPV(out, content);
+            }
+            for (size_t t = 0; t < m->n_tool_calls; t++) {
+                if ((t == 0 && content.n) || t > 0) APP(out, "\n");
+                APP(out, "<tool_call>\n{\"name\": \"");
+                APPV(out, SV(m->tool_calls[t].name));
+                APP(out, "\", \"arguments\": ");
+                if ((st = json_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out)))
+                    return tern_fail_prefix(st, "tool call '%s' arguments", m->tool_calls[t].name);
+                APP(out, "}\n</tool_call>");
+            }
+            APP(out, "<|im_end|>\n");
+        } else if (role_is(m, "tool")) {
+            if (i == 0 || !role_is(&msgs[i - 1], "tool")) APP(out, "<|im_start|>user");
+            APP(out, "\n<tool_response>\n");
+            APPV(out, SV(m->content));
+            APP(out, "\n</tool_response>");
+            if (i + 1 == n || !role_is(&msgs[i + 1], "tool")) APP(out, "<|im_end|>\n");
+        }
+    }
+    if (o->add_generation_prompt) {
+        APP(out, "<|im_start|>assistant\n");
+        if (!o->enable_thinking) APP(out, "<think>\n\n</think>\n\n");
+    }
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------- Qwen3.5 */
+
+static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
+    tern_status st;
+    if (!n) return tern_fail(TERN_ERR_INVALID_ARG, "chat: No messages provided.");
+    if (tools_nonempty(o->tools_json)) {
+        APP(out, "<|im_start|>system\n");
+        APP(out, QWEN35_TOOLS_HEAD);
+        bool any;
+        if ((st = render_tools_list(SV(o->tools_json), out, &any))) return st;
+        APP(out, QWEN35_TOOLS_TAIL);
+        if (role_is(&msgs[0], "system")) {
+            sv c = py_strip(SV(msgs[0].content));
+            if (c.n) { APP(out, "\n\n"); APPV(out, c); }
+        }
+        APP(out, "<|im_end|>\n");
+    } else if (role_is(&msgs[0], "system")) {
+        APP(out, "<|im_start|>system\n");
+        APPV(out, py_strip(SV(msgs[0].content)));
+        APP(out, "<|im_end|>\n");
+    }
+    size_t lqi = 0;
+    bool found = false;
+    for (size_t k = n; k-- > 0;) {
+        if (!role_is(&msgs[k], "user")) continue;
+        sv c = py_strip(SV(msgs[k].content));
+        if (!(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) { lqi = k; found = true; break; }
+    }
+    if (!found) return tern_fail(TERN_ERR_INVALID_ARG, "chat: No user query found in messages.");
+    for (size_t i = 0; i < n; i++) {
+        const tern_chat_msg *m = &msgs[i];
+        sv content = py_strip(SV(m->content));
+        if (role_is(m, "system")) {
+            if (i != 0) return tern_fail(TERN_ERR_INVALID_ARG, "chat: System message must be at the beginning.");
+        } else if (role_is(m, "user")) {
+            APP(out, "<|im_start|>user\n");
+            APPV(out, content);
+            APP(out, "<|im_end|>\n");
+        } else if (role_is(m, "assistant")) {
+            sv rc = {"", 0};
+            if (m->reasoning_content) rc = SV(m->reasoning_content);
+            else if (sv_find(content, "</think>")) split_think(content, &rc, &content);
+            rc = py_strip(rc);
+            if (i > lqi) {
+                APP(out, "<|im_start|>assistant\n<think>\n");
+                APPV(out, rc);
+                APP(out, "\n</think>\n\n");
+                APPV(out, content);
+            } else {
+                APP(out, "<|im_start|>assistant\n");
+                APPV(out, content);
+            }
+            for (size_t t = 0; t < m->n_tool_calls; t++) {
+                const tern_tool_call *tc = &m->tool_calls[t];
+                if (t == 0) APP(out, py_strip(content).n ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=");
+                else APP(out, "\n<tool_call>\n<function=");
+                APPV(out, SV(tc->name));
+                APP(out, ">\n");
+                if (tc->arguments) {
+                    jp j = {tc->arguments, tc->arguments + strlen(tc->arguments), 0};
+                    ws(&j);
+                    if (j.p >= j.end || *j.p != '{')
+                        return tern_fail(TERN_ERR_INVALID_ARG, "chat: tool call '%s' arguments must be a JSON object",
+                                         tc->name ? tc->name : "");
+                    j.p++;
+                    ws(&j);
+                    if (j.p < j.end && *j.p == '}') j.p++;
+                    else for (;;) {
+                        ws(&j);
+                        tern_str key = {0};
+                        if ((st = jstring(&j, &key))) return st;
+                        APP(out, "<parameter=");
+                        st = tern_str_append(out, key.data, key.len);
+                        tern_str_free(&key);
+                        if (st) return st;
+                        APP(out, ">\n");
+                        ws(&j);
+                        if (j.p >= j.end || *j.p != ':') return jerr(&j, "':' expected");
+                        j.p++;
+                        if ((st = py_str_value(&j, out))) return st;
+                        APP(out, "\n</parameter>\n");
+                        ws(&j);
+                        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
+                        if (j.p < j.end && *j.p == '}') { j.p++; break; }
+                        return jerr(&j, "',' or '}' expected");
+                    }
+                    ws(&j);
+                    if (j.p != j.end) return jerr(&j, "trailing characters");
+                }
+                APP(out, "</function>\n</tool_call>");
+            }
+            APP(out, "<|im_end|>\n");
+        } else { /* tool */
+            if (i > 0 && !role_is(&msgs[i - 1], "tool")) APP(out, "<|im_start|>user");
+            APP(out, "\n<tool_response>\n");
+            APPV(out, content);
+            APP(out, "\n</tool_response>");
+            if (i + 1 == n || !role_is(&msgs[i + 1], "tool")) APP(out, "<|im_end|>\n");
+        }
+    }
+    if (o->add_generation_prompt) {
+        APP(out, "<|im_start|>assistant\n");
+        APP(out, o->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
+    }
+    return TERN_OK;
+}
+
+tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n, const tern_chat_opts *opts,
+                             tern_str *out) {
+    if ((!msgs && n) || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_render: NULL argument");
+    tern_chat_opts def = {NULL, true, true};
+    if (!opts) opts = &def;
+    tern_status st = check_roles(msgs, n);
+    if (st) return st;
+    size_t mark = out->len;
+    st = fmt == TERN_CHAT_QWEN35 ? render_qwen35(msgs, n, opts, out) : render_qwen3(msgs, n, opts, out);
+    if (st && out->data) { out->len = mark; out->data[mark] = 0; }
+    return st;
+}
+
+/* ---------------------------------------------------------- reply parser */
+
+static char *dup_sv(sv s) {
+    char *d = tern_malloc(s.n + 1);
+    if (d) { memcpy(d, s.p, s.n); d[s.n] = 0; }
+    return d;
+}
+
+void tern_chat_reply_free(tern_chat_reply *r) {
+    if (!r) return;
+    if (r->reasoning) tern_free(r->reasoning, strlen(r->reasoning) + 1);
+    if (r->content) tern_free(r->content, strlen(r->content) + 1);
+    for (size_t i = 0; i < r->n_tool_calls; i++) {
+        if (r->tool_calls[i].name) tern_free((char *)r->tool_calls[i].name, strlen(r->tool_calls[i].name) + 1);
+        if (r->tool_calls[i].arguments)
+            tern_free((char *)r->tool_calls[i].arguments, strlen(r->tool_calls[i].arguments) + 1);
+    }
+    if (r->tool_calls) tern_free(r->tool_calls, r->n_tool_calls * sizeof *r->tool_calls);
+    memset(r, 0, sizeof *r);
+}
+
+static tern_status add_call(tern_chat_reply *r, sv name, const tern_str *args) {
+    tern_tool_call *a = tern_realloc(r->tool_calls, r->n_tool_calls * sizeof *a, (r->n_tool_calls + 1) * sizeof *a);
+    if (!a) return tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
+    r->tool_calls = a;
+    tern_tool_call *c = &a[r->n_tool_calls++];
+    c->name = dup_sv(name);
+    c->arguments = dup_sv((sv){args->data ? args->data : "{}", args->data ? args->len : 2});
+    if (!c->name || !c->arguments) return tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
+    return TERN_OK;
+}
+
+/* Qwen3.5 parameter value: JSON if it parses as JSON (numbers, objects, ...),
+ * Python literals True/False/None as JSON, else a JSON string. */
+static tern_status param_value_json(sv v, tern_str *out) {
+    if (v.n == 4 && !memcmp(v.p, "True", 4)) { APP(out, "true"); return TERN_OK; }
+    if (v.n == 5 && !memcmp(v.p, "False", 5)) { APP(out, "false"); return TERN_OK; }
+    if (v.n == 4 && !memcmp(v.p, "None", 4)) { APP(out, "null"); return TERN_OK; }
+    size_t mark = out->len;
+    if (v.n && v.p[0] != '"' && json_to_py(v, out) == TERN_OK) return TERN_OK;
+    tern_clear_error();
+    out->len = mark;
+    if (out->data) out->data[mark] = 0;
+    return py_json_str(v, out);
+}
+
+static tern_status parse_call_qwen3(sv body, tern_chat_reply *r) {
+    /* {"name": "...", "arguments": {...}} */
+    sv b = py_strip(body);
+    jp j = {b.p, b.p + b.n, 0};
+    ws(&j);
+    if (j.p >= j.end || *j.p != '{') return tern_fail(TERN_ERR_FORMAT, "chat: tool call is not a JSON object");
+    j.p++;
+    tern_str name = {0}, args = {0};
+    tern_status st = TERN_OK;
+    for (;;) {
+        ws(&j);
+        tern_str key = {0};
+        if ((st = jstring(&j, &key))) break;
+        ws(&j);
+        if (j.p >= j.end || *j.p != ':') { tern_str_free(&key); st = jerr(&j, "':' expected"); break; }
+        j.p++;
+        ws(&j);
+        if (key.data && !strcmp(key.data, "name") && j.p < j.end && *j.p == '"') st = jstring(&j, &name);
+        else if (key.data && !strcmp(key.data, "arguments")) st = jdump(&j, &args);
+        else { tern_str skip = {0}; st = jdump(&j, &skip); tern_str_free(&skip); }
+        tern_str_free(&key);
+        if (st) break;
+        ws(&j);
+        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
+        if (j.p < j.end && *j.p == '}') break;
+        st = jerr(&j, "',' or '}' expected");
+        break;
+    }
+    if (!st && !name.data) st = tern_fail(TERN_ERR_FORMAT, "chat: tool call has no name");
+    if (!st) st = add_call(r, (sv){name.data, name.len}, &args);
+    tern_str_free(&name);
+    tern_str_free(&args);
+    return st;
+}
+
+static tern_status parse_call_qwen35(sv body, tern_chat_reply *r) {
+    const char *f = sv_find(body, "<function=");
+    if (!f) return tern_fail(TERN_ERR_FORMAT, "chat: tool call without <function=...>");
+    sv rest = {f + 10, (size_t)(body.p + body.n - (f + 10))};
+    const char *gt = sv_find(rest, ">");
+    if (!gt) return tern_fail(TERN_ERR_FORMAT, "chat: unterminated <function=");
+    sv name = {rest.p, (size_t)(gt - rest.p)};
+    rest.n -= (size_t)(gt + 1 - rest.p);
+    rest.p = gt + 1;
+    tern_str args = {0};
+    tern_status st = tern_str_append(&args, "{", 1);
+    bool first = true;
+    const char *pp;
+    while (!st && (pp = sv_find(rest, "<parameter="))) {
+        sv a = {pp + 11, (size_t)(rest.p + rest.n - (pp + 11))};
+        const char *g2 = sv_find(a, ">");
+        if (!g2) break;
+        sv key = {a.p, (size_t)(g2 - a.p)};
+        sv val = {g2 + 1, (size_t)(a.p + a.n - (g2 + 1))};
+        const char *endp = sv_find(val, "</parameter>");
+        sv v = {val.p, endp ? (size_t)(endp - val.p) : val.n};
+        if (v.n && v.p[0] == '\n') { v.p++; v.n--; }
+        if (v.n && v.p[v.n - 1] == '\n') v.n--;
+        if (!first) st = tern_str_append(&args, ", ", 2);
+        first = false;
+        if (!st) st = py_json_str(key, &args);
+        if (!st) st = tern_str_append(&args, ": ", 2);
+        if (!st) st = param_value_json(v, &args);
+        if (!endp) break;
+        rest.n -= (size_t)(endp + 12 - rest.p);
+        rest.p = endp + 12;
+    }
+    if (!st) st = tern_str_append(&args, "}", 1);
+    if (!st) st = add_call(r, py_strip(name), &args);
+    tern_str_free(&args);
+    return st;
+}
+
+tern_status tern_chat_parse(tern_chat_format fmt, const char *text, size_t len, bool thinking_open,
+                            tern_chat_reply *out) {
+    if (!out || (!text && len)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_parse: NULL argument");
+    memset(out, 0, sizeof *out);
+    sv t = {text ? text : "", len}, reasoning = {"", 0}, body = t;
+    const char *close = sv_find(t, "</think>");
+    sv lead = lstrip_nl(t);
+    if (close) {
+        sv before = {t.p, (size_t)(close - t.p)};
+        const char *open = sv_find(before, "<think>");
+        if (open || thinking_open) {
+            if (open) { before.n -= (size_t)(open + 7 - before.p); before.p = open + 7; }
+            reasoning = lstrip_nl(rstrip_nl(before));
+            body.p = close + 8;
+            body.n = (size_t)(t.p + t.n - body.p);
+        }
+    } else if (thinking_open || sv_starts(lead, "<think>")) {
+        /* still thinking (cut off): everything is reasoning */
+        sv r = thinking_open ? t : (sv){lead.p + 7, lead.n - 7};
+        reasoning = lstrip_nl(rstrip_nl(r));
+        body.p = t.p + t.n;
+        body.n = 0;
+    }
+    tern_str content = {0};
+    tern_status st = tern_str_append(&content, "", 0);
+    const char *tc;
+    while (!st && (tc = sv_find(body, "<tool_call>"))) {
+        st = tern_str_append(&content, body.p, (size_t)(tc - body.p));
+        sv after = {tc + 11, (size_t)(body.p + body.n - (tc + 11))};
+        const char *end = sv_find(after, "</tool_call>");
+        sv call = {after.p, end ? (size_t)(end - after.p) : after.n};
+        if (!st) {
+            st = fmt == TERN_CHAT_QWEN35 ? parse_call_qwen35(call, out) : parse_call_qwen3(call, out);
+            if (st) { /* not a well-formed call: keep it as text */
+                tern_clear_error();
+                st = tern_str_append(&content, tc, (size_t)(call.p + call.n - tc) + (end ? 12 : 0));
+            }
+        }
+        if (!end) { body.p += body.n; body.n = 0; break; }
+        body.n -= (size_t)(end + 12 - body.p);
+        body.p = end + 12;
+    }
+    if (!st) st = tern_str_append(&content, body.p, body.n);
+    if (!st) {
+        out->reasoning = dup_sv(reasoning);
+        out->content = dup_sv(py_strip((sv){content.data, content.len}));
+        if (!out->reasoning || !out->content) st = tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
+    }
+    tern_str_free(&content);
+    if (st) tern_chat_reply_free(out);
+    return st;
 }
