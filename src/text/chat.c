@@ -88,8 +88,37 @@ static sv py_strip(sv s) {
     return s;
 }
 
+/* When tern_chat_tokenize renders, every byte range that comes from the caller
+ * (contents, reasoning, names, JSON) is recorded, so that added tokens are only
+ * matched in the template's own markup (no injection through message text). */
+typedef struct rec_ranges { size_t (*r)[2]; size_t n, cap; bool failed; } rec_ranges;
+static _Thread_local rec_ranges *g_rec;
+static void rec_add(size_t a, size_t b) {
+    if (!g_rec || a >= b) return;
+    if (g_rec->n && g_rec->r[g_rec->n - 1][1] == a) { g_rec->r[g_rec->n - 1][1] = b; return; }
+    if (g_rec->n == g_rec->cap) {
+        size_t cap = g_rec->cap ? g_rec->cap * 2 : 32;
+        void *p = tern_realloc(g_rec->r, g_rec->cap * sizeof *g_rec->r, cap * sizeof *g_rec->r);
+        if (!p) { g_rec->failed = true; return; }
+        g_rec->r = p;
+        g_rec->cap = cap;
+    }
+    g_rec->r[g_rec->n][0] = a;
+    g_rec->r[g_rec->n][1] = b;
+    g_rec->n++;
+}
+/* Run `stmt` (which appends caller data to out) and record what it appended. */
+#define USER(out, stmt) do { size_t _a = (out)->len; stmt; rec_add(_a, (out)->len); } while (0)
+
 #define APP(out, s) do { tern_status _st = tern_str_append((out), (s), strlen(s)); if (_st) return _st; } while (0)
-#define APPV(out, v) do { sv _v = (v); tern_status _st = tern_str_append((out), _v.p, _v.n); if (_st) return _st; } while (0)
+#define APPV(out, v)                                                              \
+    do {                                                                          \
+        sv _v = (v);                                                              \
+        size_t _a = (out)->len;                                                   \
+        tern_status _st = tern_str_append((out), _v.p, _v.n);                     \
+        if (_st) return _st;                                                      \
+        rec_add(_a, (out)->len);                                                  \
+    } while (0)
 
 /* ------------------------------------------------------------------ JSON
  * A small validating JSON reader that writes Python json.dumps text:
@@ -456,7 +485,8 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
         if (n && role_is(&msgs[0], "system")) { APPV(out, SV(msgs[0].content)); APP(out, "\n\n"); }
         APP(out, QWEN3_TOOLS_HEAD);
         bool any;
-        if ((st = render_tools_list(SV(o->tools_json), out, &any))) return st;
+        USER(out, st = render_tools_list(SV(o->tools_json), out, &any));
+        if (st) return st;
         APP(out, QWEN3_TOOLS_TAIL);
     } else if (n && role_is(&msgs[0], "system")) {
         APP(out, "<|im_start|>system\n");
@@ -499,7 +529,8 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
                 APP(out, "<tool_call>\n{\"name\": \"");
                 APPV(out, SV(m->tool_calls[t].name));
                 APP(out, "\", \"arguments\": ");
-                if ((st = json_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out)))
+                USER(out, st = json_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out));
+                if (st)
                     return tern_fail_prefix(st, "tool call '%s' arguments", m->tool_calls[t].name);
                 APP(out, "}\n</tool_call>");
             }
@@ -528,7 +559,8 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
         APP(out, "<|im_start|>system\n");
         APP(out, QWEN35_TOOLS_HEAD);
         bool any;
-        if ((st = render_tools_list(SV(o->tools_json), out, &any))) return st;
+        USER(out, st = render_tools_list(SV(o->tools_json), out, &any));
+        if (st) return st;
         APP(out, QWEN35_TOOLS_TAIL);
         if (role_is(&msgs[0], "system")) {
             sv c = py_strip(SV(msgs[0].content));
@@ -591,14 +623,15 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
                         tern_str key = {0};
                         if ((st = jstring(&j, &key))) return st;
                         APP(out, "<parameter=");
-                        st = tern_str_append(out, key.data, key.len);
+                        USER(out, st = tern_str_append(out, key.data, key.len));
                         tern_str_free(&key);
                         if (st) return st;
                         APP(out, ">\n");
                         ws(&j);
                         if (j.p >= j.end || *j.p != ':') return jerr(&j, "':' expected");
                         j.p++;
-                        if ((st = py_str_value(&j, out))) return st;
+                        USER(out, st = py_str_value(&j, out));
+                        if (st) return st;
                         APP(out, "\n</parameter>\n");
                         ws(&j);
                         if (j.p < j.end && *j.p == ',') { j.p++; continue; }
@@ -636,6 +669,22 @@ tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, si
     size_t mark = out->len;
     st = fmt == TERN_CHAT_QWEN35 ? render_qwen35(msgs, n, opts, out) : render_qwen3(msgs, n, opts, out);
     if (st && out->data) { out->len = mark; out->data[mark] = 0; }
+    return st;
+}
+
+tern_status tern_chat_tokenize(const tern_tokenizer *t, tern_chat_format fmt, const tern_chat_msg *msgs, size_t n,
+                               const tern_chat_opts *opts, tern_tokens *out) {
+    if (!t || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_tokenize: NULL argument");
+    tern_str text = {0};
+    rec_ranges rec = {0};
+    g_rec = &rec;
+    tern_status st = tern_chat_render(fmt, msgs, n, opts, &text);
+    g_rec = NULL;
+    if (!st && rec.failed) st = tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
+    if (!st) st = tern_tok_encode_plain_ranges(t, text.data ? text.data : "", text.len, (const size_t(*)[2])rec.r,
+                                               rec.n, out);
+    if (rec.r) tern_free(rec.r, rec.cap * sizeof *rec.r);
+    tern_str_free(&text);
     return st;
 }
 

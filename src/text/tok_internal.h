@@ -57,4 +57,11 @@ tern_status tern_tok_index(tern_tokenizer *t);
 tern_status tern_tok_finish(tern_tokenizer *t, const char *name);
 void tern_tok_destroy(tern_tokenizer *t);
 
+/* Encode with added tokens matched everywhere except inside the given byte
+ * ranges (sorted, disjoint [start, end) pairs), which are plain text; the BPE
+ * itself runs over the whole text, so the ids equal HF's when the ranges hold no
+ * added-token text. */
+tern_status tern_tok_encode_plain_ranges(const tern_tokenizer *t, const char *text, size_t len,
+                                         const size_t (*plain)[2], size_t n_plain, tern_tokens *out);
+
 #endif

@@ -534,22 +534,24 @@ static tern_status encode_plain(const tern_tokenizer *t, enc_scratch *sc, pcre2_
     return st;
 }
 
-tern_status tern_tokenize(const tern_tokenizer *t, const char *text, size_t len, bool parse_special,
-                          tern_tokens *out) {
-    if (!t || !out || (!text && len)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_tokenize: NULL argument");
+static tern_status encode_impl(const tern_tokenizer *t, const char *text, size_t len, bool parse_special,
+                               const size_t (*plain)[2], size_t n_plain, tern_tokens *out) {
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     if (!md) return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
     enc_scratch sc = {0};
     tern_status st = TERN_OK;
-    size_t seg = 0;
+    size_t seg = 0, pr = 0;
     if (parse_special && t->n_added) {
         for (size_t i = 0; i < len && !st; i++) {
             if (!t->added_first[(unsigned char)text[i]]) continue;
+            while (pr < n_plain && plain[pr][1] <= i) pr++;
+            if (pr < n_plain && plain[pr][0] <= i) continue;           /* inside caller text */
+            size_t limit = pr < n_plain ? plain[pr][0] : len;          /* a match may not reach into it */
             int32_t hit = -1;
             for (int32_t k = 0; k < t->n_added; k++) { /* longest first */
                 int32_t id = t->added[k];
                 size_t l = t->tok[id].text_len;
-                if (l <= len - i && !memcmp(text + i, t->pool + t->tok[id].text_off, l)) { hit = id; break; }
+                if (l <= limit - i && !memcmp(text + i, t->pool + t->tok[id].text_off, l)) { hit = id; break; }
             }
             if (hit < 0) continue;
             st = encode_plain(t, &sc, md, text + seg, i - seg, out);
@@ -563,6 +565,18 @@ tern_status tern_tokenize(const tern_tokenizer *t, const char *text, size_t len,
     if (sc.sym) tern_free(sc.sym, sc.sym_cap * sizeof *sc.sym);
     if (sc.heap) tern_free(sc.heap, sc.heap_cap * sizeof *sc.heap);
     return st;
+}
+
+tern_status tern_tokenize(const tern_tokenizer *t, const char *text, size_t len, bool parse_special,
+                          tern_tokens *out) {
+    if (!t || !out || (!text && len)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_tokenize: NULL argument");
+    return encode_impl(t, text, len, parse_special, NULL, 0, out);
+}
+
+tern_status tern_tok_encode_plain_ranges(const tern_tokenizer *t, const char *text, size_t len,
+                                         const size_t (*plain)[2], size_t n_plain, tern_tokens *out) {
+    if (!t || !out || (!text && len)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_tokenize: NULL argument");
+    return encode_impl(t, text, len, true, plain, n_plain, out);
 }
 
 /* ------------------------------------------------------------------ decode */
