@@ -306,6 +306,13 @@ typedef struct tern_chat_opts {
 TERN_API tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n,
                                       const tern_chat_opts *opts, tern_str *out);
 
+/* Render and tokenize in one step, the safe way for untrusted message text:
+ * added tokens (<|im_start|>, <think>, ...) are produced only by the template's
+ * own markup; inside contents, reasoning, names and JSON they are plain text.
+ * Otherwise the ids equal tern_tokenize(render(...), parse_special = true). */
+TERN_API tern_status tern_chat_tokenize(const tern_tokenizer *t, tern_chat_format fmt, const tern_chat_msg *msgs,
+                                        size_t n, const tern_chat_opts *opts, tern_tokens *out);
+
 /* A parsed assistant reply. Strings are owned by the struct. */
 typedef struct tern_chat_reply {
     char *reasoning;                /* text inside <think>...</think> ("" if none) */
@@ -348,6 +355,31 @@ typedef enum tern_stop_reason {
     TERN_STOP_CONTEXT_FULL = 4, TERN_STOP_CANCELLED = 5
 } tern_stop_reason;
 TERN_API const char *tern_stop_reason_str(tern_stop_reason r);  /* "eog", "stop_string", ... */
+
+/* ---- generation: prompt -> streamed reply, with the stop rules above. */
+typedef bool (*tern_text_fn)(const char *text, size_t len, void *user);
+typedef struct tern_gen_params {
+    int max_tokens;                 /* <= 0: no limit (until end of generation or a full context) */
+    const char *const *stop;        /* stop strings: generation ends before them (not in the text) */
+    size_t n_stop;
+    tern_text_fn on_text;           /* streamed text: complete UTF-8 only, a possible stop-string
+                                     * prefix held back; return false to cancel. May be NULL. */
+    void *user;
+    volatile int *cancel;           /* polled before each token (e.g. set by SIGINT); may be NULL */
+} tern_gen_params;
+typedef struct tern_gen_result {
+    tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */
+    tern_str text;                  /* the reply text (a matched stop string removed) */
+    tern_stop_reason reason;
+    size_t n_prompt;                /* prompt tokens evaluated by this call */
+    double prompt_s, gen_s;         /* seconds: prompt evaluation, generation loop */
+} tern_gen_result;
+/* Evaluate `prompt` after what the session already holds, then sample until a
+ * stop rule fires. Fails (nothing generated) if the prompt does not fit. */
+TERN_API tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler *smp,
+                                   const int32_t *prompt, size_t n_prompt, const tern_gen_params *p,
+                                   tern_gen_result *r);
+TERN_API void tern_gen_result_free(tern_gen_result *r);
 /* @@TEXT@@ */
 
 #ifdef __cplusplus
