@@ -78,7 +78,7 @@ static inline __m512i quant16(__m512 v, __m512 inv, __m512i *hi32, __m512i *lo32
     return q;
 }
 
-static inline void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
+static inline __attribute__((always_inline)) void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
     size_t off_corr, off_sx;
     act_layout(k, qk, &off_corr, &off_sx);
     uint8_t *blk = act;
@@ -128,13 +128,14 @@ static void act_prep64(const float *x, int64_t k, void *act) { act_prep_qk(x, k,
 #define NBMAX 4
 
 /* One row, nbt (1..4) batch rows; qk 128 (34-byte blocks) or 64 (18-byte). */
-static inline void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const *acts, int nbt,
+static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const *acts, int nbt,
                             const int32_t *const *corrs, const float *const *sxs, float *out, int qk) {
     const size_t bb = 2 + (size_t)qk / 4;
     const int bps = SEG / qk; /* blocks per segment */
     const __m512i m3 = _mm512_set1_epi8(3);
     const int64_t nb = k / qk;
     __m512 Y[NBMAX], F[NBMAX];
+#pragma GCC unroll 4
     for (int b = 0; b < NBMAX; b++) { Y[b] = _mm512_setzero_ps(); F[b] = _mm512_setzero_ps(); }
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *blk = row + (size_t)i * bb;
@@ -149,6 +150,7 @@ static inline void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const 
             __m512i src = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 2)));
             A = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl64, src), m3);
         }
+#pragma GCC unroll 4
         for (int b = 0; b < nbt; b++) {
             const uint8_t *a = acts[b] + (size_t)i * (size_t)qk * 2;
             __m512i accL = _mm512_castsi128_si512(_mm_cvtsi32_si128(corrs[b][i]));
@@ -167,6 +169,7 @@ static inline void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const 
         }
         if ((i + 1) % bps == 0 || i + 1 == nb) {
             int64_t seg = i / bps;
+#pragma GCC unroll 4
             for (int b = 0; b < nbt; b++) {
                 Y[b] = _mm512_fmadd_ps(F[b], _mm512_set1_ps(sxs[b][seg]), Y[b]);
                 F[b] = _mm512_setzero_ps();
@@ -176,7 +179,7 @@ static inline void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const 
     for (int b = 0; b < nbt; b++) out[b] = _mm512_reduce_add_ps(Y[b]);
 }
 
-static inline void gemv_rows_qk(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
+static inline __attribute__((always_inline)) void gemv_rows_qk(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
                                 float *y, size_t y_stride, int64_t r0, int64_t r1, int qk) {
     size_t off_corr, off_sx;
     act_layout(w->k, qk, &off_corr, &off_sx);
@@ -289,28 +292,38 @@ static void gemm_rows(const tern_qmat *w, const void *act, size_t act_stride, si
                 int b = 0;
                 for (; b + GB <= nbc; b += GB) {
                     __m512 acc[GR][GB];
+#pragma GCC unroll 8
                     for (int r = 0; r < GR; r++)
+#pragma GCC unroll 4
                         for (int q = 0; q < GB; q++) acc[r][q] = _mm512_setzero_ps();
                     const float *x0 = x + (b0 + (size_t)b) * xs + k0;
                     for (int64_t j = 0; j < kv; j += 16) {
                         __m512 xv[GB];
+#pragma GCC unroll 4
                         for (int q = 0; q < GB; q++) xv[q] = _mm512_loadu_ps(x0 + (size_t)q * xs + j);
+#pragma GCC unroll 8
                         for (int r = 0; r < GR; r++) {
                             __m512 wv = _mm512_load_ps(&panel[r][j]);
+#pragma GCC unroll 4
                             for (int q = 0; q < GB; q++) acc[r][q] = _mm512_fmadd_ps(wv, xv[q], acc[r][q]);
                         }
                     }
+#pragma GCC unroll 8
                     for (int r = 0; r < GR; r++)
+#pragma GCC unroll 4
                         for (int q = 0; q < GB; q++) part[r][b + q] = _mm512_add_ps(part[r][b + q], acc[r][q]);
                 }
                 for (; b < nbc; b++) {
                     __m512 acc[GR];
+#pragma GCC unroll 8
                     for (int r = 0; r < GR; r++) acc[r] = _mm512_setzero_ps();
                     const float *x0 = x + (b0 + (size_t)b) * xs + k0;
                     for (int64_t j = 0; j < kv; j += 16) {
                         __m512 xv = _mm512_loadu_ps(x0 + j);
+#pragma GCC unroll 8
                         for (int r = 0; r < GR; r++) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(&panel[r][j]), xv, acc[r]);
                     }
+#pragma GCC unroll 8
                     for (int r = 0; r < GR; r++) part[r][b] = _mm512_add_ps(part[r][b], acc[r]);
                 }
             }
