@@ -101,3 +101,29 @@ tern_status tern_vorder_tensor(tern_vorder_kind kind, const tern_gdn_dims *g, co
     }
     return tern_fail(TERN_ERR_INTERNAL, "tensor '%s': unknown V-order kind %d", name ? name : "?", (int)kind);
 }
+
+uint64_t tern_vorder_src_row(tern_vorder_kind kind, const tern_gdn_dims *g, uint64_t n_rows, uint64_t r,
+                             tern_vorder_dir dir) {
+    uint64_t base = 0, unit;
+    switch (kind) {
+    case TERN_VO_QKV:
+    case TERN_VO_CONV:
+        base = 2 * g->n_k * g->head_k_dim;
+        unit = g->head_v_dim;
+        break;
+    case TERN_VO_ROWS: unit = n_rows == g->n_v ? 1 : g->head_v_dim; break;
+    case TERN_VO_ELEMS: unit = 1; break;
+    default: return r;
+    }
+    if (r < base || !unit || !g->n_k) return r;
+    uint64_t p = (r - base) / unit, within = (r - base) % unit, rr = g->n_v / g->n_k;
+    uint64_t from;
+    if (dir == TERN_VORDER_TO_TILED) { /* dst slot p = j*n_k + k holds grouped head k*rr + j */
+        uint64_t j = p / g->n_k, k = p % g->n_k;
+        from = k * rr + j;
+    } else {                          /* dst grouped g = k*rr + j comes from tiled slot j*n_k + k */
+        uint64_t k = p / rr, j = p % rr;
+        from = j * g->n_k + k;
+    }
+    return base + from * unit + within;
+}

@@ -17,6 +17,7 @@ if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
   echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_convert SKIPPED ***"; exit 0
 fi
 A=$FIX/qwen35-tiny; Q3=$FIX/qwen3-tiny
+SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 pass=0; fail=0
 ok() { echo "ok $1"; pass=$((pass+1)); }
@@ -70,14 +71,52 @@ sys.exit(1 if diff else 0)
 PY
     then ok "GGUF -> mlx tensors == fixture mlx-pack tensors"; else bad "GGUF -> mlx tensors == fixture mlx-pack tensors"; fi
   fi
+  # model C (no Hadamard, ternary alpha/beta, ssm_out columns tiled) and qwen3 g64
+  run mlxc1 "$TERN" convert "$A/model-q2_0-nohadamard.gguf" "$W/packC" --to mlx --quiet &&
+  run mlxc2 "$TERN" convert "$W/packC" "$W/mc.gguf" --to q2_0 --quiet &&
+    same "model C -> mlx -> q2_0 == input" "$W/mc.gguf" "$A/model-q2_0-nohadamard.gguf"
+  run mlx31 "$TERN" convert "$Q3/model-q2_0_g64.gguf" "$W/pack3" --to mlx --quiet &&
+  run mlx32 "$TERN" convert "$W/pack3" "$W/m3g.gguf" --to q2_0_g64 --quiet &&
+    same "qwen3 g64 -> mlx -> q2_0_g64 == input" "$W/m3g.gguf" "$Q3/model-q2_0_g64.gguf"
+  # the model C pack holds the HF (grouped) weights: compare with an independent numpy rebuild
+  if [ -f "$W/packC/model.safetensors" ] && python3 "$SRC/tools/hf_from_gguf.py" "$A/model-q2_0-nohadamard.gguf" "$W/hfC" --tokenizer-dir "$A" >/dev/null 2>&1 &&
+     python3 - "$W/packC/model.safetensors" "$W/hfC/model.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read(); n, = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    dt = {"F32": np.float32, "F16": np.float16, "U32": np.uint32, "BF16": np.uint16}
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"]) for k, v in h.items()}
+pk, hf = load(sys.argv[1]), load(sys.argv[2])
+bad = 0
+for name, ref in hf.items():
+    p = "language_model." + name[:-len(".weight")] if name.endswith(".weight") else None
+    if p and p + ".scales" in pk:
+        w = pk[p + ".weight"]
+        codes = np.stack([(w >> (2 * j)) & 3 for j in range(16)], axis=-1).reshape(w.shape[0], -1)
+        val = (codes.astype(np.float32) - 1) * np.repeat(pk[p + ".scales"].astype(np.float32), 128, axis=1)
+    else:
+        val = pk["language_model." + name]
+        if val.dtype == np.uint16: val = (val.astype(np.uint32) << 16).view(np.float32)
+        if name.endswith("conv1d.weight"):
+            val = val.reshape(ref.shape)   # MLX [C, k, 1] vs HF [C, 1, k]: same element order
+        if name.endswith("A_log"):
+            val, ref = np.float32(-np.exp(val.astype(np.float64))), np.float32(-np.exp(ref.astype(np.float64)))
+        if "layernorm" in name or "q_norm" in name or "k_norm" in name or name == "model.norm.weight":
+            ref = ref + np.float32(1)   # the pack keeps the GGUF's stored w+1
+    if val.shape != ref.shape or not np.array_equal(val.astype(np.float32), ref.astype(np.float32)):
+        print("differs:", name); bad += 1
+sys.exit(1 if bad else 0)
+PY
+  then ok "model C pack == independent HF rebuild (grouped V order, ssm_out columns)"; else bad "model C pack == independent HF rebuild"; fi
 else
   echo "  GGUF -> mlx failed:"; cat "$W/out"; bad "GGUF -> mlx"
 fi
 
 # refusals
-python3 - "$Q3/model-q2_0_g64.gguf" "$W/bad64.gguf" <<'PY'
+python3 - "$Q3/model-q2_0_g64.gguf" "$W/bad64.gguf" "$SRC" <<'PY'
 import sys
-sys.path.insert(0, __import__("os").environ.get("TERN_SOURCE_DIR", ".") + "/tools")
+sys.path.insert(0, sys.argv[3] + "/tools")
 b = bytearray(open(sys.argv[1], "rb").read())
 import gguf_lite
 r = gguf_lite.Reader(sys.argv[1])
