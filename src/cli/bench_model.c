@@ -1,10 +1,221 @@
-/* bench_model.c - `tern bench model` (placeholder: the model module replaces
- * this file with the real benchmark; cmd_bench.c dispatches to it). */
+/*
+ * bench_model.c - `tern bench model`: decode (tg) and prefill (pp) speed of a
+ * model, with the machine's memory read ceiling measured in the same run.
+ *
+ *   ceiling   best of several passes summing a 1 GiB buffer with N threads (GB/s),
+ *             measured after the model runs (peak RSS is read before it)
+ *   warm-up   one token through the model (touches every mapped weight page)
+ *   pp        a prompt of P ids (deterministic pseudo-random, chunked prefill),
+ *             reps times from a reset session: median tok/s
+ *   tg        N single-token steps after the prompt (greedy): median per-step time
+ *   bytes/token  weight bytes read per decoded token (all but the embedding table)
+ *   roofline  ceiling / bytes per token; ratio = tg / roofline
+ * --json prints one JSON object: tg_tok_s, pp_tok_s, bytes_per_token,
+ * ceiling_gbps, tg_gbps, roofline_ratio, peak_rss_bytes, session_bytes, ...
+ */
 #include "cli/cli.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
+            "                        [--chunk N] [--json]\n"
+            "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
+            "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
+            "  the memory read ceiling is measured in the same run.\n");
+}
+
+/* ------------------------------------------------------------ read ceiling */
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t n;
+    uint64_t sink[64];
+} bw_job;
+
+static void bw_task(void *ctx, int t, int nt) {
+    bw_job *j = ctx;
+    size_t chunk = (j->n / (size_t)nt) & ~(size_t)63;
+    const uint64_t *p = (const uint64_t *)(j->buf + chunk * (size_t)t);
+    uint64_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, g = 0, h = 0;
+    for (size_t i = 0; i + 8 <= chunk / 8; i += 8) {
+        a += p[i]; b += p[i + 1]; c += p[i + 2]; d += p[i + 3];
+        e += p[i + 4]; f += p[i + 5]; g += p[i + 6]; h += p[i + 7];
+    }
+    j->sink[t & 63] += a + b + c + d + e + f + g + h;
+}
+
+static double measure_ceiling(tern_pool *pool, int threads) {
+    size_t n = (size_t)1 << 30;
+    uint8_t *buf = malloc(n);
+    if (!buf) return 0;
+    memset(buf, 1, n);
+    bw_job j = {buf, n, {0}};
+    double best = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        double t0 = tern_now_s();
+        tern_pool_run(pool, bw_task, &j, threads);
+        double dt = tern_now_s() - t0;
+        double gbps = (double)n / dt / 1e9;
+        if (gbps > best) best = gbps;
+    }
+    free(buf);
+    return best;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
 
 int tern_bench_model(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tern bench model: not implemented yet\n");
-    return 1;
+    const char *model = NULL;
+    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
+        } else if (!strcmp(a, "-p")) {
+            if (!cli_parse_i64(v, 1, 65536, &np)) return cli_usage_error("bench model", "bad -p '%s'", v);
+        } else if (!strcmp(a, "-n")) {
+            if (!cli_parse_i64(v, 1, 65536, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
+        } else if (!strcmp(a, "--reps")) {
+            if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
+        } else if (!strcmp(a, "--chunk")) {
+            if (!cli_parse_i64(v, 1, 4096, &chunk)) return cli_usage_error("bench model", "bad --chunk '%s'", v);
+        } else return cli_usage_error("bench model", "unknown option '%s'", a);
+    }
+    if (!model) model = cli_default_model();
+    if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
+
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = (int)threads;
+    double t0 = tern_now_s();
+    tern_model *m = NULL;
+    tern_status st = tern_model_load(model, &mp, &m);
+    if (st) return cli_lib_error("bench model", st);
+    double t_load = tern_now_s() - t0;
+    const tern_model_info *info = tern_model_get_info(m);
+    int nt = threads ? (int)threads : 0;
+    if (nt <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        nt = c > 0 ? (int)c : 1;
+    }
+
+    tern_session_params sp;
+    tern_session_params_default(&sp);
+    sp.n_ctx = (int)(np + ng + 1);
+    sp.n_chunk = (int)chunk;
+    tern_session *s = NULL;
+    st = tern_session_new(m, &sp, &s);
+    if (st) {
+        tern_model_free(m);
+        return cli_lib_error("bench model", st);
+    }
+    int V = info->n_vocab;
+    int32_t *ids = malloc((size_t)np * sizeof *ids);
+    double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)ng * sizeof *tg);
+    int rc = 0;
+    if (!ids || !pp || !tg) {
+        fprintf(stderr, "tern bench model: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < np; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)V);
+    }
+    /* warm-up: one token touches every weight page */
+    if ((st = tern_session_eval(s, ids, 1, NULL))) goto lib_err;
+    for (int64_t r = 0; r < reps; r++) {
+        tern_session_reset(s);
+        double a = tern_now_s();
+        if ((st = tern_session_eval(s, ids, (size_t)np, NULL))) goto lib_err;
+        pp[r] = (double)np / (tern_now_s() - a);
+        if (!json)
+            fprintf(stderr, "  pp rep %lld: %.2f tok/s\n", (long long)r, pp[r]);
+    }
+    int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
+    for (int64_t i = 0; i < ng; i++) {
+        double a = tern_now_s();
+        if ((st = tern_session_eval(s, &tok, 1, NULL))) goto lib_err;
+        tg[i] = tern_now_s() - a;
+        tok = (int32_t)argmax(tern_session_logits(s), V);
+    }
+    /* peak RSS before the ceiling buffer exists; then the ceiling, same threads */
+    size_t rss = tern_peak_rss_bytes();
+    tern_pool *pool = NULL;
+    double ceiling = 0;
+    if (tern_pool_new(nt, &pool) == TERN_OK) {
+        ceiling = measure_ceiling(pool, nt);
+        tern_pool_free(pool);
+    }
+    double pp_med = median(pp, (int)reps);
+    double tg_med = 1.0 / median(tg, (int)ng);
+    double bpt = (double)info->decode_bytes_per_token;
+    double tg_gbps = bpt * tg_med / 1e9;
+    double roof = ceiling > 0 ? ceiling * 1e9 / bpt : 0;
+    double ratio = roof > 0 ? tg_med / roof : 0;
+    if (json) {
+        printf("{\"model\":\"%s\",\"arch\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"prompt_tokens\":%lld,"
+               "\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
+               "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
+               "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
+               "\"session_bytes\":%llu,\"load_s\":%.3f}\n",
+               model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
+               (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
+               (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
+               (unsigned long long)tern_session_memory(s), t_load);
+    } else {
+        printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
+        printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
+        printf("read ceiling   %.2f GB/s (1 GiB buffer, best of 4)\n", ceiling);
+        printf("bytes/token    %.3f GB (decode weight traffic)\n", bpt / 1e9);
+        printf("roofline       %.3f tok/s\n", roof);
+        printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",
+               tg_med, (long long)ng, tg_gbps, 100 * ratio);
+        printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld)\n",
+               pp_med, (long long)reps, (long long)np, (long long)chunk);
+        printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
+               "session %.1f MiB)\n",
+               rss / 1048576.0, info->weight_bytes / 1048576.0, info->alloc_bytes / 1048576.0,
+               tern_session_memory(s) / 1048576.0);
+        printf("load           %.2f s\n", t_load);
+    }
+    goto done;
+lib_err:
+    rc = cli_lib_error("bench model", st);
+done:
+    free(ids);
+    free(pp);
+    free(tg);
+    tern_session_free(s);
+    tern_model_free(m);
+    return rc;
 }
