@@ -1,9 +1,170 @@
-/* cmd_run.c - `tern run` (placeholder until implemented). */
-#include "cli/cli.h"
+/*
+ * cmd_run.c - `tern run`: one prompt in, the reply streamed to stdout.
+ * The prompt goes through the model's chat template (Qwen3 / Qwen3.5 ChatML,
+ * with --system and --think/--no-think) unless --raw; stderr gets the load
+ * line, the prompt / generation speeds, token counts and the stop reason.
+ * --json prints one object instead: text, reasoning, content, tool_calls,
+ * tokens (ids), stop_reason, prompt_tokens, generated_tokens, pp_tok_s,
+ * tg_tok_s, seed.
+ */
+#include "cli/cli_gen.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern run [-m MODEL] -p TEXT [options]\n"
+            "Generate a reply to TEXT and stream it to stdout (stats on stderr).\n\n"
+            "  -p, --prompt TEXT        the prompt (the user message in chat mode)\n"
+            "  --chat | --raw           through the chat template (default when the model has one) / as is\n"
+            "  --stop STR               stop before STR (repeatable)\n"
+            "  --json                   print one JSON object (text, tokens, stop_reason, prompt_tokens,\n"
+            "                           pp_tok_s, tg_tok_s, ...) instead of streaming\n");
+    gen_opts_help(f);
+}
+
+/* JSON needs valid UTF-8: invalid bytes become U+FFFD (as HF decode errors="replace"). */
+static char *utf8_sanitize(const char *s, size_t n) {
+    char *o = malloc(n * 3 + 1), *q = o;
+    if (!o) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
+                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
+        bool ok = need && i + need <= n;
+        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
+        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
+        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
+        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
+        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
+    }
+    *q = 0;
+    return o;
+}
+
+static void add_text(cJSON *j, const char *key, const char *s) {
+    char *c = utf8_sanitize(s ? s : "", s ? strlen(s) : 0);
+    cJSON_AddStringToObject(j, key, c ? c : "");
+    free(c);
+}
+
+static bool on_text(const char *s, size_t n, void *user) {
+    (void)user;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
+    return true;
+}
 
 int tern_cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tern run: not implemented yet\n");
-    return 1;
+    gen_opts o;
+    gen_opts_default(&o);
+    const char *prompt = NULL;
+    int mode = -1; /* -1 default, 0 raw, 1 chat */
+    bool json = false;
+    const char *stops[64];
+    size_t n_stop = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) { usage(stdout); return 0; }
+        int r = gen_opts_parse("run", &o, argc, argv, &i);
+        if (r == 2) return 2;
+        if (r == 1) continue;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (i + 1 >= argc) return cli_usage_error("run", "%s needs a value", a);
+            prompt = argv[++i];
+        } else if (!strcmp(a, "--stop")) {
+            if (i + 1 >= argc) return cli_usage_error("run", "--stop needs a value");
+            if (!*argv[i + 1]) return cli_usage_error("run", "--stop needs a non-empty string");
+            if (n_stop == 64) return cli_usage_error("run", "at most 64 --stop strings");
+            stops[n_stop++] = argv[++i];
+        } else if (!strcmp(a, "--chat")) {
+            mode = 1;
+        } else if (!strcmp(a, "--raw")) {
+            mode = 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            return cli_usage_error("run", "unknown option '%s'", a);
+        }
+    }
+    if (!prompt) return cli_usage_error("run", "-p TEXT is required");
+    gen_ctx g;
+    int rc = gen_ctx_open("run", &o, &g);
+    if (rc) return rc;
+    bool chat = mode < 0 ? g.has_template : mode == 1;
+    tern_tokens ids = {0};
+    tern_status st;
+    if (chat) {
+        tern_chat_msg m[2];
+        size_t n = 0;
+        if (o.system) m[n++] = (tern_chat_msg){"system", o.system, NULL, NULL, 0};
+        m[n++] = (tern_chat_msg){"user", prompt, NULL, NULL, 0};
+        tern_chat_opts co = {NULL, true, g.think};
+        st = tern_chat_tokenize(g.tok, g.fmt, m, n, &co, &ids);
+    } else {
+        st = tern_tokenize(g.tok, prompt, strlen(prompt), true, &ids);
+    }
+    if (!st && ids.n == 0) {
+        gen_ctx_close(&g);
+        return cli_usage_error("run", "the prompt is empty after tokenization");
+    }
+    if (st) { tern_tokens_free(&ids); gen_ctx_close(&g); return cli_lib_error("run", st); }
+    tern_gen_params gp = {o.n_predict, stops, n_stop, json ? NULL : on_text, NULL, &gen_cancel};
+    tern_gen_result res;
+    gen_sigint_arm();
+    st = tern_generate(g.sess, g.tok, g.smp, ids.ids, ids.n, &gp, &res);
+    gen_sigint_disarm();
+    if (st) {
+        if (!json) fputc('\n', stdout);
+        tern_gen_result_free(&res);
+        tern_tokens_free(&ids);
+        gen_ctx_close(&g);
+        return cli_lib_error("run", st);
+    }
+    size_t n_gen = res.tokens.n;
+    double pp = res.prompt_s > 0 ? res.n_prompt / res.prompt_s : 0, tg = res.gen_s > 0 ? n_gen / res.gen_s : 0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        add_text(j, "text", res.text.data);
+        tern_chat_reply rep;
+        bool thinking_open = chat && g.think && g.fmt == TERN_CHAT_QWEN35;
+        if (chat && tern_chat_parse(g.fmt, res.text.data, res.text.len, thinking_open, &rep) == TERN_OK) {
+            add_text(j, "reasoning", rep.reasoning);
+            add_text(j, "content", rep.content);
+            cJSON *calls = cJSON_AddArrayToObject(j, "tool_calls");
+            for (size_t k = 0; k < rep.n_tool_calls; k++) {
+                cJSON *c = cJSON_CreateObject();
+                add_text(c, "name", rep.tool_calls[k].name);
+                add_text(c, "arguments", rep.tool_calls[k].arguments);
+                cJSON_AddItemToArray(calls, c);
+            }
+            tern_chat_reply_free(&rep);
+        }
+        cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
+        for (size_t k = 0; k < n_gen; k++) cJSON_AddItemToArray(toks, cJSON_CreateNumber(res.tokens.ids[k]));
+        cJSON_AddStringToObject(j, "stop_reason", tern_stop_reason_str(res.reason));
+        cJSON_AddNumberToObject(j, "prompt_tokens", (double)res.n_prompt);
+        cJSON_AddNumberToObject(j, "generated_tokens", (double)n_gen);
+        cJSON_AddNumberToObject(j, "pp_tok_s", pp);
+        cJSON_AddNumberToObject(j, "tg_tok_s", tg);
+        cJSON_AddNumberToObject(j, "prompt_s", res.prompt_s);
+        cJSON_AddNumberToObject(j, "gen_s", res.gen_s);
+        cJSON_AddBoolToObject(j, "chat", chat);
+        char *s = cJSON_PrintUnformatted(j);
+        if (s) { puts(s); free(s); }
+        cJSON_Delete(j);
+    } else {
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    if (!o.quiet)
+        fprintf(stderr, "tern run: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s), "
+                        "stop: %s\n", res.n_prompt, res.prompt_s, pp, n_gen, res.gen_s, tg,
+                tern_stop_reason_str(res.reason));
+    tern_gen_result_free(&res);
+    tern_tokens_free(&ids);
+    gen_ctx_close(&g);
+    return 0;
 }

@@ -1,0 +1,160 @@
+/*
+ * cli_gen.c - shared option parsing and setup for `tern run` and `tern chat`.
+ */
+#include "cli/cli_gen.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+volatile int gen_cancel;
+
+static double tern_now_s_cli(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void gen_opts_default(gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    tern_sampler_params_default(&o->sp);
+    /* Qwen3 model-card settings (non-thinking): temperature 0.7, top-p 0.8, top-k 20, min-p 0 */
+    o->sp.temperature = 0.7f;
+    o->sp.top_k = 20;
+    o->sp.top_p = 0.8f;
+    o->sp.min_p = 0.0f;
+    o->n_predict = 512;
+    o->think = -1;
+}
+
+void gen_opts_help(FILE *f) {
+    fprintf(f,
+            "  -m, --model PATH         GGUF file or MLX pack folder (default: the embedded model / $TERN_MODEL)\n"
+            "  -n, --n-predict N        most tokens to generate (default 512; 0 = until end or full context)\n"
+            "  --temp T                 temperature (default 0.7; 0 = greedy)\n"
+            "  --top-k K                keep the K most likely tokens (default 20; 0 = off)\n"
+            "  --top-p P                nucleus sampling mass (default 0.8; 1 = off)\n"
+            "  --min-p P                drop tokens below P x the top probability (default 0 = off)\n"
+            "  --repeat-penalty X       repetition penalty over the last 64 tokens (default 1 = off)\n"
+            "  --presence-penalty X     presence penalty (default 0)\n"
+            "  --frequency-penalty X    frequency penalty (default 0)\n"
+            "  --seed S                 sampling seed (default: random, printed); same seed, same output\n"
+            "  --think | --no-think     thinking on / off (default: on for qwen35, off for qwen3)\n"
+            "  --system TEXT            system prompt\n"
+            "  --threads N              worker threads (default: all cores)\n"
+            "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
+            "  --quiet                  no load/speed lines on stderr\n");
+}
+
+static bool take(const char *cmd, int argc, char **argv, int *i, const char **v) {
+    if (*i + 1 >= argc) { cli_usage_error(cmd, "%s needs a value", argv[*i]); return false; }
+    *v = argv[++*i];
+    return true;
+}
+
+int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    int64_t iv;
+    double dv;
+#define NUM_I(lo, hi, dst)                                                                            \
+    do {                                                                                              \
+        if (!take(cmd, argc, argv, i, &v)) return 2;                                                  \
+        if (!cli_parse_i64(v, lo, hi, &iv)) {                                                         \
+            cli_usage_error(cmd, "bad value '%s' for %s (integer %lld..%lld)", v, a, (long long)(lo), \
+                            (long long)(hi));                                                         \
+            return 2;                                                                                 \
+        }                                                                                             \
+        dst = iv;                                                                                     \
+        return 1;                                                                                     \
+    } while (0)
+#define NUM_F(lo, hi, dst)                                                                         \
+    do {                                                                                           \
+        if (!take(cmd, argc, argv, i, &v)) return 2;                                               \
+        if (!cli_parse_f64(v, lo, hi, &dv)) {                                                      \
+            cli_usage_error(cmd, "bad value '%s' for %s (number %g..%g)", v, a, (double)(lo), (double)(hi)); \
+            return 2;                                                                              \
+        }                                                                                          \
+        dst = (float)dv;                                                                           \
+        return 1;                                                                                  \
+    } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->model = v; return 1; }
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) NUM_I(0, 1 << 24, o->n_predict);
+    if (!strcmp(a, "--temp")) NUM_F(0.0, 100.0, o->sp.temperature);
+    if (!strcmp(a, "--top-k")) NUM_I(0, 1 << 24, o->sp.top_k);
+    if (!strcmp(a, "--top-p")) NUM_F(1e-6, 1.0, o->sp.top_p);
+    if (!strcmp(a, "--min-p")) NUM_F(0.0, 1.0, o->sp.min_p);
+    if (!strcmp(a, "--repeat-penalty")) NUM_F(1e-3, 100.0, o->sp.repeat_penalty);
+    if (!strcmp(a, "--presence-penalty")) NUM_F(-100.0, 100.0, o->sp.presence_penalty);
+    if (!strcmp(a, "--frequency-penalty")) NUM_F(-100.0, 100.0, o->sp.frequency_penalty);
+    if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
+    if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
+    if (!strcmp(a, "--seed")) {
+        if (!take(cmd, argc, argv, i, &v)) return 2;
+        char *end;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (!*v || *end || *v == '-') { cli_usage_error(cmd, "bad value '%s' for --seed (unsigned integer)", v); return 2; }
+        o->sp.seed = s;
+        o->seed_set = true;
+        return 1;
+    }
+    if (!strcmp(a, "--think")) { o->think = 1; return 1; }
+    if (!strcmp(a, "--no-think")) { o->think = 0; return 1; }
+    if (!strcmp(a, "--system")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->system = v; return 1; }
+    if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { o->quiet = true; return 1; }
+    return 0;
+#undef NUM_I
+#undef NUM_F
+}
+
+int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
+    memset(g, 0, sizeof *g);
+    const char *path = o->model ? o->model : cli_default_model();
+    if (!path) return cli_usage_error(cmd, "no model: use -m MODEL or set TERN_MODEL");
+    double t0 = tern_now_s_cli();
+    tern_status st = tern_tokenizer_load(path, &g->tok);
+    if (st) return cli_lib_error(cmd, st);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = o->threads;
+    if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
+    const tern_model_info *info = tern_model_get_info(g->model);
+    tern_session_params spp;
+    tern_session_params_default(&spp);
+    spp.n_ctx = o->ctx;
+    if ((st = tern_session_new(g->model, &spp, &g->sess))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
+    tern_sampler_params sp = o->sp;
+    if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    if ((st = tern_sampler_new(&sp, info->n_vocab, &g->smp))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
+    g->fmt = tern_chat_format_for(g->tok);
+    g->has_template = tern_tokenizer_chat_template(g->tok) != NULL;
+    g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
+    g->load_s = tern_now_s_cli() - t0;
+    if (!o->quiet)
+        fprintf(stderr, "tern %s: %s (%s, %d layers, vocab %d, ctx %d) loaded in %.2f s, seed %llu, thinking %s\n", cmd,
+                path, info->arch, info->n_layers, info->n_vocab, tern_session_n_ctx(g->sess), g->load_s,
+                (unsigned long long)sp.seed, g->think ? "on" : "off");
+    return 0;
+}
+
+void gen_ctx_close(gen_ctx *g) {
+    tern_sampler_free(g->smp);
+    tern_session_free(g->sess);
+    tern_model_free(g->model);
+    tern_tokenizer_free(g->tok);
+    memset(g, 0, sizeof *g);
+}
+
+static struct sigaction g_old_int;
+static void on_sigint(int sig) { (void)sig; gen_cancel = 1; }
+
+void gen_sigint_arm(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    gen_cancel = 0;
+    sigaction(SIGINT, &sa, &g_old_int);
+}
+
+void gen_sigint_disarm(void) { sigaction(SIGINT, &g_old_int, NULL); }

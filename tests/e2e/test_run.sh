@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_run.sh - `tern run` end to end on the fixture models:
+#   - greedy --raw continuation of the fixtures' chat-text sequence equals the
+#     24 reference ids in the fixture README (transformers float64), which checks
+#     tokenizer + model + greedy loop together;
+#   - --json fields, -n, --stop, --ctx (context_full), seeds (reproducible),
+#     streaming stdout equals the JSON text, stats on stderr;
+#   - --help, bad flags and values exit 2 with one line.
+# Usage: bash test_run.sh /path/to/tern
+set -uo pipefail
+TERN=${1:?usage: test_run.sh /path/to/tern}
+SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-$SRC/../shared/fixtures}}
+if [ ! -d "$FIX/qwen3-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 0; fi
+pass=0; fail=0
+ok() { pass=$((pass+1)); echo "ok   $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+jget() { python3 -c "import json,sys; d=json.loads(sys.stdin.read()); v=d$1; print(' '.join(map(str,v)) if isinstance(v,list) else v)"; }
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+Q3="$FIX/qwen3-tiny/model-q2_0.gguf"; Q35="$FIX/qwen35-tiny/model-pq2_0.gguf"
+
+# --- usage
+"$TERN" run --help >"$TMP/h" 2>&1; check "help exits 0" [ $? -eq 0 ]
+check "help lists options" grep -q -- "--top-p" "$TMP/h"
+"$TERN" run -m "$Q3" -p hi --bogus >"$TMP/o" 2>"$TMP/e"; rc=$?
+check "unknown flag exits 2" [ $rc -eq 2 ]
+check "unknown flag: one line" [ "$(wc -l <"$TMP/e")" -eq 1 ]
+for args in "--temp abc" "--top-p 0" "--top-k -1" "-n x" "--seed -3" "--min-p 2" "--ctx 1"; do
+  "$TERN" run -m "$Q3" -p hi $args >/dev/null 2>"$TMP/e"; rc=$?
+  check "bad value '$args' exits 2 with one line" [ $rc -eq 2 -a "$(wc -l <"$TMP/e")" -eq 1 ]
+done
+"$TERN" run -m "$Q3" >/dev/null 2>&1; check "missing -p exits 2" [ $? -eq 2 ]
+"$TERN" run -m /nonexistent.gguf -p hi >/dev/null 2>"$TMP/e"; rc=$?
+check "missing model exits 1 naming the file" [ $rc -eq 1 ] && grep -q nonexistent "$TMP/e"
+
+# --- greedy continuation vs the fixture reference (README table)
+ref_text() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['sequences'][2]['text']+'X', end='')" "$1"; }
+ref_cont() { grep -E "$2" "$1" | head -1 | awk -F'|' '{print $(NF-1)}' | xargs; }
+for spec in "qwen3-tiny|$Q3|^\| chat-text \||53" "qwen35-tiny|$Q35|^\| A \| chat-text \||80"; do
+  IFS='|' read -r d model pat n <<<"$(echo "$spec" | sed 's/\\|/\x01/g' | tr '\001' '!' )"
+  pat=$(echo "$pat" | sed 's/!/\\|/g')
+  TEXT=$(ref_text "$FIX/$d/reference.json"); TEXT=${TEXT%X}
+  want=$(ref_cont "$FIX/$d/README.md" "$pat")
+  "$TERN" run -m "$model" --raw -p "$TEXT" --temp 0 -n 24 --json --quiet >"$TMP/j" 2>"$TMP/e"
+  got=$(jget "['tokens']" <"$TMP/j")
+  check "$d greedy continuation = reference ($want)" [ -n "$want" -a "$got" = "$want" ]
+  check "$d prompt_tokens = $n" [ "$(jget "['prompt_tokens']" <"$TMP/j")" = "$n" ]
+  check "$d stop_reason max_tokens" [ "$(jget "['stop_reason']" <"$TMP/j")" = "max_tokens" ]
+  check "$d json has speeds" python3 -c "import json,sys; d=json.load(open('$TMP/j')); assert d['pp_tok_s']>0 and d['tg_tok_s']>0 and 'text' in d"
+done
+
+# --- streaming text equals the JSON text; stats on stderr
+TEXT=$(ref_text "$FIX/qwen3-tiny/reference.json"); TEXT=${TEXT%X}
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 24 >"$TMP/stream" 2>"$TMP/err"
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 24 --json --quiet >"$TMP/j"
+python3 -c "import json; t=json.load(open('$TMP/j'))['text']; s=open('$TMP/stream',encoding='utf-8').read(); assert s==t+'\n', (s,t)"
+check "stream == json text" [ $? -eq 0 ]
+check "stderr has speed and stop reason" grep -q "tok/s.*stop: max_tokens" "$TMP/err"
+
+# --- -n, --stop, --ctx
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 5 --json --quiet >"$TMP/j"
+check "-n 5 gives 5 tokens" [ "$(jget "['generated_tokens']" <"$TMP/j")" = 5 ]
+full=$("$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 24 --json --quiet | jget "['text']")
+stop=$(python3 -c "import sys; t=sys.argv[1]; print(t[len(t)//2:len(t)//2+4])" "$full")
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 24 --stop "$stop" --json --quiet >"$TMP/j"
+python3 - "$TMP/j" "$full" "$stop" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); full, stop = sys.argv[2], sys.argv[3]
+assert d["stop_reason"] == "stop_string", d
+assert d["text"] == full[:full.index(stop)], (d["text"], full, stop)
+PY
+check "--stop cuts before the stop string" [ $? -eq 0 ]
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 24 --ctx 60 --json --quiet >"$TMP/j"
+# 53 prompt + 7 evaluated fill 60 positions; the 8th id is sampled from the last logits
+check "--ctx 60: context_full after 8 tokens" [ "$(jget "['stop_reason']" <"$TMP/j")" = context_full -a "$(jget "['generated_tokens']" <"$TMP/j")" = 8 ]
+"$TERN" run -m "$Q3" --raw -p "$TEXT" --ctx 40 -n 4 >/dev/null 2>"$TMP/e"; rc=$?
+check "prompt longer than --ctx fails with a message" [ $rc -eq 1 ] && grep -qi "context" "$TMP/e"
+
+# --- seeds
+a=$("$TERN" run -m "$Q35" -p "Tell me a story" --temp 1.0 --top-k 0 --top-p 1 --seed 7 -n 16 --json --quiet | jget "['tokens']")
+b=$("$TERN" run -m "$Q35" -p "Tell me a story" --temp 1.0 --top-k 0 --top-p 1 --seed 7 -n 16 --json --quiet | jget "['tokens']")
+c=$("$TERN" run -m "$Q35" -p "Tell me a story" --temp 1.0 --top-k 0 --top-p 1 --seed 8 -n 16 --json --quiet | jget "['tokens']")
+check "same seed, same tokens" [ -n "$a" -a "$a" = "$b" ]
+check "other seed, other tokens" [ "$a" != "$c" ]
+
+# --- chat mode: prompt through the template, --no-think, --system; MLX pack folder
+"$TERN" run -m "$Q35" -p "Hi" --no-think --system "Be brief." --temp 0 -n 4 --json --quiet >"$TMP/j"
+check "chat prompt tokens (qwen35, system + no-think)" [ "$(jget "['chat']" <"$TMP/j")" = True ]
+"$TERN" run -m "$FIX/qwen35-tiny/mlx-pack" --raw -p "$TEXT" --temp 0 -n 4 --json --quiet >"$TMP/j" 2>"$TMP/e"
+check "MLX pack folder runs" [ $? -eq 0 ]
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
