@@ -19,7 +19,9 @@ typedef struct {
 } tern_block_pq2_0;
 static_assert(sizeof(tern_block_pq2_0) == 34, "PQ2_0 block is 34 bytes");
 
-/* Mainline Q2_0 (ggml 42, QK2_0 = 64): 18 bytes, same element rule. */
+/* Mainline Q2_0 (ggml 42, QK2_0 = 64): 18 bytes, same element rule.
+ * Checked against ggml-org/llama.cpp ggml/src/ggml-common.h (01243c587fec):
+ * `#define QK2_0 64`, `block_q2_0 { ggml_half d; uint8_t qs[QK2_0 / 4]; }`. */
 typedef struct {
     uint16_t d;
     uint8_t qs[TERN_QK64 / 4];
@@ -40,7 +42,11 @@ typedef struct {
 } tern_block_ptq1_0;
 static_assert(sizeof(tern_block_ptq1_0) == 28, "PTQ1_0 block is 28 bytes");
 
-/* Q1_0 (ggml 41, 1-bit, 128 per block): 18 bytes; bit j%8 of qs[j/8]: 1 -> +d, 0 -> -d. */
+/* Q1_0 (ggml 41, 1-bit, 128 per block): 18 bytes; bit j%8 of qs[j/8]: 1 -> +d, 0 -> -d.
+ * Checked against ggml-org/llama.cpp ggml-common.h (`#define QK1_0 128`,
+ * `block_q1_0 { ggml_half d; uint8_t qs[QK1_0 / 8]; }`) and ggml-quants.c
+ * dequantize_row_q1_0 (bit ? d : -d). Early Prism builds used QK1_0 = 32 (6 B)
+ * under other ids; those files are not supported. */
 typedef struct {
     uint16_t d;
     uint8_t qs[TERN_QK128 / 8];
