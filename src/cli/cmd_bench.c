@@ -8,9 +8,8 @@
  *     best of several passes;
  *   - ternary GEMV (batch 1) and GEMM (batch 128) on the Bonsai shapes and
  *     mlx_ternary's shapes, PQ2_0 weights, 1 and 2 threads: interleaved medians
- *     (every configuration runs once per round, rounds repeat), GEMV over
- *     rotating weight copies that together exceed 600 MB so no call is served
- *     from the L3; GB/s = weight bytes / time, and its ratio to the ceiling;
+ *     (every configuration runs once per round, rounds repeat), each call on
+ *     another window of a 768 MB weight arena so no call is served from the L3; GB/s = weight bytes / time, and its ratio to the ceiling;
  *     GFLOP/s = 2*batch*K*N / time;
  *   - the Hadamard transform and the fused sites (GB/s = bytes read+written);
  *   - the error bound: max|y - ref| / max|ref| against float64 of the
@@ -34,6 +33,7 @@ static void bench_kernels_usage(FILE *f) {
             "  --threads N   only N threads (default: 1 and 2)\n"
             "  --quick       fewer rounds, smaller ceiling buffer, no head-shape GEMM\n"
             "  --reps N      rounds of the interleaved loop (default 9, quick 5)\n"
+            "  --only X      only gemv (batch 1), gemm (batch 128) or transform\n"
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n");
 }
@@ -41,15 +41,22 @@ static void bench_kernels_usage(FILE *f) {
 /* ----------------------------------------------------------- read ceiling */
 typedef struct bw_job {
     const uint8_t *buf;
-    size_t n;
+    size_t n, pf;
     uint64_t sink[64];
 } bw_job;
 
+/* Sum a buffer with 256-bit loads; pf > 0 adds software prefetches pf bytes
+ * ahead (the GEMV kernels prefetch too, so the ceiling is the better of both). */
 #if defined(__x86_64__)
+#include <immintrin.h>
 typedef long long v4i __attribute__((vector_size(32)));
-__attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_t n) {
+__attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_t n, size_t pf) {
     v4i a = {0}, b = {0}, c = {0}, d = {0};
     for (size_t i = 0; i + 128 <= n; i += 128) {
+        if (pf) {
+            _mm_prefetch((const char *)p + i + pf, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + i + pf + 64, _MM_HINT_T0);
+        }
         v4i x0, x1, x2, x3;
         memcpy(&x0, p + i, 32); memcpy(&x1, p + i + 32, 32);
         memcpy(&x2, p + i + 64, 32); memcpy(&x3, p + i + 96, 32);
@@ -59,9 +66,10 @@ __attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_
     return (uint64_t)(a[0] + a[1] + a[2] + a[3]);
 }
 #else
-static uint64_t read_sum(const uint8_t *p, size_t n) {
+static uint64_t read_sum(const uint8_t *p, size_t n, size_t pf) {
     uint64_t a = 0, b = 0, c = 0, d = 0;
     for (size_t i = 0; i + 32 <= n; i += 32) {
+        if (pf) __builtin_prefetch(p + i + pf);
         uint64_t x[4];
         memcpy(x, p + i, 32);
         a += x[0]; b += x[1]; c += x[2]; d += x[3];
@@ -73,13 +81,16 @@ static uint64_t read_sum(const uint8_t *p, size_t n) {
 static void bw_task(void *ctx, int t, int nt) {
     bw_job *j = ctx;
     size_t chunk = (j->n / (size_t)nt) & ~(size_t)127;
-    j->sink[t & 63] += read_sum(j->buf + chunk * (size_t)t, chunk);
+    /* the prefetches run past the end of a chunk by pf bytes: stay inside the buffer */
+    size_t len = (size_t)t == (size_t)nt - 1 && chunk > j->pf ? chunk - j->pf : chunk;
+    j->sink[t & 63] += read_sum(j->buf + chunk * (size_t)t, len, j->pf);
 }
 
 static double measure_ceiling(tern_pool *pool, int threads, uint8_t *buf, size_t n, int passes) {
-    bw_job j = {buf, n, {0}};
+    bw_job j = {buf, n, 0, {0}};
     double best = 0;
-    for (int p = 0; p < passes; p++) {
+    for (int p = 0; p < 2 * passes; p++) {
+        j.pf = p % 2 ? 4096 : 0;
         double t0 = tern_now_s();
         tern_pool_run(threads > 1 ? pool : NULL, bw_task, &j, threads);
         double dt = tern_now_s() - t0;
@@ -188,11 +199,17 @@ static void emit(bool json, const char *op, const char *name, int64_t k, int64_t
 
 static int bench_kernels(int argc, char **argv) {
     bool json = false, quick = false;
+    const char *only = NULL;
     int only_threads = 0, reps = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { bench_kernels_usage(stdout); return 0; }
         else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
+            if (strcmp(only, "gemv") && strcmp(only, "gemm") && strcmp(only, "transform"))
+                return cli_usage_error("bench", "--only takes gemv, gemm or transform, not '%s'", only);
+        }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 256, &v)) return cli_usage_error("bench", "bad --threads '%s'", argv[i]);
@@ -227,22 +244,22 @@ static int bench_kernels(int argc, char **argv) {
     }
     tern_free_aligned(bw, bw_n);
 
-    /* Weights: rotating copies per shape, > 600 MB per shape in total. */
-    const size_t rot_bytes = (size_t)600 << 20;
+    /* Weights: one 768 MB arena of random PQ2_0 blocks (3x the L3); each shape
+     * rotates over as many disjoint windows of it as fit, so consecutive calls
+     * on a shape never find their weights in the cache. */
+    size_t arena_blocks = ((size_t)768 << 20) / 34, arena_n = arena_blocks * 34;
+    uint8_t *arena = tern_alloc_aligned(arena_n);
+    if (!arena) return cli_usage_error("bench", "out of memory for the %zu-byte weight arena", arena_n);
+    fill_pq2(arena, (int64_t)arena_blocks, 128);
     uint8_t **copies[N_SHAPES];
     int n_copies[N_SHAPES];
     size_t wbytes[N_SHAPES];
     for (size_t s = 0; s < N_SHAPES; s++) {
         wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * 34;
-        n_copies[s] = (int)((rot_bytes + wbytes[s] - 1) / wbytes[s]);
-        if (n_copies[s] < 2) n_copies[s] = 2;
+        n_copies[s] = (int)(arena_n / wbytes[s]);
+        if (n_copies[s] > 4096) n_copies[s] = 4096;
         copies[s] = calloc((size_t)n_copies[s], sizeof(uint8_t *));
-        for (int c = 0; c < n_copies[s]; c++) {
-            copies[s][c] = tern_alloc_aligned(wbytes[s]);
-            if (!copies[s][c]) return cli_usage_error("bench", "out of memory for weight copies");
-            if (c == 0) fill_pq2(copies[s][c], g_shapes[s].n, g_shapes[s].k);
-            else memcpy(copies[s][c], copies[s][0], wbytes[s]);
-        }
+        for (int c = 0; c < n_copies[s]; c++) copies[s][c] = arena + (size_t)c * wbytes[s];
     }
     /* Activations: batch 128 x max K. */
     size_t xmax = (size_t)128 * 17408;
@@ -258,6 +275,7 @@ static int bench_kernels(int argc, char **argv) {
         for (int bi = 0; bi < 2; bi++)
             for (int ti = 0; ti < n_thr; ti++) {
                 if (quick && batches[bi] == 128 && g_shapes[s].n > 100000) continue;
+                if (only && (!strcmp(only, "transform") || (batches[bi] == 1) != !strcmp(only, "gemv"))) continue;
                 config *c = &cfg[nc++];
                 memset(c, 0, sizeof *c);
                 c->shape = (int)s; c->batch = batches[bi]; c->threads = thr[ti];
@@ -300,9 +318,9 @@ static int bench_kernels(int argc, char **argv) {
     for (int i = 0; i < 17408; i++) { sg[i] = (rnd() & 1) ? 1.0f : -1.0f; a[i] = rnd_normal(); bb[i] = rnd_normal(); }
     float *gain = tern_alloc_aligned(17408 * sizeof(float));
     for (int i = 0; i < 17408; i++) gain[i] = 1.0f + 0.1f * rnd_normal();
-    int hreps = quick ? 201 : 1001;
-    double *ht = calloc((size_t)hreps, sizeof(double));
-    for (int hi = 0; hi < 3; hi++) {
+    int hreps = only && strcmp(only, "transform") ? 0 : quick ? 201 : 1001;
+    double *ht = calloc((size_t)hreps + 1, sizeof(double));
+    for (int hi = 0; hi < 3 && hreps > 0; hi++) {
         size_t n = (size_t)hk[hi];
         for (int op = 0; op < 3; op++) {
             for (int r = 0; r < hreps; r++) {
@@ -324,10 +342,8 @@ static int bench_kernels(int argc, char **argv) {
     tern_free_aligned(sg, 17408 * sizeof(float));
     tern_free_aligned(a, 17408 * 4 * sizeof(float));
     tern_free_aligned(gain, 17408 * sizeof(float));
-    for (size_t s = 0; s < N_SHAPES; s++) {
-        for (int c = 0; c < n_copies[s]; c++) tern_free_aligned(copies[s][c], wbytes[s]);
-        free(copies[s]);
-    }
+    for (size_t s = 0; s < N_SHAPES; s++) free(copies[s]);
+    tern_free_aligned(arena, arena_n);
     tern_free_aligned(x, xmax * sizeof(float));
     tern_free_aligned(y, (size_t)128 * 248320 * sizeof(float));
     tern_pool_free(pool);

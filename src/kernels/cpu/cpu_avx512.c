@@ -32,6 +32,9 @@
 #include <math.h>
 
 #define SEG 1024
+#ifndef TERN_AVX512_PF
+#define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
+#endif
 #define GEMM_MIN 6
 
 /* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
@@ -139,7 +142,9 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
     for (int b = 0; b < NBMAX; b++) { Y[b] = _mm512_setzero_ps(); F[b] = _mm512_setzero_ps(); }
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *blk = row + (size_t)i * bb;
-        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
+#if TERN_AVX512_PF > 0
+        if (i % 2 == 0) _mm_prefetch((const char *)blk + TERN_AVX512_PF, _MM_HINT_T0);
+#endif
         __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
         __m512i A, B = _mm512_setzero_si512();
         if (qk == 128) {
@@ -164,7 +169,8 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
                 accH = _mm512_dpbusd_epi32(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
                 accL = _mm512_dpbusd_epi32(accL, A, _mm512_loadu_si512(a + 64));
             }
-            __m512i T = _mm512_add_epi32(_mm512_slli_epi32(accH, 7), accL);
+            /* |accH| < 2^15, so as int16 pairs (accH, sign) it is exact: T = accL + 128*accH */
+            __m512i T = _mm512_dpwssd_epi32(accL, accH, _mm512_set1_epi32(128));
             F[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), d, F[b]);
         }
         if ((i + 1) % bps == 0 || i + 1 == nb) {
@@ -345,8 +351,8 @@ void tern_avx512_fill(tern_kern_table *t) {
             t->mm[i].row_tile = GR;
         }
     }
-    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, gemm_rows, GEMM_MIN, 1};
-    tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, gemm_rows, GEMM_MIN, 1};
+    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, gemm_rows, GEMM_MIN, 1, NULL, NULL};
+    tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, gemm_rows, GEMM_MIN, 1, NULL, NULL};
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;
     t->mm[TERN_DT_Q2_0_G64] = g64;

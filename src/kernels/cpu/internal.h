@@ -32,6 +32,13 @@ typedef struct tern_mm_ops {
     tern_rows_fn gemm_rows;
     int gemm_min_batch;
     int gemm_k_align;
+    /* Optional batch-wide preparation for gemm_rows (NULL: gemm_rows reads raw x).
+     * gemm_prep fills batch rows [b0, b1) of a gemm_act_bytes(k, batch) buffer
+     * (tasks run in parallel on disjoint ranges; the task with b1 == batch also
+     * writes any padding). gemm_rows then gets act = that buffer. */
+    size_t (*gemm_act_bytes)(int64_t k, size_t batch);
+    void (*gemm_prep)(const float *x, size_t x_stride, size_t batch, int64_t k, void *act,
+                      size_t b0, size_t b1);
 } tern_mm_ops;
 
 /* One row of n floats: forward (inverse=false): x <- H(x*s)/sqrt(block);

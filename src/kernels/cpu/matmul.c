@@ -55,7 +55,8 @@ static void *scratch_get(size_t n) {
 
 /* ------------------------------------------------------------------ prep */
 typedef struct prep_job {
-    tern_act_prep_fn prep;
+    tern_act_prep_fn prep;          /* per-row prep, or */
+    const tern_mm_ops *gemm;        /* batch-wide gemm prep */
     const float *x;
     size_t x_stride, act_stride, batch;
     int64_t k;
@@ -66,6 +67,10 @@ static void prep_task(void *vctx, int task, int n_tasks) {
     prep_job *j = vctx;
     size_t b0 = j->batch * (size_t)task / (size_t)n_tasks;
     size_t b1 = j->batch * (size_t)(task + 1) / (size_t)n_tasks;
+    if (j->gemm) {
+        j->gemm->gemm_prep(j->x, j->x_stride, j->batch, j->k, j->act, b0, b1);
+        return;
+    }
     for (size_t b = b0; b < b1; b++) j->prep(j->x + b * j->x_stride, j->k, j->act + b * j->act_stride);
 }
 
@@ -76,6 +81,7 @@ typedef struct mm_job {
     int n_mats;
     const tern_qmat *w[MAX_MULTI];
     const tern_mm_ops *ops[MAX_MULTI];
+    tern_rows_fn rows[MAX_MULTI];
     const void *act[MAX_MULTI];
     size_t act_stride[MAX_MULTI];
     float *y[MAX_MULTI];
@@ -95,7 +101,7 @@ static void mm_task(void *vctx, int task, int n_tasks) {
         if (a >= b) continue;
         int64_t r0 = (a - s) * j->tile, r1 = (b - s) * j->tile;
         if (r1 > j->w[m]->n) r1 = j->w[m]->n;
-        j->ops[m]->rows(j->w[m], j->act[m], j->act_stride[m], j->batch, j->y[m], j->y_stride[m], r0, r1);
+        j->rows[m](j->w[m], j->act[m], j->act_stride[m], j->batch, j->y[m], j->y_stride[m], r0, r1);
     }
 }
 
@@ -117,47 +123,55 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     j.n_mats = n_mats;
     j.batch = batch;
     int64_t k = w[0]->k;
-    /* Prepare the activation once per distinct prep function. */
+    /* Pick each matrix's path, then prepare the activation once per distinct
+     * preparation (matrices of one multi call share it). */
     size_t total = 0, offs[MAX_MULTI];
-    tern_mm_ops gemm_ops[MAX_MULTI];
+    const void *key[MAX_MULTI];
+    bool gemm[MAX_MULTI];
     for (int m = 0; m < n_mats; m++) {
         TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT);
-        j.w[m] = w[m];
         const tern_mm_ops *o = &kt->mm[w[m]->type];
-        if (o->gemm_rows && batch >= (size_t)o->gemm_min_batch && k % o->gemm_k_align == 0) {
-            gemm_ops[m] = (tern_mm_ops){NULL, NULL, o->gemm_rows, o->row_tile, NULL, 0, 1};
-            o = &gemm_ops[m];
-        }
+        j.w[m] = w[m];
         j.ops[m] = o;
         j.y[m] = y[m];
         j.y_stride[m] = y_stride[m];
+        gemm[m] = o->gemm_rows && batch >= (size_t)o->gemm_min_batch && k % o->gemm_k_align == 0;
+        key[m] = gemm[m] ? (const void *)o->gemm_prep : (const void *)o->act_prep;
         offs[m] = SIZE_MAX;
-        if (!j.ops[m]->act_prep) continue;
+        if (!key[m]) continue;
         int same = -1;
         for (int q = 0; q < m; q++)
-            if (j.ops[q]->act_prep == j.ops[m]->act_prep) same = q;
+            if (key[q] == key[m] && gemm[q] == gemm[m]) same = q;
         if (same >= 0) { offs[m] = offs[same]; j.act_stride[m] = j.act_stride[same]; continue; }
-        size_t st = (j.ops[m]->act_bytes(k) + 63) & ~(size_t)63;
-        j.act_stride[m] = st;
+        size_t bytes;
+        if (gemm[m]) {
+            bytes = (o->gemm_act_bytes(k, batch) + 63) & ~(size_t)63;
+            j.act_stride[m] = 0;
+        } else {
+            size_t st = (o->act_bytes(k) + 63) & ~(size_t)63;
+            j.act_stride[m] = st;
+            bytes = st * batch;
+        }
         offs[m] = total;
-        total += st * batch;
+        total += bytes;
     }
-    static const tern_mm_ops ref_ops = {NULL, NULL, tern_ref_rows, 1, NULL, 0, 1};
     uint8_t *scr = total ? scratch_get(total) : NULL;
-    if (total && !scr) /* out of memory: the reference needs no scratch */
-        for (int m = 0; m < n_mats; m++) { j.ops[m] = &ref_ops; offs[m] = SIZE_MAX; }
+    bool use_ref = total && !scr; /* out of memory: the reference needs no scratch */
     for (int m = 0; m < n_mats; m++) {
-        if (offs[m] == SIZE_MAX) {
+        if (use_ref || offs[m] == SIZE_MAX) {
+            j.rows[m] = use_ref ? tern_ref_rows : gemm[m] ? j.ops[m]->gemm_rows : j.ops[m]->rows;
             j.act[m] = x;
             j.act_stride[m] = x_stride * sizeof(float);
             continue;
         }
+        j.rows[m] = gemm[m] ? j.ops[m]->gemm_rows : j.ops[m]->rows;
         bool done = false;
         for (int q = 0; q < m; q++)
             if (offs[q] == offs[m]) done = true;
         j.act[m] = scr + offs[m];
         if (done) continue;
-        prep_job pj = {j.ops[m]->act_prep, x, x_stride, j.act_stride[m], batch, k, scr + offs[m]};
+        prep_job pj = {gemm[m] ? NULL : j.ops[m]->act_prep, gemm[m] ? j.ops[m] : NULL, x, x_stride,
+                       j.act_stride[m], batch, k, scr + offs[m]};
         int pt = batch >= 8 && pool ? tern_pool_size(pool) * 2 : 1;
         if ((size_t)pt > batch) pt = (int)batch;
         tern_pool_run(pt > 1 ? pool : NULL, prep_task, &pj, pt);
