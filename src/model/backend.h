@@ -81,5 +81,7 @@ typedef struct tern_backend {
 } tern_backend;
 
 const tern_backend *tm_backend_cpu(void);
+/* Choose the CPU hot-loop variant for tern_kernels_isa() (called at model load). */
+void tm_backend_cpu_select(void);
 
 #endif

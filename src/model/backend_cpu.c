@@ -11,10 +11,22 @@
  *        S = S*exp(g); kv = S^T k; delta = (v - kv)*beta; S += k delta^T; o = S^T q;
  *        out = rmsnorm(o)*norm*silu(z) per value head (all in fp32).
  *   attention: causal softmax(q k^T * scale) v over the cache, GQA h -> h/(n_head/n_kv).
+ * The per-head loops live in cpu_ops.h (compiled per ISA, picked by tm_backend_cpu_select).
  *   RoPE: NEOX pairs (i, i+rot/2), inv_freq_i = theta^(-2i/rot), angles in double.
  */
 #include "model/backend.h"
 #include "formats/codecs.h"
+
+#define TM_SFX _generic
+#include "model/cpu_ops.h"
+#undef TM_SFX
+
+#if defined(TERN_HAVE_X86)
+void tm_gdn_head_avx2(const tm_gdn_args *a, int conv_ch, int p);
+void tm_attn_head_avx2(const tm_attn_args *a, int h);
+void tm_gdn_head_avx512(const tm_gdn_args *a, int conv_ch, int p);
+void tm_attn_head_avx512(const tm_attn_args *a, int h);
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -122,40 +134,31 @@ static void cpu_rope(tern_pool *pool, float *x, size_t rows, size_t stride, int 
 
 /* ------------------------------------------------------------- attention */
 
+typedef void (*gdn_head_fn)(const tm_gdn_args *a, int conv_ch, int p);
+typedef void (*attn_head_fn)(const tm_attn_args *a, int h);
+static gdn_head_fn g_gdn_head = tm_gdn_head_generic;
+static attn_head_fn g_attn_head = tm_attn_head_generic;
+
+/* Pick the hot-loop variant for the kernels' ISA (once per model load). */
+void tm_backend_cpu_select(void) {
+    tern_isa isa = tern_kernels_isa();
+    g_gdn_head = tm_gdn_head_generic;
+    g_attn_head = tm_attn_head_generic;
+#if defined(TERN_HAVE_X86)
+    if (isa == TERN_ISA_AVX512) {
+        g_gdn_head = tm_gdn_head_avx512;
+        g_attn_head = tm_attn_head_avx512;
+    } else if (isa == TERN_ISA_AVX2) {
+        g_gdn_head = tm_gdn_head_avx2;
+        g_attn_head = tm_attn_head_avx2;
+    }
+#endif
+    (void)isa;
+}
+
 static void attn_task(void *vc, int h, int n_tasks) {
     (void)n_tasks;
-    const tm_attn_args *a = vc;
-    int group = a->n_head / a->n_head_kv;
-    int kvh = h / group;
-    size_t kvw = (size_t)a->n_head_kv * a->head_dim;
-    float *sc = a->scratch + (size_t)h * (a->pos0 + a->rows);
-    int hd = a->head_dim;
-    for (int i = 0; i < a->rows; i++) {
-        const float *q = a->q + i * a->q_stride + (size_t)h * hd;
-        int np = a->pos0 + i + 1;
-        float mx = -INFINITY;
-        for (int p = 0; p < np; p++) {
-            const float *k = a->kcache + p * kvw + (size_t)kvh * hd;
-            float s = 0;
-            for (int j = 0; j < hd; j++) s += q[j] * k[j];
-            s *= a->scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
-        double sum = 0;
-        for (int p = 0; p < np; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = (float)(1.0 / sum);
-        float *o = a->out + (size_t)i * a->n_head * hd + (size_t)h * hd;
-        for (int j = 0; j < hd; j++) o[j] = 0;
-        for (int p = 0; p < np; p++) {
-            const float *v = a->vcache + p * kvw + (size_t)kvh * hd;
-            float w = sc[p] * inv;
-            for (int j = 0; j < hd; j++) o[j] += w * v[j];
-        }
-    }
+    g_attn_head(vc, h);
 }
 
 static void cpu_attention(tern_pool *pool, const tm_attn_args *a) {
@@ -166,7 +169,6 @@ static void cpu_attention(tern_pool *pool, const tm_attn_args *a) {
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 typedef struct {
     const tm_gdn_args *a;
@@ -223,48 +225,7 @@ static void gdn_l2_task(void *vc, int task, int n_tasks) {
 static void gdn_head_task(void *vc, int p, int n_tasks) {
     (void)n_tasks;
     gdn_ctx *c = vc;
-    const tm_gdn_args *a = c->a;
-    int dk = a->dk, dv = a->dv, C = c->conv_ch, nv = a->n_v, nk = a->n_k;
-    int r = nv / nk;
-    int kh = a->v_tiled ? p % nk : p / r;
-    float *S = a->state + (size_t)p * dk * dv;
-    float kv[512], o[512];
-    TERN_ASSERT(dv <= 512);
-    for (int t = 0; t < a->rows; t++) {
-        const float *row = a->work + (size_t)t * C;
-        const float *q = row + (size_t)kh * dk;
-        const float *k = row + (size_t)nk * dk + (size_t)kh * dk;
-        const float *v = row + (size_t)2 * nk * dk + (size_t)p * dv;
-        float g = a->ssm_a[p] * softplus(a->a[(size_t)t * nv + p] + a->dt_bias[p]);
-        float decay = expf(g);
-        float beta = sigmoidf_(a->b[(size_t)t * nv + p]);
-        for (int j = 0; j < dv; j++) kv[j] = 0;
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            float ki = k[i];
-            for (int j = 0; j < dv; j++) {
-                Si[j] *= decay;
-                kv[j] += Si[j] * ki;
-            }
-        }
-        for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta; /* delta */
-        for (int j = 0; j < dv; j++) o[j] = 0;
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            float ki = k[i], qi = q[i];
-            for (int j = 0; j < dv; j++) {
-                Si[j] += ki * kv[j];
-                o[j] += Si[j] * qi;
-            }
-        }
-        /* gated RMSNorm */
-        double ss = 0;
-        for (int j = 0; j < dv; j++) ss += (double)o[j] * o[j];
-        float inv = (float)(1.0 / sqrt(ss / dv + a->eps));
-        const float *z = a->z + (size_t)t * nv * dv + (size_t)p * dv;
-        float *out = a->out + (size_t)t * nv * dv + (size_t)p * dv;
-        for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * silu(z[j]);
-    }
+    g_gdn_head(c->a, c->conv_ch, p);
 }
 
 static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {

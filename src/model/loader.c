@@ -464,6 +464,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     if (!m) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     m->path = tern_strdup(path);
     m->be = tm_backend_cpu();
+    tm_backend_cpu_select();
     struct stat sb;
     tern_status st;
     if (stat(path, &sb) != 0) {
