@@ -170,11 +170,12 @@ static tern_status parse(tern_st *st, const char *src) {
     }
     stidx *ix = st->index;
     st->tensors = tern_calloc(nt, sizeof *st->tensors);
-    ix->cap = 16;
-    while (ix->cap < nt * 2 + 1) ix->cap <<= 1;
-    ix->slots = tern_calloc(ix->cap, sizeof *ix->slots);
+    if (st->tensors) st->n_tensors = nt;
+    size_t cap = 16;
+    while (cap < nt * 2 + 1) cap <<= 1;
+    ix->slots = tern_calloc(cap, sizeof *ix->slots);
+    if (ix->slots) ix->cap = cap;
     if (!st->tensors || !ix->slots) { cJSON_Delete(j); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", src); }
-    st->n_tensors = nt;
     size_t i = 0;
     for (const cJSON *e = j->child; e && !s; e = e->next) {
         if (e == meta) continue;

@@ -9,6 +9,7 @@
  */
 #include "check.h"
 #include "formats/gguf.h"
+#include "formats/hadamard.h"
 
 #include <unistd.h>
 
@@ -523,6 +524,36 @@ TEST(writer_python_oracle) {
     unlink(out);
 }
 
+/* Every allocation failure is reported as TERN_ERR_NOMEM naming the file, and
+ * frees everything (the accounting returns to its baseline). */
+TEST(allocation_failures) {
+    const char *p = fixture_path("qwen35-tiny/model-pq2_0.gguf");
+    if (!p) SKIP("fixtures missing");
+    size_t base = tern_alloc_current();
+    int nomem = 0;
+    for (long n = 0; n < 2000; n++) {
+        tern_alloc_fail_after(n);
+        tern_gguf *g = NULL;
+        tern_status st = tern_gguf_open(p, &g);
+        tern_hadamard_meta *h = NULL;
+        tern_status st2 = st ? st : tern_hadamard_from_gguf(g, &h);
+        tern_alloc_fail_after(-1);
+        if (st == TERN_OK && st2 == TERN_OK) {
+            CHECK(h != NULL);
+            tern_hadamard_free(h);
+            tern_gguf_close(g);
+            CHECK_EQ_INT(tern_alloc_current(), base);
+            break;
+        }
+        nomem++;
+        CHECK_MSG((st ? st : st2) == TERN_ERR_NOMEM, "fail_after %ld: %s", n, tern_last_error());
+        CHECK_MSG(strstr(tern_last_error(), "model-pq2_0.gguf") != NULL, "fail_after %ld: %s", n, tern_last_error());
+        tern_gguf_close(g);
+        CHECK_EQ_INT(tern_alloc_current(), base);
+    }
+    CHECK(nomem > 10);
+}
+
 int main(void) {
     RUN(fixture_qwen35_pq2_0);
     RUN(fixture_qwen35_ptq1_0);
@@ -532,5 +563,6 @@ int main(void) {
     RUN(fixture_corruption_corpus);
     RUN(writer_copies_fixtures_byte_identically);
     RUN(writer_python_oracle);
+    RUN(allocation_failures);
     return check_summary();
 }

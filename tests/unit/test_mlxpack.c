@@ -312,10 +312,31 @@ TEST(broken_packs) {
     free(g_st);
 }
 
+/* Allocation failures while opening a pack: NOMEM, nothing leaked (tern accounting). */
+TEST(allocation_failures) {
+    const char *dir = fixture_path("qwen35-tiny/mlx-pack");
+    if (!dir) SKIP("fixtures missing");
+    size_t base = tern_alloc_current();
+    int nomem = 0;
+    for (long n = 0; n < 5000; n++) {
+        tern_alloc_fail_after(n);
+        tern_mlxpack *p = NULL;
+        tern_status st = tern_mlxpack_open(dir, &p);
+        tern_alloc_fail_after(-1);
+        tern_mlxpack_close(p);
+        CHECK_EQ_INT(tern_alloc_current(), base);
+        if (st == TERN_OK) break;
+        nomem++;
+        CHECK_MSG(st == TERN_ERR_NOMEM, "fail_after %ld: %s", n, tern_last_error());
+    }
+    CHECK(nomem > 5);
+}
+
 int main(void) {
     RUN(fixture_pack);
     RUN(pack_words_equal_gguf_blocks);
     RUN(hparams_match_gguf);
     RUN(broken_packs);
+    RUN(allocation_failures);
     return check_summary();
 }
