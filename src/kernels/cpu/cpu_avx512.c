@@ -37,6 +37,13 @@
 #endif
 #define GEMM_MIN 6
 
+/* acc += u8 x s8 dot products (vpdpbusd). Inline asm: GCC 12 copies the
+ * accumulator of the intrinsic through extra registers and the stack. */
+static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "vm"(s8));
+    return acc;
+}
+
 /* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
 static uint8_t g_permA128[64], g_permB128[64], g_perm64[64];
 static __m512i g_ctlA128, g_ctlB128, g_ctl64;
@@ -161,13 +168,13 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
             __m512i accL = _mm512_castsi128_si512(_mm_cvtsi32_si128(corrs[b][i]));
             __m512i accH;
             if (qk == 128) {
-                accH = _mm512_dpbusd_epi32(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
-                accH = _mm512_dpbusd_epi32(accH, B, _mm512_loadu_si512(a + 64));
-                accL = _mm512_dpbusd_epi32(accL, A, _mm512_loadu_si512(a + 128));
-                accL = _mm512_dpbusd_epi32(accL, B, _mm512_loadu_si512(a + 192));
+                accH = dpbusd(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
+                accH = dpbusd(accH, B, _mm512_loadu_si512(a + 64));
+                accL = dpbusd(accL, A, _mm512_loadu_si512(a + 128));
+                accL = dpbusd(accL, B, _mm512_loadu_si512(a + 192));
             } else {
-                accH = _mm512_dpbusd_epi32(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
-                accL = _mm512_dpbusd_epi32(accL, A, _mm512_loadu_si512(a + 64));
+                accH = dpbusd(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
+                accL = dpbusd(accL, A, _mm512_loadu_si512(a + 64));
             }
             /* |accH| < 2^15, so as int16 pairs (accH, sign) it is exact: T = accL + 128*accH */
             __m512i T = _mm512_dpwssd_epi32(accL, accH, _mm512_set1_epi32(128));
@@ -340,6 +347,191 @@ static void gemm_rows(const tern_qmat *w, const void *act, size_t act_stride, si
     }
 }
 
+/* ------------------------------------------------------- VNNI GEMM
+ * Batch rows in vector lanes: a tile of 16 batch rows, each lane a batch row.
+ * Layout of the prepared activation (gemm_prep), per tile t of 16 rows:
+ *   X   [k/4][128 B]: 64 B hi (lane l: x_q hi of inputs 4q..4q+3 of row 16t+l)
+ *                     then 64 B lo, same order
+ *   corr[k/qk][16] int32  -sum(x_q) of each block, per lane
+ *   sx  [nseg][16] float  scale per 1024 inputs, per lane
+ * Weights: per 4 rows x 2048 inputs the codes are unpacked to bytes once
+ * (natural order) and each 4-code group is broadcast to all lanes, so one
+ * vpdpbusd does 16 batch rows x 4 inputs. */
+#define VR 4
+#define VKC 2048
+
+typedef struct vlay { size_t x, corr, sx, tile; } vlay;
+static vlay vnni_layout(int64_t k, int qk) {
+    vlay L;
+    L.x = 0;
+    L.corr = (size_t)k / 4 * 128;
+    L.sx = L.corr + (size_t)(k / qk) * 64;
+    L.tile = L.sx + (((size_t)k + SEG - 1) / SEG) * 64;
+    return L;
+}
+static size_t vnni_bytes(int64_t k, size_t batch, int qk) {
+    return vnni_layout(k, qk).tile * ((batch + 15) / 16);
+}
+static size_t vnni_bytes128(int64_t k, size_t batch) { return vnni_bytes(k, batch, 128); }
+static size_t vnni_bytes64(int64_t k, size_t batch) { return vnni_bytes(k, batch, 64); }
+
+static inline __attribute__((always_inline)) void vnni_prep(const float *x, size_t xs, size_t batch, int64_t k,
+                                                            void *act, size_t b0, size_t b1, int qk) {
+    vlay L = vnni_layout(k, qk);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (size_t b = b0; b < b1; b++) {
+        uint8_t *tile = (uint8_t *)act + (b / 16) * L.tile;
+        int lane = (int)(b % 16);
+        const float *xr = x + b * xs;
+        for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
+            int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
+            __m512 mx = _mm512_setzero_ps();
+            for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(xr + j), absmask));
+            float amax = _mm512_reduce_max_ps(mx);
+            float sx = amax / 16256.0f, iv = amax > 0 ? 16256.0f / amax : 0.0f;
+            if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
+            ((float *)(tile + L.sx))[seg * 16 + lane] = sx;
+            __m512 inv = _mm512_set1_ps(iv);
+            for (int64_t b0k = s0; b0k < s1; b0k += qk) {
+                __m512i csum = _mm512_setzero_si512();
+                for (int j = 0; j < qk; j += 16) {
+                    __m512i h, l;
+                    csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(xr + b0k + j), inv, &h, &l));
+                    uint32_t hb[4], lb[4];
+                    _mm_storeu_si128((__m128i *)hb, _mm512_cvtepi32_epi8(h));
+                    _mm_storeu_si128((__m128i *)lb, _mm512_cvtepi32_epi8(l));
+                    uint8_t *xq = tile + L.x + (size_t)((b0k + j) / 4) * 128 + (size_t)lane * 4;
+                    for (int q = 0; q < 4; q++) {
+                        memcpy(xq + (size_t)q * 128, &hb[q], 4);
+                        memcpy(xq + (size_t)q * 128 + 64, &lb[q], 4);
+                    }
+                }
+                ((int32_t *)(tile + L.corr))[(b0k / qk) * 16 + lane] = -_mm512_reduce_add_epi32(csum);
+            }
+        }
+    }
+    if (b1 == batch && batch % 16) { /* zero the padding lanes of the last tile */
+        uint8_t *tile = (uint8_t *)act + (batch / 16) * L.tile;
+        int l0 = (int)(batch % 16);
+        for (size_t q = 0; q < (size_t)k / 4; q++) {
+            memset(tile + L.x + q * 128 + (size_t)l0 * 4, 0, (size_t)(16 - l0) * 4);
+            memset(tile + L.x + q * 128 + 64 + (size_t)l0 * 4, 0, (size_t)(16 - l0) * 4);
+        }
+        for (size_t q = 0; q < (size_t)(k / qk); q++) memset(tile + L.corr + q * 64 + (size_t)l0 * 4, 0, (size_t)(16 - l0) * 4);
+        for (size_t q = 0; q < ((size_t)k + SEG - 1) / SEG; q++)
+            memset(tile + L.sx + q * 64 + (size_t)l0 * 4, 0, (size_t)(16 - l0) * 4);
+    }
+}
+static void vnni_prep128(const float *x, size_t xs, size_t batch, int64_t k, void *act, size_t b0, size_t b1) {
+    vnni_prep(x, xs, batch, k, act, b0, b1, 128);
+}
+static void vnni_prep64(const float *x, size_t xs, size_t batch, int64_t k, void *act, size_t b0, size_t b1) {
+    vnni_prep(x, xs, batch, k, act, b0, b1, 64);
+}
+
+/* Codes of row `row` (2-bit layout, blocks of qk), inputs [k0, k0+kc) -> bytes. */
+static inline __attribute__((always_inline)) void unpack_codes(const uint8_t *row, int64_t k0, int64_t kc,
+                                                               uint8_t *dst, float *dd, int qk) {
+    const size_t bb = 2 + (size_t)qk / 4;
+    /* natural order: dest qword i holds elements 8i..8i+7 = source qword i/4, offsets 2*(8*(i%4)+t) */
+    const __m512i perm = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
+    __m512i ctl;
+    {
+        uint8_t c[64];
+        for (int p = 0; p < 64; p++) c[p] = (uint8_t)(2 * (8 * ((p / 8) % 4) + p % 8));
+        memcpy(&ctl, c, 64);
+    }
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int64_t e = 0; e < kc; e += qk) {
+        const uint8_t *blk = row + (size_t)((k0 + e) / qk) * bb;
+        dd[e / qk] = tern_f16_table[tern_rd16(blk)];
+        for (int h = 0; h < qk; h += 64) {
+            __m512i src = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 2 + h / 4)));
+            __m512i v = _mm512_permutexvar_epi64(perm, src);
+            _mm512_storeu_si512(dst + e + h, _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, v), m3));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void vnni_rows(const tern_qmat *w, const void *act, size_t batch,
+                                                            float *y, size_t ys, int64_t r0, int64_t r1, int qk) {
+    const int64_t k = w->k;
+    vlay L = vnni_layout(k, qk);
+    const size_t nbt = (batch + 15) / 16;
+    uint8_t cbuf[VR][VKC] __attribute__((aligned(64)));
+    float dd[VR][VKC / 64];
+    const __m512i c128 = _mm512_set1_epi32(128);
+    for (int64_t kc0 = 0; kc0 < k; kc0 += VKC) {
+        int64_t kc = k - kc0 < VKC ? k - kc0 : VKC;
+        for (int64_t rt = r0; rt < r1; rt += VR) {
+            int nr = r1 - rt < VR ? (int)(r1 - rt) : VR;
+            for (int r = 0; r < VR; r++) {
+                if (r < nr) unpack_codes(w->data + (size_t)(rt + r) * w->row_bytes, kc0, kc, cbuf[r], dd[r], qk);
+                else { memset(cbuf[r], 0, (size_t)kc); memset(dd[r], 0, sizeof dd[r]); }
+            }
+            for (size_t t = 0; t < nbt; t++) {
+                const uint8_t *tile = (const uint8_t *)act + t * L.tile;
+                const uint8_t *X = tile + L.x + (size_t)(kc0 / 4) * 128;
+                const int32_t *corr = (const int32_t *)(tile + L.corr) + (kc0 / qk) * 16;
+                const float *sx = (const float *)(tile + L.sx) + (kc0 / SEG) * 16;
+                __m512 Yv[VR];
+#pragma GCC unroll 4
+                for (int r = 0; r < VR; r++) Yv[r] = _mm512_setzero_ps();
+                for (int64_t s0 = 0; s0 < kc; s0 += SEG) {
+                    int64_t s1 = s0 + SEG < kc ? s0 + SEG : kc;
+                    __m512 F[VR];
+#pragma GCC unroll 4
+                    for (int r = 0; r < VR; r++) F[r] = _mm512_setzero_ps();
+                    for (int64_t e0 = s0; e0 < s1; e0 += qk) {
+                        __m512i cv = _mm512_loadu_si512(corr + (e0 / qk) * 16);
+                        __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, h3 = h0;
+                        __m512i l0 = cv, l1 = cv, l2 = cv, l3 = cv;
+                        const uint8_t *xp = X + (size_t)(e0 / 4) * 128;
+                        const uint8_t *c0 = &cbuf[0][e0], *c1 = &cbuf[1][e0], *c2 = &cbuf[2][e0], *c3 = &cbuf[3][e0];
+                        for (int e = 0; e < qk; e += 4, xp += 128) {
+                            __m512i xh = _mm512_load_si512(xp), xl = _mm512_load_si512(xp + 64);
+                            __m512i w0 = _mm512_set1_epi32((int)tern_rd32(c0 + e));
+                            __m512i w1 = _mm512_set1_epi32((int)tern_rd32(c1 + e));
+                            __m512i w2 = _mm512_set1_epi32((int)tern_rd32(c2 + e));
+                            __m512i w3 = _mm512_set1_epi32((int)tern_rd32(c3 + e));
+                            h0 = dpbusd(h0, w0, xh); l0 = dpbusd(l0, w0, xl);
+                            h1 = dpbusd(h1, w1, xh); l1 = dpbusd(l1, w1, xl);
+                            h2 = dpbusd(h2, w2, xh); l2 = dpbusd(l2, w2, xl);
+                            h3 = dpbusd(h3, w3, xh); l3 = dpbusd(l3, w3, xl);
+                        }
+                        int bi = (int)(e0 / qk);
+                        F[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l0, h0, c128)), _mm512_set1_ps(dd[0][bi]), F[0]);
+                        F[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l1, h1, c128)), _mm512_set1_ps(dd[1][bi]), F[1]);
+                        F[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l2, h2, c128)), _mm512_set1_ps(dd[2][bi]), F[2]);
+                        F[3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l3, h3, c128)), _mm512_set1_ps(dd[3][bi]), F[3]);
+                    }
+                    __m512 sv = _mm512_loadu_ps(sx + (s0 / SEG) * 16);
+#pragma GCC unroll 4
+                    for (int r = 0; r < VR; r++) Yv[r] = _mm512_fmadd_ps(F[r], sv, Yv[r]);
+                }
+                float out[VR][16];
+#pragma GCC unroll 4
+                for (int r = 0; r < VR; r++) _mm512_storeu_ps(out[r], Yv[r]);
+                int nl = batch - t * 16 < 16 ? (int)(batch - t * 16) : 16;
+                for (int l = 0; l < nl; l++) {
+                    float *yy = y + (t * 16 + (size_t)l) * ys + (size_t)rt;
+                    for (int r = 0; r < nr; r++) yy[r] = kc0 == 0 ? out[r][l] : yy[r] + out[r][l];
+                }
+            }
+        }
+    }
+}
+static void vnni_rows128(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                         size_t ys, int64_t r0, int64_t r1) {
+    (void)act_stride;
+    vnni_rows(w, act, batch, y, ys, r0, r1, 128);
+}
+static void vnni_rows64(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                        size_t ys, int64_t r0, int64_t r1) {
+    (void)act_stride;
+    vnni_rows(w, act, batch, y, ys, r0, r1, 64);
+}
+
 void tern_avx512_fill(tern_kern_table *t) {
     init_tables();
     for (int i = 0; i < TERN_DT_COUNT; i++) {
@@ -351,8 +543,8 @@ void tern_avx512_fill(tern_kern_table *t) {
             t->mm[i].row_tile = GR;
         }
     }
-    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, gemm_rows, GEMM_MIN, 1, NULL, NULL};
-    tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, gemm_rows, GEMM_MIN, 1, NULL, NULL};
+    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, vnni_rows128, GEMM_MIN, 1, vnni_bytes128, vnni_prep128};
+    tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, vnni_rows64, GEMM_MIN, 1, vnni_bytes64, vnni_prep64};
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;
     t->mm[TERN_DT_Q2_0_G64] = g64;
