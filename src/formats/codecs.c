@@ -67,15 +67,30 @@ static void pack2(const uint8_t *c, size_t n, uint8_t *q) {
         q[i] = (uint8_t)(c[4 * i] | c[4 * i + 1] << 2 | c[4 * i + 2] << 4 | c[4 * i + 3] << 6);
 }
 
+/* byte -> its 4 codes (LSB first); a byte with a code 3 has (b & b >> 1 & 0x55) != 0 */
+static uint8_t g_unpack[256][4];
+static uint8_t g_trits[256][5]; /* PTQ1_0 byte -> trit n */
+static void init_tables(void) {
+    static volatile int done;
+    if (done) return;
+    for (int b = 0; b < 256; b++) {
+        for (int k = 0; k < 4; k++) g_unpack[b][k] = (uint8_t)((b >> (2 * k)) & 3);
+        static const uint8_t p3[5] = {1, 3, 9, 27, 81};
+        for (int n = 0; n < 5; n++) g_trits[b][n] = (uint8_t)(((uint16_t)(uint8_t)(b * p3[n]) * 3) >> 8);
+    }
+    done = 1;
+}
+
 static tern_status unpack2(const uint8_t *q, size_t n, uint8_t *c, const char *tensor,
                            uint64_t row, uint64_t base) {
+    init_tables();
     for (size_t i = 0; i < n / 4; i++) {
         uint8_t b = q[i];
-        for (int k = 0; k < 4; k++) {
-            unsigned v = (b >> (2 * k)) & 3;
-            if (TERN_UNLIKELY(v == 3)) return bad_code(tensor, row, base + 4 * i + k, v);
-            c[4 * i + k] = (uint8_t)v;
+        if (TERN_UNLIKELY(b & (b >> 1) & 0x55)) {
+            for (int k = 0; k < 4; k++)
+                if (((b >> (2 * k)) & 3) == 3) return bad_code(tensor, row, base + 4 * i + k, 3);
         }
+        memcpy(c + 4 * i, g_unpack[b], 4);
     }
     return TERN_OK;
 }
@@ -144,18 +159,7 @@ tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes
 
 /* ------------------------------------------------------------------ PTQ1_0 */
 
-static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
-
-static inline uint8_t trit_of(uint8_t q, int n) {
-    return (uint8_t)(((uint16_t)(uint8_t)(q * pow3[n]) * 3) >> 8);
-}
-
-/* Element index of trit n of qs byte m (m < 24) or qh byte h (m = 24 + h). */
-static inline unsigned ptq_elem(unsigned m, unsigned n) {
-    if (m < 16) return 16 * n + m;
-    if (m < 24) return 80 + 8 * n + (m - 16);
-    return 120 + 2 * n + (m - 24);
-}
+static inline uint8_t ptq_byte(unsigned v) { return (uint8_t)((v * 256 + 242) / 243); } /* ceil(256 v / 243) */
 
 tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
                                    const char *tensor, uint64_t row) {
@@ -165,12 +169,12 @@ tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint
     uint8_t *o = dst;
     for (uint64_t b = 0; b < K / 128; b++, o += 28) {
         const uint8_t *c = codes + b * 128;
-        for (unsigned m = 0; m < 26; m++) {
-            unsigned nt = m < 24 ? 5 : 4, v = 0;
-            for (unsigned n = 0; n < nt; n++) v = v * 3 + c[ptq_elem(m, n)];
-            if (nt == 4) v *= 3;
-            o[m] = (uint8_t)((v * 256 + 242) / 243); /* ceil(256 v / 243) */
-        }
+        for (unsigned m = 0; m < 16; m++)
+            o[m] = ptq_byte(c[m] * 81u + c[16 + m] * 27u + c[32 + m] * 9u + c[48 + m] * 3u + c[64 + m]);
+        for (unsigned m = 0; m < 8; m++)
+            o[16 + m] = ptq_byte(c[80 + m] * 81u + c[88 + m] * 27u + c[96 + m] * 9u + c[104 + m] * 3u + c[112 + m]);
+        for (unsigned h = 0; h < 2; h++)
+            o[24 + h] = ptq_byte((c[120 + h] * 27u + c[122 + h] * 9u + c[124 + h] * 3u + c[126 + h]) * 3u);
         memcpy(o + 26, &d[b], 2);
     }
     return TERN_OK;
@@ -179,20 +183,21 @@ tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint
 tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
                                    const char *tensor, uint64_t row) {
     if (K % 128) return bad_k(tensor, K, 128);
+    init_tables();
     const uint8_t *p = src;
     for (uint64_t b = 0; b < K / 128; b++, p += 28) {
         uint8_t *c = codes + b * 128;
-        for (unsigned m = 0; m < 26; m++) {
-            unsigned nt = m < 24 ? 5 : 4;
-            for (unsigned n = 0; n < nt; n++) {
-                uint8_t t = trit_of(p[m], n);
-                if (TERN_UNLIKELY(t > 2)) /* q*3^n wraps to >= 171: not a valid trit byte */
-                    return bad_code(tensor, row, b * 128 + ptq_elem(m, n), t);
-                c[ptq_elem(m, n)] = t;
-            }
-        }
+        /* every byte decodes to trits 0..2 (((q*3^n) & 255) * 3 >> 8 <= 2): no code 3 here */
+        for (unsigned m = 0; m < 16; m++)
+            for (unsigned n = 0; n < 5; n++) c[16 * n + m] = g_trits[p[m]][n];
+        for (unsigned m = 0; m < 8; m++)
+            for (unsigned n = 0; n < 5; n++) c[80 + 8 * n + m] = g_trits[p[16 + m]][n];
+        for (unsigned h = 0; h < 2; h++)
+            for (unsigned n = 0; n < 4; n++) c[120 + 2 * n + h] = g_trits[p[24 + h]][n];
         d[b] = tern_rd16(p + 26);
     }
+    (void)tensor;
+    (void)row;
     return TERN_OK;
 }
 
