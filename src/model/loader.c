@@ -301,7 +301,8 @@ tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *
     if (found) hp->rope_theta = (float)v;
     hp->rope_dims = hp->head_dim;
     GETI("rope.dimension_count", hp->rope_dims, false);
-    if (hp->n_layer < 1 || hp->n_layer > 1024 || hp->n_embd < 1 || hp->n_ff < 1 ||
+    if (hp->n_layer < 1 || hp->n_layer > 1024 || hp->n_embd < 1 || hp->n_embd > 65536 ||
+        hp->n_ff < 1 || hp->n_ff > (1 << 20) || hp->n_head > 1024 || hp->head_dim > 1024 ||
         hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 ||
         hp->head_dim % 2 || vlen != hp->head_dim || hp->rope_dims < 2 || hp->rope_dims % 2 ||
         hp->rope_dims > hp->head_dim || !(hp->eps > 0) || !(hp->rope_theta > 0))
