@@ -130,7 +130,8 @@ typedef struct jp { const char *p, *end; int depth; } jp;
 static void ws(jp *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++; }
 
 static tern_status jerr(jp *j, const char *what) {
-    return tern_fail(TERN_ERR_INVALID_ARG, "chat: invalid JSON (%s) near '%.20s'", what, j->p < j->end ? j->p : "");
+    int n = j->p < j->end ? (int)(j->end - j->p < 20 ? j->end - j->p : 20) : 0;
+    return tern_fail(TERN_ERR_INVALID_ARG, "chat: invalid JSON (%s) near '%.*s'", what, n, n ? j->p : "");
 }
 
 static int hexv(char c) {
@@ -621,7 +622,7 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
                     else for (;;) {
                         ws(&j);
                         tern_str key = {0};
-                        if ((st = jstring(&j, &key))) return st;
+                        if ((st = jstring(&j, &key))) { tern_str_free(&key); return st; }
                         APP(out, "<parameter=");
                         USER(out, st = tern_str_append(out, key.data, key.len));
                         tern_str_free(&key);
@@ -746,7 +747,7 @@ static tern_status parse_call_qwen3(sv body, tern_chat_reply *r) {
     for (;;) {
         ws(&j);
         tern_str key = {0};
-        if ((st = jstring(&j, &key))) break;
+        if ((st = jstring(&j, &key))) { tern_str_free(&key); break; }
         ws(&j);
         if (j.p >= j.end || *j.p != ':') { tern_str_free(&key); st = jerr(&j, "':' expected"); break; }
         j.p++;
