@@ -5,6 +5,7 @@
  */
 #include "formats/codecs.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define TN(t) ((t) ? (t) : "?")
@@ -70,15 +71,16 @@ static void pack2(const uint8_t *c, size_t n, uint8_t *q) {
 /* byte -> its 4 codes (LSB first); a byte with a code 3 has (b & b >> 1 & 0x55) != 0 */
 static uint8_t g_unpack[256][4];
 static uint8_t g_trits[256][5]; /* PTQ1_0 byte -> trit n */
-static void init_tables(void) {
-    static volatile int done;
-    if (done) return;
+static void fill_tables(void) {
     for (int b = 0; b < 256; b++) {
         for (int k = 0; k < 4; k++) g_unpack[b][k] = (uint8_t)((b >> (2 * k)) & 3);
         static const uint8_t p3[5] = {1, 3, 9, 27, 81};
         for (int n = 0; n < 5; n++) g_trits[b][n] = (uint8_t)(((uint16_t)(uint8_t)(b * p3[n]) * 3) >> 8);
     }
-    done = 1;
+}
+static void init_tables(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_tables);
 }
 
 static tern_status unpack2(const uint8_t *q, size_t n, uint8_t *c, const char *tensor,
