@@ -65,6 +65,10 @@ def main():
         specials = {s: spec["start"] + i for i, s in enumerate(spec["added"])}
         enc = tiktoken.Encoding(a[3], pat_str=spec["regex"], mergeable_ranks=ranks, special_tokens=specials)
         texts = tok_corpus.corpus(list(specials))
+        # plus every golden chat render (ChatML markup with control tokens)
+        golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "chat_golden.json")
+        if os.path.exists(golden):
+            texts += [c["expected"] for c in json.load(open(golden, encoding="utf-8"))["cases"] if "expected" in c]
         want = [enc.encode(unicodedata.normalize("NFC", t), allowed_special="all") for t in texts]
         name = "tiktoken " + a[3]
     else:

@@ -26,7 +26,12 @@
 #include <string.h>
 
 tern_chat_format tern_chat_format_for(const tern_tokenizer *t) {
-    return t && !strcmp(t->pre, "qwen35") ? TERN_CHAT_QWEN35 : TERN_CHAT_QWEN3;
+    if (!t) return TERN_CHAT_QWEN3;
+    /* the file's own template decides when it shows its tool-call style */
+    const char *tm = t->chat_template;
+    if (tm && strstr(tm, "<function=")) return TERN_CHAT_QWEN35;
+    if (tm && strstr(tm, "\"arguments\": ")) return TERN_CHAT_QWEN3;
+    return !strcmp(t->pre, "qwen35") ? TERN_CHAT_QWEN35 : TERN_CHAT_QWEN3;
 }
 
 /* ------------------------------------------------------- string helpers */
