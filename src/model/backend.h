@@ -32,7 +32,9 @@ typedef struct tm_gdn_args {
     const float *dt_bias;  /* [n_v] */
     const float *norm;     /* [dv] */
     float *conv_state;     /* [conv_k-1][conv_ch]: the last conv_k-1 inputs, oldest first */
-    float *state;          /* [n_v][dk][dv] */
+    float *state;          /* [n_v][dk][dv] (see pending) */
+    float *pending;        /* [n_v][1 + dk + dv]: the last token's rank-1 update, not yet in
+                              state: S_true = pd*state + pk pdl^T (zeros: empty) */
     float *out;            /* [rows][n_v*dv] gated-normed output, in run order */
     float *work;           /* [rows][conv_ch] scratch */
     int rows;

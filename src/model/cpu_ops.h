@@ -33,13 +33,24 @@ static inline float TM_FN(dot_)(const float *restrict x, const float *restrict y
 }
 
 /* One value head p over the chunk's rows: a->work holds conv+SiLU'd q|k|v rows with
- * q, k already L2-normalised (q also scaled). */
+ * q, k already L2-normalised (q also scaled).
+ *
+ * The state is kept as S_true = pd * S + pk pdl^T with the last token's rank-1
+ * update pending (pd = decay, pk = k, pdl = delta; all zero = empty state), so a
+ * token costs one read+write pass over S instead of two:
+ *   pass:   S <- pd*S + pk pdl^T (= S_true);  kv = S_true^T k;  sq = S_true^T q
+ *   delta = (v - decay*kv) * beta;  o = decay*sq + (k.q) delta
+ *   pending <- (decay, k, delta)
+ * which is HF's S = S*g; delta = (v - S^T k) beta; S += k delta^T; o = S^T q. */
 void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
     const int dk = a->dk, dv = a->dv, C = conv_ch, nv = a->n_v, nk = a->n_k;
     const int r = nv / nk;
     const int kh = a->v_tiled ? p % nk : p / r;
     float *restrict S = a->state + (size_t)p * dk * dv;
-    float kv[512] __attribute__((aligned(64))), o[512] __attribute__((aligned(64)));
+    float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
+    float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
+    float kv[512] __attribute__((aligned(64))), sq[512] __attribute__((aligned(64)));
+    float o[512] __attribute__((aligned(64)));
     for (int t = 0; t < a->rows; t++) {
         const float *row = a->work + (size_t)t * C;
         const float *q = row + (size_t)kh * dk;
@@ -49,29 +60,26 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
         float sp = x > 20.0f ? x : log1pf(expf(x));
         const float decay = expf(a->ssm_a[p] * sp);
         const float beta = 1.0f / (1.0f + expf(-a->b[(size_t)t * nv + p]));
-        for (int j = 0; j < dv; j++) kv[j] = 0;
+        const float pd = pend[0];
+        for (int j = 0; j < dv; j++) kv[j] = sq[j] = 0;
         for (int i = 0; i < dk; i++) {
             float *restrict Si = S + (size_t)i * dv;
-            const float ki = k[i];
+            const float ai = pk[i], ki = k[i], qi = q[i];
             for (int j = 0; j < dv; j++) {
-                float sv = Si[j] * decay;
+                float sv = Si[j] * pd + ai * pdl[j];
                 Si[j] = sv;
                 kv[j] += sv * ki;
+                sq[j] += sv * qi;
             }
         }
+        const float kq = TM_FN(dot_)(k, q, dk);
         for (int j = 0; j < dv; j++) {
-            kv[j] = (v[j] - kv[j]) * beta; /* delta */
-            o[j] = 0;
+            float d = (v[j] - decay * kv[j]) * beta;
+            pdl[j] = d;
+            o[j] = decay * sq[j] + kq * d;
         }
-        for (int i = 0; i < dk; i++) {
-            float *restrict Si = S + (size_t)i * dv;
-            const float ki = k[i], qi = q[i];
-            for (int j = 0; j < dv; j++) {
-                float sv = Si[j] + ki * kv[j];
-                Si[j] = sv;
-                o[j] += sv * qi;
-            }
-        }
+        pend[0] = decay;
+        for (int i = 0; i < dk; i++) pk[i] = k[i];
         /* gated RMSNorm: rmsnorm(o) * norm * silu(z) */
         float ss = TM_FN(dot_)(o, o, dv);
         const float inv = 1.0f / sqrtf(ss / (float)dv + a->eps);

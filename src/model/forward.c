@@ -88,6 +88,7 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                               .ssm_a = l->ssm_a, .dt_bias = l->dt_bias, .norm = l->ssm_norm,
                               .conv_state = s->conv_state + (size_t)l->gdn_index * conv_n,
                               .state = s->ssm_state + (size_t)l->gdn_index * st_n,
+                              .pending = s->ssm_pending + (size_t)l->gdn_index * nv * (1 + dk + dv),
                               .out = s->big3, .work = s->big2, .rows = T, .n_k = nk, .n_v = nv,
                               .dk = dk, .dv = dv, .conv_k = hp->conv_k, .v_tiled = m->v_tiled,
                               .eps = hp->eps};

@@ -72,6 +72,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     if (hp->n_gdn_layers) {
         A(s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C);
         A(s->ssm_state, (size_t)hp->n_gdn_layers * nv * hp->ssm_dk * hp->ssm_dv);
+        A(s->ssm_pending, (size_t)hp->n_gdn_layers * nv * (1 + hp->ssm_dk + hp->ssm_dv));
     }
     A(s->x, T * E);
     A(s->delta, T * E);
@@ -111,6 +112,8 @@ void tern_session_reset(tern_session *s) {
         memset(s->conv_state, 0, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float));
         memset(s->ssm_state, 0,
                (size_t)hp->n_gdn_layers * hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+        memset(s->ssm_pending, 0,
+               (size_t)hp->n_gdn_layers * hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv) * sizeof(float));
     }
     memset(s->logits, 0, (size_t)hp->n_vocab * sizeof(float));
     s->pos = 0;

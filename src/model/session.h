@@ -5,7 +5,8 @@
  * Memory (all float32, allocated once in tern_session_new, counted in `bytes`):
  *   kcache, vcache  [n_attn_layers][n_ctx][n_head_kv*head_dim]
  *   conv_state      [n_gdn_layers][conv_k-1][conv_ch]
- *   ssm_state       [n_gdn_layers][n_v][dk][dv]
+ *   ssm_state       [n_gdn_layers][n_v][dk][dv] (+ ssm_pending [n_gdn_layers][n_v][1+dk+dv],
+ *                   the last token's rank-1 update, applied in the next pass)
  *   scratch buffers sized for n_chunk rows of the widest activation
  *   logits          [n_vocab] (last evaluated row)
  */
@@ -18,7 +19,7 @@ struct tern_session {
     tern_model *m;
     int n_ctx, n_chunk, pos;
     float *kcache, *vcache;
-    float *conv_state, *ssm_state;
+    float *conv_state, *ssm_state, *ssm_pending;
     /* scratch, each [n_chunk][width] */
     float *x;        /* residual stream [n_embd] */
     float *delta;    /* pending residual update [n_embd] */
