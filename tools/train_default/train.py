@@ -353,8 +353,9 @@ def main():
     log["compact_files"] = files
     cfg = config.to_dict()
     cfg["architectures"] = ["Qwen3_5ForCausalLM"]
-    cfg.pop("_attn_implementation_autoset", None)
-    cfg["_attn_implementation"] = None
+    for k in ("_attn_implementation_autoset", "_attn_implementation", "id2label", "label2id"):
+        cfg.pop(k, None)
+    cfg["model_type"] = "qwen3_5_text"
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1, default=str)
     with open(os.path.join(a.out, "hadamard-signs.json"), "w") as f:
