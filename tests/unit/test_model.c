@@ -12,6 +12,7 @@
 #include "check.h"
 #include "tern.h"
 #include "formats/gguf.h"
+#include "kernels/kernels.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -96,7 +97,7 @@ static tern_model *load_model(const char *fixture, const char *file) {
 }
 
 /* Parity of one model file against one reference model's logits entries. */
-static void parity(const char *fixture, const char *file, const char *model_key) {
+static void parity_n(const char *fixture, const char *file, const char *model_key, int max_seq) {
     cJSON *ref = load_ref(fixture);
     if (!ref) {
         SKIP("fixture %s missing", fixture);
@@ -114,6 +115,7 @@ static void parity(const char *fixture, const char *file, const char *model_key)
     int V = tern_model_get_info(m)->n_vocab;
     int n_seq = cJSON_GetArraySize(seqs);
     if (sanitized() && n_seq > 1) n_seq = 1;
+    if (max_seq > 0 && n_seq > max_seq) n_seq = max_seq;
     for (int si = 0; si < n_seq; si++) {
         const cJSON *seq = cJSON_GetArrayItem(seqs, si), *ent = cJSON_GetArrayItem(logits, si);
         size_t T;
@@ -174,6 +176,25 @@ static void parity(const char *fixture, const char *file, const char *model_key)
     }
     tern_model_free(m);
     cJSON_Delete(ref);
+}
+
+static void parity(const char *fixture, const char *file, const char *model_key) {
+    parity_n(fixture, file, model_key, 0);
+}
+
+/* The first sequence of each architecture under every ISA this CPU has. */
+TEST(parity_every_isa) {
+    if (!fixtures_dir()) SKIP("fixtures missing");
+    tern_kernels_init();
+    tern_isa best = tern_kernels_isa();
+    tern_isa isas[4] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
+    for (int i = 0; i < 4; i++) {
+        if (!tern_kernels_force(isas[i])) continue;
+        fprintf(stderr, "  isa %s\n", tern_isa_name(isas[i]));
+        parity_n("qwen35-tiny", "model-pq2_0.gguf", "A", 1);
+        parity_n("qwen3-tiny", "model-q2_0.gguf", NULL, 1);
+    }
+    tern_kernels_force(best);
 }
 
 TEST(parity_qwen35_pq2_0) {
@@ -369,6 +390,7 @@ int main(void) {
     RUN(parity_qwen35_ptq1_0);
     RUN(parity_qwen35_mlx_pack);
     RUN(parity_qwen35_q2_0_nohadamard);
+    RUN(parity_every_isa);
     RUN(chunked_prefill_qwen35);
     RUN(chunked_prefill_qwen3);
     RUN(session_state);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_eval_bench.sh - `tern bench model` on the tiny fixtures: --json carries the
+# promised keys with sane values (tg/pp > 0, bytes_per_token = the model's weight
+# traffic, ceiling > 0, peak RSS > 0); --help exits 0; bad flags exit 2.
+# Usage: bash test_eval_bench.sh /path/to/tern
+set -u
+TERN=${1:?usage: test_eval_bench.sh /path/to/tern}
+FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
+if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
+  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_eval_bench SKIPPED ***"; exit 0
+fi
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok() { echo "ok $1"; pass=$((pass+1)); }
+bad() { echo "not ok $1"; fail=$((fail+1)); }
+for m in qwen35-tiny/model-pq2_0.gguf qwen3-tiny/model-q2_0.gguf; do
+  if "$TERN" bench model -m "$FIX/$m" --threads 1 -p 8 -n 4 --reps 1 --json >"$W/j" 2>"$W/e"; then
+    if python3 - "$W/j" "$FIX/$m" <<'EOF'
+import json, os, sys
+j = json.loads(open(sys.argv[1]).read())
+for k in ("tg_tok_s", "pp_tok_s", "bytes_per_token", "ceiling_gbps", "peak_rss_bytes"):
+    assert k in j, k
+assert j["tg_tok_s"] > 0 and j["pp_tok_s"] > 0 and j["ceiling_gbps"] > 0 and j["peak_rss_bytes"] > 0
+size = os.path.getsize(sys.argv[2])
+# decode traffic: every weight but the embedding table; less than the file, more than half of it
+assert 0.5 * size < j["bytes_per_token"] < size, (j["bytes_per_token"], size)
+print("  tg %.1f tok/s, pp %.1f tok/s, %.0f bytes/token" % (j["tg_tok_s"], j["pp_tok_s"], j["bytes_per_token"]))
+EOF
+    then ok "bench json $m"; else cat "$W/j"; bad "bench json $m"; fi
+  else cat "$W/e"; bad "bench $m"; fi
+done
+if "$TERN" bench model --help >/dev/null; then ok "help"; else bad "help"; fi
+"$TERN" bench model -m "$FIX/qwen3-tiny/model-q2_0.gguf" -p 0 >/dev/null 2>&1
+if [ $? = 2 ]; then ok "bad -p"; else bad "bad -p"; fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
