@@ -200,7 +200,10 @@ TERN_API int tern_session_n_ctx(const tern_session *s);
  * receives n x n_vocab floats (row t = logits after token t). The last row is
  * always available afterwards through tern_session_logits(). Token ids are
  * bounds-checked (TERN_ERR_RANGE); a batch that does not fit the context fails
- * with TERN_ERR_CONTEXT_FULL before any work is done. */
+ * with TERN_ERR_CONTEXT_FULL before any work is done. Sessions of one model may
+ * be evaluated from several threads; the calls are serialised per model (each
+ * uses all the model's kernel threads). One session must not be used by two
+ * threads at once. */
 TERN_API tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n,
                                        float *all_logits);
 TERN_API const float *tern_session_logits(const tern_session *s);

@@ -60,6 +60,7 @@ void tern_model_free(tern_model *m) {
     if (m->gguf) tern_gguf_close(m->gguf);
     if (m->mlx) tm_mlx_close(m->mlx);
     tern_pool_free(m->pool);
+    pthread_mutex_destroy(&m->eval_mu);
     free(m->layers);
     free(m->path);
     free(m->name);
@@ -464,6 +465,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     tern_model *m = calloc(1, sizeof *m);
     if (!m) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     m->path = tern_strdup(path);
+    pthread_mutex_init(&m->eval_mu, NULL);
     m->be = tm_backend_cpu();
     tm_backend_cpu_select();
     struct stat sb;

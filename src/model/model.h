@@ -27,6 +27,8 @@
 #include "core/common.h"
 #include "kernels/kernels.h"
 
+#include <pthread.h>
+
 typedef enum tm_arch { TM_ARCH_QWEN35 = 0, TM_ARCH_QWEN3 = 1 } tm_arch;
 
 typedef struct tm_layer {
@@ -98,6 +100,7 @@ struct tern_model {
     size_t *owned_n;
     int n_owned, cap_owned;
     tern_pool *pool;
+    pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
     const struct tern_backend *be;
 };
 

@@ -136,13 +136,17 @@ tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, 
         return tern_fail(TERN_ERR_CONTEXT_FULL,
                          "context full: %zu tokens at position %d exceed the context of %d", n,
                          s->pos, s->n_ctx);
-    for (size_t i = 0; i < n;) {
+    /* sessions of one model may be used from several threads: one at a time */
+    pthread_mutex_lock(&s->m->eval_mu);
+    tern_status st = TERN_OK;
+    for (size_t i = 0; i < n && !st;) {
         int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
-        tern_status st = tm_forward_chunk(s, tokens + i, c,
-                                          all_logits ? all_logits + i * (size_t)V : NULL);
-        if (st) return st;
-        s->pos += c;
-        i += (size_t)c;
+        st = tm_forward_chunk(s, tokens + i, c, all_logits ? all_logits + i * (size_t)V : NULL);
+        if (!st) {
+            s->pos += c;
+            i += (size_t)c;
+        }
     }
-    return TERN_OK;
+    pthread_mutex_unlock(&s->m->eval_mu);
+    return st;
 }
