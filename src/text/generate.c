@@ -50,6 +50,7 @@ tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler
         return tern_fail(TERN_ERR_INVALID_ARG, "generate: empty prompt on an empty session");
     }
     r->n_prompt = n_prompt;
+    for (size_t i = 0; i < n_prompt; i++) tern_sampler_accept(smp, prompt[i]); /* penalties see the prompt (HF) */
     double t1 = tern_now_s();
     r->prompt_s = t1 - t0;
     tern_detok_stream ds = {0};

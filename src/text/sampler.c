@@ -2,7 +2,8 @@
  * sampler.c - next-token choice from logits.
  *
  * Order of operations (the Hugging Face warper order):
- *   1. penalties over the last `penalty_last_n` accepted tokens:
+ *   1. penalties over the last `penalty_last_n` accepted tokens (tern_generate
+ *      accepts the prompt and every sampled id):
  *        repetition (llama.cpp / CTRL style, once per distinct token):
  *            l = l > 0 ? l / rp : l * rp
  *        frequency and presence (OpenAI style): l -= count * freq + (count > 0) * pres
