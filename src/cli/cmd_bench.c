@@ -34,6 +34,8 @@ static void bench_kernels_usage(FILE *f) {
             "  --quick       fewer rounds, smaller ceiling buffer, no head-shape GEMM\n"
             "  --reps N      rounds of the interleaved loop (default 9, quick 5)\n"
             "  --only X      only gemv (batch 1), gemm (batch 128) or transform\n"
+            "  --hot         no weight rotation (small shapes then run from cache:\n"
+            "                the kernels' compute-bound speed, not a memory figure)\n"
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n");
 }
@@ -198,13 +200,14 @@ static void emit(bool json, const char *op, const char *name, int64_t k, int64_t
 }
 
 static int bench_kernels(int argc, char **argv) {
-    bool json = false, quick = false;
+    bool json = false, quick = false, hot = false;
     const char *only = NULL;
     int only_threads = 0, reps = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { bench_kernels_usage(stdout); return 0; }
         else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--hot")) hot = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
             if (strcmp(only, "gemv") && strcmp(only, "gemm") && strcmp(only, "transform"))
@@ -256,7 +259,7 @@ static int bench_kernels(int argc, char **argv) {
     size_t wbytes[N_SHAPES];
     for (size_t s = 0; s < N_SHAPES; s++) {
         wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * 34;
-        n_copies[s] = (int)(arena_n / wbytes[s]);
+        n_copies[s] = hot ? 1 : (int)(arena_n / wbytes[s]);
         if (n_copies[s] > 4096) n_copies[s] = 4096;
         copies[s] = calloc((size_t)n_copies[s], sizeof(uint8_t *));
         for (int c = 0; c < n_copies[s]; c++) copies[s][c] = arena + (size_t)c * wbytes[s];
