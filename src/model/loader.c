@@ -41,6 +41,12 @@ void *tm_model_alloc(tern_model *m, size_t n) {
     return p;
 }
 
+tern_status tm_load_progress(tern_model *m, int il, int n) {
+    if (m->progress && !m->progress((uint64_t)il, (uint64_t)n, m->progress_user))
+        return tern_fail(TERN_ERR_CANCELLED, "%s: loading cancelled", m->path);
+    return TERN_OK;
+}
+
 const float *tm_model_signs(const tern_model *m, int64_t k) {
     if (!m->hadamard) return NULL;
     for (int i = 0; i < m->n_signs; i++)
@@ -425,6 +431,7 @@ static tern_status load_gguf(tern_model *m, const char *path) {
         TRY(ld_mat(&L, TN("ffn_gate.weight"), E, hp->n_ff, true, true, &l->wgate));
         TRY(ld_mat(&L, TN("ffn_up.weight"), E, hp->n_ff, true, true, &l->wup));
         TRY(ld_mat(&L, TN("ffn_down.weight"), hp->n_ff, E, true, true, &l->wdown));
+        TRY(tm_load_progress(m, il + 1, hp->n_layer));
 #undef TN
     }
     if (hp->arch == TM_ARCH_QWEN35 && hp->n_attn_layers == 0 && hp->n_layer >= hp->full_attn_interval)
@@ -466,6 +473,8 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     if (!m) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     m->path = tern_strdup(path);
     pthread_mutex_init(&m->eval_mu, NULL);
+    m->progress = p->progress;
+    m->progress_user = p->progress_user;
     m->be = tm_backend_cpu();
     tm_backend_cpu_select();
     struct stat sb;
@@ -491,7 +500,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         return st;
     }
     tm_fill_info(m);
-    if (p->progress) p->progress(1, 1, p->progress_user);
+    m->progress = NULL;
     *out = m;
     return TERN_OK;
 }

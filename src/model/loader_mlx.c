@@ -237,6 +237,7 @@ tern_status tm_load_mlx(tern_model *m, const char *dir) {
         TRY(mlx_mat(&L, MN("mlp.gate_proj"), E, hp->n_ff, true, true, &l->wgate));
         TRY(mlx_mat(&L, MN("mlp.up_proj"), E, hp->n_ff, true, true, &l->wup));
         TRY(mlx_mat(&L, MN("mlp.down_proj"), hp->n_ff, E, true, true, &l->wdown));
+        TRY(tm_load_progress(m, il + 1, hp->n_layer));
 #undef MN
     }
     return TERN_OK;

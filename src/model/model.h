@@ -100,6 +100,8 @@ struct tern_model {
     size_t *owned_n;
     int n_owned, cap_owned;
     tern_pool *pool;
+    tern_progress_fn progress;    /* during load only */
+    void *progress_user;
     pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
     const struct tern_backend *be;
 };
@@ -114,6 +116,8 @@ const float *tm_model_signs(const tern_model *m, int64_t k);
 typedef tern_status (*tm_key_get)(void *u, const char *key, double *out, bool *found);
 tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *path);
 void tm_fill_info(tern_model *m);
+/* Report layer il of n loaded; TERN_ERR_CANCELLED when the callback says stop. */
+tern_status tm_load_progress(tern_model *m, int il, int n);
 
 /* loader_mlx.c */
 tern_status tm_load_mlx(tern_model *m, const char *dir);

@@ -382,8 +382,30 @@ TEST(loader_refusals) {
     CHECK(m == NULL);
 }
 
+static bool stop_at_2(uint64_t done, uint64_t total, void *u) {
+    int *calls = u;
+    ++*calls;
+    return !(done >= 2 && total == 4);
+}
+
+/* Load progress is reported per layer; returning false cancels cleanly. */
+TEST(load_progress_cancel) {
+    const char *p = fixture_path("qwen35-tiny/model-ptq1_0.gguf");
+    if (!p) SKIP("fixtures missing");
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    int calls = 0;
+    mp.progress = stop_at_2;
+    mp.progress_user = &calls;
+    tern_model *m = NULL;
+    CHECK_EQ_INT(tern_model_load(p, &mp, &m), TERN_ERR_CANCELLED);
+    CHECK(m == NULL);
+    CHECK_EQ_INT(calls, 2);
+}
+
 int main(void) {
     RUN(loader_refusals);
+    RUN(load_progress_cancel);
     RUN(parity_qwen3_q2_0);
     RUN(parity_qwen3_q2_0_g64);
     RUN(parity_qwen35_pq2_0);
