@@ -275,6 +275,47 @@ TEST(multi_equals_separate_bitwise) {
     restore_best();
 }
 
+TEST(multi_mixed_types_equals_separate) {
+    /* matrices of different types share one call: preparations are shared
+     * only between matrices that use the same one */
+    static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0_G64, TERN_DT_BF16, TERN_DT_Q2_0, TERN_DT_Q1_0};
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        tern_pool *pool = NULL;
+        CHECK(tern_pool_new(3, &pool) == TERN_OK);
+        size_t batches[] = {1, 9, 37};
+        for (int bi = 0; bi < 3; bi++) {
+            size_t batch = batches[bi];
+            int64_t k = 256;
+            tmat m[5];
+            const tern_qmat *ws[5];
+            float *ys[5], *yr[5];
+            size_t st[5];
+            for (int q = 0; q < 5; q++) {
+                m[q] = make_mat(types[q], 20 + q * 7, k, 0);
+                ws[q] = &m[q].q;
+                st[q] = (size_t)m[q].q.n + 1;
+                ys[q] = calloc(batch * st[q], sizeof(float));
+                yr[q] = calloc(batch * st[q], sizeof(float));
+            }
+            float *x = rand_x(batch * (size_t)k, 1.0f);
+            tern_matmul_multi(5, ws, x, batch, (size_t)k, ys, st, pool);
+            for (int q = 0; q < 5; q++) tern_matmul(ws[q], x, batch, (size_t)k, yr[q], st[q], NULL);
+            for (int q = 0; q < 5; q++) {
+                CHECK_MSG(memcmp(ys[q], yr[q], batch * st[q] * sizeof(float)) == 0, "%s batch %zu %s differs",
+                          tern_isa_name(all_isas[ii]), batch, tern_dtype_name(types[q]));
+                double e = rel_err_vs_f64(&m[q], x, batch, (size_t)k, ys[q], st[q]);
+                CHECK_MSG(e < 1e-3, "%s batch %zu %s: max_rel_err %g", tern_isa_name(all_isas[ii]), batch,
+                          tern_dtype_name(types[q]), e);
+                free(ys[q]); free(yr[q]); free_mat(&m[q]);
+            }
+            free(x);
+        }
+        tern_pool_free(pool);
+    }
+    restore_best();
+}
+
 /* ------------------------------------------------------------- Hadamard */
 static double had_entry(size_t i, size_t j) { return (__builtin_popcountll(i & j) & 1) ? -1.0 : 1.0; }
 
@@ -419,6 +460,7 @@ int main(void) {
     RUN(matmul_outlier_activation);
     RUN(matmul_zero_batch_and_zero_rows);
     RUN(multi_equals_separate_bitwise);
+    RUN(multi_mixed_types_equals_separate);
     RUN(hadamard_vs_explicit_matrix_and_inverse);
     RUN(fused_sites_match_composition);
     return check_summary();
