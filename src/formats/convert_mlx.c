@@ -436,6 +436,10 @@ tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *dir, const 
         bool cols = vo == TERN_VO_COLS && !grouped_cols;
         if (vo == TERN_VO_COLS) vo = TERN_VO_NONE;
         const tern_gdn_dims *gd = q35 ? &gdn : NULL;
+        if (q35) {
+            uint64_t nr = vo == TERN_VO_ELEMS ? t->ne[0] : t->n_elems / t->ne[0];
+            if ((st = tern_vorder_check(cols ? TERN_VO_COLS : vo, &gdn, nr, t->ne[0], t->name))) break;
+        }
         if (tern_codec_is_ternary(t->type)) {
             uint64_t K = t->ne[0], N = t->n_elems / K;
             if (K % 128 || (cols && gdn.head_v_dim % 128)) {
@@ -443,9 +447,14 @@ tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *dir, const 
                                g->map.path, t->name, (unsigned long long)K);
                 break;
             }
+            size_t hl = strlen(hf);
+            if (hl < 8 || strcmp(hf + hl - 7, ".weight")) {
+                st = tern_fail(TERN_ERR_FORMAT, "%s: tensor '%s' is ternary but not a weight matrix", g->map.path, t->name);
+                break;
+            }
             char path[160];
             snprintf(path, sizeof path, "%s", hf);
-            path[strlen(path) - 7] = 0; /* drop ".weight" */
+            path[hl - 7] = 0; /* drop ".weight" */
             bool inv = h && tern_hadamard_is_inverse(h, t->name), fold = h && tern_hadamard_is_folded(h, t->name);
             const float *sg = (inv || fold) ? tern_hadamard_signs_for_width(h, K) : NULL;
             if ((inv || fold) && !sg) { st = tern_fail(TERN_ERR_FORMAT, "%s: no signs for K %llu", g->map.path, (unsigned long long)K); break; }
@@ -713,6 +722,13 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
             j->cols = !grouped_cols;
         }
         j->gdn = q35 ? &gdn : NULL;
+        if (q35) {
+            uint64_t nr, k;
+            if (j->ternary) { nr = j->tm.N; k = j->tm.K; }
+            else if (j->vo == TERN_VO_ELEMS) { nr = t->n_elems; k = 1; }
+            else { k = t->n_dims ? (t->n_dims == 3 ? t->shape[1] : t->shape[t->n_dims - 1]) : 1; nr = k ? t->n_elems / k : 0; }
+            if ((st = tern_vorder_check(j->cols ? TERN_VO_COLS : j->vo, &gdn, nr, k, t->name))) break;
+        }
         if (j->ternary) {
             if (j->cols && gdn.head_v_dim % 128) { st = tern_fail(TERN_ERR_UNSUPPORTED, "%s: head_v_dim not a multiple of 128", j->name); break; }
             j->n_dims = 2;
@@ -724,6 +740,10 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
             j->type = t->type;
             if (t->type != TERN_DT_F32 && t->type != TERN_DT_BF16 && t->type != TERN_DT_F16) {
                 st = tern_fail(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' dtype %s", dir, t->name, t->dtype);
+                break;
+            }
+            if (t->n_dims > 3 || (t->n_dims == 3 && t->shape[2] != 1)) {
+                st = tern_fail(TERN_ERR_SHAPE, "%s: tensor '%s' has an unsupported rank-%u shape", dir, t->name, t->n_dims);
                 break;
             }
             if (t->n_dims == 3) { /* conv1d [C, k, 1] -> ne [k, C] */

@@ -335,6 +335,10 @@ static tern_status plan_tensor(qctx *q, const tern_st_tensor *t, const char *hfn
             return tern_fail(TERN_ERR_SHAPE, "tensor '%s': %llu elements, expected n_v = %llu",
                              t->name, (unsigned long long)j->N, (unsigned long long)q->gdn.n_v);
     }
+    if (q35) {
+        tern_status vs = tern_vorder_check(j->cols_tiled ? TERN_VO_COLS : j->vo, &q->gdn, j->N, j->K, t->name);
+        if (vs) return vs;
+    }
     if (j->kind == J_TERN) {
         if (j->n_dims != 2 || j->K % 128)
             return tern_fail(TERN_ERR_SHAPE, "tensor '%s': row length %llu is not a multiple of 128",

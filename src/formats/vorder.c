@@ -127,3 +127,23 @@ uint64_t tern_vorder_src_row(tern_vorder_kind kind, const tern_gdn_dims *g, uint
     }
     return base + from * unit + within;
 }
+
+tern_status tern_vorder_check(tern_vorder_kind kind, const tern_gdn_dims *g, uint64_t n_rows, uint64_t k,
+                              const char *name) {
+    if (kind == TERN_VO_NONE) return TERN_OK;
+    tern_status st = tern_gdn_dims_check(g);
+    if (st) return tern_fail_prefix(st, "tensor '%s'", name ? name : "?");
+    uint64_t vdim = g->n_v * g->head_v_dim, kdim = g->n_k * g->head_k_dim;
+    switch (kind) {
+    case TERN_VO_QKV:
+    case TERN_VO_CONV:
+        return n_rows == 2 * kdim + vdim ? TERN_OK : shape_err(name, "row/channel count", n_rows, 2 * kdim + vdim);
+    case TERN_VO_ROWS:
+        return n_rows == vdim || n_rows == g->n_v ? TERN_OK : shape_err(name, "row count", n_rows, vdim);
+    case TERN_VO_ELEMS:
+        return n_rows == g->n_v ? TERN_OK : shape_err(name, "element count", n_rows, g->n_v);
+    case TERN_VO_COLS:
+        return k == vdim ? TERN_OK : shape_err(name, "row length", k, vdim);
+    default: return TERN_OK;
+    }
+}

@@ -63,6 +63,11 @@ tern_status tern_vorder_tensor(tern_vorder_kind kind, const tern_gdn_dims *g, co
                                void *dst, uint64_t n_rows, uint64_t row_bytes, tern_vorder_dir dir,
                                const char *name);
 
+/* Check that a tensor of n_rows rows of k elements fits `kind` (row counts for
+ * QKV/CONV/ROWS/ELEMS, k == n_v * head_v_dim for COLS); fails naming the tensor. */
+tern_status tern_vorder_check(tern_vorder_kind kind, const tern_gdn_dims *g, uint64_t n_rows, uint64_t k,
+                              const char *name);
+
 /* Row-streaming form: the source row of destination row r of a tensor of n_rows
  * rows (units as in tern_vorder_tensor: QKV/CONV V rows, ROWS in head_v_dim or
  * single-row units, ELEMS one row per head). Rows outside the V region map to
