@@ -129,6 +129,19 @@ if "$TERN" convert "$W/bad64.gguf" "$W/x.gguf" --to pq2_0 --quiet >"$W/out" 2>&1
 elif grep -q "blk.0.ffn_up.weight" "$W/out" && grep -q "row 5" "$W/out"; then ok "g64 unequal halves refused naming tensor and row"
 else cat "$W/out"; bad "g64 refusal message"; fi
 [ ! -e "$W/x.gguf" ] && ok "no output left after a refusal" || bad "no output left after a refusal"
+# GDN dims that do not match the tensors (time_step_rank 24 -> 12): refused, naming a tensor
+python3 - "$A/model-pq2_0.gguf" "$W/badrank.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+key = b"qwen35.ssm.time_step_rank"
+i = b.index(key) + len(key)
+assert struct.unpack_from("<II", b, i) == (4, 24)
+struct.pack_into("<I", b, i + 4, 12)
+open(sys.argv[2], "wb").write(b)
+PY
+if "$TERN" convert "$W/badrank.gguf" "$W/badpack" --to mlx --quiet >"$W/out" 2>&1; then bad "mismatched GDN dims refused"
+elif grep -q "tensor 'blk.0" "$W/out"; then ok "mismatched GDN dims refused naming the tensor"
+else cat "$W/out"; bad "mismatched GDN dims message"; fi
 "$TERN" convert "$A/model-pq2_0.gguf" "$W/y.gguf" --to q3_0 >/dev/null 2>&1; [ $? -eq 2 ] && ok "bad --to is a usage error" || bad "bad --to is a usage error"
 "$TERN" convert "$W/missing.gguf" "$W/y.gguf" --to pq2_0 >/dev/null 2>&1; [ $? -eq 1 ] && ok "missing input fails" || bad "missing input fails"
 
