@@ -35,6 +35,9 @@
 #ifndef TERN_AVX512_PF
 #define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
 #endif
+#ifndef TERN_AVX512_PF_EVERY
+#define TERN_AVX512_PF_EVERY 2   /* one prefetch per this many 34-byte blocks */
+#endif
 #define GEMM_MIN 6
 
 /* acc += u8 x s8 dot products (vpdpbusd). Inline asm: GCC 12 copies the
@@ -150,7 +153,7 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *blk = row + (size_t)i * bb;
 #if TERN_AVX512_PF > 0
-        if (i % 2 == 0) _mm_prefetch((const char *)blk + TERN_AVX512_PF, _MM_HINT_T0);
+        if (i % TERN_AVX512_PF_EVERY == 0) _mm_prefetch((const char *)blk + TERN_AVX512_PF, _MM_HINT_T0);
 #endif
         __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
         __m512i A, B = _mm512_setzero_si512();

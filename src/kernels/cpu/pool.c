@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #if defined(__x86_64__)
@@ -135,5 +136,11 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
         pthread_mutex_unlock(&p->mu);
     }
     pool_work(p);
-    while (atomic_load(&p->active) > 0) CPU_RELAX();
+    /* Wait for the helpers; yield now and then so a helper that the OS has
+     * descheduled (an oversubscribed machine) gets the core back. */
+    unsigned spins = 0;
+    while (atomic_load(&p->active) > 0) {
+        CPU_RELAX();
+        if ((++spins & 4095) == 0) sched_yield();
+    }
 }
