@@ -33,6 +33,7 @@ static void usage(FILE *f) {
 
 typedef struct view {
     bool tty, hide, in_think;
+    bool skip_nl;                   /* drop the blank lines right after </think> */
 } view;
 
 #define DIM "\x1b[2m"
@@ -42,6 +43,11 @@ typedef struct view {
 static bool on_text(const char *s, size_t n, void *user) {
     view *v = user;
     while (n) {
+        if (!v->in_think && v->skip_nl) {
+            while (n && *s == '\n') { s++; n--; }
+            if (!n) break;
+            v->skip_nl = false;
+        }
         const char *tag = v->in_think ? "</think>" : "<think>";
         size_t tl = strlen(tag), i = 0;
         while (i + tl <= n && memcmp(s + i, tag, tl)) i++;
@@ -54,7 +60,7 @@ static bool on_text(const char *s, size_t n, void *user) {
         else if (!v->hide) fputs(tag, stdout);
         s += take + tl;
         n -= take + tl;
-        if (!v->in_think) while (n && *s == '\n') { s++; n--; } /* the blank lines after </think> */
+        if (!v->in_think) v->skip_nl = true;
     }
     fflush(stdout);
     return true;
@@ -177,8 +183,8 @@ int tern_cmd_chat(int argc, char **argv) {
             free(line);
             continue;
         }
-        view v = {tty_out, hide, think && g.fmt == TERN_CHAT_QWEN35};
-        if (v.in_think && v.tty && !hide) fputs(DIM, stdout);
+        view v = {tty_out, hide, think && g.fmt == TERN_CHAT_QWEN35, false};
+        if (v.in_think && !hide) fputs(v.tty ? DIM : "<think>\n", stdout); /* opened by the prompt */
         tern_gen_params gp = {o.n_predict, NULL, 0, on_text, &v, &gen_cancel};
         tern_gen_result res;
         gen_sigint_arm();

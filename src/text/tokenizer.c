@@ -21,6 +21,7 @@
 #include "text/tok_internal.h"
 
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -37,9 +38,7 @@ const char *const tern_tok_regex_qwen35 =
 static uint16_t g_byte_to_cp[256];
 static int16_t g_cp_to_byte[0x144];   /* every mapped code point is < 0x144 */
 
-static void byte_map_init(void) {
-    static int done;
-    if (done) return;
+static void byte_map_build(void) {
     int n = 0;
     for (int i = 0; i < 0x144; i++) g_cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
@@ -47,7 +46,10 @@ static void byte_map_init(void) {
         g_byte_to_cp[b] = (uint16_t)(keep ? b : 256 + n++);
     }
     for (int b = 0; b < 256; b++) g_cp_to_byte[g_byte_to_cp[b]] = (int16_t)b;
-    done = 1;
+}
+static void byte_map_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_map_build);
 }
 
 static size_t utf8_put(uint32_t cp, char *o) {
