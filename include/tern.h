@@ -99,6 +99,21 @@ TERN_API bool tern_dtype_is_packed_ternary(tern_dtype t);
 
 /* --- formats: section owned by the formats module (GGUF, safetensors, MLX pack,
  *     codecs). Declarations below. */
+
+/* Lossless conversion of a ternary model (`tern convert`): IN and OUT are GGUF
+ * files or MLX pack directories; to is "pq2_0", "ptq1_0", "q2_0" (fork g128),
+ * "q2_0_g64" (mainline) or "mlx"; name sets general.name (NULL: keep). */
+TERN_API tern_status tern_convert_model(const char *in, const char *out, const char *to,
+                                        const char *name, tern_progress_fn progress, void *user);
+/* Hugging Face checkpoint (qwen35 / qwen3 safetensors) to a ternary GGUF
+ * (`tern quantize`): Hadamard signs from signs_path (GGUF or JSON), else drawn
+ * from hadamard_seed when >= 0, else no rotation; name NULL: the dir name. */
+TERN_API tern_status tern_quantize_model(const char *hf_dir, const char *out_gguf,
+                                         const char *signs_path, int64_t hadamard_seed,
+                                         const char *name, tern_progress_fn progress, void *user);
+/* Random-weight model with real shapes (`tern synth`); n_layers 0: the preset's. */
+TERN_API tern_status tern_synth_model(const char *preset, uint64_t seed, int n_layers,
+                                      const char *out_gguf, tern_progress_fn progress, void *user);
 /* @@FORMATS@@ */
 
 /* ================================================================== kernels */

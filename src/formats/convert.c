@@ -131,3 +131,15 @@ tern_status tern_convert(const char *in, const char *out, const tern_convert_opt
     tern_gguf_close(g);
     return st;
 }
+
+tern_status tern_convert_model(const char *in, const char *out, const char *to, const char *name,
+                               tern_progress_fn progress, void *user) {
+    tern_convert_opts o = {0};
+    if (!to || !tern_convert_target_parse(to, &o.to))
+        return tern_fail(TERN_ERR_INVALID_ARG, "convert: unknown target '%s' (pq2_0, ptq1_0, q2_0, q2_0_g64, mlx)",
+                         to ? to : "(null)");
+    o.name = name;
+    o.progress = progress;
+    o.progress_user = user;
+    return tern_convert(in, out, &o);
+}

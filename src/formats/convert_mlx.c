@@ -12,7 +12,9 @@
  * GGUF -> MLX undoes the GGUF conventions: V heads tiled -> grouped (vorder.h),
  * ssm_out columns tiled -> grouped unless gdn_v_grouped, ssm_a -> A_log (the
  * float32 nearest log(-ssm_a) whose -exp maps back to ssm_a exactly, preferring
- * the shortest mantissa, so dyadic A_log values come back bit-exact), conv1d
+ * the shortest mantissa, so dyadic A_log values come back bit-exact; an ssm_a that
+ * is not f32(-exp(A)) for any float32 A, which no converter writes, gets the
+ * nearest log and does not round-trip bit-exactly), conv1d
  * reshaped. It also writes tokenizer.json / tokenizer_config.json rebuilt from the
  * GGUF tokenizer keys and records general.name in config.json ("tern_gguf_name").
  * MLX -> GGUF applies the inverse and writes the metadata with hf_meta.c in the

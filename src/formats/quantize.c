@@ -678,3 +678,22 @@ out:
     tern_free(q.shards, q.n_shards * sizeof *q.shards);
     return st;
 }
+
+tern_status tern_quantize_model(const char *hf_dir, const char *out_gguf, const char *signs_path,
+                                int64_t hadamard_seed, const char *name, tern_progress_fn progress,
+                                void *user) {
+    if (!hf_dir || !out_gguf) return tern_fail(TERN_ERR_INVALID_ARG, "quantize: NULL path");
+    tern_quantize_opts o = {0};
+    o.out_type = TERN_DT_COUNT;
+    if (signs_path) {
+        o.hadamard = TERN_QH_FILE;
+        o.signs_path = signs_path;
+    } else if (hadamard_seed >= 0) {
+        o.hadamard = TERN_QH_SEED;
+        o.seed = (uint64_t)hadamard_seed;
+    }
+    o.name = name;
+    o.progress = progress;
+    o.progress_user = user;
+    return tern_quantize_hf(hf_dir, out_gguf, &o);
+}

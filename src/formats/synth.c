@@ -117,7 +117,7 @@ static tern_status fill_synth(void *dst, uint64_t nbytes, void *user) {
         switch (j->kind) {
         case S_NORM: v = (float)(0.6 + 0.8 * u); break;
         case S_NORM1: v = (float)(1.0 + (-0.4 + 1.0 * u)); break;
-        case S_SSM_A: v = (float)-exp(-2.0 + 3.0 * u); break;
+        case S_SSM_A: v = (float)-exp((double)(float)(-2.0 + 3.0 * u)); break; /* f32 A_log, as converters do */
         case S_DT: v = (float)(-2.0 + 2.5 * u); break;
         case S_CONV: v = (float)(-0.6 + 1.2 * u); break;
         default: v = (float)(-0.06 + 0.12 * u); break;
@@ -310,4 +310,17 @@ out:
     tern_hf_tokenizer_free(tok);
     tern_free(p.jobs, p.cap * sizeof *p.jobs);
     return st;
+}
+
+tern_status tern_synth_model(const char *preset, uint64_t seed, int n_layers, const char *out_gguf,
+                             tern_progress_fn progress, void *user) {
+    if (!out_gguf) return tern_fail(TERN_ERR_INVALID_ARG, "synth: NULL path");
+    tern_synth_opts o = {0};
+    o.preset = preset;
+    o.seed = seed;
+    o.n_layers = n_layers;
+    o.out_type = TERN_DT_COUNT;
+    o.progress = progress;
+    o.progress_user = user;
+    return tern_synth(out_gguf, &o);
 }

@@ -9,6 +9,8 @@
 #include "formats/vorder.h"
 
 #include <stdlib.h>
+#include <stdio.h>
+#include <unistd.h>
 
 static int popcount(unsigned x) { int n = 0; while (x) { n += x & 1; x >>= 1; } return n; }
 
@@ -108,6 +110,49 @@ TEST(vorder_src_row_matches_tensor) {
     }
 }
 
+static unsigned char *slurp(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (b && fread(b, 1, *n, f) != (size_t)*n) { free(b); b = NULL; }
+    fclose(f);
+    return b;
+}
+
+/* The public API: synth a tiny model, convert it through PTQ1_0, g64 and an MLX pack
+ * and back; every round trip gives the same bytes. */
+TEST(public_api_round_trip) {
+    char dir[] = "/tmp/tern_test_q_XXXXXX";
+    if (!mkdtemp(dir)) SKIP("no temp dir");
+    char a[256], b[256], c[256], d[256], pk[256], e[256];
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    snprintf(b, sizeof b, "%s/b.gguf", dir);
+    snprintf(c, sizeof c, "%s/c.gguf", dir);
+    snprintf(d, sizeof d, "%s/d.gguf", dir);
+    snprintf(pk, sizeof pk, "%s/pack", dir);
+    snprintf(e, sizeof e, "%s/e.gguf", dir);
+    CHECK(tern_synth_model("qwen35-tiny", 9, 4, a, NULL, NULL) == TERN_OK);
+    CHECK(tern_convert_model(a, b, "ptq1_0", NULL, NULL, NULL) == TERN_OK);
+    CHECK(tern_convert_model(b, c, "q2_0_g64", NULL, NULL, NULL) == TERN_OK);
+    CHECK(tern_convert_model(c, d, "pq2_0", NULL, NULL, NULL) == TERN_OK);
+    CHECK(tern_convert_model(d, pk, "mlx", NULL, NULL, NULL) == TERN_OK);
+    CHECK(tern_convert_model(pk, e, "pq2_0", NULL, NULL, NULL) == TERN_OK);
+    long na = 0, nd = 0, ne = 0;
+    unsigned char *x = slurp(a, &na), *y = slurp(d, &nd), *z = slurp(e, &ne);
+    CHECK(x && y && z && na == nd && na == ne && na > 1000000);
+    CHECK(x && y && !memcmp(x, y, na));
+    CHECK(x && z && !memcmp(x, z, na));
+    free(x); free(y); free(z);
+    CHECK(tern_convert_model(a, b, "q3_k", NULL, NULL, NULL) == TERN_ERR_INVALID_ARG);
+    CHECK(tern_synth_model("no-such-preset", 1, 0, b, NULL, NULL) == TERN_ERR_INVALID_ARG);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     check_seed();
     RUN(fold_matches_matrix);
@@ -115,5 +160,6 @@ int main(void) {
     RUN(seeded_signs);
     RUN(size_labels);
     RUN(vorder_src_row_matches_tensor);
+    RUN(public_api_round_trip);
     return check_summary();
 }
