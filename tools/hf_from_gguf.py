@@ -39,6 +39,8 @@ def main():
     ap.add_argument("gguf"); ap.add_argument("out")
     ap.add_argument("--tokenizer-dir", required=True)
     ap.add_argument("--unfold", action="store_true")
+    ap.add_argument("--shards", type=int, default=1, help="write N shards + model.safetensors.index.json")
+    ap.add_argument("--f16-matrices", action="store_true", help="store 2-D weights as F16 (exact for t*d)")
     a = ap.parse_args()
     r = gguf_lite.Reader(a.gguf)
     kv = {k: v[1] for k, v in r.kv.items()}
@@ -142,17 +144,32 @@ def main():
             w = w.reshape(-1)
         out[hf] = np.ascontiguousarray(w.astype(np.float32))
     os.makedirs(a.out, exist_ok=True)
-    header, blobs, off = {}, [], 0
-    for k in sorted(out):
-        b = out[k].tobytes()
-        header[k] = {"dtype": "F32", "shape": list(out[k].shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b); off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    with open(os.path.join(a.out, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hb))); f.write(hb)
-        for b in blobs: f.write(b)
+    if a.f16_matrices:
+        for k in out:
+            if out[k].ndim == 2:
+                h = out[k].astype(np.float16)
+                assert np.array_equal(h.astype(np.float32), out[k]), k + " is not F16-exact"
+                out[k] = h
+    names = sorted(out)
+    parts = [names[i::a.shards] for i in range(a.shards)]
+    weight_map = {}
+    for si, part in enumerate(parts):
+        fn = "model.safetensors" if a.shards == 1 else "model-%05d-of-%05d.safetensors" % (si + 1, a.shards)
+        header, blobs, off = {}, [], 0
+        for k in part:
+            b = out[k].tobytes()
+            header[k] = {"dtype": "F16" if out[k].dtype == np.float16 else "F32", "shape": list(out[k].shape),
+                         "data_offsets": [off, off + len(b)]}
+            blobs.append(b); off += len(b)
+            weight_map[k] = fn
+        header["__metadata__"] = {"format": "pt"}
+        hb = json.dumps(header, separators=(",", ":")).encode()
+        hb += b" " * ((8 - len(hb) % 8) % 8)
+        with open(os.path.join(a.out, fn), "wb") as f:
+            f.write(struct.pack("<Q", len(hb))); f.write(hb)
+            for b in blobs: f.write(b)
+    if a.shards > 1:
+        json.dump({"metadata": {}, "weight_map": weight_map}, open(os.path.join(a.out, "model.safetensors.index.json"), "w"))
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=1)
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer_dir, fn), os.path.join(a.out, fn))

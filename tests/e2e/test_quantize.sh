@@ -9,7 +9,8 @@
 #   (2) qwen35 model A: float W = W'R rebuilt (--unfold), quantized with model A's
 #       signs (--hadamard model-pq2_0.gguf, and again with the MLX pack's
 #       hadamard.json) reproduces model-pq2_0.gguf byte for byte;
-#   (3) qwen3: model-q2_0.gguf reproduced byte for byte;
+#   (3) qwen3: model-q2_0.gguf reproduced byte for byte, also from a sharded
+#       checkpoint (model.safetensors.index.json) with F16 matrices;
 #   (4) --hadamard-seed is deterministic and writes a valid contract; bad input fails.
 # Usage: bash test_quantize.sh /path/to/tern
 set -u
@@ -47,6 +48,11 @@ run qA3 "$TERN" quantize "$W/hfA" "$W/a3.gguf" --hadamard "$A/model-pq2_0.gguf" 
 run hf3 $HF "$Q3/model-q2_0.gguf" "$W/hf3" --tokenizer-dir "$Q3" &&
 run q3 "$TERN" quantize "$W/hf3" "$W/q3.gguf" --name qwen3-tiny-q2_0 --quiet &&
   same "qwen3 rebuilt + quantize == model-q2_0.gguf" "$W/q3.gguf" "$Q3/model-q2_0.gguf"
+
+# sharded checkpoint (index.json, 3 shards) with F16 matrices and F32 norms
+run hf3s $HF "$Q3/model-q2_0.gguf" "$W/hf3s" --tokenizer-dir "$Q3" --shards 3 --f16-matrices &&
+run q3s "$TERN" quantize "$W/hf3s" "$W/q3s.gguf" --name qwen3-tiny-q2_0 --quiet &&
+  same "qwen3 from 3 F16 shards == model-q2_0.gguf" "$W/q3s.gguf" "$Q3/model-q2_0.gguf"
 
 # seeded signs: deterministic, and the contract holds (every folded K has signs)
 run s1 "$TERN" quantize "$W/hfC" "$W/s1.gguf" --hadamard-seed 7 --quiet &&
