@@ -9,6 +9,7 @@
  */
 #include "tern.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
