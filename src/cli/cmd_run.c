@@ -17,12 +17,31 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern run [-m MODEL] -p TEXT [options]\n"
             "Generate a reply to TEXT and stream it to stdout (stats on stderr).\n\n"
-            "  -p, --prompt TEXT        the prompt (the user message in chat mode)\n"
+            "  -p, --prompt TEXT        the prompt (the user message in chat mode); '-' reads stdin\n"
+            "  --tools FILE             JSON array of tool definitions for the chat template\n"
             "  --chat | --raw           through the chat template (default when the model has one) / as is\n"
             "  --stop STR               stop before STR (repeatable)\n"
             "  --json                   print one JSON object (text, tokens, stop_reason, prompt_tokens,\n"
             "                           pp_tok_s, tg_tok_s, ...) instead of streaming\n");
     gen_opts_help(f);
+}
+
+static char *slurp(FILE *f) {
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); return NULL; }
+            b = nb; cap *= 2;
+        }
+        size_t r = fread(b + n, 1, cap - 1 - n, f);
+        n += r;
+        if (!r) break;
+    }
+    b[n] = 0;
+    return b;
 }
 
 /* JSON needs valid UTF-8: invalid bytes become U+FFFD (as HF decode errors="replace"). */
@@ -60,7 +79,8 @@ static bool on_text(const char *s, size_t n, void *user) {
 int tern_cmd_run(int argc, char **argv) {
     gen_opts o;
     gen_opts_default(&o);
-    const char *prompt = NULL;
+    const char *prompt = NULL, *tools_file = NULL;
+    char *prompt_buf = NULL, *tools = NULL;
     int mode = -1; /* -1 default, 0 raw, 1 chat */
     bool json = false;
     const char *stops[64];
@@ -74,6 +94,9 @@ int tern_cmd_run(int argc, char **argv) {
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (i + 1 >= argc) return cli_usage_error("run", "%s needs a value", a);
             prompt = argv[++i];
+        } else if (!strcmp(a, "--tools")) {
+            if (i + 1 >= argc) return cli_usage_error("run", "--tools needs a file");
+            tools_file = argv[++i];
         } else if (!strcmp(a, "--stop")) {
             if (i + 1 >= argc) return cli_usage_error("run", "--stop needs a value");
             if (!*argv[i + 1]) return cli_usage_error("run", "--stop needs a non-empty string");
@@ -90,9 +113,20 @@ int tern_cmd_run(int argc, char **argv) {
         }
     }
     if (!prompt) return cli_usage_error("run", "-p TEXT is required");
+    if (!strcmp(prompt, "-")) {
+        if (!(prompt_buf = slurp(stdin))) { fprintf(stderr, "tern run: cannot read stdin\n"); return 1; }
+        prompt = prompt_buf;
+    }
+    if (tools_file) {
+        FILE *f = fopen(tools_file, "rb");
+        if (!f) { free(prompt_buf); return cli_usage_error("run", "cannot open --tools file '%s'", tools_file); }
+        tools = slurp(f);
+        fclose(f);
+        if (!tools) { free(prompt_buf); fprintf(stderr, "tern run: cannot read %s\n", tools_file); return 1; }
+    }
     gen_ctx g;
     int rc = gen_ctx_open("run", &o, &g);
-    if (rc) return rc;
+    if (rc) { free(prompt_buf); free(tools); return rc; }
     bool chat = mode < 0 ? g.has_template : mode == 1;
     tern_tokens ids = {0};
     tern_status st;
@@ -101,16 +135,19 @@ int tern_cmd_run(int argc, char **argv) {
         size_t n = 0;
         if (o.system) m[n++] = (tern_chat_msg){"system", o.system, NULL, NULL, 0};
         m[n++] = (tern_chat_msg){"user", prompt, NULL, NULL, 0};
-        tern_chat_opts co = {NULL, true, g.think};
+        tern_chat_opts co = {tools, true, g.think};
         st = tern_chat_tokenize(g.tok, g.fmt, m, n, &co, &ids);
     } else {
         st = tern_tokenize(g.tok, prompt, strlen(prompt), true, &ids);
     }
+    free(tools);
+    tools = NULL;
     if (!st && ids.n == 0) {
+        free(prompt_buf);
         gen_ctx_close(&g);
         return cli_usage_error("run", "the prompt is empty after tokenization");
     }
-    if (st) { tern_tokens_free(&ids); gen_ctx_close(&g); return cli_lib_error("run", st); }
+    if (st) { free(prompt_buf); tern_tokens_free(&ids); gen_ctx_close(&g); return cli_lib_error("run", st); }
     tern_gen_params gp = {o.n_predict, stops, n_stop, json ? NULL : on_text, NULL, &gen_cancel};
     tern_gen_result res;
     gen_sigint_arm();
@@ -120,6 +157,7 @@ int tern_cmd_run(int argc, char **argv) {
         if (!json) fputc('\n', stdout);
         tern_gen_result_free(&res);
         tern_tokens_free(&ids);
+        free(prompt_buf);
         gen_ctx_close(&g);
         return cli_lib_error("run", st);
     }
@@ -165,6 +203,7 @@ int tern_cmd_run(int argc, char **argv) {
                 tern_stop_reason_str(res.reason));
     tern_gen_result_free(&res);
     tern_tokens_free(&ids);
+    free(prompt_buf);
     gen_ctx_close(&g);
     return 0;
 }

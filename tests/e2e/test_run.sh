@@ -89,5 +89,15 @@ check "other seed, other tokens" [ "$a" != "$c" ]
 check "chat prompt tokens (qwen35, system + no-think)" [ "$(jget "['chat']" <"$TMP/j")" = True ]
 "$TERN" run -m "$FIX/qwen35-tiny/mlx-pack" --raw -p "$TEXT" --temp 0 -n 4 --json --quiet >"$TMP/j" 2>"$TMP/e"
 check "MLX pack folder runs" [ $? -eq 0 ]
+# --- prompt from stdin, tools block in the prompt
+a=$("$TERN" run -m "$Q3" -p "Weather?" --temp 0 -n 2 --json --quiet | jget "['prompt_tokens']")
+b=$(printf 'Weather?' | "$TERN" run -m "$Q3" -p - --temp 0 -n 2 --json --quiet | jget "['prompt_tokens']")
+check "-p - reads stdin" [ -n "$a" -a "$a" = "$b" ]
+echo '[{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]' >"$TMP/tools.json"
+c=$("$TERN" run -m "$Q3" -p "Weather?" --tools "$TMP/tools.json" --temp 0 -n 2 --json --quiet | jget "['prompt_tokens']")
+check "--tools adds the tools block ($a -> $c prompt tokens)" [ -n "$c" ] && [ "$c" -gt $((a + 50)) ]
+echo '{"not": "a list"}' >"$TMP/bad.json"
+"$TERN" run -m "$Q3" -p "x" --tools "$TMP/bad.json" -n 1 >/dev/null 2>"$TMP/e"; rc=$?
+check "--tools with a non-array fails with a message" [ $rc -eq 1 ] && grep -q "array" "$TMP/e"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
