@@ -40,6 +40,9 @@ def main():
     ap.add_argument("--tokenizer-dir", required=True)
     ap.add_argument("--unfold", action="store_true")
     ap.add_argument("--shards", type=int, default=1, help="write N shards + model.safetensors.index.json")
+    ap.add_argument("--vl-layout", action="store_true",
+                    help="Qwen3.5 VL layout: model.language_model.* names, config with text_config, "
+                         "plus vision and mtp tensors a converter must skip")
     ap.add_argument("--f16-matrices", action="store_true", help="store 2-D weights as F16 (exact for t*d)")
     a = ap.parse_args()
     r = gguf_lite.Reader(a.gguf)
@@ -144,6 +147,14 @@ def main():
             w = w.reshape(-1)
         out[hf] = np.ascontiguousarray(w.astype(np.float32))
     os.makedirs(a.out, exist_ok=True)
+    if a.vl_layout:
+        out = {("model.language_model." + k[6:] if k.startswith("model.") else k): v for k, v in out.items()}
+        out["model.visual.patch_embed.proj.weight"] = np.zeros((4, 8), np.float32)
+        out["mtp.fc.weight"] = np.zeros((8, 8), np.float32)
+        text = dict(cfg)
+        cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+               "tie_word_embeddings": text.pop("tie_word_embeddings"), "text_config": text,
+               "vision_config": {"depth": 1}}
     if a.f16_matrices:
         for k in out:
             if out[k].ndim == 2:

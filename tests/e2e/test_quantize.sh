@@ -37,6 +37,11 @@ run hfC $HF "$A/model-q2_0-nohadamard.gguf" "$W/hfC" --tokenizer-dir "$A" &&
 run qC "$TERN" quantize "$W/hfC" "$W/c.gguf" --no-hadamard --ternary-alpha-beta --name qwen35-tiny-q2_0-nohadamard --quiet &&
   same "model C rebuilt + quantize --no-hadamard == model-q2_0-nohadamard.gguf" "$W/c.gguf" "$A/model-q2_0-nohadamard.gguf"
 
+run hfCv $HF "$A/model-q2_0-nohadamard.gguf" "$W/hfCv" --tokenizer-dir "$A" --vl-layout --shards 2 &&
+run qCv "$TERN" quantize "$W/hfCv" "$W/cv.gguf" --no-hadamard --ternary-alpha-beta --name qwen35-tiny-q2_0-nohadamard --quiet &&
+  same "model C in the Qwen3.5 VL layout (text_config, model.language_model.*, visual/mtp skipped) == fixture" "$W/cv.gguf" "$A/model-q2_0-nohadamard.gguf"
+rm -rf "$W/hfCv"
+
 run hfA $HF "$A/model-pq2_0.gguf" "$W/hfA" --tokenizer-dir "$A" --unfold &&
 run qA "$TERN" quantize "$W/hfA" "$W/a.gguf" --hadamard "$A/model-pq2_0.gguf" --name qwen35-tiny-pq2_0-hadamard --quiet &&
   same "model A unfolded + quantize --hadamard (GGUF signs) == model-pq2_0.gguf" "$W/a.gguf" "$A/model-pq2_0.gguf"
