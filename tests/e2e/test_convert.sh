@@ -129,6 +129,21 @@ if "$TERN" convert "$W/bad64.gguf" "$W/x.gguf" --to pq2_0 --quiet >"$W/out" 2>&1
 elif grep -q "blk.0.ffn_up.weight" "$W/out" && grep -q "row 5" "$W/out"; then ok "g64 unequal halves refused naming tensor and row"
 else cat "$W/out"; bad "g64 refusal message"; fi
 [ ! -e "$W/x.gguf" ] && ok "no output left after a refusal" || bad "no output left after a refusal"
+# a code 3 in a PQ2_0 tensor: refused naming tensor and row
+python3 - "$A/model-pq2_0.gguf" "$W/code3.gguf" "$SRC" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3] + "/tools")
+import gguf_lite
+r = gguf_lite.Reader(sys.argv[1])
+t = r.by_name["blk.0.ffn_up.weight"]
+b = bytearray(open(sys.argv[1], "rb").read())
+b[r.data_offset + t["offset"] + 3 * (t["ne"][0] // 128) * 34 + 2] = 0xFF  # row 3, block 0, qs[0]
+open(sys.argv[2], "wb").write(b)
+PY
+if "$TERN" convert "$W/code3.gguf" "$W/x3.gguf" --to ptq1_0 --quiet >"$W/out" 2>&1; then bad "code 3 refused"
+elif grep -q "blk.0.ffn_up.weight' row 3" "$W/out"; then ok "code 3 refused naming tensor and row"
+else cat "$W/out"; bad "code 3 refusal message"; fi
+
 # GDN dims that do not match the tensors (time_step_rank 24 -> 12): refused, naming a tensor
 python3 - "$A/model-pq2_0.gguf" "$W/badrank.gguf" <<'PY'
 import struct, sys
