@@ -274,6 +274,47 @@ tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to,
                          TN(tensor), tern_dtype_name(from), tern_dtype_name(to));
     if (K % 128) return bad_k(tensor, K, 128);
     size_t sb = tern_codec_row_bytes(from, K), db = tern_codec_row_bytes(to, K);
+    bool pq_from = from == TERN_DT_PQ2_0 || from == TERN_DT_Q2_0, pq_to = to == TERN_DT_PQ2_0 || to == TERN_DT_Q2_0;
+    if (pq_from && pq_to) { /* same bytes: validated copy */
+        const uint8_t *p = src;
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t b = 0; b < K / 128; b++) {
+                const uint8_t *q = p + r * sb + b * 34 + 2;
+                for (int i = 0; i < 32; i++)
+                    if (TERN_UNLIKELY(q[i] & (q[i] >> 1) & 0x55)) {
+                        uint8_t c[128];
+                        return unpack2(q, 128, c, tensor, r, b * 128);
+                    }
+            }
+        memcpy(dst, src, sb * rows);
+        return TERN_OK;
+    }
+    if (from == TERN_DT_PTQ1_0 && pq_to) { /* direct: every PTQ1_0 byte holds valid trits */
+        init_tables();
+        const uint8_t *p = src;
+        uint8_t *o = dst;
+        for (uint64_t blk = 0; blk < rows * (K / 128); blk++, p += 28, o += 34) {
+            o[0] = p[26];
+            o[1] = p[27];
+            uint8_t *q = o + 2;
+            for (int i = 0; i < 20; i++) { /* elements 4i..4i+3 = trit i/4 of qs[4(i%4) + k] */
+                const uint8_t *m = p + 4 * (i % 4);
+                int n = i / 4;
+                q[i] = (uint8_t)(g_trits[m[0]][n] | g_trits[m[1]][n] << 2 | g_trits[m[2]][n] << 4 | g_trits[m[3]][n] << 6);
+            }
+            for (int i = 20; i < 30; i++) { /* elements 80+8n+m from qs[16+m] */
+                const uint8_t *m = p + 16 + 4 * ((i - 20) % 2);
+                int n = (i - 20) / 2;
+                q[i] = (uint8_t)(g_trits[m[0]][n] | g_trits[m[1]][n] << 2 | g_trits[m[2]][n] << 4 | g_trits[m[3]][n] << 6);
+            }
+            for (int i = 30; i < 32; i++) { /* elements 120+2n+h from qh[h] */
+                int n = 2 * (i - 30);
+                q[i] = (uint8_t)(g_trits[p[24]][n] | g_trits[p[25]][n] << 2 | g_trits[p[24]][n + 1] << 4 |
+                                 g_trits[p[25]][n + 1] << 6);
+            }
+        }
+        return TERN_OK;
+    }
     uint8_t *codes = tern_malloc((size_t)K);
     uint16_t *d = tern_malloc((size_t)(K / 128) * 2);
     if (!codes || !d) {

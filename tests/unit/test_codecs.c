@@ -136,6 +136,9 @@ TEST(code3_refused) {
     float f[256];
     CHECK(tern_dequant_row(TERN_DT_PQ2_0, blk, 256, f, "x", 0) == TERN_ERR_FORMAT);
     CHECK(tern_transcode_rows(TERN_DT_PQ2_0, blk, TERN_DT_PTQ1_0, c2, 256, 1, "x") == TERN_ERR_FORMAT);
+    uint8_t cp[2 * 34];
+    CHECK(tern_transcode_rows(TERN_DT_PQ2_0, blk, TERN_DT_Q2_0, cp, 256, 1, "y") == TERN_ERR_FORMAT);
+    CHECK(strstr(tern_last_error(), "element 151") != NULL);
     /* encoders refuse code 3 */
     c[9] = 3;
     CHECK(tern_encode_pq2_0_row(c, d, 256, blk, "x", 0) == TERN_ERR_FORMAT);
