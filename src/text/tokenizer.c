@@ -393,10 +393,25 @@ void tern_tokenizer_free(tern_tokenizer *t) {
 typedef struct bpe_sym { int32_t id, prev, next; } bpe_sym;
 typedef struct bpe_cand { int32_t rank, pos, lid, rid; } bpe_cand;
 
+/* Per-call cache of short pieces -> ids (text repeats words; exact: the bytes
+ * are compared on a hit). Fixed size; once half full nothing more is added. */
+#define CACHE_SLOTS 8192
+#define CACHE_MAX_PIECE 32
+typedef struct cache_slot { uint32_t hash, ids_off; uint8_t len, n_ids; char bytes[CACHE_MAX_PIECE]; } cache_slot;
+
 typedef struct enc_scratch {
     bpe_sym *sym; size_t sym_cap;
     bpe_cand *heap; size_t heap_n, heap_cap;
+    cache_slot *cache; size_t cache_used;
+    tern_tokens cache_ids;
 } enc_scratch;
+
+static void scratch_free(enc_scratch *sc) {
+    if (sc->sym) tern_free(sc->sym, sc->sym_cap * sizeof *sc->sym);
+    if (sc->heap) tern_free(sc->heap, sc->heap_cap * sizeof *sc->heap);
+    if (sc->cache) tern_free(sc->cache, CACHE_SLOTS * sizeof *sc->cache);
+    tern_tokens_free(&sc->cache_ids);
+}
 
 static inline bool cand_less(const bpe_cand *a, const bpe_cand *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
@@ -446,8 +461,45 @@ static tern_status try_pair(const tern_tokenizer *t, enc_scratch *sc, int32_t po
 }
 
 /* BPE one pre-tokenized piece (raw bytes), appending ids. */
+static tern_status bpe_piece_uncached(const tern_tokenizer *t, enc_scratch *sc, const unsigned char *p, size_t n,
+                                      tern_tokens *out);
+
 static tern_status bpe_piece(const tern_tokenizer *t, enc_scratch *sc, const unsigned char *p, size_t n,
                              tern_tokens *out) {
+    if (n > CACHE_MAX_PIECE || n < 2) return bpe_piece_uncached(t, sc, p, n, out);
+    if (!sc->cache) {
+        sc->cache = tern_calloc(CACHE_SLOTS, sizeof *sc->cache);
+        if (!sc->cache) return bpe_piece_uncached(t, sc, p, n, out);
+    }
+    uint32_t h = hash_bytes((const char *)p, n), i = h & (CACHE_SLOTS - 1);
+    for (;; i = (i + 1) & (CACHE_SLOTS - 1)) {
+        cache_slot *c = &sc->cache[i];
+        if (!c->hash) break;
+        if (c->hash == h && c->len == n && !memcmp(c->bytes, p, n)) {
+            for (uint32_t k = 0; k < c->n_ids; k++) {
+                tern_status st = tern_tokens_push(out, sc->cache_ids.ids[c->ids_off + k]);
+                if (st) return st;
+            }
+            return TERN_OK;
+        }
+    }
+    size_t before = out->n;
+    tern_status st = bpe_piece_uncached(t, sc, p, n, out);
+    if (st || sc->cache_used * 2 >= CACHE_SLOTS || out->n - before > 255) return st;
+    cache_slot *c = &sc->cache[i];
+    c->ids_off = (uint32_t)sc->cache_ids.n;
+    for (size_t k = before; k < out->n; k++)
+        if (tern_tokens_push(&sc->cache_ids, out->ids[k])) { tern_clear_error(); return TERN_OK; }
+    c->hash = h;
+    c->len = (uint8_t)n;
+    c->n_ids = (uint8_t)(out->n - before);
+    memcpy(c->bytes, p, n);
+    sc->cache_used++;
+    return TERN_OK;
+}
+
+static tern_status bpe_piece_uncached(const tern_tokenizer *t, enc_scratch *sc, const unsigned char *p, size_t n,
+                                      tern_tokens *out) {
     tern_status st;
     if (n + 1 > sc->sym_cap) {
         size_t cap = sc->sym_cap ? sc->sym_cap : 256;
@@ -564,8 +616,7 @@ static tern_status encode_impl(const tern_tokenizer *t, const char *text, size_t
     }
     if (!st) st = encode_plain(t, &sc, md, text + seg, len - seg, out);
     pcre2_match_data_free(md);
-    if (sc.sym) tern_free(sc.sym, sc.sym_cap * sizeof *sc.sym);
-    if (sc.heap) tern_free(sc.heap, sc.heap_cap * sizeof *sc.heap);
+    scratch_free(&sc);
     return st;
 }
 
