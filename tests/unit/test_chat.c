@@ -261,6 +261,47 @@ TEST(chat_tokenize_no_injection) {
     tern_tokenizer_free(t);
 }
 
+/* The format comes from the file's template when it shows a tool-call style. */
+TEST(format_from_template) {
+    const char *src = getenv("TERN_SOURCE_DIR");
+    const char *tj = fixture_path("qwen35-tiny/tokenizer.json");
+    if (!tj || !src) SKIP("fixtures or TERN_SOURCE_DIR missing");
+    char dir[] = "/tmp/tern-fmt-XXXXXX";
+    if (!mkdtemp(dir)) SKIP("mkdtemp failed");
+    char path[1200], cmd[3000];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/tokenizer.json'", tj, dir);
+    CHECK(system(cmd) == 0);
+    const char *names[2] = {"qwen3.jinja", "qwen3.5.jinja"};
+    tern_chat_format want[2] = {TERN_CHAT_QWEN3, TERN_CHAT_QWEN35};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/tools/templates/%s", src, names[k]);
+        char *tmpl = slurp(path);
+        CHECK(tmpl != NULL);
+        if (!tmpl) continue;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "eos_token", "<|im_end|>");
+        cJSON_AddStringToObject(c, "chat_template", tmpl);
+        char *js = cJSON_Print(c);
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        FILE *f = fopen(path, "w");
+        if (f) { fputs(js, f); fclose(f); }
+        tern_tokenizer *t = NULL;
+        CHECK(tern_tokenizer_load(dir, &t) == TERN_OK);
+        if (t) {
+            CHECK_STR(tern_tokenizer_pre(t), "qwen35");      /* the regex says qwen35 ... */
+            CHECK_EQ_INT(tern_chat_format_for(t), want[k]);  /* ... the template decides */
+            CHECK_EQ_INT(tern_tokenizer_eos(t), 4093);
+            CHECK(tern_tokenizer_chat_template(t) && !strcmp(tern_tokenizer_chat_template(t), tmpl));
+            tern_tokenizer_free(t);
+        }
+        free(js);
+        cJSON_Delete(c);
+        free(tmpl);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     RUN(golden_renders);
     RUN(bad_inputs);
@@ -268,5 +309,6 @@ int main(void) {
     RUN(parse_tool_calls);
     RUN(render_parse_round_trip);
     RUN(chat_tokenize_no_injection);
+    RUN(format_from_template);
     return check_summary();
 }
