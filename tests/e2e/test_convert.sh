@@ -37,6 +37,24 @@ run ptq2pq "$TERN" convert "$A/model-ptq1_0.gguf" "$W/b.gguf" --to pq2_0 --name 
 run rt1 "$TERN" convert "$A/model-pq2_0.gguf" "$W/c.gguf" --to ptq1_0 --quiet &&
 run rt2 "$TERN" convert "$W/c.gguf" "$W/d.gguf" --to pq2_0 --quiet &&
   same "pq2_0 -> ptq1_0 -> pq2_0 == input" "$W/d.gguf" "$A/model-pq2_0.gguf"
+# without --name the outputs differ from the fixture files in general.name only
+run nn1 "$TERN" convert "$A/model-pq2_0.gguf" "$W/nn1.gguf" --to ptq1_0 --quiet &&
+run nn2 "$TERN" convert "$Q3/model-q2_0.gguf" "$W/nn2.gguf" --to q2_0_g64 --quiet &&
+if python3 - "$SRC" "$W/nn1.gguf" "$A/model-ptq1_0.gguf" "$W/nn2.gguf" "$Q3/model-q2_0_g64.gguf" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1] + "/tools")
+import gguf_lite
+bad = 0
+for a, b in [(sys.argv[2], sys.argv[3]), (sys.argv[4], sys.argv[5])]:
+    x, y = gguf_lite.Reader(a), gguf_lite.Reader(b)
+    diff = [k for k in list(x.kv) + list(y.kv) if str(x.kv.get(k)) != str(y.kv.get(k))]
+    if sorted(set(diff)) != ["general.name"] or list(x.kv) != list(y.kv): print(a, "keys differ:", diff); bad += 1
+    if [(t["name"], t["ne"], t["type"], t["offset"], t["data"]) for t in x.tensors] != \
+       [(t["name"], t["ne"], t["type"], t["offset"], t["data"]) for t in y.tensors]: print(a, "tensors differ"); bad += 1
+sys.exit(bad)
+PY
+then ok "without --name: only general.name differs from the fixtures"; else bad "without --name: only general.name differs"; fi
+
 # model C (fork Q2_0 g128, no Hadamard) through every layout and back
 run c1 "$TERN" convert "$A/model-q2_0-nohadamard.gguf" "$W/c1.gguf" --to q2_0_g64 --quiet &&
 run c2 "$TERN" convert "$W/c1.gguf" "$W/c2.gguf" --to ptq1_0 --quiet &&
