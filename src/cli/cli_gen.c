@@ -32,9 +32,9 @@ void gen_opts_help(FILE *f) {
     fprintf(f,
             "  -m, --model PATH         GGUF file or MLX pack folder (default: the embedded model / $TERN_MODEL)\n"
             "  -n, --n-predict N        most tokens to generate (default 512; 0 = until end or full context)\n"
-            "  --temp T                 temperature (default 0.7; 0 = greedy)\n"
+            "  --temp T                 temperature (default 0.7, 0.6 when thinking; 0 = greedy)\n"
             "  --top-k K                keep the K most likely tokens (default 20; 0 = off)\n"
-            "  --top-p P                nucleus sampling mass (default 0.8; 1 = off)\n"
+            "  --top-p P                nucleus sampling mass (default 0.8, 0.95 when thinking; 1 = off)\n"
             "  --min-p P                drop tokens below P x the top probability (default 0 = off)\n"
             "  --repeat-penalty X       repetition penalty over the last 64 tokens (default 1 = off)\n"
             "  --presence-penalty X     presence penalty (default 0)\n"
@@ -80,9 +80,9 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->model = v; return 1; }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) NUM_I(0, 1 << 24, o->n_predict);
-    if (!strcmp(a, "--temp")) NUM_F(0.0, 100.0, o->sp.temperature);
+    if (!strcmp(a, "--temp")) { o->temp_set = true; NUM_F(0.0, 100.0, o->sp.temperature); }
     if (!strcmp(a, "--top-k")) NUM_I(0, 1 << 24, o->sp.top_k);
-    if (!strcmp(a, "--top-p")) NUM_F(1e-6, 1.0, o->sp.top_p);
+    if (!strcmp(a, "--top-p")) { o->top_p_set = true; NUM_F(1e-6, 1.0, o->sp.top_p); }
     if (!strcmp(a, "--min-p")) NUM_F(0.0, 1.0, o->sp.min_p);
     if (!strcmp(a, "--repeat-penalty")) NUM_F(1e-3, 100.0, o->sp.repeat_penalty);
     if (!strcmp(a, "--presence-penalty")) NUM_F(-100.0, 100.0, o->sp.presence_penalty);
@@ -123,17 +123,21 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     tern_session_params_default(&spp);
     spp.n_ctx = o->ctx;
     if ((st = tern_session_new(g->model, &spp, &g->sess))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
+    g->fmt = tern_chat_format_for(g->tok);
+    g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
     tern_sampler_params sp = o->sp;
     if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    /* Qwen3 model-card settings for thinking mode: temperature 0.6, top-p 0.95 */
+    if (g->think && !o->temp_set) sp.temperature = 0.6f;
+    if (g->think && !o->top_p_set) sp.top_p = 0.95f;
     if ((st = tern_sampler_new(&sp, info->n_vocab, &g->smp))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
-    g->fmt = tern_chat_format_for(g->tok);
     g->has_template = tern_tokenizer_chat_template(g->tok) != NULL;
-    g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
     g->load_s = tern_now_s_cli() - t0;
     if (!o->quiet)
-        fprintf(stderr, "tern %s: %s (%s, %d layers, vocab %d, ctx %d) loaded in %.2f s, seed %llu, thinking %s\n", cmd,
-                path, info->arch, info->n_layers, info->n_vocab, tern_session_n_ctx(g->sess), g->load_s,
-                (unsigned long long)sp.seed, g->think ? "on" : "off");
+        fprintf(stderr, "tern %s: %s (%s, %d layers, vocab %d, ctx %d) loaded in %.2f s, seed %llu, thinking %s, "
+                        "temp %.2f top-k %d top-p %.2f min-p %.2f\n", cmd, path, info->arch, info->n_layers,
+                info->n_vocab, tern_session_n_ctx(g->sess), g->load_s, (unsigned long long)sp.seed,
+                g->think ? "on" : "off", sp.temperature, sp.top_k, sp.top_p, sp.min_p);
     return 0;
 }
 

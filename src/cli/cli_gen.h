@@ -13,6 +13,7 @@ typedef struct gen_opts {
     int n_predict;                  /* -n: max tokens (0 = until eog / full context) */
     tern_sampler_params sp;
     bool seed_set;
+    bool temp_set, top_p_set;       /* explicit on the command line (else thinking defaults apply) */
     int threads, ctx;
     int think;                      /* -1 default (model family), 0 off, 1 on */
     const char *system;
