@@ -113,6 +113,7 @@ int tern_cmd_chat(int argc, char **argv) {
     char hist_path[4096] = "";
 #ifdef TERN_HAVE_LIBEDIT
     if (tty_in) {
+        rl_catch_signals = 0; /* our SIGINT handler decides */
         const char *hp = getenv("TERN_HISTORY"), *home = getenv("HOME");
         if (hp && *hp) snprintf(hist_path, sizeof hist_path, "%s", hp);
         else if (home) snprintf(hist_path, sizeof hist_path, "%s/.tern_history", home);
@@ -126,7 +127,16 @@ int tern_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "tern chat: /help for commands, Ctrl-C stops a reply, Ctrl-D quits\n");
     const char *prompt = "> "; /* plain: libedit does not skip escape sequences in prompts */
     for (;;) {
+        /* Ctrl-C at the prompt drops the line being typed (it does not quit) */
+        gen_sigint_arm();
         char *line = read_line(tty_in, prompt);
+        bool interrupted = gen_cancel;
+        gen_sigint_disarm();
+        if (interrupted && tty_in) {
+            free(line);
+            fputs("^C\n", stdout);
+            continue;
+        }
         if (!line) break;
         if (!tty_in) { printf("> %s\n", line); fflush(stdout); }
         if (!*line) { free(line); continue; }

@@ -3,7 +3,7 @@
 # capture-pane): the reply streams (the pane grows while it is generated),
 # Ctrl-C stops it and the conversation is kept (/info shows the context still
 # filled and growing on the next turn), /think, /reset, line editing history
-# (Up recalls the last line), /exit. Skips loudly when tmux is missing.
+# (Up recalls the last line), Ctrl-C at the prompt, /exit. Skips loudly when tmux is missing.
 # Usage: bash test_chat_tmux.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_chat_tmux.sh /path/to/tern}
@@ -62,6 +62,14 @@ tmux send-keys -t "$S" Up
 sleep 0.5
 if pane | grep -v '^$' | tail -1 | grep -q '^> /info'; then ok "Up recalls history"; else bad "Up recalls history"; fi
 tmux send-keys -t "$S" C-u
+# Ctrl-C at the prompt drops the typed line and keeps the chat running
+tmux send-keys -t "$S" "half typed"
+sleep 0.3
+tmux send-keys -t "$S" C-c
+sleep 0.5
+tmux send-keys -t "$S" "/think on" Enter
+if wait_for '^\[thinking on\]' 10 && ! pane | grep -q 'CHAT-EXITED'; then ok "Ctrl-C at the prompt drops the line, chat goes on"
+else bad "Ctrl-C at the prompt drops the line, chat goes on"; fi
 tmux send-keys -t "$S" "/reset" Enter
 if wait_for '^\[conversation cleared\]' 10; then ok "/reset"; else bad "/reset"; fi
 tmux send-keys -t "$S" "/info" Enter
