@@ -105,7 +105,8 @@ def build(outdir, name):
             types[i] = 5
     merges = [f"{m(a)} {m(b)}" for a, b in recover_merges(ranks)]
     path = os.path.join(outdir, f"vocab-{name}.gguf")
-    w = gguf.GGUFWriter(path, arch=name)
+    tmp = f"{path}.{os.getpid()}.tmp"  # written whole, then renamed: readers never see a partial file
+    w = gguf.GGUFWriter(tmp, arch=name)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(spec["pre"])
     w.add_token_list(tokens)
@@ -132,8 +133,11 @@ def build(outdir, name):
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": {m(t): r for t, r in ranks.items()}, "merges": merges},
     }
-    with open(os.path.join(outdir, f"tokenizer-{name}.json"), "w", encoding="utf-8") as f:
+    jpath = os.path.join(outdir, f"tokenizer-{name}.json")
+    with open(f"{jpath}.{os.getpid()}.tmp", "w", encoding="utf-8") as f:
         json.dump(tj, f, ensure_ascii=False)
+    os.replace(f"{jpath}.{os.getpid()}.tmp", jpath)
+    os.replace(tmp, path)
     print(f"{path}: {spec['n_vocab']} tokens, {len(merges)} merges", file=sys.stderr)
 
 
