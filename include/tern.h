@@ -305,7 +305,8 @@ TERN_API tern_chat_format tern_chat_format_for(const tern_tokenizer *t);
 
 typedef struct tern_tool_call {
     const char *name;
-    const char *arguments;          /* a JSON object, as text */
+    const char *arguments;          /* a JSON object, as text; rendered as the templates render
+                                     * a mapping (Python json.dumps style / XML parameters) */
 } tern_tool_call;
 typedef struct tern_chat_msg {
     const char *role;               /* "system", "user", "assistant", "tool" */
