@@ -11,6 +11,7 @@
 #include "model/backend.h"
 
 #include <math.h>
+#include <string.h>
 
 #define TM_CAT2(a, b) a##b
 #define TM_CAT(a, b) TM_CAT2(a, b)
@@ -19,13 +20,24 @@
 void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p);
 void TM_FN(tm_attn_head)(const tm_attn_args *a, int h);
 
+#ifndef TM_V16_DEFINED
+#define TM_V16_DEFINED
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* static inline helpers only: no ABI crosses */
+#endif
+/* 16 floats as a GCC/clang vector: each ISA build lowers it to its widest registers. */
+typedef float tm_v16 __attribute__((vector_size(64)));
+static inline tm_v16 tm_v16_load(const float *p) { tm_v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void tm_v16_store(float *p, tm_v16 v) { memcpy(p, &v, sizeof v); }
+static inline tm_v16 tm_v16_set1(float x) { return (tm_v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+#endif
+
 static inline float TM_FN(silu_)(float x) { return x / (1.0f + expf(-x)); }
 
 static inline float TM_FN(dot_)(const float *restrict x, const float *restrict y, int n) {
-    float acc[16] = {0};
+    tm_v16 acc = tm_v16_set1(0.0f);
     int j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int u = 0; u < 16; u++) acc[u] += x[j + u] * y[j + u];
+    for (; j + 16 <= n; j += 16) acc += tm_v16_load(x + j) * tm_v16_load(y + j);
     float s = 0;
     for (; j < n; j++) s += x[j] * y[j];
     for (int u = 0; u < 16; u++) s += acc[u];
@@ -62,14 +74,31 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
         const float beta = 1.0f / (1.0f + expf(-a->b[(size_t)t * nv + p]));
         const float pd = pend[0];
         for (int j = 0; j < dv; j++) kv[j] = sq[j] = 0;
-        for (int i = 0; i < dk; i++) {
-            float *restrict Si = S + (size_t)i * dv;
-            const float ai = pk[i], ki = k[i], qi = q[i];
-            for (int j = 0; j < dv; j++) {
-                float sv = Si[j] * pd + ai * pdl[j];
-                Si[j] = sv;
-                kv[j] += sv * ki;
-                sq[j] += sv * qi;
+        if (dv % 16 == 0) {
+            /* 16-wide vector extension (zmm / 2 ymm / 4 xmm per ISA build) */
+            const int nb = dv / 16;
+            const tm_v16 pdv = tm_v16_set1(pd);
+            for (int i = 0; i < dk; i++) {
+                float *Si = S + (size_t)i * dv;
+                const tm_v16 ai = tm_v16_set1(pk[i]), ki = tm_v16_set1(k[i]),
+                             qi = tm_v16_set1(q[i]);
+                for (int jb = 0; jb < nb; jb++) {
+                    tm_v16 sv = tm_v16_load(Si + 16 * jb) * pdv + ai * tm_v16_load(pdl + 16 * jb);
+                    tm_v16_store(Si + 16 * jb, sv);
+                    tm_v16_store(kv + 16 * jb, tm_v16_load(kv + 16 * jb) + sv * ki);
+                    tm_v16_store(sq + 16 * jb, tm_v16_load(sq + 16 * jb) + sv * qi);
+                }
+            }
+        } else {
+            for (int i = 0; i < dk; i++) {
+                float *restrict Si = S + (size_t)i * dv;
+                const float ai = pk[i], ki = k[i], qi = q[i];
+                for (int j = 0; j < dv; j++) {
+                    float sv = Si[j] * pd + ai * pdl[j];
+                    Si[j] = sv;
+                    kv[j] += sv * ki;
+                    sq[j] += sv * qi;
+                }
             }
         }
         const float kq = TM_FN(dot_)(k, q, dk);
@@ -114,7 +143,11 @@ void TM_FN(tm_attn_head)(const tm_attn_args *a, int h) {
         for (int p = 0; p < np; p++) {
             const float *restrict v = a->vcache + p * kvw + (size_t)kvh * hd;
             const float w = sc[p] * inv;
-            for (int j = 0; j < hd; j++) o[j] += w * v[j];
+            int j = 0;
+            const tm_v16 wv = tm_v16_set1(w);
+            for (; j + 16 <= hd; j += 16)
+                tm_v16_store(o + j, tm_v16_load(o + j) + wv * tm_v16_load(v + j));
+            for (; j < hd; j++) o[j] += w * v[j];
         }
     }
 }
