@@ -814,7 +814,7 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
         }
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.weight_names", wn, wl, nw);
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, il, ni);
-        if (!st && q35) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", h->gdn_v_grouped);
+        if (!st) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", h->gdn_v_grouped);
         tern_free(wn, (nj + 1) * sizeof *wn);
         tern_free(inv, (nj + 1) * sizeof *inv);
         tern_free(wl, (nj + 1) * sizeof *wl);

@@ -656,7 +656,7 @@ tern_status tern_quantize_hf(const char *dir, const char *out, const tern_quanti
         const char *inv[1] = {"token_embd.weight"};
         uint64_t invl[1] = {17};
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, invl, 1);
-        if (!st && q35) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true);
+        if (!st) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true); /* required by the contract parser, also for qwen3 */
         tern_free(names, (q.n_jobs + 1) * sizeof *names);
         tern_free(lens, (q.n_jobs + 1) * sizeof *lens);
         if (st) goto out;

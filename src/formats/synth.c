@@ -295,7 +295,7 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
         const char *inv[1] = {"token_embd.weight"};
         uint64_t invl[1] = {17};
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, invl, 1);
-        if (!st && q35) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true);
+        if (!st) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true); /* required by the contract parser, also for qwen3 */
         tern_free(sv, total * 4);
         tern_free(names, p.n * sizeof *names);
         tern_free(lens, p.n * sizeof *lens);

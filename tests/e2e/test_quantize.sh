@@ -78,6 +78,72 @@ assert r.by_name["blk.0.ssm_alpha.weight"]["type"] == 30
 PY
 then ok "seeded file honours the Hadamard contract"; else bad "seeded file honours the Hadamard contract"; fi
 
+# a random float qwen3 checkpoint (hidden 1024) with --hadamard-seed: codes and scales
+# equal an independent numpy fold + ternarisation (W' = FWHT(S*W)/32, d = max|w'|)
+python3 - "$W/rq3" "$Q3" <<'PY'
+import json, shutil, struct, sys
+import numpy as np
+out, tok = sys.argv[1], sys.argv[2]
+import os; os.makedirs(out, exist_ok=True)
+rng = np.random.default_rng(1)
+E, F, H, KV, HD, V = 1024, 2048, 8, 2, 128, 4096
+cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": E, "intermediate_size": F,
+       "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": HD, "num_hidden_layers": 1, "vocab_size": V,
+       "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": False,
+       "bos_token_id": 4091, "eos_token_id": 4093}
+L = "model.layers.0."
+t = {"model.embed_tokens.weight": (V, E), "lm_head.weight": (V, E), L + "self_attn.q_proj.weight": (H * HD, E),
+     L + "self_attn.k_proj.weight": (KV * HD, E), L + "self_attn.v_proj.weight": (KV * HD, E),
+     L + "self_attn.o_proj.weight": (E, H * HD), L + "mlp.gate_proj.weight": (F, E), L + "mlp.up_proj.weight": (F, E),
+     L + "mlp.down_proj.weight": (E, F)}
+t = {k: rng.normal(0, 0.02, s).astype(np.float32) for k, s in t.items()}
+for k, n in [("model.norm.weight", E), (L + "input_layernorm.weight", E), (L + "post_attention_layernorm.weight", E),
+             (L + "self_attn.q_norm.weight", HD), (L + "self_attn.k_norm.weight", HD)]:
+    t[k] = rng.uniform(0.5, 1.5, n).astype(np.float32)
+hdr, blobs, off = {}, [], 0
+for k in sorted(t):
+    b = t[k].astype("<f4").tobytes(); hdr[k] = {"dtype": "F32", "shape": list(t[k].shape), "data_offsets": [off, off + len(b)]}
+    blobs.append(b); off += len(b)
+hb = json.dumps(hdr).encode(); hb += b" " * ((8 - len(hb) % 8) % 8)
+with open(out + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(hb))); f.write(hb); [f.write(b) for b in blobs]
+json.dump(cfg, open(out + "/config.json", "w"))
+for fn in ("tokenizer.json", "tokenizer_config.json"): shutil.copy(tok + "/" + fn, out + "/" + fn)
+PY
+run rq3 "$TERN" quantize "$W/rq3" "$W/rq3.gguf" --hadamard-seed 11 --quiet &&
+if python3 - "$W/rq3" "$W/rq3.gguf" "$SRC" <<'PY'
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, sys.argv[3] + "/tools")
+import gguf_lite
+from hf_from_gguf import fwht_rows
+b = open(sys.argv[1] + "/model.safetensors", "rb").read(); n, = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n])
+hf = {k: np.frombuffer(b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], np.float32).reshape(v["shape"]) for k, v in h.items()}
+r = gguf_lite.Reader(sys.argv[2]); kv = {k: v[1] for k, v in r.kv.items()}
+signs, off = {}, 0
+vals = np.array(kv["prism.hadamard.sign_values"], np.float64)
+for w in kv["prism.hadamard.sign_widths"]: signs[int(w)] = vals[off:off + int(w)]; off += int(w)
+names = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}
+for t in r.tensors:
+    if t["name"].startswith("blk.0.") and t["type"] == 142:
+        m = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+        names[t["name"]] = "model.layers.0." + m[t["name"].split(".")[2]] + ".weight"
+bad, total, flips = 0, 0, 0
+for gname, hname in names.items():
+    W = hf[hname].astype(np.float64)
+    Wp = (fwht_rows(signs[W.shape[1]] * W, 1024) / 32.0).astype(np.float32)
+    g = Wp.reshape(W.shape[0], -1, 128)
+    d = np.abs(g).max(axis=2)
+    codes = np.clip(np.floor(np.abs(g) / d[:, :, None] + 0.5) * np.sign(g), -1, 1) + 1
+    c, s = gguf_lite.decode_ternary(r.by_name[gname])
+    if not np.array_equal(s, d.astype(np.float16)): print(gname, "scales differ"); bad += 1
+    flips += int((c != codes.reshape(c.shape)).sum()); total += c.size
+print("code mismatches %d of %d" % (flips, total))
+sys.exit(1 if bad or flips > total * 1e-6 else 0)
+PY
+then ok "random qwen3 + --hadamard-seed == numpy fold and ternarisation"; else bad "random qwen3 + --hadamard-seed == numpy fold and ternarisation"; fi
+
 # refusals
 "$TERN" quantize "$W/hf3" "$W/x.gguf" --hadamard-seed 1 --quiet >"$W/out" 2>&1
 [ $? -eq 1 ] && grep -q "multiple of the Hadamard block" "$W/out" && ok "K=512 with block 1024 refused" || { cat "$W/out"; bad "K=512 with block 1024 refused"; }
