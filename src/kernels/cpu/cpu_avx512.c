@@ -1,7 +1,7 @@
 /*
  * cpu_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI + VBMI) kernels.
  *
- * GEMV (batch < TERN_AVX512_GEMM_MIN) for PQ2_0 / Q2_0 (g128) and Q2_0_G64:
+ * GEMV (batch < GEMM_MIN) for PQ2_0 / Q2_0 (g128) and Q2_0_G64:
  *   int8 VNNI on the packed codes in place. The activation is quantised ONCE
  *   per call to 14-bit integers x_q = round(x / sx), |x_q| <= 16256, with one
  *   scale sx per 1024 inputs (a Hadamard block), split x_q = 128*hi + lo (hi,
@@ -10,12 +10,12 @@
  *   multishifts and two ANDs (codes 0..2 as unsigned bytes), then four
  *   vpdpbusd (hi and lo against the two code vectors). Codes are unsigned, so
  *   sum((q-1) x) = sum(q x) - sum(x): the per-block sum(x_q) is precomputed and
- *   seeds the lo accumulator. Per block: T = (accH << 7) + accL, converted to
- *   float and scaled by the block's fp16 d (a 64K-entry table lookup);
- *   per 1024 inputs the sum is scaled by sx. Error: x_q has 14 bits per 1024
- *   values (max_rel_err ~1e-5 on Gaussian data; see docs/performance.md).
+ *   seeds the lo accumulator. Per block: T = accL + 128*accH (one vpdpwssd),
+ *   converted to float and scaled by the
+ *   block's fp16 d (a 64K-entry table lookup); per 1024 inputs the sum is
+ *   scaled by sx. Error ~1e-4 of max|y| (see docs/performance.md).
  *
- * GEMM (batch >= TERN_AVX512_GEMM_MIN) for every type: fp32 FMA on
+ * fp32 GEMM (Q1_0, dense types; any batch): fp32 FMA on
  *   dequantised weight panels (8 rows x 1024 inputs, 32 KB) reused over the
  *   whole batch: 8 rows x 3 batch rows of 16-wide accumulators per step. The
  *   unpack costs one pass per row tile; the activation stays fp32 (exact up to
@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i
 
 /* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
 static uint8_t g_permA128[64], g_permB128[64], g_perm64[64];
-static __m512i g_ctlA128, g_ctlB128, g_ctl64;
+static __m512i g_ctlA128, g_ctlB128, g_ctl64, g_shl8;
 
 static void init_tables(void) {
     uint8_t ca[64], cb[64], c64[64];
@@ -69,6 +69,9 @@ static void init_tables(void) {
     memcpy(&g_ctlA128, ca, 64);
     memcpy(&g_ctlB128, cb, 64);
     memcpy(&g_ctl64, c64, 64);
+    uint8_t sh[64];
+    for (int p = 0; p < 64; p++) sh[p] = (uint8_t)(p % 4 == 0 ? 0x80 : (p % 16) - 1);
+    memcpy(&g_shl8, sh, 64);
 }
 
 /* ------------------------------------------------------ activation prep */
@@ -82,13 +85,30 @@ static size_t act_layout(int64_t k, int qk, size_t *off_corr, size_t *off_sx) {
 static size_t act_bytes128(int64_t k) { size_t a, b; return act_layout(k, 128, &a, &b); }
 static size_t act_bytes64(int64_t k) { size_t a, b; return act_layout(k, 64, &a, &b); }
 
-/* Quantise 64 floats with inverse scale inv to hi/lo bytes (natural order). */
-static inline __m512i quant16(__m512 v, __m512 inv, __m512i *hi32, __m512i *lo32) {
+/* Quantise 16 floats with inverse scale inv: x_q = round(x*inv), split as
+ * x_q = 2^sh * hi + lo with hi, lo signed bytes. The GEMV uses sh = 7
+ * (|x_q| <= QMAX7, combined with vpdpwssd on port 0, where it measured faster),
+ * the GEMM sh = 8 (|x_q| <= QMAX8, combined with a byte shuffle on port 5,
+ * which is idle there). */
+#define QMAX7 16256.0f
+#define QMAX8 16000.0f
+static inline __m512i quant16(__m512 v, __m512 inv, __m512i *hi32, __m512i *lo32, int sh) {
     __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));  /* round to nearest even */
-    __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(64)), 7);
+    __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(1 << (sh - 1))), sh);
     *hi32 = h;
-    *lo32 = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 7));
+    *lo32 = _mm512_sub_epi32(q, _mm512_slli_epi32(h, sh));
     return q;
+}
+
+/* lo + 128*hi with |hi| < 2^15 (hi as int16 pairs (value, sign) is exact). */
+static inline __m512i combine_hilo7(__m512i lo, __m512i hi) {
+    return _mm512_dpwssd_epi32(lo, hi, _mm512_set1_epi32(128));
+}
+
+/* lo + 256*hi for int32 lanes with |hi| < 2^23: a byte shuffle (port 5)
+ * instead of a shift or multiply (port 0, where the vpdpbusd already queue). */
+static inline __m512i combine_hilo8(__m512i lo, __m512i hi) {
+    return _mm512_add_epi32(lo, _mm512_shuffle_epi8(hi, g_shl8));
 }
 
 static inline __attribute__((always_inline)) void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
@@ -103,7 +123,7 @@ static inline __attribute__((always_inline)) void act_prep_qk(const float *x, in
         __m512 mx = _mm512_setzero_ps();
         for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
         float amax = _mm512_reduce_max_ps(mx);
-        float sx = amax / 16256.0f, iv = amax > 0 ? 16256.0f / amax : 0.0f;
+        float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
         if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
         sxs[seg] = sx;
         __m512 inv = _mm512_set1_ps(iv);
@@ -112,7 +132,7 @@ static inline __attribute__((always_inline)) void act_prep_qk(const float *x, in
             __m512i csum = _mm512_setzero_si512();
             for (int j = 0; j < qk; j += 16) {
                 __m512i h, l;
-                csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b0 + j), inv, &h, &l));
+                csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b0 + j), inv, &h, &l, 7));
                 _mm_storeu_si128((__m128i *)(hib + j), _mm512_cvtepi32_epi8(h));
                 _mm_storeu_si128((__m128i *)(lob + j), _mm512_cvtepi32_epi8(l));
             }
@@ -179,8 +199,7 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
                 accH = dpbusd(_mm512_setzero_si512(), A, _mm512_loadu_si512(a));
                 accL = dpbusd(accL, A, _mm512_loadu_si512(a + 64));
             }
-            /* |accH| < 2^15, so as int16 pairs (accH, sign) it is exact: T = accL + 128*accH */
-            __m512i T = _mm512_dpwssd_epi32(accL, accH, _mm512_set1_epi32(128));
+            __m512i T = combine_hilo7(accL, accH);
             F[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), d, F[b]);
         }
         if ((i + 1) % bps == 0 || i + 1 == nb) {
@@ -359,7 +378,8 @@ static void gemm_rows(const tern_qmat *w, const void *act, size_t act_stride, si
  *   sx  [nseg][16] float  scale per 1024 inputs, per lane
  * Weights: per 4 rows x 2048 inputs the codes are unpacked to bytes once
  * (natural order) and each 4-code group is broadcast to all lanes, so one
- * vpdpbusd does 16 batch rows x 4 inputs. */
+ * vpdpbusd does 16 batch rows x 4 inputs. The activation split is x_q =
+ * 256*hi + lo, |x_q| <= 16000; per block T = lo + (hi << 8) by a byte shuffle. */
 #define VR 4
 #define VKC 2048
 
@@ -391,7 +411,7 @@ static inline __attribute__((always_inline)) void vnni_prep(const float *x, size
             __m512 mx = _mm512_setzero_ps();
             for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(xr + j), absmask));
             float amax = _mm512_reduce_max_ps(mx);
-            float sx = amax / 16256.0f, iv = amax > 0 ? 16256.0f / amax : 0.0f;
+            float sx = amax / QMAX8, iv = amax > 0 ? QMAX8 / amax : 0.0f;
             if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
             ((float *)(tile + L.sx))[seg * 16 + lane] = sx;
             __m512 inv = _mm512_set1_ps(iv);
@@ -399,7 +419,7 @@ static inline __attribute__((always_inline)) void vnni_prep(const float *x, size
                 __m512i csum = _mm512_setzero_si512();
                 for (int j = 0; j < qk; j += 16) {
                     __m512i h, l;
-                    csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(xr + b0k + j), inv, &h, &l));
+                    csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(xr + b0k + j), inv, &h, &l, 8));
                     uint32_t hb[4], lb[4];
                     _mm_storeu_si128((__m128i *)hb, _mm512_cvtepi32_epi8(h));
                     _mm_storeu_si128((__m128i *)lb, _mm512_cvtepi32_epi8(l));
@@ -463,7 +483,6 @@ static inline __attribute__((always_inline)) void vnni_rows(const tern_qmat *w, 
     const size_t nbt = (batch + 15) / 16;
     uint8_t cbuf[VR][VKC] __attribute__((aligned(64)));
     float dd[VR][VKC / 64];
-    const __m512i c128 = _mm512_set1_epi32(128);
     for (int64_t kc0 = 0; kc0 < k; kc0 += VKC) {
         int64_t kc = k - kc0 < VKC ? k - kc0 : VKC;
         for (int64_t rt = r0; rt < r1; rt += VR) {
@@ -503,10 +522,10 @@ static inline __attribute__((always_inline)) void vnni_rows(const tern_qmat *w, 
                             h3 = dpbusd(h3, w3, xh); l3 = dpbusd(l3, w3, xl);
                         }
                         int bi = (int)(e0 / qk);
-                        F[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l0, h0, c128)), _mm512_set1_ps(dd[0][bi]), F[0]);
-                        F[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l1, h1, c128)), _mm512_set1_ps(dd[1][bi]), F[1]);
-                        F[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l2, h2, c128)), _mm512_set1_ps(dd[2][bi]), F[2]);
-                        F[3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(l3, h3, c128)), _mm512_set1_ps(dd[3][bi]), F[3]);
+                        F[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo8(l0, h0)), _mm512_set1_ps(dd[0][bi]), F[0]);
+                        F[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo8(l1, h1)), _mm512_set1_ps(dd[1][bi]), F[1]);
+                        F[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo8(l2, h2)), _mm512_set1_ps(dd[2][bi]), F[2]);
+                        F[3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo8(l3, h3)), _mm512_set1_ps(dd[3][bi]), F[3]);
                     }
                     __m512 sv = _mm512_loadu_ps(sx + (s0 / SEG) * 16);
 #pragma GCC unroll 4
