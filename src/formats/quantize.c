@@ -14,6 +14,8 @@
 #include "formats/vorder.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,13 +145,10 @@ static uint64_t src_row(const job *j, uint64_t r) {
     return base + (kk * rr + jj) * unit + within;
 }
 
-static tern_status fill_job(void *dst, uint64_t nbytes, void *user) {
-    job *j = user;
+/* Rows [r0, r1) of job j into dst (row stride rb). */
+static tern_status fill_rows(job *j, uint8_t *dst, size_t rb, uint64_t r0, uint64_t r1) {
     qctx *q = j->q;
     uint64_t K = j->K;
-    size_t rb = j->kind == J_TERN ? tern_codec_row_bytes(j->type, K)
-                                  : K * tern_dtype_block_bytes(j->type);
-    if (rb * j->N != nbytes) return tern_fail(TERN_ERR_INTERNAL, "tensor '%s': size mismatch", j->name);
     float *row = tern_malloc(K * sizeof(float)), *tmp = tern_malloc(K * sizeof(float));
     double *dr = j->fold ? tern_malloc(K * sizeof(double)) : NULL;
     uint8_t *codes = tern_malloc(K);
@@ -160,12 +159,12 @@ static tern_status fill_job(void *dst, uint64_t nbytes, void *user) {
         goto done;
     }
     const float *signs = j->fold ? signs_for(q, K) : NULL;
-    for (uint64_t r = 0; r < j->N && !st; r++) {
+    for (uint64_t r = r0; r < r1 && !st; r++) {
         uint64_t sr = src_row(j, r);
         const uint8_t *sp = j->src->data + sr * K * j->src->elem_size;
         st = tern_dequant_row(j->src->type, sp, K, row, j->src->name, sr);
         if (st) break;
-        uint8_t *o = (uint8_t *)dst + r * rb;
+        uint8_t *o = dst + r * rb;
         switch (j->kind) {
         case J_TERN:
             if (j->cols_tiled) {
@@ -211,6 +210,49 @@ done:
     tern_free(codes, K);
     tern_free(d, (K / 128 + 1) * 2);
     return st;
+}
+
+typedef struct worker {
+    job *j;
+    uint8_t *dst;
+    size_t rb;
+    uint64_t r0, r1;
+    tern_status st;
+    char msg[1024];               /* the worker's error message (errors are thread-local) */
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    w->st = fill_rows(w->j, w->dst, w->rb, w->r0, w->r1);
+    if (w->st) snprintf(w->msg, sizeof w->msg, "%s", tern_last_error());
+    return NULL;
+}
+
+/* Fill one output tensor; large ternary tensors are split over the online cores. */
+static tern_status fill_job(void *dst, uint64_t nbytes, void *user) {
+    job *j = user;
+    uint64_t K = j->K;
+    size_t rb = j->kind == J_TERN ? tern_codec_row_bytes(j->type, K)
+                                  : K * tern_dtype_block_bytes(j->type);
+    if (rb * j->N != nbytes) return tern_fail(TERN_ERR_INTERNAL, "tensor '%s': size mismatch", j->name);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu > 1 ? (int)(ncpu < 32 ? ncpu : 32) : 1;
+    if (j->kind != J_TERN || j->N * K < ((uint64_t)1 << 20) || j->N < (uint64_t)nt) nt = 1;
+    if (nt == 1) return fill_rows(j, dst, rb, 0, j->N);
+    worker w[32];
+    pthread_t th[32];
+    bool started[32] = {0};
+    for (int i = 0; i < nt; i++) {
+        w[i] = (worker){j, dst, rb, j->N * i / nt, j->N * (i + 1) / nt, TERN_OK, {0}};
+        started[i] = i > 0 && pthread_create(&th[i], NULL, worker_main, &w[i]) == 0;
+    }
+    for (int i = 0; i < nt; i++)
+        if (!started[i]) worker_main(&w[i]); /* the caller's share, and any thread that did not start */
+    for (int i = 1; i < nt; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    for (int i = 0; i < nt; i++)
+        if (w[i].st) return tern_fail(w[i].st, "%s", w[i].msg);
+    return TERN_OK;
 }
 
 /* HF suffix (after "model.layers.N.") -> GGUF suffix and kind. */
