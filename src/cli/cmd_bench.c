@@ -143,9 +143,19 @@ static double sample_err(const tern_qmat *w, const float *x, size_t batch, const
             size_t b = bi == nb - 1 ? batch - 1 : bi;
             double acc = 0;
             for (int64_t j = 0; j < w->k; j++) {
-                const uint8_t *blk = row + (size_t)(j / 128) * 34;
-                int code = (blk[2 + (j % 128) / 4] >> (2 * (j % 4))) & 3;
-                acc += (double)(code - 1) * tern_f16_to_f32(tern_rd16(blk)) * x[b * (size_t)w->k + (size_t)j];
+                int code;
+                uint16_t d;
+                if (w->layout == TERN_LAYOUT_R16) { /* kernels.h: 544-byte blocks of 16 rows */
+                    int L = (int)(r % 16), q = (int)(j % 128) / 4;
+                    const uint8_t *blk = w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(j / 128) * 544;
+                    d = tern_rd16(blk + 2 * L);
+                    code = (blk[32 + 16 * q + 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2] >> (2 * (j % 4))) & 3;
+                } else {
+                    const uint8_t *blk = row + (size_t)(j / 128) * 34;
+                    d = tern_rd16(blk);
+                    code = (blk[2 + (j % 128) / 4] >> (2 * (j % 4))) & 3;
+                }
+                acc += (double)(code - 1) * tern_f16_to_f32(d) * x[b * (size_t)w->k + (size_t)j];
             }
             double dlt = fabs(acc - y[b * (size_t)w->n + (size_t)r]);
             if (!(dlt <= maxd)) maxd = dlt;
@@ -167,6 +177,7 @@ static const shape g_shapes[] = {
 
 typedef struct config {
     int shape, batch, threads;
+    int layout;           /* TERN_LAYOUT_ROWS, or TERN_LAYOUT_R16 (gemv_r16 rows) */
     int n_copies;
     uint8_t **copies;     /* shared per shape */
     double *times;
@@ -271,17 +282,22 @@ static int bench_kernels(int argc, char **argv) {
     for (size_t i = 0; i < xmax; i++) x[i] = rnd_normal();
 
     /* Configurations. */
-    config cfg[N_SHAPES * 2 * 2];
+    /* batch 1 in the file layout and (AVX-512 only) in the 16-row layout of
+     * tern_qmat_repack, which reads the same bytes per weight; batch 128 */
+    config cfg[N_SHAPES * 3 * 2];
     int nc = 0;
-    int batches[2] = {1, 128};
+    int batches[3] = {1, 1, 128};
+    bool r16_ok = tern_kernels_isa() == TERN_ISA_AVX512;
     for (size_t s = 0; s < N_SHAPES; s++)
-        for (int bi = 0; bi < 2; bi++)
+        for (int bi = 0; bi < 3; bi++)
             for (int ti = 0; ti < n_thr; ti++) {
+                if (bi == 1 && !r16_ok) continue;
                 if (quick && batches[bi] == 128 && g_shapes[s].n > 100000) continue;
                 if (only && (!strcmp(only, "transform") || (batches[bi] == 1) != !strcmp(only, "gemv"))) continue;
                 config *c = &cfg[nc++];
                 memset(c, 0, sizeof *c);
                 c->shape = (int)s; c->batch = batches[bi]; c->threads = thr[ti];
+                c->layout = bi == 1 ? TERN_LAYOUT_R16 : TERN_LAYOUT_ROWS;
                 c->times = calloc((size_t)reps, sizeof(double));
             }
     /* Interleaved rounds; the first round of each config also checks the error. */
@@ -292,8 +308,10 @@ static int bench_kernels(int argc, char **argv) {
             config *c = &cfg[ci];
             const shape *sh = &g_shapes[c->shape];
             if (c->batch == 128 && r >= (quick ? 2 : 3) && sh->n > 100000) continue; /* head GEMM: ~1 s each */
+            /* the arena's random blocks read as a 16-row-layout matrix are just
+             * another random matrix (all scales finite; see sample_err) */
             tern_qmat w = {TERN_DT_PQ2_0, sh->n, sh->k, copies[c->shape][rot++ % n_copies[c->shape]],
-                           (size_t)(sh->k / 128) * 34};
+                           (size_t)(sh->k / 128) * 34, c->layout};
             double t0 = tern_now_s();
             tern_matmul(&w, x, (size_t)c->batch, (size_t)sh->k, y, (size_t)sh->n, c->threads > 1 ? pool : NULL);
             c->times[c->n_times++] = tern_now_s() - t0;
@@ -309,7 +327,7 @@ static int bench_kernels(int argc, char **argv) {
         double t = median(c->times, c->n_times);
         double gb = (double)wbytes[c->shape] / t / 1e9;
         double gf = 2.0 * c->batch * (double)sh->k * (double)sh->n / t / 1e9;
-        emit(json, c->batch == 1 ? "gemv" : "gemm", sh->name, sh->k, sh->n, c->batch, c->threads, t * 1e3, gb, gf,
+        emit(json, c->batch > 1 ? "gemm" : c->layout == TERN_LAYOUT_R16 ? "gemv_r16" : "gemv", sh->name, sh->k, sh->n, c->batch, c->threads, t * 1e3, gb, gf,
              ceiling[c->threads], c->err);
         free(c->times);
     }

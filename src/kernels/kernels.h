@@ -40,10 +40,29 @@ typedef struct tern_qmat {
     int64_t n, k;            /* rows (outputs), columns (inputs) */
     const uint8_t *data;     /* first row */
     size_t row_bytes;        /* bytes from one row to the next */
+    int layout;              /* TERN_LAYOUT_ROWS (0: the file layout above) or TERN_LAYOUT_R16 */
 } tern_qmat;
 
-/* Validate type/shape/row_bytes (k multiple of the block; supported type). */
+/* TERN_LAYOUT_R16 (PQ2_0 / Q2_0 only; made by tern_qmat_repack): rows in groups
+ * of 16 (the last group padded with zero rows); group g starts at
+ * data + g*16*row_bytes and holds, per 128-input block b (544 bytes): the 16
+ * rows' fp16 scales (32 B, row order), then 32 chunks of 16 bytes; chunk q
+ * holds byte q of each row's block (its elements 4q..4q+3), row L at byte
+ * 8*((L/2)%2) + 2*(L/4) + L%2. Same bytes per weight as the file layout; the
+ * AVX-512 GEMV then shares one scale epilogue among 16 rows. */
+#define TERN_LAYOUT_ROWS 0
+#define TERN_LAYOUT_R16 1
+
+/* Validate type/shape/row_bytes/layout (k multiple of the block; supported type). */
 tern_status tern_qmat_check(const tern_qmat *w, const char *name);
+
+/* Repack a PQ2_0 / Q2_0 matrix (file layout) into TERN_LAYOUT_R16 in a new
+ * 64-byte aligned buffer (*out describes it; free with tern_qmat_free_repacked).
+ * Worth it only for the AVX-512 kernels: returns TERN_ERR_UNSUPPORTED when the
+ * active ISA is not AVX-512 or the type is not PQ2_0 / Q2_0. Costs a copy of the
+ * weights (the mapping can then be dropped for that tensor). */
+tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out);
+void tern_qmat_free_repacked(tern_qmat *w);
 
 /* y[b*y_stride + i] = sum_j W[i,j] * x[b*x_stride + j]   for b < batch, i < n.
  * Any batch >= 0 (0: no work); GEMV path for batch < 32, GEMM for larger. */

@@ -316,6 +316,54 @@ TEST(multi_mixed_types_equals_separate) {
     restore_best();
 }
 
+TEST(repacked_16row_layout) {
+    /* tern_qmat_repack: refused off AVX-512; on AVX-512 the repacked matrix
+     * gives the same products (within the bound) on every ISA, every path
+     * (GEMV, GEMM), thread counts and row ranges not multiple of 16 */
+    tmat t = make_mat(TERN_DT_PQ2_0, 37, 384, 5);
+    tern_qmat r;
+    if (!tern_kernels_force(TERN_ISA_AVX512)) {
+        tern_kernels_force(TERN_ISA_SCALAR);
+        CHECK(tern_qmat_repack(&t.q, &r) == TERN_ERR_UNSUPPORTED);
+        free_mat(&t);
+        restore_best();
+        SKIP("no AVX-512 here: the 16-row layout is refused (checked) and not exercised");
+    }
+    CHECK(tern_qmat_repack(&t.q, &r) == TERN_OK);
+    CHECK(r.layout == TERN_LAYOUT_R16);
+    CHECK(tern_qmat_check(&r, "r16") == TERN_OK);
+    tmat g = make_mat(TERN_DT_Q2_0_G64, 4, 128, 0);
+    tern_qmat bad;
+    CHECK(tern_qmat_repack(&g.q, &bad) == TERN_ERR_UNSUPPORTED);
+    free_mat(&g);
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        for (int nt = 1; nt <= 3; nt += 2) {
+            tern_pool *pool = NULL;
+            CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            size_t batches[] = {1, 2, 7, 40};
+            for (int bi = 0; bi < 4; bi++) {
+                size_t batch = batches[bi], xs = 384 + 3, ys = 40;
+                float *x = rand_x(batch * xs, 1.0f), *y = malloc(batch * ys * sizeof(float));
+                for (size_t i = 0; i < batch * ys; i++) y[i] = -777.0f;
+                tern_matmul(&r, x, batch, xs, y, ys, pool);
+                double e = rel_err_vs_f64(&t, x, batch, xs, y, ys);
+                CHECK_MSG(e < 1e-3, "%s r16 batch %zu threads %d: max_rel_err %g", tern_isa_name(all_isas[ii]), batch,
+                          nt, e);
+                int touched = 0;
+                for (size_t b = 0; b < batch; b++) touched += y[b * ys + 37] != -777.0f || y[b * ys + 39] != -777.0f;
+                CHECK_EQ_INT(touched, 0);
+                free(x); free(y);
+            }
+            tern_pool_free(pool);
+        }
+    }
+    tern_qmat_free_repacked(&r);
+    CHECK(r.data == NULL);
+    free_mat(&t);
+    restore_best();
+}
+
 /* ------------------------------------------------------------- Hadamard */
 static double had_entry(size_t i, size_t j) { return (__builtin_popcountll(i & j) & 1) ? -1.0 : 1.0; }
 
@@ -461,6 +509,7 @@ int main(void) {
     RUN(matmul_zero_batch_and_zero_rows);
     RUN(multi_equals_separate_bitwise);
     RUN(multi_mixed_types_equals_separate);
+    RUN(repacked_16row_layout);
     RUN(hadamard_vs_explicit_matrix_and_inverse);
     RUN(fused_sites_match_composition);
     return check_summary();

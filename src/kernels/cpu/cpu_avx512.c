@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i
 
 /* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
 static uint8_t g_permA128[64], g_permB128[64], g_perm64[64];
-static __m512i g_ctlA128, g_ctlB128, g_ctl64, g_shl8;
+static __m512i g_ctlA128, g_ctlB128, g_ctl64, g_shl8, g_ctl_r16;
 
 static void init_tables(void) {
     uint8_t ca[64], cb[64], c64[64];
@@ -69,6 +69,12 @@ static void init_tables(void) {
     memcpy(&g_ctlA128, ca, 64);
     memcpy(&g_ctlB128, cb, 64);
     memcpy(&g_ctl64, c64, 64);
+    uint8_t cr[64];
+    for (int p = 0; p < 64; p++) {
+        int m = p / 8, t = p % 8, L = 2 * m + t / 4, j = t % 4;
+        cr[p] = (uint8_t)(8 * (2 * (L / 4) + L % 2) + 2 * j);
+    }
+    memcpy(&g_ctl_r16, cr, 64);
     uint8_t sh[64];
     for (int p = 0; p < 64; p++) sh[p] = (uint8_t)(p % 4 == 0 ? 0x80 : (p % 16) - 1);
     memcpy(&g_shl8, sh, 64);
@@ -476,6 +482,21 @@ static inline __attribute__((always_inline)) void unpack_codes(const uint8_t *ro
     }
 }
 
+/* Codes of row r of a TERN_LAYOUT_R16 matrix, inputs [k0, k0+kc) -> bytes. */
+static void unpack_codes_r16(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc, uint8_t *dst, float *dd) {
+    for (int64_t e = 0; e < kc; e += 128) {
+        int64_t b = (k0 + e) / 128;
+        dd[e / 128] = tern_f16_table[tern_r16_scale(w, r, b)];
+        for (int q = 0; q < 32; q++) {
+            uint8_t v = tern_r16_code_byte(w, r, b, q);
+            dst[e + 4 * q] = v & 3;
+            dst[e + 4 * q + 1] = (v >> 2) & 3;
+            dst[e + 4 * q + 2] = (v >> 4) & 3;
+            dst[e + 4 * q + 3] = v >> 6;
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void vnni_rows(const tern_qmat *w, const void *act, size_t batch,
                                                             float *y, size_t ys, int64_t r0, int64_t r1, int qk) {
     const int64_t k = w->k;
@@ -488,7 +509,8 @@ static inline __attribute__((always_inline)) void vnni_rows(const tern_qmat *w, 
         for (int64_t rt = r0; rt < r1; rt += VR) {
             int nr = r1 - rt < VR ? (int)(r1 - rt) : VR;
             for (int r = 0; r < VR; r++) {
-                if (r < nr) unpack_codes(w->data + (size_t)(rt + r) * w->row_bytes, kc0, kc, cbuf[r], dd[r], qk);
+                if (r < nr && w->layout == TERN_LAYOUT_R16) unpack_codes_r16(w, rt + r, kc0, kc, cbuf[r], dd[r]);
+                else if (r < nr) unpack_codes(w->data + (size_t)(rt + r) * w->row_bytes, kc0, kc, cbuf[r], dd[r], qk);
                 else { memset(cbuf[r], 0, (size_t)kc); memset(dd[r], 0, sizeof dd[r]); }
             }
             for (size_t t = 0; t < nbt; t++) {
@@ -552,6 +574,102 @@ static void vnni_rows64(const tern_qmat *w, const void *act, size_t act_stride, 
                         size_t ys, int64_t r0, int64_t r1) {
     (void)act_stride;
     vnni_rows(w, act, batch, y, ys, r0, r1, 64);
+}
+
+/* ------------------------------------------------- GEMV, 16-row layout
+ * TERN_LAYOUT_R16 (kernels.h): a 16-byte chunk holds 4 codes of each of 16
+ * rows, so one multishift + AND gives 16 rows x 4 inputs as bytes, lane L =
+ * row L. Each vpdpbusd multiplies them by 4 activation bytes broadcast to all
+ * lanes, and the per-block epilogue (combine, convert, FMA with the 16 scales)
+ * is shared by the 16 rows. Activation: natural order, same 14-bit hi/lo
+ * split as the file-layout GEMV:
+ *   [k B hi][k B lo][nb x int32 -sum(x_q)][nseg x float sx]                 */
+static size_t r16_act_bytes(int64_t k) {
+    return (size_t)k * 2 + (size_t)(k / 128) * 4 + (((size_t)k + SEG - 1) / SEG) * 4;
+}
+
+static void r16_act_prep(const float *x, int64_t k, void *act) {
+    uint8_t *hi = act, *lo = hi + k;
+    int32_t *corr = (int32_t *)(lo + k);
+    float *sxs = (float *)(corr + k / 128);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
+        int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
+        float amax = _mm512_reduce_max_ps(mx);
+        float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
+        if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
+        sxs[seg] = sx;
+        __m512 inv = _mm512_set1_ps(iv);
+        for (int64_t b0 = s0; b0 < s1; b0 += 128) {
+            __m512i csum = _mm512_setzero_si512();
+            for (int j = 0; j < 128; j += 16) {
+                __m512i h, l;
+                csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b0 + j), inv, &h, &l, 7));
+                _mm_storeu_si128((__m128i *)(hi + b0 + j), _mm512_cvtepi32_epi8(h));
+                _mm_storeu_si128((__m128i *)(lo + b0 + j), _mm512_cvtepi32_epi8(l));
+            }
+            corr[b0 / 128] = -_mm512_reduce_add_epi32(csum);
+        }
+    }
+}
+
+static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                          size_t ys, int64_t r0, int64_t r1) {
+    const int64_t k = w->k, nb = k / 128;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (size_t bi = 0; bi < batch; bi++) {
+        const uint8_t *hi = (const uint8_t *)act + bi * act_stride, *lo = hi + k;
+        const int32_t *corr = (const int32_t *)(lo + k);
+        const float *sxs = (const float *)(corr + nb);
+        for (int64_t g = r0 / 16; g * 16 < r1; g++) {
+            const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
+            __m512 Y = _mm512_setzero_ps();
+            for (int64_t b0 = 0, seg = 0; b0 < nb; b0 += SEG / 128, seg++) {
+                int64_t b1 = b0 + SEG / 128 < nb ? b0 + SEG / 128 : nb;
+                __m512 F = _mm512_setzero_ps();
+                for (int64_t b = b0; b < b1; b++) {
+                    const uint8_t *blk = grp + (size_t)b * 544;
+                    const uint8_t *hb = hi + b * 128, *lb = lo + b * 128;
+                    __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, h3 = h0;
+                    /* lanes are rows here: every row gets the -sum(x_q) correction */
+                    __m512i l0 = _mm512_set1_epi32(corr[b]), l1 = h0, l2 = h0, l3 = h0;
+                    for (int q = 0; q < 32; q += 4) {
+                        const uint8_t *c = blk + 32 + 16 * q;
+#if TERN_AVX512_PF > 0
+                        _mm_prefetch((const char *)c + TERN_AVX512_PF, _MM_HINT_T0);
+#endif
+                        __m512i W0 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
+                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)c))), m3);
+                        __m512i W1 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
+                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 16)))), m3);
+                        __m512i W2 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
+                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 32)))), m3);
+                        __m512i W3 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
+                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 48)))), m3);
+                        h0 = dpbusd(h0, W0, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q)));
+                        l0 = dpbusd(l0, W0, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q)));
+                        h1 = dpbusd(h1, W1, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 4)));
+                        l1 = dpbusd(l1, W1, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 4)));
+                        h2 = dpbusd(h2, W2, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 8)));
+                        l2 = dpbusd(l2, W2, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 8)));
+                        h3 = dpbusd(h3, W3, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 12)));
+                        l3 = dpbusd(l3, W3, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 12)));
+                    }
+                    __m512i H = _mm512_add_epi32(_mm512_add_epi32(h0, h1), _mm512_add_epi32(h2, h3));
+                    __m512i L = _mm512_add_epi32(_mm512_add_epi32(l0, l1), _mm512_add_epi32(l2, l3));
+                    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+                    F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo7(L, H)), d, F);
+                }
+                Y = _mm512_fmadd_ps(F, _mm512_set1_ps(sxs[seg]), Y);
+            }
+            float out[16];
+            _mm512_storeu_ps(out, Y);
+            int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
+            for (int64_t r = rs; r < re; r++) y[bi * ys + (size_t)r] = out[r - g * 16];
+        }
+    }
 }
 
 /* ---------------------------------------------------- Hadamard, fused sites
@@ -679,4 +797,6 @@ void tern_avx512_fill(tern_kern_table *t) {
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;
     t->mm[TERN_DT_Q2_0_G64] = g64;
+    tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, vnni_rows128, GEMM_MIN, 1, vnni_bytes128, vnni_prep128};
+    t->mm_r16 = r16;
 }

@@ -35,7 +35,62 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
                          name, w->row_bytes, need, (long long)w->k, tern_dtype_name(w->type));
     if (w->n > 0 && !w->data)
         return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: NULL data", name);
+    if (w->layout != TERN_LAYOUT_ROWS) {
+        if (w->layout != TERN_LAYOUT_R16)
+            return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: unknown layout %d", name, w->layout);
+        if (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0)
+            return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: the 16-row layout holds PQ2_0/Q2_0, not %s",
+                             name, tern_dtype_name(w->type));
+        if (w->row_bytes != need)
+            return tern_fail(TERN_ERR_SHAPE, "matrix %s: 16-row layout needs row_bytes %zu, got %zu", name,
+                             need, w->row_bytes);
+    }
     return TERN_OK;
+}
+
+tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out) {
+    tern_status st = tern_qmat_check(w, "repack");
+    if (st) return st;
+    if (w->layout != TERN_LAYOUT_ROWS || (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: only PQ2_0/Q2_0 in the file layout (got %s)",
+                         tern_dtype_name(w->type));
+    if (tern_kernels_isa() != TERN_ISA_AVX512)
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: the 16-row layout only helps the AVX-512 "
+                         "kernels (active: %s)", tern_isa_name(tern_kernels_isa()));
+    size_t rb = (size_t)w->k / 128 * 34, groups = ((size_t)w->n + 15) / 16, total;
+    if (!tern_mul_ok(groups * 16, rb, &total))
+        return tern_fail(TERN_ERR_SHAPE, "tern_qmat_repack: matrix too large");
+    uint8_t *buf = tern_alloc_aligned(total ? total : 64);
+    if (!buf) return tern_fail(TERN_ERR_NOMEM, "tern_qmat_repack: out of memory for %zu bytes", total);
+    int64_t nb = w->k / 128;
+    for (size_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = buf + g * 16 * rb + (size_t)b * 544;
+            for (int L = 0; L < 16; L++) {
+                int64_t r = (int64_t)g * 16 + L;
+                int pos = tern_r16_pos(L);
+                if (r >= w->n) { /* padding row: scale 0, codes 1 (zero weights) */
+                    memset(o + 2 * L, 0, 2);
+                    for (int q = 0; q < 32; q++) o[32 + 16 * q + pos] = 0x55;
+                    continue;
+                }
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * 34;
+                memcpy(o + 2 * L, blk, 2);
+                for (int q = 0; q < 32; q++) o[32 + 16 * q + pos] = blk[2 + q];
+            }
+        }
+    *out = *w;
+    out->data = buf;
+    out->row_bytes = rb;
+    out->layout = TERN_LAYOUT_R16;
+    return TERN_OK;
+}
+
+void tern_qmat_free_repacked(tern_qmat *w) {
+    if (!w || w->layout != TERN_LAYOUT_R16 || !w->data) return;
+    size_t total = ((size_t)w->n + 15) / 16 * 16 * w->row_bytes;
+    tern_free_aligned((void *)w->data, total ? total : 64);
+    w->data = NULL;
 }
 
 /* ---------------------------------------------------------- scratch memory
@@ -129,8 +184,9 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     const void *key[MAX_MULTI];
     bool gemm[MAX_MULTI];
     for (int m = 0; m < n_mats; m++) {
-        TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT);
-        const tern_mm_ops *o = &kt->mm[w[m]->type];
+        TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT &&
+                    (w[m]->layout == TERN_LAYOUT_ROWS || w[m]->layout == TERN_LAYOUT_R16));
+        const tern_mm_ops *o = w[m]->layout == TERN_LAYOUT_R16 ? &kt->mm_r16 : &kt->mm[w[m]->type];
         j.w[m] = w[m];
         j.ops[m] = o;
         j.y[m] = y[m];

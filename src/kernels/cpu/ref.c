@@ -73,8 +73,31 @@ static float ref_dot_row(const tern_qmat *w, const uint8_t *row, const float *x)
     return acc;
 }
 
+/* The same product for a TERN_LAYOUT_R16 matrix. */
+static float ref_dot_r16(const tern_qmat *w, int64_t r, const float *x) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < w->k / 128; b++) {
+        float d = tern_f16_to_f32(tern_r16_scale(w, r, b));
+        const float *xb = x + b * 128;
+        float s = 0.0f;
+        for (int j = 0; j < 128; j++) {
+            int code = (tern_r16_code_byte(w, r, b, j / 4) >> (2 * (j % 4))) & 3;
+            s += (float)(code - 1) * xb[j];
+        }
+        acc += d * s;
+    }
+    return acc;
+}
+
 void tern_ref_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
                    float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    if (w->layout == TERN_LAYOUT_R16) {
+        for (int64_t r = r0; r < r1; r++)
+            for (size_t b = 0; b < batch; b++)
+                y[b * y_stride + (size_t)r] =
+                    ref_dot_r16(w, r, (const float *)((const uint8_t *)act + b * act_stride));
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w->data + (size_t)r * w->row_bytes;
         for (size_t b = 0; b < batch; b++) {
@@ -140,6 +163,7 @@ void tern_ref_fill(tern_kern_table *t) {
         t->mm[i].rows = tern_ref_rows;
         t->mm[i].row_tile = 1;
     }
+    t->mm_r16 = t->mm[TERN_DT_PQ2_0];
     t->fwht = tern_ref_fwht;
     t->addnorm = tern_ref_addnorm;
     t->swiglu = tern_ref_swiglu;
