@@ -231,8 +231,11 @@ static void gdn_head_task(void *vc, int p, int n_tasks) {
 static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
     gdn_ctx c = {a, 2 * a->n_k * a->dk + a->n_v * a->dv};
     int nt = pool ? tern_pool_size(pool) : 1;
-    tern_pool_run(pool, gdn_conv_task, &c, nt);
-    tern_pool_run(pool, gdn_l2_task, &c, nt);
+    /* conv and L2 norms are a few microseconds for a decode step: inline */
+    tern_pool *small = a->rows <= 4 ? NULL : pool;
+    if (!small) nt = 1;
+    tern_pool_run(small, gdn_conv_task, &c, nt);
+    tern_pool_run(small, gdn_l2_task, &c, nt);
     tern_pool_run(pool, gdn_head_task, &c, a->n_v);
 }
 
