@@ -390,6 +390,7 @@ static tern_status load_gguf(tern_model *m, const char *path) {
     TRY(ld_vec(&L, "output_norm.weight", hp->n_embd, &m->output_norm));
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->info.alloc_bytes += (uint64_t)hp->n_layer * sizeof *m->layers;
     if (!m->layers) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     int E = hp->n_embd, HD = hp->head_dim;
     for (int il = 0; il < hp->n_layer; il++) {

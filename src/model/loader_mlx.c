@@ -194,6 +194,7 @@ tern_status tm_load_mlx(tern_model *m, const char *dir) {
     TRY(mlx_vec(&L, "model.norm.weight", E, &v));
     m->output_norm = v;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->info.alloc_bytes += (uint64_t)hp->n_layer * sizeof *m->layers;
     if (!m->layers) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     for (int il = 0; il < hp->n_layer; il++) {
         tm_layer *l = &m->layers[il];

@@ -51,6 +51,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     tern_session *s = calloc(1, sizeof *s);
     if (!s) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     s->m = m;
+    s->bytes = sizeof *s;
     s->n_ctx = n_ctx;
     s->n_chunk = n_chunk;
     size_t T = (size_t)n_chunk, E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim;
