@@ -35,6 +35,9 @@
 #ifndef TERN_AVX512_PF
 #define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
 #endif
+#ifndef TERN_AVX512_PF16
+#define TERN_AVX512_PF16 16384 /* the same for the 16-row layout GEMV (best of 2048..16384) */
+#endif
 #ifndef TERN_AVX512_PF_EVERY
 #define TERN_AVX512_PF_EVERY 2   /* one prefetch per this many 34-byte blocks */
 #endif
@@ -637,8 +640,8 @@ static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride
                     __m512i l0 = _mm512_set1_epi32(corr[b]), l1 = h0, l2 = h0, l3 = h0;
                     for (int q = 0; q < 32; q += 4) {
                         const uint8_t *c = blk + 32 + 16 * q;
-#if TERN_AVX512_PF > 0
-                        _mm_prefetch((const char *)c + TERN_AVX512_PF, _MM_HINT_T0);
+#if TERN_AVX512_PF16 > 0
+                        _mm_prefetch((const char *)c + TERN_AVX512_PF16, _MM_HINT_T0);
 #endif
                         __m512i W0 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
                                          _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)c))), m3);
