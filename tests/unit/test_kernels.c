@@ -316,6 +316,64 @@ TEST(multi_mixed_types_equals_separate) {
     restore_best();
 }
 
+/* The 16-row layout written from kernels.h's description (independent of
+ * tern_qmat_repack): per group of 16 rows and 128-input block, 16 fp16 scales
+ * then 32 chunks of 16 bytes, row L of chunk q at 8*((L/2)%2) + 2*(L/4) + L%2. */
+static uint8_t *pack_r16(const tmat *t, size_t *size) {
+    int64_t nb = t->q.k / 128, groups = (t->q.n + 15) / 16;
+    size_t rb = (size_t)nb * 34;
+    *size = (size_t)groups * 16 * rb;
+    uint8_t *o = calloc(*size, 1);
+    for (int64_t r = 0; r < groups * 16; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = o + (size_t)(r / 16) * 16 * rb + (size_t)b * 544;
+            int L = (int)(r % 16), pos = 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2;
+            for (int q = 0; q < 32; q++) {
+                uint8_t v = 0x55; /* padding rows: zero weights */
+                if (r < t->q.n) v = t->buf[(size_t)r * t->q.row_bytes + (size_t)b * 34 + 2 + (size_t)q];
+                blk[32 + 16 * q + pos] = v;
+            }
+            if (r < t->q.n) memcpy(blk + 2 * L, t->buf + (size_t)r * t->q.row_bytes + (size_t)b * 34, 2);
+        }
+    return o;
+}
+
+TEST(layout_r16_every_isa) {
+    tmat t = make_mat(TERN_DT_PQ2_0, 29, 256 + 128, 3);
+    size_t sz;
+    uint8_t *buf = pack_r16(&t, &sz);
+    tern_qmat r = {TERN_DT_PQ2_0, t.q.n, t.q.k, buf, (size_t)(t.q.k / 128) * 34, TERN_LAYOUT_R16};
+    CHECK(tern_qmat_check(&r, "r16") == TERN_OK);
+    tern_qmat bad = r;
+    bad.type = TERN_DT_Q2_0_G64;
+    CHECK(tern_qmat_check(&bad, "r16") != TERN_OK);
+    bad = r;
+    bad.layout = 7;
+    CHECK(tern_qmat_check(&bad, "r16") == TERN_ERR_INVALID_ARG);
+    for (size_t ii = 0; ii < 4; ii++) {
+        if (!tern_kernels_force(all_isas[ii])) continue;
+        size_t batches[] = {1, 3, 17};
+        for (int bi = 0; bi < 3; bi++) {
+            size_t batch = batches[bi];
+            float *x = rand_x(batch * (size_t)t.q.k, 1.0f), *y = malloc(batch * 29 * sizeof(float));
+            tern_matmul(&r, x, batch, (size_t)t.q.k, y, 29, NULL);
+            double e = rel_err_vs_f64(&t, x, batch, (size_t)t.q.k, y, 29);
+            CHECK_MSG(e < 1e-3, "%s r16 (test packer) batch %zu: max_rel_err %g", tern_isa_name(all_isas[ii]), batch, e);
+            free(x); free(y);
+        }
+    }
+    /* where repack is available, it must write exactly these bytes */
+    if (tern_kernels_force(TERN_ISA_AVX512)) {
+        tern_qmat rp;
+        CHECK(tern_qmat_repack(&t.q, &rp) == TERN_OK);
+        CHECK(memcmp(rp.data, buf, sz) == 0);
+        tern_qmat_free_repacked(&rp);
+    }
+    free(buf);
+    free_mat(&t);
+    restore_best();
+}
+
 TEST(repacked_16row_layout) {
     /* tern_qmat_repack: refused off AVX-512; on AVX-512 the repacked matrix
      * gives the same products (within the bound) on every ISA, every path
@@ -509,6 +567,7 @@ int main(void) {
     RUN(matmul_zero_batch_and_zero_rows);
     RUN(multi_equals_separate_bitwise);
     RUN(multi_mixed_types_equals_separate);
+    RUN(layout_r16_every_isa);
     RUN(repacked_16row_layout);
     RUN(hadamard_vs_explicit_matrix_and_inverse);
     RUN(fused_sites_match_composition);
