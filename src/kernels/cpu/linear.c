@@ -6,7 +6,8 @@
  *
  * Storage: the layer owns one packed copy in the file layout of kernels.h
  * (group 128 -> PQ2_0 34-byte blocks, group 64 -> mainline Q2_0 18-byte blocks,
- * Q1_0 stays Q1_0) and an optional float bias.
+ * Q1_0 stays Q1_0; on AVX-512 PQ2_0 then moves to the 16-row layout of
+ * tern_qmat_repack) and an optional float bias.
  */
 #include "kernels/cpu/internal.h"
 
@@ -91,6 +92,20 @@ static tern_status check_dims(const char *fn, int64_t n, int64_t k, int group, t
     return TERN_OK;
 }
 
+/* Last step of every constructor: on AVX-512, PQ2_0 layers move to the 16-row
+ * layout (same bytes, a faster GEMV); l->buf stays the file layout until then. */
+static tern_linear *lin_finish(tern_linear *l) {
+    if (l->w.type != TERN_DT_PQ2_0 || tern_kernels_isa() != TERN_ISA_AVX512) return l;
+    tern_qmat r;
+    if (tern_qmat_repack(&l->w, &r) != TERN_OK) { tern_clear_error(); return l; } /* keep the file layout */
+    tern_free_aligned(l->buf, l->buf_size);
+    l->buf = (uint8_t *)r.data;
+    l->buf_size = (size_t)((l->w.n + 15) / 16) * 16 * r.row_bytes;
+    if (!l->buf_size) l->buf_size = 64;
+    l->w = r;
+    return l;
+}
+
 /* Put code c (0..2) of element j of row r. */
 static inline void put_code(tern_linear *l, int64_t r, int64_t j, int c) {
     int64_t g = l->w.type == TERN_DT_Q2_0_G64 ? 64 : 128;
@@ -133,7 +148,7 @@ tern_status tern_linear_from_trits(const int8_t *trits, const float *scales, con
             put_code(l, r, j, t + 1);
         }
     }
-    *out = l;
+    *out = lin_finish(l);
     return TERN_OK;
 }
 
@@ -178,7 +193,7 @@ tern_status tern_linear_from_mlx_2bit(const uint32_t *words, const uint16_t *sca
             memcpy(dst, le, 4);
         }
     }
-    *out = l;
+    *out = lin_finish(l);
     return TERN_OK;
 }
 
@@ -216,13 +231,13 @@ tern_status tern_linear_from_packed(tern_dtype type, const void *data, size_t si
             }
         }
     }
-    *out = l;
+    *out = lin_finish(l);
     return TERN_OK;
 }
 
 void tern_linear_free(tern_linear *l) {
     if (!l) return;
-    if (l->buf) tern_free_aligned(l->buf, l->buf_size);
+    if (l->buf) tern_free_aligned(l->buf, l->buf_size);  /* both layouts: buf_size is the block size */
     if (l->bias) tern_free(l->bias, (size_t)l->w.n * sizeof(float));
     tern_free(l, sizeof *l);
 }
@@ -262,11 +277,17 @@ tern_status tern_linear_dequantize(const tern_linear *l, float *out) {
     size_t bb = tern_dtype_block_bytes(l->w.type);
     for (int64_t r = 0; r < n; r++)
         for (int64_t j = 0; j < k; j++) {
-            const uint8_t *blk = l->buf + (size_t)r * l->w.row_bytes + (size_t)(j / g) * bb;
-            float d = tern_f16_to_f32(tern_rd16(blk));
             int64_t e = j % g;
-            float v = q1 ? (((blk[2 + e / 8] >> (e % 8)) & 1) ? d : -d)
-                         : (float)(((blk[2 + e / 4] >> (2 * (e % 4))) & 3) - 1) * d;
+            float v;
+            if (l->w.layout == TERN_LAYOUT_R16) {
+                float d = tern_f16_to_f32(tern_r16_scale(&l->w, r, j / 128));
+                v = (float)(((tern_r16_code_byte(&l->w, r, j / 128, (int)(e / 4)) >> (2 * (e % 4))) & 3) - 1) * d;
+            } else {
+                const uint8_t *blk = l->buf + (size_t)r * l->w.row_bytes + (size_t)(j / g) * bb;
+                float d = tern_f16_to_f32(tern_rd16(blk));
+                v = q1 ? (((blk[2 + e / 8] >> (e % 8)) & 1) ? d : -d)
+                       : (float)(((blk[2 + e / 4] >> (2 * (e % 4))) & 3) - 1) * d;
+            }
             out[r * k + j] = v;
         }
     return TERN_OK;
