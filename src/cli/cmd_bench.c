@@ -253,7 +253,7 @@ static int bench_kernels(int argc, char **argv) {
     double ceiling[257] = {0};
     for (int ti = 0; ti < n_thr; ti++) {
         ceiling[thr[ti]] = measure_ceiling(pool, thr[ti], bw, bw_n, quick ? 3 : 5);
-        emit(json, "read_bw", "1GiB", 0, 0, 0, thr[ti], (double)bw_n / ceiling[thr[ti]] / 1e6,
+        emit(json, "read_bw", quick ? "512MiB" : "1GiB", 0, 0, 0, thr[ti], (double)bw_n / ceiling[thr[ti]] / 1e6,
              ceiling[thr[ti]], 0, ceiling[thr[ti]], 0);
     }
     tern_free_aligned(bw, bw_n);
@@ -261,7 +261,8 @@ static int bench_kernels(int argc, char **argv) {
     /* Weights: one 768 MB arena of random PQ2_0 blocks (3x the L3); each shape
      * rotates over as many disjoint windows of it as fit, so consecutive calls
      * on a shape never find their weights in the cache. */
-    size_t arena_blocks = ((size_t)768 << 20) / 34, arena_n = arena_blocks * 34;
+    bool products = !only || strcmp(only, "transform");
+    size_t arena_blocks = (products ? ((size_t)768 << 20) : 4 * ((size_t)1 << 20)) / 34, arena_n = arena_blocks * 34;
     uint8_t *arena = tern_alloc_aligned(arena_n);
     if (!arena) return cli_usage_error("bench", "out of memory for the %zu-byte weight arena", arena_n);
     fill_pq2(arena, (int64_t)arena_blocks, 128);
@@ -270,15 +271,16 @@ static int bench_kernels(int argc, char **argv) {
     size_t wbytes[N_SHAPES];
     for (size_t s = 0; s < N_SHAPES; s++) {
         wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * 34;
-        n_copies[s] = hot ? 1 : (int)(arena_n / wbytes[s]);
+        n_copies[s] = hot || !products ? 1 : (int)(arena_n / wbytes[s]);
         if (n_copies[s] > 4096) n_copies[s] = 4096;
         copies[s] = calloc((size_t)n_copies[s], sizeof(uint8_t *));
-        for (int c = 0; c < n_copies[s]; c++) copies[s][c] = arena + (size_t)c * wbytes[s];
+        for (int c = 0; c < n_copies[s] && products; c++) copies[s][c] = arena + (size_t)c * wbytes[s];
     }
     /* Activations: batch 128 x max K. */
-    size_t xmax = (size_t)128 * 17408;
+    size_t xmax = (size_t)128 * 17408, ymax = products ? (size_t)128 * 248320 : 16;
     float *x = tern_alloc_aligned(xmax * sizeof(float));
-    float *y = tern_alloc_aligned((size_t)128 * 248320 * sizeof(float));
+    float *y = tern_alloc_aligned(ymax * sizeof(float));
+    if (!x || !y) return cli_usage_error("bench", "out of memory for activations");
     for (size_t i = 0; i < xmax; i++) x[i] = rnd_normal();
 
     /* Configurations. */
@@ -366,7 +368,7 @@ static int bench_kernels(int argc, char **argv) {
     for (size_t s = 0; s < N_SHAPES; s++) free(copies[s]);
     tern_free_aligned(arena, arena_n);
     tern_free_aligned(x, xmax * sizeof(float));
-    tern_free_aligned(y, (size_t)128 * 248320 * sizeof(float));
+    tern_free_aligned(y, ymax * sizeof(float));
     tern_pool_free(pool);
     if (!(worst < 1e-3)) {
         fprintf(stderr, "tern bench: error bound broken: max_rel_err %.3g >= 1e-3\n", worst);
