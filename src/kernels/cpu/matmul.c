@@ -242,7 +242,17 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     j.n_units = j.row_start[n_mats];
     if (j.n_units == 0) return;
     int nt = tern_pool_size(pool);
-    int n_tasks = nt == 1 ? 1 : nt * 4;
+    /* Tasks per thread: 1 for small batches (one contiguous weight stream per
+     * thread measured 10-25% faster than 4 interleaved chunks), 4 for GEMMs
+     * (load balance). TERN_TASKS_PER_THREAD overrides both. */
+    static int tpt_env = -1;
+    if (tpt_env < 0) {
+        const char *e = getenv("TERN_TASKS_PER_THREAD");
+        int v = e ? atoi(e) : 0;
+        tpt_env = v >= 1 && v <= 64 ? v : 0;
+    }
+    int tpt = tpt_env ? tpt_env : batch < 6 ? 1 : 4;
+    int n_tasks = nt == 1 ? 1 : nt * tpt;
     /* Small jobs are not worth waking workers for. */
     double work = (double)j.n_units * (double)tile * (double)k * (double)batch;
     if (work < 65536.0) n_tasks = 1;

@@ -3,7 +3,7 @@
  *
  * n_threads - 1 pthreads wait for work; the calling thread is worker 0 and
  * takes tasks too. A run publishes (fn, ctx, n_tasks) and bumps a generation
- * counter; workers spin on it for a short while (TERN_SPIN_US, default 300 us)
+ * counter; workers spin on it for a short while (TERN_SPIN_US, default 1000 us)
  * so back-to-back kernel calls in a token wake them in well under a
  * microsecond, then sleep on a condition variable. Tasks are claimed with an
  * atomic counter; the caller returns when every worker has left the run.
@@ -82,7 +82,7 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     if (!p) return tern_fail(TERN_ERR_NOMEM, "thread pool: out of memory");
     p->n = n_threads;
     const char *e = getenv("TERN_SPIN_US");
-    p->spin_s = (e && *e ? atof(e) : 300.0) * 1e-6;
+    p->spin_s = (e && *e ? atof(e) : 1000.0) * 1e-6;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (n_threads > 1) {
