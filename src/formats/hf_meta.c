@@ -44,7 +44,10 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
     if ((st = tern_json_opt_i64(c, "num_key_value_heads", 1, 1 << 20, src, &hp->n_head_kv))) return st;
     hp->head_dim = hp->n_embd / hp->n_head;
     if ((st = tern_json_opt_i64(c, "head_dim", 1, 1 << 20, src, &hp->head_dim))) return st;
-    if ((st = tern_json_req_i64(c, "vocab_size", 1, BIG, src, &hp->n_vocab))) return st;
+    if (hp->head_dim < 1)
+        return tern_fail(TERN_ERR_FORMAT, "%s: head_dim is 0 (hidden_size %lld / %lld heads)", src,
+                         (long long)hp->n_embd, (long long)hp->n_head);
+    if ((st = tern_json_req_i64(c, "vocab_size", 1, TERN_HF_MAX_VOCAB, src, &hp->n_vocab))) return st;
     hp->n_ctx = 0;
     if ((st = tern_json_opt_i64(c, "max_position_embeddings", 0, BIG, src, &hp->n_ctx))) return st;
     hp->rms_eps = 1e-6;
@@ -54,6 +57,10 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
     if (!cJSON_IsObject(rp)) rp = jget(c, "rope_scaling");
     if ((st = tern_json_opt_f64(c, "rope_theta", src, &hp->rope_theta))) return st;
     if (cJSON_IsObject(rp) && (st = tern_json_opt_f64(rp, "rope_theta", src, &hp->rope_theta))) return st;
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+        return tern_fail(TERN_ERR_FORMAT, "%s: rms_norm_eps %g is not in (0, 1)", src, hp->rms_eps);
+    if (!(hp->rope_theta > 0 && hp->rope_theta < 1e30))
+        return tern_fail(TERN_ERR_FORMAT, "%s: rope_theta %g is not a positive finite number", src, hp->rope_theta);
     bool tie = false;
     if ((st = tern_json_opt_bool(c, "tie_word_embeddings", src, &tie))) return st;
     if (c != root && jget(root, "tie_word_embeddings") &&
@@ -74,6 +81,8 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
         if ((st = tern_json_opt_f64(c, "partial_rotary_factor", src, &hp->partial_rotary))) return st;
         if (cJSON_IsObject(rp) && (st = tern_json_opt_f64(rp, "partial_rotary_factor", src, &hp->partial_rotary)))
             return st;
+        if (!(hp->partial_rotary > 0 && hp->partial_rotary <= 1))
+            return tern_fail(TERN_ERR_FORMAT, "%s: partial_rotary_factor %g is not in (0, 1]", src, hp->partial_rotary);
         hp->rope_dim = (int64_t)(hp->head_dim * hp->partial_rotary);
         const cJSON *ms = cJSON_IsObject(rp) ? jget(rp, "mrope_section") : NULL;
         for (int i = 0; i < 3 && cJSON_IsArray(ms) && i < cJSON_GetArraySize(ms); i++) {
@@ -227,8 +236,10 @@ cJSON *tern_hf_hparams_to_json(const tern_hf_hparams *hp) {
     if (q35) cJSON_AddNumberToObject(c, "partial_rotary_factor", hp->partial_rotary);
     /* rms eps / theta: the GGUF stores float32; print the shortest decimal of that float */
     char buf[64];
-    snprintf(buf, sizeof buf, "%.9g", (double)(float)hp->rms_eps);
-    cJSON_AddRawToObject(c, "rms_norm_eps", strtod(buf, NULL) == 1e-6 ? "1e-06" : buf);
+    snprintf(buf, sizeof buf, "%.8g", (double)(float)hp->rms_eps); /* shortest decimal that maps back */
+    double eps = strtod(buf, NULL);
+    if ((float)eps != (float)hp->rms_eps) eps = (double)(float)hp->rms_eps;
+    cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
     cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
     if (q35) {
         cJSON_AddBoolToObject(rp, "mrope_interleaved", true);
@@ -289,14 +300,10 @@ static const char *tok_str(const cJSON *v) {
     return NULL;
 }
 
-tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, tern_hf_tokenizer **out) {
+tern_status tern_hf_tokenizer_from_json(const cJSON *tj, const cJSON *cj, const tern_hf_hparams *hp,
+                                        const char *path, tern_hf_tokenizer **out) {
     *out = NULL;
-    char path[4096], cpath[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
-    cJSON *tj = NULL, *cj = NULL;
-    tern_status st = tern_json_parse_file(path, 256u << 20, &tj);
-    if (st) return st;
+    tern_status st;
     tern_hf_tokenizer *t = NULL;
     const cJSON *model = NULL, *vocab = NULL, *merges = NULL, *added = NULL;
     if ((st = tern_json_req_obj(tj, "model", path, &model))) goto out;
@@ -307,6 +314,10 @@ tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, t
     if ((st = tern_json_req_arr(model, "merges", path, &merges))) goto out;
     added = tern_json_get(tj, "added_tokens");
     int64_t n = hp->n_vocab;
+    if (n <= 0 || n > TERN_HF_MAX_VOCAB) {
+        st = tern_fail(TERN_ERR_FORMAT, "%s: vocab_size %lld out of range", path, (long long)n);
+        goto out;
+    }
     t = tok_new((uint64_t)n);
     if (!t) { st = tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory"); goto out; }
     const cJSON *e;
@@ -370,7 +381,7 @@ tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, t
         free(pre);
     }
     /* special tokens: tokenizer_config first, config.json ids as fallback */
-    if (tern_json_parse_file(cpath, 64u << 20, &cj) == TERN_OK) {
+    if (cJSON_IsObject(cj)) {
         const char *s;
         if ((s = tok_str(tern_json_get(cj, "eos_token")))) t->eos_id = tok_id(t, s);
         if ((s = tok_str(tern_json_get(cj, "pad_token")))) t->pad_id = tok_id(t, s);
@@ -382,11 +393,29 @@ tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, t
         const cJSON *ct = tern_json_get(cj, "chat_template");
         if (cJSON_IsString(ct)) t->chat_template = strdup(ct->valuestring);
     }
+    if (t->eos_id < 0) t->eos_id = hp->eos_id < n ? hp->eos_id : -1;
+    if (t->pad_id < 0) t->pad_id = hp->pad_id < n ? hp->pad_id : -1;
+    if (t->bos_id < 0) t->bos_id = hp->bos_id < n ? hp->bos_id : -1;
+    *out = t;
+    t = NULL;
+out:
+    tern_hf_tokenizer_free(t);
+    return st;
+}
+
+tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, tern_hf_tokenizer **out) {
+    *out = NULL;
+    char path[4096], cpath[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    cJSON *tj = NULL, *cj = NULL;
+    tern_status st = tern_json_parse_file(path, 256u << 20, &tj);
+    if (st) return st;
+    if (tern_json_parse_file(cpath, 64u << 20, &cj)) cj = NULL;
     tern_clear_error();
-    if (t->eos_id < 0) t->eos_id = hp->eos_id;
-    if (t->pad_id < 0) t->pad_id = hp->pad_id;
-    if (t->bos_id < 0) t->bos_id = hp->bos_id;
-    if (!t->chat_template) {
+    tern_hf_tokenizer *t = NULL;
+    st = tern_hf_tokenizer_from_json(tj, cj, hp, path, &t);
+    if (!st && !t->chat_template) {
         char jp[4096];
         snprintf(jp, sizeof jp, "%s/chat_template.jinja", dir);
         char *txt = NULL;
@@ -397,12 +426,9 @@ tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, t
         }
         tern_clear_error();
     }
-    *out = t;
-    t = NULL;
-out:
-    tern_hf_tokenizer_free(t);
     cJSON_Delete(tj);
     cJSON_Delete(cj);
+    if (!st) *out = t;
     return st;
 }
 

@@ -27,6 +27,8 @@
 #include "formats/gguf.h"
 #include <cjson/cJSON.h>
 
+#define TERN_HF_MAX_VOCAB ((int64_t)1 << 24)   /* vocab_size above this is refused */
+
 typedef enum tern_hf_arch { TERN_HF_QWEN35 = 0, TERN_HF_QWEN3 = 1 } tern_hf_arch;
 
 typedef struct tern_hf_hparams {
@@ -64,6 +66,9 @@ typedef struct tern_hf_tokenizer {
 
 /* From dir/tokenizer.json and dir/tokenizer_config.json (+ chat_template.jinja). */
 tern_status tern_hf_tokenizer_load(const char *dir, const tern_hf_hparams *hp, tern_hf_tokenizer **out);
+/* The same from parsed tokenizer.json (tj) and tokenizer_config.json (cj, may be NULL). */
+tern_status tern_hf_tokenizer_from_json(const cJSON *tj, const cJSON *cj, const tern_hf_hparams *hp,
+                                        const char *src, tern_hf_tokenizer **out);
 /* A minimal valid byte-level tokenizer: the 256 byte tokens, filler tokens up to
  * n_vocab - 5 and the five Qwen added tokens (<|endoftext|>, <|im_start|>,
  * <|im_end|>, <think>, </think>) at the end; no merges. */
@@ -73,7 +78,6 @@ void tern_hf_tokenizer_free(tern_hf_tokenizer *t);
 /* Write every general.* / arch / tokenizer key, in the converter's order. */
 tern_status tern_hf_write_meta(tern_gguf_writer *w, const tern_hf_hparams *hp, const char *name,
                                uint64_t n_params, uint32_t file_type, const tern_hf_tokenizer *tok);
-/* Copy the tokenizer.* keys of a GGUF in their order (for MLX -> GGUF round trips). */
 const char *tern_hf_arch_name(tern_hf_arch a);
 
 #endif
