@@ -31,7 +31,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#define SEG 1024
+#define SEG 128   /* inputs per activation scale (a block: outliers stay local) */
 #ifndef TERN_AVX512_PF
 #define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
 #endif
