@@ -4,7 +4,8 @@
  * GEMV (batch < GEMM_MIN) for PQ2_0 / Q2_0 (g128) and Q2_0_G64:
  *   int8 VNNI on the packed codes in place. The activation is quantised ONCE
  *   per call to 14-bit integers x_q = round(x / sx), |x_q| <= 16256, with one
- *   scale sx per 1024 inputs (a Hadamard block), split x_q = 128*hi + lo (hi,
+ *   scale sx per 128 inputs (SEG; per 1024 an outlier 300x the rest broke
+ *   the error bound), split x_q = 128*hi + lo (hi,
  *   lo signed bytes), and permuted into the order in which vpmultishiftqb
  *   unpacks a block's codes, so a block costs one broadcast load, two
  *   multishifts and two ANDs (codes 0..2 as unsigned bytes), then four
@@ -12,7 +13,7 @@
  *   sum((q-1) x) = sum(q x) - sum(x): the per-block sum(x_q) is precomputed and
  *   seeds the lo accumulator. Per block: T = accL + 128*accH (one vpdpwssd),
  *   converted to float and scaled by the
- *   block's fp16 d (a 64K-entry table lookup); per 1024 inputs the sum is
+ *   block's fp16 d (a 64K-entry table lookup); per SEG inputs the sum is
  *   scaled by sx. Error ~1e-4 of max|y| (see docs/performance.md).
  *
  * fp32 GEMM (Q1_0, dense types; any batch): fp32 FMA on
@@ -384,7 +385,7 @@ static void gemm_rows(const tern_qmat *w, const void *act, size_t act_stride, si
  *   X   [k/4][128 B]: 64 B hi (lane l: x_q hi of inputs 4q..4q+3 of row 16t+l)
  *                     then 64 B lo, same order
  *   corr[k/qk][16] int32  -sum(x_q) of each block, per lane
- *   sx  [nseg][16] float  scale per 1024 inputs, per lane
+ *   sx  [nseg][16] float  scale per SEG (128) inputs, per lane
  * Weights: per 4 rows x 2048 inputs the codes are unpacked to bytes once
  * (natural order) and each 4-code group is broadcast to all lanes, so one
  * vpdpbusd does 16 batch rows x 4 inputs. The activation split is x_q =
