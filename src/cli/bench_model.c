@@ -25,10 +25,11 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--json]\n"
+            "                        [--chunk N] [--repack] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
-            "  the memory read ceiling is measured in the same run.\n");
+            "  the memory read ceiling is measured in the same run. --repack: weights\n"
+            "  copied into the kernels' fastest layout at load (more RAM).\n");
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -113,7 +114,7 @@ static int argmax(const float *v, int n) {
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64;
-    bool json = false;
+    bool json = false, repack = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -121,6 +122,7 @@ int tern_bench_model(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--repack")) { repack = true; continue; }
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
@@ -142,6 +144,7 @@ int tern_bench_model(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
+    mp.repack = repack;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
@@ -214,11 +217,11 @@ int tern_bench_model(int argc, char **argv) {
                "\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
-               "\"session_bytes\":%llu,\"load_s\":%.3f}\n",
+               "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s}\n",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
-               (unsigned long long)tern_session_memory(s), t_load);
+               (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false");
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
         printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));

@@ -12,10 +12,11 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern eval -m MODEL (--ids 1,2,3 | --ids-file F) --logits-out OUT.f32\n"
-            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--quiet]\n"
+            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack] [--quiet]\n"
             "  Evaluates the ids (prefill in chunks of N, default 64; 1 = token by token),\n"
             "  writes float32 LE logits [T, vocab] to OUT.f32 ('-' skips writing), then with\n"
-            "  --continue N prints N greedy continuation ids on stdout.\n");
+            "  --continue N prints N greedy continuation ids on stdout. --repack copies the\n"
+            "  weights into the kernels' fastest layout (more RAM).\n");
 }
 
 static int argmax(const float *v, int n) {
@@ -28,7 +29,7 @@ static int argmax(const float *v, int n) {
 int tern_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL;
     int64_t chunk = 0, threads = 0, ctx = 0, cont = 0;
-    bool quiet = false;
+    bool quiet = false, repack = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -37,6 +38,7 @@ int tern_cmd_eval(int argc, char **argv) {
         }
         bool has = i + 1 < argc;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
+        else if (!strcmp(a, "--repack")) repack = true;
         else if (!has) return cli_usage_error("eval", "option %s needs a value", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--ids")) ids_s = argv[++i];
@@ -85,6 +87,7 @@ int tern_cmd_eval(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
+    mp.repack = repack;
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
     if (st) {

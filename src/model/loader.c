@@ -58,8 +58,30 @@ void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* Every ternary matrix of the model that the forward pass multiplies by. */
+static int model_mats(tern_model *m, tern_qmat **out, int cap) {
+    int n = 0;
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
+        tm_layer *l = &m->layers[il];
+        tern_qmat *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->wqkv, &l->wz, &l->wout,
+                            &l->wgate, &l->wup, &l->wdown};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]->data && n < cap) out[n++] = all[i];
+    }
+    if (m->output.data && m->output.data != m->tok_embd.data && n < cap) out[n++] = &m->output;
+    return n;
+}
+
 void tern_model_free(tern_model *m) {
     if (!m) return;
+    if (m->repacked && m->layers) {
+        int cap = m->hp.n_layer * 10 + 1;
+        tern_qmat **mats = malloc((size_t)cap * sizeof *mats);
+        int n = mats ? model_mats(m, mats, cap) : 0;
+        for (int i = 0; i < n; i++)
+            if (mats[i]->layout == TERN_LAYOUT_R16) tern_qmat_free_repacked(mats[i]);
+        free(mats);
+    }
     for (int i = 0; i < m->n_owned; i++) tern_free_aligned(m->owned[i], m->owned_n[i]);
     free(m->owned);
     free(m->owned_n);
@@ -495,6 +517,28 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         }
         if (nt > 256) nt = 256;
         st = tern_pool_new(nt, &m->pool);
+    }
+    if (!st && p->repack) {
+        /* into the kernels' own layout: a copy; UNSUPPORTED = no faster layout here */
+        int cap = m->hp.n_layer * 10 + 1;
+        tern_qmat **mats = malloc((size_t)cap * sizeof *mats);
+        if (!mats) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
+        int n = mats ? model_mats(m, mats, cap) : 0;
+        for (int i = 0; i < n && !st; i++) {
+            if (!tern_dtype_is_packed_ternary(mats[i]->type)) continue;
+            tern_qmat r;
+            tern_status rs = tern_qmat_repack(mats[i], &r);
+            if (rs == TERN_ERR_UNSUPPORTED) continue;
+            if (rs) {
+                st = tern_fail_prefix(rs, "%s: repacking", path);
+                break;
+            }
+            *mats[i] = r;
+            m->repacked = true;
+            m->info.alloc_bytes += ((uint64_t)r.n + 15) / 16 * 16 * r.row_bytes;
+        }
+        free(mats);
+        if (!st) tern_clear_error();
     }
     if (st) {
         tern_model_free(m);

@@ -95,6 +95,7 @@ struct tern_model {
     int n_signs;
     bool v_tiled, out_permute;
     bool embd_inverse;            /* token_embd holds R e (inverse after gather) */
+    bool repacked;                /* some matrices are kernel-layout copies (freed at the end) */
     /* owned allocations (repacks, converted tensors): a list, freed at the end */
     void **owned;
     size_t *owned_n;

@@ -81,6 +81,7 @@ static float top2_margin(const float *v, int n) {
 }
 
 static int g_threads = 1; /* the pq2_0 parity test runs with 2 (threaded path) */
+static bool g_repack;     /* load with tern_model_params.repack */
 
 static tern_model *load_model(const char *fixture, const char *file) {
     char rel[256];
@@ -90,6 +91,7 @@ static tern_model *load_model(const char *fixture, const char *file) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = g_threads;
+    mp.repack = g_repack;
     tern_model *m = NULL;
     tern_status st = tern_model_load(p, &mp, &m);
     CHECK_MSG(st == TERN_OK, "load %s: %s", p, tern_last_error());
@@ -195,6 +197,15 @@ TEST(parity_every_isa) {
         parity_n("qwen3-tiny", "model-q2_0.gguf", NULL, 1);
     }
     tern_kernels_force(best);
+}
+
+/* Weights copied into the kernels' layout at load (a no-op without AVX-512). */
+TEST(parity_repacked) {
+    g_repack = true;
+    parity_n("qwen35-tiny", "model-pq2_0.gguf", "A", 1);
+    parity_n("qwen35-tiny", "mlx-pack", "A", 1);
+    parity_n("qwen3-tiny", "model-q2_0.gguf", NULL, 1);
+    g_repack = false;
 }
 
 TEST(parity_qwen35_pq2_0) {
@@ -413,6 +424,7 @@ int main(void) {
     RUN(parity_qwen35_mlx_pack);
     RUN(parity_qwen35_q2_0_nohadamard);
     RUN(parity_every_isa);
+    RUN(parity_repacked);
     RUN(chunked_prefill_qwen35);
     RUN(chunked_prefill_qwen3);
     RUN(session_state);
