@@ -53,7 +53,7 @@ typedef struct bw_job {
  * ahead (the GEMV kernels prefetch too, so the ceiling is the better of both). */
 #if defined(__x86_64__)
 #include <immintrin.h>
-typedef long long v4i __attribute__((vector_size(32)));
+typedef unsigned long long v4i __attribute__((vector_size(32))); /* unsigned: wrapping sums */
 __attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_t n, size_t pf) {
     v4i a = {0}, b = {0}, c = {0}, d = {0};
     for (size_t i = 0; i + 128 <= n; i += 128) {
