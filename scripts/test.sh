@@ -32,7 +32,7 @@ if [ "${TERN_TEST_QUICK:-0}" != 1 ]; then
     step "fuzz run" bash tests/fuzz/run.sh build-fuzz "${TERN_FUZZ_SECONDS:-60}"
   fi
   if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
-    step "neon build" build build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release
+    step "neon build" build build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release -DTERN_KERNELS_ONLY=ON
     step "neon tests (qemu)" ctest_in build-arm -R '^test_(core|kernels)'
   else
     echo "=== neon: SKIPPED (no aarch64-linux-gnu-gcc or qemu-aarch64)"
