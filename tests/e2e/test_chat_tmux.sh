@@ -15,41 +15,41 @@ if [ ! -d "$FIX/qwen35-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) 
 MODEL="$FIX/qwen35-tiny/model-pq2_0.gguf"
 S="tern-chat-test-$$"
 TMP=$(mktemp -d)
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; rm -rf "$TMP"; }
+cleanup() { tmux -L "tern-test-$$" kill-server 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok   $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; echo "---- pane:"; pane | tail -15; echo "----"; }
-pane() { tmux capture-pane -p -t "$S" -S -200 2>/dev/null; }
+pane() { tmux -L "tern-test-$$" capture-pane -p -t "$S" -S -200 2>/dev/null; }
 # wait_for REGEX [seconds]: poll the pane
 wait_for() { local t=${2:-30}; for _ in $(seq $((t * 10))); do pane | grep -qE "$1" && return 0; sleep 0.1; done; return 1; }
 count() { pane | grep -cE "$1"; }
 
 # seed 1 with these settings: the first reply runs >= 300 tokens without an end token
-tmux new-session -d -s "$S" -x 160 -y 50 \
+tmux -L "tern-test-$$" new-session -d -s "$S" -x 160 -y 50 \
   "TERN_HISTORY=$TMP/history '$TERN' chat -m '$MODEL' --seed 1 --temp 1 -n 0; echo CHAT-EXITED rc=\$?; sleep 30"
 if wait_for '^>( |$)' 30; then ok "prompt appears"; else bad "prompt appears"; exit 1; fi
 
-tmux send-keys -t "$S" "Hello" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "Hello" Enter
 sleep 1.5
 a=$(pane | wc -c); sleep 1.0; b=$(pane | wc -c)
 if [ "$b" -gt "$a" ]; then ok "reply streams ($a -> $b bytes on screen)"; else bad "reply streams"; fi
-tmux send-keys -t "$S" C-c
+tmux -L "tern-test-$$" send-keys -t "$S" C-c
 if wait_for '^\[stopped\]' 10; then ok "Ctrl-C stops the reply"; else bad "Ctrl-C stops the reply"; fi
 if wait_for 'cancelled\]' 5; then ok "stop reason cancelled reported"; else bad "stop reason cancelled reported"; fi
 sleep 0.3
-tmux send-keys -t "$S" "/info" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/info" Enter
 if wait_for '^\[context: [1-9][0-9]* of' 10; then ok "conversation kept after Ctrl-C"; else bad "conversation kept after Ctrl-C"; fi
 n1=$(pane | grep -oE '^\[context: [0-9]+' | tail -1 | grep -oE '[0-9]+$')
 
-tmux send-keys -t "$S" "/think off" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/think off" Enter
 if wait_for '^\[thinking off\]' 10; then ok "/think off"; else bad "/think off"; fi
-tmux send-keys -t "$S" "Second" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "Second" Enter
 sleep 1.5
-tmux send-keys -t "$S" C-c
+tmux -L "tern-test-$$" send-keys -t "$S" C-c
 wait_for '(cancelled|eog|context_full)\]' 20
 sleep 0.3
-tmux send-keys -t "$S" "/info" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/info" Enter
 sleep 1
 n2=$(pane | grep -oE '^\[context: [0-9]+' | tail -1 | grep -oE '[0-9]+$')
 if [ -n "$n1" ] && [ -n "$n2" ] && [ "$n2" -gt "$n1" ]; then ok "second turn continues the conversation ($n1 -> $n2 tokens)"
@@ -58,23 +58,23 @@ if pane | grep -qE '^\[[0-9]+ prompt tokens' && [ "$(pane | grep -oE '^\[[0-9]+ 
   ok "second turn evaluates only the new tokens"; else bad "second turn evaluates only the new tokens"; fi
 
 # history: Up recalls the previous line (libedit)
-tmux send-keys -t "$S" Up
+tmux -L "tern-test-$$" send-keys -t "$S" Up
 sleep 0.5
 if pane | grep -v '^$' | tail -1 | grep -q '^> /info'; then ok "Up recalls history"; else bad "Up recalls history"; fi
-tmux send-keys -t "$S" C-u
+tmux -L "tern-test-$$" send-keys -t "$S" C-u
 # Ctrl-C at the prompt drops the typed line and keeps the chat running
-tmux send-keys -t "$S" "half typed"
+tmux -L "tern-test-$$" send-keys -t "$S" "half typed"
 sleep 0.3
-tmux send-keys -t "$S" C-c
+tmux -L "tern-test-$$" send-keys -t "$S" C-c
 sleep 0.5
-tmux send-keys -t "$S" "/think on" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/think on" Enter
 if wait_for '^\[thinking on\]' 10 && ! pane | grep -q 'CHAT-EXITED'; then ok "Ctrl-C at the prompt drops the line, chat goes on"
 else bad "Ctrl-C at the prompt drops the line, chat goes on"; fi
-tmux send-keys -t "$S" "/reset" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/reset" Enter
 if wait_for '^\[conversation cleared\]' 10; then ok "/reset"; else bad "/reset"; fi
-tmux send-keys -t "$S" "/info" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/info" Enter
 if wait_for '^\[context: 0 of' 10; then ok "/reset empties the context"; else bad "/reset empties the context"; fi
-tmux send-keys -t "$S" "/exit" Enter
+tmux -L "tern-test-$$" send-keys -t "$S" "/exit" Enter
 if wait_for 'CHAT-EXITED rc=0' 10; then ok "/exit quits with 0"; else bad "/exit quits with 0"; fi
 if [ -s "$TMP/history" ]; then ok "history file written"; else bad "history file written"; fi
 echo "$pass passed, $fail failed"
