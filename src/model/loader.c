@@ -130,7 +130,7 @@ static tern_status ld_mat(ld *L, const char *name, int64_t k, int64_t n, bool re
                          L->path, name, (unsigned long long)t->info_offset,
                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                          (long long)k, (long long)n);
-    tern_qmat q = {t->type, (int64_t)t->ne[1], (int64_t)t->ne[0], t->data, 0};
+    tern_qmat q = {.type = t->type, .n = (int64_t)t->ne[1], .k = (int64_t)t->ne[0], .data = t->data};
     size_t be = tern_dtype_block_elems(t->type), bb = tern_dtype_block_bytes(t->type);
     switch (t->type) {
     case TERN_DT_PQ2_0: case TERN_DT_Q2_0: case TERN_DT_Q2_0_G64: case TERN_DT_Q1_0:

@@ -97,7 +97,8 @@ static tern_status mlx_mat(mld *L, const char *path, int64_t k, int64_t n, bool 
             memcpy(o + gi * bb + 2, w + gi * wpg * 4, wpg * 4); /* codes: same bytes */
         }
     }
-    tern_qmat q = {G == 128 ? TERN_DT_PQ2_0 : TERN_DT_Q2_0_G64, (int64_t)t.N, (int64_t)t.K, dst, rb};
+    tern_qmat q = {.type = G == 128 ? TERN_DT_PQ2_0 : TERN_DT_Q2_0_G64, .n = (int64_t)t.N,
+                   .k = (int64_t)t.K, .data = dst, .row_bytes = rb};
     TRY(tern_qmat_check(&q, path));
     if (L->m->hadamard && folded) {
         if (!t.signs && !mod->embedding)
@@ -142,7 +143,7 @@ static tern_status mlx_dense(mld *L, const char *name, int64_t k, int64_t n, ter
     void *d = tm_model_alloc(L->m, t->nbytes);
     if (!d) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     memcpy(d, t->data, t->nbytes);
-    tern_qmat q = {t->type, n, k, d, (size_t)k * t->elem_size};
+    tern_qmat q = {.type = t->type, .n = n, .k = k, .data = d, .row_bytes = (size_t)k * t->elem_size};
     TRY(tern_qmat_check(&q, name));
     L->m->info.weight_bytes += t->nbytes;
     *out = q;
