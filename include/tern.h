@@ -177,9 +177,11 @@ typedef struct tern_model_params {
     int n_threads;                  /* worker threads for kernels; 0 = all online cores */
     tern_progress_fn progress;      /* load progress (may be NULL) */
     void *progress_user;
-    bool repack;                    /* copy ternary matrices into the kernels' fastest layout
-                                       (AVX-512: 16-row interleave) when one exists: a second
-                                       copy of the weights in RAM (counted in alloc_bytes) */
+    bool repack;                    /* also copy ternary matrices into the kernels' fastest
+                                       decode layout (AVX-512: 16-row interleave) when one
+                                       exists, used for single-token steps (prefill keeps the
+                                       file layout): a second copy of the weights in RAM,
+                                       counted in alloc_bytes */
 } tern_model_params;
 TERN_API void tern_model_params_default(tern_model_params *p);
 

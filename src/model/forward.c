@@ -18,6 +18,11 @@
 
 #include <math.h>
 
+/* The decode-layout copy for single-token steps when the model has one. */
+static inline const tern_qmat *pick(const tern_qmat *file, const tern_qmat *fast, bool decode) {
+    return decode && fast->data ? fast : file;
+}
+
 tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
     tern_model *m = s->m;
     const tm_hparams *hp = &m->hp;
@@ -28,6 +33,7 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
     const int pos0 = s->pos;
     const bool had = m->hadamard;
     float *in = had ? s->rot : s->normed; /* input of the ternary matmuls */
+    const bool dec = T == 1;              /* single-token step: fast_* copies if any */
 
     tern_status st = be->embed(pool, &m->tok_embd, tokens, (size_t)T, s->x, blk,
                                m->embd_inverse ? tm_model_signs(m, E) : NULL);
@@ -41,7 +47,8 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
         if (l->is_attn) {
             const int qw = NH * HD, kvw = NKV * HD;
             const int qrows = (int)l->wq.n;
-            const tern_qmat *w3[3] = {&l->wq, &l->wk, &l->wv};
+            const tern_qmat *w3[3] = {pick(&l->wq, &l->fast_wq, dec), pick(&l->wk, &l->fast_wk, dec),
+                                      pick(&l->wv, &l->fast_wv, dec)};
             float *y3[3] = {s->big0, s->kbuf, s->vbuf};
             size_t ys3[3] = {(size_t)qrows, (size_t)kvw, (size_t)kvw};
             be->matmul_multi(pool, 3, w3, in, (size_t)T, (size_t)E, y3, ys3);
@@ -69,11 +76,11 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
             be->attention(pool, &aa);
             if (gate) be->mul_sigmoid(s->big3, gate, (size_t)T, (size_t)qw);
             be->hadamard(pool, s->big3, (size_t)T, (size_t)qw, blk, tm_model_signs(m, qw));
-            be->matmul(pool, &l->wo, s->big3, (size_t)T, (size_t)qw, s->delta, (size_t)E);
+            be->matmul(pool, pick(&l->wo, &l->fast_wo, dec), s->big3, (size_t)T, (size_t)qw, s->delta, (size_t)E);
         } else {
             const int nk = hp->ssm_n_k, nv = hp->ssm_n_v, dk = hp->ssm_dk, dv = hp->ssm_dv;
             const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
-            const tern_qmat *w2[2] = {&l->wqkv, &l->wz};
+            const tern_qmat *w2[2] = {pick(&l->wqkv, &l->fast_wqkv, dec), pick(&l->wz, &l->fast_wz, dec)};
             float *y2[2] = {s->big0, s->big1};
             size_t ys2[2] = {(size_t)C, (size_t)VW};
             be->matmul_multi(pool, 2, w2, in, (size_t)T, (size_t)E, y2, ys2);
@@ -99,32 +106,32 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                 o = s->big2;
             }
             be->hadamard(pool, o, (size_t)T, (size_t)VW, blk, tm_model_signs(m, VW));
-            be->matmul(pool, &l->wout, o, (size_t)T, (size_t)VW, s->delta, (size_t)E);
+            be->matmul(pool, pick(&l->wout, &l->fast_wout, dec), o, (size_t)T, (size_t)VW, s->delta, (size_t)E);
         }
         /* MLP */
         be->add_rmsnorm_hadamard(pool, s->x, s->delta, l->post_norm, hp->eps, s->normed, s->rot,
                                  (size_t)T, (size_t)E, blk, sE);
         const int F = hp->n_ff;
-        const tern_qmat *wgu[2] = {&l->wgate, &l->wup};
+        const tern_qmat *wgu[2] = {pick(&l->wgate, &l->fast_wgate, dec), pick(&l->wup, &l->fast_wup, dec)};
         float *ygu[2] = {s->big0, s->big1};
         size_t ysgu[2] = {(size_t)F, (size_t)F};
         be->matmul_multi(pool, 2, wgu, in, (size_t)T, (size_t)E, ygu, ysgu);
         be->swiglu_hadamard(pool, s->big0, s->big1, s->big2, (size_t)T, (size_t)F, blk,
                             tm_model_signs(m, F));
-        be->matmul(pool, &l->wdown, s->big2, (size_t)T, (size_t)F, s->delta, (size_t)E);
+        be->matmul(pool, pick(&l->wdown, &l->fast_wdown, dec), s->big2, (size_t)T, (size_t)F, s->delta, (size_t)E);
     }
     /* head */
     const size_t V = (size_t)hp->n_vocab;
     if (logits_out) {
         be->add_rmsnorm_hadamard(pool, s->x, s->delta, m->output_norm, hp->eps, s->normed, s->rot,
                                  (size_t)T, (size_t)E, blk, sE);
-        be->matmul(pool, &m->output, in, (size_t)T, (size_t)E, logits_out, V);
+        be->matmul(pool, pick(&m->output, &m->fast_output, dec), in, (size_t)T, (size_t)E, logits_out, V);
         be->copy_rows(s->logits, V, logits_out + (size_t)(T - 1) * V, V, 1, V);
     } else {
         size_t lo = (size_t)(T - 1) * E;
         be->add_rmsnorm_hadamard(pool, s->x + lo, s->delta + lo, m->output_norm, hp->eps,
                                  s->normed + lo, s->rot + lo, 1, (size_t)E, blk, sE);
-        be->matmul(pool, &m->output, in + lo, 1, (size_t)E, s->logits, V);
+        be->matmul(pool, pick(&m->output, &m->fast_output, true), in + lo, 1, (size_t)E, s->logits, V);
     }
     return TERN_OK;
 }

@@ -58,17 +58,26 @@ void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Every ternary matrix of the model that the forward pass multiplies by. */
-static int model_mats(tern_model *m, tern_qmat **out, int cap) {
+/* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
+static int model_mats(tern_model *m, tern_qmat **file, tern_qmat **fast, int cap) {
     int n = 0;
     for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
         tm_layer *l = &m->layers[il];
-        tern_qmat *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->wqkv, &l->wz, &l->wout,
-                            &l->wgate, &l->wup, &l->wdown};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            if (all[i]->data && n < cap) out[n++] = all[i];
+        tern_qmat *f[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->wqkv, &l->wz, &l->wout,
+                          &l->wgate, &l->wup, &l->wdown};
+        tern_qmat *r[] = {&l->fast_wq, &l->fast_wk, &l->fast_wv, &l->fast_wo, &l->fast_wqkv,
+                          &l->fast_wz, &l->fast_wout, &l->fast_wgate, &l->fast_wup,
+                          &l->fast_wdown};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            if (f[i]->data && n < cap) {
+                file[n] = f[i];
+                fast[n++] = r[i];
+            }
     }
-    if (m->output.data && m->output.data != m->tok_embd.data && n < cap) out[n++] = &m->output;
+    if (m->output.data && m->output.data != m->tok_embd.data && n < cap) {
+        file[n] = &m->output;
+        fast[n++] = &m->fast_output;
+    }
     return n;
 }
 
@@ -76,11 +85,12 @@ void tern_model_free(tern_model *m) {
     if (!m) return;
     if (m->repacked && m->layers) {
         int cap = m->hp.n_layer * 10 + 1;
-        tern_qmat **mats = malloc((size_t)cap * sizeof *mats);
-        int n = mats ? model_mats(m, mats, cap) : 0;
+        tern_qmat **file = malloc((size_t)cap * sizeof *file), **fast = malloc((size_t)cap * sizeof *fast);
+        int n = file && fast ? model_mats(m, file, fast, cap) : 0;
         for (int i = 0; i < n; i++)
-            if (mats[i]->layout == TERN_LAYOUT_R16) tern_qmat_free_repacked(mats[i]);
-        free(mats);
+            if (fast[i]->data) tern_qmat_free_repacked(fast[i]);
+        free(file);
+        free(fast);
     }
     for (int i = 0; i < m->n_owned; i++) tern_free_aligned(m->owned[i], m->owned_n[i]);
     free(m->owned);
@@ -519,25 +529,28 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         st = tern_pool_new(nt, &m->pool);
     }
     if (!st && p->repack) {
-        /* into the kernels' own layout: a copy; UNSUPPORTED = no faster layout here */
+        /* decode-layout copies; UNSUPPORTED = no faster layout on this CPU */
         int cap = m->hp.n_layer * 10 + 1;
-        tern_qmat **mats = malloc((size_t)cap * sizeof *mats);
-        if (!mats) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
-        int n = mats ? model_mats(m, mats, cap) : 0;
+        tern_qmat **file = malloc((size_t)cap * sizeof *file), **fast = malloc((size_t)cap * sizeof *fast);
+        if (!file || !fast) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
+        int n = file && fast ? model_mats(m, file, fast, cap) : 0;
         for (int i = 0; i < n && !st; i++) {
-            if (!tern_dtype_is_packed_ternary(mats[i]->type)) continue;
-            tern_qmat r;
-            tern_status rs = tern_qmat_repack(mats[i], &r);
-            if (rs == TERN_ERR_UNSUPPORTED) continue;
+            if (!tern_dtype_is_packed_ternary(file[i]->type)) continue;
+            tern_status rs = tern_qmat_repack(file[i], fast[i]);
+            if (rs == TERN_ERR_UNSUPPORTED) {
+                memset(fast[i], 0, sizeof *fast[i]);
+                continue;
+            }
             if (rs) {
+                memset(fast[i], 0, sizeof *fast[i]);
                 st = tern_fail_prefix(rs, "%s: repacking", path);
                 break;
             }
-            *mats[i] = r;
             m->repacked = true;
-            m->info.alloc_bytes += ((uint64_t)r.n + 15) / 16 * 16 * r.row_bytes;
+            m->info.alloc_bytes += ((uint64_t)fast[i]->n + 15) / 16 * 16 * fast[i]->row_bytes;
         }
-        free(mats);
+        free(file);
+        free(fast);
         if (!st) tern_clear_error();
     }
     if (st) {

@@ -54,6 +54,10 @@ typedef struct tm_layer {
     /* MLP */
     tern_qmat wgate, wup;         /* [n_ff, n_embd] */
     tern_qmat wdown;              /* [n_embd, n_ff] */
+    /* Optional copies in the kernels' fastest decode layout (tern_model_params.repack),
+     * used for single-token steps; data NULL when absent. */
+    tern_qmat fast_wq, fast_wk, fast_wv, fast_wo, fast_wqkv, fast_wz, fast_wout;
+    tern_qmat fast_wgate, fast_wup, fast_wdown;
 } tm_layer;
 
 typedef struct tm_hparams {
@@ -87,6 +91,7 @@ struct tern_model {
     tm_layer *layers;
     tern_qmat tok_embd;           /* [n_vocab, n_embd] */
     tern_qmat output;             /* [n_vocab, n_embd] (may alias tok_embd: tied) */
+    tern_qmat fast_output;        /* decode-layout copy (data NULL when absent) */
     const float *output_norm;     /* [n_embd] */
     /* Hadamard */
     bool hadamard;
@@ -95,7 +100,7 @@ struct tern_model {
     int n_signs;
     bool v_tiled, out_permute;
     bool embd_inverse;            /* token_embd holds R e (inverse after gather) */
-    bool repacked;                /* some matrices are kernel-layout copies (freed at the end) */
+    bool repacked;                /* some fast_* copies exist (freed at the end) */
     /* owned allocations (repacks, converted tensors): a list, freed at the end */
     void **owned;
     size_t *owned_n;
