@@ -50,7 +50,7 @@ static uint64_t read_sum_plain(const uint8_t *buf, size_t n) {
     return a + b + c + d + e + f + g + h;
 }
 #if defined(__x86_64__) && defined(__GNUC__)
-typedef long long bm_v4i __attribute__((vector_size(32)));
+typedef unsigned long long bm_v4i __attribute__((vector_size(32))); /* unsigned: sums wrap, no UB */
 __attribute__((target("avx2"))) static uint64_t read_sum_avx2(const uint8_t *p, size_t n) {
     bm_v4i a = {0}, b = {0}, c = {0}, d = {0};
     for (size_t i = 0; i + 128 <= n; i += 128) {
