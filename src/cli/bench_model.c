@@ -2,8 +2,8 @@
  * bench_model.c - `tern bench model`: decode (tg) and prefill (pp) speed of a
  * model, with the machine's memory read ceiling measured in the same run.
  *
- *   ceiling   best of several passes summing a 1 GiB buffer with N threads, 256-bit
- *             loads where the CPU has AVX2 (GB/s),
+ *   ceiling   tern_read_ceiling_gbps(): a 2 GiB buffer read by N threads with
+ *             the widest loads, with and without prefetch, best of 4 (GB/s),
  *             measured after the model runs (peak RSS is read before it)
  *   warm-up   one token through the model (touches every mapped weight page)
  *   pp        a prompt of P ids (deterministic pseudo-random, chunked prefill),
@@ -33,68 +33,6 @@ static void usage(FILE *f) {
 }
 
 /* ------------------------------------------------------------ read ceiling */
-typedef struct bw_job {
-    const uint8_t *buf;
-    size_t n;
-    uint64_t sink[64];
-} bw_job;
-
-/* Sum n bytes with the widest loads available (AVX2 when the CPU has it). */
-static uint64_t read_sum_plain(const uint8_t *buf, size_t n) {
-    const uint64_t *p = (const uint64_t *)buf;
-    uint64_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, g = 0, h = 0;
-    for (size_t i = 0; i + 8 <= n / 8; i += 8) {
-        a += p[i]; b += p[i + 1]; c += p[i + 2]; d += p[i + 3];
-        e += p[i + 4]; f += p[i + 5]; g += p[i + 6]; h += p[i + 7];
-    }
-    return a + b + c + d + e + f + g + h;
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-typedef unsigned long long bm_v4i __attribute__((vector_size(32))); /* unsigned: sums wrap, no UB */
-__attribute__((target("avx2"))) static uint64_t read_sum_avx2(const uint8_t *p, size_t n) {
-    bm_v4i a = {0}, b = {0}, c = {0}, d = {0};
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        bm_v4i x0, x1, x2, x3;
-        memcpy(&x0, p + i, 32); memcpy(&x1, p + i + 32, 32);
-        memcpy(&x2, p + i + 64, 32); memcpy(&x3, p + i + 96, 32);
-        a += x0; b += x1; c += x2; d += x3;
-    }
-    a += b + c + d;
-    return (uint64_t)(a[0] + a[1] + a[2] + a[3]);
-}
-#endif
-
-static void bw_task(void *ctx, int t, int nt) {
-    bw_job *j = ctx;
-    size_t chunk = (j->n / (size_t)nt) & ~(size_t)127;
-    const uint8_t *p = j->buf + chunk * (size_t)t;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) {
-        j->sink[t & 63] += read_sum_avx2(p, chunk);
-        return;
-    }
-#endif
-    j->sink[t & 63] += read_sum_plain(p, chunk);
-}
-
-static double measure_ceiling(tern_pool *pool, int threads) {
-    size_t n = (size_t)1 << 30;
-    uint8_t *buf = malloc(n);
-    if (!buf) return 0;
-    memset(buf, 1, n);
-    bw_job j = {buf, n, {0}};
-    double best = 0;
-    for (int pass = 0; pass < 4; pass++) {
-        double t0 = tern_now_s();
-        tern_pool_run(pool, bw_task, &j, threads);
-        double dt = tern_now_s() - t0;
-        double gbps = (double)n / dt / 1e9;
-        if (gbps > best) best = gbps;
-    }
-    free(buf);
-    return best;
-}
-
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -203,7 +141,7 @@ int tern_bench_model(int argc, char **argv) {
     tern_pool *pool = NULL;
     double ceiling = 0;
     if (tern_pool_new(nt, &pool) == TERN_OK) {
-        ceiling = measure_ceiling(pool, nt);
+        ceiling = tern_read_ceiling_gbps(pool, nt, (size_t)2 << 30, 4);
         tern_pool_free(pool);
     }
     double pp_med = median(pp, (int)reps);
@@ -225,7 +163,7 @@ int tern_bench_model(int argc, char **argv) {
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
         printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
-        printf("read ceiling   %.2f GB/s (1 GiB buffer, best of 4)\n", ceiling);
+        printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);
         printf("bytes/token    %.3f GB (decode weight traffic)\n", bpt / 1e9);
         printf("roofline       %.3f tok/s\n", roof);
         printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",

@@ -3,9 +3,9 @@
  * (tern_bench_model, in bench_model.c).
  *
  * bench kernels measures, in one run:
- *   - the machine's memory read ceiling (GB/s): a 1 GiB buffer (4x the 260 MB
- *     L3 of the reference machine) summed with 256-bit loads, 1..T threads,
- *     best of several passes;
+ *   - the machine's memory read ceiling (GB/s): tern_read_ceiling_gbps() on a
+ *     2 GiB buffer (8x the 260 MB L3 of the reference machine), widest loads,
+ *     with and without prefetch, 1..T threads, best of several passes;
  *   - ternary GEMV (batch 1) and GEMM (batch 128) on the Bonsai shapes and
  *     mlx_ternary's shapes, PQ2_0 weights, 1 and 2 threads: interleaved medians
  *     (every configuration runs once per round, rounds repeat), each call on
@@ -40,68 +40,6 @@ static void bench_kernels_usage(FILE *f) {
             "                the kernels' compute-bound speed, not a memory figure)\n"
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n");
-}
-
-/* ----------------------------------------------------------- read ceiling */
-typedef struct bw_job {
-    const uint8_t *buf;
-    size_t n, pf;
-    uint64_t sink[64];
-} bw_job;
-
-/* Sum a buffer with 256-bit loads; pf > 0 adds software prefetches pf bytes
- * ahead (the GEMV kernels prefetch too, so the ceiling is the better of both). */
-#if defined(__x86_64__)
-#include <immintrin.h>
-typedef unsigned long long v4i __attribute__((vector_size(32))); /* unsigned: wrapping sums */
-__attribute__((target("avx2"))) static uint64_t read_sum(const uint8_t *p, size_t n, size_t pf) {
-    v4i a = {0}, b = {0}, c = {0}, d = {0};
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        if (pf) {
-            _mm_prefetch((const char *)p + i + pf, _MM_HINT_T0);
-            _mm_prefetch((const char *)p + i + pf + 64, _MM_HINT_T0);
-        }
-        v4i x0, x1, x2, x3;
-        memcpy(&x0, p + i, 32); memcpy(&x1, p + i + 32, 32);
-        memcpy(&x2, p + i + 64, 32); memcpy(&x3, p + i + 96, 32);
-        a += x0; b += x1; c += x2; d += x3;
-    }
-    a += b + c + d;
-    return (uint64_t)(a[0] + a[1] + a[2] + a[3]);
-}
-#else
-static uint64_t read_sum(const uint8_t *p, size_t n, size_t pf) {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        if (pf) __builtin_prefetch(p + i + pf);
-        uint64_t x[4];
-        memcpy(x, p + i, 32);
-        a += x[0]; b += x[1]; c += x[2]; d += x[3];
-    }
-    return a + b + c + d;
-}
-#endif
-
-static void bw_task(void *ctx, int t, int nt) {
-    bw_job *j = ctx;
-    size_t chunk = (j->n / (size_t)nt) & ~(size_t)127;
-    /* the prefetches run past the end of a chunk by pf bytes: stay inside the buffer */
-    size_t len = (size_t)t == (size_t)nt - 1 && chunk > j->pf ? chunk - j->pf : chunk;
-    j->sink[t & 63] += read_sum(j->buf + chunk * (size_t)t, len, j->pf);
-}
-
-static double measure_ceiling(tern_pool *pool, int threads, uint8_t *buf, size_t n, int passes) {
-    bw_job j = {buf, n, 0, {0}};
-    double best = 0;
-    for (int p = 0; p < 2 * passes; p++) {
-        j.pf = p % 2 ? 4096 : 0;
-        double t0 = tern_now_s();
-        tern_pool_run(threads > 1 ? pool : NULL, bw_task, &j, threads);
-        double dt = tern_now_s() - t0;
-        double gbps = (double)((n / (size_t)threads) & ~(size_t)127) * threads / dt / 1e9;
-        if (gbps > best) best = gbps;
-    }
-    return best;
 }
 
 /* ----------------------------------------------------------- test weights */
@@ -254,17 +192,15 @@ static int bench_kernels(int argc, char **argv) {
                tern_isa_name(tern_kernels_isa()), reps);
 
     /* Read ceiling, per thread count. */
-    size_t bw_n = quick ? ((size_t)512 << 20) : ((size_t)1 << 30);
-    uint8_t *bw = tern_alloc_aligned(bw_n);
-    if (!bw) return cli_usage_error("bench", "cannot allocate %zu bytes for the bandwidth buffer", bw_n);
-    for (size_t i = 0; i < bw_n; i += 4096) memset(bw + i, (int)(i >> 12), 4096);
+    size_t bw_n = quick ? ((size_t)512 << 20) : ((size_t)2 << 30);
     double ceiling[257] = {0};
     for (int ti = 0; ti < n_thr; ti++) {
-        ceiling[thr[ti]] = measure_ceiling(pool, thr[ti], bw, bw_n, quick ? 3 : 5);
-        emit(json, "read_bw", quick ? "512MiB" : "1GiB", 0, 0, 0, thr[ti], (double)bw_n / ceiling[thr[ti]] / 1e6,
+        ceiling[thr[ti]] = tern_read_ceiling_gbps(pool, thr[ti], bw_n, quick ? 3 : 5);
+        if (!(ceiling[thr[ti]] > 0))
+            return cli_usage_error("bench", "cannot allocate %zu bytes for the bandwidth buffer", bw_n);
+        emit(json, "read_bw", quick ? "512MiB" : "2GiB", 0, 0, 0, thr[ti], (double)bw_n / ceiling[thr[ti]] / 1e6,
              ceiling[thr[ti]], 0, ceiling[thr[ti]], 0);
     }
-    tern_free_aligned(bw, bw_n);
 
     /* Weights: one 768 MB arena of random PQ2_0 blocks (3x the L3); each shape
      * rotates over as many disjoint windows of it as fit, so consecutive calls

@@ -98,6 +98,13 @@ void tern_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, floa
 void tern_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
                           size_t n, size_t block, const float *signs);
 
+/* ------------------------------------------------------------ read ceiling
+ * Memory read bandwidth in GB/s: `bytes` (use >> the LLC; 0 -> 1 MiB minimum)
+ * read by `threads` workers of `pool` (NULL: one), widest loads available,
+ * with and without prefetch, best of `passes` each. 0 when out of memory.
+ * The same function backs every benchmark's "ceiling". */
+double tern_read_ceiling_gbps(tern_pool *pool, int threads, size_t bytes, int passes);
+
 /* ------------------------------------------------------------ ISA dispatch */
 typedef enum tern_isa {
     TERN_ISA_SCALAR = 0, TERN_ISA_AVX2 = 1, TERN_ISA_AVX512 = 2, TERN_ISA_NEON = 3
