@@ -14,7 +14,8 @@
  *   seeds the lo accumulator. Per block: T = accL + 128*accH (one vpdpwssd),
  *   converted to float and scaled by the
  *   block's fp16 d (a 64K-entry table lookup); per SEG inputs the sum is
- *   scaled by sx. Error ~1e-4 of max|y| (see docs/performance.md).
+ *   scaled by sx; with SEG == 128 (one scale per block) d*sx is folded into
+ *   one per-block FMA. Error ~1e-4 of max|y| (see docs/performance.md).
  *
  * fp32 GEMM (Q1_0, dense types; any batch): fp32 FMA on
  *   dequantised weight panels (8 rows x 1024 inputs, 32 KB) reused over the
@@ -185,7 +186,8 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
 #if TERN_AVX512_PF > 0
         if (i % TERN_AVX512_PF_EVERY == 0) _mm_prefetch((const char *)blk + TERN_AVX512_PF, _MM_HINT_T0);
 #endif
-        __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+        const float ds = tern_f16_table[tern_rd16(blk)];
+        __m512 d = _mm512_set1_ps(ds);
         __m512i A, B = _mm512_setzero_si512();
         if (qk == 128) {
             __m512i src = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 2)));
@@ -210,9 +212,12 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
                 accL = dpbusd(accL, A, _mm512_loadu_si512(a + 64));
             }
             __m512i T = combine_hilo7(accL, accH);
-            F[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), d, F[b]);
+            /* one activation scale per block (bps == 1): fold it into d, so the
+             * block costs one FMA and no per-segment epilogue */
+            __m512 sc = bps == 1 ? _mm512_set1_ps(ds * sxs[b][i]) : d;
+            F[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), sc, F[b]);
         }
-        if ((i + 1) % bps == 0 || i + 1 == nb) {
+        if (bps > 1 && ((i + 1) % bps == 0 || i + 1 == nb)) {
             int64_t seg = i / bps;
 #pragma GCC unroll 4
             for (int b = 0; b < nbt; b++) {
@@ -221,7 +226,7 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
             }
         }
     }
-    for (int b = 0; b < nbt; b++) out[b] = _mm512_reduce_add_ps(Y[b]);
+    for (int b = 0; b < nbt; b++) out[b] = _mm512_reduce_add_ps(bps == 1 ? F[b] : Y[b]);
 }
 
 static inline __attribute__((always_inline)) void gemv_rows_qk(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
@@ -280,7 +285,8 @@ static void dequant_panel(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc,
         for (int64_t j = 0; j < kc; j += 16) {
             int64_t e = k0 + j;
             const uint8_t *blk = row + (size_t)(e / qk) * bb;
-            __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+            const float ds = tern_f16_table[tern_rd16(blk)];
+        __m512 d = _mm512_set1_ps(ds);
             __m512i v = _mm512_set1_epi32((int)tern_rd32(blk + 2 + (e % qk) / 4));
             __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh2), m3);
             _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(c), one), d));
@@ -291,7 +297,8 @@ static void dequant_panel(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc,
         for (int64_t j = 0; j < kc; j += 16) {
             int64_t e = k0 + j;
             const uint8_t *blk = row + (size_t)(e / 128) * 18;
-            __m512 d = _mm512_set1_ps(tern_f16_table[tern_rd16(blk)]);
+            const float ds = tern_f16_table[tern_rd16(blk)];
+        __m512 d = _mm512_set1_ps(ds);
             __m512i v = _mm512_set1_epi32((int)tern_rd16(blk + 2 + (e % 128) / 8));
             __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh1), m1);
             __m512 f = _mm512_sub_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), _mm512_cvtepi32_ps(c)), one);
