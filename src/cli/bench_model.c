@@ -61,6 +61,8 @@ int tern_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--repack")) { repack = true; continue; }
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk"))
+            return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;

@@ -78,6 +78,18 @@ bool cli_parse_ids(const char *s, int32_t **out, size_t *n) {
     return true;
 }
 
+bool cli_is_one_of(const char *a, const char *list) {
+    size_t n = strlen(a);
+    for (const char *p = list; *p;) {
+        while (*p == ' ') p++;
+        const char *e = p;
+        while (*e && *e != ' ') e++;
+        if ((size_t)(e - p) == n && n > 0 && !strncmp(p, a, n)) return true;
+        p = e;
+    }
+    return false;
+}
+
 bool cli_is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
 
 static double now_s(void) {

@@ -39,6 +39,8 @@ int tern_cmd_eval(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
         else if (!strcmp(a, "--repack")) repack = true;
+        else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue"))
+            return cli_usage_error("eval", "unknown option '%s'", a);
         else if (!has) return cli_usage_error("eval", "option %s needs a value", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--ids")) ids_s = argv[++i];
