@@ -39,6 +39,9 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* Parse "1,2,3" (also spaces/newlines) into a malloc'd int32 array. false on error. */
 bool cli_parse_ids(const char *s, int32_t **out, size_t *n);
+/* Read a whole stream into a NUL-terminated malloc'd buffer (free()); the
+ * length (without the NUL) in *len when len != NULL. NULL when out of memory. */
+char *cli_read_stream(FILE *f, size_t *len);
 /* Is `a` one of the space-separated words in `list`? (option tables) */
 bool cli_is_one_of(const char *a, const char *list);
 /* Is this argument -h/--help? */

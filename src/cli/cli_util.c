@@ -78,6 +78,26 @@ bool cli_parse_ids(const char *s, int32_t **out, size_t *n) {
     return true;
 }
 
+char *cli_read_stream(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); return NULL; }
+            b = nb;
+            cap *= 2;
+        }
+        size_t r = fread(b + n, 1, cap - 1 - n, f);
+        n += r;
+        if (!r) break;
+    }
+    b[n] = 0;
+    if (len) *len = n;
+    return b;
+}
+
 bool cli_is_one_of(const char *a, const char *list) {
     size_t n = strlen(a);
     for (const char *p = list; *p;) {

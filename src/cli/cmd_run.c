@@ -26,24 +26,6 @@ static void usage(FILE *f) {
     gen_opts_help(f);
 }
 
-static char *slurp(FILE *f) {
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) { free(b); return NULL; }
-            b = nb; cap *= 2;
-        }
-        size_t r = fread(b + n, 1, cap - 1 - n, f);
-        n += r;
-        if (!r) break;
-    }
-    b[n] = 0;
-    return b;
-}
-
 /* JSON needs valid UTF-8: invalid bytes become U+FFFD (as HF decode errors="replace"). */
 static char *utf8_sanitize(const char *s, size_t n) {
     char *o = malloc(n * 3 + 1), *q = o;
@@ -114,13 +96,13 @@ int tern_cmd_run(int argc, char **argv) {
     }
     if (!prompt) return cli_usage_error("run", "-p TEXT is required");
     if (!strcmp(prompt, "-")) {
-        if (!(prompt_buf = slurp(stdin))) { fprintf(stderr, "tern run: cannot read stdin\n"); return 1; }
+        if (!(prompt_buf = cli_read_stream(stdin, NULL))) { fprintf(stderr, "tern run: cannot read stdin\n"); return 1; }
         prompt = prompt_buf;
     }
     if (tools_file) {
         FILE *f = fopen(tools_file, "rb");
         if (!f) { free(prompt_buf); return cli_usage_error("run", "cannot open --tools file '%s'", tools_file); }
-        tools = slurp(f);
+        tools = cli_read_stream(f, NULL);
         fclose(f);
         if (!tools) { free(prompt_buf); fprintf(stderr, "tern run: cannot read %s\n", tools_file); return 1; }
     }

@@ -21,25 +21,6 @@ static void usage(FILE *f) {
             "  --no-special       treat the text as plain text: never produce added/control tokens\n");
 }
 
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) { free(b); return NULL; }
-            b = nb; cap *= 2;
-        }
-        size_t r = fread(b + n, 1, cap - 1 - n, f);
-        n += r;
-        if (!r) break;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
 static void print_ids(const tern_tokens *ids) {
     putchar('[');
     for (size_t i = 0; i < ids->n; i++) printf(i ? ", %d" : "%d", ids->ids[i]);
@@ -51,7 +32,7 @@ static int run_batch(const char *model, const char *path, bool special) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) { fprintf(stderr, "tern tokenize: cannot open %s\n", path); return 1; }
     size_t len;
-    char *all = read_all(f, &len);
+    char *all = cli_read_stream(f, &len);
     if (f != stdin) fclose(f);
     if (!all) { fprintf(stderr, "tern tokenize: out of memory\n"); return 1; }
     tern_tokenizer *tok = NULL;
@@ -113,7 +94,7 @@ int tern_cmd_tokenize(int argc, char **argv) {
     if (file) {
         FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
         if (!f) { fprintf(stderr, "tern tokenize: cannot open %s\n", file); return 1; }
-        buf = read_all(f, &len);
+        buf = cli_read_stream(f, &len);
         if (f != stdin) fclose(f);
         if (!buf) { fprintf(stderr, "tern tokenize: out of memory\n"); return 1; }
         text = buf;
