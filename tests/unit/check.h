@@ -121,6 +121,22 @@ static inline const char *fixtures_dir(void) {
     return d;
 }
 
+/* Read a whole file into a NUL-terminated malloc'd buffer (free()); its size
+ * in *n when n != NULL. NULL when it cannot be read. */
+static inline void *check_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long sz = -1;
+    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)sz + 1)) != NULL) {
+        if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
+        else { b[sz] = 0; if (n) *n = (size_t)sz; }
+    }
+    fclose(f);
+    return b;
+}
+
 /* Path join into a static buffer rotation (4 slots). */
 static inline const char *fixture_path(const char *rel) {
     static char buf[4][1024];

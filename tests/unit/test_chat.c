@@ -11,19 +11,6 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) b[n] = 0;
-    return b;
-}
-
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -42,7 +29,7 @@ TEST(golden_renders) {
     const char *src = getenv("TERN_SOURCE_DIR");
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/chat_golden.json", src ? src : ".");
-    char *js = slurp(path);
+    char *js = check_slurp(path, NULL);
     if (!js) SKIP("%s missing (set TERN_SOURCE_DIR)", path);
     cJSON *root = cJSON_Parse(js);
     CHECK(root != NULL);
@@ -275,7 +262,7 @@ TEST(format_from_template) {
     tern_chat_format want[2] = {TERN_CHAT_QWEN3, TERN_CHAT_QWEN35};
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof path, "%s/tools/templates/%s", src, names[k]);
-        char *tmpl = slurp(path);
+        char *tmpl = check_slurp(path, NULL);
         CHECK(tmpl != NULL);
         if (!tmpl) continue;
         cJSON *c = cJSON_CreateObject();

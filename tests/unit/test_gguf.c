@@ -13,19 +13,6 @@
 
 #include <unistd.h>
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz ? sz : 1);
-    if (fread(b, 1, sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
-    fclose(f);
-    *n = sz;
-    return b;
-}
-
 static int count_type(const tern_gguf *g, tern_dtype t) {
     int n = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) n += g->tensors[i].type == t;
@@ -362,7 +349,7 @@ TEST(fixture_corruption_corpus) {
     const char *p = fixture_path("qwen3-tiny/model-q2_0_g64.gguf");
     if (!p) SKIP("fixtures missing");
     size_t n;
-    uint8_t *b = slurp(p, &n);
+    uint8_t *b = check_slurp(p, &n);
     CHECK(b != NULL);
     if (!b) return;
     tern_gguf *g = NULL;
@@ -435,7 +422,7 @@ TEST(writer_copies_fixtures_byte_identically) {
         tern_status st = copy_fixture(p, out);
         CHECK_MSG(st == TERN_OK, "%s: %s", files[i], tern_last_error());
         size_t na = 0, nb = 0;
-        uint8_t *a = slurp(p, &na), *b = slurp(out, &nb);
+        uint8_t *a = check_slurp(p, &na), *b = check_slurp(out, &nb);
         CHECK_MSG(a && b && na == nb && !memcmp(a, b, na), "%s: copy differs (%zu vs %zu bytes)", files[i], na, nb);
         free(a);
         free(b);

@@ -9,20 +9,6 @@
 
 #include <unistd.h>
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(sz + 1);
-    if (fread(b, 1, sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
-    b[sz] = 0;
-    fclose(f);
-    *n = sz;
-    return b;
-}
-
 static int count_neg(const float *s, int n) {
     int c = 0;
     for (int i = 0; i < n; i++) c += s[i] < 0;
@@ -113,7 +99,7 @@ TEST(gguf_write_back_byte_identical) {
     CHECK_EQ_INT(tern_gguf_w_write(w, out, NULL, NULL), TERN_OK);
     tern_gguf_writer_free(w);
     size_t na, nb;
-    char *a = slurp(p, &na), *b = slurp(out, &nb);
+    char *a = check_slurp(p, &na), *b = check_slurp(out, &nb);
     CHECK_MSG(a && b && na == nb && !memcmp(a, b, na), "re-emitted contract differs from the fixture");
     free(a);
     free(b);
@@ -261,7 +247,7 @@ TEST(json_fixture_and_mutations) {
     char *js = NULL;
     CHECK_EQ_INT(tern_hadamard_to_json(h, &js), TERN_OK);
     size_t n;
-    char *orig = slurp(p, &n);
+    char *orig = check_slurp(p, &n);
     CHECK_MSG(js && orig && strlen(js) == n && !memcmp(js, orig, n), "to_json differs from the pack's hadamard.json");
     free(js);
     /* validation failures */

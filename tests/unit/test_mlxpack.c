@@ -14,19 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(sz + 1);
-    if (fread(b, 1, sz, f) != (size_t)sz) { free(b); fclose(f); return NULL; }
-    b[sz] = 0;
-    fclose(f);
-    *n = sz;
-    return b;
-}
 static void spit(const char *dir, const char *name, const void *p, size_t n) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -208,11 +195,11 @@ TEST(broken_packs) {
     if (!dir) SKIP("fixtures missing");
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    g_cfg = slurp(path, &g_cfg_n);
+    g_cfg = check_slurp(path, &g_cfg_n);
     snprintf(path, sizeof path, "%s/hadamard.json", dir);
-    g_had = slurp(path, &g_had_n);
+    g_had = check_slurp(path, &g_had_n);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    g_st = slurp(path, &g_st_n);
+    g_st = check_slurp(path, &g_st_n);
     CHECK(g_cfg && g_had && g_st);
     if (!g_cfg || !g_had || !g_st) return;
     snprintf(g_tmp, sizeof g_tmp, "/tmp/tern_test_pack_%d", (int)getpid());

@@ -23,29 +23,12 @@ static bool sanitized(void) {
     return s && *s && strcmp(s, "0");
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 static cJSON *load_ref(const char *fixture) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/reference.json", fixture);
     const char *p = fixture_path(rel);
     if (!p) return NULL;
-    char *t = slurp(p, NULL);
+    char *t = check_slurp(p, NULL);
     if (!t) return NULL;
     cJSON *j = cJSON_Parse(t);
     free(t);
@@ -126,7 +109,7 @@ static void parity_n(const char *fixture, const char *file, const char *model_ke
         snprintf(rel, sizeof rel, "%s/%s", fixture,
                  cJSON_GetObjectItem(ent, "logits_file")->valuestring);
         size_t nb = 0;
-        float *rl = (float *)slurp(fixture_path(rel), &nb);
+        float *rl = (float *)check_slurp(fixture_path(rel), &nb);
         CHECK(rl && nb == T * (size_t)V * 4);
         tern_session_params sp;
         tern_session_params_default(&sp);

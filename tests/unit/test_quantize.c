@@ -110,18 +110,6 @@ TEST(vorder_src_row_matches_tensor) {
     }
 }
 
-static unsigned char *slurp(const char *path, long *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n ? *n : 1);
-    if (b && fread(b, 1, *n, f) != (size_t)*n) { free(b); b = NULL; }
-    fclose(f);
-    return b;
-}
-
 /* The public API: synth a tiny model, convert it through PTQ1_0, g64 and an MLX pack
  * and back; every round trip gives the same bytes. */
 TEST(public_api_round_trip) {
@@ -140,8 +128,8 @@ TEST(public_api_round_trip) {
     CHECK(tern_convert_model(c, d, "pq2_0", NULL, NULL, NULL) == TERN_OK);
     CHECK(tern_convert_model(d, pk, "mlx", NULL, NULL, NULL) == TERN_OK);
     CHECK(tern_convert_model(pk, e, "pq2_0", NULL, NULL, NULL) == TERN_OK);
-    long na = 0, nd = 0, ne = 0;
-    unsigned char *x = slurp(a, &na), *y = slurp(d, &nd), *z = slurp(e, &ne);
+    size_t na = 0, nd = 0, ne = 0;
+    unsigned char *x = check_slurp(a, &na), *y = check_slurp(d, &nd), *z = check_slurp(e, &ne);
     CHECK(x && y && z && na == nd && na == ne && na > 1000000);
     CHECK(x && y && !memcmp(x, y, na));
     CHECK(x && z && !memcmp(x, z, na));

@@ -16,19 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
-    return b;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -42,7 +29,7 @@ static void run_cases(const char *fixture, const char *model_rel) {
     const char *cp = fixture_path(rel);
     if (!cp) SKIP("fixtures missing");
     size_t len;
-    char *js = slurp(cp, &len);
+    char *js = check_slurp(cp, &len);
     if (!js) SKIP("%s missing", cp);
     cJSON *root = cJSON_Parse(js);
     CHECK(root != NULL);
@@ -232,7 +219,7 @@ TEST(llamacpp_qwen2_pairs) {
     char pi[1024], po[1024];
     snprintf(pi, sizeof pi, "%s/tests/data/ggml-vocab-qwen2.gguf.inp", src ? src : ".");
     snprintf(po, sizeof po, "%s/tests/data/ggml-vocab-qwen2.gguf.out", src ? src : ".");
-    char *inp = slurp(pi, NULL), *out = slurp(po, NULL);
+    char *inp = check_slurp(pi, NULL), *out = check_slurp(po, NULL);
     CHECK(inp && out);
     tern_tokenizer *t = NULL;
     CHECK_MSG(tern_tokenizer_load(vocab, &t) == TERN_OK, "%s", tern_last_error());
