@@ -122,22 +122,28 @@ static inline __m512i combine_hilo8(__m512i lo, __m512i hi) {
     return _mm512_add_epi32(lo, _mm512_shuffle_epi8(hi, g_shl8));
 }
 
+/* Activation scale of x[s0, s1): stores sx = max|x| / QMAX7 (0 for an all-zero
+ * or non-finite segment) and returns 1/sx (0 likewise). */
+static inline float seg_scale(const float *x, int64_t s0, int64_t s1, float *sx_out) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 mx = _mm512_setzero_ps();
+    for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
+    float amax = _mm512_reduce_max_ps(mx);
+    float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
+    if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
+    *sx_out = sx;
+    return iv;
+}
+
 static inline __attribute__((always_inline)) void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
     size_t off_corr, off_sx;
     act_layout(k, qk, &off_corr, &off_sx);
     uint8_t *blk = act;
     int32_t *corr = (int32_t *)((uint8_t *)act + off_corr);
     float *sxs = (float *)((uint8_t *)act + off_sx);
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
         int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
-        __m512 mx = _mm512_setzero_ps();
-        for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
-        float amax = _mm512_reduce_max_ps(mx);
-        float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
-        if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
-        sxs[seg] = sx;
-        __m512 inv = _mm512_set1_ps(iv);
+        __m512 inv = _mm512_set1_ps(seg_scale(x, s0, s1, &sxs[seg]));
         for (int64_t b0 = s0; b0 < s1; b0 += qk) {
             uint8_t hib[128], lob[128];
             __m512i csum = _mm512_setzero_si512();
@@ -603,16 +609,9 @@ static void r16_act_prep(const float *x, int64_t k, void *act) {
     uint8_t *hi = act, *lo = hi + k;
     int32_t *corr = (int32_t *)(lo + k);
     float *sxs = (float *)(corr + k / 128);
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
         int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
-        __m512 mx = _mm512_setzero_ps();
-        for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
-        float amax = _mm512_reduce_max_ps(mx);
-        float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
-        if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
-        sxs[seg] = sx;
-        __m512 inv = _mm512_set1_ps(iv);
+        __m512 inv = _mm512_set1_ps(seg_scale(x, s0, s1, &sxs[seg]));
         for (int64_t b0 = s0; b0 < s1; b0 += 128) {
             __m512i csum = _mm512_setzero_si512();
             for (int j = 0; j < 128; j += 16) {
