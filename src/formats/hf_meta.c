@@ -58,7 +58,8 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
     if ((st = tern_json_opt_f64(c, "rope_theta", src, &hp->rope_theta))) return st;
     if (cJSON_IsObject(rp) && (st = tern_json_opt_f64(rp, "rope_theta", src, &hp->rope_theta))) return st;
     /* stored as float32 in GGUF: it must stay a positive normal float32 */
-    if (!(hp->rms_eps >= 1e-30 && hp->rms_eps < 1))
+    /* checked after the float32 rounding too: 0.99999999 rounds to 1.0f */
+    if (!(hp->rms_eps >= 1e-30 && hp->rms_eps < 1 && (float)hp->rms_eps < 1.0f))
         return tern_fail(TERN_ERR_FORMAT, "%s: rms_norm_eps %g is not in [1e-30, 1)", src, hp->rms_eps);
     if (!(hp->rope_theta > 0 && hp->rope_theta < 1e30))
         return tern_fail(TERN_ERR_FORMAT, "%s: rope_theta %g is not a positive finite number", src, hp->rope_theta);
