@@ -22,8 +22,14 @@ files, train-log.json (curve, timings), reference.json + refN.f32 (float32
 logits of the exported ternary weights on a few prompts, greedy continuations),
 report.json (held-out perplexity, samples).
 
-Usage (device): python3 train.py --data DIR --out $OUT --minutes 7
-       (CPU smoke): python3 train.py --data DIR --out /tmp/x --smoke
+--float trains the full-precision twin for comparison: the same architecture,
+tokenizer, data order, optimizer, schedule and wall-clock budget, but plain
+nn.Linear / nn.Embedding weights (no rotation, no quantization). Nothing is
+exported; OUT gets float-report.json (curve, final validation loss, held-out
+perplexity by the same chunked_ppl in float32 with TF32 off, greedy samples).
+
+Usage (device): python3 train.py --data DIR --out $OUT --minutes 7 [--float]
+       (CPU smoke): python3 train.py --data DIR --out /tmp/x --smoke [--float]
 """
 import argparse
 import json
@@ -242,7 +248,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--ppl-ctx", type=int, default=512)
+    ap.add_argument("--float", action="store_true", help="train the float twin (no QAT, no export)")
     a = ap.parse_args()
+    float_mode = a.float
+    del a.float  # keeps the QAT run's train-log.json config as it was
     t_start = time.time()
     os.makedirs(a.out, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() and not a.smoke else "cpu"
@@ -264,10 +273,17 @@ def main():
                      config.num_attention_heads * config.head_dim})
     signs = T.make_signs(widths)
     model.to(device)
-    tern_names = ternarize_model(model, signs, device)
-    n_params = sum(p.numel() for p in model.parameters())
-    n_tern = sum(model.get_parameter(n).numel() for n in tern_names)
-    print(f"params {n_params/1e6:.2f}M, ternary {n_tern/1e6:.2f}M -> PQ2_0 {n_tern*34/128/1e6:.2f} MB", flush=True)
+    if float_mode:
+        tern_names = []
+        n_params = sum(p.numel() for p in model.parameters())
+        n_tern = 0
+        print(f"params {n_params/1e6:.2f}M, all float (no quantization)", flush=True)
+    else:
+        tern_names = ternarize_model(model, signs, device)
+        n_params = sum(p.numel() for p in model.parameters())
+        n_tern = sum(model.get_parameter(n).numel() for n in tern_names)
+        print(f"params {n_params/1e6:.2f}M, ternary {n_tern/1e6:.2f}M -> PQ2_0 {n_tern*34/128/1e6:.2f} MB",
+              flush=True)
 
     train = np.fromfile(os.path.join(a.data, "train.bin"), dtype=np.uint16)
     val = np.fromfile(os.path.join(a.data, "val.bin"), dtype=np.uint16)
@@ -343,6 +359,13 @@ def main():
     log["steps"] = step
     log["tokens"] = tokens
     log["tokens_per_s"] = round(tokens / train_s)
+    if float_mode:
+        log["float"] = True
+        log["final_val_loss"] = round(val_loss(1 if a.smoke else 10 ** 6), 4)
+        print("final val loss (float model, bf16 autocast):", log["final_val_loss"], flush=True)
+        del opt
+        float_report(a, config, model, tok, val_t, device, log, t_start)
+        return
     log["final_val_loss_qat"] = round(val_loss(1 if a.smoke else 10 ** 6), 4)
     print("final val loss (QAT model, bf16 autocast):", log["final_val_loss_qat"], flush=True)
 
@@ -387,6 +410,67 @@ def main():
             tf.add(os.path.join(a.out, fn), arcname=fn)
     for fn in small:
         os.remove(os.path.join(a.out, fn))
+    print("done in", rep["total_seconds"], "s; files:", sorted(os.listdir(a.out)), flush=True)
+
+
+def float_report(a, config, model, tok, val_t, device, log, t_start):
+    """--float: held-out perplexity and validation loss of the trained float
+    weights in plain transformers (eager attention), float32, TF32 off."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model.eval()
+    rep = dict(log)
+    try:
+        ref = build_reference(config, {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()},
+                              device)
+        with torch.no_grad():
+            xs = val_t[: min(256, a.seq)][None]
+            d = (ref(input_ids=xs).logits.float() - model(input_ids=xs).logits.float()).abs().max().item()
+        rep["train_vs_reference_max_abs_logit_diff_fp32"] = d
+        del model
+        # the same validation windows as final_val_loss, scored in float32
+        n = (val_t.numel() - 1) // a.seq
+        if a.smoke:
+            n = min(n, a.batch)
+        nll, cnt = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, n, a.batch):
+                idx = torch.arange(i, min(i + a.batch, n), device=device) * a.seq
+                x = val_t[idx[:, None] + torch.arange(a.seq, device=device)]
+                y = val_t[idx[:, None] + torch.arange(1, a.seq + 1, device=device)]
+                lg = ref(input_ids=x).logits.float()
+                nll += F.cross_entropy(lg.view(-1, lg.shape[-1]), y.reshape(-1), reduction="sum").item()
+                cnt += y.numel()
+        rep["final_val_loss_fp32"] = round(nll / cnt, 4)
+        print("final val loss (float model, fp32):", rep["final_val_loss_fp32"], flush=True)
+        held = open(os.path.join(a.data, "heldout.txt"), encoding="utf-8").read()
+        held_ids = tok.encode(held).ids
+        if a.smoke:
+            held_ids = held_ids[: 4 * 64]
+        ctx = 64 if a.smoke else a.ppl_ctx
+        ppl, cnt = chunked_ppl(ref, held_ids, ctx, device)
+        rep["heldout"] = {"file": "heldout.txt", "tokens": len(held_ids), "ctx": ctx, "scored": cnt, "ppl_fp32": ppl,
+                          "nll": math.log(ppl)}
+        print(f"held-out perplexity (float model, fp32, ctx {ctx}): {ppl:.4f} over {cnt} tokens", flush=True)
+        greedy = []
+        with torch.no_grad():
+            for p in PROMPTS:
+                cur = tok.encode(p).ids
+                n0 = len(cur)
+                for _ in range(3 if a.smoke else 32):
+                    cur.append(int(ref(input_ids=torch.tensor([cur], device=device)).logits[0, -1].argmax()))
+                greedy.append({"prompt": p, "greedy_text": tok.decode(cur[n0:], skip_special_tokens=False)})
+                print(json.dumps(greedy[-1]), flush=True)
+        rep["greedy"] = greedy
+    except Exception:  # keep the training log; the traceback goes into the report
+        import traceback
+        rep["error"] = traceback.format_exc()
+        print(rep["error"], flush=True)
+    rep["device"] = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    rep["versions"] = {"torch": torch.__version__, "transformers": __import__("transformers").__version__}
+    rep["total_seconds"] = round(time.time() - t_start, 1)
+    with open(os.path.join(a.out, "float-report.json"), "w") as f:
+        json.dump(rep, f, indent=1)
     print("done in", rep["total_seconds"], "s; files:", sorted(os.listdir(a.out)), flush=True)
 
 
