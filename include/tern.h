@@ -182,6 +182,12 @@ typedef struct tern_model_params {
                                        exists, used for single-token steps (prefill keeps the
                                        file layout): a second copy of the weights in RAM,
                                        counted in alloc_bytes */
+    const char *device;             /* "cpu" (NULL: cpu) or "cuda": where the weights live and
+                                       the forward pass runs. "cuda" uploads the weights (same
+                                       packed bytes) to GPU 0 at load; sessions then keep their
+                                       caches and states there. TERN_ERR_UNSUPPORTED when the
+                                       library has no CUDA back-end or there is no device;
+                                       repack is ignored on "cuda" */
 } tern_model_params;
 TERN_API void tern_model_params_default(tern_model_params *p);
 
@@ -201,7 +207,14 @@ typedef struct tern_model_info {
     uint64_t weight_bytes;          /* bytes of weights used at decode (mapped or repacked) */
     uint64_t decode_bytes_per_token;/* weight bytes read per decoded token (all but the embedding) */
     uint64_t alloc_bytes;           /* bytes the model allocated (repacks, converted tensors) */
+    const char *device;             /* "cpu" or "cuda" */
+    const char *device_name;        /* the GPU's description ("" on the CPU) */
+    uint64_t device_bytes;          /* bytes the model holds in GPU memory (0 on the CPU) */
 } tern_model_info;
+/* Memory read bandwidth of the device's own memory in GB/s ("cuda": GPU 0, a
+ * `bytes` buffer read with 16-byte loads, best of `passes`); 0 when there is no
+ * such device or the build lacks it. */
+TERN_API double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes);
 TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
 
 typedef struct tern_session_params {

@@ -25,11 +25,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--repack] [--json]\n"
+            "                        [--chunk N] [--repack] [--device cpu|cuda] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --repack: weights\n"
-            "  copied into the kernels' fastest layout at load (more RAM).\n");
+            "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
+            "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate.\n");
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -53,6 +54,7 @@ int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64;
     bool json = false, repack = false;
+    const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -61,11 +63,12 @@ int tern_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--repack")) { repack = true; continue; }
-        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk"))
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --device"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
         } else if (!strcmp(a, "-p")) {
@@ -85,6 +88,7 @@ int tern_bench_model(int argc, char **argv) {
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
     mp.repack = repack;
+    mp.device = device;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
@@ -142,7 +146,10 @@ int tern_bench_model(int argc, char **argv) {
     size_t rss = tern_peak_rss_bytes();
     tern_pool *pool = NULL;
     double ceiling = 0;
-    if (tern_pool_new(nt, &pool) == TERN_OK) {
+    bool gpu = info->device_bytes > 0;
+    if (gpu) {
+        ceiling = tern_device_read_ceiling_gbps(info->device, (size_t)4 << 30, 8);
+    } else if (tern_pool_new(nt, &pool) == TERN_OK) {
         ceiling = tern_read_ceiling_gbps(pool, nt, (size_t)2 << 30, 4);
         tern_pool_free(pool);
     }
@@ -157,15 +164,23 @@ int tern_bench_model(int argc, char **argv) {
                "\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
-               "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s}\n",
+               "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
+               "\"device_bytes\":%llu}\n",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
-               (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false");
+               (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
+               info->device, (unsigned long long)info->device_bytes);
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
-        printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
-        printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);
+        if (gpu) {
+            printf("device         %s (%.1f MiB of weights on the GPU)\n", info->device_name,
+                   info->device_bytes / 1048576.0);
+            printf("read ceiling   %.2f GB/s (GPU memory, 4 GiB buffer, best of 8)\n", ceiling);
+        } else {
+            printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
+            printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);
+        }
         printf("bytes/token    %.3f GB (decode weight traffic)\n", bpt / 1e9);
         printf("roofline       %.3f tok/s\n", roof);
         printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",

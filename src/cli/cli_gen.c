@@ -43,6 +43,7 @@ void gen_opts_help(FILE *f) {
             "  --think | --no-think     thinking on / off (default: on for qwen35, off for qwen3)\n"
             "  --system TEXT            system prompt\n"
             "  --threads N              worker threads (default: all cores)\n"
+            "  --device cpu|cuda        where the model runs (default cpu)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             "  --quiet                  no load/speed lines on stderr\n");
 }
@@ -89,6 +90,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--frequency-penalty")) NUM_F(-100.0, 100.0, o->sp.frequency_penalty);
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
+    if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
     if (!strcmp(a, "--seed")) {
         if (!take(cmd, argc, argv, i, &v)) return 2;
         char *end;
@@ -117,6 +119,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = o->threads;
+    mp.device = o->device;
     if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     const tern_model_info *info = tern_model_get_info(g->model);
     tern_session_params spp;

@@ -12,7 +12,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern eval -m MODEL (--ids 1,2,3 | --ids-file F) --logits-out OUT.f32\n"
-            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack] [--quiet]\n"
+            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack]\n"
+            "                 [--device cpu|cuda] [--quiet]\n"
             "  Evaluates the ids (prefill in chunks of N, default 64; 1 = token by token),\n"
             "  writes float32 LE logits [T, vocab] to OUT.f32 ('-' skips writing), then with\n"
             "  --continue N prints N greedy continuation ids on stdout. --repack copies the\n"
@@ -27,7 +28,7 @@ static int argmax(const float *v, int n) {
 }
 
 int tern_cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL;
+    const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL, *device = NULL;
     int64_t chunk = 0, threads = 0, ctx = 0, cont = 0;
     bool quiet = false, repack = false;
     for (int i = 1; i < argc; i++) {
@@ -39,11 +40,12 @@ int tern_cmd_eval(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
         else if (!strcmp(a, "--repack")) repack = true;
-        else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue"))
+        else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue --device"))
             return cli_usage_error("eval", "unknown option '%s'", a);
         else if (!has) return cli_usage_error("eval", "option %s needs a value", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--ids")) ids_s = argv[++i];
+        else if (!strcmp(a, "--device")) device = argv[++i];
         else if (!strcmp(a, "--ids-file")) ids_file = argv[++i];
         else if (!strcmp(a, "--logits-out")) out = argv[++i];
         else if (!strcmp(a, "--chunk")) {
@@ -90,6 +92,7 @@ int tern_cmd_eval(int argc, char **argv) {
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
     mp.repack = repack;
+    mp.device = device;
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
     if (st) {
@@ -97,6 +100,9 @@ int tern_cmd_eval(int argc, char **argv) {
         return cli_lib_error("eval", st);
     }
     const tern_model_info *info = tern_model_get_info(m);
+    if (!quiet && info->device_bytes)
+        fprintf(stderr, "tern eval: %s: %s, %.1f MiB of weights on the GPU\n", info->device,
+                info->device_name, info->device_bytes / 1048576.0);
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = ctx ? (int)ctx : (int)(n + cont);

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
             "  --chunk N          prefill batch size inside a chunk (default 64; 1 = token by token)\n"
             "  --max-chunks N     evaluate at most N chunks (default all)\n"
             "  --threads N        worker threads (default: all online cores)\n"
+            "  --device cpu|cuda  where the model runs (default cpu)\n"
             "  --json             print one JSON object\n"
             "  -q, --quiet        no progress on stderr\n");
 }
@@ -79,6 +80,7 @@ int tern_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *file = NULL;
     int64_t ctx = 512, chunk = 64, max_chunks = -1, threads = 0;
     bool json = false, quiet = false;
+    const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -94,7 +96,8 @@ int tern_cmd_perplexity(int argc, char **argv) {
                 return cli_usage_error("perplexity", "bad --max-chunks '%s'", argv[i]);
         } else if (!strcmp(a, "--threads") && has) {
             if (!cli_parse_i64(argv[++i], 1, 1024, &threads)) return cli_usage_error("perplexity", "bad --threads '%s'", argv[i]);
-        } else if (!strcmp(a, "--json")) json = true;
+        } else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else return cli_usage_error("perplexity", "unknown or incomplete argument '%s'", a);
     }
@@ -122,6 +125,7 @@ int tern_cmd_perplexity(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
+    mp.device = device;
     st = tern_model_load(model_path, &mp, &model);
     if (st) { rc = cli_lib_error("perplexity", st); goto done; }
     const tern_model_info *info = tern_model_get_info(model);

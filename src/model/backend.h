@@ -1,7 +1,13 @@
 /*
- * backend.h - the back-end table the forward passes call (CPU today, CUDA next).
+ * backend.h - the back-end table the forward passes call (CPU, CUDA).
  * The forward pass (forward.c) holds no CPU specifics: every numeric step goes
  * through one of these function pointers. All activations are float32 rows.
+ *
+ * Memory: a back-end with its own memory (a GPU) fills the hooks alloc ..
+ * sync; then every pointer the table's functions get (weights, activations,
+ * caches, states) is its memory, except embed's ids (host). NULL hooks mean
+ * host memory; callers use the tm_be_* wrappers below, which fall back to
+ * tern_alloc_aligned / memcpy / memset.
  *
  * Conventions: `rows` activations of width n, row stride n unless stated.
  * Weights are tern_qmat (kernels.h); signs NULL means "no Hadamard at this site".
@@ -80,9 +86,57 @@ typedef struct tern_backend {
     /* GDN output tiled -> grouped: dst head k*r+j = src head j*n_k+k (rows of n_v*dv). */
     void (*permute_tiled_grouped)(const float *src, float *dst, size_t rows, int n_k, int n_v,
                                   int dv);
+    /* Optional memory hooks (NULL: host memory). alloc returns zeroed memory or NULL;
+     * free gets the size given to alloc; upload/download are complete on return. */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p, size_t bytes);
+    tern_status (*upload)(void *dst, const void *src_host, size_t n);
+    tern_status (*download)(void *dst_host, const void *src, size_t n);
+    tern_status (*zero)(void *p, size_t n);
+    /* Wait for queued work; returns the first error of the work since the last sync. */
+    tern_status (*sync)(void);
 } tern_backend;
 
+/* ------------------------------------------------ memory through a table */
+static inline void *tm_be_alloc(const tern_backend *be, size_t n) {
+    if (be->alloc) return be->alloc(n ? n : 1);
+    void *p = tern_alloc_aligned(n ? n : 1);
+    if (p) memset(p, 0, n ? n : 1);
+    return p;
+}
+static inline void tm_be_free(const tern_backend *be, void *p, size_t n) {
+    if (!p) return;
+    if (be->free) be->free(p, n ? n : 1);
+    else tern_free_aligned(p, n ? n : 1);
+}
+static inline tern_status tm_be_upload(const tern_backend *be, void *dst, const void *src, size_t n) {
+    if (be->upload) return be->upload(dst, src, n);
+    if (n) memcpy(dst, src, n);
+    return TERN_OK;
+}
+static inline tern_status tm_be_download(const tern_backend *be, void *dst, const void *src, size_t n) {
+    if (be->download) return be->download(dst, src, n);
+    if (n && dst != src) memcpy(dst, src, n);
+    return TERN_OK;
+}
+static inline tern_status tm_be_zero(const tern_backend *be, void *p, size_t n) {
+    if (be->zero) return be->zero(p, n);
+    if (n) memset(p, 0, n);
+    return TERN_OK;
+}
+static inline tern_status tm_be_sync(const tern_backend *be) {
+    return be->sync ? be->sync() : TERN_OK;
+}
+/* True when the table's pointers are not host memory. */
+static inline bool tm_be_device(const tern_backend *be) { return be->alloc != NULL; }
+
 const tern_backend *tm_backend_cpu(void);
+/* The CUDA table, or NULL when the library was built without CUDA. */
+const tern_backend *tm_backend_cuda(void);
+/* Make the CUDA device ready (TERN_ERR_UNSUPPORTED: not compiled in or no device). */
+tern_status tm_backend_cuda_init(void);
+/* Device description ("" when none). */
+const char *tm_backend_cuda_device(void);
 /* Choose the CPU hot-loop variant for tern_kernels_isa() (called at model load). */
 void tm_backend_cpu_select(void);
 

@@ -120,18 +120,28 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                             tm_model_signs(m, F));
         be->matmul(pool, pick(&l->wdown, &l->fast_wdown, dec), s->big2, (size_t)T, (size_t)F, s->delta, (size_t)E);
     }
-    /* head */
+    /* head: on a device back-end the logits land in dlogits and come home once */
     const size_t V = (size_t)hp->n_vocab;
+    const bool dev = s->dlogits != NULL;
     if (logits_out) {
+        float *lg = dev ? s->dlogits : logits_out;
         be->add_rmsnorm_hadamard(pool, s->x, s->delta, m->output_norm, hp->eps, s->normed, s->rot,
                                  (size_t)T, (size_t)E, blk, sE);
-        be->matmul(pool, pick(&m->output, &m->fast_output, dec), in, (size_t)T, (size_t)E, logits_out, V);
-        be->copy_rows(s->logits, V, logits_out + (size_t)(T - 1) * V, V, 1, V);
+        be->matmul(pool, pick(&m->output, &m->fast_output, dec), in, (size_t)T, (size_t)E, lg, V);
+        if (dev) {
+            st = tm_be_download(be, logits_out, s->dlogits, (size_t)T * V * sizeof(float));
+            if (!st) memcpy(s->logits, logits_out + (size_t)(T - 1) * V, V * sizeof(float));
+        } else {
+            be->copy_rows(s->logits, V, logits_out + (size_t)(T - 1) * V, V, 1, V);
+        }
     } else {
         size_t lo = (size_t)(T - 1) * E;
         be->add_rmsnorm_hadamard(pool, s->x + lo, s->delta + lo, m->output_norm, hp->eps,
                                  s->normed + lo, s->rot + lo, 1, (size_t)E, blk, sE);
-        be->matmul(pool, pick(&m->output, &m->fast_output, true), in + lo, 1, (size_t)E, s->logits, V);
+        be->matmul(pool, pick(&m->output, &m->fast_output, true), in + lo, 1, (size_t)E,
+                   dev ? s->dlogits : s->logits, V);
+        if (dev) st = tm_be_download(be, s->logits, s->dlogits, V * sizeof(float));
     }
-    return TERN_OK;
+    tern_status sst = tm_be_sync(be);
+    return st ? st : sst;
 }

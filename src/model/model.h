@@ -110,6 +110,10 @@ struct tern_model {
     void *progress_user;
     pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
     const struct tern_backend *be;
+    /* device copies (be->alloc), freed with be->free at the end */
+    void **dev;
+    size_t *dev_n;
+    int n_dev, cap_dev;
 };
 
 /* Allocation owned by the model (counted in info.alloc_bytes). NULL on failure. */

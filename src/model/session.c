@@ -2,6 +2,8 @@
  * session.c - sessions: the KV cache and GDN states of one sequence, scratch
  * buffers, chunked evaluation (tern_session_eval splits the batch into chunks of
  * n_chunk tokens; chunk 1 is the token-by-token walk) and memory accounting.
+ * Buffers live in the model's back-end memory (tm_be_alloc: host for the CPU,
+ * the GPU for CUDA); `logits` is always host memory.
  */
 #include "model/session.h"
 
@@ -15,9 +17,8 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
     TERN_ASSERT(s->n_allocs < (int)(sizeof s->allocs / sizeof s->allocs[0]));
     size_t n;
     if (!tern_mul_ok(n_floats ? n_floats : 1, sizeof(float), &n)) return NULL;
-    float *p = tern_alloc_aligned(n);
+    float *p = tm_be_alloc(s->m->be, n);
     if (!p) return NULL;
-    memset(p, 0, n);
     s->allocs[s->n_allocs] = p;
     s->alloc_n[s->n_allocs++] = n;
     s->bytes += n;
@@ -26,7 +27,8 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 
 void tern_session_free(tern_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_allocs; i++) tern_free_aligned(s->allocs[i], s->alloc_n[i]);
+    for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
+    if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
     free(s);
 }
 
@@ -87,7 +89,20 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     A(s->vbuf, T * kvw);
     A(s->ab, 2 * T * (nv ? nv : 1));
     A(s->att_scratch, (size_t)hp->n_head * n_ctx);
-    A(s->logits, (size_t)hp->n_vocab);
+    if (tm_be_device(m->be)) {
+        /* logits of a whole chunk on the device; the host copy of the last row apart */
+        A(s->dlogits, T * (size_t)hp->n_vocab);
+        size_t lb = (size_t)hp->n_vocab * sizeof(float);
+        if (ok && (s->logits = tern_alloc_aligned(lb))) {
+            memset(s->logits, 0, lb);
+            s->logits_host = lb;
+            s->bytes += lb;
+        } else {
+            ok = false;
+        }
+    } else {
+        A(s->logits, (size_t)hp->n_vocab);
+    }
 #undef A
     if (!ok) {
         uint64_t b = s->bytes;
@@ -102,19 +117,21 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
 void tern_session_reset(tern_session *s) {
     if (!s) return;
     const tm_hparams *hp = &s->m->hp;
+    const tern_backend *be = s->m->be;
     size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    /* device errors surface at the next evaluation (sticky until a sync) */
     if (s->kcache) {
         size_t n = (size_t)hp->n_attn_layers * s->n_ctx * kvw * sizeof(float);
-        memset(s->kcache, 0, n);
-        memset(s->vcache, 0, n);
+        (void)tm_be_zero(be, s->kcache, n);
+        (void)tm_be_zero(be, s->vcache, n);
     }
     if (s->conv_state) {
         size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
-        memset(s->conv_state, 0, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float));
-        memset(s->ssm_state, 0,
-               (size_t)hp->n_gdn_layers * hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv * sizeof(float));
-        memset(s->ssm_pending, 0,
-               (size_t)hp->n_gdn_layers * hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv) * sizeof(float));
+        (void)tm_be_zero(be, s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float));
+        (void)tm_be_zero(be, s->ssm_state,
+                         (size_t)hp->n_gdn_layers * hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+        (void)tm_be_zero(be, s->ssm_pending,
+                         (size_t)hp->n_gdn_layers * hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv) * sizeof(float));
     }
     memset(s->logits, 0, (size_t)hp->n_vocab * sizeof(float));
     s->pos = 0;

@@ -8,7 +8,10 @@
  *   ssm_state       [n_gdn_layers][n_v][dk][dv] (+ ssm_pending [n_gdn_layers][n_v][1+dk+dv],
  *                   the last token's rank-1 update, applied in the next pass)
  *   scratch buffers sized for n_chunk rows of the widest activation
- *   logits          [n_vocab] (last evaluated row)
+ *   logits          [n_vocab] (last evaluated row; always host memory)
+ *   dlogits         [n_chunk][n_vocab] (back-ends with their own memory only: the
+ *                   chunk's logits there, downloaded once per chunk)
+ * The buffers are the back-end's memory (tm_be_alloc), except logits.
  */
 #ifndef TERN_MODEL_SESSION_H
 #define TERN_MODEL_SESSION_H
@@ -32,7 +35,9 @@ struct tern_session {
     float *kbuf, *vbuf; /* [n_head_kv*hd] */
     float *ab;       /* [2][n_v] */
     float *att_scratch; /* [n_head][n_ctx] */
-    float *logits;   /* [n_vocab] */
+    float *logits;   /* [n_vocab] host */
+    float *dlogits;  /* [n_chunk][n_vocab] device (NULL on the CPU) */
+    size_t logits_host; /* bytes of logits when allocated apart from allocs[] */
     uint64_t bytes;
     void *allocs[24];
     size_t alloc_n[24];

@@ -1,0 +1,106 @@
+/*
+ * cuda.h - the C boundary of the CUDA kernels (src/kernels/cuda, sm_90).
+ * Plain C types only: the model code (backend_cuda.c) calls these launchers;
+ * nothing here includes the library's C headers.
+ *
+ * Every launcher queues work on one stream (the library's) and returns at once;
+ * pointers are device memory unless named _host. A launch or copy that fails
+ * records the first error (sticky), which tc_sync() returns and clears.
+ * Return codes: 0 = OK, otherwise a cudaError_t value (or TC_ERR_UNSUPPORTED);
+ * tc_error_string() names it.
+ */
+#ifndef TERN_KERNELS_CUDA_H
+#define TERN_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TC_ERR_UNSUPPORTED 100000 /* a shape the kernels do not handle */
+
+/* Matrix kinds (the loader's dtypes, as the kernels see them). */
+typedef enum tc_kind {
+    TC_TERN128 = 0, /* PQ2_0 / fork Q2_0: 34 B per 128: fp16 d, 2-bit codes, (code-1)*d */
+    TC_TERN64 = 1,  /* mainline Q2_0: 18 B per 64, same rule */
+    TC_Q1 = 2,      /* Q1_0: 18 B per 128: fp16 d, bits: 1 -> +d, 0 -> -d */
+    TC_F32 = 3,
+    TC_F16 = 4,
+    TC_BF16 = 5
+} tc_kind;
+
+typedef struct tc_mat {
+    int kind;               /* tc_kind */
+    const uint8_t *data;    /* device; the allocation has >= 16 bytes after the last row */
+    int64_t n, k;           /* rows (outputs), columns (inputs) */
+    size_t row_bytes;
+} tc_mat;
+
+/* ---------------------------------------------------------------- device */
+int tc_device_count(void);          /* 0 when there is no driver or no device */
+int tc_init(void);                  /* device 0, the stream; idempotent */
+const char *tc_device_name(void);
+const char *tc_error_string(int err);
+void *tc_malloc(size_t n);          /* device memory (zeroed); NULL on failure */
+void tc_free(void *p, size_t n);   /* n: the size given to tc_malloc */
+int tc_upload(void *dst, const void *src_host, size_t n);
+int tc_download(void *dst_host, const void *src, size_t n);
+int tc_zero(void *p, size_t n);
+int tc_sync(void);                  /* waits for the stream; first error since the last sync */
+size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
+
+/* ---------------------------------------------------------------- products */
+/* y[b*ys + i] = sum_j W[i,j] x[b*xs + j] for each of the nm matrices (same k). */
+void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                     float *const *y, const size_t *ys);
+
+/* ------------------------------------------------------------- row ops */
+/* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
+ * x <- signs*FWHT(x)/sqrt(block). rows of n contiguous floats. */
+void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse);
+/* r += d (d may be NULL); out = rmsnorm(r)*gain, where out is normed (or rotated if
+ * normed is NULL); rotated = H(out) when rotated && signs. */
+void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+                             float *normed, float *rotated, size_t rows, size_t n,
+                             size_t block, const float *signs);
+void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
+                        size_t block, const float *signs);
+/* out[i] = row ids_host[i] of emb (ids already range-checked), then the inverse
+ * transform when signs. */
+void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
+              const float *signs);
+void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+                     const float *gain, float eps);
+void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
+             float theta);
+void tc_attention(const float *q, size_t q_stride, const float *kcache, const float *vcache,
+                  float *out, int rows, int pos0, int n_head, int n_head_kv, int head_dim,
+                  float scale);
+
+typedef struct tc_gdn_args {
+    const float *qkv, *z, *a, *b, *conv_w, *ssm_a, *dt_bias, *norm;
+    float *conv_state, *state, *out, *work;
+    int rows, n_k, n_v, dk, dv, conv_k;
+    int v_tiled;
+    float eps;
+} tc_gdn_args;
+/* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm. */
+void tc_gdn(const tc_gdn_args *a);
+
+void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
+void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
+void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
+void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
+                              int dv);
+
+/* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
+ * `passes` (timed with events). 0 on failure. */
+double tc_read_ceiling_gbps(size_t bytes, int passes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

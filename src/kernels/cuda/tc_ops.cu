@@ -1,0 +1,504 @@
+/*
+ * tc_ops.cu - everything in the forward pass that is not a product: Hadamard
+ * (FWHT per block in shared memory), RMSNorm + residual, SwiGLU, embedding
+ * gather, per-head RMSNorm, NEOX RoPE, causal attention (online softmax, one
+ * CTA per query row and head), the GDN block (conv + SiLU, L2 norms, fp32 delta
+ * rule with the state column of each thread in registers, gated RMSNorm) and
+ * the small data movers. Math mirrors src/model/backend_cpu.c.
+ */
+#include "kernels/cuda/internal.cuh"
+
+#include <math.h>
+
+/* -------------------------------------------------------------- Hadamard */
+
+/* One CTA per (row, block): load (with signs on the forward side), log2(block)
+ * butterfly stages in shared memory, scale (signs on the inverse side), store. */
+__global__ void k_fwht(float *__restrict__ x, size_t n, int block, const float *__restrict__ signs,
+                       int inverse, float scale) {
+    extern __shared__ float sh[];
+    const size_t nbr = n / (size_t)block;
+    const size_t row = blockIdx.x / nbr, off = (blockIdx.x % nbr) * (size_t)block;
+    float *xp = x + row * n + off;
+    for (int i = threadIdx.x; i < block; i += blockDim.x)
+        sh[i] = !inverse && signs ? xp[i] * signs[off + i] : xp[i];
+    __syncthreads();
+    for (int h = 1; h < block; h <<= 1) {
+        for (int t = threadIdx.x; t < block / 2; t += blockDim.x) {
+            int i = (t / h) * 2 * h + (t % h);
+            float a = sh[i], b = sh[i + h];
+            sh[i] = a + b;
+            sh[i + h] = a - b;
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < block; i += blockDim.x) {
+        float v = sh[i] * scale;
+        xp[i] = inverse && signs ? v * signs[off + i] : v;
+    }
+}
+
+static void fwht(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse) {
+    if (!rows || !n) return;
+    if (block < 2 || block > 8192 || n % block) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    size_t ctas = rows * (n / block);
+    int threads = block >= 1024 ? 512 : (int)(block / 2 < 32 ? 32 : block / 2);
+    size_t smem = block * sizeof(float);
+    static bool attr;
+    if (!attr) {
+        cudaFuncSetAttribute(k_fwht, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 * 4);
+        attr = true;
+    }
+    for (size_t c0 = 0; c0 < ctas; c0 += 1u << 30) {
+        /* rows are whole in each launch when ctas < 2^30 (always, in practice) */
+        k_fwht<<<(unsigned)ctas, threads, smem, tc_stream>>>(x, n, (int)block, signs, inverse,
+                                                            1.0f / sqrtf((float)block));
+        tc_check_launch();
+        break;
+    }
+}
+
+extern "C" void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs,
+                            int inverse) {
+    if (signs) fwht(x, rows, n, block, signs, inverse);
+}
+
+/* ---------------------------------------------------------- norms, SwiGLU */
+
+__device__ __forceinline__ double tc_block_sum_d(double v, double *red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+__global__ void k_add_rmsnorm(float *__restrict__ r, const float *__restrict__ d,
+                              const float *__restrict__ gain, float eps, float *__restrict__ out,
+                              size_t n) {
+    __shared__ double red[32];
+    float *rr = r + blockIdx.x * n;
+    const float *dd = d ? d + blockIdx.x * n : NULL;
+    double ss = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = rr[i];
+        if (dd) {
+            v += dd[i];
+            rr[i] = v;
+        }
+        ss += (double)v * v;
+    }
+    ss = tc_block_sum_d(ss, red);
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    float *o = out + blockIdx.x * n;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = rr[i] * inv * (gain ? gain[i] : 1.0f);
+}
+
+__global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) r[i] += d[i];
+}
+
+extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+                                        float *normed, float *rotated, size_t rows, size_t n,
+                                        size_t block, const float *signs) {
+    if (!rows) return;
+    bool rot = rotated && signs;
+    float *out = normed ? normed : (rot ? rotated : NULL);
+    if (!out) {
+        if (d) { /* only the residual add */
+            k_add<<<tc_blocks(rows * n, 256), 256, 0, tc_stream>>>(r, d, rows * n);
+            tc_check_launch();
+        }
+        return;
+    }
+    k_add_rmsnorm<<<(unsigned)rows, 256, 0, tc_stream>>>(r, d, gain, eps, out, n);
+    tc_check_launch();
+    if (rot) {
+        if (rotated != out) {
+            cudaMemcpyAsync(rotated, out, rows * n * sizeof(float), cudaMemcpyDeviceToDevice,
+                            tc_stream);
+            tc_check_launch();
+        }
+        fwht(rotated, rows, n, block, signs, 0);
+    }
+}
+
+__global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u,
+                         float *__restrict__ o, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    float a = g[i];
+    o[i] = a / (1.0f + expf(-a)) * u[i];
+}
+
+extern "C" void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
+                                   size_t n, size_t block, const float *signs) {
+    size_t total = rows * n;
+    if (!total) return;
+    k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
+    tc_check_launch();
+    if (signs) fwht(out, rows, n, block, signs, 0);
+}
+
+/* ------------------------------------------------------------- embedding */
+
+__global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, int64_t K,
+                        const int32_t *__restrict__ ids, float *__restrict__ out) {
+    const uint8_t *row = emb + (size_t)ids[blockIdx.y] * rb;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
+         j += (int64_t)gridDim.x * blockDim.x)
+        out[(size_t)blockIdx.y * K + j] = tc_elem(kind, row, j);
+}
+
+extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+                         size_t block, const float *signs) {
+    if (!n) return;
+    int32_t *ids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
+    if (!ids) return;
+    tc_note((int)cudaMemcpyAsync(ids, ids_host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 tc_stream));
+    for (size_t i0 = 0; i0 < n; i0 += 65535) {
+        unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
+        dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
+        k_embed<<<grid, 256, 0, tc_stream>>>(emb->kind, emb->data, emb->row_bytes, emb->k,
+                                             ids + i0, out + i0 * (size_t)emb->k);
+        tc_check_launch();
+    }
+    /* the host ids may be freed once the copy ran */
+    tc_note((int)cudaStreamSynchronize(tc_stream));
+    if (signs) fwht(out, n, (size_t)emb->k, block, signs, 1);
+}
+
+/* --------------------------------------------------------- per-head ops */
+
+/* One warp per (row, head). */
+__global__ void k_head_rmsnorm(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd,
+                               const float *__restrict__ gain, float eps) {
+    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= rows * (size_t)nh) return;
+    float *v = x + (w / nh) * stride + (w % nh) * (size_t)hd;
+    float ss = 0;
+    for (int j = lane; j < hd; j += 32) ss += v[j] * v[j];
+    ss = tc_warp_sum(ss);
+    float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
+    for (int j = lane; j < hd; j += 32) v[j] = v[j] * inv * gain[j];
+}
+
+extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+                                const float *gain, float eps) {
+    size_t warps = rows * (size_t)n_heads;
+    if (!warps) return;
+    k_head_rmsnorm<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, rows, stride, n_heads, hd,
+                                                                      gain, eps);
+    tc_check_launch();
+}
+
+__global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd, int rot,
+                       int pos0, float theta) {
+    const int half = rot / 2;
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= rows * (size_t)half) return;
+    size_t r = id / half;
+    int i = (int)(id % half);
+    double inv = pow((double)theta, -2.0 * i / rot);
+    double ang = (double)(pos0 + (int)r) * inv;
+    float cs = (float)cos(ang), sn = (float)sin(ang);
+    for (int h = 0; h < nh; h++) {
+        float *v = x + r * stride + (size_t)h * hd;
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cs - x1 * sn;
+        v[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
+                        int pos0, float theta) {
+    size_t total = rows * (size_t)(rot / 2);
+    if (!total) return;
+    k_rope<<<tc_blocks(total, 128), 128, 0, tc_stream>>>(x, rows, stride, n_heads, hd, rot, pos0,
+                                                         theta);
+    tc_check_launch();
+}
+
+/* ------------------------------------------------------------- attention */
+
+#define ATT_WARPS 4
+#define ATT_EPL 8 /* head_dim <= 256 */
+
+/* One CTA per (query row, head): each warp walks positions w, w+4, ... with an
+ * online softmax (running max, sum, weighted V in registers), then the warps'
+ * partial states are merged. */
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__restrict__ q, size_t qs,
+                            const float *__restrict__ kc, const float *__restrict__ vc,
+                            float *__restrict__ out, int pos0, int nh, int nkv, int hd,
+                            float scale) {
+    __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
+    __shared__ float s_acc[ATT_WARPS][ATT_EPL * 32];
+    const int i = blockIdx.x, h = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kvh = h / (nh / nkv);
+    const size_t kvw = (size_t)nkv * hd;
+    const float *qp = q + (size_t)i * qs + (size_t)h * hd;
+    float qv[ATT_EPL], acc[ATT_EPL];
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        int j = lane + 32 * e;
+        qv[e] = j < hd ? qp[j] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int np = pos0 + i + 1;
+    for (int p = warp; p < np; p += ATT_WARPS) {
+        const float *kp = kc + (size_t)p * kvw + (size_t)kvh * hd;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) s = fmaf(qv[e], kp[j], s);
+        }
+        s = tc_warp_sum(s) * scale;
+        float mn = fmaxf(m, s);
+        float c = expf(m - mn), pw = expf(s - mn);
+        l = l * c + pw;
+        const float *vp = vc + (size_t)p * kvw + (size_t)kvh * hd;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) acc[e] = acc[e] * c + pw * vp[j];
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) s_acc[warp][lane + 32 * e] = acc[e];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++)
+        if (s_l[w] > 0) L += s_l[w] * expf(s_m[w] - M);
+    float *op = out + (size_t)i * nh * hd + (size_t)h * hd;
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++)
+            if (s_l[w] > 0) v += s_acc[w][j] * expf(s_m[w] - M);
+        op[j] = v / L;
+    }
+}
+
+extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcache,
+                             const float *vcache, float *out, int rows, int pos0, int n_head,
+                             int n_head_kv, int head_dim, float scale) {
+    if (rows <= 0) return;
+    if (head_dim > ATT_EPL * 32 || n_head > 65535) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    dim3 grid((unsigned)rows, (unsigned)n_head);
+    k_attention<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, q_stride, kcache, vcache, out, pos0,
+                                                        n_head, n_head_kv, head_dim, scale);
+    tc_check_launch();
+}
+
+/* ------------------------------------------------------------------- GDN */
+
+__device__ __forceinline__ float tc_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* One thread per channel: causal depthwise conv over (state ++ rows), SiLU,
+ * then the state keeps the last K-1 inputs. */
+__global__ void k_gdn_conv(const float *__restrict__ qkv, const float *__restrict__ w,
+                           float *__restrict__ state, float *__restrict__ work, int C, int K,
+                           int T) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    const float *wc = w + (size_t)ch * K;
+    for (int t = 0; t < T; t++) {
+        float s = 0;
+        for (int i = 0; i < K; i++) {
+            int src = t - (K - 1) + i;
+            float x = src >= 0 ? qkv[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
+            s += wc[i] * x;
+        }
+        work[(size_t)t * C + ch] = tc_silu(s);
+    }
+    for (int i = 0; i < K - 1; i++) {
+        int src = T - (K - 1) + i;
+        float x = src >= 0 ? qkv[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
+        state[(size_t)i * C + ch] = x;
+    }
+}
+
+/* One warp per (row, q/k head): L2 norm (q heads also scaled by 1/sqrt(dk)). */
+__global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk) {
+    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= (size_t)T * 2 * nk) return;
+    size_t t = w / (2 * nk), hk = w % (2 * nk);
+    float *v = work + t * C + hk * dk;
+    float ss = 0;
+    for (int j = lane; j < dk; j += 32) ss += v[j] * v[j];
+    ss = tc_warp_sum(ss);
+    float inv = (float)(1.0 / sqrt((double)ss + 1e-6));
+    if (hk < (size_t)nk) inv *= 1.0f / sqrtf((float)dk);
+    for (int j = lane; j < dk; j += 32) v[j] *= inv;
+}
+
+/* One CTA per value head p, thread j owns state column S[:, j] (KMAX >= dk, in
+ * registers) over the chunk's rows:
+ *   S *= decay; kv = S^T k; d = (v - kv)*beta; S += k d^T; o = S^T q
+ *   (o = sq + (k.q) d with sq = (decayed S)^T q), out = rmsnorm(o)*norm*silu(z). */
+template <int KMAX>
+__global__ void k_gdn_rec(tc_gdn_args a, int C) {
+    extern __shared__ float sm[];
+    float *sq_ = sm, *sk = sm + KMAX, *red = sm + 2 * KMAX;
+    const int p = blockIdx.x, j = threadIdx.x;
+    const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk;
+    const int kh = a.v_tiled ? p % nk : p / r;
+    const bool act = j < dv;
+    float S[KMAX];
+    float *Sg = a.state + (size_t)p * dk * dv;
+#pragma unroll
+    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? Sg[(size_t)i * dv + j] : 0.0f;
+    const int nw = (blockDim.x + 31) >> 5;
+    for (int t = 0; t < a.rows; t++) {
+        const float *row = a.work + (size_t)t * C;
+        for (int i = j; i < dk; i += blockDim.x) {
+            sq_[i] = row[(size_t)kh * dk + i];
+            sk[i] = row[(size_t)nk * dk + (size_t)kh * dk + i];
+        }
+        __syncthreads();
+        float x = a.a[(size_t)t * nv + p] + a.dt_bias[p];
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        float decay = expf(a.ssm_a[p] * sp);
+        float beta = 1.0f / (1.0f + expf(-a.b[(size_t)t * nv + p]));
+        float kv = 0, sq = 0, kq = 0;
+#pragma unroll
+        for (int i = 0; i < KMAX; i++) {
+            if (i < dk) {
+                float s = S[i] * decay;
+                S[i] = s;
+                kv = fmaf(s, sk[i], kv);
+                sq = fmaf(s, sq_[i], sq);
+                kq = fmaf(sk[i], sq_[i], kq);
+            }
+        }
+        float v = act ? row[(size_t)2 * nk * dk + (size_t)p * dv + j] : 0.0f;
+        float d = (v - kv) * beta;
+#pragma unroll
+        for (int i = 0; i < KMAX; i++)
+            if (i < dk) S[i] = fmaf(sk[i], d, S[i]);
+        float o = act ? sq + kq * d : 0.0f;
+        /* gated RMSNorm over the dv outputs */
+        float ss = tc_warp_sum(o * o);
+        if ((j & 31) == 0) red[j >> 5] = ss;
+        __syncthreads();
+        float tot = 0;
+        for (int w = 0; w < nw; w++) tot += red[w];
+        if (act) {
+            float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
+            size_t oi = (size_t)t * nv * dv + (size_t)p * dv + j;
+            a.out[oi] = o * inv * a.norm[j] * tc_silu(a.z[oi]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < KMAX; i++)
+        if (act && i < dk) Sg[(size_t)i * dv + j] = S[i];
+}
+
+template <int KMAX>
+static void gdn_rec(const tc_gdn_args *a, int C) {
+    int threads = (a->dv + 31) / 32 * 32;
+    size_t smem = (2 * KMAX + 32) * sizeof(float);
+    k_gdn_rec<KMAX><<<a->n_v, threads, smem, tc_stream>>>(*a, C);
+    tc_check_launch();
+}
+
+extern "C" void tc_gdn(const tc_gdn_args *a) {
+    if (a->rows <= 0) return;
+    const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
+    if (a->dk > 128 || a->dv > 1024) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    k_gdn_conv<<<tc_blocks((size_t)C, 128), 128, 0, tc_stream>>>(a->qkv, a->conv_w, a->conv_state,
+                                                                 a->work, C, a->conv_k, a->rows);
+    tc_check_launch();
+    size_t warps = (size_t)a->rows * 2 * a->n_k;
+    k_gdn_l2<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(a->work, C, a->rows, a->n_k, a->dk);
+    tc_check_launch();
+    tc_gdn_args b = *a;
+    if (a->dk <= 32) gdn_rec<32>(&b, C);
+    else if (a->dk <= 64) gdn_rec<64>(&b, C);
+    else gdn_rec<128>(&b, C);
+}
+
+/* ------------------------------------------------------------ data movers */
+
+extern "C" void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
+                             size_t n) {
+    if (!rows || !n) return;
+    tc_note((int)cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float),
+                                   n * sizeof(float), rows, cudaMemcpyDeviceToDevice, tc_stream));
+}
+
+__global__ void k_split_heads(const float *__restrict__ src, size_t total, int hd,
+                              float *__restrict__ a, float *__restrict__ b) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*n_heads*hd */
+    if (i >= total) return;
+    size_t rh = i / hd, j = i % hd;
+    const float *s = src + rh * 2 * hd;
+    a[i] = s[j];
+    b[i] = s[hd + j];
+}
+
+extern "C" void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a,
+                               float *b) {
+    size_t total = rows * (size_t)n_heads * hd;
+    if (!total) return;
+    k_split_heads<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src, total, hd, a, b);
+    tc_check_launch();
+}
+
+__global__ void k_mul_sigmoid(float *__restrict__ x, const float *__restrict__ g, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+extern "C" void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n) {
+    size_t total = rows * n;
+    if (!total) return;
+    k_mul_sigmoid<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(x, g, total);
+    tc_check_launch();
+}
+
+__global__ void k_permute_tg(const float *__restrict__ src, float *__restrict__ dst, size_t total,
+                             int nk, int nv, int dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*nv*dv (dst order) */
+    if (i >= total) return;
+    int r = nv / nk;
+    size_t t = i / ((size_t)nv * dv);
+    int rem = (int)(i % ((size_t)nv * dv));
+    int g = rem / dv, e = rem % dv;
+    int k = g / r, j = g % r;
+    dst[i] = src[(t * nv + (size_t)j * nk + k) * dv + e];
+}
+
+extern "C" void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k,
+                                         int n_v, int dv) {
+    size_t total = rows * (size_t)n_v * dv;
+    if (!total) return;
+    k_permute_tg<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src, dst, total, n_k, n_v, dv);
+    tc_check_launch();
+}
