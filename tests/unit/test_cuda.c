@@ -142,6 +142,7 @@ TEST(matmul_types_batches_offsets) {
         int64_t n = 37 + (int64_t)c * 11;
         tmat t = make_mat(cases[c].t, n, cases[c].k);
         for (size_t off = 0; off <= 2; off += 2) {
+            if (off && cases[c].t == TERN_DT_F32) continue; /* F32 rows are 4-byte aligned */
             void *base;
             size_t wb;
             tern_qmat q = dev_mat(&t, off, &base, &wb);
@@ -226,7 +227,6 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
                  * F32 "embedding" of the same rows */
                 tern_qmat e = {.type = TERN_DT_F32, .n = (int64_t)rows, .k = (int64_t)n,
                                .row_bytes = n * 4};
-                float *src = host_of(dx, N);
                 e.data = (const uint8_t *)dx;
                 int32_t ids[8];
                 for (size_t r = 0; r < rows; r++) ids[r] = (int32_t)r;
@@ -236,7 +236,7 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
                 float *g = host_of(dout, N);
                 double d = rel_diff(g, x, N);
                 CHECK_MSG(d < 1e-5, "inverse rows %zu n %zu block %zu: %g", rows, n, blk, d);
-                free(g); free(src);
+                free(g);
                 gfree(dout, N * 4);
             } else {
                 G->hadamard(NULL, dx, rows, n, blk, ds);
