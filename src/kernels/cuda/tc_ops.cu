@@ -355,11 +355,11 @@ __global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk)
 }
 
 /* One CTA per value head p, thread j owns state column S[:, j] (KMAX >= dk, in
- * registers) over the chunk's rows:
+ * registers; dv <= 256 threads) over the chunk's rows:
  *   S *= decay; kv = S^T k; d = (v - kv)*beta; S += k d^T; o = S^T q
  *   (o = sq + (k.q) d with sq = (decayed S)^T q), out = rmsnorm(o)*norm*silu(z). */
 template <int KMAX>
-__global__ void k_gdn_rec(tc_gdn_args a, int C) {
+__global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     extern __shared__ float sm[];
     float *sq_ = sm, *sk = sm + KMAX, *red = sm + 2 * KMAX;
     const int p = blockIdx.x, j = threadIdx.x;
@@ -428,7 +428,7 @@ static void gdn_rec(const tc_gdn_args *a, int C) {
 extern "C" void tc_gdn(const tc_gdn_args *a) {
     if (a->rows <= 0) return;
     const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
-    if (a->dk > 128 || a->dv > 1024) {
+    if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
