@@ -95,6 +95,19 @@ typedef struct tern_backend {
     tern_status (*zero)(void *p, size_t n);
     /* Wait for queued work; returns the first error of the work since the last sync. */
     tern_status (*sync)(void);
+    /* Optional: store k/v rows into the layer's caches kc/vc [n_ctx][kvw] at positions
+     * pos0.. (NULL: two copy_rows). */
+    void (*kv_store)(float *kc, float *vc, const float *k, const float *v, size_t kvw,
+                     size_t rows, int pos0);
+    /* Optional single-token step graphs (NULL: none). graph_begin starts recording one
+     * step (TERN_ERR_UNSUPPORTED: graphs are off); the step is then queued as usual and
+     * graph_end(.., dlogits) finishes it into *graph (the logits row goes to host memory
+     * inside the graph). graph_run replays it for (pos0, token), filling logits_host, and
+     * says *ran = false when the graph is stale (record again). */
+    tern_status (*graph_begin)(int pos0, int32_t token, size_t n_vocab, void **graph);
+    tern_status (*graph_end)(void *graph, const float *dlogits);
+    tern_status (*graph_run)(void *graph, int pos0, int32_t token, float *logits_host, bool *ran);
+    void (*graph_free)(void *graph);
 } tern_backend;
 
 /* ------------------------------------------------ memory through a table */

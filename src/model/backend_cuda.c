@@ -126,6 +126,26 @@ static tern_status cu_download(void *dst, const void *src, size_t n) {
 static tern_status cu_zero(void *p, size_t n) { return cu_status(tc_zero(p, n), "memset"); }
 static tern_status cu_sync(void) { return cu_status(tc_sync(), "forward pass"); }
 
+static tern_status cu_graph_begin(int pos0, int32_t token, size_t n_vocab, void **graph) {
+    *graph = NULL;
+    if (!tc_graph_enabled()) return TERN_ERR_UNSUPPORTED; /* no message: a mode, not a failure */
+    tc_graph *g = NULL;
+    tern_status st = cu_status(tc_graph_begin(pos0, token, n_vocab, &g), "graph capture");
+    *graph = g;
+    return st;
+}
+static tern_status cu_graph_end(void *graph, const float *dlogits) {
+    return cu_status(tc_graph_end(graph, dlogits), "graph capture");
+}
+static tern_status cu_graph_run(void *graph, int pos0, int32_t token, float *logits_host,
+                                bool *ran) {
+    int r = 0;
+    tern_status st = cu_status(tc_graph_run(graph, pos0, token, logits_host, &r), "graph replay");
+    *ran = r != 0;
+    return st;
+}
+static void cu_graph_free(void *graph) { tc_graph_free(graph); }
+
 static const tern_backend g_cuda = {
     .name = "cuda",
     .matmul = cu_matmul,
@@ -148,6 +168,11 @@ static const tern_backend g_cuda = {
     .download = cu_download,
     .zero = cu_zero,
     .sync = cu_sync,
+    .kv_store = tc_kv_store,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
+    .graph_run = cu_graph_run,
+    .graph_free = cu_graph_free,
 };
 
 const tern_backend *tm_backend_cuda(void) { return &g_cuda; }

@@ -13,6 +13,10 @@
  *   site 2: r += delta; n = rmsnorm(r)*post_norm; x' = H(n)
  *   MLP:       gate, up = W x'; act = H(silu(gate)*up); delta = Wdown act
  * Head: r += delta; n = rmsnorm(r)*output_norm; logits = Wout H(n).
+ *
+ * Single-token steps on a back-end with step graphs (CUDA, TERN_CUDA_GRAPH=1): the
+ * first step of a session runs op by op (it sizes the workspaces), the second is
+ * recorded into a graph, and every later step replays it (tm_forward_chunk).
  */
 #include "model/session.h"
 
@@ -23,7 +27,10 @@ static inline const tern_qmat *pick(const tern_qmat *file, const tern_qmat *fast
     return decode && fast->data ? fast : file;
 }
 
-tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
+/* recording: queue a single-token step into a graph being recorded (no download,
+ * no sync: graph_end adds the logits copy). */
+static tern_status forward_pass(tern_session *s, const int32_t *tokens, int T, float *logits_out,
+                                bool recording) {
     tern_model *m = s->m;
     const tm_hparams *hp = &m->hp;
     const tern_backend *be = m->be;
@@ -65,10 +72,14 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                      hp->rope_theta);
             size_t layer_off = (size_t)l->kv_index * s->n_ctx * kvw;
             float *kc = s->kcache + layer_off, *vc = s->vcache + layer_off;
-            be->copy_rows(kc + (size_t)pos0 * kvw, (size_t)kvw, s->kbuf, (size_t)kvw, (size_t)T,
-                          (size_t)kvw);
-            be->copy_rows(vc + (size_t)pos0 * kvw, (size_t)kvw, s->vbuf, (size_t)kvw, (size_t)T,
-                          (size_t)kvw);
+            if (be->kv_store) {
+                be->kv_store(kc, vc, s->kbuf, s->vbuf, (size_t)kvw, (size_t)T, pos0);
+            } else {
+                be->copy_rows(kc + (size_t)pos0 * kvw, (size_t)kvw, s->kbuf, (size_t)kvw,
+                              (size_t)T, (size_t)kvw);
+                be->copy_rows(vc + (size_t)pos0 * kvw, (size_t)kvw, s->vbuf, (size_t)kvw,
+                              (size_t)T, (size_t)kvw);
+            }
             tm_attn_args aa = {.q = q, .q_stride = (size_t)qw, .kcache = kc, .vcache = vc,
                                .out = s->big3, .rows = T, .pos0 = pos0, .n_head = NH,
                                .n_head_kv = NKV, .head_dim = HD,
@@ -140,8 +151,47 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                                  s->normed + lo, s->rot + lo, 1, (size_t)E, blk, sE);
         be->matmul(pool, pick(&m->output, &m->fast_output, true), in + lo, 1, (size_t)E,
                    dev ? s->dlogits : s->logits, V);
+        if (recording) return TERN_OK;
         if (dev) st = tm_be_download(be, s->logits, s->dlogits, V * sizeof(float));
     }
     tern_status sst = tm_be_sync(be);
     return st ? st : sst;
+}
+
+tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
+    const tern_backend *be = s->m->be;
+    if (T != 1 || logits_out || !be->graph_begin || !s->dlogits || s->graph_state < 0)
+        return forward_pass(s, tokens, T, logits_out, false);
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    bool ran = false;
+    tern_status st;
+    if (s->graph) {
+        st = be->graph_run(s->graph, s->pos, tokens[0], s->logits, &ran);
+        if (st || ran) return st;
+        be->graph_free(s->graph); /* stale: record again */
+        s->graph = NULL;
+    } else if (s->graph_state == 0) {
+        s->graph_state = 1; /* the first step runs op by op: it sizes the workspaces */
+        return forward_pass(s, tokens, 1, NULL, false);
+    }
+    void *g = NULL;
+    st = be->graph_begin(s->pos, tokens[0], V, &g);
+    if (!st) {
+        st = forward_pass(s, tokens, 1, NULL, true);
+        tern_status e = be->graph_end(g, s->dlogits); /* ends the recording in any case */
+        if (!st) st = e;
+        else if (!e) be->graph_free(g);
+    }
+    if (st) {
+        /* graphs off (or not recordable) for this session: op by op from here on */
+        if (st != TERN_ERR_UNSUPPORTED)
+            tern_log(TERN_LOG_WARN, "step graphs off for this session: %s", tern_last_error());
+        tern_clear_error();
+        s->graph_state = -1;
+        return forward_pass(s, tokens, 1, NULL, false);
+    }
+    s->graph = g;
+    st = be->graph_run(g, s->pos, tokens[0], s->logits, &ran);
+    if (st || ran) return st;
+    return forward_pass(s, tokens, 1, NULL, false);
 }

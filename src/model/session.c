@@ -27,6 +27,7 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 
 void tern_session_free(tern_session *s) {
     if (!s) return;
+    if (s->graph) s->m->be->graph_free(s->graph);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
     free(s);

@@ -38,6 +38,8 @@ struct tern_session {
     float *logits;   /* [n_vocab] host */
     float *dlogits;  /* [n_chunk][n_vocab] device (NULL on the CPU) */
     size_t logits_host; /* bytes of logits when allocated apart from allocs[] */
+    void *graph;     /* the back-end's single-token step graph (NULL: none yet) */
+    int graph_state; /* 0: no step yet, 1: stepped once (record next), -1: graphs off */
     uint64_t bytes;
     void *allocs[24];
     size_t alloc_n[24];

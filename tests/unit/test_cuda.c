@@ -546,6 +546,53 @@ TEST(parity_qwen35_nohadamard) { NEED_GPU(); parity("qwen35-tiny", "model-q2_0-n
 TEST(parity_qwen3_q2_0) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64); }
 TEST(parity_qwen3_q2_0_g64) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0_g64.gguf", NULL, 5); }
 
+/* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
+ * as op-by-op steps, across a session reset and past the recorded position. */
+static void graph_vs_plain(const char *fixture, const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *p = fixture_path(rel);
+    FILE *probe = p ? fopen(p, "rb") : NULL;
+    if (!probe) SKIP("fixture %s missing", rel);
+    fclose(probe);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.device = "cuda";
+    tern_model *m = NULL;
+    CHECK_MSG(tern_model_load(p, &mp, &m) == TERN_OK, "%s", tern_last_error());
+    if (!m) return;
+    int V = tern_model_get_info(m)->n_vocab;
+    tern_session *s[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
+        CHECK(tern_session_new(m, NULL, &s[i]) == TERN_OK);
+        int32_t prompt[3] = {1, 7, 11};
+        CHECK(tern_session_eval(s[i], prompt, 3, NULL) == TERN_OK);
+    }
+    float *l0 = malloc((size_t)V * 4);
+    int32_t tok = 5;
+    for (int step = 0; step < 12; step++) {
+        if (step == 6)
+            for (int i = 0; i < 2; i++) tern_session_reset(s[i]);
+        for (int i = 0; i < 2; i++) {
+            setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
+            CHECK_MSG(tern_session_eval(s[i], &tok, 1, NULL) == TERN_OK, "%s", tern_last_error());
+        }
+        memcpy(l0, tern_session_logits(s[0]), (size_t)V * 4);
+        double d = rel_diff(tern_session_logits(s[1]), l0, (size_t)V);
+        CHECK_MSG(d < 1e-6, "%s step %d: graph vs plain %g", file, step, d);
+        tok = (int32_t)argmax(l0, V);
+    }
+    unsetenv("TERN_CUDA_GRAPH");
+    free(l0);
+    tern_session_free(s[0]);
+    tern_session_free(s[1]);
+    tern_model_free(m);
+}
+
+TEST(graph_steps_qwen35) { NEED_GPU(); graph_vs_plain("qwen35-tiny", "model-pq2_0.gguf"); }
+TEST(graph_steps_qwen3) { NEED_GPU(); graph_vs_plain("qwen3-tiny", "model-q2_0.gguf"); }
+
 TEST(device_selection_errors) {
     tern_model_params mp;
     tern_model_params_default(&mp);
@@ -588,5 +635,7 @@ int main(void) {
     RUN(parity_qwen35_nohadamard);
     RUN(parity_qwen3_q2_0);
     RUN(parity_qwen3_q2_0_g64);
+    RUN(graph_steps_qwen35);
+    RUN(graph_steps_qwen3);
     return check_summary();
 }

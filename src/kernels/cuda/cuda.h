@@ -90,10 +90,33 @@ typedef struct tc_gdn_args {
 void tc_gdn(const tc_gdn_args *a);
 
 void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
+/* KV cache store: kc/vc are the layer's caches [n_ctx][kvw]; rows k/v go to
+ * positions pos0.. (the device position in a step graph). */
+void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw, size_t rows,
+                 int pos0);
 void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
 void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
 void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
                               int dv);
+
+/* ------------------------------------------------------ decode-step graphs
+ * One single-token forward pass of a session is captured once and replayed for
+ * every later step. While capturing, the position-dependent launchers (rope,
+ * attention, kv_store) read the position, and embed the token id, from device
+ * words that the graph's first nodes copy from pinned host memory, so the same
+ * graph serves every position. The graph's last node copies the logits row to a
+ * pinned buffer. A graph is stale once the workspace was reallocated.
+ * TERN_CUDA_GRAPH=1 turns graphs on (off by default until measured). */
+int tc_graph_enabled(void);
+typedef struct tc_graph tc_graph;
+/* Allocate the graph's pinned buffers, set the step's values, begin capturing. */
+int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out);
+/* Queue the logits copy, end capturing, instantiate. On error the graph is freed. */
+int tc_graph_end(tc_graph *g, const float *dlogits);
+/* Run one step: 0 and *ran = 1 when replayed (logits_host filled); *ran = 0 when the
+ * graph is stale (the caller captures again). */
+int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
+void tc_graph_free(tc_graph *g);
 
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */

@@ -19,6 +19,12 @@ static inline void tc_check_launch(void) { tc_note((int)cudaGetLastError()); }
 /* Scratch of at least n bytes for the stream's current work (slot 0..3, grow-only;
  * growing waits for the stream first). NULL on failure (error noted). */
 void *tc_workspace(int slot, size_t n);
+/* Step values while capturing a decode graph (NULL otherwise): device words the
+ * graph fills at each replay. */
+extern const int *tc_dyn_pos;
+extern const int32_t *tc_dyn_ids;
+/* Pinned host staging for embed's ids (grow-only; NULL on failure, error noted). */
+int32_t *tc_pinned_ids(size_t n);
 
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 

@@ -6,6 +6,8 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 cudaStream_t tc_stream;
 static int g_err;
@@ -15,6 +17,13 @@ static size_t g_bytes;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *g_ws[4];
 static size_t g_ws_n[4];
+static unsigned g_ws_gen;      /* bumped when a workspace moves: graphs are then stale */
+static int32_t *g_pin_ids;     /* pinned staging for embed's ids */
+static size_t g_pin_ids_n;
+static int *g_step_dev;        /* [0] position, [1] token: filled by a graph's first node */
+static int *g_step_pin;        /* the pinned host copy the node reads */
+const int *tc_dyn_pos;
+const int32_t *tc_dyn_ids;
 
 void tc_note(int err) {
     if (err && !g_err) g_err = err;
@@ -128,7 +137,121 @@ void *tc_workspace(int slot, size_t n) {
     }
     g_ws[slot] = p;
     g_ws_n[slot] = m;
+    g_ws_gen++;
     return p;
+}
+
+int32_t *tc_pinned_ids(size_t n) {
+    if (n <= g_pin_ids_n) return g_pin_ids;
+    cudaStreamSynchronize(tc_stream); /* the old buffer may still be read by a copy */
+    if (g_pin_ids) cudaFreeHost(g_pin_ids);
+    g_pin_ids = NULL;
+    g_pin_ids_n = 0;
+    size_t m = n < 4096 ? 4096 : n;
+    int e = (int)cudaHostAlloc((void **)&g_pin_ids, m * sizeof(int32_t), cudaHostAllocDefault);
+    if (e) {
+        cudaGetLastError();
+        tc_note(e);
+        g_pin_ids = NULL;
+        return NULL;
+    }
+    g_pin_ids_n = m;
+    return g_pin_ids;
+}
+
+/* ------------------------------------------------------ decode-step graphs */
+
+struct tc_graph {
+    cudaGraphExec_t exec;
+    unsigned ws_gen;
+    float *logits_pin;  /* [n_vocab] pinned */
+    size_t n_vocab;
+};
+
+extern "C" int tc_graph_enabled(void) {
+    const char *e = getenv("TERN_CUDA_GRAPH");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+extern "C" void tc_graph_free(tc_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->logits_pin) cudaFreeHost(g->logits_pin);
+    free(g);
+}
+
+extern "C" int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out) {
+    *out = NULL;
+    int e = 0;
+    if (!g_step_dev) {
+        if ((e = (int)cudaMalloc((void **)&g_step_dev, 2 * sizeof(int)))) return e;
+        if ((e = (int)cudaHostAlloc((void **)&g_step_pin, 2 * sizeof(int), cudaHostAllocDefault))) {
+            cudaFree(g_step_dev);
+            g_step_dev = NULL;
+            return e;
+        }
+    }
+    if ((e = tc_sync())) return e; /* the pinned step words are free; no error pending */
+    tc_graph *g = (tc_graph *)calloc(1, sizeof *g);
+    if (!g) return (int)cudaErrorMemoryAllocation;
+    g->n_vocab = n_vocab;
+    if ((e = (int)cudaHostAlloc((void **)&g->logits_pin, n_vocab * sizeof(float),
+                                cudaHostAllocDefault))) {
+        free(g);
+        return e;
+    }
+    g_step_pin[0] = pos0;
+    g_step_pin[1] = token;
+    g->ws_gen = g_ws_gen;
+    if ((e = (int)cudaStreamBeginCapture(tc_stream, cudaStreamCaptureModeThreadLocal))) {
+        tc_graph_free(g);
+        return e;
+    }
+    cudaMemcpyAsync(g_step_dev, g_step_pin, 2 * sizeof(int), cudaMemcpyHostToDevice, tc_stream);
+    tc_check_launch();
+    tc_dyn_pos = g_step_dev;
+    tc_dyn_ids = g_step_dev + 1;
+    *out = g;
+    return 0;
+}
+
+extern "C" int tc_graph_end(tc_graph *g, const float *dlogits) {
+    cudaMemcpyAsync(g->logits_pin, dlogits, g->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                    tc_stream);
+    tc_check_launch();
+    tc_dyn_pos = NULL;
+    tc_dyn_ids = NULL;
+    cudaGraph_t graph = NULL;
+    int e = (int)cudaStreamEndCapture(tc_stream, &graph);
+    int queued = g_err; /* an error while queueing (e.g. a shape not supported) */
+    g_err = 0;
+    if (!e && queued) e = queued;
+    if (!e && g->ws_gen != g_ws_gen) e = TC_ERR_UNSUPPORTED; /* a workspace moved while capturing */
+    if (!e) e = (int)cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e) {
+        cudaGetLastError();
+        tc_graph_free(g);
+    }
+    return e;
+}
+
+extern "C" int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran) {
+    *ran = 0;
+    if (g->ws_gen != g_ws_gen) return 0;
+    int e = tc_sync(); /* nothing may still read the step words */
+    if (e) return e;
+    g_step_pin[0] = pos0;
+    g_step_pin[1] = token;
+    e = (int)cudaGraphLaunch(g->exec, tc_stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_stream);
+    if (e) {
+        cudaGetLastError();
+        return e;
+    }
+    memcpy(logits_host, g->logits_pin, g->n_vocab * sizeof(float));
+    *ran = 1;
+    return 0;
 }
 
 /* ------------------------------------------------------------ read ceiling */

@@ -9,6 +9,7 @@
 #include "kernels/cuda/internal.cuh"
 
 #include <math.h>
+#include <string.h>
 
 /* -------------------------------------------------------------- Hadamard */
 
@@ -160,10 +161,17 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
 extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                          size_t block, const float *signs) {
     if (!n) return;
-    int32_t *ids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
-    if (!ids) return;
-    tc_note((int)cudaMemcpyAsync(ids, ids_host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 tc_stream));
+    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
+    if (!ids || n != 1) {
+        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
+        int32_t *pin = tc_pinned_ids(n);
+        if (!dids || !pin) return;
+        /* the previous chunk ended with a sync: nothing still reads the pinned ids */
+        memcpy(pin, ids_host, n * sizeof(int32_t));
+        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     tc_stream));
+        ids = dids;
+    }
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
@@ -171,8 +179,6 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
                                              ids + i0, out + i0 * (size_t)emb->k);
         tc_check_launch();
     }
-    /* the host ids may be freed once the copy ran */
-    tc_note((int)cudaStreamSynchronize(tc_stream));
     if (signs) fwht(out, n, (size_t)emb->k, block, signs, 1);
 }
 
@@ -202,8 +208,9 @@ extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_head
 }
 
 __global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd, int rot,
-                       int pos0, float theta) {
+                       int pos0, const int *__restrict__ dpos, float theta) {
     const int half = rot / 2;
+    if (dpos) pos0 = *dpos;
     size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= rows * (size_t)half) return;
     size_t r = id / half;
@@ -224,7 +231,7 @@ extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int h
     size_t total = rows * (size_t)(rot / 2);
     if (!total) return;
     k_rope<<<tc_blocks(total, 128), 128, 0, tc_stream>>>(x, rows, stride, n_heads, hd, rot, pos0,
-                                                         theta);
+                                                         tc_dyn_pos, theta);
     tc_check_launch();
 }
 
@@ -238,8 +245,9 @@ extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int h
  * partial states are merged. */
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__restrict__ q, size_t qs,
                             const float *__restrict__ kc, const float *__restrict__ vc,
-                            float *__restrict__ out, int pos0, int nh, int nkv, int hd,
-                            float scale) {
+                            float *__restrict__ out, int pos0, const int *__restrict__ dpos,
+                            int nh, int nkv, int hd, float scale) {
+    if (dpos) pos0 = *dpos;
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][ATT_EPL * 32];
     const int i = blockIdx.x, h = blockIdx.y;
@@ -307,7 +315,8 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcach
     }
     dim3 grid((unsigned)rows, (unsigned)n_head);
     k_attention<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, q_stride, kcache, vcache, out, pos0,
-                                                        n_head, n_head_kv, head_dim, scale);
+                                                        tc_dyn_pos, n_head, n_head_kv, head_dim,
+                                                        scale);
     tc_check_launch();
 }
 
@@ -451,6 +460,26 @@ extern "C" void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss,
     if (!rows || !n) return;
     tc_note((int)cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float),
                                    n * sizeof(float), rows, cudaMemcpyDeviceToDevice, tc_stream));
+}
+
+__global__ void k_kv_store(float *__restrict__ kc, float *__restrict__ vc,
+                           const float *__restrict__ k, const float *__restrict__ v, size_t kvw,
+                           size_t total, int pos0, const int *__restrict__ dpos) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*kvw */
+    if (i >= total) return;
+    if (dpos) pos0 = *dpos;
+    size_t o = (size_t)pos0 * kvw + i;
+    kc[o] = k[i];
+    vc[o] = v[i];
+}
+
+extern "C" void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw,
+                            size_t rows, int pos0) {
+    size_t total = rows * kvw;
+    if (!total) return;
+    k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k, v, kvw, total, pos0,
+                                                             tc_dyn_pos);
+    tc_check_launch();
 }
 
 __global__ void k_split_heads(const float *__restrict__ src, size_t total, int hd,
