@@ -11,7 +11,8 @@
  *        S = S*exp(g); kv = S^T k; delta = (v - kv)*beta; S += k delta^T; o = S^T q;
  *        out = rmsnorm(o)*norm*silu(z) per value head (all in fp32).
  *   attention: causal softmax(q k^T * scale) v over the cache, GQA h -> h/(n_head/n_kv).
- * The per-head loops live in cpu_ops.h (compiled per ISA, picked by tm_backend_cpu_select).
+ * The per-head loops live in cpu_ops.h (compiled per ISA, picked by tm_backend_cpu_select):
+ *   the GDN recurrence as a token walk (decode, short calls) or block-wise (prefill chunks).
  *   RoPE: NEOX pairs (i, i+rot/2), inv_freq_i = theta^(-2i/rot), angles in double.
  */
 #include "model/backend.h"
@@ -23,8 +24,10 @@
 
 #if defined(TERN_HAVE_X86)
 void tm_gdn_head_avx2(const tm_gdn_args *a, int conv_ch, int p);
+void tm_gdn_head_blocks_avx2(const tm_gdn_args *a, int conv_ch, int p);
 void tm_attn_head_avx2(const tm_attn_args *a, int h);
 void tm_gdn_head_avx512(const tm_gdn_args *a, int conv_ch, int p);
+void tm_gdn_head_blocks_avx512(const tm_gdn_args *a, int conv_ch, int p);
 void tm_attn_head_avx512(const tm_attn_args *a, int h);
 #endif
 
@@ -134,26 +137,44 @@ static void cpu_rope(tern_pool *pool, float *x, size_t rows, size_t stride, int 
 
 /* ------------------------------------------------------------- attention */
 
+/* Rows from which a GDN call runs the block-wise scan instead of the token walk, with
+ * AVX2 / AVX-512 (docs/performance.md, "GDN prefill": break-even at 3-4 rows there). The
+ * baseline build (no FMA) keeps the walk: its blocks measured 0.5-0.9x of it. */
+#define TM_GDN_BLOCK_MIN 8
+
 typedef void (*gdn_head_fn)(const tm_gdn_args *a, int conv_ch, int p);
 typedef void (*attn_head_fn)(const tm_attn_args *a, int h);
 static gdn_head_fn g_gdn_head = tm_gdn_head_generic;
+static gdn_head_fn g_gdn_blocks = tm_gdn_head_blocks_generic;
 static attn_head_fn g_attn_head = tm_attn_head_generic;
+/* GDN calls of at least this many rows use the block-wise scan (0: never). */
+static int g_gdn_block_min = 0;
 
-/* Pick the hot-loop variant for the kernels' ISA (once per model load). */
+/* Pick the hot-loop variant for the kernels' ISA (once per model load), and the
+ * block-scan threshold (TERN_GDN_BLOCKS=N overrides it: calls of >= N rows take the
+ * block scan, whatever the ISA; 0 keeps the token walk). */
 void tm_backend_cpu_select(void) {
     tern_isa isa = tern_kernels_isa();
     g_gdn_head = tm_gdn_head_generic;
+    g_gdn_blocks = tm_gdn_head_blocks_generic;
     g_attn_head = tm_attn_head_generic;
+    int block_min = 0;
 #if defined(TERN_HAVE_X86)
     if (isa == TERN_ISA_AVX512) {
         g_gdn_head = tm_gdn_head_avx512;
+        g_gdn_blocks = tm_gdn_head_blocks_avx512;
         g_attn_head = tm_attn_head_avx512;
+        block_min = TM_GDN_BLOCK_MIN;
     } else if (isa == TERN_ISA_AVX2) {
         g_gdn_head = tm_gdn_head_avx2;
+        g_gdn_blocks = tm_gdn_head_blocks_avx2;
         g_attn_head = tm_attn_head_avx2;
+        block_min = TM_GDN_BLOCK_MIN;
     }
 #endif
     (void)isa;
+    const char *e = getenv("TERN_GDN_BLOCKS");
+    g_gdn_block_min = e && *e ? atoi(e) : block_min;
 }
 
 static void attn_task(void *vc, int h, int n_tasks) {
@@ -228,6 +249,12 @@ static void gdn_head_task(void *vc, int p, int n_tasks) {
     g_gdn_head(c->a, c->conv_ch, p);
 }
 
+static void gdn_blocks_task(void *vc, int p, int n_tasks) {
+    (void)n_tasks;
+    gdn_ctx *c = vc;
+    g_gdn_blocks(c->a, c->conv_ch, p);
+}
+
 static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
     gdn_ctx c = {a, 2 * a->n_k * a->dk + a->n_v * a->dv};
     int nt = pool ? tern_pool_size(pool) : 1;
@@ -236,7 +263,9 @@ static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
     if (!small) nt = 1;
     tern_pool_run(small, gdn_conv_task, &c, nt);
     tern_pool_run(small, gdn_l2_task, &c, nt);
-    tern_pool_run(pool, gdn_head_task, &c, a->n_v);
+    const bool blocks = g_gdn_block_min > 0 && a->rows >= g_gdn_block_min && a->dk <= 512 &&
+                        a->dv <= 512;
+    tern_pool_run(pool, blocks ? gdn_blocks_task : gdn_head_task, &c, a->n_v);
 }
 
 /* ------------------------------------------------------------ data movers */
