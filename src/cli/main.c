@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+int tern_cmd_serve(int argc, char **argv); /* src/cli/cmd_serve.c */
+
 typedef struct {
     const char *name;
     int (*fn)(int, char **);
@@ -15,6 +17,7 @@ typedef struct {
 static const subcommand g_cmds[] = {
     {"run", tern_cmd_run, "generate text from a prompt (streams to stdout)"},
     {"chat", tern_cmd_chat, "interactive multi-turn chat"},
+    {"serve", tern_cmd_serve, "OpenAI-compatible HTTP server (chat, completions, streaming)"},
     {"eval", tern_cmd_eval, "all-position logits for token ids (parity checks)"},
     {"perplexity", tern_cmd_perplexity, "perplexity of a model on a text file"},
     {"tokenize", tern_cmd_tokenize, "text to token ids"},
