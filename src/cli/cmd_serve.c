@@ -1,0 +1,143 @@
+/*
+ * cmd_serve.c - `tern serve`: the OpenAI-compatible HTTP server (src/server/).
+ * Loads the model (the embedded default model when -m is absent), creates the
+ * slots, listens, prints the URL on stdout, then waits for SIGINT / SIGTERM:
+ * it stops accepting, ends the requests in flight, joins every thread and
+ * frees everything before exiting 0.
+ */
+#include "cli/cli.h"
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern serve [-m MODEL] [options]\n"
+            "OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/chat/completions,\n"
+            "POST /v1/completions (stream with \"stream\": true). See docs/server.md.\n\n"
+            "  -m, --model PATH     GGUF file or MLX pack folder (default: the embedded model / $TERN_MODEL)\n"
+            "  --host ADDR          address to listen on (default 127.0.0.1)\n"
+            "  --port N             port (default 8080; 0 = any free port, printed)\n"
+            "  --parallel N         slots: requests generated at once, each with its own context\n"
+            "                       (default 4, or 2 when --ctx is above 4096)\n"
+            "  --ctx N              context per slot in tokens (default: min(4096, trained))\n"
+            "  --queue N            requests waiting for a slot before 503 (default 16)\n"
+            "  --threads N          worker threads for the model (default: all cores)\n"
+            "  --alias NAME         model id shown by /v1/models and in responses (default: the file name)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
+            "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
+            "  --quiet              no load line and no per-request log lines on stderr\n");
+}
+
+static const char *base_name(const char *p) {
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;   /* a pack folder given with a trailing slash */
+    static char buf[256];
+    size_t e = n;
+    while (n && p[n - 1] != '/') n--;
+    snprintf(buf, sizeof buf, "%.*s", (int)(e - n), p + n);
+    return buf;
+}
+
+int tern_cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL;
+    int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
+    bool quiet = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) { usage(stdout); return 0; }
+        if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
+        if (i + 1 >= argc) {
+            if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body"))
+                return cli_usage_error("serve", "%s needs a value", a);
+            return cli_usage_error("serve", "unknown option '%s'", a);
+        }
+        const char *v = argv[i + 1];
+        int64_t *num = NULL, lo = 0, hi = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--host")) host = v;
+        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--port")) { num = &port; lo = 0; hi = 65535; }
+        else if (!strcmp(a, "--parallel")) { num = &parallel; lo = 1; hi = 256; }
+        else if (!strcmp(a, "--ctx")) { num = &ctx; lo = 16; hi = 1 << 22; }
+        else if (!strcmp(a, "--queue")) { num = &queue; lo = 1; hi = 1 << 16; }
+        else if (!strcmp(a, "--threads")) { num = &threads; lo = 1; hi = 1024; }
+        else if (!strcmp(a, "--max-body")) { num = &max_body; lo = 1024; hi = (int64_t)1 << 32; }
+        else return cli_usage_error("serve", "unknown option '%s'", a);
+        if (num && !cli_parse_i64(v, lo, hi, num))
+            return cli_usage_error("serve", "bad value '%s' for %s (integer %lld..%lld)", v, a, (long long)lo, (long long)hi);
+        if (!*v && (v == host || v == alias || v == api_key || v == model))
+            return cli_usage_error("serve", "%s needs a non-empty value", a);
+        i++;
+    }
+    if (!model) model = cli_default_model();
+    if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
+    if (!parallel) parallel = ctx > 4096 ? 2 : 4;
+
+    /* Signals: every thread created from here on inherits the block; the main
+     * thread takes SIGINT / SIGTERM with sigwait. Writes to closed sockets must
+     * not kill the process. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tern_tokenizer *tok = NULL;
+    tern_model *m = NULL;
+    tern_status st = tern_tokenizer_load(model, &tok);
+    if (st) return cli_lib_error("serve", st);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = (int)threads;
+    if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
+    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue};
+    srv_sched *sched = NULL;
+    if ((st = srv_sched_start(m, tok, &sp, &sched))) {
+        int rc = cli_lib_error("serve", st);
+        tern_model_free(m);
+        tern_tokenizer_free(tok);
+        return rc;
+    }
+    int n_ctx = 0;
+    srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
+    srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet, 0};
+    srv_http *http = NULL;
+    char err[256];
+    int bound = 0;
+    if (srv_http_start(&c, sched, tok, &http, &bound, err, sizeof err)) {
+        fprintf(stderr, "tern serve: %s\n", err);
+        srv_sched_free(sched);
+        tern_model_free(m);
+        tern_tokenizer_free(tok);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const tern_model_info *info = tern_model_get_info(m);
+    if (!quiet)
+        fprintf(stderr, "tern serve: %s (%s, %d layers, vocab %d) loaded in %.2f s; %d slots x ctx %d, queue %d, "
+                        "thinking %s by default\n", model, info->arch, info->n_layers, info->n_vocab,
+                (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, (int)parallel, n_ctx, (int)queue,
+                tern_chat_format_for(tok) == TERN_CHAT_QWEN35 ? "on" : "off");
+    bool v6 = strchr(host, ':') != NULL;
+    printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!quiet) fprintf(stderr, "tern serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_http_quiesce(http);     /* no new connections */
+    srv_sched_stop(sched);      /* requests in flight end ("shutting down") */
+    srv_http_stop(http);        /* handlers return; connections close */
+    srv_sched_free(sched);
+    tern_model_free(m);
+    tern_tokenizer_free(tok);
+    return 0;
+}

@@ -1,0 +1,490 @@
+/*
+ * http.c - the HTTP side of `tern serve` on libmicrohttpd (one thread per
+ * connection, an internal listening thread). Handler threads only parse,
+ * tokenize, submit a job to the scheduler and move its text to the client.
+ *
+ *   GET  /health                  {"status":"ok","model",...,"slots_busy",...}
+ *   GET  /v1/models               one model (id = --alias or the file name)
+ *   POST /v1/chat/completions     OpenAI chat completions (stream: SSE)
+ *   POST /v1/completions          OpenAI raw completions  (stream: SSE)
+ * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
+ * 400 bad JSON / fields / prompt too long, 401 bad API key, 404 unknown path,
+ * 405 wrong method, 413 body over --max-body, 503 queue full or shutting down.
+ *
+ * A client that goes away is noticed while its handler waits (a peek at the
+ * socket every 100 ms, and failed writes while streaming): its job is
+ * cancelled and the slot freed at the scheduler's next round.
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <time.h>
+
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS };
+
+struct srv_http {
+    struct MHD_Daemon *d;
+    srv_config c;
+    srv_sched *sched;
+    const tern_tokenizer *tok;
+    tern_chat_format fmt;
+    bool think_default;
+    unsigned long long counter;     /* response ids (atomic) */
+    long long started;
+};
+
+/* Per-connection request state (MHD's con_cls). */
+typedef struct conn_state {
+    int route;
+    tern_str body;
+    bool too_big;
+    double t0;
+    int status;
+    size_t n_prompt, n_gen;
+    char method[12], path[96];
+} conn_state;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Has the peer closed its side? (a non-destructive peek, never blocks) */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int conn_fd(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, int status, char *json) {
+    if (!json) { status = 500; json = NULL; }
+    const char *body = json ? json : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":\"internal_error\"}}";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    free(json);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 405) MHD_add_response_header(r, "Allow", cs->route == R_CHAT || cs->route == R_COMPLETIONS ? "POST" : "GET, HEAD");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    cs->status = status;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, conn_state *cs, int status, const char *msg) {
+    return send_json(conn, cs, status, srv_json_error(status, msg));
+}
+
+static void make_id(srv_http *h, srv_kind kind, srv_resp_id *id) {
+    unsigned long long n = __atomic_add_fetch(&h->counter, 1, __ATOMIC_RELAXED);
+    id->kind = kind;
+    id->created = (long long)time(NULL);
+    id->model = h->c.alias;
+    snprintf(id->id, sizeof id->id, "%s-%llx%06llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)h->started & 0xffffffffffULL, n & 0xffffff);
+}
+
+/* --------------------------------------------------------------- streaming */
+
+typedef struct stream {
+    srv_http *h;
+    srv_job *job;
+    conn_state *cs;                 /* valid while the reader runs (freed after completion) */
+    int fd;
+    srv_resp_id id;
+    bool thinking_open, include_usage;
+    srv_split split;
+    tern_str out;                   /* SSE bytes not yet handed to MHD */
+    size_t out_off, seen;
+    bool finished, ended;
+} stream;
+
+/* Turn new reply text into SSE chunks. */
+static void stream_text(stream *s, const char *text, size_t len, bool final) {
+    srv_delta d = {0};
+    if (s->id.kind == SRV_COMPLETION) {
+        if (!len) return;
+        char *t = malloc(len + 1);
+        if (!t) return;
+        memcpy(t, text, len);
+        t[len] = 0;
+        d.content = t;
+        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        free(t);
+        return;
+    }
+    tern_str c = {0}, r = {0};
+    tern_str_append(&c, "", 0);
+    tern_str_append(&r, "", 0);
+    srv_split_push(&s->split, text, len, &c, &r);
+    if (final) srv_split_finish(&s->split, &c, &r);
+    if (r.len) { d.reasoning = r.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); d.reasoning = NULL; }
+    if (c.len) { d.content = c.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); }
+    tern_str_free(&c);
+    tern_str_free(&r);
+}
+
+static void stream_end(stream *s) {
+    srv_job *j = s->job;
+    pthread_mutex_lock(&j->mu);
+    srv_finish f = j->finish;
+    srv_usage u = j->usage;
+    char err[256];
+    snprintf(err, sizeof err, "%s", j->error);
+    pthread_mutex_unlock(&j->mu);
+    s->cs->n_prompt = u.prompt_tokens;
+    s->cs->n_gen = u.completion_tokens;
+    if (f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED) {
+        char *e = srv_json_error(500, f == SRV_FINISH_ERROR ? err : "cancelled");
+        if (e) {
+            tern_str_append(&s->out, "data: ", 6);
+            tern_str_append(&s->out, e, strlen(e));
+            tern_str_append(&s->out, "\n\n", 2);
+            free(e);
+        }
+    } else {
+        srv_delta d = {0};
+        d.finish = f;
+        tern_chat_reply rep = {0};
+        if (s->id.kind == SRV_CHAT && s->split.tool &&
+            tern_chat_parse(s->h->fmt, j->text.data, j->text.len, s->thinking_open, &rep) == TERN_OK &&
+            rep.n_tool_calls) {
+            srv_delta t = {0};
+            t.tool_calls = rep.tool_calls;
+            t.n_tool_calls = rep.n_tool_calls;
+            srv_sse_chunk(&s->id, &t, NULL, &s->out);
+            if (f == SRV_FINISH_STOP) d.finish = SRV_FINISH_TOOL_CALLS;
+        }
+        tern_chat_reply_free(&rep);
+        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        if (s->include_usage) srv_sse_chunk(&s->id, &d, &u, &s->out);
+    }
+    tern_str_append(&s->out, "data: [DONE]\n\n", 14);
+    s->finished = true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream *s = cls;
+    for (;;) {
+        if (s->out_off < s->out.len) {
+            size_t n = s->out.len - s->out_off < max ? s->out.len - s->out_off : max;
+            memcpy(buf, s->out.data + s->out_off, n);
+            s->out_off += n;
+            if (s->out_off == s->out.len) s->out.len = s->out_off = 0;
+            return (ssize_t)n;
+        }
+        if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        tern_str nt = {0};
+        size_t before = s->seen;
+        bool done = srv_job_wait(s->job, 100, &s->seen, &nt);
+        if (s->seen > before || done) stream_text(s, nt.data ? nt.data : "", nt.len, done);
+        tern_str_free(&nt);
+        if (done) { stream_end(s); continue; }
+        if (client_gone(s->fd)) {
+            srv_job_cancel(s->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    stream *s = cls;
+    srv_job_cancel(s->job);         /* no-op when it already finished */
+    srv_job_unref(s->job);
+    srv_split_free(&s->split);
+    tern_str_free(&s->out);
+    free(s);
+}
+
+/* -------------------------------------------------------------- generation */
+
+static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    srv_kind kind = cs->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_request req;
+    char err[512];
+    int rc = srv_parse_request(kind, cs->body.data, cs->body.len, &req, err, sizeof err);
+    if (rc) { srv_request_free(&req); return send_error(conn, cs, rc, err); }
+    srv_job *j = srv_job_new();
+    if (!j) { srv_request_free(&req); return send_error(conn, cs, 500, "out of memory"); }
+    bool think = false, thinking_open = false;
+    tern_status st;
+    if (kind == SRV_CHAT) {
+        think = req.thinking < 0 ? h->think_default : req.thinking == 1;
+        thinking_open = think && h->fmt == TERN_CHAT_QWEN35;
+        tern_chat_opts co = {req.tools_json, true, think};
+        st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &j->prompt);
+    } else {
+        st = tern_tokenize(h->tok, req.prompt, strlen(req.prompt), true, &j->prompt);
+    }
+    int n_ctx = 0;
+    srv_sched_stats(h->sched, NULL, NULL, NULL, &n_ctx);
+    cs->n_prompt = j->prompt.n;
+    if (st || !j->prompt.n || j->prompt.n > (size_t)n_ctx) {
+        if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+        else if (!j->prompt.n) snprintf(err, sizeof err, "the prompt is empty");
+        else snprintf(err, sizeof err, "the prompt (%zu tokens) does not fit the context of %d tokens",
+                      j->prompt.n, n_ctx);
+        srv_job_unref(j);
+        srv_request_free(&req);
+        return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, err);
+    }
+    /* sampling defaults: the Qwen3 model card, as `tern run` (thinking: 0.6 / 0.95) */
+    j->sp = req.sp;
+    if (!req.temp_set) j->sp.temperature = think ? 0.6f : 0.7f;
+    if (!req.top_p_set) j->sp.top_p = think ? 0.95f : 0.8f;
+    if (!req.top_k_set) j->sp.top_k = 20;
+    if (!req.min_p_set) j->sp.min_p = 0.0f;
+    if (!req.seed_set) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->sp.seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)j << 17);
+    }
+    j->max_tokens = req.max_tokens;
+    j->stream = req.stream;
+    j->stop = req.stop;
+    j->n_stop = req.n_stop;
+    req.stop = NULL;
+    req.n_stop = 0;
+    bool streamed = req.stream, include_usage = req.include_usage;
+    srv_request_free(&req);
+    if (srv_sched_submit(h->sched, j)) {
+        srv_job_unref(j);
+        return send_error(conn, cs, 503, "the server is busy (request queue full); retry later");
+    }
+    srv_resp_id id;
+    make_id(h, kind, &id);
+    int fd = conn_fd(conn);
+    if (streamed) {
+        stream *s = calloc(1, sizeof *s);
+        if (!s) { srv_job_cancel(j); srv_job_unref(j); return send_error(conn, cs, 500, "out of memory"); }
+        s->h = h;
+        s->job = j;
+        s->cs = cs;
+        s->fd = fd;
+        s->id = id;
+        s->thinking_open = thinking_open;
+        s->include_usage = include_usage;
+        srv_split_init(&s->split, thinking_open);
+        tern_str_append(&s->out, "", 0);
+        if (kind == SRV_CHAT) {
+            srv_delta d = {0};
+            d.role = true;
+            srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        }
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
+        if (!r) { stream_free(s); return MHD_NO; }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        cs->status = 200;
+        enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    size_t seen = 0;
+    bool cancelled = false;
+    while (!srv_job_wait(j, 100, &seen, NULL))
+        if (!cancelled && client_gone(fd)) { srv_job_cancel(j); cancelled = true; }
+    pthread_mutex_lock(&j->mu);
+    srv_finish f = j->finish;
+    srv_usage u = j->usage;
+    pthread_mutex_unlock(&j->mu);
+    cs->n_prompt = u.prompt_tokens;
+    cs->n_gen = u.completion_tokens;
+    enum MHD_Result ret;
+    if (cancelled || f == SRV_FINISH_CANCELLED) {
+        cs->status = 499;           /* nginx's "client closed request", for the log */
+        ret = MHD_NO;
+    } else if (f == SRV_FINISH_ERROR) {
+        ret = send_error(conn, cs, strstr(j->error, "shutting down") ? 503 : 500, j->error);
+    } else {
+        tern_chat_reply rep = {0};
+        bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
+        if (kind == SRV_CHAT && !parsed) ret = send_error(conn, cs, 500, tern_last_error());
+        else ret = send_json(conn, cs, 200, srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u));
+        tern_chat_reply_free(&rep);
+    }
+    srv_job_unref(j);
+    return ret;
+}
+
+/* ------------------------------------------------------------------ routes */
+
+static enum MHD_Result handle_health(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    int busy, queued, n_slots, n_ctx;
+    srv_sched_stats(h->sched, &busy, &queued, &n_slots, &n_ctx);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "model", h->c.alias);
+    cJSON_AddBoolToObject(o, "model_loaded", true);
+    cJSON_AddNumberToObject(o, "slots_total", n_slots);
+    cJSON_AddNumberToObject(o, "slots_busy", busy);
+    cJSON_AddNumberToObject(o, "slots_idle", n_slots - busy);
+    cJSON_AddNumberToObject(o, "queued", queued);
+    cJSON_AddNumberToObject(o, "n_ctx", n_ctx);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_models(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddStringToObject(m, "id", h->c.alias);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)h->started);
+    cJSON_AddStringToObject(m, "owned_by", "tern");
+    cJSON_AddItemToArray(data, m);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(conn, cs, 200, s);
+}
+
+static int route_of(const char *url) {
+    if (!strncmp(url, "/v1/", 4)) url += 3;
+    if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/models")) return R_MODELS;
+    if (!strcmp(url, "/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/completions")) return R_COMPLETIONS;
+    return R_NONE;
+}
+
+static bool authorized(srv_http *h, struct MHD_Connection *conn) {
+    if (!h->c.api_key) return true;
+    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncasecmp(a, "Bearer ", 7)) return false;
+    a += 7;
+    while (*a == ' ') a++;
+    /* compare without an early exit */
+    size_t la = strlen(a), lk = strlen(h->c.api_key);
+    unsigned diff = la != lk;
+    for (size_t i = 0; i < la && i < lk; i++) diff |= (unsigned char)(a[i] ^ h->c.api_key[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv_http *h = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        *con_cls = cs;
+        cs->t0 = now_ms();
+        cs->route = route_of(url);
+        snprintf(cs->method, sizeof cs->method, "%s", method);
+        snprintf(cs->path, sizeof cs->path, "%s", url);
+        bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (cs->route == R_NONE) return send_error(conn, cs, 404, "unknown path");
+        bool gen = cs->route == R_CHAT || cs->route == R_COMPLETIONS;
+        if (gen ? !post : !get) return send_error(conn, cs, 405, gen ? "use POST" : "use GET");
+        if (cs->route != R_HEALTH && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
+        if (gen) {
+            const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+            if (cl && strtoull(cl, NULL, 10) > h->c.max_body) {
+                cs->too_big = true;
+                return send_error(conn, cs, 413, "the request body is larger than --max-body");
+            }
+            return MHD_YES;         /* the body follows */
+        }
+        return cs->route == R_HEALTH ? handle_health(h, conn, cs) : handle_models(h, conn, cs);
+    }
+    if (cs->status) { *upload_size = 0; return MHD_YES; }   /* answered early; drop the rest */
+    if (*upload_size) {
+        if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
+            cs->too_big = true;
+            tern_str_free(&cs->body);
+        }
+        if (!cs->too_big && tern_str_append(&cs->body, upload, *upload_size)) cs->too_big = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
+    return handle_generate(h, conn, cs);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    srv_http *h = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) return;
+    if (!h->c.quiet) {
+        int status = cs->status;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
+        fprintf(stderr, "%s %s %d %zu+%zu tokens %.1f ms\n", cs->method, cs->path, status, cs->n_prompt, cs->n_gen,
+                now_ms() - cs->t0);
+    }
+    tern_str_free(&cs->body);
+    free(cs);
+    *con_cls = NULL;
+}
+
+/* ------------------------------------------------------------------- start */
+
+int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok, srv_http **out, int *port_out,
+                   char *err, size_t en) {
+    *out = NULL;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", c->port);
+    int gr = getaddrinfo(c->host, port, &hints, &ai);
+    if (gr || !ai) { snprintf(err, en, "cannot resolve host '%s': %s", c->host, gai_strerror(gr)); return 1; }
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h) { freeaddrinfo(ai); snprintf(err, en, "out of memory"); return 1; }
+    h->c = *c;
+    h->sched = s;
+    h->tok = tok;
+    h->fmt = tern_chat_format_for(tok);
+    h->think_default = h->fmt == TERN_CHAT_QWEN35;
+    h->started = (long long)time(NULL);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->n_threads_http > 0 ? c->n_threads_http : 64),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        snprintf(err, en, "cannot listen on %s:%d (address in use, or no permission?)", c->host, c->port);
+        free(h);
+        return 1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = di ? di->port : c->port;
+    *out = h;
+    return 0;
+}
+
+void srv_http_quiesce(srv_http *h) {
+    if (!h || !h->d) return;
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void srv_http_stop(srv_http *h) {
+    if (!h) return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

@@ -1,0 +1,617 @@
+/*
+ * request.c - the request side of `tern serve` that needs neither a socket nor
+ * a model, so it can be unit-tested and fuzzed: the JSON body of
+ * /v1/chat/completions and /v1/completions -> srv_request (every field
+ * type- and range-checked, every count bounded), the OpenAI response objects,
+ * SSE chunks and error bodies, and the streaming reasoning/content splitter.
+ *
+ * Accepted fields (others are ignored, as OpenAI-compatible servers do):
+ *   chat:        messages [{role, content: string | null | [{type:"text", text}],
+ *                reasoning_content, tool_calls [{function:{name, arguments}}]}],
+ *                tools, tool_choice, chat_template_kwargs.enable_thinking
+ *                (or enable_thinking)
+ *   completions: prompt (string or a one-string array)
+ *   both:        max_tokens | max_completion_tokens, temperature, top_p, top_k,
+ *                min_p, presence_penalty, frequency_penalty, repetition_penalty
+ *                (or repeat_penalty), seed, stop, n (1 only), stream,
+ *                stream_options.include_usage; logprobs / echo must be false.
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------- helpers */
+
+static int fail(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return 400;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+char *srv_utf8_sanitize(const char *s, size_t n) {
+    size_t cap;
+    if (__builtin_mul_overflow(n, (size_t)3, &cap) || __builtin_add_overflow(cap, (size_t)1, &cap)) return NULL;
+    char *o = malloc(cap), *q = o;
+    if (!o) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
+                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
+        bool ok = need && i + need <= n && (need > 1 || u[i] != 0);
+        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
+        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
+        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
+        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
+        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
+    }
+    *q = 0;
+    return o;
+}
+
+/* A field that is absent or JSON null counts as not given. */
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Number in [lo, hi]; *set = true when given. Returns 0 or 400. */
+static int get_num(const cJSON *o, const char *key, double lo, double hi, bool integer, double *out, bool *set,
+                   char *err, size_t en) {
+    const cJSON *v = field(o, key);
+    if (set) *set = false;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return fail(err, en, "'%s' must be a number", key);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < lo || d > hi)
+        return fail(err, en, "'%s' must be %s in [%g, %g]", key, integer ? "an integer" : "a number", lo, hi);
+    if (integer && d != floor(d)) return fail(err, en, "'%s' must be an integer", key);
+    *out = d;
+    if (set) *set = true;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, bool *out, bool *set, char *err, size_t en) {
+    const cJSON *v = field(o, key);
+    if (set) *set = false;
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return fail(err, en, "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    if (set) *set = true;
+    return 0;
+}
+
+/* Message content: a string, null, or an array of {type:"text", text} parts
+ * (joined with "\n"). *out is malloc'd ("" for null). */
+static int get_content(const cJSON *v, const char *what, char **out, char *err, size_t en) {
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) { *out = dup_n("", 0); return *out ? 0 : fail(err, en, "out of memory"); }
+    if (cJSON_IsString(v)) {
+        *out = dup_n(v->valuestring, strlen(v->valuestring));
+        return *out ? 0 : fail(err, en, "out of memory");
+    }
+    if (!cJSON_IsArray(v)) return fail(err, en, "%s must be a string, null or an array of text parts", what);
+    tern_str s = {0};
+    if (tern_str_append(&s, "", 0)) return fail(err, en, "out of memory");
+    int k = 0;
+    for (const cJSON *p = v->child; p; p = p->next, k++) {
+        const cJSON *ty = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "type") : NULL;
+        const cJSON *tx = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "text") : NULL;
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx)) {
+            tern_str_free(&s);
+            return fail(err, en, "%s part %d: only {\"type\":\"text\",\"text\":...} parts are supported", what, k);
+        }
+        if ((s.len && tern_str_append(&s, "\n", 1)) || tern_str_append(&s, tx->valuestring, strlen(tx->valuestring))) {
+            tern_str_free(&s);
+            return fail(err, en, "out of memory");
+        }
+    }
+    *out = s.data;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ parser */
+
+void srv_request_free(srv_request *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        tern_chat_msg *m = &r->msgs[i];
+        free((char *)m->role);
+        free((char *)m->content);
+        free((char *)m->reasoning_content);
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            free((char *)m->tool_calls[k].name);
+            free((char *)m->tool_calls[k].arguments);
+        }
+        free((void *)m->tool_calls);
+    }
+    free(r->msgs);
+    free(r->tools_json);
+    free(r->prompt);
+    for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    memset(r, 0, sizeof *r);
+}
+
+static int parse_tool_calls(const cJSON *tc, tern_chat_msg *m, int mi, char *err, size_t en) {
+    if (!cJSON_IsArray(tc)) return fail(err, en, "messages[%d].tool_calls must be an array", mi);
+    int n = cJSON_GetArraySize(tc);
+    if (n > SRV_MAX_TOOL_CALLS) return fail(err, en, "messages[%d]: more than %d tool calls", mi, SRV_MAX_TOOL_CALLS);
+    if (!n) return 0;
+    tern_tool_call *calls = calloc((size_t)n, sizeof *calls);
+    if (!calls) return fail(err, en, "out of memory");
+    m->tool_calls = calls;
+    int k = 0;
+    for (const cJSON *c = tc->child; c; c = c->next, k++) {
+        const cJSON *fn = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        const cJSON *args = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
+        if (!cJSON_IsString(name))
+            return fail(err, en, "messages[%d].tool_calls[%d].function.name must be a string", mi, k);
+        char *a;
+        if (!args) a = dup_n("{}", 2);
+        else if (cJSON_IsString(args)) a = dup_n(args->valuestring, strlen(args->valuestring));
+        else if (cJSON_IsObject(args)) a = cJSON_PrintUnformatted(args);
+        else return fail(err, en, "messages[%d].tool_calls[%d].function.arguments must be a string or an object", mi, k);
+        calls[k].arguments = a;
+        calls[k].name = dup_n(name->valuestring, strlen(name->valuestring));
+        m->n_tool_calls = (size_t)k + 1;
+        if (!a || !calls[k].name) return fail(err, en, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_messages(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *ms = field(root, "messages");
+    if (!ms) return fail(err, en, "'messages' is required");
+    if (!cJSON_IsArray(ms)) return fail(err, en, "'messages' must be an array");
+    int n = cJSON_GetArraySize(ms);
+    if (n == 0) return fail(err, en, "'messages' must not be empty");
+    if (n > SRV_MAX_MESSAGES) return fail(err, en, "'messages' has more than %d entries", SRV_MAX_MESSAGES);
+    r->msgs = calloc((size_t)n, sizeof *r->msgs);
+    if (!r->msgs) return fail(err, en, "out of memory");
+    int i = 0;
+    for (const cJSON *m = ms->child; m; m = m->next, i++) {
+        if (!cJSON_IsObject(m)) return fail(err, en, "messages[%d] must be an object", i);
+        tern_chat_msg *cm = &r->msgs[i];
+        r->n_msgs = (size_t)i + 1;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role)) return fail(err, en, "messages[%d].role must be a string", i);
+        const char *rs = role->valuestring;
+        if (!strcmp(rs, "developer")) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
+            return fail(err, en, "messages[%d].role must be system, developer, user, assistant or tool", i);
+        if (!(cm->role = dup_n(rs, strlen(rs)))) return fail(err, en, "out of memory");
+        char what[48];
+        snprintf(what, sizeof what, "messages[%d].content", i);
+        char *content;
+        int rc = get_content(cJSON_GetObjectItemCaseSensitive(m, "content"), what, &content, err, en);
+        if (rc) return rc;
+        cm->content = content;
+        if (!strcmp(rs, "assistant")) {
+            const cJSON *rc_ = field(m, "reasoning_content");
+            if (rc_) {
+                if (!cJSON_IsString(rc_)) return fail(err, en, "messages[%d].reasoning_content must be a string", i);
+                if (!(cm->reasoning_content = dup_n(rc_->valuestring, strlen(rc_->valuestring))))
+                    return fail(err, en, "out of memory");
+            }
+            const cJSON *tc = field(m, "tool_calls");
+            if (tc && (rc = parse_tool_calls(tc, cm, i, err, en))) return rc;
+        }
+    }
+    return 0;
+}
+
+static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *tools = field(root, "tools");
+    const cJSON *choice = field(root, "tool_choice");
+    bool none = false;
+    if (choice) {
+        if (cJSON_IsString(choice)) {
+            const char *c = choice->valuestring;
+            if (!strcmp(c, "none")) none = true;
+            else if (strcmp(c, "auto") && strcmp(c, "required"))
+                return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
+        } else if (!cJSON_IsObject(choice)) {
+            return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
+        }
+    }
+    if (!tools) return 0;
+    if (!cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+    int k = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, k++) {
+        const cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (!cJSON_IsString(name)) return fail(err, en, "tools[%d].function.name must be a string", k);
+    }
+    if (k == 0 || none) return 0;
+    if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return fail(err, en, "out of memory");
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *st = field(root, "stop");
+    if (!st) return 0;
+    const cJSON *one = cJSON_IsString(st) ? st : NULL;
+    if (!one && !cJSON_IsArray(st)) return fail(err, en, "'stop' must be a string or an array of strings");
+    int n = one ? 1 : cJSON_GetArraySize(st);
+    if (n > SRV_MAX_STOP) return fail(err, en, "'stop' has more than %d strings", SRV_MAX_STOP);
+    if (!n) return 0;
+    if (!(r->stop = calloc((size_t)n, sizeof *r->stop))) return fail(err, en, "out of memory");
+    for (const cJSON *s = one ? one : st->child; s; s = one ? NULL : s->next) {
+        if (!cJSON_IsString(s)) return fail(err, en, "'stop' must be a string or an array of strings");
+        size_t l = strlen(s->valuestring);
+        if (l > SRV_MAX_STOP_LEN) return fail(err, en, "a stop string is longer than %d bytes", SRV_MAX_STOP_LEN);
+        if (!l) continue;   /* an empty stop string never matches */
+        if (!(r->stop[r->n_stop] = dup_n(s->valuestring, l))) return fail(err, en, "out of memory");
+        r->n_stop++;
+    }
+    return 0;
+}
+
+static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t en) {
+    tern_sampler_params *sp = &r->sp;
+    double v;
+    bool set;
+    int rc;
+    if ((rc = get_num(root, "temperature", 0, 100, false, &v, &r->temp_set, err, en))) return rc;
+    if (r->temp_set) sp->temperature = (float)v;
+    if ((rc = get_num(root, "top_p", 0, 1, false, &v, &r->top_p_set, err, en))) return rc;
+    if (r->top_p_set) sp->top_p = v < 1e-6 ? 1e-6f : (float)v;
+    if ((rc = get_num(root, "top_k", -1, 1 << 24, true, &v, &r->top_k_set, err, en))) return rc;
+    if (r->top_k_set) sp->top_k = v < 0 ? 0 : (int)v;
+    if ((rc = get_num(root, "min_p", 0, 1, false, &v, &r->min_p_set, err, en))) return rc;
+    if (r->min_p_set) sp->min_p = (float)v;
+    if ((rc = get_num(root, "presence_penalty", -2, 2, false, &v, &set, err, en))) return rc;
+    if (set) sp->presence_penalty = (float)v;
+    if ((rc = get_num(root, "frequency_penalty", -2, 2, false, &v, &set, err, en))) return rc;
+    if (set) sp->frequency_penalty = (float)v;
+    const char *rp = field(root, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
+    if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
+    if (set) {
+        if (v <= 0) return fail(err, en, "'%s' must be > 0", rp);
+        sp->repeat_penalty = (float)v;
+    }
+    /* seed: any integer; negative means "random" (llama.cpp's -1) */
+    if ((rc = get_num(root, "seed", -9.2e18, 1.8e19, true, &v, &set, err, en))) return rc;
+    if (set && v >= 0) {
+        sp->seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+        r->seed_set = true;
+    }
+    return 0;
+}
+
+int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *r, char *err, size_t en) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->thinking = -1;
+    tern_sampler_params_default(&r->sp);
+    if (err && en) err[0] = 0;
+    if (!body) return fail(err, en, "empty body");
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return fail(err, en, "the body is not valid JSON");
+    int rc = 0;
+    double v;
+    bool set, b;
+    if (!cJSON_IsObject(root)) { rc = fail(err, en, "the body must be a JSON object"); goto out; }
+    if (kind == SRV_CHAT) {
+        if ((rc = parse_messages(root, r, err, en)) || (rc = parse_tools(root, r, err, en))) goto out;
+        const cJSON *kw = field(root, "chat_template_kwargs");
+        if (kw && !cJSON_IsObject(kw)) { rc = fail(err, en, "'chat_template_kwargs' must be an object"); goto out; }
+        if ((rc = get_bool(kw ? kw : root, "enable_thinking", &b, &set, err, en))) goto out;
+        if (!set && kw && (rc = get_bool(root, "enable_thinking", &b, &set, err, en))) goto out;
+        if (set) r->thinking = b;
+    } else {
+        const cJSON *p = field(root, "prompt");
+        if (p && cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = p->child;
+        if (!p) { rc = fail(err, en, "'prompt' is required"); goto out; }
+        if (!cJSON_IsString(p)) { rc = fail(err, en, "'prompt' must be a string (or an array of one string)"); goto out; }
+        if (!(r->prompt = dup_n(p->valuestring, strlen(p->valuestring)))) { rc = fail(err, en, "out of memory"); goto out; }
+        if ((rc = get_bool(root, "echo", &b, &set, err, en))) goto out;
+        if (set && b) { rc = fail(err, en, "'echo' is not supported"); goto out; }
+    }
+    const char *mt = field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((rc = get_num(root, mt, 1, SRV_MAX_TOKENS_LIMIT, true, &v, &set, err, en))) goto out;
+    if (set) r->max_tokens = (int)v;
+    if ((rc = get_num(root, "n", -1e9, 1e9, true, &v, &set, err, en))) goto out;
+    if (set && v != 1) { rc = fail(err, en, "only 'n' = 1 is supported"); goto out; }
+    if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en))) goto out;
+    if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
+    const cJSON *so = field(root, "stream_options");
+    if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
+    if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
+    const cJSON *lp = field(root, "logprobs");
+    if (lp && !cJSON_IsFalse(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0)) {
+        rc = fail(err, en, "'logprobs' is not supported");
+        goto out;
+    }
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* --------------------------------------------------------------- responses */
+
+const char *srv_finish_str(srv_finish f) {
+    switch (f) {
+    case SRV_FINISH_STOP: return "stop";
+    case SRV_FINISH_LENGTH: return "length";
+    case SRV_FINISH_TOOL_CALLS: return "tool_calls";
+    default: return NULL;
+    }
+}
+
+static void add_str(cJSON *o, const char *key, const char *s) {
+    char *c = srv_utf8_sanitize(s ? s : "", s ? strlen(s) : 0);
+    cJSON_AddStringToObject(o, key, c ? c : "");
+    free(c);
+}
+
+static char *print_free(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+char *srv_json_error(int status, const char *message) {
+    const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+                     : status == 503 ? "unavailable_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    const char *code = status == 400 ? "invalid_request" : status == 401 ? "invalid_api_key" : status == 404 ? "not_found"
+                     : status == 405 ? "method_not_allowed" : status == 413 ? "request_too_large"
+                     : status == 503 ? "unavailable" : "internal_error";
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    if (!e) { cJSON_Delete(o); return NULL; }
+    add_str(e, "message", message);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddStringToObject(e, "code", code);
+    return print_free(o);
+}
+
+static void add_head(cJSON *o, const srv_resp_id *id, const char *object) {
+    cJSON_AddStringToObject(o, "id", id->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)id->created);
+    add_str(o, "model", id->model ? id->model : "");
+}
+
+static void add_usage(cJSON *o, const srv_usage *u) {
+    cJSON *us = cJSON_AddObjectToObject(o, "usage");
+    if (!us) return;
+    cJSON_AddNumberToObject(us, "prompt_tokens", (double)u->prompt_tokens);
+    cJSON_AddNumberToObject(us, "completion_tokens", (double)u->completion_tokens);
+    cJSON_AddNumberToObject(us, "total_tokens", (double)(u->prompt_tokens + u->completion_tokens));
+    /* llama.cpp's timings object */
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    if (!t) return;
+    cJSON_AddNumberToObject(t, "prompt_n", (double)u->prompt_tokens);
+    cJSON_AddNumberToObject(t, "prompt_ms", u->prompt_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_second", u->prompt_ms > 0 ? u->prompt_tokens * 1e3 / u->prompt_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", (double)u->completion_tokens);
+    cJSON_AddNumberToObject(t, "predicted_ms", u->gen_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_second", u->gen_ms > 0 ? u->completion_tokens * 1e3 / u->gen_ms : 0);
+}
+
+static void add_finish(cJSON *c, srv_finish f) {
+    const char *s = srv_finish_str(f);
+    if (s) cJSON_AddStringToObject(c, "finish_reason", s);
+    else cJSON_AddNullToObject(c, "finish_reason");
+}
+
+static cJSON *tool_calls_json(const srv_resp_id *id, const tern_tool_call *tc, size_t n, bool with_index) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t k = 0; arr && k < n; k++) {
+        cJSON *c = cJSON_CreateObject(), *fn;
+        if (!c) break;
+        cJSON_AddItemToArray(arr, c);
+        char cid[80];
+        snprintf(cid, sizeof cid, "call_%s_%zu", strchr(id->id, '-') ? strchr(id->id, '-') + 1 : id->id, k);
+        if (with_index) cJSON_AddNumberToObject(c, "index", (double)k);
+        cJSON_AddStringToObject(c, "id", cid);
+        cJSON_AddStringToObject(c, "type", "function");
+        if (!(fn = cJSON_AddObjectToObject(c, "function"))) break;
+        add_str(fn, "name", tc[k].name);
+        add_str(fn, "arguments", tc[k].arguments);
+    }
+    return arr;
+}
+
+char *srv_json_response(const srv_resp_id *id, const char *text, const tern_chat_reply *reply, srv_finish finish,
+                        const srv_usage *u) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    bool chat = id->kind == SRV_CHAT;
+    add_head(o, id, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    if (!choices || !c) { cJSON_Delete(c); cJSON_Delete(o); return NULL; }
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        bool tools = reply && reply->n_tool_calls > 0;
+        if (m) {
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (tools && !*reply->content) cJSON_AddNullToObject(m, "content");
+            else add_str(m, "content", reply ? reply->content : text);
+            if (reply && *reply->reasoning) add_str(m, "reasoning_content", reply->reasoning);
+            if (tools) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(id, reply->tool_calls, reply->n_tool_calls, false));
+        }
+        if (tools && finish == SRV_FINISH_STOP) finish = SRV_FINISH_TOOL_CALLS;
+    } else {
+        add_str(c, "text", text);
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    add_finish(c, finish);
+    add_usage(o, u);
+    return print_free(o);
+}
+
+tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_usage *usage, tern_str *out) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return TERN_ERR_NOMEM;
+    bool chat = id->kind == SRV_CHAT;
+    add_head(o, id, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    if (usage) {
+        add_usage(o, usage);
+    } else if (choices) {
+        cJSON *c = cJSON_CreateObject();
+        if (c) {
+            cJSON_AddItemToArray(choices, c);
+            cJSON_AddNumberToObject(c, "index", 0);
+            if (chat) {
+                cJSON *dl = cJSON_AddObjectToObject(c, "delta");
+                if (dl && d->role) {
+                    cJSON_AddStringToObject(dl, "role", "assistant");
+                    cJSON_AddStringToObject(dl, "content", "");
+                }
+                if (dl && d->reasoning) add_str(dl, "reasoning_content", d->reasoning);
+                if (dl && d->content) add_str(dl, "content", d->content);
+                if (dl && d->n_tool_calls)
+                    cJSON_AddItemToObject(dl, "tool_calls", tool_calls_json(id, d->tool_calls, d->n_tool_calls, true));
+            } else {
+                add_str(c, "text", d->content ? d->content : "");
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+            add_finish(c, d->finish);
+        }
+    }
+    char *s = print_free(o);
+    if (!s) return TERN_ERR_NOMEM;
+    tern_status st = tern_str_append(out, "data: ", 6);
+    if (!st) st = tern_str_append(out, s, strlen(s));
+    if (!st) st = tern_str_append(out, "\n\n", 2);
+    free(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------- splitter */
+
+enum { SP_START, SP_THINK_START, SP_THINK, SP_CONTENT_START, SP_CONTENT, SP_TOOL };
+
+void srv_split_init(srv_split *s, bool thinking_open) {
+    memset(s, 0, sizeof *s);
+    s->state = thinking_open ? SP_THINK_START : SP_START;
+}
+
+void srv_split_free(srv_split *s) { tern_str_free(&s->hold); }
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* Longest suffix of h[0..n) that is a proper prefix of tag. */
+static size_t tag_tail(const char *h, size_t n, const char *tag) {
+    size_t tl = strlen(tag);
+    for (size_t l = tl - 1; l > 0; l--)
+        if (l <= n && !memcmp(h + n - l, tag, l)) return l;
+    return 0;
+}
+
+static const char *find(const char *h, size_t n, const char *tag) {
+    size_t tl = strlen(tag);
+    for (size_t i = 0; i + tl <= n; i++)
+        if (!memcmp(h + i, tag, tl)) return h + i;
+    return NULL;
+}
+
+/* Drop the first k bytes of the hold buffer. */
+static void consume(srv_split *s, size_t k) {
+    memmove(s->hold.data, s->hold.data + k, s->hold.len - k);
+    s->hold.len -= k;
+    s->hold.data[s->hold.len] = 0;
+}
+
+static tern_status emit(srv_split *s, tern_str *dst, size_t n, bool reasoning) {
+    if (!n) return TERN_OK;
+    if (reasoning) s->any_reasoning = true;
+    else s->any_content = true;
+    tern_status st = tern_str_append(dst, s->hold.data, n);
+    if (!st) consume(s, n);
+    return st;
+}
+
+static tern_status split_run(srv_split *s, tern_str *content, tern_str *reasoning, bool final) {
+    tern_status st = TERN_OK;
+    for (;;) {
+        char *h = s->hold.data;
+        size_t n = s->hold.len;
+        switch (s->state) {
+        case SP_START: {
+            size_t k = 0;
+            while (k < n && h[k] == '\n') k++;
+            if (k == n && !final) { consume(s, k); return TERN_OK; }
+            if (n - k >= 7 && !memcmp(h + k, "<think>", 7)) { consume(s, k + 7); s->state = SP_THINK_START; continue; }
+            if (!final && n - k < 7 && !memcmp(h + k, "<think>", n - k)) return TERN_OK;
+            s->state = SP_CONTENT_START;
+            continue;
+        }
+        case SP_THINK_START: {
+            size_t k = 0;
+            while (k < n && h[k] == '\n') k++;
+            consume(s, k);
+            if (k == n) return TERN_OK;
+            s->state = SP_THINK;
+            continue;
+        }
+        case SP_THINK: {
+            const char *c = find(h, n, "</think>");
+            size_t end = c ? (size_t)(c - h) : final ? n : n - tag_tail(h, n, "</think>");
+            size_t keep = end;
+            while (keep && h[keep - 1] == '\n') keep--;
+            if (c || final) {
+                if ((st = emit(s, reasoning, keep, true))) return st;
+                consume(s, end - keep + (c ? 8 : 0));
+                if (!c) return TERN_OK;
+                s->state = SP_CONTENT_START;
+                continue;
+            }
+            return emit(s, reasoning, keep, true);
+        }
+        case SP_CONTENT_START: {
+            size_t k = 0;
+            while (k < n && is_ws(h[k])) k++;
+            consume(s, k);
+            if (k == n) return TERN_OK;
+            s->state = SP_CONTENT;
+            continue;
+        }
+        case SP_CONTENT: {
+            const char *c = find(h, n, "<tool_call>");
+            size_t end = c ? (size_t)(c - h) : final ? n : n - tag_tail(h, n, "<tool_call>");
+            size_t keep = end;
+            while (keep && is_ws(h[keep - 1])) keep--;
+            if ((st = emit(s, content, keep, false))) return st;
+            if (c) { s->tool = true; s->state = SP_TOOL; continue; }
+            if (final) consume(s, s->hold.len);
+            return TERN_OK;
+        }
+        default: /* SP_TOOL: the caller reports the parsed calls */
+            consume(s, s->hold.len);
+            return TERN_OK;
+        }
+    }
+}
+
+tern_status srv_split_push(srv_split *s, const char *text, size_t len, tern_str *content, tern_str *reasoning) {
+    tern_status st = tern_str_append(&s->hold, text ? text : "", text ? len : 0);
+    return st ? st : split_run(s, content, reasoning, false);
+}
+
+tern_status srv_split_finish(srv_split *s, tern_str *content, tern_str *reasoning) {
+    tern_status st = tern_str_append(&s->hold, "", 0);
+    return st ? st : split_run(s, content, reasoning, true);
+}

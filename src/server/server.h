@@ -1,0 +1,203 @@
+/*
+ * server.h - `tern serve`: an OpenAI-compatible HTTP server on libtern's public
+ * API (include/tern.h) only. Three parts, one file each:
+ *
+ *   request.c  untrusted JSON body -> srv_request (bounded, fuzzed), the
+ *              response / SSE chunk / error JSON builders and the streaming
+ *              reasoning/content splitter. No sockets, no model: unit-tested
+ *              and fuzzed on its own.
+ *   sched.c    the scheduler thread: owns the model's sessions ("slots") and a
+ *              bounded queue; interleaves the active slots token by token.
+ *   http.c     libmicrohttpd glue: routing, auth, body limits, waiting on a
+ *              job's channel, SSE streaming, client-disconnect detection.
+ *
+ * Data flow: a handler thread parses and tokenizes, creates a srv_job and
+ * submits it; the scheduler produces text into the job's channel (mutex +
+ * condition variable); the handler takes the text out and writes it to the
+ * client. A job is reference counted (handler + scheduler).
+ */
+#ifndef TERN_SERVER_H
+#define TERN_SERVER_H
+
+#include "tern.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ----------------------------------------------------------------- requests */
+
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+
+/* Bounds applied by the parser (hostile input). */
+#define SRV_MAX_MESSAGES 4096
+#define SRV_MAX_STOP 16
+#define SRV_MAX_STOP_LEN 256
+#define SRV_MAX_TOOL_CALLS 64
+#define SRV_MAX_TOKENS_LIMIT (1 << 24)
+
+/* A parsed request. Every string is owned by the struct (srv_request_free). */
+typedef struct srv_request {
+    srv_kind kind;
+    /* chat: messages as tern_chat_msg (content parts joined with "\n") */
+    tern_chat_msg *msgs;
+    size_t n_msgs;
+    char *tools_json;               /* JSON array of tool definitions; NULL: none (or tool_choice "none") */
+    int thinking;                   /* -1 model default, 0 off, 1 on (chat_template_kwargs.enable_thinking) */
+    /* completion */
+    char *prompt;
+    /* common */
+    int max_tokens;                 /* 0: not given (generate until end or full context) */
+    tern_sampler_params sp;         /* sampler settings; fields below say which were given */
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set;
+    char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
+    size_t n_stop;
+    bool stream, include_usage;
+} srv_request;
+
+/* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
+ * else an HTTP status (400) with a one-line reason in err (err_len bytes).
+ * *out is always safe to pass to srv_request_free afterwards. */
+int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
+                      size_t err_len);
+void srv_request_free(srv_request *r);
+
+/* Replace invalid UTF-8 with U+FFFD (JSON output must be valid UTF-8). malloc'd. */
+char *srv_utf8_sanitize(const char *s, size_t n);
+
+/* ------------------------------------------------------------- responses */
+
+typedef enum srv_finish {
+    SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_TOOL_CALLS,
+    SRV_FINISH_CANCELLED, SRV_FINISH_ERROR
+} srv_finish;
+const char *srv_finish_str(srv_finish f);   /* "stop", "length", "tool_calls"; NULL for the rest */
+
+/* Usage and timings of one finished request. */
+typedef struct srv_usage {
+    size_t prompt_tokens, completion_tokens;
+    double prompt_ms, gen_ms;
+} srv_usage;
+
+/* Identity shared by every object of one response. */
+typedef struct srv_resp_id {
+    srv_kind kind;
+    char id[48];                    /* "chatcmpl-..." / "cmpl-..." */
+    long long created;              /* unix seconds */
+    const char *model;
+} srv_resp_id;
+
+/* {"error":{"message","type","code"}} for an HTTP status. malloc'd. */
+char *srv_json_error(int status, const char *message);
+/* The whole non-streamed response. For chat, `reply` is the parsed text (content,
+ * reasoning, tool calls; a non-empty tool call list makes finish "tool_calls").
+ * For completions, `text` is the raw text. malloc'd. */
+char *srv_json_response(const srv_resp_id *id, const char *text, const tern_chat_reply *reply,
+                        srv_finish finish, const srv_usage *u);
+/* One SSE event "data: {...}\n\n" (appended to out). Chat: role (first chunk),
+ * content / reasoning deltas, tool calls, finish; completion: text, finish.
+ * usage != NULL: the usage-only chunk of stream_options.include_usage (empty choices). */
+typedef struct srv_delta {
+    bool role;                      /* chat: {"role":"assistant","content":""} */
+    const char *content;            /* NULL: absent */
+    const char *reasoning;          /* NULL: absent */
+    const tern_tool_call *tool_calls;
+    size_t n_tool_calls;
+    srv_finish finish;              /* NONE: null */
+} srv_delta;
+tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_usage *usage, tern_str *out);
+
+/* Streaming splitter: cuts generated chat text into reasoning and content
+ * deltas so that their concatenation equals what tern_chat_parse gives for the
+ * whole text (reasoning without surrounding newlines, content stripped) as
+ * long as the reply holds no tool call; from "<tool_call>" on, content is held
+ * back (the caller reports the parsed calls at the end). */
+typedef struct srv_split {
+    int state;                      /* internal */
+    tern_str hold;                  /* undecided bytes */
+    bool any_reasoning, any_content;
+    bool tool;                      /* a <tool_call> was seen */
+} srv_split;
+void srv_split_init(srv_split *s, bool thinking_open);
+/* Feed text; appends the decided parts to *content / *reasoning. */
+tern_status srv_split_push(srv_split *s, const char *text, size_t len, tern_str *content, tern_str *reasoning);
+/* End of text: flushes what is still held (trailing whitespace is dropped). */
+tern_status srv_split_finish(srv_split *s, tern_str *content, tern_str *reasoning);
+void srv_split_free(srv_split *s);
+
+/* ------------------------------------------------------------- scheduling */
+
+/* One request in flight. The handler fills the inputs, submits, then reads the
+ * channel; the scheduler writes the channel. Reference counted (2 while queued
+ * or running: handler + scheduler). */
+typedef struct srv_job {
+    /* inputs (read-only after submit) */
+    tern_tokens prompt;
+    tern_sampler_params sp;
+    int max_tokens;                 /* 0: until end of generation / full context */
+    bool stream;                    /* wake the handler for every piece of text (else only at the end) */
+    char **stop;                    /* owned (moved from the request) */
+    size_t n_stop;
+    /* channel (guarded by mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tern_str text;                  /* all text so far (complete UTF-8, stop strings cut) */
+    size_t n_gen;                   /* tokens sampled */
+    bool started;                   /* admitted to a slot */
+    bool done;
+    srv_finish finish;
+    char error[256];                /* finish == ERROR: the reason */
+    srv_usage usage;
+    int slot;                       /* slot id once admitted (-1 before) */
+    /* set by the handler when the client went away; polled by the scheduler */
+    volatile int cancel;
+    int refs;                       /* guarded by mu */
+} srv_job;
+
+srv_job *srv_job_new(void);
+void srv_job_unref(srv_job *j);
+void srv_job_cancel(srv_job *j);
+/* Wait up to timeout_ms for text beyond *seen or the end; returns true when done.
+ * Copies new text to *out (appends) and advances *seen. */
+bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out);
+
+typedef struct srv_sched srv_sched;
+typedef struct srv_sched_params {
+    int n_parallel;                 /* slots (sessions) */
+    int n_ctx;                      /* context per slot */
+    int queue_cap;                  /* waiting requests beyond the busy slots */
+} srv_sched_params;
+
+/* Create the slots and start the scheduler thread. */
+tern_status srv_sched_start(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out);
+/* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
+int srv_sched_submit(srv_sched *s, srv_job *j);
+/* Finish every running and waiting job (error "shutting down") and join the
+ * thread; later submits get 503. The object stays valid until srv_sched_free. */
+void srv_sched_stop(srv_sched *s);
+void srv_sched_free(srv_sched *s);          /* stops first if needed */
+void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx);
+
+/* ------------------------------------------------------------------- http */
+
+typedef struct srv_config {
+    const char *host;
+    int port;                       /* 0: any free port (the chosen one is printed) */
+    const char *alias;              /* model id shown to clients */
+    const char *api_key;            /* NULL: no auth */
+    size_t max_body;
+    bool quiet;                     /* no per-request log lines */
+    int n_threads_http;             /* connection limit */
+} srv_config;
+
+typedef struct srv_http srv_http;
+/* Start listening; *port_out gets the bound port. */
+int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok, srv_http **out, int *port_out,
+                   char *err, size_t err_len);
+/* Stop accepting connections (requests in flight go on). */
+void srv_http_quiesce(srv_http *h);
+/* Close every connection and free. */
+void srv_http_stop(srv_http *h);
+
+#endif
