@@ -1,13 +1,15 @@
 /*
  * cmd_serve.c - `tern serve`: the OpenAI-compatible HTTP server (src/server/).
  * Loads the model (the embedded default model when -m is absent), creates the
- * slots, listens, prints the URL on stdout, then waits for SIGINT / SIGTERM:
- * it stops accepting, ends the requests in flight, joins every thread and
- * frees everything before exiting 0.
+ * slots, listens, prints the URL on stdout, then runs the scheduler loop on
+ * the main thread until SIGINT / SIGTERM (taken by a signal thread): it stops
+ * accepting, ends the requests in flight, joins every thread and frees
+ * everything before exiting 0.
  */
 #include "cli/cli.h"
 #include "server/server.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,25 @@ static void usage(FILE *f) {
             "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
             "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
+}
+
+/* The signal thread: SIGINT / SIGTERM stop accepting and end the scheduler's
+ * loop, which runs on the main thread (see srv_sched_run). */
+typedef struct sig_ctx {
+    sigset_t set;
+    srv_sched *sched;
+    srv_http *http;
+    bool quiet;
+} sig_ctx;
+
+static void *sig_main(void *arg) {
+    sig_ctx *c = arg;
+    int sig = 0;
+    sigwait(&c->set, &sig);
+    if (!c->quiet) fprintf(stderr, "tern serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_http_quiesce(c->http);      /* no new connections */
+    srv_sched_stop(c->sched);       /* the loop ends the requests in flight and returns */
+    return NULL;
 }
 
 static const char *base_name(const char *p) {
@@ -100,7 +121,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue};
     srv_sched *sched = NULL;
-    if ((st = srv_sched_start(m, tok, &sp, &sched))) {
+    if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -130,12 +151,20 @@ int tern_cmd_serve(int argc, char **argv) {
     printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
     fflush(stdout);
 
-    int sig = 0;
-    sigwait(&set, &sig);
-    if (!quiet) fprintf(stderr, "tern serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    srv_http_quiesce(http);     /* no new connections */
-    srv_sched_stop(sched);      /* requests in flight end ("shutting down") */
-    srv_http_stop(http);        /* handlers return; connections close */
+    sig_ctx sc = {set, sched, http, quiet};
+    pthread_t sig_th;
+    if (pthread_create(&sig_th, NULL, sig_main, &sc)) {
+        fprintf(stderr, "tern serve: cannot start the signal thread\n");
+        srv_http_stop(http);
+        srv_sched_free(sched);
+        tern_model_free(m);
+        tern_tokenizer_free(tok);
+        return 1;
+    }
+    srv_sched_run(sched);           /* until SIGINT / SIGTERM */
+    pthread_kill(sig_th, SIGTERM);  /* in case the loop ended on its own */
+    pthread_join(sig_th, NULL);
+    srv_http_stop(http);            /* handlers have returned; connections close */
     srv_sched_free(sched);
     tern_model_free(m);
     tern_tokenizer_free(tok);

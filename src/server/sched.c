@@ -1,5 +1,6 @@
 /*
- * sched.c - the scheduler of `tern serve`: one thread owns the model, the
+ * sched.c - the scheduler of `tern serve`: one thread (the one that calls
+ * srv_sched_run: the main thread in `tern serve`) owns the model, the
  * slots (one tern_session each, with its own KV cache and GDN states) and a
  * bounded FIFO of waiting jobs.
  *
@@ -117,8 +118,7 @@ struct srv_sched {
     srv_job **queue;                /* ring of p.queue_cap */
     int q_head, q_n;
     int busy;
-    bool stop, joined;
-    pthread_t th;
+    bool stop;
 };
 
 /* Longest suffix of text[0..len) that is a proper prefix of a stop string. */
@@ -162,14 +162,15 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     srv_usage u = {sl->job->prompt.n, sl->gen.n, 0, 0};
     u.prompt_ms = (sl->t_decode ? sl->t_decode : t) - sl->t_start;
     u.gen_ms = sl->t_decode ? t - sl->t_decode : 0;
-    job_finish(sl->job, f, err, &u);
+    srv_job *j = sl->job;
     sl->job = NULL;
     sl->phase = SLOT_IDLE;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
     pthread_mutex_unlock(&s->mu);
+    job_finish(j, f, err, &u);
 }
 
 /* Take a job into an idle slot. Called with s->mu held. */
@@ -253,11 +254,10 @@ static void sched_forward(srv_sched *s, slot **act, int n) {
     }
 }
 
-static void *sched_main(void *arg) {
-    srv_sched *s = arg;
+void srv_sched_run(srv_sched *s) {
     int N = s->p.n_parallel;
     slot **act = calloc((size_t)N, sizeof *act);
-    if (!act) return NULL;
+    if (!act) { srv_sched_stop(s); N = 0; }
     for (;;) {
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < N && s->q_n && !s->stop; i++) {
@@ -314,7 +314,6 @@ static void *sched_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
     free(act);
-    return NULL;
 }
 
 /* ---------------------------------------------------------------- api */
@@ -334,7 +333,7 @@ static void sched_free(srv_sched *s) {
     free(s);
 }
 
-tern_status srv_sched_start(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out) {
+tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out) {
     *out = NULL;
     if (!m || !tok || !p || p->n_parallel < 1 || p->queue_cap < 1) return TERN_ERR_INVALID_ARG;
     srv_sched *s = calloc(1, sizeof *s);
@@ -359,7 +358,6 @@ tern_status srv_sched_start(tern_model *m, const tern_tokenizer *tok, const srv_
     s->p.n_ctx = tern_session_n_ctx(s->slots[0].sess);
     /* prefill steps of the session's own chunk size: the same splits as one eval call */
     s->chunk = s->p.n_ctx < 64 ? s->p.n_ctx : 64;
-    if (pthread_create(&s->th, NULL, sched_main, s)) { sched_free(s); return TERN_ERR_INTERNAL; }
     *out = s;
     return TERN_OK;
 }
@@ -389,15 +387,9 @@ void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_
 void srv_sched_stop(srv_sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    bool joined = s->joined;
     s->stop = true;
-    s->joined = true;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (!joined) pthread_join(s->th, NULL);
 }
 
-void srv_sched_free(srv_sched *s) {
-    srv_sched_stop(s);
-    sched_free(s);
-}
+void srv_sched_free(srv_sched *s) { sched_free(s); }

@@ -6,7 +6,7 @@
  *              response / SSE chunk / error JSON builders and the streaming
  *              reasoning/content splitter. No sockets, no model: unit-tested
  *              and fuzzed on its own.
- *   sched.c    the scheduler thread: owns the model's sessions ("slots") and a
+ *   sched.c    the scheduler loop (tern serve's main thread): owns the model's sessions ("slots") and a
  *              bounded queue; interleaves the active slots token by token.
  *   http.c     libmicrohttpd glue: routing, auth, body limits, waiting on a
  *              job's channel, SSE streaming, client-disconnect detection.
@@ -169,14 +169,19 @@ typedef struct srv_sched_params {
     int queue_cap;                  /* waiting requests beyond the busy slots */
 } srv_sched_params;
 
-/* Create the slots and start the scheduler thread. */
-tern_status srv_sched_start(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out);
+/* Create the slots (sessions). */
+tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out);
+/* The scheduler loop, on the calling thread, until srv_sched_stop: then every
+ * running and waiting job ends (error "shutting down") and it returns. Run it
+ * on a thread that outlives the model's use (the library keeps per-thread
+ * scratch buffers that are released only at process exit). */
+void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
-/* Finish every running and waiting job (error "shutting down") and join the
- * thread; later submits get 503. The object stays valid until srv_sched_free. */
+/* Ask the loop to end (any thread; returns at once). Later submits get 503. */
 void srv_sched_stop(srv_sched *s);
-void srv_sched_free(srv_sched *s);          /* stops first if needed */
+/* After srv_sched_run returned (or when it never ran). */
+void srv_sched_free(srv_sched *s);
 void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx);
 
 /* ------------------------------------------------------------------- http */

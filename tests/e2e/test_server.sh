@@ -42,7 +42,7 @@ start() {
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
 }
 start main --parallel 3 --ctx 512 --max-body 65536
-start small --parallel 1 --queue 1 --ctx 256 --api-key sekret --quiet
+start small --parallel 1 --queue 1 --ctx 4096 --api-key sekret --quiet
 
 # References from the CLI (same binary, same model)
 P1="The Linux kernel provides"; P2="import os"; P3="To build the documentation, run"; Q="How do I load a module?"
@@ -246,6 +246,7 @@ a.recv(64)                                                            # headers 
 b = open_stream(small, dict(long_body, stream=False), "sekret")       # waits in the queue
 t = time.time()
 while time.time() - t < 10 and health(small)["queued"] != 1: time.sleep(0.05)
+check("one request runs, one waits", health(small)["slots_busy"] == 1 and health(small)["queued"] == 1, health(small))
 err("queue full", 503, "/v1/completions", {"prompt": "x"}, base=small, headers={"Authorization": "Bearer sekret"})
 a.close(); b.close()
 check("disconnected clients free the slot and the queue", wait_busy(small, 0) and health(small)["queued"] == 0, health(small))

@@ -16,6 +16,7 @@
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static srv_request R;
@@ -327,13 +328,72 @@ static void wait_done(srv_job *j) {
     for (int i = 0; i < 6000 && !srv_job_wait(j, 100, &seen, NULL); i++) {}
 }
 
+/* The scheduler loop runs on this (the main) thread, as in `tern serve`; the
+ * checks run on a client thread that stops the loop when done. References
+ * (tern_generate) are computed on the main thread first: the library's
+ * per-thread scratch of a thread that exits is never freed. */
+typedef struct client { srv_sched *s; void (*fn)(struct client *); } client;
+static void *client_main(void *arg) {
+    client *c = arg;
+    c->fn(c);
+    srv_sched_stop(c->s);
+    return NULL;
+}
+static void with_sched(int n_parallel, int n_ctx, int queue, void (*fn)(client *)) {
+    srv_sched_params p = {n_parallel, n_ctx, queue};
+    client c = {NULL, fn};
+    CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
+    if (!c.s) return;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, client_main, &c) == 0);
+    srv_sched_run(c.s);
+    pthread_join(th, NULL);
+    srv_sched_free(c.s);
+}
+
+#define N_EQ 3
+static char longp[2048];
+static const char *prompts[N_EQ];
+static tern_sampler_params greedy, seeded;
+static const tern_sampler_params *sps[N_EQ];
+static const int maxt[N_EQ] = {24, 20, 28};
+static tern_gen_result refs[N_EQ], ref_stop;
+static char stop_str[4];
+
+static void eq_client(client *c) {
+    srv_job *jobs[N_EQ];
+    for (int k = 0; k < N_EQ; k++) {
+        jobs[k] = job_for(prompts[k], sps[k], maxt[k], NULL);
+        CHECK_EQ_INT(srv_sched_submit(c->s, jobs[k]), 0);
+    }
+    for (int k = 0; k < N_EQ; k++) {
+        wait_done(jobs[k]);
+        CHECK(jobs[k]->done);
+        CHECK_EQ_INT(jobs[k]->finish, SRV_FINISH_LENGTH);
+        CHECK_EQ_INT(jobs[k]->usage.completion_tokens, refs[k].tokens.n);
+        CHECK_EQ_INT(jobs[k]->usage.prompt_tokens, refs[k].n_prompt);
+        CHECK_MSG(!strcmp(jobs[k]->text.data, refs[k].text.data), "job %d: [%s] vs generate [%s]", k,
+                  jobs[k]->text.data, refs[k].text.data);
+        srv_job_unref(jobs[k]);
+    }
+    /* a stop string inside that text ends the job as tern_generate ends */
+    if (stop_str[0]) {
+        srv_job *j = job_for(prompts[0], &greedy, 24, stop_str);
+        CHECK_EQ_INT(srv_sched_submit(c->s, j), 0);
+        wait_done(j);
+        CHECK_EQ_INT(j->finish, SRV_FINISH_STOP);
+        CHECK_EQ_INT(ref_stop.reason, TERN_STOP_STRING);
+        CHECK_STR(j->text.data, ref_stop.text.data);
+        srv_job_unref(j);
+    }
+    int busy = -1, queued = -1;
+    srv_sched_stats(c->s, &busy, &queued, NULL, NULL);
+    CHECK_EQ_INT(busy, 0);
+    CHECK_EQ_INT(queued, 0);
+}
+
 TEST(sched_equals_generate) {
     if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
-    srv_sched *s = NULL;
-    srv_sched_params p = {2, 512, 4};
-    CHECK(srv_sched_start(M, T, &p, &s) == TERN_OK);
-    if (!s) return;
-    tern_sampler_params greedy, seeded;
     tern_sampler_params_default(&greedy);
     greedy.temperature = 0;
     tern_sampler_params_default(&seeded);
@@ -341,56 +401,28 @@ TEST(sched_equals_generate) {
     seeded.top_k = 40;
     seeded.seed = 1234;
     /* a prompt longer than one prefill chunk (64) exercises chunk interleaving */
-    char longp[2048] = "";
+    longp[0] = 0;
     for (int i = 0; i < 12; i++) strcat(longp, "The kernel module loader resolves symbols. ");
-    const char *prompts[3] = {"The Linux kernel provides", longp, "import os\nimport sys\n\ndef main"};
-    const tern_sampler_params *sps[3] = {&greedy, &greedy, &seeded};
-    int maxt[3] = {24, 20, 28};
-    srv_job *jobs[3];
-    for (int k = 0; k < 3; k++) {
-        jobs[k] = job_for(prompts[k], sps[k], maxt[k], NULL);
-        CHECK_EQ_INT(srv_sched_submit(s, jobs[k]), 0);
+    prompts[0] = "The Linux kernel provides";
+    prompts[1] = longp;
+    prompts[2] = "import os\nimport sys\n\ndef main";
+    sps[0] = &greedy; sps[1] = &greedy; sps[2] = &seeded;
+    for (int k = 0; k < N_EQ; k++) reference(prompts[k], sps[k], maxt[k], NULL, 0, &refs[k]);
+    stop_str[0] = 0;
+    if (refs[0].text.len > 8) {
+        stop_str[0] = refs[0].text.data[refs[0].text.len / 2];
+        stop_str[1] = refs[0].text.data[refs[0].text.len / 2 + 1];
+        stop_str[2] = 0;
+        const char *st[1] = {stop_str};
+        reference(prompts[0], &greedy, 24, st, 1, &ref_stop);
     }
-    for (int k = 0; k < 3; k++) {
-        wait_done(jobs[k]);
-        tern_gen_result ref;
-        reference(prompts[k], sps[k], maxt[k], NULL, 0, &ref);
-        CHECK(jobs[k]->done);
-        CHECK_EQ_INT(jobs[k]->finish, SRV_FINISH_LENGTH);
-        CHECK_EQ_INT(jobs[k]->usage.completion_tokens, ref.tokens.n);
-        CHECK_EQ_INT(jobs[k]->usage.prompt_tokens, ref.n_prompt);
-        CHECK_MSG(!strcmp(jobs[k]->text.data, ref.text.data), "job %d: [%s] vs generate [%s]", k, jobs[k]->text.data, ref.text.data);
-        /* a stop string inside that text ends the job as tern_generate ends */
-        if (k == 0 && ref.text.len > 8) {
-            char stop[4] = {ref.text.data[ref.text.len / 2], ref.text.data[ref.text.len / 2 + 1], 0, 0};
-            const char *st[1] = {stop};
-            tern_gen_result ref2;
-            reference(prompts[0], &greedy, 24, st, 1, &ref2);
-            srv_job *j = job_for(prompts[0], &greedy, 24, stop);
-            CHECK_EQ_INT(srv_sched_submit(s, j), 0);
-            wait_done(j);
-            CHECK_EQ_INT(j->finish, SRV_FINISH_STOP);
-            CHECK_EQ_INT(ref2.reason, TERN_STOP_STRING);
-            CHECK_STR(j->text.data, ref2.text.data);
-            srv_job_unref(j);
-            tern_gen_result_free(&ref2);
-        }
-        tern_gen_result_free(&ref);
-        srv_job_unref(jobs[k]);
-    }
-    int busy = -1, queued = -1;
-    srv_sched_stats(s, &busy, &queued, NULL, NULL);
-    CHECK_EQ_INT(busy, 0);
-    CHECK_EQ_INT(queued, 0);
-    srv_sched_free(s);
+    with_sched(2, 512, 4, eq_client);
+    for (int k = 0; k < N_EQ; k++) tern_gen_result_free(&refs[k]);
+    tern_gen_result_free(&ref_stop);
 }
 
-TEST(sched_cancel_queue_stop) {
-    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
-    srv_sched *s = NULL;
-    srv_sched_params p = {1, 256, 1};
-    CHECK(srv_sched_start(M, T, &p, &s) == TERN_OK);
-    if (!s) return;
+static void cancel_client(client *c) {
+    srv_sched *s = c->s;
     tern_sampler_params sp;
     tern_sampler_params_default(&sp);
     sp.temperature = 0;
@@ -404,9 +436,9 @@ TEST(sched_cancel_queue_stop) {
         if (started) break;
         usleep(2000);
     }
-    srv_job *b = job_for("Hello", &sp, 4, NULL), *c = job_for("Hello", &sp, 4, NULL);
+    srv_job *b = job_for("Hello", &sp, 4, NULL), *cj = job_for("Hello", &sp, 4, NULL);
     CHECK_EQ_INT(srv_sched_submit(s, b), 0);
-    CHECK_EQ_INT(srv_sched_submit(s, c), 503);
+    CHECK_EQ_INT(srv_sched_submit(s, cj), 503);
     int busy = 0, queued = 0;
     srv_sched_stats(s, &busy, &queued, NULL, NULL);
     CHECK_EQ_INT(busy, 1);
@@ -422,15 +454,19 @@ TEST(sched_cancel_queue_stop) {
     srv_job *d = job_for("The Linux kernel provides", &sp, 0, NULL);
     CHECK_EQ_INT(srv_sched_submit(s, d), 0);
     srv_sched_stop(s);
+    wait_done(d);
     CHECK(d->done);
-    CHECK_EQ_INT(d->finish, SRV_FINISH_ERROR);
-    CHECK(strstr(d->error, "shutting down") != NULL);
-    CHECK_EQ_INT(srv_sched_submit(s, c), 503);
-    srv_sched_free(s);
+    CHECK(d->finish == SRV_FINISH_ERROR && strstr(d->error, "shutting down") != NULL);
+    CHECK_EQ_INT(srv_sched_submit(s, cj), 503);
     srv_job_unref(a);
     srv_job_unref(b);
-    srv_job_unref(c);
+    srv_job_unref(cj);
     srv_job_unref(d);
+}
+
+TEST(sched_cancel_queue_stop) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    with_sched(1, 256, 1, cancel_client);
 }
 
 int main(void) {

@@ -1,0 +1,97 @@
+/*
+ * fuzz_server.c - libFuzzer target for the request side of `tern serve`
+ * (src/server/request.c): the first input byte picks the endpoint (chat or
+ * completions), the rest is the JSON body. A body that parses must give a
+ * consistent request (bounded counts, non-empty stop strings, known roles,
+ * sampler values in range); the response and SSE builders must turn its text
+ * into valid JSON; the streaming splitter must accept the body as reply text
+ * in any two-way split and agree with itself.
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void must_parse(const char *s) {
+    cJSON *j = s ? cJSON_Parse(s) : NULL;
+    if (!j) __builtin_trap();
+    cJSON_Delete(j);
+}
+
+static void split_all(const char *t, size_t n, size_t cut, bool open, tern_str *c, tern_str *r, bool *tool) {
+    srv_split sp;
+    srv_split_init(&sp, open);
+    tern_str_append(c, "", 0);
+    tern_str_append(r, "", 0);
+    srv_split_push(&sp, t, cut, c, r);
+    srv_split_push(&sp, t + cut, n - cut, c, r);
+    srv_split_finish(&sp, c, r);
+    *tool = sp.tool;
+    srv_split_free(&sp);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    srv_kind kind = data[0] & 1 ? SRV_COMPLETION : SRV_CHAT;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    srv_request r;
+    char err[256];
+    int rc = srv_parse_request(kind, body, len, &r, err, sizeof err);
+    if (rc != 0 && rc != 400) __builtin_trap();
+    if (rc == 400 && !err[0]) __builtin_trap();          /* every refusal says why */
+    if (rc == 0) {
+        if (r.n_stop > SRV_MAX_STOP || r.n_msgs > SRV_MAX_MESSAGES) __builtin_trap();
+        for (size_t i = 0; i < r.n_stop; i++)
+            if (!r.stop[i][0] || strlen(r.stop[i]) > SRV_MAX_STOP_LEN) __builtin_trap();
+        if (kind == SRV_CHAT && !r.n_msgs) __builtin_trap();
+        if (kind == SRV_COMPLETION && !r.prompt) __builtin_trap();
+        for (size_t i = 0; i < r.n_msgs; i++) {
+            const char *role = r.msgs[i].role;
+            if (!role || !r.msgs[i].content) __builtin_trap();
+            if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))
+                __builtin_trap();
+        }
+        if (!(r.sp.temperature >= 0 && r.sp.top_p > 0 && r.sp.top_p <= 1 && r.sp.top_k >= 0 && r.sp.min_p >= 0 &&
+              r.sp.min_p <= 1 && r.sp.repeat_penalty > 0 && r.max_tokens >= 0))
+            __builtin_trap();
+        if (r.tools_json) must_parse(r.tools_json);
+        /* echo the request's text through the builders */
+        srv_resp_id id = {kind, "chatcmpl-fuzz", 1, "m"};
+        srv_usage u = {1, 2, 3, 4};
+        const char *text = kind == SRV_CHAT ? r.msgs[r.n_msgs - 1].content : r.prompt;
+        char *s = srv_json_response(&id, text, NULL, SRV_FINISH_STOP, &u);
+        must_parse(s);
+        free(s);
+        tern_str out = {0};
+        srv_delta d = {0};
+        d.content = text;
+        d.reasoning = r.n_stop ? r.stop[0] : NULL;
+        if (srv_sse_chunk(&id, &d, NULL, &out) == TERN_OK) {
+            if (out.len < 8 || memcmp(out.data, "data: ", 6) || memcmp(out.data + out.len - 2, "\n\n", 2)) __builtin_trap();
+            out.data[out.len - 2] = 0;
+            must_parse(out.data + 6);
+        }
+        tern_str_free(&out);
+    }
+    srv_request_free(&r);
+    char *e = srv_json_error(400, err);
+    must_parse(e);
+    free(e);
+    /* the splitter: the cut point must not matter */
+    bool open = data[0] & 2;
+    size_t cut = len ? (size_t)data[0] % (len + 1) : 0;
+    tern_str c1 = {0}, r1 = {0}, c2 = {0}, r2 = {0};
+    bool t1, t2;
+    split_all(body, len, 0, open, &c1, &r1, &t1);
+    split_all(body, len, cut, open, &c2, &r2, &t2);
+    if (c1.len != c2.len || r1.len != r2.len || t1 != t2 || memcmp(c1.data, c2.data, c1.len) ||
+        memcmp(r1.data, r2.data, r1.len))
+        __builtin_trap();
+    tern_str_free(&c1);
+    tern_str_free(&r1);
+    tern_str_free(&c2);
+    tern_str_free(&r2);
+    return 0;
+}
