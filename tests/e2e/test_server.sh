@@ -242,19 +242,23 @@ def wait_busy(base, n, secs=15):
 
 long_body = {"prompt": prompts[0], "temperature": 0, "stream": True}   # no max_tokens: runs to the full context
 a = open_stream(small, long_body, "sekret")
-a.recv(64)                                                            # headers arrived: the slot runs
+a.recv(64)                                                            # headers arrived (the job may still wait)
+check("the first request runs", wait_busy(small, 1), health(small))
 b = open_stream(small, dict(long_body, stream=False), "sekret")       # waits in the queue
 t = time.time()
 while time.time() - t < 10 and health(small)["queued"] != 1: time.sleep(0.05)
 check("one request runs, one waits", health(small)["slots_busy"] == 1 and health(small)["queued"] == 1, health(small))
-err("queue full", 503, "/v1/completions", {"prompt": "x"}, base=small, headers={"Authorization": "Bearer sekret"})
+err("queue full", 503, "/v1/completions", {"prompt": "x", "max_tokens": 1}, base=small, headers={"Authorization": "Bearer sekret"})
 a.close(); b.close()
 check("disconnected clients free the slot and the queue", wait_busy(small, 0) and health(small)["queued"] == 0, health(small))
 
 # --- disconnect mid-stream on the main server
 s = open_stream(url, long_body)
 got = b""
-while got.count(b"data: ") < 3: got += s.recv(4096)
+while got.count(b"data: ") < 3:
+    part = s.recv(4096)
+    if not part: break
+    got += part
 check("streaming started", b"text/event-stream" in got, got[:200])
 s.close()
 check("client disconnect mid-stream: slot freed", wait_busy(url, 0), health(url))
