@@ -239,6 +239,21 @@ TERN_API int tern_session_n_ctx(const tern_session *s);
  * threads at once. */
 TERN_API tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n,
                                        float *all_logits);
+/* Batched decode: advance n sessions by one token each in one forward pass, so the
+ * weights are read once for all of them (continuous batching). s[i] gets tokens[i]
+ * at its own position; the sessions must be distinct and of the same model. Every
+ * session pointer, model, token id (TERN_ERR_RANGE) and context (TERN_ERR_CONTEXT_FULL
+ * when any member is full) is checked before any work: on such an error no session
+ * changes. logits, when not NULL, receives n x n_vocab floats (row i = session i);
+ * in any case tern_session_logits(s[i]) holds row i afterwards. n == 1 is exactly
+ * tern_session_eval(s[0], tokens, 1, logits). The pass borrows the scratch of the
+ * member with the largest n_chunk (default 64) and runs in pieces of at most that
+ * many sessions; a device error in a later piece leaves the earlier pieces advanced.
+ * Results match each session evaluated alone within the kernels' batch-size effects
+ * (docs/architecture.md). Thread-safety as tern_session_eval: serialised per model,
+ * and no member may be used by another thread during the call. */
+TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32_t *tokens,
+                                             size_t n, float *logits);
 TERN_API const float *tern_session_logits(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);

@@ -1,7 +1,8 @@
 /*
  * session.c - sessions: the KV cache and GDN states of one sequence, scratch
  * buffers, chunked evaluation (tern_session_eval splits the batch into chunks of
- * n_chunk tokens; chunk 1 is the token-by-token walk) and memory accounting.
+ * n_chunk tokens; chunk 1 is the token-by-token walk), batched decode (one token
+ * of each of several sessions per pass) and memory accounting.
  * Buffers live in the model's back-end memory (tm_be_alloc: host for the CPU,
  * the GPU for CUDA); `logits` is always host memory.
  */
@@ -30,6 +31,8 @@ void tern_session_free(tern_session *s) {
     if (s->graph) s->m->be->graph_free(s->graph);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
+    if (s->blogits)
+        tern_free_aligned(s->blogits, (size_t)s->blogits_rows * s->m->hp.n_vocab * sizeof(float));
     free(s);
 }
 
@@ -167,5 +170,85 @@ tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, 
         }
     }
     pthread_mutex_unlock(&s->m->eval_mu);
+    return st;
+}
+
+/* Host rows for a batch's logits when the caller passes none: grow-only, counted in
+ * the lead's bytes. */
+static tern_status batch_rows(tern_session *w, int rows) {
+    if (w->blogits_rows >= rows) return TERN_OK;
+    size_t V = (size_t)w->m->hp.n_vocab, nb;
+    if (!tern_mul_ok((size_t)rows * V, sizeof(float), &nb))
+        return tern_fail(TERN_ERR_NOMEM, "tern_session_eval_batch: %d logits rows overflow", rows);
+    float *p = tern_alloc_aligned(nb);
+    if (!p)
+        return tern_fail(TERN_ERR_NOMEM, "tern_session_eval_batch: out of memory (%zu bytes of logits rows)",
+                         nb);
+    if (w->blogits) {
+        size_t old = (size_t)w->blogits_rows * V * sizeof(float);
+        tern_free_aligned(w->blogits, old);
+        w->bytes -= old;
+    }
+    w->blogits = p;
+    w->blogits_rows = rows;
+    w->bytes += nb;
+    return TERN_OK;
+}
+
+/* Checks everything before any work: no state changes on an error. */
+tern_status tern_session_eval_batch(tern_session *const *s, const int32_t *tokens, size_t n,
+                                    float *logits) {
+    if (n == 0) return TERN_OK;
+    if (!s || !tokens) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval_batch: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        if (!s[i]) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval_batch: session %zu is NULL", i);
+    tern_model *m = s[0]->m;
+    const int V = m->hp.n_vocab;
+    size_t lead = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i]->m != m)
+            return tern_fail(TERN_ERR_INVALID_ARG,
+                             "tern_session_eval_batch: sessions 0 and %zu belong to different models", i);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)",
+                             (int)tokens[i], i, V);
+        if (s[i]->pos >= s[i]->n_ctx)
+            return tern_fail(TERN_ERR_CONTEXT_FULL,
+                             "context full: session %zu is at position %d of a context of %d", i,
+                             s[i]->pos, s[i]->n_ctx);
+        if (s[i]->n_chunk > s[lead]->n_chunk) lead = i;
+    }
+    pthread_mutex_lock(&m->eval_mu);
+    /* distinct sessions: mark each once (no allocation), then clear the marks */
+    size_t dup = n;
+    for (size_t i = 0; i < n && dup == n; i++) {
+        if (s[i]->batch_mark) dup = i;
+        else s[i]->batch_mark = true;
+    }
+    for (size_t i = 0; i < n; i++) s[i]->batch_mark = false;
+    if (dup < n) {
+        pthread_mutex_unlock(&m->eval_mu);
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "tern_session_eval_batch: session %zu appears twice in the batch", dup);
+    }
+    tern_session *w = s[lead];
+    tern_status st = TERN_OK;
+    if (n == 1) {
+        st = tm_forward_chunk(s[0], tokens, 1, logits);
+        if (!st) s[0]->pos++;
+    } else {
+        size_t piece = n < (size_t)w->n_chunk ? n : (size_t)w->n_chunk;
+        if (!logits) st = batch_rows(w, (int)piece);
+        for (size_t i = 0; i < n && !st;) {
+            int c = (int)(n - i < piece ? n - i : piece);
+            float *rows = logits ? logits + i * (size_t)V : w->blogits;
+            st = tm_forward_batch(w, s + i, tokens + i, c, rows);
+            if (!st) {
+                for (int j = 0; j < c; j++) s[i + (size_t)j]->pos++;
+                i += (size_t)c;
+            }
+        }
+    }
+    pthread_mutex_unlock(&m->eval_mu);
     return st;
 }

@@ -11,7 +11,16 @@
  *   logits          [n_vocab] (last evaluated row; always host memory)
  *   dlogits         [n_chunk][n_vocab] (back-ends with their own memory only: the
  *                   chunk's logits there, downloaded once per chunk)
- * The buffers are the back-end's memory (tm_be_alloc), except logits.
+ *   blogits         [blogits_rows][n_vocab] host, allocated by the first batched step
+ *                   this session leads without a caller's logits buffer (grow-only,
+ *                   at most n_chunk rows): the batch's logits rows before they are
+ *                   copied to each member's `logits`
+ * The buffers are the back-end's memory (tm_be_alloc), except logits and blogits.
+ *
+ * Batched decode (tern_session_eval_batch): one pass advances n sessions by one
+ * token each. It borrows the scratch (x .. ab, dlogits) of one member, the lead
+ * (the first with the largest n_chunk), and runs in pieces of at most lead->n_chunk
+ * rows; each member's own caches, states, att_scratch and logits are used for its row.
  */
 #ifndef TERN_MODEL_SESSION_H
 #define TERN_MODEL_SESSION_H
@@ -38,6 +47,9 @@ struct tern_session {
     float *logits;   /* [n_vocab] host */
     float *dlogits;  /* [n_chunk][n_vocab] device (NULL on the CPU) */
     size_t logits_host; /* bytes of logits when allocated apart from allocs[] */
+    float *blogits;  /* [blogits_rows][n_vocab] host, batched steps (NULL: none yet) */
+    int blogits_rows;
+    bool batch_mark; /* set while tern_session_eval_batch checks for duplicates */
     void *graph;     /* the back-end's single-token step graph (NULL: none yet) */
     int graph_state; /* 0: no step yet, 1: stepped once (record next), -1: graphs off */
     uint64_t bytes;
@@ -49,5 +61,12 @@ struct tern_session {
 /* Evaluate tokens[0..n) at positions pos.. (n <= n_chunk; fits the context).
  * logits_out (may be NULL): n rows of n_vocab; the last row always goes to s->logits. */
 tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int n, float *logits_out);
+
+/* One token of each of n distinct sessions of w's model (1 <= n <= w->n_chunk), each
+ * at its own position, in one pass over w's scratch (w may be one of them). Row i of
+ * logits_rows (host, n x n_vocab) and s[i]->logits get session i's logits. Positions
+ * are not advanced here; the caller checked tokens and contexts. */
+tern_status tm_forward_batch(tern_session *w, tern_session *const *s, const int32_t *tokens, int n,
+                             float *logits_rows);
 
 #endif
