@@ -15,6 +15,8 @@
 #include "kernels/kernels.h"
 #include "formats/blocks.h"
 
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 static int g_small;
@@ -234,6 +236,31 @@ TEST(matmul_outlier_activation) {
         }
     }
     restore_best();
+}
+
+/* A thread that ran a matmul and exits leaves no scratch behind (servers and
+ * other callers create and end threads). */
+static tmat g_thr_mat;
+static void *matmul_in_thread(void *arg) {
+    float *x = rand_x(1024 * 3, 1.0f), *y = malloc((size_t)g_thr_mat.q.n * 3 * sizeof(float));
+    tern_matmul(&g_thr_mat.q, x, 3, 1024, y, (size_t)g_thr_mat.q.n, NULL);
+    *(float *)arg = y[0];
+    free(x); free(y);
+    return NULL;
+}
+TEST(matmul_thread_exit_frees_scratch) {
+    g_thr_mat = make_mat(TERN_DT_PQ2_0, 64, 1024, 0);
+    size_t before = tern_alloc_current();
+    for (int i = 0; i < 3; i++) {
+        pthread_t th;
+        float out = NAN;
+        CHECK(pthread_create(&th, NULL, matmul_in_thread, &out) == 0);
+        pthread_join(th, NULL);
+        CHECK(isfinite(out));
+        CHECK_MSG(tern_alloc_current() == before, "thread %d left %zu bytes allocated", i,
+                  tern_alloc_current() - before);
+    }
+    free_mat(&g_thr_mat);
 }
 
 TEST(matmul_zero_batch_and_zero_rows) {
@@ -571,6 +598,7 @@ int main(void) {
     RUN(matmul_bonsai_like_k_and_big_batch);
     RUN(matmul_outlier_activation);
     RUN(matmul_zero_batch_and_zero_rows);
+    RUN(matmul_thread_exit_frees_scratch);
     RUN(multi_equals_separate_bitwise);
     RUN(multi_mixed_types_equals_separate);
     RUN(layout_r16_every_isa);

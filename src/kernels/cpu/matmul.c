@@ -7,6 +7,7 @@
  */
 #include "kernels/cpu/internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
@@ -95,9 +96,21 @@ void tern_qmat_free_repacked(tern_qmat *w) {
 
 /* ---------------------------------------------------------- scratch memory
  * One growing buffer per calling thread for prepared activations, so the token
- * loop does not allocate after the first call of each size. */
+ * loop does not allocate after the first call of each size. A thread-specific
+ * key frees it when a thread that used it exits (a server's worker threads). */
 static _Thread_local uint8_t *g_scratch;
 static _Thread_local size_t g_scratch_size;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static bool g_scratch_key_ok;
+
+static void scratch_release(void *unused) {
+    (void)unused;
+    if (g_scratch) tern_free_aligned(g_scratch, g_scratch_size);
+    g_scratch = NULL;
+    g_scratch_size = 0;
+}
+static void scratch_key_init(void) { g_scratch_key_ok = pthread_key_create(&g_scratch_key, scratch_release) == 0; }
 
 static void *scratch_get(size_t n) {
     if (n <= g_scratch_size) return g_scratch;
@@ -105,6 +118,9 @@ static void *scratch_get(size_t n) {
     size_t sz = n + n / 4 + 4096;
     g_scratch = tern_alloc_aligned(sz);
     g_scratch_size = g_scratch ? sz : 0;
+    pthread_once(&g_scratch_once, scratch_key_init);
+    /* the value only has to be non-NULL for the destructor to run */
+    if (g_scratch && g_scratch_key_ok) pthread_setspecific(g_scratch_key, g_scratch);
     return g_scratch;
 }
 
