@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - every test tern has, as CI runs them:
-#   1. release build + ctest (unit, fixture parity, e2e CLI tests)
-#   2. AddressSanitizer + UBSan build + ctest (same tests)
+#   1. release build + ctest (unit, fixture parity, e2e CLI tests); with the CUDA
+#      back-end when nvcc is found (its tests skip without a GPU)
+#   2. AddressSanitizer + UBSan build + ctest (same tests, CPU-only build)
 #   3. libFuzzer targets (clang), bounded time each, on the seed corpus
 #   4. NEON build (aarch64 cross gcc) + kernel tests under qemu-aarch64
 # Prints "N passed, N failed" at the end and exits non-zero on any failure.
@@ -24,11 +25,11 @@ ctest_in() { (cd "$1" && shift && ctest --output-on-failure -j"$JOBS" "$@"); }
 step "release build" build build -DCMAKE_BUILD_TYPE=Release
 step "release tests" ctest_in build
 if [ "${TERN_TEST_QUICK:-0}" != 1 ]; then
-  step "asan+ubsan build" build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 "-DTERN_SANITIZE=address;undefined"
+  step "asan+ubsan build" build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 "-DTERN_SANITIZE=address;undefined" -DTERN_CUDA=OFF
   step "asan+ubsan tests" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TERN_SANITIZED=1 \
        bash -c 'cd build-asan && ctest --output-on-failure -j'"$JOBS"' -E "^e2e_bench"'
   if [ -d tests/fuzz ] && ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
-    step "fuzz build" build build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF
+    step "fuzz build" build build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_CUDA=OFF
     step "fuzz run" bash tests/fuzz/run.sh build-fuzz "${TERN_FUZZ_SECONDS:-60}"
   fi
   if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
