@@ -11,8 +11,14 @@
  *   tg        N single-token steps after the prompt (greedy): median per-step time
  *   bytes/token  weight bytes read per decoded token (all but the embedding table)
  *   roofline  ceiling / bytes per token; ratio = tg / roofline
+ *   batch     with --batch B: B more sessions, each prefilled with the same prompt;
+ *             after each tg step one step that advances all B together
+ *             (tern_session_eval_batch), so both see the same machine: median batch
+ *             step time -> aggregate tok/s (B tokens per step) and per-sequence
+ *             tok/s; speedup = aggregate / tg
  * --json prints one JSON object: tg_tok_s, pp_tok_s, bytes_per_token,
- * ceiling_gbps, tg_gbps, roofline_ratio, peak_rss_bytes, session_bytes, ...
+ * ceiling_gbps, tg_gbps, roofline_ratio, peak_rss_bytes, session_bytes, ... (and with
+ * --batch: batch, batch_tok_s, batch_seq_tok_s, batch_speedup)
  */
 #include "cli/cli.h"
 #include "kernels/kernels.h"
@@ -25,10 +31,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--repack] [--device cpu|cuda] [--json]\n"
+            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
-            "  the memory read ceiling is measured in the same run. --repack: weights\n"
+            "  the memory read ceiling is measured in the same run. --batch B: also B\n"
+            "  sequences decoding together (one pass per step; aggregate and per-sequence\n"
+            "  tok/s). --repack: weights\n"
             "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate.\n");
 }
@@ -52,7 +60,7 @@ static int argmax(const float *v, int n) {
 
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
-    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64;
+    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0;
     bool json = false, repack = false;
     const char *device = NULL;
     for (int i = 1; i < argc; i++) {
@@ -63,7 +71,7 @@ int tern_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--repack")) { repack = true; continue; }
-        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --device"))
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
@@ -77,6 +85,8 @@ int tern_bench_model(int argc, char **argv) {
             if (!cli_parse_i64(v, 1, 65536, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
+        } else if (!strcmp(a, "--batch")) {
+            if (!cli_parse_i64(v, 1, 256, &batch)) return cli_usage_error("bench model", "bad --batch '%s'", v);
         } else if (!strcmp(a, "--chunk")) {
             if (!cli_parse_i64(v, 1, 4096, &chunk)) return cli_usage_error("bench model", "bad --chunk '%s'", v);
         } else return cli_usage_error("bench model", "unknown option '%s'", a);
@@ -114,8 +124,12 @@ int tern_bench_model(int argc, char **argv) {
     int V = info->n_vocab;
     int32_t *ids = malloc((size_t)np * sizeof *ids);
     double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)ng * sizeof *tg);
+    double *bt = malloc((size_t)ng * sizeof *bt);
+    tern_session **bs = batch ? calloc((size_t)batch, sizeof *bs) : NULL;
+    int32_t *btok = batch ? malloc((size_t)batch * sizeof *btok) : NULL;
+    double bt_med = 0;
     int rc = 0;
-    if (!ids || !pp || !tg) {
+    if (!ids || !pp || !tg || !bt || (batch && (!bs || !btok))) {
         fprintf(stderr, "tern bench model: out of memory\n");
         rc = 1;
         goto done;
@@ -135,13 +149,26 @@ int tern_bench_model(int argc, char **argv) {
         if (!json)
             fprintf(stderr, "  pp rep %lld: %.2f tok/s\n", (long long)r, pp[r]);
     }
+    /* batch: B sessions prefilled with the prompt; their steps interleave with the
+     * single-token steps, so both medians see the same machine (noisy VMs) */
+    for (int64_t b = 0; b < batch; b++) {
+        if ((st = tern_session_new(m, &sp, &bs[b]))) goto lib_err;
+        if ((st = tern_session_eval(bs[b], ids, (size_t)np, NULL))) goto lib_err;
+        btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
+    }
     int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
     for (int64_t i = 0; i < ng; i++) {
         double a = tern_now_s();
         if ((st = tern_session_eval(s, &tok, 1, NULL))) goto lib_err;
         tg[i] = tern_now_s() - a;
         tok = (int32_t)argmax(tern_session_logits(s), V);
+        if (!batch) continue;
+        a = tern_now_s();
+        if ((st = tern_session_eval_batch(bs, btok, (size_t)batch, NULL))) goto lib_err;
+        bt[i] = tern_now_s() - a;
+        for (int64_t b = 0; b < batch; b++) btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
     }
+    if (batch) bt_med = 1.0 / median(bt, (int)ng); /* steps per second */
     /* peak RSS before the ceiling buffer exists; then the ceiling, same threads */
     size_t rss = tern_peak_rss_bytes();
     tern_pool *pool = NULL;
@@ -165,12 +192,17 @@ int tern_bench_model(int argc, char **argv) {
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
-               "\"device_bytes\":%llu}\n",
+               "\"device_bytes\":%llu",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes);
+        if (batch)
+            printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
+                   "\"batch_speedup\":%.4f",
+                   (long long)batch, bt_med * (double)batch, bt_med, bt_med * (double)batch / tg_med);
+        printf("}\n");
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
         if (gpu) {
@@ -185,6 +217,11 @@ int tern_bench_model(int argc, char **argv) {
         printf("roofline       %.3f tok/s\n", roof);
         printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",
                tg_med, (long long)ng, tg_gbps, 100 * ratio);
+        if (batch)
+            printf("batch %-8lld %.3f tok/s aggregate, %.3f tok/s per sequence (median of %lld "
+                   "steps of %lld sequences) = %.2fx tg\n",
+                   (long long)batch, bt_med * (double)batch, bt_med, (long long)ng, (long long)batch,
+                   bt_med * (double)batch / tg_med);
         printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld)\n",
                pp_med, (long long)reps, (long long)np, (long long)chunk);
         printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
@@ -200,6 +237,10 @@ done:
     free(ids);
     free(pp);
     free(tg);
+    free(bt);
+    for (int64_t b = 0; bs && b < batch; b++) tern_session_free(bs[b]);
+    free(bs);
+    free(btok);
     tern_session_free(s);
     tern_model_free(m);
     return rc;
