@@ -257,6 +257,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         j->sp.seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)j << 17);
     }
     j->max_tokens = req.max_tokens;
+    j->ignore_eos = req.ignore_eos;
     j->stream = req.stream;
     j->stop = req.stop;
     j->n_stop = req.n_stop;

@@ -14,7 +14,8 @@
  *   both:        max_tokens | max_completion_tokens, temperature, top_p, top_k,
  *                min_p, presence_penalty, frequency_penalty, repetition_penalty
  *                (or repeat_penalty), seed, stop, n (1 only), stream,
- *                stream_options.include_usage; logprobs / echo must be false.
+ *                stream_options.include_usage, ignore_eos (llama.cpp's: the
+ *                end-of-generation tokens are never sampled); logprobs / echo must be false.
  */
 #include "server/server.h"
 
@@ -333,6 +334,7 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     if (set && v != 1) { rc = fail(err, en, "only 'n' = 1 is supported"); goto out; }
     if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
+    if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;

@@ -26,6 +26,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,7 @@ typedef struct slot {
     tern_detok_stream ds;
     int32_t last;                   /* the id to evaluate next (decode) */
     const int32_t *in;              /* this round's input: prefill chunk or &last */
+    float *masked;                  /* [n_vocab] logits with eog masked (ignore_eos), lazily */
     size_t n_in;
     tern_status st;                 /* result of this round's forward */
     char err[256];
@@ -111,6 +113,8 @@ struct srv_sched {
     tern_model *model;
     const tern_tokenizer *tok;
     int n_vocab, chunk;
+    int32_t *eog;                   /* the end-of-generation ids (ignore_eos masks them) */
+    int n_eog;
     srv_sched_params p;
     slot *slots;
     pthread_mutex_t mu;
@@ -210,6 +214,15 @@ static void slot_sample(srv_sched *s, slot *sl) {
     if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); return; }
     if (j->max_tokens > 0 && sl->gen.n >= (size_t)j->max_tokens) { slot_finish(s, sl, SRV_FINISH_LENGTH, NULL); return; }
     const float *logits = tern_session_logits(sl->sess);
+    if (j->ignore_eos && s->n_eog) {
+        if (!sl->masked && !(sl->masked = malloc((size_t)s->n_vocab * sizeof(float)))) {
+            slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
+            return;
+        }
+        memcpy(sl->masked, logits, (size_t)s->n_vocab * sizeof(float));
+        for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
+        logits = sl->masked;
+    }
     int32_t id = tern_sampler_sample(sl->smp, logits);
     tern_sampler_accept(sl->smp, id);
     if (tern_tokens_push(&sl->gen, id)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
@@ -325,9 +338,11 @@ static void sched_free(srv_sched *s) {
         tern_sampler_free(s->slots[i].smp);
         tern_tokens_free(&s->slots[i].gen);
         tern_str_free(&s->slots[i].text);
+        free(s->slots[i].masked);
     }
     free(s->slots);
     free(s->queue);
+    free(s->eog);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -347,6 +362,18 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->queue_cap, sizeof *s->queue);
     if (!s->slots || !s->queue) { sched_free(s); return TERN_ERR_NOMEM; }
+    for (int pass = 0; pass < 2; pass++) { /* count, then fill */
+        s->n_eog = 0;
+        for (int32_t id = 0; id < s->n_vocab; id++)
+            if (tern_token_is_eog(tok, id)) {
+                if (pass) s->eog[s->n_eog] = id;
+                s->n_eog++;
+            }
+        if (!pass && s->n_eog && !(s->eog = malloc((size_t)s->n_eog * sizeof *s->eog))) {
+            sched_free(s);
+            return TERN_ERR_NOMEM;
+        }
+    }
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = p->n_ctx;

@@ -54,6 +54,7 @@ typedef struct srv_request {
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
+    bool ignore_eos;                /* never sample an end-of-generation token */
 } srv_request;
 
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
@@ -137,6 +138,7 @@ typedef struct srv_job {
     tern_sampler_params sp;
     int max_tokens;                 /* 0: until end of generation / full context */
     bool stream;                    /* wake the handler for every piece of text (else only at the end) */
+    bool ignore_eos;                /* end-of-generation tokens masked out before sampling */
     char **stop;                    /* owned (moved from the request) */
     size_t n_stop;
     /* channel (guarded by mu) */

@@ -240,7 +240,17 @@ def wait_busy(base, n, secs=15):
         time.sleep(0.05)
     return False
 
-long_body = {"prompt": prompts[0], "temperature": 0, "stream": True}   # no max_tokens: runs to the full context
+# ignore_eos: the end-of-generation tokens are never sampled (llama.cpp's option)
+eos_body = {"prompt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello.", "max_tokens": 12, "temperature": 0}
+st, r = post("/v1/completions", eos_body)
+check("greedy stops at end of generation here", st == 200 and r["choices"][0]["finish_reason"] == "stop", r)
+st, r = post("/v1/completions", dict(eos_body, ignore_eos=True))
+check("ignore_eos: runs to max_tokens", st == 200 and r["choices"][0]["finish_reason"] == "length"
+      and r["usage"]["completion_tokens"] == 12, r)
+err("ignore_eos must be a boolean", 400, "/v1/completions", dict(eos_body, ignore_eos="yes"))
+
+# no max_tokens and ignore_eos: runs to the full context (ends only when cancelled)
+long_body = {"prompt": prompts[0], "temperature": 0, "stream": True, "ignore_eos": True}
 a = open_stream(small, long_body, "sekret")
 a.recv(64)                                                            # headers arrived (the job may still wait)
 check("the first request runs", wait_busy(small, 1), health(small))

@@ -36,7 +36,7 @@ TEST(parse_chat_fields) {
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],\"tool_choice\":\"auto\","
         "\"max_completion_tokens\":7,\"max_tokens\":9,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"min_p\":0.1,"
         "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"seed\":42,\"n\":1,"
-        "\"stop\":[\"A\",\"\",\"BC\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"stop\":[\"A\",\"\",\"BC\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true,"
         "\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":false,\"unknown\":[1,2]}";
     CHECK_EQ_INT(parse(SRV_CHAT, b), 0);
     CHECK_EQ_INT(R.n_msgs, 4);
@@ -63,7 +63,7 @@ TEST(parse_chat_fields) {
     CHECK_EQ_INT(R.sp.seed, 42);
     CHECK_EQ_INT(R.n_stop, 2);
     if (R.n_stop == 2) { CHECK_STR(R.stop[0], "A"); CHECK_STR(R.stop[1], "BC"); }
-    CHECK(R.stream && R.include_usage);
+    CHECK(R.stream && R.include_usage && R.ignore_eos);
     CHECK_EQ_INT(R.thinking, 0);
     /* tool_choice none drops the tools; a stop string alone; defaults */
     CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\","
@@ -126,6 +126,7 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "'stream' must be a boolean"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":1}}", "include_usage"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":1}", "'ignore_eos' must be a boolean"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
     };
