@@ -28,7 +28,9 @@ void TM_FN(tm_attn_head)(const tm_attn_args *a, int h);
 
 #ifndef TM_V16_DEFINED
 #define TM_V16_DEFINED
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi" /* static inline helpers only: no ABI crosses */
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi" /* static inline helpers only: no ABI crosses */
 #endif
 /* 16 floats as a GCC/clang vector: each ISA build lowers it to its widest registers. */
