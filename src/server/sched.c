@@ -19,9 +19,8 @@
  * request gives the same tokens as `tern run` with the same settings.
  *
  * Continuous batching: sched_forward() is the only place that runs the model.
- * Today it evaluates the slots one after the other (the kernels parallelise
- * inside each call); a batched multi-sequence forward (one weight pass for
- * all decoding slots) replaces its body without touching the rest.
+ * Decoding slots advance together through tern_session_eval_batch() (one
+ * weight pass for up to SCHED_BATCH of them); a prefill chunk runs on its own.
  */
 #include "server/server.h"
 
@@ -258,13 +257,40 @@ static void slot_sample(srv_sched *s, slot *sl) {
 /* Advance the given slots by one step: evaluate each one's pending input (a
  * prefill chunk, or the token it just sampled) so that its logits are ready.
  * This is the single boundary a batched multi-sequence forward replaces. */
+/* Decoding slots step together: one tern_session_eval_batch() per group of at
+ * most SCHED_BATCH reads the weights once for the group. Below 6 rows the
+ * batched pass is bit-identical to stepping each session alone (test_batch), so
+ * a request's text does not depend on what else is running; larger groups
+ * would switch the AVX-512 matmul to its GEMM kernel (results within 1e-3, not
+ * identical) and, on 2 cores, run slower than 5 (docs/performance.md). */
+#define SCHED_BATCH 5
+
+static void slot_eval_alone(slot *sl) {
+    sl->st = tern_session_eval(sl->sess, sl->in, sl->n_in, NULL);
+    if (sl->st) snprintf(sl->err, sizeof sl->err, "%s", tern_last_error());
+}
+
+static void eval_group(slot **g, int n) {
+    if (n == 1) { slot_eval_alone(g[0]); return; }
+    tern_session *ss[SCHED_BATCH] = {0};
+    int32_t ids[SCHED_BATCH] = {0};
+    for (int k = 0; k < n; k++) { ss[k] = g[k]->sess; ids[k] = g[k]->in[0]; }
+    if (tern_session_eval_batch(ss, ids, (size_t)n, NULL) == TERN_OK)
+        for (int k = 0; k < n; k++) g[k]->st = TERN_OK;
+    else /* a refused batch changed nothing: step each alone to find the culprit */
+        for (int k = 0; k < n; k++) slot_eval_alone(g[k]);
+}
+
 static void sched_forward(srv_sched *s, slot **act, int n) {
     (void)s;
+    slot *g[SCHED_BATCH];
+    int ng = 0;
     for (int i = 0; i < n; i++) {
-        slot *sl = act[i];
-        sl->st = tern_session_eval(sl->sess, sl->in, sl->n_in, NULL);
-        if (sl->st) snprintf(sl->err, sizeof sl->err, "%s", tern_last_error());
+        if (act[i]->phase != SLOT_DECODE || act[i]->n_in != 1) { slot_eval_alone(act[i]); continue; }
+        g[ng++] = act[i];
+        if (ng == SCHED_BATCH) { eval_group(g, ng); ng = 0; }
     }
+    if (ng) eval_group(g, ng);
 }
 
 void srv_sched_run(srv_sched *s) {
