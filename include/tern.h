@@ -272,6 +272,11 @@ TERN_API void tern_str_free(tern_str *s);
 TERN_API void tern_tokens_free(tern_tokens *t);
 TERN_API tern_status tern_str_append(tern_str *s, const char *data, size_t len);
 TERN_API tern_status tern_tokens_push(tern_tokens *t, int32_t id);
+/* Append s[0..n) to out with each byte that does not start a valid UTF-8
+ * sequence (overlong, surrogate, above U+10FFFF, truncated, stray continuation)
+ * and each NUL byte replaced by U+FFFD, so the result is valid UTF-8 for JSON
+ * and C strings. Valid sequences are copied unchanged. */
+TERN_API tern_status tern_utf8_sanitize(const char *s, size_t n, tern_str *out);
 
 /* Byte-level BPE tokenizer (GPT-2 byte mapping, merges by rank, NFC, the Qwen2 /
  * Qwen3.5 split regexes), as Hugging Face `tokenizers` encodes. */

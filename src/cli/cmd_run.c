@@ -26,29 +26,11 @@ static void usage(FILE *f) {
     gen_opts_help(f);
 }
 
-/* JSON needs valid UTF-8: invalid bytes become U+FFFD (as HF decode errors="replace"). */
-static char *utf8_sanitize(const char *s, size_t n) {
-    char *o = malloc(n * 3 + 1), *q = o;
-    if (!o) return NULL;
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
-                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
-        bool ok = need && i + need <= n;
-        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
-        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
-        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
-        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
-        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
-    }
-    *q = 0;
-    return o;
-}
-
 static void add_text(cJSON *j, const char *key, const char *s) {
-    char *c = utf8_sanitize(s ? s : "", s ? strlen(s) : 0);
-    cJSON_AddStringToObject(j, key, c ? c : "");
-    free(c);
+    tern_str c = {0}; /* JSON needs valid UTF-8: invalid bytes become U+FFFD */
+    tern_status st = tern_utf8_sanitize(s ? s : "", s ? strlen(s) : 0, &c);
+    cJSON_AddStringToObject(j, key, !st && c.data ? c.data : "");
+    tern_str_free(&c);
 }
 
 static bool on_text(const char *s, size_t n, void *user) {

@@ -46,26 +46,6 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
-char *srv_utf8_sanitize(const char *s, size_t n) {
-    size_t cap;
-    if (__builtin_mul_overflow(n, (size_t)3, &cap) || __builtin_add_overflow(cap, (size_t)1, &cap)) return NULL;
-    char *o = malloc(cap), *q = o;
-    if (!o) return NULL;
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
-                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
-        bool ok = need && i + need <= n && (need > 1 || u[i] != 0);
-        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
-        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
-        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
-        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
-        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
-    }
-    *q = 0;
-    return o;
-}
-
 /* A field that is absent or JSON null counts as not given. */
 static const cJSON *field(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -360,9 +340,10 @@ const char *srv_finish_str(srv_finish f) {
 }
 
 static void add_str(cJSON *o, const char *key, const char *s) {
-    char *c = srv_utf8_sanitize(s ? s : "", s ? strlen(s) : 0);
-    cJSON_AddStringToObject(o, key, c ? c : "");
-    free(c);
+    tern_str c = {0};
+    tern_status st = tern_utf8_sanitize(s ? s : "", s ? strlen(s) : 0, &c);
+    cJSON_AddStringToObject(o, key, !st && c.data ? c.data : "");
+    tern_str_free(&c);
 }
 
 static char *print_free(cJSON *o) {

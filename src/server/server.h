@@ -64,8 +64,6 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
                       size_t err_len);
 void srv_request_free(srv_request *r);
 
-/* Replace invalid UTF-8 with U+FFFD (JSON output must be valid UTF-8). malloc'd. */
-char *srv_utf8_sanitize(const char *s, size_t n);
 
 /* ------------------------------------------------------------- responses */
 

@@ -102,6 +102,28 @@ tern_status tern_str_append(tern_str *s, const char *data, size_t len) {
     return TERN_OK;
 }
 
+tern_status tern_utf8_sanitize(const char *s, size_t n, tern_str *out) {
+    size_t cap;
+    if (__builtin_mul_overflow(n, (size_t)3, &cap)) return tern_fail(TERN_ERR_NOMEM, "text: %zu bytes is too long", n);
+    tern_status st = str_reserve(out, cap); /* at most 3 bytes out per byte in */
+    if (st) return st;
+    const unsigned char *u = (const unsigned char *)s;
+    char *q = out->data + out->len;
+    for (size_t i = 0; i < n;) {
+        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
+                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
+        bool ok = need && i + need <= n && u[i] != 0;
+        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
+        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
+        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
+        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
+        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
+    }
+    out->len = (size_t)(q - out->data);
+    out->data[out->len] = 0;
+    return TERN_OK;
+}
+
 void tern_tokens_free(tern_tokens *t) {
     if (!t) return;
     if (t->ids) tern_free(t->ids, t->cap * sizeof *t->ids);

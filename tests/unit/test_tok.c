@@ -302,6 +302,31 @@ TEST(bad_inputs) {
     }
 }
 
+TEST(utf8_sanitize) {
+    static const struct { const char *in; size_t n; const char *out; } cases[] = {
+        {"plain ascii", 11, "plain ascii"},
+        {"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 9, "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"}, /* e-acute, euro, emoji */
+        {"a\x80z", 3, "a\xEF\xBF\xBDz"},                                   /* stray continuation */
+        {"\xC0\x80", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},                       /* overlong NUL */
+        {"\xE0\x80\xAF", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},       /* overlong 3-byte */
+        {"\xED\xA0\x80", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},       /* UTF-16 surrogate */
+        {"\xF4\x90\x80\x80", 4, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* > U+10FFFF */
+        {"\xF5", 1, "\xEF\xBF\xBD"},
+        {"x\xE2\x82", 3, "x\xEF\xBF\xBD\xEF\xBF\xBD"},                     /* truncated at the end */
+        {"a\0b", 3, "a\xEF\xBF\xBD" "b"},                                  /* NUL */
+        {"", 0, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tern_str s = {0};
+        CHECK_EQ_INT(tern_str_append(&s, "pre", 3), TERN_OK); /* appends after what is there */
+        CHECK_EQ_INT(tern_utf8_sanitize(cases[i].in, cases[i].n, &s), TERN_OK);
+        size_t want = 3 + strlen(cases[i].out);
+        CHECK_MSG(s.len == want && !memcmp(s.data, "pre", 3) && !strcmp(s.data + 3, cases[i].out),
+                  "case %zu: got %zu bytes", i, s.len);
+        tern_str_free(&s);
+    }
+}
+
 int main(void) {
     RUN(cases_qwen3_gguf);
     RUN(cases_qwen3_json);
@@ -316,5 +341,6 @@ int main(void) {
     RUN(llamacpp_qwen2_pairs);
     RUN(speed_1mb);
     RUN(bad_inputs);
+    RUN(utf8_sanitize);
     return check_summary();
 }
