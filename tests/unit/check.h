@@ -170,4 +170,21 @@ static inline float check_rand_normal(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* Index of the largest of v[0..n) (the first on ties), and the gap between the
+ * largest and the second largest (model parity checks). */
+static inline int check_argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+static inline float check_top2_margin(const float *v, int n) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (v[i] > a) { b = a; a = v[i]; }
+        else if (v[i] > b) b = v[i];
+    }
+    return a - b;
+}
+
 #endif

@@ -73,13 +73,6 @@ static tern_session *new_session(tern_model *m, int n_ctx, int n_chunk) {
     return s;
 }
 
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 /* max|a - b| / max|b|; *same = bit-identical. */
 static double rel_diff(const float *a, const float *b, int n, bool *same) {
     double d = 0, mx = 0;
@@ -153,7 +146,7 @@ static bool twins_step(twins *t, const int *idx, int k, bool give_rows, const ch
     for (int j = 0; ok && j < k; j++) {
         int i = idx[j];
         sa[j] = t->a[i];
-        tok[j] = tern_session_pos(t->b[i]) ? (int32_t)argmax(tern_session_logits(t->b[i]), t->V)
+        tok[j] = tern_session_pos(t->b[i]) ? (int32_t)check_argmax(tern_session_logits(t->b[i]), t->V)
                                            : rand_id(t->V);
     }
     int pos_before[64];

@@ -7,6 +7,7 @@
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
 #include "check.h"
+#include "kern_check.h"
 #include "model/backend.h"
 #include "formats/codecs.h"
 
@@ -55,72 +56,6 @@ static void gfree(void *p, size_t bytes) { G->free(p, bytes); }
 
 /* ------------------------------------------------------------ products */
 
-typedef struct tmat {
-    tern_qmat q;
-    uint8_t *buf;
-    double *deq;
-} tmat;
-
-static tmat make_mat(tern_dtype type, int64_t n, int64_t k) {
-    tmat t;
-    memset(&t, 0, sizeof t);
-    size_t be = tern_dtype_block_elems(type), bb = tern_dtype_block_bytes(type);
-    size_t rb = (size_t)k / be * bb;
-    t.buf = calloc((size_t)n * rb + 16, 1);
-    t.deq = calloc((size_t)(n * k), sizeof(double));
-    t.q.type = type; t.q.n = n; t.q.k = k; t.q.data = t.buf; t.q.row_bytes = rb;
-    for (int64_t r = 0; r < n; r++) {
-        uint8_t *row = t.buf + (size_t)r * rb;
-        double *dq = t.deq + r * k;
-        if (type == TERN_DT_F32 || type == TERN_DT_F16 || type == TERN_DT_BF16) {
-            for (int64_t j = 0; j < k; j++) {
-                float v = check_rand_normal() * 0.05f;
-                if (type == TERN_DT_F32) { memcpy(row + 4 * j, &v, 4); dq[j] = v; }
-                else if (type == TERN_DT_F16) {
-                    uint16_t h = tern_f32_to_f16(v); memcpy(row + 2 * j, &h, 2); dq[j] = tern_f16_to_f32(h);
-                } else {
-                    uint16_t h = tern_f32_to_bf16(v); memcpy(row + 2 * j, &h, 2); dq[j] = tern_bf16_to_f32(h);
-                }
-            }
-            continue;
-        }
-        for (int64_t b = 0; b < k / (int64_t)be; b++) {
-            uint8_t *blk = row + (size_t)b * bb;
-            uint16_t d = tern_f32_to_f16(0.004f + 0.026f * (float)check_rand_unit());
-            memcpy(blk, &d, 2);
-            double dd = tern_f16_to_f32(d);
-            for (size_t j = 0; j < be; j++) {
-                double *o = &dq[b * (int64_t)be + (int64_t)j];
-                if (type == TERN_DT_Q1_0) {
-                    int bit = (int)(check_rand_u64() >> 40) & 1;
-                    blk[2 + j / 8] |= (uint8_t)(bit << (j % 8));
-                    *o = bit ? dd : -dd;
-                } else {
-                    int trit = (int)((check_rand_u64() >> 33) % 3);
-                    blk[2 + j / 4] |= (uint8_t)(trit << (2 * (j % 4)));
-                    *o = (trit - 1) * dd;
-                }
-            }
-        }
-    }
-    return t;
-}
-
-static double err_vs_f64(const tmat *t, const float *x, size_t batch, const float *y, size_t ys) {
-    double maxref = 0, maxdiff = 0;
-    for (size_t b = 0; b < batch; b++)
-        for (int64_t r = 0; r < t->q.n; r++) {
-            double s = 0;
-            for (int64_t j = 0; j < t->q.k; j++) s += t->deq[r * t->q.k + j] * (double)x[b * t->q.k + j];
-            double d = fabs(s - (double)y[b * ys + (size_t)r]);
-            if (!(d <= maxdiff)) maxdiff = isnan(d) ? INFINITY : d;
-            if (fabs(s) > maxref) maxref = fabs(s);
-        }
-    return maxref > 0 ? maxdiff / maxref : maxdiff;
-}
-
-/* The matrix on the device at byte offset `off` (2: the 34-byte blocks then sit
- * at odd halfword addresses, the funnel-shift path). */
 static tern_qmat dev_mat(const tmat *t, size_t off, void **base, size_t *bytes) {
     size_t n = t->q.row_bytes * (size_t)t->q.n;
     *bytes = n + off;
@@ -140,7 +75,7 @@ TEST(matmul_types_batches_offsets) {
     const size_t batches[] = {1, 2, 3, 5, 8, 33};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t n = 37 + (int64_t)c * 11;
-        tmat t = make_mat(cases[c].t, n, cases[c].k);
+        tmat t = make_mat(cases[c].t, n, cases[c].k, 0);
         for (size_t off = 0; off <= 2; off += 2) {
             if (off && cases[c].t == TERN_DT_F32) continue; /* F32 rows are 4-byte aligned */
             void *base;
@@ -155,7 +90,7 @@ TEST(matmul_types_batches_offsets) {
                 G->matmul(NULL, &q, dx, B, K, dy, ys);
                 CHECK(G->sync() == TERN_OK);
                 float *y = host_of(dy, B * ys);
-                double e = err_vs_f64(&t, x, B, y, ys);
+                double e = rel_err_vs_f64(&t, x, B, (size_t)t.q.k, y, ys);
                 CHECK_MSG(e < 1e-3, "%s n %lld k %lld batch %zu off %zu: rel err %g",
                           tern_dtype_name(cases[c].t), (long long)n, (long long)K, B, off, e);
                 /* the padding between n and ys is never written */
@@ -172,8 +107,8 @@ TEST(matmul_types_batches_offsets) {
 
 TEST(matmul_multi_equals_separate) {
     NEED_GPU();
-    tmat a = make_mat(TERN_DT_PQ2_0, 70, 512), b = make_mat(TERN_DT_BF16, 9, 512),
-         c = make_mat(TERN_DT_PQ2_0, 33, 512);
+    tmat a = make_mat(TERN_DT_PQ2_0, 70, 512, 0), b = make_mat(TERN_DT_BF16, 9, 512, 0),
+         c = make_mat(TERN_DT_PQ2_0, 33, 512, 0);
     void *ba, *bb, *bc;
     size_t na, nb, nc;
     tern_qmat qa = dev_mat(&a, 0, &ba, &na), qb = dev_mat(&b, 0, &bb, &nb),
@@ -276,7 +211,7 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
 
 TEST(embed_ternary_vs_cpu_and_range) {
     NEED_GPU();
-    tmat t = make_mat(TERN_DT_PQ2_0, 50, 256);
+    tmat t = make_mat(TERN_DT_PQ2_0, 50, 256, 0);
     void *base;
     size_t wb;
     tern_qmat q = dev_mat(&t, 2, &base, &wb);
@@ -420,22 +355,6 @@ TEST(gdn_two_chunks_vs_cpu) {
 
 /* ------------------------------------------------------------ model parity */
 
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
-static float top2_margin(const float *v, int n) {
-    float a = -INFINITY, b = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (v[i] > a) { b = a; a = v[i]; }
-        else if (v[i] > b) b = v[i];
-    }
-    return a - b;
-}
-
 static int32_t *json_ids(const cJSON *arr, size_t *n) {
     *n = (size_t)cJSON_GetArraySize(arr);
     int32_t *ids = malloc(*n * sizeof *ids + 4);
@@ -501,9 +420,9 @@ static void parity(const char *fixture, const char *file, const char *model_key,
                 double d = fabs((double)g[i] - r[i]);
                 if (!(d <= maxd)) maxd = isnan(d) ? INFINITY : d;
             }
-            if (top2_margin(r, V) > 0.02f) {
+            if (check_top2_margin(r, V) > 0.02f) {
                 checked++;
-                if (argmax(g, V) != argmax(r, V)) bad++;
+                if (check_argmax(g, V) != check_argmax(r, V)) bad++;
             }
         }
         CHECK_MSG(maxd < 0.02, "%s %s seq %d chunk %d: max|diff| %g", fixture, file, si, chunk, maxd);
@@ -511,14 +430,14 @@ static void parity(const char *fixture, const char *file, const char *model_key,
         const cJSON *cont = cJSON_GetObjectItem(ent, "greedy_continuation");
         size_t nc;
         int32_t *want = json_ids(cont, &nc);
-        int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
+        int32_t tok = (int32_t)check_argmax(tern_session_logits(s), V);
         int same = 0;
         for (size_t i = 0; i < nc; i++) {
             if (tok != want[i]) break;
             same++;
             if (i + 1 < nc) {
                 CHECK(tern_session_eval(s, &tok, 1, NULL) == TERN_OK);
-                tok = (int32_t)argmax(tern_session_logits(s), V);
+                tok = (int32_t)check_argmax(tern_session_logits(s), V);
             }
         }
         CHECK_MSG(same == (int)nc, "%s %s seq %d: continuation diverges at step %d", fixture, file,
@@ -581,7 +500,7 @@ static void graph_vs_plain(const char *fixture, const char *file) {
         memcpy(l0, tern_session_logits(s[0]), (size_t)V * 4);
         double d = rel_diff(tern_session_logits(s[1]), l0, (size_t)V);
         CHECK_MSG(d < 1e-6, "%s step %d: graph vs plain %g", file, step, d);
-        tok = (int32_t)argmax(l0, V);
+        tok = (int32_t)check_argmax(l0, V);
     }
     unsetenv("TERN_CUDA_GRAPH");
     free(l0);

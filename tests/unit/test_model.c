@@ -43,26 +43,6 @@ static int32_t *json_ids(const cJSON *arr, size_t *n) {
     return ids;
 }
 
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
-static float top2_margin(const float *v, int n) {
-    float a = -INFINITY, b = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (v[i] > a) {
-            b = a;
-            a = v[i];
-        } else if (v[i] > b) {
-            b = v[i];
-        }
-    }
-    return a - b;
-}
-
 static int g_threads = 1; /* the pq2_0 parity test runs with 2 (threaded path) */
 static bool g_repack;     /* load with tern_model_params.repack */
 
@@ -127,9 +107,9 @@ static void parity_n(const char *fixture, const char *file, const char *model_ke
                 double d = fabs((double)g[i] - r[i]);
                 if (!(d <= maxd)) maxd = d; /* NaN propagates as failure */
             }
-            if (top2_margin(r, V) > 0.02f) {
+            if (check_top2_margin(r, V) > 0.02f) {
                 checked++;
-                if (argmax(g, V) != argmax(r, V)) bad_argmax++;
+                if (check_argmax(g, V) != check_argmax(r, V)) bad_argmax++;
             }
         }
         CHECK_MSG(maxd < 0.02, "%s %s seq %d: max|diff| %g", fixture, file, si, maxd);
@@ -139,14 +119,14 @@ static void parity_n(const char *fixture, const char *file, const char *model_ke
         const cJSON *cont = cJSON_GetObjectItem(ent, "greedy_continuation");
         size_t nc;
         int32_t *want = json_ids(cont, &nc);
-        int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
+        int32_t tok = (int32_t)check_argmax(tern_session_logits(s), V);
         int same = 0;
         for (size_t i = 0; i < nc; i++) {
             if (tok == want[i]) same++;
             else break;
             if (i + 1 < nc) {
                 CHECK(tern_session_eval(s, &tok, 1, NULL) == TERN_OK);
-                tok = (int32_t)argmax(tern_session_logits(s), V);
+                tok = (int32_t)check_argmax(tern_session_logits(s), V);
             }
         }
         CHECK_MSG(same == (int)nc, "%s %s seq %d: continuation diverges at step %d", fixture, file,
@@ -245,8 +225,8 @@ static void chunks(const char *fixture, const char *file) {
                 double d = fabs((double)a[i] - b[i]);
                 if (!(d <= maxd)) maxd = d;
             }
-            if (argmax(a, V) == argmax(b, V)) agree++;
-            else if (top2_margin(a, V) < 0.01f) near_tie_miss++;
+            if (check_argmax(a, V) == check_argmax(b, V)) agree++;
+            else if (check_top2_margin(a, V) < 0.01f) near_tie_miss++;
         }
         if (T >= 100)
             CHECK_MSG(agree * 100 >= 99 * (int)T, "chunk %d: argmax agree %d/%zu", sizes[c], agree, T);
