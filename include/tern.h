@@ -437,6 +437,14 @@ TERN_API tern_status tern_generate(tern_session *s, const tern_tokenizer *t, ter
                                    const int32_t *prompt, size_t n_prompt, const tern_gen_params *p,
                                    tern_gen_result *r);
 TERN_API void tern_gen_result_free(tern_gen_result *r);
+/* The stop-string rule of tern_generate, for callers with their own loop (a
+ * server): text[0..len) has just grown from `before` bytes. If a stop string
+ * now occurs where a new match can start, returns the offset of the earliest
+ * such match and sets *matched (the reply ends there). Otherwise clears
+ * *matched and returns how much of the text is safe to show: len minus the
+ * longest tail that is a proper prefix of a stop string. Empty strings never match. */
+TERN_API size_t tern_stop_scan(const char *text, size_t len, size_t before, const char *const *stop,
+                               size_t n_stop, bool *matched);
 /* @@TEXT@@ */
 
 #ifdef __cplusplus

@@ -124,17 +124,6 @@ struct srv_sched {
     bool stop;
 };
 
-/* Longest suffix of text[0..len) that is a proper prefix of a stop string. */
-static size_t held_tail(const char *text, size_t len, char *const *stop, size_t n_stop) {
-    size_t best = 0;
-    for (size_t k = 0; k < n_stop; k++) {
-        size_t sl = strlen(stop[k]);
-        for (size_t l = sl > 1 ? sl - 1 : 0; l > best; l--)
-            if (l <= len && !memcmp(text + len - l, stop[k], l)) { best = l; break; }
-    }
-    return best;
-}
-
 /* Publish text[emitted, upto) and the token count to the job's channel. */
 static void publish(slot *sl, size_t upto) {
     srv_job *j = sl->job;
@@ -228,19 +217,9 @@ static void slot_sample(srv_sched *s, slot *sl) {
     if (tern_token_is_eog(s->tok, id)) { slot_finish(s, sl, SRV_FINISH_STOP, NULL); return; }
     size_t before = sl->text.len;
     if (tern_detok_stream_push(&sl->ds, s->tok, id, &sl->text)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
-    bool stopped = false;
-    for (size_t k = 0; k < j->n_stop && !stopped; k++) {
-        size_t l = strlen(j->stop[k]);
-        size_t from = before >= l ? before - l + 1 : 0;
-        for (size_t i = from; i + l <= sl->text.len; i++)
-            if (!memcmp(sl->text.data + i, j->stop[k], l)) {
-                sl->text.len = i;
-                sl->text.data[i] = 0;
-                stopped = true;
-                break;
-            }
-    }
-    size_t safe = stopped ? sl->text.len : sl->text.len - held_tail(sl->text.data, sl->text.len, j->stop, j->n_stop);
+    bool stopped;
+    size_t safe = tern_stop_scan(sl->text.data, sl->text.len, before, (const char *const *)j->stop, j->n_stop, &stopped);
+    if (stopped) { sl->text.len = safe; sl->text.data[safe] = 0; }
     publish(sl, safe);
     if (stopped) {
         /* the cut text is final: nothing held back may be flushed after it */
@@ -256,8 +235,7 @@ static void slot_sample(srv_sched *s, slot *sl) {
 
 /* Advance the given slots by one step: evaluate each one's pending input (a
  * prefill chunk, or the token it just sampled) so that its logits are ready.
- * This is the single boundary a batched multi-sequence forward replaces. */
-/* Decoding slots step together: one tern_session_eval_batch() per group of at
+ * Decoding slots step together: one tern_session_eval_batch() per group of at
  * most SCHED_BATCH reads the weights once for the group. Below 6 rows the
  * batched pass is bit-identical to stepping each session alone (test_batch), so
  * a request's text does not depend on what else is running; larger groups

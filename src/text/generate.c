@@ -20,15 +20,21 @@ void tern_gen_result_free(tern_gen_result *r) {
     tern_str_free(&r->text);
 }
 
-/* Length of the longest suffix of text[0..len) that is a proper prefix of a stop string. */
-static size_t held_tail(const char *text, size_t len, const char *const *stop, size_t n_stop) {
-    size_t best = 0;
+size_t tern_stop_scan(const char *text, size_t len, size_t before, const char *const *stop, size_t n_stop,
+                      bool *matched) {
+    size_t cut = len, held = 0;
+    *matched = false;
     for (size_t k = 0; k < n_stop; k++) {
         size_t sl = strlen(stop[k]);
-        for (size_t l = sl > 1 ? sl - 1 : 0; l > best; l--)
-            if (l <= len && !memcmp(text + len - l, stop[k], l)) { best = l; break; }
+        if (!sl) continue;
+        /* a new match ends after `before`: it starts at before - sl + 1 or later */
+        for (size_t i = before >= sl ? before - sl + 1 : 0; i + sl <= len && i < cut; i++)
+            if (!memcmp(text + i, stop[k], sl)) { cut = i; *matched = true; break; }
+        /* the longest suffix that is a proper prefix of this stop string */
+        for (size_t l = sl - 1; l > held; l--)
+            if (l <= len && !memcmp(text + len - l, stop[k], l)) { held = l; break; }
     }
-    return best;
+    return *matched ? cut : len - held;
 }
 
 tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler *smp, const int32_t *prompt,
@@ -68,21 +74,9 @@ tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler
         if (tern_token_is_eog(t, id)) { r->reason = TERN_STOP_EOG; break; }
         size_t before = r->text.len;
         if ((st = tern_detok_stream_push(&ds, t, id, &r->text))) break;
-        /* stop strings: search the part that could contain a new match */
-        bool stopped = false;
-        for (size_t k = 0; k < p->n_stop && !stopped; k++) {
-            size_t sl = strlen(p->stop[k]);
-            if (!sl) continue;
-            size_t from = before >= sl ? before - sl + 1 : 0;
-            for (size_t i = from; i + sl <= r->text.len; i++)
-                if (!memcmp(r->text.data + i, p->stop[k], sl)) {
-                    r->text.len = i;
-                    r->text.data[i] = 0;
-                    stopped = true;
-                    break;
-                }
-        }
-        size_t safe = stopped ? r->text.len : r->text.len - held_tail(r->text.data, r->text.len, p->stop, p->n_stop);
+        bool stopped;
+        size_t safe = tern_stop_scan(r->text.data, r->text.len, before, p->stop, p->n_stop, &stopped);
+        if (stopped) { r->text.len = safe; r->text.data[safe] = 0; }
         if (safe > emitted && p->on_text) {
             if (!p->on_text(r->text.data + emitted, safe - emitted, p->user)) cancelled = true;
         }

@@ -186,6 +186,38 @@ TEST(bad_params) {
     CHECK_STR(tern_stop_reason_str(TERN_STOP_CONTEXT_FULL), "context_full");
 }
 
+/* The stop-string rule shared by tern_generate and the server, on hand-made cases. */
+TEST(stop_scan) {
+    const char *stops[] = {"END", "", "\n\n", "xyz"};
+    bool m;
+    /* no stop string, no prefix at the end: all safe */
+    CHECK_EQ_INT(tern_stop_scan("hello", 5, 0, stops, 4, &m), 5);
+    CHECK(!m);
+    /* "EN" could become "END": held back */
+    CHECK_EQ_INT(tern_stop_scan("hello EN", 8, 5, stops, 4, &m), 6);
+    CHECK(!m);
+    /* "x" and "xy" held ("xyz"), "\n" held ("\n\n") */
+    CHECK_EQ_INT(tern_stop_scan("abxy", 4, 2, stops, 4, &m), 2);
+    CHECK_EQ_INT(tern_stop_scan("ab\n", 3, 2, stops, 4, &m), 2);
+    CHECK(!m);
+    /* a match that spans the old and the new text */
+    CHECK_EQ_INT(tern_stop_scan("done EN" "D more", 13, 7, stops, 4, &m), 5);
+    CHECK(m);
+    /* a match wholly inside the old text is not new: not reported again */
+    CHECK_EQ_INT(tern_stop_scan("END and more", 12, 11, stops, 4, &m), 12);
+    CHECK(!m);
+    /* two stop strings in the new text: the earliest wins whatever their order */
+    CHECK_EQ_INT(tern_stop_scan("a xyz b\n\nc", 10, 0, stops + 2, 2, &m), 2);
+    CHECK(m);
+    CHECK_EQ_INT(tern_stop_scan("a\n\nb xyz", 8, 0, stops + 2, 2, &m), 1);
+    CHECK(m);
+    /* the empty string never matches; no stop strings at all */
+    CHECK_EQ_INT(tern_stop_scan("abc", 3, 0, stops + 1, 1, &m), 3);
+    CHECK(!m);
+    CHECK_EQ_INT(tern_stop_scan("", 0, 0, NULL, 0, &m), 0);
+    CHECK(!m);
+}
+
 int main(void) {
     RUN(greedy);
     RUN(temperature_matches_softmax);
@@ -194,5 +226,6 @@ int main(void) {
     RUN(penalties);
     RUN(seed_reproducible);
     RUN(bad_params);
+    RUN(stop_scan);
     return check_summary();
 }
