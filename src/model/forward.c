@@ -2,8 +2,8 @@
  * forward.c - the qwen35 (hybrid GDN + gated attention) and qwen3 (dense)
  * forward pass over one chunk of T tokens (or one token of each of n sessions),
  * written against the back-end table (backend.h) only. Matmuls run batched over
- * the chunk; the GDN recurrence and causal attention walk the chunk's tokens in
- * order inside the back-end.
+ * the chunk; the GDN recurrence (block-wise scan or token walk, the back-end's
+ * choice) and causal attention run inside the back-end.
  *
  * Per layer (pre-norm residual; the residual add is deferred into the next norm):
  *   site 1: r += delta; n = rmsnorm(r)*attn_norm; x' = H(n)        (x' = n without Hadamard)
