@@ -7,6 +7,7 @@
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
 #include "check.h"
+#include "model_check.h"
 #include "kern_check.h"
 #include "model/backend.h"
 #include "formats/codecs.h"
@@ -355,14 +356,6 @@ TEST(gdn_two_chunks_vs_cpu) {
 
 /* ------------------------------------------------------------ model parity */
 
-static int32_t *json_ids(const cJSON *arr, size_t *n) {
-    *n = (size_t)cJSON_GetArraySize(arr);
-    int32_t *ids = malloc(*n * sizeof *ids + 4);
-    size_t i = 0;
-    for (const cJSON *e = arr->child; e; e = e->next) ids[i++] = (int32_t)e->valueint;
-    return ids;
-}
-
 static void parity(const char *fixture, const char *file, const char *model_key, int chunk) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/reference.json", fixture);
@@ -430,16 +423,7 @@ static void parity(const char *fixture, const char *file, const char *model_key,
         const cJSON *cont = cJSON_GetObjectItem(ent, "greedy_continuation");
         size_t nc;
         int32_t *want = json_ids(cont, &nc);
-        int32_t tok = (int32_t)check_argmax(tern_session_logits(s), V);
-        int same = 0;
-        for (size_t i = 0; i < nc; i++) {
-            if (tok != want[i]) break;
-            same++;
-            if (i + 1 < nc) {
-                CHECK(tern_session_eval(s, &tok, 1, NULL) == TERN_OK);
-                tok = (int32_t)check_argmax(tern_session_logits(s), V);
-            }
-        }
+        int same = check_greedy_steps(s, want, nc, V);
         CHECK_MSG(same == (int)nc, "%s %s seq %d: continuation diverges at step %d", fixture, file,
                   si, same);
         fprintf(stderr, "  cuda %s/%s seq %d chunk %d: T %zu, max|diff| %.2e, argmax ok on %d rows, "

@@ -10,6 +10,7 @@
  * model file is checked (ASan makes the forward ~20x slower).
  */
 #include "check.h"
+#include "model_check.h"
 #include "tern.h"
 #include "formats/gguf.h"
 #include "kernels/kernels.h"
@@ -33,14 +34,6 @@ static cJSON *load_ref(const char *fixture) {
     cJSON *j = cJSON_Parse(t);
     free(t);
     return j;
-}
-
-static int32_t *json_ids(const cJSON *arr, size_t *n) {
-    *n = (size_t)cJSON_GetArraySize(arr);
-    int32_t *ids = malloc(*n * sizeof *ids + 1);
-    size_t i = 0;
-    for (const cJSON *e = arr->child; e; e = e->next) ids[i++] = (int32_t)e->valueint;
-    return ids;
 }
 
 static int g_threads = 1; /* the pq2_0 parity test runs with 2 (threaded path) */
@@ -119,16 +112,7 @@ static void parity_n(const char *fixture, const char *file, const char *model_ke
         const cJSON *cont = cJSON_GetObjectItem(ent, "greedy_continuation");
         size_t nc;
         int32_t *want = json_ids(cont, &nc);
-        int32_t tok = (int32_t)check_argmax(tern_session_logits(s), V);
-        int same = 0;
-        for (size_t i = 0; i < nc; i++) {
-            if (tok == want[i]) same++;
-            else break;
-            if (i + 1 < nc) {
-                CHECK(tern_session_eval(s, &tok, 1, NULL) == TERN_OK);
-                tok = (int32_t)check_argmax(tern_session_logits(s), V);
-            }
-        }
+        int same = check_greedy_steps(s, want, nc, V);
         CHECK_MSG(same == (int)nc, "%s %s seq %d: continuation diverges at step %d", fixture, file,
                   si, same);
         fprintf(stderr, "  %s/%s seq %d: T %zu, max|diff| %.2e, argmax ok on %d margin>0.02 rows, "
