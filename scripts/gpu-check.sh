@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# gpu-check.sh - one whole device call for the CUDA back-end.
+#
+#   scripts/gpu-check.sh pack     (here, no GPU needed) build with CUDA into build-gpu/, gather the
+#                                 binaries, the shared libraries the device image lacks (cJSON,
+#                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
+#                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
+#   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
+#       STEPS: comma list of  tests,sanitize,bench,bench8b,benchq2  (default tests,bench)
+#
+# A short table is printed last; full logs go to $OUT (8 files at most come back).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+P=.gpu
+if [ "$mode" = pack ]; then
+  set -e
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> "$(git rev-parse --git-common-dir)/info/exclude"
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON >/dev/null
+  cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_batch test_model >/dev/null
+  rm -rf $P; mkdir -p $P/bin $P/lib
+  cp build-gpu/tern build-gpu/test_cuda build-gpu/test_batch build-gpu/test_model $P/bin/
+  ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
+    while read -r l; do cp -L "$l" $P/lib/; done
+  F=${TERN_FIXTURES:-../shared/fixtures}
+  tar -C "$F" -cf - qwen35-tiny/model-pq2_0.gguf \
+      qwen35-tiny/reference.json qwen35-tiny/logits-A-0.f32 qwen35-tiny/logits-A-1.f32 qwen35-tiny/logits-A-2.f32 \
+      qwen3-tiny/model-q2_0.gguf qwen3-tiny/model-q2_0_g64.gguf qwen3-tiny/reference.json \
+      qwen3-tiny/logits-0.f32 qwen3-tiny/logits-1.f32 qwen3-tiny/logits-2.f32 \
+      qwen3-q1-tiny/model-q1_0.gguf qwen3-q1-tiny/reference.json \
+      qwen3-q1-tiny/logits-0.f32 qwen3-q1-tiny/logits-1.f32 qwen3-q1-tiny/logits-2.f32 | xz -9 -T0 > $P/fixtures.tar.xz
+  strip $P/bin/*; tar -C $P -cf - bin lib | xz -9 -T0 > $P/bin.tar.xz; rm -rf $P/bin $P/lib
+  du -sh $P; du -sh $P/*
+  exit 0
+fi
+
+# ------------------------------------------------------------------ on the device
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+steps=${2:-tests,bench}
+has() { [[ ",$steps," == *",$1,"* ]]; }
+export LD_LIBRARY_PATH=$PWD/$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+B=$PWD/$P/bin
+W=/tmp/tern-gpu; mkdir -p $W/fx
+table=()
+row() { table+=("$(printf '%-34s %s' "$1" "$2")"); }
+log=$OUT/gpu-check.log; : > "$log"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >> "$log" 2>&1
+[ -d $P/bin ] || tar -C $P -xJf $P/bin.tar.xz
+[ -d $W/fx/qwen35-tiny ] || xz -dc $P/fixtures.tar.xz | tar -C $W/fx -xf -
+export TERN_FIXTURES=$W/fx
+if has tests; then
+  for t in test_cuda test_batch test_model; do
+    s=$(date +%s.%N)
+    TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $OUT/$t.log 2>&1; rc=$?
+    e=$(python3 -c "print(f'{$(date +%s.%N)-$s:.1f}')")
+    row "$t (device cuda)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $OUT/$t.log) fails, ${e}s; $(tail -n 1 $OUT/$t.log | cut -c1-60)"
+  done
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    TERN_TEST_DEVICE=cuda timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/tern eval -m $W/fx/qwen35-tiny/model-pq2_0.gguf --device cuda --ids 1,2,3,4,5,6,7,8,9,10 --chunk 7 \
+      --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
+    row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E 'ERROR SUMMARY' $OUT/san-$tool.log)"
+  done
+fi
+bench() { # preset tag
+  local m=$W/$1.gguf
+  [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
+  $B/tern bench model -m $m --device cuda -p 512 -n 128 --reps 3 --batch 8 --json > $OUT/bench-$1.json 2>> "$log"
+  row "bench $1" "$(python3 - $OUT/bench-$1.json <<'PY'
+import json,sys
+try:
+    d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+    r=d['tg_tok_s']*d['bytes_per_token']/1e9/d['ceiling_gbps']
+    print(f"tg {d['tg_tok_s']:.1f} tok/s ({r:.0%} of {d['ceiling_gbps']:.0f} GB/s) pp {d['pp_tok_s']:.0f} tok/s"
+          + (f" b8 {d.get('batch_tok_s',0):.0f}" if 'batch_tok_s' in d else "") + (f" launches/tok {d['launches_per_token']}" if 'launches_per_token' in d else ""))
+except Exception as e: print('no result:', e)
+PY
+)"
+}
+has bench && bench bonsai2-27b
+has benchq2 && bench ternary-bonsai-27b
+has bench8b && bench ternary-bonsai-8b
+echo; echo "== gpu-check $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)"
+for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"
