@@ -1,22 +1,44 @@
 /*
- * backend.h - the back-end table the forward passes call (CPU, CUDA).
- * The forward pass (forward.c) holds no CPU specifics: every numeric step goes
- * through one of these function pointers. All activations are float32 rows.
+ * backend.h - the seam between the model and the back-ends (CPU, CUDA).
  *
- * Memory: a back-end with its own memory (a GPU) fills the hooks alloc ..
- * sync; then every pointer the table's functions get (weights, activations,
- * caches, states) is its memory, except embed's ids (host). NULL hooks mean
- * host memory; callers use the tm_be_* wrappers below, which fall back to
- * tern_alloc_aligned / memcpy / memset.
+ * A back-end is an instance (tm_backend) made by the registry (tm_backend_create, by
+ * name) with a context of its own: the CPU back-end holds its thread pool, the CUDA
+ * back-end its device, stream, step graphs and memory. Nothing of one back-end crosses
+ * the table: the model hands it weights, sessions and rows, the back-end decides how the
+ * work is split, queued, graphed and read back.
  *
- * Conventions: `rows` activations of width n, row stride n unless stated.
- * Weights are tern_qmat (kernels.h); signs NULL means "no Hadamard at this site".
+ * Two levels:
+ *   tm_backend_vt  layer-sized operations, what forward.c calls: embed, a whole attention
+ *                  mixer, a whole GDN mixer, the FFN block, the head; plus how one step is
+ *                  run (run_step: a back-end may record and replay it as a graph), memory,
+ *                  per-session state and the batch size it prefers. forward.c only
+ *                  sequences layers.
+ *   tm_ops         op-sized building blocks (matmul, Hadamard sites, norms, RoPE,
+ *                  attention, GDN, movers). layers.c writes the layer-sized operations
+ *                  once on top of them (tm_layers_generic); the CPU back-end uses exactly
+ *                  that, a GPU back-end overrides what it fuses.
+ *
+ * Memory: every pointer the table gets (weights, activations, caches, states) is the
+ * back-end's memory (alloc/upload; host memory for the CPU), except token ids and the
+ * logits rows the head writes (host). All activations are float32 rows; `rows`
+ * activations of width n, row stride n unless stated. Weights are tern_qmat (kernels.h);
+ * signs NULL means "no Hadamard at this site".
+ *
+ * Per-session state private to a back-end: the GDN recurrent state of one layer is
+ * gdn_state_floats() floats; the first n_v*dk*dv are the state S [n_v][dk][dv] as the
+ * model defines it after applying whatever the back-end keeps beside it (the CPU keeps
+ * the last token's rank-1 update apart, see backend_cpu.c). All zeros is the empty
+ * state on every back-end.
  */
 #ifndef TERN_MODEL_BACKEND_H
 #define TERN_MODEL_BACKEND_H
 
 #include "model/model.h"
 
+typedef struct tm_backend tm_backend;
+typedef struct tm_step tm_step;
+
+/* Causal attention of `rows` queries at positions pos0.. over a cache. */
 typedef struct tm_attn_args {
     const float *q;        /* [rows][n_head*head_dim] (after norm + RoPE) */
     size_t q_stride;
@@ -29,6 +51,7 @@ typedef struct tm_attn_args {
     float *scratch;        /* >= n_head * (pos0 + rows) floats */
 } tm_attn_args;
 
+/* One GDN layer over `rows` tokens of one sequence. */
 typedef struct tm_gdn_args {
     const float *qkv;      /* [rows][conv_ch] projected (pre-conv) q|k|v */
     const float *z;        /* [rows][n_v*dv] output gate */
@@ -38,9 +61,7 @@ typedef struct tm_gdn_args {
     const float *dt_bias;  /* [n_v] */
     const float *norm;     /* [dv] */
     float *conv_state;     /* [conv_k-1][conv_ch]: the last conv_k-1 inputs, oldest first */
-    float *state;          /* [n_v][dk][dv] (see pending) */
-    float *pending;        /* [n_v][1 + dk + dv]: the last token's rank-1 update, not yet in
-                              state: S_true = pd*state + pk pdl^T (zeros: empty) */
+    float *state;          /* gdn_state_floats() floats: the back-end's state of this layer */
     float *out;            /* [rows][n_v*dv] gated-normed output, in run order */
     float *work;           /* [rows][conv_ch] scratch */
     int rows;
@@ -49,108 +70,166 @@ typedef struct tm_gdn_args {
     float eps;
 } tm_gdn_args;
 
-typedef struct tern_backend {
-    const char *name;
+/* Op-sized building blocks. `be` is the instance the op runs on. */
+typedef struct tm_ops {
     /* y = W x for `batch` rows (strides in floats). */
-    void (*matmul)(tern_pool *pool, const tern_qmat *w, const float *x, size_t batch,
+    void (*matmul)(tm_backend *be, const tern_qmat *w, const float *x, size_t batch,
                    size_t x_stride, float *y, size_t y_stride);
-    void (*matmul_multi)(tern_pool *pool, int n, const tern_qmat *const *w, const float *x,
+    void (*matmul_multi)(tm_backend *be, int n, const tern_qmat *const *w, const float *x,
                          size_t batch, size_t x_stride, float *const *y, const size_t *y_stride);
-    void (*hadamard)(tern_pool *pool, float *x, size_t rows, size_t n, size_t block,
+    void (*hadamard)(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                      const float *signs);
     /* r += d (d may be NULL); normed = rmsnorm(r)*gain; rotated = H(normed) or copy. */
-    void (*add_rmsnorm_hadamard)(tern_pool *pool, float *r, const float *d, const float *gain,
+    void (*add_rmsnorm_hadamard)(tm_backend *be, float *r, const float *d, const float *gain,
                                  float eps, float *normed, float *rotated, size_t rows,
                                  size_t n, size_t block, const float *signs);
     /* out = silu(gate)*up, then H(out) if signs. gate/up/out stride n. */
-    void (*swiglu_hadamard)(tern_pool *pool, const float *gate, const float *up, float *out,
+    void (*swiglu_hadamard)(tm_backend *be, const float *gate, const float *up, float *out,
                             size_t rows, size_t n, size_t block, const float *signs);
-    /* out[i] = dequantized row ids[i] of emb, then the inverse transform if signs. */
-    tern_status (*embed)(tern_pool *pool, const tern_qmat *emb, const int32_t *ids, size_t n,
+    /* out[i] = dequantized row ids[i] (host ids, checked) of emb, then the inverse
+     * transform if signs. */
+    tern_status (*embed)(tm_backend *be, const tern_qmat *emb, const int32_t *ids, size_t n,
                          float *out, size_t block, const float *signs);
     /* Per-head RMSNorm in place: x[r*stride + h*hd ..] for h < n_heads. */
-    void (*head_rmsnorm)(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads,
+    void (*head_rmsnorm)(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads,
                          int hd, const float *gain, float eps);
     /* NEOX RoPE on the first rot dims of each head: pairs (i, i+rot/2). */
-    void (*rope)(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads, int hd,
+    void (*rope)(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads, int hd,
                  int rot, int pos0, float theta);
-    void (*attention)(tern_pool *pool, const tm_attn_args *a);
-    void (*gdn)(tern_pool *pool, const tm_gdn_args *a);
-    /* Small data movers (device memory on a GPU back-end). */
+    void (*attention)(tm_backend *be, const tm_attn_args *a);
+    void (*gdn)(tm_backend *be, const tm_gdn_args *a);
     /* dst[r*ds + c] = src[r*ss + c] for c < n. */
-    void (*copy_rows)(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
+    void (*copy_rows)(tm_backend *be, float *dst, size_t ds, const float *src, size_t ss,
+                      size_t rows, size_t n);
     /* src row = n_heads x [hd a | hd b] -> a, b rows of n_heads*hd. */
-    void (*split_heads)(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
+    void (*split_heads)(tm_backend *be, const float *src, size_t rows, int n_heads, int hd,
+                        float *a, float *b);
     /* x *= sigmoid(g), elementwise over rows x n (both stride n). */
-    void (*mul_sigmoid)(float *x, const float *g, size_t rows, size_t n);
+    void (*mul_sigmoid)(tm_backend *be, float *x, const float *g, size_t rows, size_t n);
     /* GDN output tiled -> grouped: dst head k*r+j = src head j*n_k+k (rows of n_v*dv). */
-    void (*permute_tiled_grouped)(const float *src, float *dst, size_t rows, int n_k, int n_v,
-                                  int dv);
-    /* Optional memory hooks (NULL: host memory). alloc returns zeroed memory or NULL;
-     * free gets the size given to alloc; upload/download are complete on return. */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p, size_t bytes);
-    tern_status (*upload)(void *dst, const void *src_host, size_t n);
-    tern_status (*download)(void *dst_host, const void *src, size_t n);
-    tern_status (*zero)(void *p, size_t n);
-    /* Wait for queued work; returns the first error of the work since the last sync. */
-    tern_status (*sync)(void);
-    /* Optional: store k/v rows into the layer's caches kc/vc [n_ctx][kvw] at positions
-     * pos0.. (NULL: two copy_rows). */
-    void (*kv_store)(float *kc, float *vc, const float *k, const float *v, size_t kvw,
-                     size_t rows, int pos0);
-    /* Optional single-token step graphs (NULL: none). graph_begin starts recording one
-     * step (TERN_ERR_UNSUPPORTED: graphs are off); the step is then queued as usual and
-     * graph_end(.., dlogits) finishes it into *graph (the logits row goes to host memory
-     * inside the graph). graph_run replays it for (pos0, token), filling logits_host, and
-     * says *ran = false when the graph is stale (record again). */
-    tern_status (*graph_begin)(int pos0, int32_t token, size_t n_vocab, void **graph);
-    tern_status (*graph_end)(void *graph, const float *dlogits);
-    tern_status (*graph_run)(void *graph, int pos0, int32_t token, float *logits_host, bool *ran);
-    void (*graph_free)(void *graph);
-} tern_backend;
+    void (*permute_tiled_grouped)(tm_backend *be, const float *src, float *dst, size_t rows,
+                                  int n_k, int n_v, int dv);
+    /* store k/v rows into the layer's caches kc/vc [n_ctx][kvw] at positions pos0.. */
+    void (*kv_store)(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
+                     size_t kvw, size_t rows, int pos0);
+} tm_ops;
+
+/* One forward pass: T rows that are either one sequence (n_seq == 1: ss[0]'s tokens
+ * at positions pos..pos+T-1, a chunk) or T sequences of one row each (n_seq == T: row
+ * i is ss[i]'s next token at its own position, a batch). Everything positional (RoPE,
+ * KV cache, attention, GDN conv + state) runs per sequence; everything else over all T
+ * rows. w is the session whose scratch the pass uses. */
+struct tm_step {
+    tern_session *w;
+    tern_session *const *ss;
+    int n_seq, T, R;       /* R: rows per sequence (T when n_seq == 1, else 1) */
+    const int32_t *tokens; /* host, T ids */
+    bool dec;              /* single-token rows: use the decode-layout weight copies */
+    float *rows_out;       /* host [T][n_vocab] or NULL: only the last row, into w->logits */
+};
+
+typedef tern_status (*tm_layers_fn)(tm_backend *be, const tm_step *st);
+
+typedef struct tm_backend_vt {
+    const char *name;
+    bool device_memory;    /* the table's pointers are not host memory */
+    void (*destroy)(tm_backend *be);
+    /* Rows a batched decode step should hold for the best aggregate speed. */
+    int (*batch_hint)(const tm_backend *be);
+    /* memory (alloc returns zeroed memory or NULL; free gets the size given to alloc;
+     * upload/download are complete on return) */
+    void *(*alloc)(tm_backend *be, size_t bytes);
+    void (*free)(tm_backend *be, void *p, size_t bytes);
+    tern_status (*upload)(tm_backend *be, void *dst, const void *src_host, size_t n);
+    tern_status (*download)(tm_backend *be, void *dst_host, const void *src, size_t n);
+    tern_status (*zero)(tm_backend *be, void *p, size_t n);
+    /* wait for queued work; the first error of the work since the last sync */
+    tern_status (*sync)(tm_backend *be);
+    /* floats of one GDN layer's recurrent state (see above) */
+    size_t (*gdn_state_floats)(const tm_backend *be, const tm_hparams *hp);
+    /* what the back-end keeps per session (graphs...), released with the session */
+    void (*session_release)(tm_backend *be, tern_session *s);
+    /* layer-sized operations */
+    tern_status (*embed)(tm_backend *be, const tm_step *st);
+    /* r += delta; site-1 norm; the whole mixer; delta = its output projection */
+    void (*attn_mixer)(tm_backend *be, const tm_step *st, const tm_layer *l);
+    void (*gdn_mixer)(tm_backend *be, const tm_step *st, const tm_layer *l);
+    /* r += delta; site-2 norm; gate/up, SwiGLU (+ transform), down -> delta */
+    void (*ffn)(tm_backend *be, const tm_step *st, const tm_layer *l);
+    /* r += delta; output norm; logits; rows to the host (st->rows_out / sessions' logits) */
+    tern_status (*head)(tm_backend *be, const tm_step *st);
+    /* Run one step: call layers(be, st) (which queues embed .. head) and finish it; a
+     * back-end may instead replay a recorded graph of an earlier identical step. NULL:
+     * layers, then sync. */
+    tern_status (*run_step)(tm_backend *be, const tm_step *st, tm_layers_fn layers);
+} tm_backend_vt;
+
+struct tm_backend {
+    const tm_backend_vt *vt;
+    const tm_ops *ops;
+    const tern_model *m;   /* set by the loader once the model is bound (may be NULL) */
+};
+
+/* ------------------------------------------------------------ the registry */
+typedef struct tm_backend_params {
+    int n_threads;         /* CPU: <= 0 = one per online core */
+    int device_index;      /* CUDA: GPU ordinal */
+} tm_backend_params;
+
+typedef struct tm_backend_entry {
+    const char *name;      /* "cpu", "cuda" */
+    bool compiled;         /* built into this library */
+    /* present on this machine; *what gets a description ("NVIDIA H200 ...") */
+    bool (*present)(const char **what);
+    tern_status (*create)(const tm_backend_params *p, tm_backend **out);
+} tm_backend_entry;
+
+/* The entries compiled in or not, in a fixed order; n set to their count. */
+const tm_backend_entry *tm_backends(int *n);
+/* "cuda:1" -> the cuda entry with device_index 1. Errors name what exists. */
+tern_status tm_backend_create(const char *spec, const tm_backend_params *p, tm_backend **out);
+static inline void tm_backend_destroy(tm_backend *be) {
+    if (be) be->vt->destroy(be);
+}
+
+/* the CPU instance's thread pool (NULL for another back-end) */
+tern_pool *tm_backend_cpu_pool(const tm_backend *be);
+/* the entries' constructors (backend_cpu.c, backend_cuda.c) */
+tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
+tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
+bool tm_backend_cuda_present(const char **what);
+const char *tm_backend_cuda_device(void); /* the GPU's name ("" when none) */
+/* Choose the CPU hot-loop variant for tern_kernels_isa() (at CPU back-end creation). */
+void tm_backend_cpu_select(void);
 
 /* ------------------------------------------------ memory through a table */
-static inline void *tm_be_alloc(const tern_backend *be, size_t n) {
-    if (be->alloc) return be->alloc(n ? n : 1);
-    void *p = tern_alloc_aligned(n ? n : 1);
-    if (p) memset(p, 0, n ? n : 1);
-    return p;
+static inline void *tm_be_alloc(tm_backend *be, size_t n) { return be->vt->alloc(be, n ? n : 1); }
+static inline void tm_be_free(tm_backend *be, void *p, size_t n) {
+    if (p) be->vt->free(be, p, n ? n : 1);
 }
-static inline void tm_be_free(const tern_backend *be, void *p, size_t n) {
-    if (!p) return;
-    if (be->free) be->free(p, n ? n : 1);
-    else tern_free_aligned(p, n ? n : 1);
+static inline tern_status tm_be_upload(tm_backend *be, void *dst, const void *src, size_t n) {
+    return be->vt->upload(be, dst, src, n);
 }
-static inline tern_status tm_be_upload(const tern_backend *be, void *dst, const void *src, size_t n) {
-    if (be->upload) return be->upload(dst, src, n);
-    if (n) memcpy(dst, src, n);
-    return TERN_OK;
+static inline tern_status tm_be_download(tm_backend *be, void *dst, const void *src, size_t n) {
+    return be->vt->download(be, dst, src, n);
 }
-static inline tern_status tm_be_download(const tern_backend *be, void *dst, const void *src, size_t n) {
-    if (be->download) return be->download(dst, src, n);
-    if (n && dst != src) memcpy(dst, src, n);
-    return TERN_OK;
+static inline tern_status tm_be_zero(tm_backend *be, void *p, size_t n) {
+    return be->vt->zero(be, p, n);
 }
-static inline tern_status tm_be_zero(const tern_backend *be, void *p, size_t n) {
-    if (be->zero) return be->zero(p, n);
-    if (n) memset(p, 0, n);
-    return TERN_OK;
-}
-static inline tern_status tm_be_sync(const tern_backend *be) {
-    return be->sync ? be->sync() : TERN_OK;
-}
-/* True when the table's pointers are not host memory. */
-static inline bool tm_be_device(const tern_backend *be) { return be->alloc != NULL; }
+static inline tern_status tm_be_sync(tm_backend *be) { return be->vt->sync(be); }
+static inline bool tm_be_device(const tm_backend *be) { return be->vt->device_memory; }
 
-const tern_backend *tm_backend_cpu(void);
-/* The CUDA table, or NULL when the library was built without CUDA. */
-const tern_backend *tm_backend_cuda(void);
-/* Make the CUDA device ready (TERN_ERR_UNSUPPORTED: not compiled in or no device). */
-tern_status tm_backend_cuda_init(void);
-/* Device description ("" when none). */
-const char *tm_backend_cuda_device(void);
-/* Choose the CPU hot-loop variant for tern_kernels_isa() (called at model load). */
-void tm_backend_cpu_select(void);
+/* ----------------------------------------------- layers.c: written once */
+/* The layer-sized operations on top of be->ops (the CPU back-end's, and the default of
+ * any back-end for what it does not fuse). */
+tern_status tm_layers_embed(tm_backend *be, const tm_step *st);
+void tm_layers_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l);
+void tm_layers_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l);
+void tm_layers_ffn(tm_backend *be, const tm_step *st, const tm_layer *l);
+/* The head into `logits` (be memory, rows of n_vocab): all T rows, or the last only. */
+void tm_layers_head_rows(tm_backend *be, const tm_step *st, float *logits, bool all_rows);
+
+/* host helpers for host-memory back-ends: host head (logits straight into place) */
+tern_status tm_layers_head_host(tm_backend *be, const tm_step *st);
 
 #endif

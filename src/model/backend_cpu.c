@@ -33,41 +33,44 @@ void tm_attn_head_avx512(const tm_attn_args *a, int h);
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* --------------------------------------------------------- kernel wrappers */
 
-static void cpu_matmul(tern_pool *pool, const tern_qmat *w, const float *x, size_t batch,
+static void cpu_matmul(tm_backend *be, const tern_qmat *w, const float *x, size_t batch,
                        size_t xs, float *y, size_t ys) {
+    tern_pool *pool = tm_backend_cpu_pool(be);
     tern_matmul(w, x, batch, xs, y, ys, pool);
 }
 
-static void cpu_matmul_multi(tern_pool *pool, int n, const tern_qmat *const *w, const float *x,
+static void cpu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, const float *x,
                              size_t batch, size_t xs, float *const *y, const size_t *ys) {
+    tern_pool *pool = tm_backend_cpu_pool(be);
     tern_matmul_multi(n, w, x, batch, xs, y, ys, pool);
 }
 
-static void cpu_hadamard(tern_pool *pool, float *x, size_t rows, size_t n, size_t block,
+static void cpu_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                          const float *signs) {
-    (void)pool;
+    (void)be;
     if (signs) tern_hadamard(x, rows, n, block, signs);
 }
 
-static void cpu_add_rmsnorm_hadamard(tern_pool *pool, float *r, const float *d, const float *gain,
+static void cpu_add_rmsnorm_hadamard(tm_backend *be, float *r, const float *d, const float *gain,
                                      float eps, float *normed, float *rotated, size_t rows,
                                      size_t n, size_t block, const float *signs) {
-    (void)pool;
+    (void)be;
     tern_add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs);
 }
 
-static void cpu_swiglu_hadamard(tern_pool *pool, const float *gate, const float *up, float *out,
+static void cpu_swiglu_hadamard(tm_backend *be, const float *gate, const float *up, float *out,
                                 size_t rows, size_t n, size_t block, const float *signs) {
-    (void)pool;
+    (void)be;
     tern_swiglu_hadamard(gate, up, out, rows, n, block, signs);
 }
 
-static tern_status cpu_embed(tern_pool *pool, const tern_qmat *emb, const int32_t *ids, size_t n,
+static tern_status cpu_embed(tm_backend *be, const tern_qmat *emb, const int32_t *ids, size_t n,
                              float *out, size_t block, const float *signs) {
-    (void)pool;
+    (void)be;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= emb->n)
             return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %lld)", (int)ids[i],
@@ -105,8 +108,9 @@ static void hn_task(void *vc, int task, int n_tasks) {
     }
 }
 
-static void cpu_head_rmsnorm(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads,
+static void cpu_head_rmsnorm(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads,
                              int hd, const float *gain, float eps) {
+    tern_pool *pool = tm_backend_cpu_pool(be);
     hn_ctx c = {x, rows, stride, n_heads, hd, gain, eps};
     int nt = pool ? tern_pool_size(pool) : 1;
     if (rows * n_heads < 8) nt = 1;
@@ -115,9 +119,9 @@ static void cpu_head_rmsnorm(tern_pool *pool, float *x, size_t rows, size_t stri
 
 /* ------------------------------------------------------------------ RoPE */
 
-static void cpu_rope(tern_pool *pool, float *x, size_t rows, size_t stride, int n_heads, int hd,
+static void cpu_rope(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads, int hd,
                      int rot, int pos0, float theta) {
-    (void)pool;
+    (void)be;
     int half = rot / 2;
     for (size_t r = 0; r < rows; r++) {
         double pos = (double)(pos0 + (int)r);
@@ -182,7 +186,8 @@ static void attn_task(void *vc, int h, int n_tasks) {
     g_attn_head(vc, h);
 }
 
-static void cpu_attention(tern_pool *pool, const tm_attn_args *a) {
+static void cpu_attention(tm_backend *be, const tm_attn_args *a) {
+    tern_pool *pool = tm_backend_cpu_pool(be);
     tern_pool_run(pool, attn_task, (void *)a, a->n_head);
 }
 
@@ -255,7 +260,8 @@ static void gdn_blocks_task(void *vc, int p, int n_tasks) {
     g_gdn_blocks(c->a, c->conv_ch, p);
 }
 
-static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
+static void cpu_gdn(tm_backend *be, const tm_gdn_args *a) {
+    tern_pool *pool = tm_backend_cpu_pool(be);
     gdn_ctx c = {a, 2 * a->n_k * a->dk + a->n_v * a->dv};
     int nt = pool ? tern_pool_size(pool) : 1;
     /* conv and L2 norms are a few microseconds for a decode step: inline */
@@ -270,13 +276,21 @@ static void cpu_gdn(tern_pool *pool, const tm_gdn_args *a) {
 
 /* ------------------------------------------------------------ data movers */
 
-static void cpu_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
-                          size_t n) {
+static void cpu_copy_rows(tm_backend *be, float *dst, size_t ds, const float *src, size_t ss,
+                          size_t rows, size_t n) {
+    (void)be;
     for (size_t r = 0; r < rows; r++) memcpy(dst + r * ds, src + r * ss, n * sizeof(float));
 }
 
-static void cpu_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a,
-                            float *b) {
+static void cpu_kv_store(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
+                         size_t kvw, size_t rows, int pos0) {
+    cpu_copy_rows(be, kc + (size_t)pos0 * kvw, kvw, k, kvw, rows, kvw);
+    cpu_copy_rows(be, vc + (size_t)pos0 * kvw, kvw, v, kvw, rows, kvw);
+}
+
+static void cpu_split_heads(tm_backend *be, const float *src, size_t rows, int n_heads, int hd,
+                            float *a, float *b) {
+    (void)be;
     for (size_t r = 0; r < rows; r++)
         for (int h = 0; h < n_heads; h++) {
             const float *s = src + (r * n_heads + h) * 2 * (size_t)hd;
@@ -285,12 +299,14 @@ static void cpu_split_heads(const float *src, size_t rows, int n_heads, int hd, 
         }
 }
 
-static void cpu_mul_sigmoid(float *x, const float *g, size_t rows, size_t n) {
+static void cpu_mul_sigmoid(tm_backend *be, float *x, const float *g, size_t rows, size_t n) {
+    (void)be;
     for (size_t i = 0; i < rows * n; i++) x[i] *= sigmoidf_(g[i]);
 }
 
-static void cpu_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k,
-                                      int n_v, int dv) {
+static void cpu_permute_tiled_grouped(tm_backend *be, const float *src, float *dst, size_t rows,
+                                      int n_k, int n_v, int dv) {
+    (void)be;
     int r = n_v / n_k;
     for (size_t t = 0; t < rows; t++)
         for (int k = 0; k < n_k; k++)
@@ -299,8 +315,7 @@ static void cpu_permute_tiled_grouped(const float *src, float *dst, size_t rows,
                        src + (t * n_v + (size_t)j * n_k + k) * dv, dv * sizeof(float));
 }
 
-static const tern_backend g_cpu = {
-    .name = "cpu",
+static const tm_ops g_cpu_ops = {
     .matmul = cpu_matmul,
     .matmul_multi = cpu_matmul_multi,
     .hadamard = cpu_hadamard,
@@ -315,6 +330,104 @@ static const tern_backend g_cpu = {
     .split_heads = cpu_split_heads,
     .mul_sigmoid = cpu_mul_sigmoid,
     .permute_tiled_grouped = cpu_permute_tiled_grouped,
+    .kv_store = cpu_kv_store,
 };
 
-const tern_backend *tm_backend_cpu(void) { return &g_cpu; }
+/* ------------------------------------------------------------- the instance */
+
+typedef struct cpu_backend {
+    tm_backend base;
+    tern_pool *pool;
+} cpu_backend;
+
+
+static void cpu_destroy(tm_backend *be) {
+    cpu_backend *c = (cpu_backend *)be;
+    tern_pool_free(c->pool);
+    free(c);
+}
+
+/* Below 6 rows a batched step is bit-identical to single steps and the GEMV path keeps
+ * its speed; from 6 the GEMM tile takes over (docs/performance.md, "batched decode"). */
+static int cpu_batch_hint(const tm_backend *be) {
+    (void)be;
+    return 5;
+}
+
+static void *cpu_alloc(tm_backend *be, size_t n) {
+    (void)be;
+    void *p = tern_alloc_aligned(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+static void cpu_free(tm_backend *be, void *p, size_t n) {
+    (void)be;
+    tern_free_aligned(p, n);
+}
+static tern_status cpu_copy(tm_backend *be, void *dst, const void *src, size_t n) {
+    (void)be;
+    if (n && dst != src) memcpy(dst, src, n);
+    return TERN_OK;
+}
+static tern_status cpu_zero(tm_backend *be, void *p, size_t n) {
+    (void)be;
+    if (n) memset(p, 0, n);
+    return TERN_OK;
+}
+static tern_status cpu_sync(tm_backend *be) {
+    (void)be;
+    return TERN_OK;
+}
+
+/* The state S [n_v][dk][dv], then the pending rank-1 update [n_v][1 + dk + dv]
+ * (cpu_ops.h): S_true = pd*S + pk pdl^T. */
+static size_t cpu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
+    (void)be;
+    return (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv +
+           (size_t)hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv);
+}
+
+static const tm_backend_vt g_cpu_vt = {
+    .name = "cpu",
+    .device_memory = false,
+    .destroy = cpu_destroy,
+    .batch_hint = cpu_batch_hint,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .gdn_state_floats = cpu_gdn_state_floats,
+    .embed = tm_layers_embed,
+    .attn_mixer = tm_layers_attn_mixer,
+    .gdn_mixer = tm_layers_gdn_mixer,
+    .ffn = tm_layers_ffn,
+    .head = tm_layers_head_host,
+};
+
+tern_pool *tm_backend_cpu_pool(const tm_backend *be) {
+    return be && be->vt == &g_cpu_vt ? ((const cpu_backend *)be)->pool : NULL;
+}
+
+tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out) {
+    *out = NULL;
+    int nt = p ? p->n_threads : 0;
+    if (nt <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        nt = c > 0 ? (int)c : 1;
+    }
+    if (nt > 256) nt = 256;
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    c->base.vt = &g_cpu_vt;
+    c->base.ops = &g_cpu_ops;
+    tern_status st = tern_pool_new(nt, &c->pool);
+    if (st) {
+        free(c);
+        return st;
+    }
+    tm_backend_cpu_select();
+    *out = &c->base;
+    return TERN_OK;
+}

@@ -126,7 +126,7 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
     const int r = nv / nk;
     const int kh = a->v_tiled ? p % nk : p / r;
     float *restrict S = a->state + (size_t)p * dk * dv;
-    float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
+    float *restrict pend = a->state + (size_t)a->n_v * dk * dv + (size_t)p * (1 + dk + dv);
     float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
     float kv[512] __attribute__((aligned(64))), sq[512] __attribute__((aligned(64)));
     float o[512] __attribute__((aligned(64)));
@@ -307,7 +307,7 @@ void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
     const int kh = a->v_tiled ? p % nk : p / r;
     const size_t ov = (size_t)nv * dv;
     float *restrict S = a->state + (size_t)p * dk * dv;
-    float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
+    float *restrict pend = a->state + (size_t)a->n_v * dk * dv + (size_t)p * (1 + dk + dv);
     float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
     /* fold the pending rank-1 update (none after a block scan: pd = 1, pk = pdl = 0) */
     bool folded = pend[0] == 1.0f;

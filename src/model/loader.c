@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -96,11 +97,11 @@ void tern_model_free(tern_model *m) {
     free(m->owned);
     free(m->owned_n);
     for (int i = 0; i < m->n_dev; i++) tm_be_free(m->be, m->dev[i], m->dev_n[i]);
+    tm_backend_destroy(m->be);
     free(m->dev);
     free(m->dev_n);
     if (m->gguf) tern_gguf_close(m->gguf);
     if (m->mlx) tm_mlx_close(m->mlx);
-    tern_pool_free(m->pool);
     pthread_mutex_destroy(&m->eval_mu);
     free(m->layers);
     free(m->path);
@@ -477,6 +478,19 @@ static tern_status load_gguf(tern_model *m, const char *path) {
 
 /* ------------------------------------------------------------- device upload */
 
+/* The whole pages of [p, p+n) that lie in the model file's mapping are given back to
+ * the kernel once uploaded (the mapping is read-only and file-backed: nothing is lost,
+ * a later read would fault them in again), so host RSS stays small. */
+static void drop_host_pages(tern_model *m, const void *p, size_t n) {
+    const tern_gguf *g = m->gguf;
+    if (!g || !g->map.data || !n) return;
+    const uint8_t *lo = g->map.data, *hi = lo + g->map.size, *a = p, *b = a + n;
+    if (a < lo || b > hi) return;
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t s0 = ((uintptr_t)a + ps - 1) & ~(ps - 1), s1 = (uintptr_t)b & ~(ps - 1);
+    if (s1 > s0) (void)madvise((void *)s0, s1 - s0, MADV_DONTNEED);
+}
+
 /* A device copy of n host bytes at *p (the pointer is replaced; the host bytes stay
  * where they are). Counted in info.device_bytes. */
 static tern_status up_bytes(tern_model *m, const void **p, size_t n) {
@@ -494,11 +508,12 @@ static tern_status up_bytes(tern_model *m, const void **p, size_t n) {
     void *d = tm_be_alloc(m->be, n);
     if (!d)
         return tern_fail(TERN_ERR_NOMEM, "%s: out of %s memory uploading %zu bytes (%llu so far)",
-                         m->path, m->be->name, n, (unsigned long long)m->info.device_bytes);
+                         m->path, m->be->vt->name, n, (unsigned long long)m->info.device_bytes);
     m->dev[m->n_dev] = d;
     m->dev_n[m->n_dev++] = n;
     m->info.device_bytes += n;
     TRY(tm_be_upload(m->be, d, *p, n));
+    drop_host_pages(m, *p, n);
     *p = d;
     return TERN_OK;
 }
@@ -590,23 +605,16 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     pthread_mutex_init(&m->eval_mu, NULL);
     m->progress = p->progress;
     m->progress_user = p->progress_user;
-    m->be = tm_backend_cpu();
-    tm_backend_cpu_select();
     struct stat sb;
-    tern_status st = TERN_OK;
-    bool cuda = false;
-    if (p->device && strcmp(p->device, "cpu")) {
-        if (strcmp(p->device, "cuda")) {
-            st = tern_fail(TERN_ERR_INVALID_ARG, "unknown device '%s' (cpu, cuda)", p->device);
-        } else {
-            st = tm_backend_cuda_init();
-            cuda = true;
-        }
-        if (st) {
-            tern_model_free(m);
-            return st;
-        }
+    /* the back-end first: a missing device is said before a large file is read */
+    tm_backend_params bp = {.n_threads = p->n_threads};
+    tern_status st = tm_backend_create(p->device, &bp, &m->be);
+    if (st) {
+        tern_model_free(m);
+        return st;
     }
+    m->be->m = m;
+    const bool cuda = tm_be_device(m->be);
     if (stat(path, &sb) != 0) {
         st = tern_fail(TERN_ERR_IO, "%s: cannot open (no such file or directory)", path);
     } else if (S_ISDIR(sb.st_mode)) {
@@ -614,19 +622,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     } else {
         st = load_gguf(m, path);
     }
-    if (!st) {
-        int nt = p->n_threads;
-        if (nt <= 0) {
-            long c = sysconf(_SC_NPROCESSORS_ONLN);
-            nt = c > 0 ? (int)c : 1;
-        }
-        if (nt > 256) nt = 256;
-        st = tern_pool_new(nt, &m->pool);
-    }
-    if (!st && cuda) {
-        m->be = tm_backend_cuda();
-        st = upload_model(m);
-    }
+    if (!st && cuda) st = upload_model(m);
     if (!st && p->repack && !cuda) {
         /* decode-layout copies; UNSUPPORTED = no faster layout on this CPU */
         int cap = m->hp.n_layer * 10 + 1;
@@ -657,7 +653,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         return st;
     }
     tm_fill_info(m);
-    m->info.device = m->be->name;
+    m->info.device = m->be->vt->name;
     m->info.device_name = cuda ? tm_backend_cuda_device() : "";
     m->progress = NULL;
     *out = m;

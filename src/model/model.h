@@ -105,11 +105,10 @@ struct tern_model {
     void **owned;
     size_t *owned_n;
     int n_owned, cap_owned;
-    tern_pool *pool;
     tern_progress_fn progress;    /* during load only */
     void *progress_user;
     pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
-    const struct tern_backend *be;
+    struct tm_backend *be;        /* the back-end instance (owned; backend.h) */
     /* device copies (be->alloc), freed with be->free at the end */
     void **dev;
     size_t *dev_n;

@@ -28,7 +28,7 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 
 void tern_session_free(tern_session *s) {
     if (!s) return;
-    if (s->graph) s->m->be->graph_free(s->graph);
+    if (s->m->be->vt->session_release) s->m->be->vt->session_release(s->m->be, s);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
     if (s->blogits)
@@ -78,8 +78,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     }
     if (hp->n_gdn_layers) {
         A(s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C);
-        A(s->ssm_state, (size_t)hp->n_gdn_layers * nv * hp->ssm_dk * hp->ssm_dv);
-        A(s->ssm_pending, (size_t)hp->n_gdn_layers * nv * (1 + hp->ssm_dk + hp->ssm_dv));
+        A(s->ssm_state, (size_t)hp->n_gdn_layers * m->be->vt->gdn_state_floats(m->be, hp));
     }
     A(s->x, T * E);
     A(s->delta, T * E);
@@ -121,7 +120,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
 void tern_session_reset(tern_session *s) {
     if (!s) return;
     const tm_hparams *hp = &s->m->hp;
-    const tern_backend *be = s->m->be;
+    tm_backend *be = s->m->be;
     size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
     /* device errors surface at the next evaluation (sticky until a sync) */
     if (s->kcache) {
@@ -133,9 +132,7 @@ void tern_session_reset(tern_session *s) {
         size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
         (void)tm_be_zero(be, s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float));
         (void)tm_be_zero(be, s->ssm_state,
-                         (size_t)hp->n_gdn_layers * hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv * sizeof(float));
-        (void)tm_be_zero(be, s->ssm_pending,
-                         (size_t)hp->n_gdn_layers * hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv) * sizeof(float));
+                         (size_t)hp->n_gdn_layers * be->vt->gdn_state_floats(be, hp) * sizeof(float));
     }
     memset(s->logits, 0, (size_t)hp->n_vocab * sizeof(float));
     s->pos = 0;

@@ -5,8 +5,8 @@
  * Memory (all float32, allocated once in tern_session_new, counted in `bytes`):
  *   kcache, vcache  [n_attn_layers][n_ctx][n_head_kv*head_dim]
  *   conv_state      [n_gdn_layers][conv_k-1][conv_ch]
- *   ssm_state       [n_gdn_layers][n_v][dk][dv] (+ ssm_pending [n_gdn_layers][n_v][1+dk+dv],
- *                   the last token's rank-1 update, applied in the next pass)
+ *   ssm_state       [n_gdn_layers][gdn_state_floats]: the back-end's GDN state of each
+ *                   layer (backend.h; the CPU keeps a pending rank-1 update beside S)
  *   scratch buffers sized for n_chunk rows of the widest activation
  *   logits          [n_vocab] (last evaluated row; always host memory)
  *   dlogits         [n_chunk][n_vocab] (back-ends with their own memory only: the
@@ -31,7 +31,7 @@ struct tern_session {
     tern_model *m;
     int n_ctx, n_chunk, pos;
     float *kcache, *vcache;
-    float *conv_state, *ssm_state, *ssm_pending;
+    float *conv_state, *ssm_state; /* ssm_state: n_gdn_layers x be->vt->gdn_state_floats() */
     /* scratch, each [n_chunk][width] */
     float *x;        /* residual stream [n_embd] */
     float *delta;    /* pending residual update [n_embd] */
@@ -50,8 +50,9 @@ struct tern_session {
     float *blogits;  /* [blogits_rows][n_vocab] host, batched steps (NULL: none yet) */
     int blogits_rows;
     bool batch_mark; /* set while tern_session_eval_batch checks for duplicates */
-    void *graph;     /* the back-end's single-token step graph (NULL: none yet) */
-    int graph_state; /* 0: no step yet, 1: stepped once (record next), -1: graphs off */
+    /* the back-end's own per-session state (released by vt->session_release) */
+    void *graph;     /* CUDA: single-token step graph (NULL: none yet) */
+    int graph_state; /* CUDA: 0 no step yet, 1 stepped once (record next), -1 graphs off */
     uint64_t bytes;
     void *allocs[24];
     size_t alloc_n[24];

@@ -16,8 +16,8 @@
 #include <math.h>
 #include <stdint.h>
 
-static const tern_backend *G; /* CUDA (NULL: none) */
-static const tern_backend *H; /* CPU */
+static tm_backend *G; /* CUDA (NULL: none) */
+static tm_backend *H; /* CPU */
 
 #define NEED_GPU() do { if (!G) SKIP("no CUDA device"); } while (0)
 
@@ -30,15 +30,15 @@ static float *rand_f(size_t n, float scale) {
 }
 
 static void *dev_dup(const void *h, size_t bytes) {
-    void *d = G->alloc(bytes);
+    void *d = tm_be_alloc(G, bytes);
     CHECK(d != NULL);
-    if (d) CHECK(G->upload(d, h, bytes) == TERN_OK);
+    if (d) CHECK(tm_be_upload(G, d, h, bytes) == TERN_OK);
     return d;
 }
 
 static float *host_of(const void *d, size_t n) {
     float *h = malloc(n * sizeof(float) + 4);
-    CHECK(G->download(h, d, n * sizeof(float)) == TERN_OK);
+    CHECK(tm_be_download(G, h, d, n * sizeof(float)) == TERN_OK);
     return h;
 }
 
@@ -53,15 +53,15 @@ static double rel_diff(const float *a, const float *b, size_t n) {
     return mr > 0 ? md / mr : md;
 }
 
-static void gfree(void *p, size_t bytes) { G->free(p, bytes); }
+static void gfree(void *p, size_t bytes) { tm_be_free(G, p, bytes); }
 
 /* ------------------------------------------------------------ products */
 
 static tern_qmat dev_mat(const tmat *t, size_t off, void **base, size_t *bytes) {
     size_t n = t->q.row_bytes * (size_t)t->q.n;
     *bytes = n + off;
-    uint8_t *d = G->alloc(*bytes);
-    CHECK(d && G->upload(d + off, t->buf, n) == TERN_OK);
+    uint8_t *d = tm_be_alloc(G, *bytes);
+    CHECK(d && tm_be_upload(G, d + off, t->buf, n) == TERN_OK);
     *base = d;
     tern_qmat q = t->q;
     q.data = d + off;
@@ -87,9 +87,9 @@ TEST(matmul_types_batches_offsets) {
                 float *x = rand_f(B * K, 1.0f);
                 if (bi == 2) x[K / 2] = 300.0f; /* an outlier stays local to its block */
                 float *dx = dev_dup(x, B * K * 4);
-                float *dy = G->alloc(B * ys * 4);
-                G->matmul(NULL, &q, dx, B, K, dy, ys);
-                CHECK(G->sync() == TERN_OK);
+                float *dy = tm_be_alloc(G, B * ys * 4);
+                G->ops->matmul(G, &q, dx, B, K, dy, ys);
+                CHECK(tm_be_sync(G) == TERN_OK);
                 float *y = host_of(dy, B * ys);
                 double e = rel_err_vs_f64(&t, x, B, (size_t)t.q.k, y, ys);
                 CHECK_MSG(e < 1e-3, "%s n %lld k %lld batch %zu off %zu: rel err %g",
@@ -119,13 +119,13 @@ TEST(matmul_multi_equals_separate) {
         float *y[3], *y2[3];
         size_t ys[3] = {70, 9, 40};
         for (int i = 0; i < 3; i++) {
-            y[i] = G->alloc(B * ys[i] * 4);
-            y2[i] = G->alloc(B * ys[i] * 4);
+            y[i] = tm_be_alloc(G, B * ys[i] * 4);
+            y2[i] = tm_be_alloc(G, B * ys[i] * 4);
         }
         const tern_qmat *w[3] = {&qa, &qb, &qc};
-        G->matmul_multi(NULL, 3, w, dx, B, 512, y, ys);
-        for (int i = 0; i < 3; i++) G->matmul(NULL, w[i], dx, B, 512, y2[i], ys[i]);
-        CHECK(G->sync() == TERN_OK);
+        G->ops->matmul_multi(G, 3, w, dx, B, 512, y, ys);
+        for (int i = 0; i < 3; i++) G->ops->matmul(G, w[i], dx, B, 512, y2[i], ys[i]);
+        CHECK(tm_be_sync(G) == TERN_OK);
         for (int i = 0; i < 3; i++) {
             float *h1 = host_of(y[i], B * ys[i]), *h2 = host_of(y2[i], B * ys[i]);
             CHECK(memcmp(h1, h2, B * ys[i] * 4) == 0);
@@ -157,7 +157,7 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
         for (int inv = 0; inv < 2; inv++) {
             float *x = rand_f(N, 1.0f), *dx = dev_dup(x, N * 4);
             if (inv) tern_hadamard_inv(x, rows, n, blk, s);
-            else H->hadamard(NULL, x, rows, n, blk, s);
+            else H->ops->hadamard(H, x, rows, n, blk, s);
             if (inv) {
                 /* the embedding's inverse goes through embed; test the launcher via an
                  * F32 "embedding" of the same rows */
@@ -166,17 +166,17 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
                 e.data = (const uint8_t *)dx;
                 int32_t ids[8];
                 for (size_t r = 0; r < rows; r++) ids[r] = (int32_t)r;
-                float *dout = G->alloc(N * 4);
-                CHECK(G->embed(NULL, &e, ids, rows, dout, blk, ds) == TERN_OK);
-                CHECK(G->sync() == TERN_OK);
+                float *dout = tm_be_alloc(G, N * 4);
+                CHECK(G->ops->embed(G, &e, ids, rows, dout, blk, ds) == TERN_OK);
+                CHECK(tm_be_sync(G) == TERN_OK);
                 float *g = host_of(dout, N);
                 double d = rel_diff(g, x, N);
                 CHECK_MSG(d < 1e-5, "inverse rows %zu n %zu block %zu: %g", rows, n, blk, d);
                 free(g);
                 gfree(dout, N * 4);
             } else {
-                G->hadamard(NULL, dx, rows, n, blk, ds);
-                CHECK(G->sync() == TERN_OK);
+                G->ops->hadamard(G, dx, rows, n, blk, ds);
+                CHECK(tm_be_sync(G) == TERN_OK);
                 float *g = host_of(dx, N);
                 double d = rel_diff(g, x, N);
                 CHECK_MSG(d < 1e-5, "forward rows %zu n %zu block %zu: %g", rows, n, blk, d);
@@ -188,19 +188,19 @@ TEST(hadamard_norm_swiglu_vs_cpu) {
         /* add + rmsnorm + hadamard, and swiglu + hadamard */
         float *r = rand_f(N, 2.0f), *d = rand_f(N, 0.5f), *gain = rand_f(n, 1.0f);
         float *dr = dev_dup(r, N * 4), *dd = dev_dup(d, N * 4), *dg = dev_dup(gain, n * 4);
-        float *dn = G->alloc(N * 4), *drot = G->alloc(N * 4);
+        float *dn = tm_be_alloc(G, N * 4), *drot = tm_be_alloc(G, N * 4);
         float *hn = malloc(N * 4), *hrot = malloc(N * 4);
-        H->add_rmsnorm_hadamard(NULL, r, d, gain, 1e-6f, hn, hrot, rows, n, blk, s);
-        G->add_rmsnorm_hadamard(NULL, dr, dd, dg, 1e-6f, dn, drot, rows, n, blk, ds);
-        CHECK(G->sync() == TERN_OK);
+        H->ops->add_rmsnorm_hadamard(H, r, d, gain, 1e-6f, hn, hrot, rows, n, blk, s);
+        G->ops->add_rmsnorm_hadamard(G, dr, dd, dg, 1e-6f, dn, drot, rows, n, blk, ds);
+        CHECK(tm_be_sync(G) == TERN_OK);
         float *gr = host_of(dr, N), *gn = host_of(dn, N), *grot = host_of(drot, N);
         CHECK(rel_diff(gr, r, N) < 1e-6);
         CHECK_MSG(rel_diff(gn, hn, N) < 1e-5, "normed %g", rel_diff(gn, hn, N));
         CHECK_MSG(rel_diff(grot, hrot, N) < 1e-5, "rotated %g", rel_diff(grot, hrot, N));
-        float *out = malloc(N * 4), *dout = G->alloc(N * 4);
-        H->swiglu_hadamard(NULL, r, d, out, rows, n, blk, s);
-        G->swiglu_hadamard(NULL, dr, dd, dout, rows, n, blk, ds);
-        CHECK(G->sync() == TERN_OK);
+        float *out = malloc(N * 4), *dout = tm_be_alloc(G, N * 4);
+        H->ops->swiglu_hadamard(H, r, d, out, rows, n, blk, s);
+        G->ops->swiglu_hadamard(G, dr, dd, dout, rows, n, blk, ds);
+        CHECK(tm_be_sync(G) == TERN_OK);
         float *gout = host_of(dout, N);
         CHECK_MSG(rel_diff(gout, out, N) < 1e-5, "swiglu %g", rel_diff(gout, out, N));
         free(gr); free(gn); free(grot); free(gout); free(out); free(hn); free(hrot);
@@ -217,14 +217,14 @@ TEST(embed_ternary_vs_cpu_and_range) {
     size_t wb;
     tern_qmat q = dev_mat(&t, 2, &base, &wb);
     int32_t ids[5] = {3, 49, 0, 3, 17};
-    float *h = malloc(5 * 256 * 4), *dout = G->alloc(5 * 256 * 4);
-    CHECK(H->embed(NULL, &t.q, ids, 5, h, 256, NULL) == TERN_OK);
-    CHECK(G->embed(NULL, &q, ids, 5, dout, 256, NULL) == TERN_OK);
-    CHECK(G->sync() == TERN_OK);
+    float *h = malloc(5 * 256 * 4), *dout = tm_be_alloc(G, 5 * 256 * 4);
+    CHECK(H->ops->embed(H, &t.q, ids, 5, h, 256, NULL) == TERN_OK);
+    CHECK(G->ops->embed(G, &q, ids, 5, dout, 256, NULL) == TERN_OK);
+    CHECK(tm_be_sync(G) == TERN_OK);
     float *g = host_of(dout, 5 * 256);
     CHECK(memcmp(g, h, 5 * 256 * 4) == 0);
     int32_t bad = 50;
-    CHECK_EQ_INT(G->embed(NULL, &q, &bad, 1, dout, 256, NULL), TERN_ERR_RANGE);
+    CHECK_EQ_INT(G->ops->embed(G, &q, &bad, 1, dout, 256, NULL), TERN_ERR_RANGE);
     free(g); free(h);
     gfree(dout, 5 * 256 * 4);
     gfree(base, wb);
@@ -238,29 +238,29 @@ TEST(head_norm_rope_movers_vs_cpu) {
     size_t stride = (size_t)nh * hd + 10, N = rows * stride;
     float *x = rand_f(N, 1.5f), *gain = rand_f((size_t)hd, 1.0f);
     float *dx = dev_dup(x, N * 4), *dg = dev_dup(gain, (size_t)hd * 4);
-    H->head_rmsnorm(NULL, x, rows, stride, nh, hd, gain, 1e-6f);
-    G->head_rmsnorm(NULL, dx, rows, stride, nh, hd, dg, 1e-6f);
-    H->rope(NULL, x, rows, stride, nh, hd, rot, 1000, 1e7f);
-    G->rope(NULL, dx, rows, stride, nh, hd, rot, 1000, 1e7f);
-    CHECK(G->sync() == TERN_OK);
+    H->ops->head_rmsnorm(H, x, rows, stride, nh, hd, gain, 1e-6f);
+    G->ops->head_rmsnorm(G, dx, rows, stride, nh, hd, dg, 1e-6f);
+    H->ops->rope(H, x, rows, stride, nh, hd, rot, 1000, 1e7f);
+    G->ops->rope(G, dx, rows, stride, nh, hd, rot, 1000, 1e7f);
+    CHECK(tm_be_sync(G) == TERN_OK);
     float *g = host_of(dx, N);
     CHECK_MSG(rel_diff(g, x, N) < 1e-5, "head norm + rope %g", rel_diff(g, x, N));
     /* movers */
     size_t W = (size_t)nh * 2 * hd, M = rows * W;
     float *src = rand_f(M, 1.0f), *dsrc = dev_dup(src, M * 4);
     float *a = malloc(M / 2 * 4), *b = malloc(M / 2 * 4);
-    float *da = G->alloc(M / 2 * 4), *db = G->alloc(M / 2 * 4);
-    H->split_heads(src, rows, nh, hd, a, b);
-    G->split_heads(dsrc, rows, nh, hd, da, db);
-    H->mul_sigmoid(a, b, rows, (size_t)nh * hd);
-    G->mul_sigmoid(da, db, rows, (size_t)nh * hd);
-    float *p = malloc(M / 2 * 4), *dp = G->alloc(M / 2 * 4);
-    H->permute_tiled_grouped(a, p, rows, 2, 6, hd);
-    G->permute_tiled_grouped(da, dp, rows, 2, 6, hd);
-    float *cr = calloc(rows * 100, 4), *dcr = G->alloc(rows * 100 * 4);
-    H->copy_rows(cr + 3, 100, src + 1, W, rows, 50);
-    G->copy_rows(dcr + 3, 100, dsrc + 1, W, rows, 50);
-    CHECK(G->sync() == TERN_OK);
+    float *da = tm_be_alloc(G, M / 2 * 4), *db = tm_be_alloc(G, M / 2 * 4);
+    H->ops->split_heads(H, src, rows, nh, hd, a, b);
+    G->ops->split_heads(G, dsrc, rows, nh, hd, da, db);
+    H->ops->mul_sigmoid(H, a, b, rows, (size_t)nh * hd);
+    G->ops->mul_sigmoid(G, da, db, rows, (size_t)nh * hd);
+    float *p = malloc(M / 2 * 4), *dp = tm_be_alloc(G, M / 2 * 4);
+    H->ops->permute_tiled_grouped(H, a, p, rows, 2, 6, hd);
+    G->ops->permute_tiled_grouped(G, da, dp, rows, 2, 6, hd);
+    float *cr = calloc(rows * 100, 4), *dcr = tm_be_alloc(G, rows * 100 * 4);
+    H->ops->copy_rows(H, cr + 3, 100, src + 1, W, rows, 50);
+    G->ops->copy_rows(G, dcr + 3, 100, dsrc + 1, W, rows, 50);
+    CHECK(tm_be_sync(G) == TERN_OK);
     float *gp = host_of(dp, M / 2), *gb = host_of(db, M / 2), *gc = host_of(dcr, rows * 100);
     CHECK(memcmp(gb, b, M / 2 * 4) == 0);
     CHECK_MSG(rel_diff(gp, p, M / 2) < 1e-6, "split/sigmoid/permute %g", rel_diff(gp, p, M / 2));
@@ -284,13 +284,13 @@ TEST(attention_gqa_vs_cpu) {
         tm_attn_args a = {.q = q, .q_stride = qs, .kcache = k, .vcache = v, .out = o, .rows = rows,
                           .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
                           .scale = 1.0f / sqrtf((float)hd), .scratch = sc};
-        H->attention(NULL, &a);
+        H->ops->attention(H, &a);
         float *dq = dev_dup(q, (size_t)rows * qs * 4), *dk = dev_dup(k, (size_t)L * kvw * 4),
-              *dv = dev_dup(v, (size_t)L * kvw * 4), *dout = G->alloc((size_t)rows * nh * hd * 4);
+              *dv = dev_dup(v, (size_t)L * kvw * 4), *dout = tm_be_alloc(G, (size_t)rows * nh * hd * 4);
         tm_attn_args b = a;
         b.q = dq; b.kcache = dk; b.vcache = dv; b.out = dout; b.scratch = NULL;
-        G->attention(NULL, &b);
-        CHECK(G->sync() == TERN_OK);
+        G->ops->attention(G, &b);
+        CHECK(tm_be_sync(G) == TERN_OK);
         float *g = host_of(dout, (size_t)rows * nh * hd);
         double d = rel_diff(g, o, (size_t)rows * nh * hd);
         CHECK_MSG(d < 1e-5, "attention nh %d nkv %d hd %d pos0 %d: %g", nh, nkv, hd, pos0, d);
@@ -313,10 +313,10 @@ TEST(gdn_two_chunks_vs_cpu) {
         float *conv_w = rand_f((size_t)C * K, 0.5f), *ssm_a = rand_f((size_t)nv, 1.0f),
               *dt = rand_f((size_t)nv, 0.5f), *norm = rand_f((size_t)dv, 1.0f);
         for (int i = 0; i < nv; i++) ssm_a[i] = -fabsf(ssm_a[i]) - 0.1f;
-        float *cs = calloc(cs_n, 4), *st = calloc(st_n, 4), *pe = calloc(pe_n, 4);
+        float *cs = calloc(cs_n, 4), *st = calloc(st_n + pe_n, 4); /* CPU: S then pending */
         float *g_cw = dev_dup(conv_w, (size_t)C * K * 4), *g_a = dev_dup(ssm_a, (size_t)nv * 4),
               *g_dt = dev_dup(dt, (size_t)nv * 4), *g_n = dev_dup(norm, (size_t)dv * 4);
-        float *g_cs = G->alloc(cs_n * 4), *g_st = G->alloc(st_n * 4), *g_pe = G->alloc(pe_n * 4);
+        float *g_cs = tm_be_alloc(G, cs_n * 4), *g_st = tm_be_alloc(G, st_n * 4);
         const int chunk_rows[2] = {5, 1};
         for (int ch = 0; ch < 2; ch++) {
             int T = chunk_rows[ch];
@@ -325,19 +325,19 @@ TEST(gdn_two_chunks_vs_cpu) {
             float *out = malloc((size_t)T * nv * dv * 4), *work = malloc((size_t)T * C * 4);
             tm_gdn_args h = {.qkv = qkv, .z = z, .a = aa, .b = bb, .conv_w = conv_w,
                              .ssm_a = ssm_a, .dt_bias = dt, .norm = norm, .conv_state = cs,
-                             .state = st, .pending = pe, .out = out, .work = work, .rows = T,
+                             .state = st, .out = out, .work = work, .rows = T,
                              .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = K,
                              .v_tiled = tiled, .eps = 1e-6f};
-            H->gdn(NULL, &h);
+            H->ops->gdn(H, &h);
             float *g_qkv = dev_dup(qkv, (size_t)T * C * 4), *g_z = dev_dup(z, (size_t)T * nv * dv * 4),
                   *g_aa = dev_dup(aa, (size_t)T * nv * 4), *g_bb = dev_dup(bb, (size_t)T * nv * 4),
-                  *g_out = G->alloc((size_t)T * nv * dv * 4), *g_work = G->alloc((size_t)T * C * 4);
+                  *g_out = tm_be_alloc(G, (size_t)T * nv * dv * 4), *g_work = tm_be_alloc(G, (size_t)T * C * 4);
             tm_gdn_args g = h;
             g.qkv = g_qkv; g.z = g_z; g.a = g_aa; g.b = g_bb; g.conv_w = g_cw; g.ssm_a = g_a;
-            g.dt_bias = g_dt; g.norm = g_n; g.conv_state = g_cs; g.state = g_st; g.pending = g_pe;
+            g.dt_bias = g_dt; g.norm = g_n; g.conv_state = g_cs; g.state = g_st;
             g.out = g_out; g.work = g_work;
-            G->gdn(NULL, &g);
-            CHECK(G->sync() == TERN_OK);
+            G->ops->gdn(G, &g);
+            CHECK(tm_be_sync(G) == TERN_OK);
             float *go = host_of(g_out, (size_t)T * nv * dv), *gc = host_of(g_cs, cs_n);
             double d = rel_diff(go, out, (size_t)T * nv * dv);
             CHECK_MSG(d < 1e-4, "gdn cfg %d chunk %d: out %g", c, ch, d);
@@ -347,10 +347,9 @@ TEST(gdn_two_chunks_vs_cpu) {
             gfree(g_aa, (size_t)T * nv * 4); gfree(g_bb, (size_t)T * nv * 4);
             gfree(g_out, (size_t)T * nv * dv * 4); gfree(g_work, (size_t)T * C * 4);
         }
-        free(conv_w); free(ssm_a); free(dt); free(norm); free(cs); free(st); free(pe);
+        free(conv_w); free(ssm_a); free(dt); free(norm); free(cs); free(st);
         gfree(g_cw, (size_t)C * K * 4); gfree(g_a, (size_t)nv * 4); gfree(g_dt, (size_t)nv * 4);
         gfree(g_n, (size_t)dv * 4); gfree(g_cs, cs_n * 4); gfree(g_st, st_n * 4);
-        gfree(g_pe, pe_n * 4);
     }
 }
 
@@ -516,12 +515,13 @@ TEST(device_selection_errors) {
 
 int main(void) {
     check_seed();
-    H = tm_backend_cpu();
     tern_kernels_init();
-    if (tm_backend_cuda_init() == TERN_OK) {
-        G = tm_backend_cuda();
+    tm_backend_params bp = {.n_threads = 2};
+    if (tm_backend_create("cpu", &bp, &H) != TERN_OK) return 1;
+    if (tm_backend_create("cuda", NULL, &G) == TERN_OK) {
         fprintf(stderr, "CUDA device: %s\n", tm_backend_cuda_device());
     } else {
+        G = NULL;
         fprintf(stderr, "SKIP: no CUDA device (%s)\n", tern_last_error());
         tern_clear_error();
     }
@@ -540,5 +540,7 @@ int main(void) {
     RUN(parity_qwen3_q2_0_g64);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
+    tm_backend_destroy(G);
+    tm_backend_destroy(H);
     return check_summary();
 }

@@ -166,6 +166,18 @@ static void reference(const ginput *in, double *out, double *S) {
     free(x), free(kv), free(d);
 }
 
+/* CPU back-end instances of 1 and 2 threads (NULL pool: one thread). */
+static tm_backend *g_be[3];
+static tm_backend *cpu_be(tern_pool *pool) {
+    int nt = pool ? tern_pool_size(pool) : 1;
+    if (nt > 2) nt = 2;
+    if (!g_be[nt]) {
+        tm_backend_params p = {.n_threads = nt};
+        if (tm_backend_create("cpu", &p, &g_be[nt]) != TERN_OK) abort();
+    }
+    return g_be[nt];
+}
+
 /* Run the back-end on the input: one call over all rows (step = rows) or one per row. */
 typedef struct {
     float *out, *S, *conv_state; /* out [rows][nv*dv], S = final S_true */
@@ -175,7 +187,8 @@ static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *re
     const gcase g = in->g;
     const int C = in->C, K = in->K, T = g.rows, nv = g.nv, dk = g.dk, dv = g.dv;
     const size_t st_n = (size_t)nv * dk * dv, pe_n = (size_t)nv * (1 + dk + dv);
-    float *state = malloc(sizeof(float) * st_n), *pend = malloc(sizeof(float) * pe_n);
+    /* the CPU back-end's GDN state: S then the pending update */
+    float *state = malloc(sizeof(float) * (st_n + pe_n)), *pend = state + st_n;
     float *work = malloc(sizeof(float) * (size_t)step * C);
     res->conv_state = malloc(sizeof(float) * (K - 1) * C);
     res->out = malloc(sizeof(float) * (size_t)T * nv * dv);
@@ -189,10 +202,11 @@ static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *re
                          .a = in->a + (size_t)t0 * nv, .b = in->b + (size_t)t0 * nv,
                          .conv_w = in->conv_w, .ssm_a = in->ssm_a, .dt_bias = in->dt_bias,
                          .norm = in->norm, .conv_state = res->conv_state, .state = state,
-                         .pending = pend, .out = res->out + (size_t)t0 * nv * dv, .work = work,
+                         .out = res->out + (size_t)t0 * nv * dv, .work = work,
                          .rows = n, .n_k = g.nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = K,
                          .v_tiled = g.v_tiled, .eps = 1e-6f};
-        tm_backend_cpu()->gdn(pool, &a);
+        tm_backend *be = cpu_be(pool);
+        be->ops->gdn(be, &a);
     }
     for (int p = 0; p < nv; p++) {
         const float *pe = pend + (size_t)p * (1 + dk + dv);
@@ -202,7 +216,7 @@ static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *re
                 res->S[o] = pe[0] * state[o] + pe[1 + i] * pe[1 + dk + j];
             }
     }
-    free(state), free(pend), free(work);
+    free(state), free(work);
 }
 
 static double rel_err(const float *x, const double *ref, size_t n) {
@@ -324,11 +338,12 @@ static double time_call(const ginput *in, int rows, float *work, float *out, flo
     memcpy(cs, in->conv_state, sizeof(float) * (in->K - 1) * in->C);
     tm_gdn_args a = {.qkv = in->qkv, .z = in->z, .a = in->a, .b = in->b, .conv_w = in->conv_w,
                      .ssm_a = in->ssm_a, .dt_bias = in->dt_bias, .norm = in->norm,
-                     .conv_state = cs, .state = state, .pending = pend, .out = out,
+                     .conv_state = cs, .state = state, .out = out,
                      .work = work, .rows = rows, .n_k = g.nk, .n_v = g.nv, .dk = g.dk,
                      .dv = g.dv, .conv_k = in->K, .v_tiled = g.v_tiled, .eps = 1e-6f};
     double t0 = tern_now_s();
-    tm_backend_cpu()->gdn(NULL, &a);
+    tm_backend *be = cpu_be(NULL);
+    be->ops->gdn(be, &a);
     return tern_now_s() - t0;
 }
 
@@ -346,8 +361,8 @@ TEST(gdn_bench) {
         input_new(&in, g);
         float *work = malloc(sizeof(float) * 512 * in.C);
         float *out = malloc(sizeof(float) * 512 * g.nv * g.dv);
-        float *state = malloc(sizeof(float) * g.nv * g.dk * g.dv);
-        float *pend = malloc(sizeof(float) * g.nv * (1 + g.dk + g.dv));
+        float *state = malloc(sizeof(float) * (g.nv * g.dk * g.dv + g.nv * (1 + g.dk + g.dv)));
+        float *pend = state + (size_t)g.nv * g.dk * g.dv;
         float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
             double best[2] = {1e9, 1e9};
@@ -362,7 +377,7 @@ TEST(gdn_bench) {
                     models[m].name, rows[r], best[0] * 1e6, best[1] * 1e6, best[0] / best[1],
                     best[0] * 1e6 / rows[r] / g.nv, best[1] * 1e6 / rows[r] / g.nv);
         }
-        free(work), free(out), free(state), free(pend), free(cs);
+        free(work), free(out), free(state), free(cs);
         input_free(&in);
     }
     unsetenv("TERN_GDN_BLOCKS");
@@ -399,13 +414,13 @@ TEST(gdn_bench_heads) {
     input_new(&in, g);
     const size_t st_n = (size_t)g.nv * g.dk * g.dv, pe_n = (size_t)g.nv * (1 + g.dk + g.dv);
     float *work = malloc(sizeof(float) * rows * in.C), *out = malloc(sizeof(float) * rows * g.nv * g.dv);
-    float *state = malloc(sizeof(float) * st_n), *pend = malloc(sizeof(float) * pe_n);
+    float *state = malloc(sizeof(float) * (st_n + pe_n)), *pend = state + st_n;
     float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
     float *work0 = malloc(sizeof(float) * rows * in.C);
     time_call(&in, rows, work0, out, state, pend, cs); /* conv + L2 norms into work0 */
     tm_gdn_args a = {.qkv = in.qkv, .z = in.z, .a = in.a, .b = in.b, .conv_w = in.conv_w,
                      .ssm_a = in.ssm_a, .dt_bias = in.dt_bias, .norm = in.norm, .conv_state = cs,
-                     .state = state, .pending = pend, .out = out, .work = work, .rows = rows,
+                     .state = state, .out = out, .work = work, .rows = rows,
                      .n_k = g.nk, .n_v = g.nv, .dk = g.dk, .dv = g.dv, .conv_k = in.K,
                      .v_tiled = g.v_tiled, .eps = 1e-6f};
     for (int i = 0; i < 3; i++) {
@@ -427,7 +442,7 @@ TEST(gdn_bench_heads) {
                 bt[1] * 1e6 / rows / g.nv, bt[0] / bt[1]);
     }
     tern_kernels_force(best);
-    free(work), free(work0), free(out), free(state), free(pend), free(cs);
+    free(work), free(work0), free(out), free(state), free(cs);
     input_free(&in);
 }
 
