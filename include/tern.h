@@ -215,6 +215,13 @@ typedef struct tern_model_info {
  * `bytes` buffer read with 16-byte loads, best of `passes`); 0 when there is no
  * such device or the build lacks it. */
 TERN_API double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes);
+/* The back-ends this library knows, i in [0, tern_backend_count()): its name (the
+ * `device` of tern_model_params, "cuda" also as "cuda:N"), whether it is compiled in,
+ * whether it is present on this machine, and a description ("avx512", "NVIDIA H200",
+ * "no CUDA device"...). TERN_ERR_RANGE for an i out of range. */
+TERN_API int tern_backend_count(void);
+TERN_API tern_status tern_backend_describe(int i, const char **name, bool *compiled,
+                                           bool *present, const char **what);
 TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
 
 typedef struct tern_session_params {

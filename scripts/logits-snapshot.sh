@@ -12,7 +12,7 @@ ids() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(','.j
 models=( "qwen35-tiny/model-pq2_0.gguf" "qwen35-tiny/model-ptq1_0.gguf" "qwen35-tiny/model-q2_0-nohadamard.gguf"
          "qwen35-tiny/mlx-pack" "qwen3-tiny/model-q2_0.gguf" "qwen3-tiny/model-q2_0_g64.gguf"
          "qwen3-q1-tiny/model-q1_0.gguf" "qwen3-q1-tiny/model-q1_0_q2out.gguf" )
-for isa in scalar avx2 avx512; do
+for isa in ${TERN_SNAPSHOT_ISAS:-scalar avx2 avx512}; do
   for m in "${models[@]}"; do
     ref=$F/$(dirname "$m")/reference.json; tag=$(echo "$m" | tr '/.' '__')
     for s in 0 1 2; do

@@ -31,7 +31,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda] [--json]\n"
+            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda[:N]] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"

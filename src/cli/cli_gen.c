@@ -43,7 +43,7 @@ void gen_opts_help(FILE *f) {
             "  --think | --no-think     thinking on / off (default: on for qwen35, off for qwen3)\n"
             "  --system TEXT            system prompt\n"
             "  --threads N              worker threads (default: all cores)\n"
-            "  --device cpu|cuda        where the model runs (default cpu)\n"
+            "  --device cpu|cuda[:N]    where the model runs (default cpu; `tern --version` lists them)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             "  --quiet                  no load/speed lines on stderr\n");
 }

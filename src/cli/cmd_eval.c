@@ -13,7 +13,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern eval -m MODEL (--ids 1,2,3 | --ids-file F) --logits-out OUT.f32\n"
             "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack]\n"
-            "                 [--device cpu|cuda] [--quiet]\n"
+            "                 [--device cpu|cuda[:N]] [--quiet]\n"
             "  Evaluates the ids (prefill in chunks of N, default 64; 1 = token by token),\n"
             "  writes float32 LE logits [T, vocab] to OUT.f32 ('-' skips writing), then with\n"
             "  --continue N prints N greedy continuation ids on stdout. --repack copies the\n"

@@ -48,6 +48,13 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("tern %s\n", tern_version());
+        for (int i = 0; i < tern_backend_count(); i++) {
+            const char *name, *what;
+            bool compiled, present;
+            if (tern_backend_describe(i, &name, &compiled, &present, &what)) continue;
+            printf("  device %-5s %s%s\n", name,
+                   !compiled ? "" : present ? "present: " : "compiled in, absent: ", what);
+        }
         return 0;
     }
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)

@@ -231,6 +231,31 @@ void *tern_alloc_aligned(size_t n) {
     if (p) acct_add(n);
     return p;
 }
+void *tern_alloc_lazy(size_t n) {
+    if (alloc_should_fail()) return NULL;
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    acct_add(n);
+    return p;
+}
+void tern_free_lazy(void *p, size_t n) {
+    if (!p) return;
+    acct_sub(n);
+    munmap(p, n ? n : 1);
+}
+void tern_zero_lazy(void *p, size_t n) {
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = a + n;
+    uintptr_t s0 = (a + ps - 1) & ~(ps - 1), s1 = b & ~(ps - 1);
+    if (s1 <= s0) {
+        memset(p, 0, n);
+        return;
+    }
+    memset(p, 0, s0 - a);
+    memset((void *)s1, 0, b - s1);
+    /* private anonymous pages: dropped pages read back as zeros */
+    if (madvise((void *)s0, s1 - s0, MADV_DONTNEED) != 0) memset((void *)s0, 0, s1 - s0);
+}
 void tern_free_aligned(void *p, size_t n) {
     if (!p) return;
     acct_sub(n);

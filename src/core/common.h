@@ -72,6 +72,13 @@ void *tern_realloc(void *p, size_t old_n, size_t n);
 /* 64-byte aligned allocation (kernels, KV caches); free with tern_free_aligned. */
 void *tern_alloc_aligned(size_t n);
 void tern_free_aligned(void *p, size_t n);
+/* Zeroed memory whose pages the kernel backs only when first touched (large buffers
+ * such as KV caches: RSS grows with the positions used); page-aligned. Free with
+ * tern_free_lazy(p, n). tern_zero_lazy gives the pages of [p, p+n) back (they read as
+ * zero again) instead of writing zeros over them. */
+void *tern_alloc_lazy(size_t n);
+void tern_free_lazy(void *p, size_t n);
+void tern_zero_lazy(void *p, size_t n);
 void tern_free(void *p, size_t n);
 char *tern_strdup(const char *s);
 char *tern_strndup(const char *s, size_t n);

@@ -354,15 +354,21 @@ static int cpu_batch_hint(const tm_backend *be) {
     return 5;
 }
 
+/* Buffers from this size on (KV caches, wide scratch) are backed by pages only as they
+ * are touched, so RSS and load time follow the positions used, not n_ctx. */
+#define CPU_LAZY_BYTES ((size_t)1 << 22)
+
 static void *cpu_alloc(tm_backend *be, size_t n) {
     (void)be;
+    if (n >= CPU_LAZY_BYTES) return tern_alloc_lazy(n);
     void *p = tern_alloc_aligned(n);
     if (p) memset(p, 0, n);
     return p;
 }
 static void cpu_free(tm_backend *be, void *p, size_t n) {
     (void)be;
-    tern_free_aligned(p, n);
+    if (n >= CPU_LAZY_BYTES) tern_free_lazy(p, n);
+    else tern_free_aligned(p, n);
 }
 static tern_status cpu_copy(tm_backend *be, void *dst, const void *src, size_t n) {
     (void)be;
@@ -371,7 +377,8 @@ static tern_status cpu_copy(tm_backend *be, void *dst, const void *src, size_t n
 }
 static tern_status cpu_zero(tm_backend *be, void *p, size_t n) {
     (void)be;
-    if (n) memset(p, 0, n);
+    if (n >= CPU_LAZY_BYTES) tern_zero_lazy(p, n);
+    else if (n) memset(p, 0, n);
     return TERN_OK;
 }
 static tern_status cpu_sync(tm_backend *be) {

@@ -3,7 +3,7 @@
  * wraps the extern "C" launchers of src/kernels/cuda (cuda.h), whose layer-sized
  * operations are layers.c's over those ops, whose head brings the logits home once per
  * step, and whose run_step records and replays single-token steps as CUDA graphs
- * (TERN_CUDA_GRAPH=1). Every pointer is device memory, except token ids. Work is queued
+ * (off with TERN_CUDA_GRAPH=0). Every pointer is device memory, except token ids. Work is queued
  * on one stream; errors are sticky in the kernels and come back from sync.
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
@@ -229,20 +229,26 @@ static tern_status cu_head(tm_backend *be, const tm_step *st) {
     return s;
 }
 
+/* Step graphs are on unless TERN_CUDA_GRAPH=0 (they passed parity on the H200). */
+static bool graphs_on(void) {
+    const char *e = getenv("TERN_CUDA_GRAPH");
+    return !e || !*e || strcmp(e, "0") != 0;
+}
+
 static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
     tern_status s = layers(be, st);
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
 }
 
-/* Single-token steps of a session with TERN_CUDA_GRAPH=1: the first runs op by op (it
+/* Single-token steps of a session (unless TERN_CUDA_GRAPH=0): the first runs op by op (it
  * sizes the workspaces), the second is recorded into a graph (position and token read
  * from device words the graph fills), every later one replays it; a stale graph is
  * recorded again; a failure to record turns graphs off for the session. */
 static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
     cuda_backend *c = (cuda_backend *)be;
     tern_session *s = st->w;
-    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !tc_graph_enabled() || s->graph_state < 0)
+    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on() || s->graph_state < 0)
         return plain(be, st, layers);
     const size_t V = (size_t)s->m->hp.n_vocab;
     const int32_t token = st->tokens[0];

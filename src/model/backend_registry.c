@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 static bool cpu_present(const char **what) {
+    tern_kernels_init();
     if (what) *what = tern_isa_name(tern_kernels_isa());
     return true;
 }
@@ -57,4 +58,25 @@ tern_status tm_backend_create(const char *spec, const tm_backend_params *p, tm_b
         strncat(names, e[i].name, sizeof names - strlen(names) - 1);
     }
     return tern_fail(TERN_ERR_INVALID_ARG, "unknown device '%s' (%s)", spec, names);
+}
+
+int tern_backend_count(void) {
+    int n;
+    (void)tm_backends(&n);
+    return n;
+}
+
+tern_status tern_backend_describe(int i, const char **name, bool *compiled, bool *present,
+                                  const char **what) {
+    int n;
+    const tm_backend_entry *e = tm_backends(&n);
+    if (i < 0 || i >= n) return tern_fail(TERN_ERR_RANGE, "back-end %d of %d", i, n);
+    const char *w = "";
+    bool pr = e[i].compiled && e[i].present(&w);
+    if (!e[i].compiled) w = "not compiled in";
+    if (name) *name = e[i].name;
+    if (compiled) *compiled = e[i].compiled;
+    if (present) *present = pr;
+    if (what) *what = w;
+    return TERN_OK;
 }
