@@ -118,6 +118,46 @@ int tc_graph_end(tc_graph *g, const float *dlogits);
 int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
 
+/* ------------------------------------------------- profiling, launch count
+ * tc_launches(): kernel launches and async copies queued since the last
+ * tc_launches_reset() (always counted; one add per launch). While a decode graph
+ * is captured, the nodes are counted too (so a captured step reports its node count).
+ * Profiling (off by default; TERN_CUDA_PROFILE=1 turns it on at tc_init): every
+ * top-level launcher is bracketed by a cudaEvent pair keyed by its family; nested
+ * launches count toward the outer family; nothing is recorded while capturing a
+ * graph. tc_profile_report syncs the stream and folds the pending pairs.
+ * Disabled cost: one branch per launcher. */
+typedef enum tc_family {
+    TC_FAM_MATMUL = 0,   /* the ternary / dense products (GEMV and GEMM kernels) */
+    TC_FAM_ACTQ,         /* activation quantisation (its own launch) */
+    TC_FAM_HADAMARD,
+    TC_FAM_NORM,         /* add+rmsnorm(+hadamard), head rmsnorm */
+    TC_FAM_SWIGLU,       /* swiglu(+hadamard) */
+    TC_FAM_ATTENTION,
+    TC_FAM_GDN,
+    TC_FAM_ROPE,
+    TC_FAM_EMBED,
+    TC_FAM_MOVERS,       /* copy rows, kv store, split heads, sigmoid gate, permutes */
+    TC_FAM_REPACK,       /* load-time weight repacks */
+    TC_FAM_N
+} tc_family;
+typedef struct tc_profile_entry {
+    const char *family;  /* static name */
+    double ms;           /* GPU time between the pair's events, summed */
+    uint64_t calls;
+} tc_profile_entry;
+uint64_t tc_launches(void);
+void tc_launches_reset(void);
+void tc_profile_enable(int on);  /* also resets the accumulated figures */
+int tc_profile_enabled(void);
+void tc_profile_reset(void);
+/* Fills out[0..TC_FAM_N) (families in enum order, zero calls included); returns the
+ * number written (min(max, TC_FAM_N)) or -1 on a CUDA error. */
+int tc_profile_report(tc_profile_entry *out, int max);
+/* The same as text, one "family calls ms us/call share" line per family with calls,
+ * then a total; returns the length it wanted (snprintf rules). */
+int tc_profile_text(char *buf, size_t n);
+
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
 double tc_read_ceiling_gbps(size_t bytes, int passes);

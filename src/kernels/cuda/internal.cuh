@@ -14,8 +14,26 @@
 extern cudaStream_t tc_stream;
 /* Record err (first one wins) when it is not cudaSuccess. */
 void tc_note(int err);
-/* Check the last launch. */
-static inline void tc_check_launch(void) { tc_note((int)cudaGetLastError()); }
+/* Launches (and async copies) queued: tc_launches(). */
+extern uint64_t tc_launch_count;
+/* Check the last launch (and count it). */
+static inline void tc_check_launch(void) {
+    tc_launch_count++;
+    tc_note((int)cudaGetLastError());
+}
+/* Profiling: TC_PROF(TC_FAM_x) at the top of a launcher brackets the rest of the
+ * function with an event pair (only when enabled, at nesting depth 0, not capturing). */
+extern int tc_prof_on;
+int tc_prof_start(int fam); /* slot >= 0, or -1: nested / capturing (depth counted) */
+void tc_prof_stop(int slot);
+struct tc_prof_guard {
+    int slot; /* -2: profiling was off at entry */
+    explicit tc_prof_guard(int fam) : slot(tc_prof_on ? tc_prof_start(fam) : -2) {}
+    ~tc_prof_guard() {
+        if (slot != -2) tc_prof_stop(slot);
+    }
+};
+#define TC_PROF(fam) tc_prof_guard tc_prof_g_(fam)
 /* Scratch of at least n bytes for the stream's current work (slot 0..3, grow-only;
  * growing waits for the stream first). NULL on failure (error noted). */
 void *tc_workspace(int slot, size_t n);

@@ -163,6 +163,7 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
 
 extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                                 float *const *y, const size_t *ys) {
+    TC_PROF(TC_FAM_MATMUL);
     if (!batch || nm <= 0) return;
     const int64_t K = w[0].k;
     bool any_t128 = false;

@@ -64,6 +64,7 @@ static void fwht(float *x, size_t rows, size_t n, size_t block, const float *sig
 
 extern "C" void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs,
                             int inverse) {
+    TC_PROF(TC_FAM_HADAMARD);
     if (signs) fwht(x, rows, n, block, signs, inverse);
 }
 
@@ -109,6 +110,7 @@ __global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t
 extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
                                         float *normed, float *rotated, size_t rows, size_t n,
                                         size_t block, const float *signs) {
+    TC_PROF(TC_FAM_NORM);
     if (!rows) return;
     bool rot = rotated && signs;
     float *out = normed ? normed : (rot ? rotated : NULL);
@@ -141,6 +143,7 @@ __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ 
 
 extern "C" void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
                                    size_t n, size_t block, const float *signs) {
+    TC_PROF(TC_FAM_SWIGLU);
     size_t total = rows * n;
     if (!total) return;
     k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
@@ -160,6 +163,7 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
 
 extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                          size_t block, const float *signs) {
+    TC_PROF(TC_FAM_EMBED);
     if (!n) return;
     const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
     if (!ids || n != 1) {
@@ -168,6 +172,7 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
         if (!dids || !pin) return;
         /* the previous chunk ended with a sync: nothing still reads the pinned ids */
         memcpy(pin, ids_host, n * sizeof(int32_t));
+        tc_launch_count++;
         tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
                                      tc_stream));
         ids = dids;
@@ -200,6 +205,7 @@ __global__ void k_head_rmsnorm(float *__restrict__ x, size_t rows, size_t stride
 
 extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
                                 const float *gain, float eps) {
+    TC_PROF(TC_FAM_NORM);
     size_t warps = rows * (size_t)n_heads;
     if (!warps) return;
     k_head_rmsnorm<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, rows, stride, n_heads, hd,
@@ -228,6 +234,7 @@ __global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh
 
 extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
                         int pos0, float theta) {
+    TC_PROF(TC_FAM_ROPE);
     size_t total = rows * (size_t)(rot / 2);
     if (!total) return;
     k_rope<<<tc_blocks(total, 128), 128, 0, tc_stream>>>(x, rows, stride, n_heads, hd, rot, pos0,
@@ -308,6 +315,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__res
 extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcache,
                              const float *vcache, float *out, int rows, int pos0, int n_head,
                              int n_head_kv, int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
     if (rows <= 0) return;
     if (head_dim > ATT_EPL * 32 || n_head > 65535) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -435,6 +443,7 @@ static void gdn_rec(const tc_gdn_args *a, int C) {
 }
 
 extern "C" void tc_gdn(const tc_gdn_args *a) {
+    TC_PROF(TC_FAM_GDN);
     if (a->rows <= 0) return;
     const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
@@ -457,7 +466,9 @@ extern "C" void tc_gdn(const tc_gdn_args *a) {
 
 extern "C" void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
                              size_t n) {
+    TC_PROF(TC_FAM_MOVERS);
     if (!rows || !n) return;
+    tc_launch_count++;
     tc_note((int)cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float),
                                    n * sizeof(float), rows, cudaMemcpyDeviceToDevice, tc_stream));
 }
@@ -475,6 +486,7 @@ __global__ void k_kv_store(float *__restrict__ kc, float *__restrict__ vc,
 
 extern "C" void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw,
                             size_t rows, int pos0) {
+    TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * kvw;
     if (!total) return;
     k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k, v, kvw, total, pos0,
@@ -494,6 +506,7 @@ __global__ void k_split_heads(const float *__restrict__ src, size_t total, int h
 
 extern "C" void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a,
                                float *b) {
+    TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * (size_t)n_heads * hd;
     if (!total) return;
     k_split_heads<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src, total, hd, a, b);
@@ -506,6 +519,7 @@ __global__ void k_mul_sigmoid(float *__restrict__ x, const float *__restrict__ g
 }
 
 extern "C" void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n) {
+    TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * n;
     if (!total) return;
     k_mul_sigmoid<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(x, g, total);
@@ -526,6 +540,7 @@ __global__ void k_permute_tg(const float *__restrict__ src, float *__restrict__ 
 
 extern "C" void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k,
                                          int n_v, int dv) {
+    TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * (size_t)n_v * dv;
     if (!total) return;
     k_permute_tg<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src, dst, total, n_k, n_v, dv);
