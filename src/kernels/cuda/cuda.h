@@ -28,7 +28,8 @@ typedef enum tc_kind {
     TC_Q1 = 2,      /* Q1_0: 18 B per 128: fp16 d, bits: 1 -> +d, 0 -> -d */
     TC_F32 = 3,
     TC_F16 = 4,
-    TC_BF16 = 5
+    TC_BF16 = 5,
+    TC_TERN128R = 6 /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
 } tc_kind;
 
 typedef struct tc_mat {
@@ -55,6 +56,21 @@ size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
 /* y[b*ys + i] = sum_j W[i,j] x[b*xs + j] for each of the nm matrices (same k). */
 void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                      float *const *y, const size_t *ys);
+
+/* Load-time repack of a TC_TERN128 matrix (file layout, any alignment) into
+ * TC_TERN128R, a new device buffer of tc_repacked_bytes(n, k) bytes from tc_malloc:
+ *   codes  [n][k/4] bytes at data (row_bytes = k/4, rows 16-byte aligned): block b
+ *          of row r is the 32 code bytes of the file's block b (same bit order);
+ *   scales [n][k/128] fp16 at data + n*k/4.
+ * The GEMV reads it with 128-bit streaming loads (ternary GEMV at the HBM
+ * roofline, batch 1..8); same bytes per weight as the file (34 per 128).
+ * dst is filled (kind, data, n, k, row_bytes); free dst->data with
+ * tc_free(dst->data, tc_repacked_bytes(n, k)). The caller frees the source when
+ * it likes (device bytes in use peak at source + repacked for one matrix).
+ * TC_ERR_UNSUPPORTED unless src is TC_TERN128 with k % 128 == 0; cudaErrorMemoryAllocation
+ * when the buffer cannot be had. Synchronous (returns when the repack is done). */
+size_t tc_repacked_bytes(int64_t n, int64_t k);
+int tc_repack(const tc_mat *src, tc_mat *dst);
 
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse

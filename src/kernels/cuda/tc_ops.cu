@@ -161,6 +161,19 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
         out[(size_t)blockIdx.y * K + j] = tc_elem(kind, row, j);
 }
 
+/* TC_TERN128R rows: codes [n][K/4], then fp16 scales [n][K/128]. */
+__global__ void k_embed_r(const uint8_t *__restrict__ codes, const unsigned short *__restrict__ sc,
+                          int64_t K, const int32_t *__restrict__ ids, float *__restrict__ out) {
+    const size_t row = (size_t)ids[blockIdx.y];
+    const uint8_t *cr = codes + row * (size_t)(K >> 2);
+    const unsigned short *sr = sc + row * (size_t)(K >> 7);
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        int c = (cr[j >> 2] >> (2 * (j & 3))) & 3;
+        out[(size_t)blockIdx.y * K + j] = (float)(c - 1) * __half2float(__ushort_as_half(sr[j >> 7]));
+    }
+}
+
 extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                          size_t block, const float *signs) {
     TC_PROF(TC_FAM_EMBED);
@@ -180,8 +193,13 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
-        k_embed<<<grid, 256, 0, tc_stream>>>(emb->kind, emb->data, emb->row_bytes, emb->k,
-                                             ids + i0, out + i0 * (size_t)emb->k);
+        if (emb->kind == TC_TERN128R)
+            k_embed_r<<<grid, 256, 0, tc_stream>>>(
+                emb->data, (const unsigned short *)(emb->data + (size_t)emb->n * (size_t)(emb->k / 4)),
+                emb->k, ids + i0, out + i0 * (size_t)emb->k);
+        else
+            k_embed<<<grid, 256, 0, tc_stream>>>(emb->kind, emb->data, emb->row_bytes, emb->k,
+                                                 ids + i0, out + i0 * (size_t)emb->k);
         tc_check_launch();
     }
     if (signs) fwht(out, n, (size_t)emb->k, block, signs, 1);
