@@ -3,7 +3,7 @@
  * no back-end table): the repacked ternary layout (tc_repack) and its GEMV vs
  * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
  * file-layout products, embed of repacked rows, the launch counter and the
- * per-family profile. Oracles come from the random trits and scales the test
+ * per-family profile, the fused GDN decode step for n sessions vs float64. Oracles come from the random trits and scales the test
  * draws (kern_check.h), never from the kernels.
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
@@ -177,6 +177,145 @@ TEST(launch_counter_and_profile) {
     free_mat(&t);
 }
 
+/* float64 GDN step of one session (the math of tc_gdn / backend_cpu.c, written
+ * from the design: conv + SiLU, L2 norms, decay, delta rule, gated RMSNorm). */
+static void gdn_ref(int nk, int nv, int dk, int dv, int K, int tiled, const float *qkv,
+                    const float *z, const float *a, const float *b, const float *cw,
+                    const float *ssm_a, const float *dt, const float *norm, double *cs, double *S,
+                    double *out) {
+    int C = 2 * nk * dk + nv * dv, r = nv / nk;
+    double *w = malloc((size_t)C * sizeof(double));
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0;
+        for (int j = 0; j < K - 1; j++) s += cw[ch * K + j] * cs[(size_t)j * C + ch];
+        s += cw[ch * K + K - 1] * qkv[ch];
+        for (int j = 0; j + 1 < K - 1; j++) cs[(size_t)j * C + ch] = cs[(size_t)(j + 1) * C + ch];
+        if (K > 1) cs[(size_t)(K - 2) * C + ch] = qkv[ch];
+        w[ch] = s / (1 + exp(-s));
+    }
+    for (int h = 0; h < 2 * nk; h++) {
+        double ss = 0;
+        for (int e = 0; e < dk; e++) ss += w[h * dk + e] * w[h * dk + e];
+        double inv = 1 / sqrt(ss + 1e-6);
+        if (h < nk) inv /= sqrt((double)dk);
+        for (int e = 0; e < dk; e++) w[h * dk + e] *= inv;
+    }
+    for (int p = 0; p < nv; p++) {
+        int kh = tiled ? p % nk : p / r;
+        const double *q = w + kh * dk, *k = w + nk * dk + kh * dk, *v = w + 2 * nk * dk + p * dv;
+        double x = a[p] + dt[p], sp = x > 20 ? x : log1p(exp(x));
+        double decay = exp(ssm_a[p] * sp), beta = 1 / (1 + exp(-b[p]));
+        double *Sp = S + (size_t)p * dk * dv, ss = 0;
+        double *o = out + (size_t)p * dv;
+        for (int j = 0; j < dv; j++) {
+            double kv = 0;
+            for (int e = 0; e < dk; e++) kv += Sp[e * dv + j] * decay * k[e];
+            double d = (v[j] - kv) * beta;
+            double oj = 0;
+            for (int e = 0; e < dk; e++) {
+                Sp[e * dv + j] = Sp[e * dv + j] * decay + k[e] * d;
+                oj += Sp[e * dv + j] * q[e];
+            }
+            o[j] = oj;
+            ss += oj * oj;
+        }
+        double inv = 1 / sqrt(ss / dv + 1e-6);
+        for (int j = 0; j < dv; j++) {
+            double zz = z[p * dv + j];
+            o[j] = o[j] * inv * norm[j] * zz / (1 + exp(-zz));
+        }
+    }
+    free(w);
+}
+
+static float *dev_rand(float *h, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) h[i] = check_rand_normal() * scale;
+    return dup_dev(h, n * 4);
+}
+
+static double max_rel(const float *g, const double *r, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(g[i] - r[i]);
+        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        if (fabs(r[i]) > mr) mr = fabs(r[i]);
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* n sessions, each with its own (random, nonzero) state, two steps in a row. */
+TEST(gdn_step_sessions_vs_f64) {
+    NEED_GPU();
+    const int cfg[][6] = {{2, 4, 32, 48, 4, 1}, {2, 6, 128, 128, 4, 0}, {1, 3, 64, 40, 3, 1},
+                          {4, 8, 128, 128, 4, 1}};
+    for (int c = 0; c < 4; c++) {
+        int nk = cfg[c][0], nv = cfg[c][1], dk = cfg[c][2], dv = cfg[c][3], K = cfg[c][4];
+        int tiled = cfg[c][5], n = c == 3 ? 5 : 3;
+        int C = 2 * nk * dk + nv * dv;
+        size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv;
+        size_t qs = (size_t)C + 3, zs = (size_t)nv * dv + 1, abs_ = (size_t)nv + 2, os = (size_t)nv * dv + 4;
+        float *hw = malloc((size_t)C * K * 4), *ha = malloc((size_t)nv * 4), *hdt = malloc((size_t)nv * 4),
+              *hn = malloc((size_t)dv * 4);
+        float *cw = dev_rand(hw, (size_t)C * K, 0.5f), *sa = dev_rand(ha, (size_t)nv, 1.0f);
+        for (int i = 0; i < nv; i++) ha[i] = -fabsf(ha[i]) - 0.1f;
+        CHECK(tc_upload(sa, ha, (size_t)nv * 4) == 0);
+        float *dt = dev_rand(hdt, (size_t)nv, 0.5f), *nm = dev_rand(hn, (size_t)dv, 1.0f);
+        double *rcs = malloc((size_t)n * csn * 8), *rst = malloc((size_t)n * stn * 8);
+        float *tmp = malloc((csn > stn ? csn : stn) * 4);
+        float *dcs[8], *dst[8];
+        for (int i = 0; i < n; i++) {
+            dcs[i] = dev_rand(tmp, csn, 1.0f);
+            for (size_t e = 0; e < csn; e++) rcs[i * csn + e] = tmp[e];
+            dst[i] = dev_rand(tmp, stn, 0.1f);
+            for (size_t e = 0; e < stn; e++) rst[i * stn + e] = tmp[e];
+        }
+        float *const *pcs = dup_dev(dcs, (size_t)n * sizeof(float *));
+        float *const *pst = dup_dev(dst, (size_t)n * sizeof(float *));
+        for (int step = 0; step < 2; step++) {
+            float *hq = malloc((size_t)n * qs * 4), *hz = malloc((size_t)n * zs * 4),
+                  *hA = malloc((size_t)n * abs_ * 4), *hB = malloc((size_t)n * abs_ * 4);
+            float *dq = dev_rand(hq, (size_t)n * qs, 1.0f), *dz = dev_rand(hz, (size_t)n * zs, 1.0f),
+                  *dA = dev_rand(hA, (size_t)n * abs_, 1.0f), *dB = dev_rand(hB, (size_t)n * abs_, 1.0f);
+            float *dout = tc_malloc((size_t)n * os * 4), *dwork = tc_malloc((size_t)n * C * 4);
+            tc_gdn_step_args g = {.n = n, .qkv = dq, .z = dz, .a = dA, .b = dB, .qkv_stride = qs,
+                                  .z_stride = zs, .ab_stride = abs_, .out_stride = os,
+                                  .conv_w = cw, .ssm_a = sa, .dt_bias = dt, .norm = nm,
+                                  .conv_state = pcs, .state = pst, .out = dout, .work = dwork,
+                                  .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = K,
+                                  .v_tiled = tiled, .eps = 1e-6f};
+            tc_launches_reset();
+            tc_gdn_step(&g);
+            CHECK_EQ_INT(tc_sync(), 0);
+            CHECK(tc_launches() == 2); /* two launches for all sessions */
+            float *go = malloc((size_t)n * os * 4);
+            CHECK(tc_download(go, dout, (size_t)n * os * 4) == 0);
+            double *ro = malloc((size_t)nv * dv * 8);
+            for (int i = 0; i < n; i++) {
+                gdn_ref(nk, nv, dk, dv, K, tiled, hq + i * qs, hz + i * zs, hA + i * abs_,
+                        hB + i * abs_, hw, ha, hdt, hn, rcs + i * csn, rst + i * stn, ro);
+                double e = max_rel(go + i * os, ro, (size_t)nv * dv);
+                CHECK_MSG(e < 1e-4, "gdn step cfg %d step %d session %d: out %g", c, step, i, e);
+                CHECK(tc_download(tmp, dst[i], stn * 4) == 0);
+                e = max_rel(tmp, rst + i * stn, stn);
+                CHECK_MSG(e < 1e-4, "cfg %d step %d session %d: state %g", c, step, i, e);
+                CHECK(tc_download(tmp, dcs[i], csn * 4) == 0);
+                e = max_rel(tmp, rcs + i * csn, csn);
+                CHECK_MSG(e == 0, "cfg %d step %d session %d: conv state %g", c, step, i, e);
+            }
+            free(go); free(ro); free(hq); free(hz); free(hA); free(hB);
+            tc_free(dq, (size_t)n * qs * 4); tc_free(dz, (size_t)n * zs * 4);
+            tc_free(dA, (size_t)n * abs_ * 4); tc_free(dB, (size_t)n * abs_ * 4);
+            tc_free(dout, (size_t)n * os * 4); tc_free(dwork, (size_t)n * C * 4);
+        }
+        for (int i = 0; i < n; i++) { tc_free(dcs[i], csn * 4); tc_free(dst[i], stn * 4); }
+        tc_free((void *)pcs, (size_t)n * sizeof(float *));
+        tc_free((void *)pst, (size_t)n * sizeof(float *));
+        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
+        tc_free(nm, (size_t)dv * 4);
+        free(hw); free(ha); free(hdt); free(hn); free(rcs); free(rst); free(tmp);
+    }
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -190,6 +329,7 @@ int main(void) {
     RUN(repack_multi_vs_file_layout);
     RUN(repack_refusals_and_embed);
     RUN(launch_counter_and_profile);
+    RUN(gdn_step_sessions_vs_f64);
     return check_summary();
 }
 #else

@@ -105,6 +105,28 @@ typedef struct tc_gdn_args {
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm. */
 void tc_gdn(const tc_gdn_args *a);
 
+/* GDN decode step for n sessions, one token each, in two launches for all of
+ * them: (1) per (head segment, session) CTA: causal conv over (conv state ++ the
+ * token's qkv row) + SiLU, conv state shifted, q/k L2-normalised (q also by
+ * 1/sqrt(dk)) into work; (2) per (value head, session) CTA: decay
+ * exp(ssm_a*softplus(a+dt_bias)), beta = sigmoid(b), S *= decay, delta rule,
+ * o = S^T q, out = rmsnorm(o)*norm*silu(z). Same math as tc_gdn with rows = 1
+ * (state fully applied, [n_v][dk][dv] fp32). conv_state and state are DEVICE
+ * arrays of n device pointers (one per session, [conv_k-1][C] and
+ * [n_v][dk][dv]); row i of qkv/z/a/b/out/work belongs to session i. work: n*C
+ * floats. dk <= 128, dv <= 256 (else TC_ERR_UNSUPPORTED). */
+typedef struct tc_gdn_step_args {
+    int n;
+    const float *qkv, *z, *a, *b; /* [n][C], [n][n_v*dv], [n][n_v], [n][n_v] (strides below) */
+    size_t qkv_stride, z_stride, ab_stride, out_stride;
+    const float *conv_w, *ssm_a, *dt_bias, *norm;
+    float *const *conv_state, *const *state; /* device arrays of n pointers */
+    float *out, *work;
+    int n_k, n_v, dk, dv, conv_k, v_tiled;
+    float eps;
+} tc_gdn_step_args;
+void tc_gdn_step(const tc_gdn_step_args *a);
+
 void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
 /* KV cache store: kc/vc are the layer's caches [n_ctx][kvw]; rows k/v go to
  * positions pos0.. (the device position in a step graph). */

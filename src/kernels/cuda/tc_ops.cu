@@ -480,6 +480,118 @@ extern "C" void tc_gdn(const tc_gdn_args *a) {
     else gdn_rec<128>(&b, C);
 }
 
+/* ------------------------------------------------ GDN decode step (fused) */
+
+/* CTA (segment g, session i), thread t = channel within the segment: segments
+ * 0..nk-1 are q heads, nk..2nk-1 k heads (dk channels each), then the nv value
+ * heads (dv channels each). Each channel's conv state is owned by one thread. */
+__global__ void __launch_bounds__(256) k_gdn_step_conv(tc_gdn_step_args a, int C) {
+    __shared__ float red[8];
+    const int g = blockIdx.x, i = blockIdx.y, t = threadIdx.x;
+    const int nk = a.n_k, dk = a.dk, K = a.conv_k;
+    const bool qk = g < 2 * nk;
+    const int width = qk ? dk : a.dv;
+    const int ch = qk ? g * dk + t : 2 * nk * dk + (g - 2 * nk) * a.dv + t;
+    const bool act = t < width;
+    float v = 0.0f;
+    if (act) {
+        float *cs = a.conv_state[i];
+        const float *wc = a.conv_w + (size_t)ch * K;
+        const float xin = a.qkv[(size_t)i * a.qkv_stride + ch];
+        float s = 0.0f;
+        for (int j = 0; j < K - 1; j++) s += wc[j] * cs[(size_t)j * C + ch];
+        s += wc[K - 1] * xin;
+        for (int j = 0; j + 1 < K - 1; j++) cs[(size_t)j * C + ch] = cs[(size_t)(j + 1) * C + ch];
+        if (K > 1) cs[(size_t)(K - 2) * C + ch] = xin;
+        v = s / (1.0f + expf(-s));
+    }
+    if (qk) {
+        float ss = tc_warp_sum(v * v);
+        if ((t & 31) == 0) red[t >> 5] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) tot += red[w];
+        float inv = (float)(1.0 / sqrt((double)tot + 1e-6));
+        if (g < nk) inv *= 1.0f / sqrtf((float)dk);
+        v *= inv;
+    }
+    if (act) a.work[(size_t)i * C + ch] = v;
+}
+
+/* CTA (value head p, session i); thread j owns state column S[:, j]. */
+template <int KMAX>
+__global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C) {
+    __shared__ float sq_[KMAX], sk[KMAX], red[8];
+    const int p = blockIdx.x, i = blockIdx.y, j = threadIdx.x;
+    const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk;
+    const int kh = a.v_tiled ? p % nk : p / r;
+    const bool act = j < dv;
+    const float *row = a.work + (size_t)i * C;
+    for (int e = j; e < dk; e += blockDim.x) {
+        sq_[e] = row[(size_t)kh * dk + e];
+        sk[e] = row[(size_t)nk * dk + (size_t)kh * dk + e];
+    }
+    float *Sg = a.state[i] + (size_t)p * dk * dv;
+    float S[KMAX];
+#pragma unroll
+    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? Sg[(size_t)e * dv + j] : 0.0f;
+    __syncthreads();
+    const float x = a.a[(size_t)i * a.ab_stride + p] + a.dt_bias[p];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    const float decay = expf(a.ssm_a[p] * sp);
+    const float beta = 1.0f / (1.0f + expf(-a.b[(size_t)i * a.ab_stride + p]));
+    float kv = 0.0f, sq = 0.0f, kq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < KMAX; e++)
+        if (e < dk) {
+            float s = S[e] * decay;
+            S[e] = s;
+            kv = fmaf(s, sk[e], kv);
+            sq = fmaf(s, sq_[e], sq);
+            kq = fmaf(sk[e], sq_[e], kq);
+        }
+    const float vv = act ? row[(size_t)2 * nk * dk + (size_t)p * dv + j] : 0.0f;
+    const float d = (vv - kv) * beta;
+#pragma unroll
+    for (int e = 0; e < KMAX; e++)
+        if (e < dk) S[e] = fmaf(sk[e], d, S[e]);
+    const float o = act ? sq + kq * d : 0.0f;
+    float ss = tc_warp_sum(o * o);
+    if ((j & 31) == 0) red[j >> 5] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) tot += red[w];
+    if (act) {
+        const float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
+        const float zz = a.z[(size_t)i * a.z_stride + (size_t)p * dv + j];
+        a.out[(size_t)i * a.out_stride + (size_t)p * dv + j] = o * inv * a.norm[j] * tc_silu(zz);
+#pragma unroll
+        for (int e = 0; e < KMAX; e++)
+            if (e < dk) Sg[(size_t)e * dv + j] = S[e];
+    }
+}
+
+extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
+    TC_PROF(TC_FAM_GDN);
+    if (a->n <= 0) return;
+    if (a->dk > 128 || a->dv > 256 || a->dk < 1 || a->dv < 1 || a->conv_k < 1 || a->n > 65535 ||
+        a->n_k < 1 || a->n_v % a->n_k) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
+    const int w = a->dk > a->dv ? a->dk : a->dv;
+    dim3 g1((unsigned)(2 * a->n_k + a->n_v), (unsigned)a->n);
+    k_gdn_step_conv<<<g1, (w + 31) / 32 * 32, 0, tc_stream>>>(*a, C);
+    tc_check_launch();
+    dim3 g2((unsigned)a->n_v, (unsigned)a->n);
+    const int th = (a->dv + 31) / 32 * 32;
+    if (a->dk <= 32) k_gdn_step_rec<32><<<g2, th, 0, tc_stream>>>(*a, C);
+    else if (a->dk <= 64) k_gdn_step_rec<64><<<g2, th, 0, tc_stream>>>(*a, C);
+    else k_gdn_step_rec<128><<<g2, th, 0, tc_stream>>>(*a, C);
+    tc_check_launch();
+}
+
 /* ------------------------------------------------------------ data movers */
 
 extern "C" void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
