@@ -316,6 +316,83 @@ TEST(gdn_step_sessions_vs_f64) {
     }
 }
 
+/* The _q fused sites write the same activation bytes as tc_quantize of their
+ * output, their float outputs equal the plain launchers', and tc_matmul_multi_q
+ * on that activation equals tc_matmul_multi on the float rows. */
+TEST(fused_quantize_sites) {
+    NEED_GPU();
+    const size_t cases[][3] = {{3, 3072, 1024}, {2, 512, 256}, {4, 640, 64}, {1, 1024, 0}};
+    for (size_t c = 0; c < 4; c++) {
+        size_t rows = cases[c][0], n = cases[c][1], blk = cases[c][2], N = rows * n;
+        float *hs = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) hs[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
+        float *ds = blk ? dup_dev(hs, n * 4) : NULL;
+        float *h = malloc(N * 4), *gain = malloc(n * 4);
+        float *r1 = dev_rand(h, N, 2.0f), *r2 = dup_dev(h, N * 4), *dd = dev_rand(h, N, 0.5f);
+        float *dg = dev_rand(gain, n, 1.0f);
+        float *rot1 = tc_malloc(N * 4), *rot2 = tc_malloc(N * 4);
+        size_t ab = tc_act_bytes(rows, (int64_t)n);
+        void *b1 = tc_malloc(ab), *b2 = tc_malloc(ab);
+        tc_act a1 = tc_act_view(b1, rows, (int64_t)n), a2 = tc_act_view(b2, rows, (int64_t)n);
+        for (int site = 0; site < 2; site++) {
+            tc_zero(b1, ab);
+            tc_zero(b2, ab);
+            if (site == 0) {
+                /* no signs: the normed output is the matmul input */
+                tc_add_rmsnorm_hadamard_q(r1, dd, dg, 1e-6f, blk ? NULL : rot1, blk ? rot1 : NULL,
+                                          rows, n, blk ? blk : 128, ds, &a1);
+                tc_add_rmsnorm_hadamard(r2, dd, dg, 1e-6f, blk ? NULL : rot2, blk ? rot2 : NULL,
+                                        rows, n, blk ? blk : 128, ds);
+            } else {
+                tc_swiglu_hadamard_q(r1, dd, rot1, rows, n, blk ? blk : 128, ds, &a1);
+                tc_swiglu_hadamard(r2, dd, rot2, rows, n, blk ? blk : 128, ds);
+            }
+            tc_quantize(rot2, n, &a2);
+            CHECK_EQ_INT(tc_sync(), 0);
+            uint8_t *g1 = malloc(ab), *g2 = malloc(ab);
+            float *o1 = malloc(N * 4), *o2 = malloc(N * 4);
+            CHECK(tc_download(g1, b1, ab) == 0 && tc_download(g2, b2, ab) == 0);
+            CHECK(tc_download(o1, rot1, N * 4) == 0 && tc_download(o2, rot2, N * 4) == 0);
+            CHECK_MSG(memcmp(o1, o2, N * 4) == 0, "case %zu site %d: outputs differ", c, site);
+            CHECK_MSG(memcmp(g1, g2, ab - 64) == 0, "case %zu site %d: activation bytes differ", c, site);
+            /* the product on the given activation == the product from the floats */
+            tmat t = make_mat(TERN_DT_PQ2_0, 45, (int64_t)n, 0);
+            uint8_t *base;
+            size_t wb;
+            tc_mat m = up_mat(&t, 0, &base, &wb), rp;
+            CHECK_EQ_INT(tc_repack(&m, &rp), 0);
+            tc_mat both[2] = {m, rp};
+            size_t ys[2] = {45, 45};
+            float *y1[2] = {tc_malloc(rows * 45 * 4), tc_malloc(rows * 45 * 4)};
+            float *y2[2] = {tc_malloc(rows * 45 * 4), tc_malloc(rows * 45 * 4)};
+            tc_matmul_multi_q(2, both, &a1, NULL, n, y1, ys);
+            tc_matmul_multi(2, both, rot2, rows, n, y2, ys);
+            CHECK_EQ_INT(tc_sync(), 0);
+            for (int i = 0; i < 2; i++) {
+                float *p1 = malloc(rows * 45 * 4), *p2 = malloc(rows * 45 * 4);
+                CHECK(tc_download(p1, y1[i], rows * 45 * 4) == 0 && tc_download(p2, y2[i], rows * 45 * 4) == 0);
+                CHECK(memcmp(p1, p2, rows * 45 * 4) == 0);
+                free(p1); free(p2);
+                tc_free(y1[i], rows * 45 * 4);
+                tc_free(y2[i], rows * 45 * 4);
+            }
+            tc_free(base, wb);
+            tc_free((void *)rp.data, tc_repacked_bytes(45, (int64_t)n));
+            free_mat(&t);
+            free(g1); free(g2); free(o1); free(o2);
+        }
+        /* a mismatched act is refused */
+        tc_act bad = a1;
+        bad.k = (int64_t)n + 128;
+        tc_swiglu_hadamard_q(r1, dd, rot1, rows, n, blk ? blk : 128, ds, &bad);
+        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        tc_free(r1, N * 4); tc_free(r2, N * 4); tc_free(dd, N * 4); tc_free(dg, n * 4);
+        tc_free(rot1, N * 4); tc_free(rot2, N * 4); tc_free(b1, ab); tc_free(b2, ab);
+        if (ds) tc_free(ds, n * 4);
+        free(hs); free(h); free(gain);
+    }
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -330,6 +407,7 @@ int main(void) {
     RUN(repack_refusals_and_embed);
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
+    RUN(fused_quantize_sites);
     return check_summary();
 }
 #else

@@ -57,6 +57,27 @@ size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
 void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                      float *const *y, const size_t *ys);
 
+/* A quantised activation (the integer path's input: 14-bit hi/lo planes, one
+ * scale per 128 inputs, per-32 sums), for `batch` rows of k inputs (k % 128 == 0)
+ * in a caller-owned device buffer of tc_act_bytes(batch, k) bytes. A producer
+ * can write it (tc_quantize, or the _q variants of the fused sites below, which
+ * quantise inside the Hadamard kernel: no extra launch) and any number of
+ * matmuls with that input read it (tc_matmul_multi_q: no quantise launch). */
+typedef struct tc_act {
+    int8_t *q;   /* [batch][k/32][64] */
+    float *sx;   /* [batch][k/128] */
+    int *corr;   /* [batch][k/32] */
+    int64_t k;
+    size_t batch;
+} tc_act;
+size_t tc_act_bytes(size_t batch, int64_t k);
+tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_bytes */
+void tc_quantize(const float *x, size_t xs, const tc_act *out);
+/* tc_matmul_multi with the integer path's activation given: x (fp32 rows, for
+ * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
+void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+                       float *const *y, const size_t *ys);
+
 /* Load-time repack of a TC_TERN128 matrix (file layout, any alignment) into
  * TC_TERN128R, a new device buffer of tc_repacked_bytes(n, k) bytes from tc_malloc:
  *   codes  [n][k/4] bytes at data (row_bytes = k/4, rows 16-byte aligned): block b
@@ -83,6 +104,14 @@ void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float 
                              size_t block, const float *signs);
 void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
                         size_t block, const float *signs);
+/* The same, also writing act (rows x n) = quantised final output (rotated, or
+ * out / normed without signs); quantised in the FWHT kernel when block % 128 == 0,
+ * else by one tc_quantize launch. act may be NULL (= the plain launcher). */
+void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+                               float *normed, float *rotated, size_t rows, size_t n,
+                               size_t block, const float *signs, const tc_act *act);
+void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows, size_t n,
+                          size_t block, const float *signs, const tc_act *act);
 /* out[i] = row ids_host[i] of emb (ids already range-checked), then the inverse
  * transform when signs. */
 void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,

@@ -87,4 +87,32 @@ __device__ __forceinline__ float tc_elem(int kind, const uint8_t *row, int64_t j
     }
 }
 
+/* Quantise one 128-input block held 4 per lane (v[s] = input 4*lane + s of the
+ * block) into the activation layout of tc_matmul.cu (row base q, block blk). */
+#define TC_QMAX 16256.0f
+__device__ __forceinline__ void tc_actq_block(const float v[4], int lane, int8_t *qrow,
+                                              float *sx_row, int *corr_row, int blk) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = tc_warp_max(amax);
+    float inv = amax > 0 ? TC_QMAX / amax : 0.0f;
+    int u = lane >> 3, l8 = lane & 7;
+    int i = l8 >> 2, k = l8 & 3;
+    int8_t *ub = qrow + ((size_t)blk * 4 + u) * 64;
+    int sum = 0;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        int xq = __float2int_rn(v[s] * inv);
+        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
+        int p = i * 16 + s * 4 + k;
+        ub[p] = (int8_t)hi;
+        ub[32 + p] = (int8_t)lo;
+        sum += xq;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+    if (l8 == 0) corr_row[(size_t)blk * 4 + u] = sum;
+    if (lane == 0) sx_row[blk] = amax / TC_QMAX;
+}
+
 #endif

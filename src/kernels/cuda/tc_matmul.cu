@@ -24,8 +24,6 @@
 
 #include <string.h>
 
-#define QMAX 16256.0f
-
 /* One warp per (batch row, 128-block). */
 __global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t batch,
                           int8_t *__restrict__ q, float *__restrict__ sx, int *__restrict__ corr) {
@@ -37,27 +35,37 @@ __global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t 
     int blk = (int)(warp % nb);
     const float *xb = x + b * xs + (size_t)blk * 128 + lane * 4;
     float v[4] = {xb[0], xb[1], xb[2], xb[3]};
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = tc_warp_max(amax);
-    float inv = amax > 0 ? QMAX / amax : 0.0f;
-    int u = lane >> 3, l8 = lane & 7;
-    int i = l8 >> 2, k = l8 & 3;
-    int8_t *ub = q + b * (size_t)K * 2 + ((size_t)blk * 4 + u) * 64;
-    int sum = 0;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        int xq = __float2int_rn(v[s] * inv);
-        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
-        int p = i * 16 + s * 4 + k;
-        ub[p] = (int8_t)hi;
-        ub[32 + p] = (int8_t)lo;
-        sum += xq;
+    tc_actq_block(v, lane, q + b * (size_t)K * 2, sx + b * (size_t)nb, corr + b * (size_t)(K >> 5),
+                  blk);
+}
+
+extern "C" size_t tc_act_bytes(size_t batch, int64_t k) {
+    return batch * (size_t)k * 2 + batch * (size_t)(k / 128) * 4 + batch * (size_t)(k / 32) * 4 +
+           64;
+}
+
+extern "C" tc_act tc_act_view(void *buf, size_t batch, int64_t k) {
+    uint8_t *ws = (uint8_t *)buf;
+    size_t qn = batch * (size_t)k * 2, sn = batch * (size_t)(k / 128) * 4;
+    tc_act a = {(int8_t *)ws, (float *)(ws + qn), (int *)(ws + qn + sn), k, batch};
+    return a;
+}
+
+static void quantize(const float *x, size_t xs, const tc_act *o) {
+    size_t warps = o->batch * (size_t)(o->k / 128);
+    if (!warps) return;
+    k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)o->k, o->batch, o->q,
+                                                                 o->sx, o->corr);
+    tc_check_launch();
+}
+
+extern "C" void tc_quantize(const float *x, size_t xs, const tc_act *out) {
+    TC_PROF(TC_FAM_ACTQ);
+    if (out->k % 128) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    if (l8 == 0) corr[b * (size_t)(K >> 5) + (size_t)blk * 4 + u] = sum;
-    if (lane == 0) sx[b * (size_t)nb + blk] = amax / QMAX;
+    quantize(x, xs, out);
 }
 
 template <int R, int NB>
@@ -377,43 +385,29 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
     tc_check_launch();
 }
 
-extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
-                                float *const *y, const size_t *ys) {
-    if (!batch || nm <= 0) return;
-    const int64_t K = w[0].k;
-    bool any_int = false;
-    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R;
-    int8_t *q = NULL;
-    float *sx = NULL;
-    int *corr = NULL;
-    if (any_int) { /* one quantisation for every integer-path matrix of the call */
-        TC_PROF(TC_FAM_ACTQ);
-        size_t qn = batch * (size_t)K * 2, sn = batch * (size_t)(K / 128) * 4,
-               cn = batch * (size_t)(K / 32) * 4;
-        uint8_t *ws = (uint8_t *)tc_workspace(0, qn + sn + cn + 64);
-        if (!ws) return;
-        q = (int8_t *)ws;
-        sx = (float *)(ws + qn);
-        corr = (int *)(ws + qn + sn);
-        size_t warps = batch * (size_t)(K / 128);
-        k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)K, batch, q, sx,
-                                                                     corr);
-        tc_check_launch();
-    }
+static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
+                     size_t xs, float *const *y, const size_t *ys) {
     TC_PROF(TC_FAM_MATMUL);
+    const int8_t *q = act ? act->q : NULL;
+    const float *sx = act ? act->sx : NULL;
+    const int *corr = act ? act->corr : NULL;
     for (int i = 0; i < nm; i++) {
         const tc_mat *m = &w[i];
         if (m->kind == TC_TERN128R) {
-            if (((uintptr_t)m->data & 15) || m->k % 128) {
+            if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
                 tc_note(TC_ERR_UNSUPPORTED);
                 continue;
             }
             gemv_r(m, q, sx, corr, batch, y[i], ys[i]);
-        } else if (m->kind == TC_TERN128 && (m->row_bytes & 1) == 0 &&
+        } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
                    ((uintptr_t)m->data & 1) == 0) {
             if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y[i], ys[i]);
             else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y[i], ys[i]);
         } else {
+            if (!x) {
+                tc_note(TC_ERR_UNSUPPORTED);
+                continue;
+            }
             const int warps = 8;
             for (size_t b0 = 0; b0 < batch; b0 += 65535) {
                 int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
@@ -424,4 +418,32 @@ extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t 
             }
         }
     }
+}
+
+extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                                float *const *y, const size_t *ys) {
+    if (!batch || nm <= 0) return;
+    const int64_t K = w[0].k;
+    bool any_int = false;
+    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R;
+    tc_act act;
+    if (any_int) { /* one quantisation for every integer-path matrix of the call */
+        TC_PROF(TC_FAM_ACTQ);
+        void *ws = tc_workspace(0, tc_act_bytes(batch, K));
+        if (!ws) return;
+        act = tc_act_view(ws, batch, K);
+        quantize(x, xs, &act);
+    }
+    products(nm, w, any_int ? &act : NULL, x, batch, xs, y, ys);
+}
+
+extern "C" void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x,
+                                  size_t xs, float *const *y, const size_t *ys) {
+    if (!act || !act->batch || nm <= 0) return;
+    for (int i = 0; i < nm; i++)
+        if (w[i].k != act->k) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+    products(nm, w, act, x, act->batch, xs, y, ys);
 }

@@ -16,7 +16,7 @@
 /* One CTA per (row, block): load (with signs on the forward side), log2(block)
  * butterfly stages in shared memory, scale (signs on the inverse side), store. */
 __global__ void k_fwht(float *__restrict__ x, size_t n, int block, const float *__restrict__ signs,
-                       int inverse, float scale) {
+                       int inverse, float scale, tc_act act) {
     extern __shared__ float sh[];
     const size_t nbr = n / (size_t)block;
     const size_t row = blockIdx.x / nbr, off = (blockIdx.x % nbr) * (size_t)block;
@@ -37,9 +37,21 @@ __global__ void k_fwht(float *__restrict__ x, size_t n, int block, const float *
         float v = sh[i] * scale;
         xp[i] = inverse && signs ? v * signs[off + i] : v;
     }
+    if (act.q) { /* forward only: quantise the block's 128-input sub-blocks, a warp each */
+        const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        const int nb = (int)(n >> 7);
+        for (int w = threadIdx.x >> 5; w < block / 128; w += nw) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = sh[w * 128 + lane * 4 + e] * scale;
+            tc_actq_block(v, lane, act.q + row * n * 2, act.sx + row * (size_t)nb,
+                          act.corr + row * (size_t)(n >> 5), (int)(off / 128) + w);
+        }
+    }
 }
 
-static void fwht(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse) {
+static void fwht(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse,
+                 const tc_act *act = NULL) {
     if (!rows || !n) return;
     if (block < 2 || block > 8192 || n % block) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -55,8 +67,10 @@ static void fwht(float *x, size_t rows, size_t n, size_t block, const float *sig
     }
     for (size_t c0 = 0; c0 < ctas; c0 += 1u << 30) {
         /* rows are whole in each launch when ctas < 2^30 (always, in practice) */
+        tc_act none = {};
         k_fwht<<<(unsigned)ctas, threads, smem, tc_stream>>>(x, n, (int)block, signs, inverse,
-                                                            1.0f / sqrtf((float)block));
+                                                            1.0f / sqrtf((float)block),
+                                                            act ? *act : none);
         tc_check_launch();
         break;
     }
@@ -107,11 +121,24 @@ __global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t
     if (i < total) r[i] += d[i];
 }
 
-extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
-                                        float *normed, float *rotated, size_t rows, size_t n,
-                                        size_t block, const float *signs) {
-    TC_PROF(TC_FAM_NORM);
-    if (!rows) return;
+/* act usable from the FWHT kernel: forward, rows x n, block a multiple of 128 */
+static bool act_in_fwht(const tc_act *act, size_t rows, size_t n, size_t block, const float *signs) {
+    return act && signs && block % 128 == 0 && (size_t)act->k == n && act->batch == rows;
+}
+
+static bool act_ok(const tc_act *act, size_t rows, size_t n) {
+    if (!act) return true;
+    if ((size_t)act->k != n || act->batch != rows || n % 128) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return false;
+    }
+    return true;
+}
+
+static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+                                 float *normed, float *rotated, size_t rows, size_t n,
+                                 size_t block, const float *signs, const tc_act *act) {
+    if (!rows || !act_ok(act, rows, n)) return;
     bool rot = rotated && signs;
     float *out = normed ? normed : (rot ? rotated : NULL);
     if (!out) {
@@ -129,8 +156,24 @@ extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *g
                             tc_stream);
             tc_check_launch();
         }
-        fwht(rotated, rows, n, block, signs, 0);
-    }
+        bool fused = act_in_fwht(act, rows, n, block, signs);
+        fwht(rotated, rows, n, block, signs, 0, fused ? act : NULL);
+        if (act && !fused) tc_quantize(rotated, n, act);
+    } else if (act) tc_quantize(out, n, act);
+}
+
+extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+                                        float *normed, float *rotated, size_t rows, size_t n,
+                                        size_t block, const float *signs) {
+    TC_PROF(TC_FAM_NORM);
+    add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs, NULL);
+}
+
+extern "C" void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+                                          float *normed, float *rotated, size_t rows, size_t n,
+                                          size_t block, const float *signs, const tc_act *act) {
+    TC_PROF(TC_FAM_NORM);
+    add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs, act);
 }
 
 __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u,
@@ -141,14 +184,28 @@ __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ 
     o[i] = a / (1.0f + expf(-a)) * u[i];
 }
 
+static void swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
+                            size_t n, size_t block, const float *signs, const tc_act *act) {
+    size_t total = rows * n;
+    if (!total || !act_ok(act, rows, n)) return;
+    k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
+    tc_check_launch();
+    bool fused = act_in_fwht(act, rows, n, block, signs);
+    if (signs) fwht(out, rows, n, block, signs, 0, fused ? act : NULL);
+    if (act && !fused) tc_quantize(out, n, act);
+}
+
 extern "C" void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
                                    size_t n, size_t block, const float *signs) {
     TC_PROF(TC_FAM_SWIGLU);
-    size_t total = rows * n;
-    if (!total) return;
-    k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
-    tc_check_launch();
-    if (signs) fwht(out, rows, n, block, signs, 0);
+    swiglu_hadamard(gate, up, out, rows, n, block, signs, NULL);
+}
+
+extern "C" void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows,
+                                     size_t n, size_t block, const float *signs,
+                                     const tc_act *act) {
+    TC_PROF(TC_FAM_SWIGLU);
+    swiglu_hadamard(gate, up, out, rows, n, block, signs, act);
 }
 
 /* ------------------------------------------------------------- embedding */
