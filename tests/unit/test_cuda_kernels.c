@@ -3,7 +3,7 @@
  * no back-end table): the repacked ternary layout (tc_repack) and its GEMV vs
  * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
  * file-layout products, embed of repacked rows, the launch counter and the
- * per-family profile, the fused GDN decode step for n sessions vs float64. Oracles come from the random trits and scales the test
+ * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64. Oracles come from the random trits and scales the test
  * draws (kern_check.h), never from the kernels.
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
@@ -393,6 +393,59 @@ TEST(fused_quantize_sites) {
     }
 }
 
+/* split-K decode attention vs float64 softmax attention, with and without the gate */
+TEST(attention_decode_vs_f64) {
+    NEED_GPU();
+    const int cfg[][5] = {{6, 2, 64, 0, 16},     {4, 1, 256, 6, 7},     {3, 3, 48, 299, 300},
+                          {8, 2, 128, 1000, 4096}, {2, 1, 128, 511, 512}, {5, 5, 96, 256, 1000}};
+    for (int c = 0; c < 6; c++) {
+        int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], cap = cfg[c][4];
+        size_t kvw = (size_t)nkv * hd, W = (size_t)nh * hd;
+        float *hq = malloc(W * 4), *hk = malloc((size_t)cap * kvw * 4), *hv = malloc((size_t)cap * kvw * 4),
+              *hg = malloc(W * 4);
+        float *dq = dev_rand(hq, W, 1.0f), *dk = dev_rand(hk, (size_t)cap * kvw, 1.0f),
+              *dv = dev_rand(hv, (size_t)cap * kvw, 1.0f), *dg = dev_rand(hg, W, 1.0f);
+        float *dout = tc_malloc(W * 4), *got = malloc(W * 4);
+        double *ref = malloc(W * 8), *sc = malloc((size_t)(pos0 + 1) * 8);
+        float scale = 1.0f / sqrtf((float)hd);
+        for (int h = 0; h < nh; h++) {
+            int kh = h / (nh / nkv);
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p <= pos0; p++) {
+                double s = 0;
+                for (int j = 0; j < hd; j++) s += (double)hq[h * hd + j] * hk[(size_t)p * kvw + kh * hd + j];
+                sc[p] = s * scale;
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (int p = 0; p <= pos0; p++) sum += (sc[p] = exp(sc[p] - mx));
+            for (int j = 0; j < hd; j++) {
+                double o = 0;
+                for (int p = 0; p <= pos0; p++) o += sc[p] * hv[(size_t)p * kvw + kh * hd + j];
+                ref[h * hd + j] = o / sum;
+            }
+        }
+        for (int gated = 0; gated < 2; gated++) {
+            tc_launches_reset();
+            tc_attention_decode(dq, dk, dv, gated ? dg : NULL, dout, pos0, cap, nh, nkv, hd, scale);
+            CHECK_EQ_INT(tc_sync(), 0);
+            CHECK(tc_launches() == 2);
+            CHECK(tc_download(got, dout, W * 4) == 0);
+            double *want = malloc(W * 8);
+            for (size_t i = 0; i < W; i++)
+                want[i] = gated ? ref[i] / (1 + exp(-(double)hg[i])) : ref[i];
+            double e = max_rel(got, want, W);
+            CHECK_MSG(e < 1e-5, "attention decode nh %d nkv %d hd %d pos0 %d cap %d gate %d: %g", nh,
+                      nkv, hd, pos0, cap, gated, e);
+            free(want);
+        }
+        tc_attention_decode(dq, dk, dv, NULL, dout, cap, cap, nh, nkv, hd, scale); /* pos0 past the cache */
+        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        tc_free(dq, W * 4); tc_free(dk, (size_t)cap * kvw * 4); tc_free(dv, (size_t)cap * kvw * 4);
+        tc_free(dg, W * 4); tc_free(dout, W * 4);
+        free(hq); free(hk); free(hv); free(hg); free(got); free(ref); free(sc);
+    }
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -408,6 +461,7 @@ int main(void) {
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
     RUN(fused_quantize_sites);
+    RUN(attention_decode_vs_f64);
     return check_summary();
 }
 #else

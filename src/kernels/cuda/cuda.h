@@ -124,6 +124,17 @@ void tc_attention(const float *q, size_t q_stride, const float *kcache, const fl
                   float *out, int rows, int pos0, int n_head, int n_head_kv, int head_dim,
                   float scale);
 
+/* Decode attention for one query row (position pos0, attending 0..pos0) split
+ * over the cache (flash-decoding): ceil(max_len / 256) CTAs per head each do an
+ * online softmax over their 256 positions (CTAs past pos0 exit), one merge
+ * kernel per head combines them and multiplies by sigmoid(gate[h*hd + j]) when
+ * gate is not NULL (the attention output gate). max_len (the cache capacity)
+ * fixes the grid, so a captured graph serves every position (pos0 read from the
+ * graph's device word when capturing). Two launches; head_dim <= 256. */
+void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
+                         const float *gate, float *out, int pos0, int max_len, int n_head,
+                         int n_head_kv, int head_dim, float scale);
+
 typedef struct tc_gdn_args {
     const float *qkv, *z, *a, *b, *conv_w, *ssm_a, *dt_bias, *norm;
     float *conv_state, *state, *out, *work;

@@ -403,6 +403,134 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcach
     tc_check_launch();
 }
 
+/* ------------------------------------------------ split-K decode attention */
+
+#define ATT_SPLIT 256
+
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__restrict__ q,
+        const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ part,
+        int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits) {
+    if (dpos) pos0 = *dpos;
+    __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
+    __shared__ float s_acc[ATT_WARPS][ATT_EPL * 32];
+    const int h = blockIdx.x, sp = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int np = pos0 + 1, p0 = sp * ATT_SPLIT, p1 = min(np, p0 + ATT_SPLIT);
+    float *pp = part + ((size_t)h * splits + sp) * (size_t)(hd + 2);
+    if (p0 >= np) {
+        if (threadIdx.x == 0) pp[1] = 0.0f; /* l = 0: nothing here */
+        return;
+    }
+    const int kvh = h / (nh / nkv);
+    const size_t kvw = (size_t)nkv * hd;
+    const float *qp = q + (size_t)h * hd;
+    float qv[ATT_EPL], acc[ATT_EPL];
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        int j = lane + 32 * e;
+        qv[e] = j < hd ? qp[j] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
+        const float *kp = kc + (size_t)p * kvw + (size_t)kvh * hd;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) s = fmaf(qv[e], kp[j], s);
+        }
+        s = tc_warp_sum(s) * scale;
+        float mn = fmaxf(m, s);
+        float c = expf(m - mn), pw = expf(s - mn);
+        l = l * c + pw;
+        const float *vp = vc + (size_t)p * kvw + (size_t)kvh * hd;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) acc[e] = acc[e] * c + pw * vp[j];
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) s_acc[warp][lane + 32 * e] = acc[e];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++)
+        if (s_l[w] > 0) M = fmaxf(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++)
+        if (s_l[w] > 0) L += s_l[w] * expf(s_m[w] - M);
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++)
+            if (s_l[w] > 0) v += s_acc[w][j] * expf(s_m[w] - M);
+        pp[2 + j] = v;
+    }
+    if (threadIdx.x == 0) {
+        pp[0] = M;
+        pp[1] = L;
+    }
+}
+
+/* CTA per head: merge the splits' (m, l, acc), then the sigmoid gate. */
+__global__ void k_attn_merge(const float *__restrict__ part, const float *__restrict__ gate,
+                             float *__restrict__ out, int pos0, const int *__restrict__ dpos,
+                             int hd, int splits) {
+    if (dpos) pos0 = *dpos;
+    const int h = blockIdx.x;
+    const int used = min(splits, pos0 / ATT_SPLIT + 1);
+    const float *pp = part + (size_t)h * splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < used; s++)
+        if (pp[(size_t)s * (hd + 2) + 1] > 0) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < used; s++) {
+        const float *e = pp + (size_t)s * (hd + 2);
+        if (e[1] > 0) L += e[1] * expf(e[0] - M);
+    }
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < used; s++) {
+            const float *e = pp + (size_t)s * (hd + 2);
+            if (e[1] > 0) v += e[2 + j] * expf(e[0] - M);
+        }
+        v /= L;
+        if (gate) v *= 1.0f / (1.0f + expf(-gate[(size_t)h * hd + j]));
+        out[(size_t)h * hd + j] = v;
+    }
+}
+
+extern "C" void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
+                                    const float *gate, float *out, int pos0, int max_len,
+                                    int n_head, int n_head_kv, int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
+    if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
+        n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int splits = (max_len + ATT_SPLIT - 1) / ATT_SPLIT;
+    if (splits > 65535) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
+    if (!part) return;
+    dim3 grid((unsigned)n_head, (unsigned)splits);
+    k_attn_split<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, kcache, vcache, part, pos0, tc_dyn_pos,
+                                                         n_head, n_head_kv, head_dim, scale,
+                                                         splits);
+    tc_check_launch();
+    k_attn_merge<<<(unsigned)n_head, (head_dim + 31) / 32 * 32, 0, tc_stream>>>(
+        part, gate, out, pos0, tc_dyn_pos, head_dim, splits);
+    tc_check_launch();
+}
+
 /* ------------------------------------------------------------------- GDN */
 
 __device__ __forceinline__ float tc_silu(float x) { return x / (1.0f + expf(-x)); }
