@@ -337,6 +337,8 @@ TEST(fused_quantize_sites) {
         for (int site = 0; site < 2; site++) {
             tc_zero(b1, ab);
             tc_zero(b2, ab);
+            tc_sync();
+            tc_launches_reset();
             if (site == 0) {
                 /* no signs: the normed output is the matmul input */
                 tc_add_rmsnorm_hadamard_q(r1, dd, dg, 1e-6f, blk ? NULL : rot1, blk ? rot1 : NULL,
@@ -347,6 +349,11 @@ TEST(fused_quantize_sites) {
                 tc_swiglu_hadamard_q(r1, dd, rot1, rows, n, blk ? blk : 128, ds, &a1);
                 tc_swiglu_hadamard(r2, dd, rot2, rows, n, blk ? blk : 128, ds);
             }
+            /* one kernel per site with signs (the quantisation inside when block % 128
+             * == 0, one more launch otherwise); 2 without signs (norm or swiglu + quantise) */
+            uint64_t want = 2 * 1 + (!blk || blk % 128 ? 1 : 0);
+            CHECK_MSG(tc_launches() == want, "case %zu site %d: %llu launches, want %llu", c, site,
+                      (unsigned long long)tc_launches(), (unsigned long long)want);
             tc_quantize(rot2, n, &a2);
             CHECK_EQ_INT(tc_sync(), 0);
             uint8_t *g1 = malloc(ab), *g2 = malloc(ab);

@@ -15,14 +15,20 @@
 
 /* One CTA per (row, block): load (with signs on the forward side), log2(block)
  * butterfly stages in shared memory, scale (signs on the inverse side), store. */
-__global__ void k_fwht(float *__restrict__ x, size_t n, int block, const float *__restrict__ signs,
-                       int inverse, float scale, tc_act act) {
+/* src may equal dst (in place); up: SwiGLU fused into the load (v = silu(src)*up). */
+__global__ void k_fwht(const float *src, const float *__restrict__ up, float *dst, size_t n,
+                       int block, const float *__restrict__ signs, int inverse, float scale,
+                       tc_act act) {
     extern __shared__ float sh[];
     const size_t nbr = n / (size_t)block;
     const size_t row = blockIdx.x / nbr, off = (blockIdx.x % nbr) * (size_t)block;
-    float *xp = x + row * n + off;
-    for (int i = threadIdx.x; i < block; i += blockDim.x)
-        sh[i] = !inverse && signs ? xp[i] * signs[off + i] : xp[i];
+    const float *sp = src + row * n + off;
+    float *xp = dst + row * n + off;
+    for (int i = threadIdx.x; i < block; i += blockDim.x) {
+        float v = sp[i];
+        if (up) v = v / (1.0f + expf(-v)) * up[row * n + off + i];
+        sh[i] = !inverse && signs ? v * signs[off + i] : v;
+    }
     __syncthreads();
     for (int h = 1; h < block; h <<= 1) {
         for (int t = threadIdx.x; t < block / 2; t += blockDim.x) {
@@ -50,8 +56,8 @@ __global__ void k_fwht(float *__restrict__ x, size_t n, int block, const float *
     }
 }
 
-static void fwht(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse,
-                 const tc_act *act = NULL) {
+static void fwht2(const float *src, const float *up, float *x, size_t rows, size_t n,
+                  size_t block, const float *signs, int inverse, const tc_act *act) {
     if (!rows || !n) return;
     if (block < 2 || block > 8192 || n % block) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -68,12 +74,17 @@ static void fwht(float *x, size_t rows, size_t n, size_t block, const float *sig
     for (size_t c0 = 0; c0 < ctas; c0 += 1u << 30) {
         /* rows are whole in each launch when ctas < 2^30 (always, in practice) */
         tc_act none = {};
-        k_fwht<<<(unsigned)ctas, threads, smem, tc_stream>>>(x, n, (int)block, signs, inverse,
+        k_fwht<<<(unsigned)ctas, threads, smem, tc_stream>>>(src, up, x, n, (int)block, signs, inverse,
                                                             1.0f / sqrtf((float)block),
                                                             act ? *act : none);
         tc_check_launch();
         break;
     }
+}
+
+static void fwht(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse,
+                 const tc_act *act = NULL) {
+    fwht2(x, NULL, x, rows, n, block, signs, inverse, act);
 }
 
 extern "C" void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs,
@@ -121,6 +132,63 @@ __global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t
     if (i < total) r[i] += d[i];
 }
 
+/* One CTA per row, the whole row in shared memory: r += d, rmsnorm (float64
+ * sum of squares), normed written if asked, then the forward transform of every
+ * block of the row at once (a butterfly stage over all blocks per step), rotated
+ * written, and the quantised activation when act.q. */
+#define ARH_MAX_N 16384
+__global__ void __launch_bounds__(512) k_add_rmsnorm_fwht(float *__restrict__ r,
+        const float *__restrict__ d, const float *__restrict__ gain, float eps,
+        float *__restrict__ normed, float *__restrict__ rotated, size_t n, int block,
+        const float *__restrict__ signs, float scale, tc_act act) {
+    extern __shared__ float sh[];
+    __shared__ double red[32];
+    const size_t row = blockIdx.x;
+    float *rr = r + row * n;
+    const float *dd = d ? d + row * n : NULL;
+    double ss = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = rr[i];
+        if (dd) {
+            v += dd[i];
+            rr[i] = v;
+        }
+        sh[i] = v;
+        ss += (double)v * v;
+    }
+    ss = tc_block_sum_d(ss, red);
+    const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = sh[i] * inv * (gain ? gain[i] : 1.0f);
+        if (normed) normed[row * n + i] = v;
+        sh[i] = v * signs[i];
+    }
+    __syncthreads();
+    const int half = block / 2;
+    const int pairs = (int)(n / 2);
+    for (int h = 1; h < block; h <<= 1) {
+        for (int t = threadIdx.x; t < pairs; t += blockDim.x) {
+            int b = t / half, tt = t % half;
+            int i = b * block + (tt / h) * 2 * h + (tt % h);
+            float x0 = sh[i], x1 = sh[i + h];
+            sh[i] = x0 + x1;
+            sh[i + h] = x0 - x1;
+        }
+        __syncthreads();
+    }
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) rotated[row * n + i] = sh[i] * scale;
+    if (act.q) {
+        const int lane = threadIdx.x & 31, nw = blockDim.x >> 5, nb = (int)(n >> 7);
+        for (int w = threadIdx.x >> 5; w < nb; w += nw) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = sh[w * 128 + lane * 4 + e] * scale;
+            tc_actq_block(v, lane, act.q + row * n * 2, act.sx + row * (size_t)nb,
+                          act.corr + row * (size_t)(n >> 5), w);
+        }
+    }
+}
+
 /* act usable from the FWHT kernel: forward, rows x n, block a multiple of 128 */
 static bool act_in_fwht(const tc_act *act, size_t rows, size_t n, size_t block, const float *signs) {
     return act && signs && block % 128 == 0 && (size_t)act->k == n && act->batch == rows;
@@ -146,6 +214,24 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
             k_add<<<tc_blocks(rows * n, 256), 256, 0, tc_stream>>>(r, d, rows * n);
             tc_check_launch();
         }
+        return;
+    }
+    if (rot && n <= ARH_MAX_N && block >= 2 && block <= 8192 && n % block == 0 &&
+        (block & (block - 1)) == 0 && rows <= 0x7fffffff) {
+        /* one kernel for the whole site */
+        static bool attr;
+        if (!attr) {
+            cudaFuncSetAttribute(k_add_rmsnorm_fwht, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 ARH_MAX_N * 4);
+            attr = true;
+        }
+        bool fused = act && n % 128 == 0;
+        tc_act none = {};
+        k_add_rmsnorm_fwht<<<(unsigned)rows, 512, n * sizeof(float), tc_stream>>>(
+            r, d, gain, eps, normed, rotated, n, (int)block, signs, 1.0f / sqrtf((float)block),
+            fused ? *act : none);
+        tc_check_launch();
+        if (act && !fused) tc_quantize(rotated, n, act);
         return;
     }
     k_add_rmsnorm<<<(unsigned)rows, 256, 0, tc_stream>>>(r, d, gain, eps, out, n);
@@ -188,10 +274,13 @@ static void swiglu_hadamard(const float *gate, const float *up, float *out, size
                             size_t n, size_t block, const float *signs, const tc_act *act) {
     size_t total = rows * n;
     if (!total || !act_ok(act, rows, n)) return;
-    k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
-    tc_check_launch();
     bool fused = act_in_fwht(act, rows, n, block, signs);
-    if (signs) fwht(out, rows, n, block, signs, 0, fused ? act : NULL);
+    if (signs) { /* one kernel: SwiGLU in the FWHT's load (and the quantisation after it) */
+        fwht2(gate, up, out, rows, n, block, signs, 0, fused ? act : NULL);
+    } else {
+        k_swiglu<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(gate, up, out, total);
+        tc_check_launch();
+    }
     if (act && !fused) tc_quantize(out, n, act);
 }
 
