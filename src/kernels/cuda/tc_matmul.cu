@@ -39,14 +39,16 @@ __global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t 
                   blk);
 }
 
+/* q (16-byte loads), then sx, then corr at a 16-byte boundary (the GEMV reads
+ * corr pairs as int2). */
 extern "C" size_t tc_act_bytes(size_t batch, int64_t k) {
-    return batch * (size_t)k * 2 + batch * (size_t)(k / 128) * 4 + batch * (size_t)(k / 32) * 4 +
-           64;
+    size_t sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
+    return batch * (size_t)k * 2 + sn + batch * (size_t)(k / 32) * 4 + 64;
 }
 
 extern "C" tc_act tc_act_view(void *buf, size_t batch, int64_t k) {
     uint8_t *ws = (uint8_t *)buf;
-    size_t qn = batch * (size_t)k * 2, sn = batch * (size_t)(k / 128) * 4;
+    size_t qn = batch * (size_t)k * 2, sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
     tc_act a = {(int8_t *)ws, (float *)(ws + qn), (int *)(ws + qn + sn), k, batch};
     return a;
 }
