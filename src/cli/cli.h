@@ -20,6 +20,7 @@ int tern_cmd_convert(int argc, char **argv);
 int tern_cmd_quantize(int argc, char **argv);
 int tern_cmd_synth(int argc, char **argv);
 int tern_cmd_bench(int argc, char **argv);
+int tern_bench_kernels_cuda(int argc, char **argv); /* bench_cuda.c: bench kernels --device cuda */
 int tern_cmd_eval(int argc, char **argv);
 int tern_cmd_run(int argc, char **argv);
 int tern_cmd_chat(int argc, char **argv);

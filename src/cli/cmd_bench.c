@@ -330,7 +330,12 @@ int tern_cmd_bench(int argc, char **argv) {
         bench_kernels_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "kernels")) return bench_kernels(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "kernels")) {
+        for (int i = 2; i + 1 < argc; i++) /* --device cuda: the GPU kernels (bench_cuda.c) */
+            if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda"))
+                return tern_bench_kernels_cuda(argc - 1, argv + 1);
+        return bench_kernels(argc - 1, argv + 1);
+    }
     if (!strcmp(argv[1], "model")) return tern_bench_model(argc - 1, argv + 1);
     return cli_usage_error("bench", "unknown benchmark '%s' (kernels or model)", argv[1]);
 }

@@ -28,7 +28,8 @@ typedef enum tc_kind {
     TC_Q1 = 2,      /* Q1_0: 18 B per 128: fp16 d, bits: 1 -> +d, 0 -> -d */
     TC_F32 = 3,
     TC_F16 = 4,
-    TC_BF16 = 5
+    TC_BF16 = 5,
+    TC_TERN128R = 6 /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
 } tc_kind;
 
 typedef struct tc_mat {
@@ -56,6 +57,42 @@ size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
 void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                      float *const *y, const size_t *ys);
 
+/* A quantised activation (the integer path's input: 14-bit hi/lo planes, one
+ * scale per 128 inputs, per-32 sums), for `batch` rows of k inputs (k % 128 == 0)
+ * in a caller-owned device buffer of tc_act_bytes(batch, k) bytes. A producer
+ * can write it (tc_quantize, or the _q variants of the fused sites below, which
+ * quantise inside the Hadamard kernel: no extra launch) and any number of
+ * matmuls with that input read it (tc_matmul_multi_q: no quantise launch). */
+typedef struct tc_act {
+    int8_t *q;   /* [batch][k/32][64] */
+    float *sx;   /* [batch][k/128] */
+    int *corr;   /* [batch][k/32] */
+    int64_t k;
+    size_t batch;
+} tc_act;
+size_t tc_act_bytes(size_t batch, int64_t k);
+tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_bytes */
+void tc_quantize(const float *x, size_t xs, const tc_act *out);
+/* tc_matmul_multi with the integer path's activation given: x (fp32 rows, for
+ * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
+void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+                       float *const *y, const size_t *ys);
+
+/* Load-time repack of a TC_TERN128 matrix (file layout, any alignment) into
+ * TC_TERN128R, a new device buffer of tc_repacked_bytes(n, k) bytes from tc_malloc:
+ *   codes  [n][k/4] bytes at data (row_bytes = k/4, rows 16-byte aligned): block b
+ *          of row r is the 32 code bytes of the file's block b (same bit order);
+ *   scales [n][k/128] fp16 at data + n*k/4.
+ * The GEMV reads it with 128-bit streaming loads (ternary GEMV at the HBM
+ * roofline, batch 1..8); same bytes per weight as the file (34 per 128).
+ * dst is filled (kind, data, n, k, row_bytes); free dst->data with
+ * tc_free(dst->data, tc_repacked_bytes(n, k)). The caller frees the source when
+ * it likes (device bytes in use peak at source + repacked for one matrix).
+ * TC_ERR_UNSUPPORTED unless src is TC_TERN128 with k % 128 == 0; cudaErrorMemoryAllocation
+ * when the buffer cannot be had. Synchronous (returns when the repack is done). */
+size_t tc_repacked_bytes(int64_t n, int64_t k);
+int tc_repack(const tc_mat *src, tc_mat *dst);
+
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
  * x <- signs*FWHT(x)/sqrt(block). rows of n contiguous floats. */
@@ -67,6 +104,14 @@ void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float 
                              size_t block, const float *signs);
 void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
                         size_t block, const float *signs);
+/* The same, also writing act (rows x n) = quantised final output (rotated, or
+ * out / normed without signs); quantised in the FWHT kernel when block % 128 == 0,
+ * else by one tc_quantize launch. act may be NULL (= the plain launcher). */
+void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+                               float *normed, float *rotated, size_t rows, size_t n,
+                               size_t block, const float *signs, const tc_act *act);
+void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows, size_t n,
+                          size_t block, const float *signs, const tc_act *act);
 /* out[i] = row ids_host[i] of emb (ids already range-checked), then the inverse
  * transform when signs. */
 void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
@@ -79,6 +124,17 @@ void tc_attention(const float *q, size_t q_stride, const float *kcache, const fl
                   float *out, int rows, int pos0, int n_head, int n_head_kv, int head_dim,
                   float scale);
 
+/* Decode attention for one query row (position pos0, attending 0..pos0) split
+ * over the cache (flash-decoding): ceil(max_len / 256) CTAs per head each do an
+ * online softmax over their 256 positions (CTAs past pos0 exit), one merge
+ * kernel per head combines them and multiplies by sigmoid(gate[h*hd + j]) when
+ * gate is not NULL (the attention output gate). max_len (the cache capacity)
+ * fixes the grid, so a captured graph serves every position (pos0 read from the
+ * graph's device word when capturing). Two launches; head_dim <= 256. */
+void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
+                         const float *gate, float *out, int pos0, int max_len, int n_head,
+                         int n_head_kv, int head_dim, float scale);
+
 typedef struct tc_gdn_args {
     const float *qkv, *z, *a, *b, *conv_w, *ssm_a, *dt_bias, *norm;
     float *conv_state, *state, *out, *work;
@@ -88,6 +144,28 @@ typedef struct tc_gdn_args {
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm. */
 void tc_gdn(const tc_gdn_args *a);
+
+/* GDN decode step for n sessions, one token each, in two launches for all of
+ * them: (1) per (head segment, session) CTA: causal conv over (conv state ++ the
+ * token's qkv row) + SiLU, conv state shifted, q/k L2-normalised (q also by
+ * 1/sqrt(dk)) into work; (2) per (value head, session) CTA: decay
+ * exp(ssm_a*softplus(a+dt_bias)), beta = sigmoid(b), S *= decay, delta rule,
+ * o = S^T q, out = rmsnorm(o)*norm*silu(z). Same math as tc_gdn with rows = 1
+ * (state fully applied, [n_v][dk][dv] fp32). conv_state and state are DEVICE
+ * arrays of n device pointers (one per session, [conv_k-1][C] and
+ * [n_v][dk][dv]); row i of qkv/z/a/b/out/work belongs to session i. work: n*C
+ * floats. dk <= 128, dv <= 256 (else TC_ERR_UNSUPPORTED). */
+typedef struct tc_gdn_step_args {
+    int n;
+    const float *qkv, *z, *a, *b; /* [n][C], [n][n_v*dv], [n][n_v], [n][n_v] (strides below) */
+    size_t qkv_stride, z_stride, ab_stride, out_stride;
+    const float *conv_w, *ssm_a, *dt_bias, *norm;
+    float *const *conv_state, *const *state; /* device arrays of n pointers */
+    float *out, *work;
+    int n_k, n_v, dk, dv, conv_k, v_tiled;
+    float eps;
+} tc_gdn_step_args;
+void tc_gdn_step(const tc_gdn_step_args *a);
 
 void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
 /* KV cache store: kc/vc are the layer's caches [n_ctx][kvw]; rows k/v go to
@@ -117,6 +195,46 @@ int tc_graph_end(tc_graph *g, const float *dlogits);
  * graph is stale (the caller captures again). */
 int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
+
+/* ------------------------------------------------- profiling, launch count
+ * tc_launches(): kernel launches and async copies queued since the last
+ * tc_launches_reset() (always counted; one add per launch). While a decode graph
+ * is captured, the nodes are counted too (so a captured step reports its node count).
+ * Profiling (off by default; TERN_CUDA_PROFILE=1 turns it on at tc_init): every
+ * top-level launcher is bracketed by a cudaEvent pair keyed by its family; nested
+ * launches count toward the outer family; nothing is recorded while capturing a
+ * graph. tc_profile_report syncs the stream and folds the pending pairs.
+ * Disabled cost: one branch per launcher. */
+typedef enum tc_family {
+    TC_FAM_MATMUL = 0,   /* the ternary / dense products (GEMV and GEMM kernels) */
+    TC_FAM_ACTQ,         /* activation quantisation (its own launch) */
+    TC_FAM_HADAMARD,
+    TC_FAM_NORM,         /* add+rmsnorm(+hadamard), head rmsnorm */
+    TC_FAM_SWIGLU,       /* swiglu(+hadamard) */
+    TC_FAM_ATTENTION,
+    TC_FAM_GDN,
+    TC_FAM_ROPE,
+    TC_FAM_EMBED,
+    TC_FAM_MOVERS,       /* copy rows, kv store, split heads, sigmoid gate, permutes */
+    TC_FAM_REPACK,       /* load-time weight repacks */
+    TC_FAM_N
+} tc_family;
+typedef struct tc_profile_entry {
+    const char *family;  /* static name */
+    double ms;           /* GPU time between the pair's events, summed */
+    uint64_t calls;
+} tc_profile_entry;
+uint64_t tc_launches(void);
+void tc_launches_reset(void);
+void tc_profile_enable(int on);  /* also resets the accumulated figures */
+int tc_profile_enabled(void);
+void tc_profile_reset(void);
+/* Fills out[0..TC_FAM_N) (families in enum order, zero calls included); returns the
+ * number written (min(max, TC_FAM_N)) or -1 on a CUDA error. */
+int tc_profile_report(tc_profile_entry *out, int max);
+/* The same as text, one "family calls ms us/call share" line per family with calls,
+ * then a total; returns the length it wanted (snprintf rules). */
+int tc_profile_text(char *buf, size_t n);
 
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */

@@ -14,8 +14,26 @@
 extern cudaStream_t tc_stream;
 /* Record err (first one wins) when it is not cudaSuccess. */
 void tc_note(int err);
-/* Check the last launch. */
-static inline void tc_check_launch(void) { tc_note((int)cudaGetLastError()); }
+/* Launches (and async copies) queued: tc_launches(). */
+extern uint64_t tc_launch_count;
+/* Check the last launch (and count it). */
+static inline void tc_check_launch(void) {
+    tc_launch_count++;
+    tc_note((int)cudaGetLastError());
+}
+/* Profiling: TC_PROF(TC_FAM_x) at the top of a launcher brackets the rest of the
+ * function with an event pair (only when enabled, at nesting depth 0, not capturing). */
+extern int tc_prof_on;
+int tc_prof_start(int fam); /* slot >= 0, or -1: nested / capturing (depth counted) */
+void tc_prof_stop(int slot);
+struct tc_prof_guard {
+    int slot; /* -2: profiling was off at entry */
+    explicit tc_prof_guard(int fam) : slot(tc_prof_on ? tc_prof_start(fam) : -2) {}
+    ~tc_prof_guard() {
+        if (slot != -2) tc_prof_stop(slot);
+    }
+};
+#define TC_PROF(fam) tc_prof_guard tc_prof_g_(fam)
 /* Scratch of at least n bytes for the stream's current work (slot 0..3, grow-only;
  * growing waits for the stream first). NULL on failure (error noted). */
 void *tc_workspace(int slot, size_t n);
@@ -67,6 +85,34 @@ __device__ __forceinline__ float tc_elem(int kind, const uint8_t *row, int64_t j
     case TC_F16: return tc_ld_f16(row + 2 * j);
     default: return tc_ld_bf16(row + 2 * j);
     }
+}
+
+/* Quantise one 128-input block held 4 per lane (v[s] = input 4*lane + s of the
+ * block) into the activation layout of tc_matmul.cu (row base q, block blk). */
+#define TC_QMAX 16256.0f
+__device__ __forceinline__ void tc_actq_block(const float v[4], int lane, int8_t *qrow,
+                                              float *sx_row, int *corr_row, int blk) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = tc_warp_max(amax);
+    float inv = amax > 0 ? TC_QMAX / amax : 0.0f;
+    int u = lane >> 3, l8 = lane & 7;
+    int i = l8 >> 2, k = l8 & 3;
+    int8_t *ub = qrow + ((size_t)blk * 4 + u) * 64;
+    int sum = 0;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        int xq = __float2int_rn(v[s] * inv);
+        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
+        int p = i * 16 + s * 4 + k;
+        ub[p] = (int8_t)hi;
+        ub[32 + p] = (int8_t)lo;
+        sum += xq;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+    if (l8 == 0) corr_row[(size_t)blk * 4 + u] = sum;
+    if (lane == 0) sx_row[blk] = amax / TC_QMAX;
 }
 
 #endif

@@ -14,6 +14,7 @@ static int g_err;
 static bool g_init;
 static char g_name[256];
 static size_t g_bytes;
+extern int tc_prof_on;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *g_ws[4];
 static size_t g_ws_n[4];
@@ -50,6 +51,8 @@ extern "C" int tc_init(void) {
                 snprintf(g_name, sizeof g_name, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major,
                          p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
             g_init = true;
+            const char *pe = getenv("TERN_CUDA_PROFILE");
+            if (pe && *pe && strcmp(pe, "0") != 0) tc_prof_on = 1;
         }
         if (err) cudaGetLastError();
     }
@@ -312,4 +315,120 @@ extern "C" double tc_read_ceiling_gbps(size_t bytes, int passes) {
     cudaFree(buf);
     cudaFree(sink);
     return best;
+}
+
+/* ------------------------------------------------- profiling, launch count */
+
+uint64_t tc_launch_count;
+int tc_prof_on;
+static int g_prof_depth;
+static const char *const g_fam_name[TC_FAM_N] = {"matmul", "actq",      "hadamard", "norm",
+                                                  "swiglu", "attention", "gdn",      "rope",
+                                                  "embed",  "movers",    "repack"};
+#define PROF_SLOTS 4096
+static cudaEvent_t g_pev[PROF_SLOTS][2];
+static int g_pfam[PROF_SLOTS];
+static int g_pn;        /* pairs recorded and not yet folded */
+static int g_pmade;     /* pairs created */
+static double g_pms[TC_FAM_N];
+static uint64_t g_pcalls[TC_FAM_N];
+
+extern "C" uint64_t tc_launches(void) { return tc_launch_count; }
+extern "C" void tc_launches_reset(void) { tc_launch_count = 0; }
+
+/* Fold the recorded pairs into the sums (syncs the stream). */
+static int prof_fold(void) {
+    if (!g_pn) return 0;
+    int e = (int)cudaStreamSynchronize(tc_stream);
+    for (int i = 0; i < g_pn && !e; i++) {
+        float ms = 0;
+        e = (int)cudaEventElapsedTime(&ms, g_pev[i][0], g_pev[i][1]);
+        if (!e) g_pms[g_pfam[i]] += ms;
+    }
+    g_pn = 0;
+    if (e) cudaGetLastError();
+    return e;
+}
+
+int tc_prof_start(int fam) {
+    g_prof_depth++;
+    if (g_prof_depth > 1 || tc_dyn_pos) return -1;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(tc_stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return -1;
+    if (g_pn == PROF_SLOTS && prof_fold()) return -1;
+    int i = g_pn;
+    if (i == g_pmade) {
+        if (cudaEventCreate(&g_pev[i][0]) != cudaSuccess) return cudaGetLastError(), -1;
+        if (cudaEventCreate(&g_pev[i][1]) != cudaSuccess) {
+            cudaEventDestroy(g_pev[i][0]);
+            return cudaGetLastError(), -1;
+        }
+        g_pmade++;
+    }
+    if (cudaEventRecord(g_pev[i][0], tc_stream) != cudaSuccess) return cudaGetLastError(), -1;
+    g_pfam[i] = fam;
+    g_pcalls[fam]++;
+    g_pn++;
+    return i;
+}
+
+void tc_prof_stop(int slot) {
+    g_prof_depth--;
+    if (slot < 0) return;
+    if (cudaEventRecord(g_pev[slot][1], tc_stream) != cudaSuccess) {
+        cudaGetLastError();
+        g_pfam[slot] = TC_FAM_N - 1; /* keep the pair valid: record both on error */
+        cudaEventRecord(g_pev[slot][1], tc_stream);
+    }
+}
+
+extern "C" void tc_profile_reset(void) {
+    if (g_pn) cudaStreamSynchronize(tc_stream);
+    g_pn = 0;
+    memset(g_pms, 0, sizeof g_pms);
+    memset(g_pcalls, 0, sizeof g_pcalls);
+}
+
+extern "C" void tc_profile_enable(int on) {
+    tc_profile_reset();
+    tc_prof_on = on ? 1 : 0;
+}
+
+extern "C" int tc_profile_enabled(void) { return tc_prof_on; }
+
+extern "C" int tc_profile_report(tc_profile_entry *out, int max) {
+    if (prof_fold()) return -1;
+    int n = max < TC_FAM_N ? max : TC_FAM_N;
+    for (int i = 0; i < n; i++) {
+        out[i].family = g_fam_name[i];
+        out[i].ms = g_pms[i];
+        out[i].calls = g_pcalls[i];
+    }
+    return n;
+}
+
+extern "C" int tc_profile_text(char *buf, size_t n) {
+    tc_profile_entry e[TC_FAM_N];
+    if (tc_profile_report(e, TC_FAM_N) < 0) return snprintf(buf, n, "profile: CUDA error\n");
+    double tot = 0;
+    uint64_t calls = 0;
+    for (int i = 0; i < TC_FAM_N; i++) tot += e[i].ms, calls += e[i].calls;
+    size_t len = 0;
+    char line[160];
+#define PUT(...)                                                                 \
+    do {                                                                         \
+        int l_ = snprintf(line, sizeof line, __VA_ARGS__);                       \
+        if (buf && len + 1 < n) snprintf(buf + len, n - len, "%s", line);        \
+        len += (size_t)(l_ > 0 ? l_ : 0);                                        \
+    } while (0)
+    PUT("%-10s %10s %12s %10s %6s\n", "family", "calls", "ms", "us/call", "share");
+    for (int i = 0; i < TC_FAM_N; i++)
+        if (e[i].calls)
+            PUT("%-10s %10llu %12.3f %10.2f %5.1f%%\n", e[i].family, (unsigned long long)e[i].calls,
+                e[i].ms, 1e3 * e[i].ms / (double)e[i].calls, tot > 0 ? 100 * e[i].ms / tot : 0.0);
+    PUT("%-10s %10llu %12.3f\n", "total", (unsigned long long)calls, tot);
+#undef PUT
+    if (buf && n && len >= n) buf[n - 1] = 0;
+    return (int)len;
 }

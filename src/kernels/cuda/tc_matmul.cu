@@ -22,7 +22,7 @@
  */
 #include "kernels/cuda/internal.cuh"
 
-#define QMAX 16256.0f
+#include <string.h>
 
 /* One warp per (batch row, 128-block). */
 __global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t batch,
@@ -35,27 +35,39 @@ __global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t 
     int blk = (int)(warp % nb);
     const float *xb = x + b * xs + (size_t)blk * 128 + lane * 4;
     float v[4] = {xb[0], xb[1], xb[2], xb[3]};
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = tc_warp_max(amax);
-    float inv = amax > 0 ? QMAX / amax : 0.0f;
-    int u = lane >> 3, l8 = lane & 7;
-    int i = l8 >> 2, k = l8 & 3;
-    int8_t *ub = q + b * (size_t)K * 2 + ((size_t)blk * 4 + u) * 64;
-    int sum = 0;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        int xq = __float2int_rn(v[s] * inv);
-        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
-        int p = i * 16 + s * 4 + k;
-        ub[p] = (int8_t)hi;
-        ub[32 + p] = (int8_t)lo;
-        sum += xq;
+    tc_actq_block(v, lane, q + b * (size_t)K * 2, sx + b * (size_t)nb, corr + b * (size_t)(K >> 5),
+                  blk);
+}
+
+/* q (16-byte loads), then sx, then corr at a 16-byte boundary (the GEMV reads
+ * corr pairs as int2). */
+extern "C" size_t tc_act_bytes(size_t batch, int64_t k) {
+    size_t sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
+    return batch * (size_t)k * 2 + sn + batch * (size_t)(k / 32) * 4 + 64;
+}
+
+extern "C" tc_act tc_act_view(void *buf, size_t batch, int64_t k) {
+    uint8_t *ws = (uint8_t *)buf;
+    size_t qn = batch * (size_t)k * 2, sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
+    tc_act a = {(int8_t *)ws, (float *)(ws + qn), (int *)(ws + qn + sn), k, batch};
+    return a;
+}
+
+static void quantize(const float *x, size_t xs, const tc_act *o) {
+    size_t warps = o->batch * (size_t)(o->k / 128);
+    if (!warps) return;
+    k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)o->k, o->batch, o->q,
+                                                                 o->sx, o->corr);
+    tc_check_launch();
+}
+
+extern "C" void tc_quantize(const float *x, size_t xs, const tc_act *out) {
+    TC_PROF(TC_FAM_ACTQ);
+    if (out->k % 128) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    if (l8 == 0) corr[b * (size_t)(K >> 5) + (size_t)blk * 4 + u] = sum;
-    if (lane == 0) sx[b * (size_t)nb + blk] = amax / QMAX;
+    quantize(x, xs, out);
 }
 
 template <int R, int NB>
@@ -133,6 +145,220 @@ __global__ void __launch_bounds__(128) k_gemv_t128(const uint8_t *__restrict__ W
     }
 }
 
+/* ---------------------------------------------------- repacked layout GEMV
+ * TC_TERN128R (tc_repack): a warp computes R rows for NB batch rows. Lane l walks
+ * 64-weight chunks c = l, l+32, ... of the rows (16 code bytes = one 128-bit
+ * streaming load per row, L1 bypassed, 256-byte L2 prefetch), U chunks in flight
+ * per row before any arithmetic. The chunk's 4 code words are not shifted: the
+ * four 2-bit fields are masked in place (0x03, 0x0C, 0x30, 0xC0 per byte), so
+ * field s contributes 4^s * code, and one unsigned x signed dp4a per field and
+ * activation plane accumulates into eight integer sums (hi, lo x 4 fields); per
+ * chunk they combine as 64*sum = ((S0*4 + S1)*4 + S2)*4 + S3 (three LEAs per
+ * plane), T64 = 128*H + L - 64*corr, one convert and one FMA with d*sx/64.
+ * Same activation layout as k_gemv_t128 (q[K/32][64], sx, corr): chunk c is
+ * units 2c, 2c+1 = 128 contiguous bytes (8 L1-cached 128-bit loads, shared by
+ * the R rows). Exact integer arithmetic: |T64| < 64 * 64 * 2 * 16256 < 2^31. */
+__device__ __forceinline__ int tc_dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ uint4 tc_ld_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* Activation words: volatile so that the loads of one (chunk, batch row) are not
+ * hoisted above the previous one's arithmetic (register pressure, occupancy). */
+__device__ __forceinline__ int4 tc_ld_act(const int4 *p) {
+    int4 v;
+    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* One code word (16 weights) against its activation words: hh/ll are the hi/lo
+ * int4 of the word's 16 inputs (component s = field s). */
+#define TC_WORD(wd, hh, ll)                                                   \
+    do {                                                                      \
+        const uint32_t m0_ = (wd) & 0x03030303u, m1_ = (wd) & 0x0C0C0C0Cu;    \
+        const uint32_t m2_ = (wd) & 0x30303030u, m3_ = (wd) & 0xC0C0C0C0u;    \
+        H0 = tc_dp4a_us(m0_, (hh).x, H0); L0 = tc_dp4a_us(m0_, (ll).x, L0); \
+        H1 = tc_dp4a_us(m1_, (hh).y, H1); L1 = tc_dp4a_us(m1_, (ll).y, L1); \
+        H2 = tc_dp4a_us(m2_, (hh).z, H2); L2 = tc_dp4a_us(m2_, (ll).z, L2); \
+        H3 = tc_dp4a_us(m3_, (hh).w, H3); L3 = tc_dp4a_us(m3_, (ll).w, L3); \
+    } while (0)
+
+template <int R, int NB, int U>
+__global__ void __launch_bounds__(128, NB == 1 ? 5 : 2) k_gemv_r(const uint8_t *__restrict__ codes,
+                                                const __half *__restrict__ scales, int64_t n,
+                                                int K, const int8_t *__restrict__ q,
+                                                const float *__restrict__ sx,
+                                                const int *__restrict__ corr, int batch,
+                                                float *__restrict__ y, size_t ys) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+    if (r0 >= n) return;
+    const int nch = K >> 6, nb = K >> 7, nu = K >> 5;
+    const uint4 *wrow[R];
+    const __half *srow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int64_t row = r0 + r < n ? r0 + r : n - 1;
+        wrow[r] = (const uint4 *)(codes + (size_t)row * (size_t)(K >> 2));
+        srow[r] = scales + (size_t)row * nb;
+    }
+#pragma unroll 1
+    for (int b0 = 0; b0 < batch; b0 += NB) {
+        float acc[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
+#pragma unroll 1
+        for (int c0 = lane; c0 < nch; c0 += 32 * U) {
+            uint4 w[U][R];
+            float d[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + 32 * u;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (c < nch) {
+                        w[u][r] = tc_ld_stream(wrow[r] + c);
+                        d[u][r] = __half2float(srow[r][c >> 1]);
+                    } else {
+                        w[u][r] = make_uint4(0, 0, 0, 0);
+                        d[u][r] = 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + 32 * u;
+                if (c >= nch) break;
+#pragma unroll
+                for (int j = 0; j < NB; j++) {
+                    const int b = b0 + j < batch ? b0 + j : batch - 1;
+                    const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)c * 128);
+                    const int4 h0 = tc_ld_act(qp), h1 = tc_ld_act(qp + 1), l0 = tc_ld_act(qp + 2),
+                               l1 = tc_ld_act(qp + 3), h2 = tc_ld_act(qp + 4),
+                               h3 = tc_ld_act(qp + 5), l2 = tc_ld_act(qp + 6),
+                               l3 = tc_ld_act(qp + 7);
+                    const float s64 = __ldg(sx + (size_t)b * nb + (c >> 1)) * (1.0f / 64.0f);
+                    const int2 cc = __ldg((const int2 *)(corr + (size_t)b * nu) + c);
+                    const int cr64 = (cc.x + cc.y) * 64;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        int H0 = 0, H1 = 0, H2 = 0, H3 = 0, L0 = 0, L1 = 0, L2 = 0, L3 = 0;
+                        TC_WORD(w[u][r].x, h0, l0);
+                        TC_WORD(w[u][r].y, h1, l1);
+                        TC_WORD(w[u][r].z, h2, l2);
+                        TC_WORD(w[u][r].w, h3, l3);
+                        const int H = ((H0 * 4 + H1) * 4 + H2) * 4 + H3;
+                        const int L = ((L0 * 4 + L1) * 4 + L2) * 4 + L3;
+                        const int T = H * 128 + L - cr64;
+                        acc[r][j] = fmaf((float)T, d[u][r] * s64, acc[r][j]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NB; j++) {
+                float v = tc_warp_sum(acc[r][j]);
+                if (lane == 0 && r0 + r < n && b0 + j < batch)
+                    y[(size_t)(b0 + j) * ys + (size_t)(r0 + r)] = v;
+            }
+    }
+}
+#undef TC_WORD
+
+template <int R, int NB, int U>
+static void launch_r(const tc_mat *w, const int8_t *q, const float *sx, const int *corr, int batch,
+                     float *y, size_t ys) {
+    const int warps = 4;
+    int64_t rows_per_cta = (int64_t)warps * R;
+    unsigned grid = (unsigned)((w->n + rows_per_cta - 1) / rows_per_cta);
+    const __half *sc = (const __half *)(w->data + (size_t)w->n * (size_t)(w->k >> 2));
+    k_gemv_r<R, NB, U><<<grid, warps * 32, 0, tc_stream>>>(w->data, sc, w->n, (int)w->k, q, sx,
+                                                          corr, batch, y, ys);
+    tc_check_launch();
+}
+
+/* Batch 1: two (four for the head-sized matrices) rows per warp, four (two)
+ * chunks in flight per row. Batch >= 2: one row per warp, batch rows two at a
+ * time; the warp re-reads its rows for each pair right after the first pass, so
+ * the passes after the first hit L2 (wider NB spills registers). */
+static void gemv_r(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
+                   size_t batch, float *y, size_t ys) {
+    if (batch == 1) {
+        if (m->n >= 32768) launch_r<4, 1, 2>(m, q, sx, corr, 1, y, ys);
+        else launch_r<2, 1, 4>(m, q, sx, corr, 1, y, ys);
+        return;
+    }
+    for (size_t b0 = 0; b0 < batch; b0 += 65536) { /* batch fits an int per launch */
+        size_t nb = batch - b0 < 65536 ? batch - b0 : 65536;
+        launch_r<1, 2, 2>(m, q + b0 * (size_t)m->k * 2, sx + b0 * (size_t)(m->k / 128),
+                          corr + b0 * (size_t)(m->k / 32), (int)nb, y + b0 * ys, ys);
+    }
+}
+
+/* One thread per (row, block): strip the scale off, codes to their row, scale to
+ * the scale table. Byte loads (the source may have any alignment; load time only). */
+__global__ void k_repack_t128(const uint8_t *__restrict__ src, size_t rb, int64_t n, int K,
+                              uint8_t *__restrict__ codes, unsigned short *__restrict__ scales) {
+    const int nb = K >> 7;
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (size_t)n * nb) return;
+    size_t row = id / nb;
+    int blk = (int)(id % nb);
+    const uint8_t *b = src + row * rb + (size_t)blk * 34;
+    scales[id] = (unsigned short)(b[0] | (b[1] << 8));
+    uint32_t *o = (uint32_t *)(codes + row * (size_t)(K >> 2) + (size_t)blk * 32);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = (uint32_t)b[2 + 4 * i] | ((uint32_t)b[3 + 4 * i] << 8) |
+               ((uint32_t)b[4 + 4 * i] << 16) | ((uint32_t)b[5 + 4 * i] << 24);
+}
+
+extern "C" size_t tc_repacked_bytes(int64_t n, int64_t k) {
+    return (size_t)n * (size_t)(k / 4) + (size_t)n * (size_t)(k / 128) * 2;
+}
+
+extern "C" int tc_repack(const tc_mat *src, tc_mat *dst) {
+    TC_PROF(TC_FAM_REPACK);
+    memset(dst, 0, sizeof *dst);
+    if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) || src->n <= 0)
+        return TC_ERR_UNSUPPORTED;
+    size_t bytes = tc_repacked_bytes(src->n, src->k);
+    uint8_t *d = (uint8_t *)tc_malloc(bytes);
+    if (!d) return (int)cudaErrorMemoryAllocation;
+    size_t total = (size_t)src->n * (size_t)(src->k / 128);
+    k_repack_t128<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(
+        src->data, src->row_bytes, src->n, (int)src->k, d,
+        (unsigned short *)(d + (size_t)src->n * (size_t)(src->k / 4)));
+    tc_check_launch();
+    int e = (int)cudaStreamSynchronize(tc_stream);
+    if (!e) e = (int)cudaGetLastError();
+    if (e) {
+        tc_free(d, bytes);
+        return e;
+    }
+    dst->kind = TC_TERN128R;
+    dst->data = d;
+    dst->n = src->n;
+    dst->k = src->k;
+    dst->row_bytes = (size_t)(src->k / 4);
+    return 0;
+}
+
 /* Plain fp32 path: one warp per row, every batch row. */
 __global__ void k_gemv_generic(int kind, const uint8_t *__restrict__ W, int64_t n, int64_t K,
                                size_t rb, const float *__restrict__ x, size_t xs, int batch,
@@ -161,34 +387,29 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
     tc_check_launch();
 }
 
-extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
-                                float *const *y, const size_t *ys) {
-    if (!batch || nm <= 0) return;
-    const int64_t K = w[0].k;
-    bool any_t128 = false;
-    for (int i = 0; i < nm; i++) any_t128 |= w[i].kind == TC_TERN128;
-    int8_t *q = NULL;
-    float *sx = NULL;
-    int *corr = NULL;
-    if (any_t128) {
-        size_t qn = batch * (size_t)K * 2, sn = batch * (size_t)(K / 128) * 4,
-               cn = batch * (size_t)(K / 32) * 4;
-        uint8_t *ws = (uint8_t *)tc_workspace(0, qn + sn + cn + 64);
-        if (!ws) return;
-        q = (int8_t *)ws;
-        sx = (float *)(ws + qn);
-        corr = (int *)(ws + qn + sn);
-        size_t warps = batch * (size_t)(K / 128);
-        k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)K, batch, q, sx,
-                                                                     corr);
-        tc_check_launch();
-    }
+static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
+                     size_t xs, float *const *y, const size_t *ys) {
+    TC_PROF(TC_FAM_MATMUL);
+    const int8_t *q = act ? act->q : NULL;
+    const float *sx = act ? act->sx : NULL;
+    const int *corr = act ? act->corr : NULL;
     for (int i = 0; i < nm; i++) {
         const tc_mat *m = &w[i];
-        if (m->kind == TC_TERN128 && (m->row_bytes & 1) == 0 && ((uintptr_t)m->data & 1) == 0) {
+        if (m->kind == TC_TERN128R) {
+            if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
+                tc_note(TC_ERR_UNSUPPORTED);
+                continue;
+            }
+            gemv_r(m, q, sx, corr, batch, y[i], ys[i]);
+        } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
+                   ((uintptr_t)m->data & 1) == 0) {
             if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y[i], ys[i]);
             else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y[i], ys[i]);
         } else {
+            if (!x) {
+                tc_note(TC_ERR_UNSUPPORTED);
+                continue;
+            }
             const int warps = 8;
             for (size_t b0 = 0; b0 < batch; b0 += 65535) {
                 int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
@@ -199,4 +420,32 @@ extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t 
             }
         }
     }
+}
+
+extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                                float *const *y, const size_t *ys) {
+    if (!batch || nm <= 0) return;
+    const int64_t K = w[0].k;
+    bool any_int = false;
+    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R;
+    tc_act act;
+    if (any_int) { /* one quantisation for every integer-path matrix of the call */
+        TC_PROF(TC_FAM_ACTQ);
+        void *ws = tc_workspace(0, tc_act_bytes(batch, K));
+        if (!ws) return;
+        act = tc_act_view(ws, batch, K);
+        quantize(x, xs, &act);
+    }
+    products(nm, w, any_int ? &act : NULL, x, batch, xs, y, ys);
+}
+
+extern "C" void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x,
+                                  size_t xs, float *const *y, const size_t *ys) {
+    if (!act || !act->batch || nm <= 0) return;
+    for (int i = 0; i < nm; i++)
+        if (w[i].k != act->k) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+    products(nm, w, act, x, act->batch, xs, y, ys);
 }

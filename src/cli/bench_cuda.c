@@ -1,0 +1,196 @@
+/*
+ * bench_cuda.c - `tern bench kernels --device cuda`: the ternary GEMV on the
+ * GPU for each Bonsai shape (K, N), file layout and repacked (tc_repack), batch
+ * 1, 2, 4, 8, in GB/s of weight bytes read and as a share of the device read
+ * ceiling measured in the same run (tc_read_ceiling_gbps). Each timing rotates
+ * among copies of the matrix totalling more than 256 MB, so the weights come
+ * from HBM, not from the 60 MB L2. A timed call includes the activation
+ * quantisation launch (as the model pays it). The error of sampled rows
+ * against float64 is printed and must stay below 1e-3.
+ */
+#include "cli/cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(TERN_HAVE_CUDA)
+#include "kernels/cuda/cuda.h"
+#include "kernels/kernels.h"
+
+
+static uint64_t g_s = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd64(void) {
+    g_s ^= g_s << 13;
+    g_s ^= g_s >> 7;
+    g_s ^= g_s << 17;
+    return g_s;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* file-layout PQ2_0 rows: fp16 scale 0.004..0.03, codes 0..2 */
+static void fill(uint8_t *buf, int64_t n, int64_t k) {
+    size_t rb = (size_t)k / 128 * 34;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t b = 0; b < k / 128; b++) {
+            uint8_t *p = buf + (size_t)r * rb + (size_t)b * 34;
+            uint16_t d = tern_f32_to_f16(0.004f + 0.026f * (float)(rnd64() >> 11) * 0x1p-53f);
+            memcpy(p, &d, 2);
+            for (int i = 0; i < 32; i++) {
+                uint64_t v = rnd64();
+                uint8_t c = 0;
+                for (int j = 0; j < 4; j++) c |= (uint8_t)(((v >> (16 * j)) % 3) << (2 * j));
+                p[2 + i] = c;
+            }
+        }
+}
+
+static double row_ref(const uint8_t *buf, int64_t k, int64_t r, const float *x) {
+    size_t rb = (size_t)k / 128 * 34;
+    double s = 0;
+    for (int64_t b = 0; b < k / 128; b++) {
+        const uint8_t *p = buf + (size_t)r * rb + (size_t)b * 34;
+        uint16_t dh;
+        memcpy(&dh, p, 2);
+        double d = tern_f16_to_f32(dh);
+        for (int j = 0; j < 128; j++)
+            s += (double)(((p[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d * x[b * 128 + j];
+    }
+    return s;
+}
+
+typedef struct { int64_t k, n; const char *what; } shape;
+static const shape g_shapes[] = {
+    {5120, 17408, "ffn gate/up"}, {17408, 5120, "ffn down"},  {5120, 6144, "attn q / gdn"},
+    {6144, 5120, "attn/gdn out"}, {5120, 10240, "gdn qkv"},   {5120, 12288, "attn q+gate"},
+    {5120, 248320, "head"},
+};
+
+int tern_bench_kernels_cuda(int argc, char **argv) {
+    bool json = false, quick = false;
+    int reps = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (strcmp(argv[++i], "cuda"))
+                return cli_usage_error("bench", "--device takes cpu or cuda, not '%s'", argv[i]);
+        } else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            int64_t v;
+            if (!cli_parse_i64(argv[++i], 1, 1000, &v))
+                return cli_usage_error("bench", "bad --reps '%s'", argv[i]);
+            reps = (int)v;
+        } else return cli_usage_error("bench", "unknown option '%s' with --device cuda", argv[i]);
+    }
+    if (!reps) reps = quick ? 3 : 10;
+    if (tc_device_count() <= 0 || tc_init()) {
+        fprintf(stderr, "tern bench: no CUDA device\n");
+        return 1;
+    }
+    double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 5);
+    if (!json)
+        printf("tern bench kernels --device cuda: %s, read ceiling %.0f GB/s (same run), "
+               "%d round(s) over > 256 MB of copies\n"
+               "%-8s %-14s %6s %7s %5s %9s %8s %7s %9s\n",
+               tc_device_name(), ceil_gbps, reps, "layout", "site", "k", "n", "batch", "us/call",
+               "GB/s", "ceil%", "max_err");
+    else printf("{\"device\":\"%s\",\"read_ceiling_gbps\":%.1f,\"results\":[", tc_device_name(), ceil_gbps);
+    const size_t batches[] = {1, 2, 4, 8};
+    double worst = 0;
+    int first = 1, failed = 0;
+    for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !failed; s++) {
+        const int64_t k = g_shapes[s].k, n = g_shapes[s].n;
+        const size_t fb = (size_t)n * (size_t)(k / 128) * 34; /* bytes read per call (both layouts) */
+        int copies = (int)(((size_t)256 << 20) / fb) + 1;
+        if (copies < 2) copies = 2;
+        uint8_t *h = malloc(fb);
+        fill(h, n, k);
+        tc_mat *fm = calloc((size_t)copies, sizeof *fm), *rm = calloc((size_t)copies, sizeof *rm);
+        for (int c = 0; c < copies && !failed; c++) {
+            uint8_t *d = tc_malloc(fb);
+            if (!d || tc_upload(d, h, fb)) { failed = 1; break; }
+            fm[c] = (tc_mat){.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = (size_t)k / 128 * 34};
+            if (tc_repack(&fm[c], &rm[c])) failed = 1;
+        }
+        if (failed) {
+            fprintf(stderr, "tern bench: out of device memory at k %lld n %lld\n", (long long)k,
+                    (long long)n);
+        }
+        const size_t maxb = 8;
+        float *x = malloc(maxb * (size_t)k * 4), *y = malloc(maxb * (size_t)n * 4);
+        for (size_t i = 0; i < maxb * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
+        float *dx = tc_malloc(maxb * (size_t)k * 4), *dy = tc_malloc(maxb * (size_t)n * 4);
+        if (!failed && (!dx || !dy || tc_upload(dx, x, maxb * (size_t)k * 4))) failed = 1;
+        for (int lay = 0; lay < 2 && !failed; lay++) {
+            tc_mat *mm = lay ? rm : fm;
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                size_t B = batches[bi], ys = (size_t)n;
+                for (int c = 0; c < copies; c++) tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);
+                if (tc_sync()) { failed = 1; break; }
+                double t0 = now_s();
+                for (int r = 0; r < reps; r++)
+                    for (int c = 0; c < copies; c++)
+                        tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);
+                if (tc_sync()) { failed = 1; break; }
+                double dt = (now_s() - t0) / (reps * copies);
+                double gbps = fb / dt / 1e9;
+                /* sampled rows vs float64 */
+                tc_download(y, dy, B * (size_t)n * 4);
+                double md = 0, mr = 0;
+                for (size_t b = 0; b < B; b++)
+                    for (int i = 0; i < 24; i++) {
+                        int64_t r = (int64_t)(rnd64() % (uint64_t)n);
+                        double ref = row_ref(h, k, r, x + b * (size_t)k);
+                        double dd = fabs(ref - y[b * (size_t)n + (size_t)r]);
+                        if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
+                        if (fabs(ref) > mr) mr = fabs(ref);
+                    }
+                double err = mr > 0 ? md / mr : md;
+                if (!(err <= worst)) worst = err;
+                const char *ln = lay ? "repacked" : "file";
+                if (json)
+                    printf("%s{\"layout\":\"%s\",\"site\":\"%s\",\"k\":%lld,\"n\":%lld,\"batch\":%zu,"
+                           "\"us\":%.2f,\"gbps\":%.1f,\"ceiling_share\":%.3f,\"max_rel_err\":%.3g}",
+                           first ? "" : ",", ln, g_shapes[s].what, (long long)k, (long long)n, B,
+                           dt * 1e6, gbps, ceil_gbps > 0 ? gbps / ceil_gbps : 0.0, err);
+                else
+                    printf("%-8s %-14s %6lld %7lld %5zu %9.2f %8.0f %6.1f%% %9.2e\n", ln,
+                           g_shapes[s].what, (long long)k, (long long)n, B, dt * 1e6, gbps,
+                           ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err);
+                first = 0;
+            }
+        }
+        for (int c = 0; c < copies; c++) {
+            if (fm[c].data) tc_free((void *)fm[c].data, fb);
+            if (rm[c].data) tc_free((void *)rm[c].data, tc_repacked_bytes(n, k));
+        }
+        tc_free(dx, maxb * (size_t)k * 4);
+        tc_free(dy, maxb * (size_t)n * 4);
+        free(fm); free(rm); free(h); free(x); free(y);
+    }
+    if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);
+    if (failed) {
+        fprintf(stderr, "tern bench: CUDA error\n");
+        return 1;
+    }
+    if (!(worst < 1e-3)) {
+        fprintf(stderr, "tern bench: error bound broken: max_rel_err %.3g >= 1e-3\n", worst);
+        return 1;
+    }
+    if (!json) printf("error bound ok: worst max_rel_err %.3g < 1e-3\n", worst);
+    return 0;
+}
+#else
+int tern_bench_kernels_cuda(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "tern bench: this build has no CUDA back-end (-DTERN_CUDA=ON)\n");
+    return 1;
+}
+#endif
