@@ -2,18 +2,34 @@
  * pool.c - the persistent worker pool the kernels split their rows over.
  *
  * n_threads - 1 pthreads wait for work; the calling thread is worker 0 and
- * takes tasks too. A run publishes (fn, ctx, n_tasks) and bumps a generation
- * counter; workers spin on it for a short while (TERN_SPIN_US, default 1000 us)
- * so back-to-back kernel calls in a token wake them in well under a
- * microsecond, then sleep on a condition variable. Tasks are claimed with an
- * atomic counter; the caller returns when every worker has left the run.
+ * takes tasks too. Tasks are claimed from one 64-bit word that holds the run's
+ * generation, task count and next task index, so a helper that
+ * wakes late can never claim a task of another run, and the caller waits only
+ * for the tasks to be done, never for every helper to check in: on a shared
+ * CPU where a helper is descheduled, the caller simply runs its tasks itself.
+ *
+ * Waiting is spin-then-sleep on both sides. A helper spins on the generation
+ * for at most TERN_SPIN_US microseconds (default 100) after its last run, then
+ * sleeps on a futex (Linux) or a condition variable (elsewhere); the caller
+ * spins as long for the last tasks to finish, then sleeps until the helper
+ * that finishes the last task wakes it. Back-to-back kernels of a token thus
+ * never make a system call on a quiet machine, and a busy machine never has a
+ * thread burning a core while the one it waits for cannot run.
  */
+#define _GNU_SOURCE
 #include "kernels/kernels.h"
 
+#include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TERN_POOL_FUTEX 1
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -26,50 +42,127 @@
 struct tern_pool {
     int n;                      /* workers including the caller */
     pthread_t *th;
+    _Alignas(64) atomic_uint_least64_t state;   /* claim word: gen, n_tasks, next index */
+    _Alignas(64) atomic_uint gen;               /* futex word: bumped once per run */
+    atomic_int sleeping;                        /* helpers asleep (or about to be) on gen */
+    atomic_bool stop;
+    /* the run (written by the caller before it publishes state; read by
+     * helpers only through a successful claim) */
+    _Atomic(tern_task_fn) fn;   /* the task count is in the claim word */
+    _Atomic(void *) ctx;
+    _Alignas(64) atomic_uint done;              /* futex word: tasks finished in this run */
+    atomic_int caller_waiting;
+    double spin_s;
+#if !defined(TERN_POOL_FUTEX)
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;            /* bumped once per run */
-    atomic_int next;            /* next task to claim */
-    atomic_int active;          /* helper threads still inside the current run */
-    atomic_int sleeping;        /* helpers blocked on cv */
-    atomic_bool stop;
-    tern_task_fn fn;
-    void *ctx;
-    int n_tasks;
-    double spin_s;
+#endif
 };
 
-static void pool_work(tern_pool *p) {
-    int t;
-    while ((t = atomic_fetch_add(&p->next, 1)) < p->n_tasks) p->fn(p->ctx, t, p->n_tasks);
+/* ------------------------------------------------- sleep on a 32-bit word */
+#if defined(TERN_POOL_FUTEX)
+static void word_wait(tern_pool *p, atomic_uint *w, unsigned val) {
+    (void)p;
+    syscall(SYS_futex, (void *)w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+static void word_wake(tern_pool *p, atomic_uint *w) {
+    (void)p;
+    syscall(SYS_futex, (void *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+/* One mutex/condvar pair for both words: the waker changes the word before
+ * it locks, the waiter re-checks it under the lock, so no wakeup is lost. */
+static void word_wait(tern_pool *p, atomic_uint *w, unsigned val) {
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(w) == val) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+static void word_wake(tern_pool *p, atomic_uint *w) {
+    (void)w;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+#endif
+
+/* Spin until *w != val or spin_s has passed; true when it changed. */
+static bool spin_until_changed(const tern_pool *p, atomic_uint *w, unsigned val) {
+    double t0 = 0.0;
+    unsigned spins = 0;
+    while (atomic_load_explicit(w, memory_order_acquire) == val) {
+        CPU_RELAX();
+        if ((++spins & 63) == 0) {
+            double now = tern_now_s();
+            if (t0 == 0.0) t0 = now;
+            else if (now - t0 > p->spin_s) return false;
+        }
+    }
+    return true;
+}
+
+/* Spin until done == n or spin_s has passed; true when it is. */
+static bool spin_until_done(const tern_pool *p, unsigned n) {
+    double t0 = 0.0;
+    unsigned spins = 0;
+    while (atomic_load_explicit((atomic_uint *)&p->done, memory_order_acquire) != n) {
+        CPU_RELAX();
+        if ((++spins & 63) == 0) {
+            double now = tern_now_s();
+            if (t0 == 0.0) t0 = now;
+            else if (now - t0 > p->spin_s) return false;
+        }
+    }
+    return true;
+}
+
+/* The claim word: generation (28 bits), the run's task count (18 bits) and
+ * the next task index (18 bits). The count lives in the word, not beside it,
+ * so a claim can only succeed while its run has tasks left: a helper that
+ * loaded the word of a run that has just finished (index == count) can never
+ * succeed at claiming once the caller has started writing the next run. */
+#define ST_IDX_BITS 18
+#define ST_MAX_TASKS ((1 << ST_IDX_BITS) - 1)
+#define ST_GEN_MASK ((1u << 28) - 1)
+static inline uint64_t st_make(uint32_t g, uint32_t n) {
+    return (uint64_t)(g & ST_GEN_MASK) << 36 | (uint64_t)n << ST_IDX_BITS;
+}
+static inline uint32_t st_gen(uint64_t s) { return (uint32_t)(s >> 36); }
+static inline int st_n(uint64_t s) { return (int)((s >> ST_IDX_BITS) & ST_MAX_TASKS); }
+static inline int st_idx(uint64_t s) { return (int)(s & ST_MAX_TASKS); }
+
+/* Claim and run tasks of generation g until none is left. While the word
+ * still shows run g with tasks left, the caller has not started the next run,
+ * so fn/ctx read between the load and a successful claim are run g's. */
+static void pool_work(tern_pool *p, uint32_t g) {
+    g &= ST_GEN_MASK;
+    for (;;) {
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        if (st_gen(s) != g) return;
+        int t = st_idx(s), n = st_n(s);
+        if (t >= n) return;
+        tern_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        fn(ctx, t, n);
+        unsigned d = atomic_fetch_add(&p->done, 1) + 1;
+        if (d == (unsigned)n && atomic_load(&p->caller_waiting)) word_wake(p, &p->done);
+    }
 }
 
 static void *pool_main(void *arg) {
     tern_pool *p = arg;
     unsigned seen = 0;
     for (;;) {
-        double t0 = 0.0;
-        unsigned spins = 0;
-        while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
-            CPU_RELAX();
-            if ((++spins & 255) == 0) {
-                double now = tern_now_s();
-                if (t0 == 0.0) t0 = now;
-                else if (now - t0 > p->spin_s) break;
-            }
-        }
-        if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
-            pthread_mutex_lock(&p->mu);
+        if (!spin_until_changed(p, &p->gen, seen)) {
             atomic_fetch_add(&p->sleeping, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&p->cv, &p->mu);
+            while (atomic_load(&p->gen) == seen) word_wait(p, &p->gen, seen);
             atomic_fetch_sub(&p->sleeping, 1);
-            pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
-        pool_work(p);
-        atomic_fetch_sub(&p->active, 1);
+        pool_work(p, seen);
     }
     return NULL;
 }
@@ -78,17 +171,22 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     *out = NULL;
     if (n_threads < 1 || n_threads > 1024)
         return tern_fail(TERN_ERR_INVALID_ARG, "thread pool: %d threads (need 1..1024)", n_threads);
-    tern_pool *p = tern_calloc(1, sizeof *p);
+    tern_pool *p = tern_alloc_aligned(sizeof *p);
     if (!p) return tern_fail(TERN_ERR_NOMEM, "thread pool: out of memory");
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     const char *e = getenv("TERN_SPIN_US");
-    p->spin_s = (e && *e ? atof(e) : 1000.0) * 1e-6;
+    double us = e && *e ? atof(e) : 100.0;
+    if (!(us >= 0.0)) us = 0.0;
+    p->spin_s = us * 1e-6;
+#if !defined(TERN_POOL_FUTEX)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+#endif
     if (n_threads > 1) {
         p->th = tern_calloc((size_t)n_threads - 1, sizeof(pthread_t));
         if (!p->th) {
-            tern_free(p, sizeof *p);
+            tern_free_aligned(p, sizeof *p);
             return tern_fail(TERN_ERR_NOMEM, "thread pool: out of memory");
         }
         for (int i = 0; i < n_threads - 1; i++) {
@@ -105,18 +203,31 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
 
 void tern_pool_free(tern_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, true);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    word_wake(p, &p->gen);
     for (int i = 0; i < p->n - 1; i++) pthread_join(p->th[i], NULL);
+#if !defined(TERN_POOL_FUTEX)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+#endif
     if (p->th) tern_free(p->th, ((size_t)p->n - 1) * sizeof(pthread_t));
-    tern_free(p, sizeof *p);
+    tern_free_aligned(p, sizeof *p);
 }
 
 int tern_pool_size(const tern_pool *p) { return p ? p->n : 1; }
+
+/* More tasks than the claim word counts: run them in slices. */
+typedef struct slice_ctx {
+    tern_task_fn fn;
+    void *ctx;
+    int base, n;
+} slice_ctx;
+static void slice_task(void *c, int t, int n) {
+    (void)n;
+    slice_ctx *s = c;
+    s->fn(s->ctx, s->base + t, s->n);
+}
 
 void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
     if (n_tasks <= 0) return;
@@ -124,23 +235,29 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, n_tasks);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->active, p->n - 1);
+    if (n_tasks > ST_MAX_TASKS) {
+        for (int b = 0; b < n_tasks; b += ST_MAX_TASKS) {
+            slice_ctx s = {fn, ctx, b, n_tasks};
+            tern_pool_run(p, slice_task, &s, n_tasks - b < ST_MAX_TASKS ? n_tasks - b : ST_MAX_TASKS);
+        }
+        return;
+    }
+    /* Publish the run: its data, then the claim word, then the wake word.
+     * The gen word (what helpers sleep on) moves in step with the claim word's
+     * generation. */
+    uint32_t g = atomic_load(&p->gen) + 1;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store(&p->state, st_make(g, (uint32_t)n_tasks));
     atomic_fetch_add(&p->gen, 1);
-    if (atomic_load(&p->sleeping) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
-    pool_work(p);
-    /* Wait for the helpers; yield now and then so a helper that the OS has
-     * descheduled (an oversubscribed machine) gets the core back. */
-    unsigned spins = 0;
-    while (atomic_load(&p->active) > 0) {
-        CPU_RELAX();
-        if ((++spins & 4095) == 0) sched_yield();
-    }
+    if (atomic_load(&p->sleeping) > 0) word_wake(p, &p->gen);
+    pool_work(p, g);
+    /* The remaining tasks are running on helpers: spin a while, then sleep
+     * until the one that finishes the last task wakes us. */
+    unsigned d;
+    if (spin_until_done(p, (unsigned)n_tasks)) return;
+    atomic_store(&p->caller_waiting, 1);
+    while ((d = atomic_load(&p->done)) != (unsigned)n_tasks) word_wait(p, &p->done, d);
+    atomic_store(&p->caller_waiting, 0);
 }
