@@ -6,7 +6,7 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,bench,bench8b,benchq2  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2  (default tests,bench)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
 set -uo pipefail
@@ -17,9 +17,9 @@ if [ "$mode" = pack ]; then
   set -e
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> "$(git rev-parse --git-common-dir)/info/exclude"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON >/dev/null
-  cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_batch test_model >/dev/null
+  cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_cuda_kernels test_batch test_model >/dev/null
   rm -rf $P; mkdir -p $P/bin $P/lib
-  cp build-gpu/tern build-gpu/test_cuda build-gpu/test_batch build-gpu/test_model $P/bin/
+  cp build-gpu/tern build-gpu/test_cuda build-gpu/test_cuda_kernels build-gpu/test_batch build-gpu/test_model $P/bin/
   ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
     while read -r l; do cp -L "$l" $P/lib/; done
   F=${TERN_FIXTURES:-../shared/fixtures}
@@ -49,7 +49,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 [ -d $W/fx/qwen35-tiny ] || xz -dc $P/fixtures.tar.xz | tar -C $W/fx -xf -
 export TERN_FIXTURES=$W/fx
 if has tests; then
-  for t in test_cuda test_batch test_model; do
+  for t in test_cuda_kernels test_cuda test_batch test_model; do
     s=$(date +%s.%N)
     TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $OUT/$t.log 2>&1; rc=$?
     e=$(python3 -c "print(f'{$(date +%s.%N)-$s:.1f}')")
@@ -67,7 +67,7 @@ fi
 bench() { # preset tag
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n 128 --reps 3 --batch 8 --json > $OUT/bench-$1.json 2>> "$log"
+  $B/tern bench model -m $m --device cuda -p 512 -n 128 --reps 3 --batch 8 --profile --json > $OUT/bench-$1.json 2>> "$log"
   row "bench $1" "$(python3 - $OUT/bench-$1.json <<'PY'
 import json,sys
 try:
@@ -79,6 +79,10 @@ except Exception as e: print('no result:', e)
 PY
 )"
 }
+if has kbench; then
+  $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda.txt 2>&1
+  row "bench kernels --device cuda" "rc=$? $(grep -cE 'GB/s' $OUT/bench-kernels-cuda.txt) rows (see bench-kernels-cuda.txt)"
+fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b
 has bench8b && bench ternary-bonsai-8b

@@ -21,6 +21,9 @@
  * --batch: batch, batch_tok_s, batch_seq_tok_s, batch_speedup)
  */
 #include "cli/cli.h"
+#if defined(TERN_HAVE_CUDA)
+#include "kernels/cuda/cuda.h"
+#endif
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -31,14 +34,16 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda[:N]] [--json]\n"
+            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda[:N]] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
             "  sequences decoding together (one pass per step; aggregate and per-sequence\n"
             "  tok/s). --repack: weights\n"
             "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
-            "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate.\n");
+            "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
+            "  counts kernel launches per decode token and, with --profile, times each kernel\n"
+            "  family over 8 decode steps run op by op.\n");
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -61,7 +66,7 @@ static int argmax(const float *v, int n) {
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0;
-    bool json = false, repack = false;
+    bool json = false, repack = false, profile = false;
     const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,6 +76,7 @@ int tern_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--repack")) { repack = true; continue; }
+        if (!strcmp(a, "--profile")) { profile = true; continue; }
         if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
@@ -169,6 +175,40 @@ int tern_bench_model(int argc, char **argv) {
         for (int64_t b = 0; b < batch; b++) btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
     }
     if (batch) bt_med = 1.0 / median(bt, (int)ng); /* steps per second */
+    /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
+     * --profile the time per kernel family over the same steps */
+    double launches = 0;
+    char prof[2048] = "";
+    (void)profile;
+#if defined(TERN_HAVE_CUDA)
+    if (info->device_bytes > 0) {
+        const char *g = getenv("TERN_CUDA_GRAPH");
+        char *saved = g ? strdup(g) : NULL;
+        setenv("TERN_CUDA_GRAPH", "0", 1);
+        tern_session *ps = NULL;
+        const int steps = 8;
+        if ((st = tern_session_new(m, &sp, &ps))) goto lib_err;
+        if (!(st = tern_session_eval(ps, ids, (size_t)np, NULL))) {
+            int32_t pt = (int32_t)argmax(tern_session_logits(ps), V);
+            if (profile) tc_profile_enable(1);
+            tc_launches_reset();
+            for (int i = 0; i < steps && !st; i++) {
+                st = tern_session_eval(ps, &pt, 1, NULL);
+                pt = (int32_t)argmax(tern_session_logits(ps), V);
+            }
+            launches = (double)tc_launches() / steps;
+            if (profile) {
+                tc_profile_text(prof, sizeof prof);
+                tc_profile_enable(0);
+            }
+        }
+        tern_session_free(ps);
+        if (saved) setenv("TERN_CUDA_GRAPH", saved, 1);
+        else unsetenv("TERN_CUDA_GRAPH");
+        free(saved);
+        if (st) goto lib_err;
+    }
+#endif
     /* peak RSS before the ceiling buffer exists; then the ceiling, same threads */
     size_t rss = tern_peak_rss_bytes();
     tern_pool *pool = NULL;
@@ -192,16 +232,25 @@ int tern_bench_model(int argc, char **argv) {
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
-               "\"device_bytes\":%llu",
+               "\"device_bytes\":%llu,\"launches_per_token\":%.0f",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
-               info->device, (unsigned long long)info->device_bytes);
+               info->device, (unsigned long long)info->device_bytes, launches);
         if (batch)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
                    (long long)batch, bt_med * (double)batch, bt_med, bt_med * (double)batch / tg_med);
+        if (prof[0]) {
+            printf(",\"profile\":\"");
+            for (const char *q = prof; *q; q++) {
+                if (*q == '\n') printf("\\n");
+                else if (*q == '"' || *q == '\\') printf("\\%c", *q);
+                else putchar(*q);
+            }
+            printf("\"");
+        }
         printf("}\n");
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
@@ -229,6 +278,8 @@ int tern_bench_model(int argc, char **argv) {
                rss / 1048576.0, info->weight_bytes / 1048576.0, info->alloc_bytes / 1048576.0,
                tern_session_memory(s) / 1048576.0);
         printf("load           %.2f s\n", t_load);
+        if (gpu) printf("launches       %.0f per decode token (graph nodes; op by op)\n", launches);
+        if (prof[0]) printf("profile (8 decode steps, op by op):\n%s", prof);
     }
     goto done;
 lib_err:

@@ -149,6 +149,10 @@ typedef struct tm_backend_vt {
     size_t (*gdn_state_floats)(const tm_backend *be, const tm_hparams *hp);
     /* what the back-end keeps per session (graphs...), released with the session */
     void (*session_release)(tm_backend *be, tern_session *s);
+    /* Optional: a weight matrix just uploaded (w->data, *bytes in the back-end's memory)
+     * may be replaced by a layout of the back-end's (it frees the old bytes, sets w and
+     * *bytes); TERN_OK leaving w as it is means "used as stored". */
+    tern_status (*prepare_matrix)(tm_backend *be, tern_qmat *w, size_t *bytes);
     /* layer-sized operations */
     tern_status (*embed)(tm_backend *be, const tm_step *st);
     /* r += delta; site-1 norm; the whole mixer; delta = its output projection */

@@ -9,6 +9,7 @@
  */
 #include "model/session.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #if defined(TERN_HAVE_CUDA)
@@ -33,10 +34,13 @@ static int kind_of(tern_dtype t) {
     }
 }
 
+/* tern_qmat.layout of a matrix repacked on the device (tc_repack, TC_TERN128R) */
+#define CU_LAYOUT_R 0x43
+
 static tc_mat to_mat(const tern_qmat *w) {
-    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS);
-    tc_mat m = {.kind = kind_of(w->type), .data = w->data, .n = w->n, .k = w->k,
-                .row_bytes = w->row_bytes};
+    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_R);
+    tc_mat m = {.kind = w->layout == CU_LAYOUT_R ? TC_TERN128R : kind_of(w->type), .data = w->data,
+                .n = w->n, .k = w->k, .row_bytes = w->row_bytes};
     return m;
 }
 
@@ -167,11 +171,24 @@ typedef struct cuda_backend {
     tm_backend base;
     int device;
     bool recording;   /* a step is being recorded into a graph: no download, no sync */
+    /* the quantised activation of one site, shared by the matmuls reading it
+     * (grow-only; sized by a step run op by op before any graph is recorded) */
+    void *act_buf;
+    size_t act_bytes;
+    /* per-step device tables of GDN state pointers: [n_gdn][2][n] */
+    float **ptr_dev, **ptr_pin;
+    size_t ptr_n;
+    bool ptr_ok;      /* the table holds this step's sessions */
 } cuda_backend;
 
-static void cu_destroy(tm_backend *be) { free(be); }
-/* One pass reads the weights once for all its rows; the GEMV path holds its speed to
- * 8 rows and more (not yet measured: docs/performance.md). */
+static void cu_destroy(tm_backend *be) {
+    cuda_backend *c = (cuda_backend *)be;
+    if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
+    if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
+    free(c->ptr_pin);
+    free(be);
+}
+/* One pass reads the weights once for all its rows (docs/performance.md, H200). */
 static int cu_batch_hint(const tm_backend *be) {
     (void)be;
     return 16;
@@ -211,6 +228,223 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
     s->graph = NULL;
 }
 
+/* Weights: a 128-group ternary matrix is repacked on the device into the GEMV's layout
+ * (codes in 16-byte rows, then the scales; same bytes) and the uploaded copy freed. */
+static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes) {
+    (void)be;
+    if (w->layout != TERN_LAYOUT_ROWS || kind_of(w->type) != TC_TERN128 || w->k % 128) return TERN_OK;
+    tc_mat src = to_mat(w), dst;
+    int e = tc_repack(&src, &dst);
+    if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
+    if (e) return cu_status(e, "repacking a matrix on the device");
+    tc_free((void *)w->data, *bytes);
+    *bytes = tc_repacked_bytes(w->n, w->k);
+    w->data = dst.data;
+    w->row_bytes = dst.row_bytes;
+    w->layout = CU_LAYOUT_R;
+    return TERN_OK;
+}
+
+/* ---------------------------------------------------- layer-sized operations */
+
+static bool all_int(int n, const tern_qmat *const *w) {
+    for (int i = 0; i < n; i++)
+        if (w[i]->layout != CU_LAYOUT_R) return false;
+    return true;
+}
+
+/* The activation view for rows x k (NULL: no room yet, or k not in 128-blocks). Grows
+ * only outside a recording. */
+static const tc_act *act_for(cuda_backend *c, size_t rows, int64_t k, tc_act *view) {
+    if (k % 128) return NULL;
+    size_t need = tc_act_bytes(rows, k);
+    if (need > c->act_bytes) {
+        if (c->recording) return NULL;
+        if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
+        c->act_buf = tc_malloc(need);
+        c->act_bytes = c->act_buf ? need : 0;
+        if (!c->act_buf) return NULL;
+    }
+    *view = tc_act_view(c->act_buf, rows, k);
+    return view;
+}
+
+static inline float *mm_in(const tern_model *m, tern_session *w) {
+    return m->hadamard ? w->rot : w->normed;
+}
+static inline const tern_qmat *pickw(const tern_qmat *file, const tern_qmat *fast, bool d) {
+    return d && fast->data ? fast : file;
+}
+
+/* site norm (+ transform) with the matmul input quantised inside the kernel */
+static const tc_act *cu_site(cuda_backend *c, const tm_step *st, const float *gain, bool first,
+                             tc_act *view) {
+    tern_session *w = st->w;
+    const tern_model *m = w->m;
+    const size_t E = (size_t)m->hp.n_embd;
+    const tc_act *act = act_for(c, (size_t)st->T, (int64_t)E, view);
+    tc_add_rmsnorm_hadamard_q(w->x, first ? NULL : w->delta, gain, m->hp.eps, w->normed, w->rot,
+                              (size_t)st->T, E, (size_t)m->had_block, tm_model_signs(m, (int64_t)E),
+                              act);
+    return act;
+}
+
+static void mm(int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
+               size_t xs, float *const *y, const size_t *ys) {
+    tc_mat mt[8];
+    for (int i = 0; i < n; i++) mt[i] = to_mat(w[i]);
+    if (act && all_int(n, w)) tc_matmul_multi_q(n, mt, act, x, xs, y, ys);
+    else tc_matmul_multi(n, mt, x, batch, xs, y, ys);
+}
+
+static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
+    cuda_backend *c = (cuda_backend *)be;
+    tern_session *w = st->w;
+    const tern_model *m = w->m;
+    const tm_hparams *hp = &m->hp;
+    const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
+    const bool dec = st->dec;
+    tc_act view;
+    const tc_act *act = cu_site(c, st, l->attn_norm, l == &m->layers[0], &view);
+    const tern_qmat *w3[3] = {pickw(&l->wq, &l->fast_wq, dec), pickw(&l->wk, &l->fast_wk, dec),
+                              pickw(&l->wv, &l->fast_wv, dec)};
+    float *y3[3] = {w->big0, w->kbuf, w->vbuf};
+    size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
+    mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
+    float *q = w->big0, *gate = NULL;
+    if (hp->attn_gate) {
+        tc_split_heads(w->big0, (size_t)T, NH, HD, w->big1, w->big2);
+        q = w->big1;
+        gate = w->big2;
+    }
+    tc_head_rmsnorm(q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, hp->eps);
+    tc_head_rmsnorm(w->kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, hp->eps);
+    bool gated = false;
+    for (int i = 0; i < st->n_seq; i++) {
+        tern_session *s = st->ss[i];
+        const int pos0 = s->pos;
+        float *qi = q + (size_t)i * qw, *ki = w->kbuf + (size_t)i * kvw, *vi = w->vbuf + (size_t)i * kvw;
+        tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
+        tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
+        size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
+        float *kc = s->kcache + off, *vc = s->vcache + off;
+        tc_kv_store(kc, vc, ki, vi, (size_t)kvw, (size_t)R, pos0);
+        float *oi = w->big3 + (size_t)i * qw;
+        if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */
+            tc_attention_decode(qi, kc, vc, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
+                                NH, NKV, HD, 1.0f / sqrtf((float)HD));
+            gated = true;
+        } else {
+            tc_attention(qi, (size_t)qw, kc, vc, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+        }
+    }
+    if (gate && !gated) tc_mul_sigmoid(w->big3, gate, (size_t)T, (size_t)qw);
+    tc_hadamard(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), 0);
+    const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
+    float *yo[1] = {w->delta};
+    size_t yso[1] = {(size_t)E};
+    mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
+}
+
+/* Device table of the GDN state pointers of a step's sessions, [n_gdn][2][n], filled
+ * (synchronously, outside any recording) before each single-row step; allocated once
+ * for CU_MAX_SEQ sessions so that its address, which a recorded graph keeps, is fixed. */
+#define CU_MAX_SEQ 64
+static bool gdn_ptrs(cuda_backend *c, const tm_step *st) {
+    const tern_model *m = st->w->m;
+    const tm_hparams *hp = &m->hp;
+    c->ptr_ok = false;
+    if (!hp->n_gdn_layers || st->R != 1 || st->n_seq > CU_MAX_SEQ) return false;
+    size_t n = (size_t)st->n_seq, L = (size_t)hp->n_gdn_layers, need = L * 2 * n;
+    if (!c->ptr_dev) {
+        size_t cap = L * 2 * CU_MAX_SEQ;
+        c->ptr_dev = tc_malloc(cap * sizeof(float *));
+        c->ptr_pin = malloc(cap * sizeof(float *));
+        if (!c->ptr_dev || !c->ptr_pin) return false;
+        c->ptr_n = cap;
+    }
+    if (need > c->ptr_n) return false;
+    const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+    const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    for (size_t g = 0; g < L; g++)
+        for (size_t i = 0; i < n; i++) {
+            c->ptr_pin[(g * 2 + 0) * n + i] = st->ss[i]->conv_state + g * conv_n;
+            c->ptr_pin[(g * 2 + 1) * n + i] = st->ss[i]->ssm_state + g * st_n;
+        }
+    if (tc_upload(c->ptr_dev, c->ptr_pin, need * sizeof(float *))) return false;
+    c->ptr_ok = true;
+    return true;
+}
+
+static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
+    cuda_backend *c = (cuda_backend *)be;
+    const tern_model *m = st->w->m;
+    const tm_hparams *hp = &m->hp;
+    if (st->R != 1 || hp->ssm_dk > 128 || hp->ssm_dv > 256 || !c->ptr_ok) {
+        tm_layers_gdn_mixer(be, st, l);
+        return;
+    }
+    tern_session *w = st->w;
+    const int E = hp->n_embd, T = st->T;
+    const bool dec = st->dec;
+    const int nk = hp->ssm_n_k, nv = hp->ssm_n_v, dk = hp->ssm_dk, dv = hp->ssm_dv;
+    const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
+    tc_act view;
+    const tc_act *act = cu_site(c, st, l->attn_norm, l == &m->layers[0], &view);
+    const tern_qmat *w2[2] = {pickw(&l->wqkv, &l->fast_wqkv, dec), pickw(&l->wz, &l->fast_wz, dec)};
+    float *y2[2] = {w->big0, w->big1};
+    size_t ys2[2] = {(size_t)C, (size_t)VW};
+    mm(2, w2, act, mm_in(m, w), (size_t)T, (size_t)E, y2, ys2);
+    float *a = w->ab, *b = w->ab + (size_t)T * nv;
+    const tern_qmat *wab[2] = {&l->wa, &l->wb};
+    float *yab[2] = {a, b};
+    size_t ysab[2] = {(size_t)nv, (size_t)nv};
+    mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
+    const size_t n = (size_t)st->n_seq, g = (size_t)l->gdn_index;
+    tc_gdn_step_args ga = {.n = (int)n, .qkv = w->big0, .z = w->big1, .a = a, .b = b,
+                           .qkv_stride = (size_t)C, .z_stride = (size_t)VW, .ab_stride = (size_t)nv,
+                           .out_stride = (size_t)VW, .conv_w = l->conv, .ssm_a = l->ssm_a,
+                           .dt_bias = l->dt_bias, .norm = l->ssm_norm,
+                           .conv_state = c->ptr_dev + (g * 2 + 0) * n,
+                           .state = c->ptr_dev + (g * 2 + 1) * n, .out = w->big3, .work = w->big2,
+                           .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = hp->conv_k,
+                           .v_tiled = m->v_tiled, .eps = hp->eps};
+    tc_gdn_step(&ga);
+    float *o = w->big3;
+    if (m->out_permute) {
+        tc_permute_tiled_grouped(w->big3, w->big2, (size_t)T, nk, nv, dv);
+        o = w->big2;
+    }
+    tc_hadamard(o, (size_t)T, (size_t)VW, (size_t)m->had_block, tm_model_signs(m, VW), 0);
+    const tern_qmat *wo = pickw(&l->wout, &l->fast_wout, dec);
+    float *yo[1] = {w->delta};
+    size_t yso[1] = {(size_t)E};
+    mm(1, &wo, NULL, o, (size_t)T, (size_t)VW, yo, yso);
+}
+
+static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
+    cuda_backend *c = (cuda_backend *)be;
+    tern_session *w = st->w;
+    const tern_model *m = w->m;
+    const int E = m->hp.n_embd, F = m->hp.n_ff, T = st->T;
+    const bool dec = st->dec;
+    tc_act view;
+    const tc_act *act = cu_site(c, st, l->post_norm, false, &view);
+    const tern_qmat *wgu[2] = {pickw(&l->wgate, &l->fast_wgate, dec), pickw(&l->wup, &l->fast_wup, dec)};
+    float *ygu[2] = {w->big0, w->big1};
+    size_t ysgu[2] = {(size_t)F, (size_t)F};
+    mm(2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
+    const tern_qmat *wd = pickw(&l->wdown, &l->fast_wdown, dec);
+    tc_act view2;
+    const tc_act *act2 = wd->layout == CU_LAYOUT_R ? act_for(c, (size_t)T, F, &view2) : NULL;
+    tc_swiglu_hadamard_q(w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
+                         tm_model_signs(m, F), act2);
+    float *yd[1] = {w->delta};
+    size_t ysd[1] = {(size_t)E};
+    mm(1, &wd, act2, w->big2, (size_t)T, (size_t)F, yd, ysd);
+}
+
 /* The logits land in the session's device rows and come home once per step. */
 static tern_status cu_head(tm_backend *be, const tm_step *st) {
     cuda_backend *c = (cuda_backend *)be;
@@ -236,6 +470,7 @@ static bool graphs_on(void) {
 }
 
 static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
+    gdn_ptrs((cuda_backend *)be, st);
     tern_status s = layers(be, st);
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
@@ -255,6 +490,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     int ran = 0;
     tern_status e;
     if (s->graph) {
+        gdn_ptrs(c, st); /* another session's step may have used the table */
         e = cu_status(tc_graph_run(s->graph, s->pos, token, s->logits, &ran), "graph replay");
         if (e || ran) return e;
         tc_graph_free(s->graph); /* stale: record again */
@@ -264,6 +500,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
         return plain(be, st, layers);
     }
     tc_graph *g = NULL;
+    gdn_ptrs(c, st);
     e = cu_status(tc_graph_begin(s->pos, token, V, &g), "graph capture");
     if (!e) {
         c->recording = true;
@@ -298,10 +535,11 @@ static const tm_backend_vt g_cuda_vt = {
     .sync = cu_sync,
     .gdn_state_floats = cu_gdn_state_floats,
     .session_release = cu_session_release,
+    .prepare_matrix = cu_prepare_matrix,
     .embed = tm_layers_embed,
-    .attn_mixer = tm_layers_attn_mixer,
-    .gdn_mixer = tm_layers_gdn_mixer,
-    .ffn = tm_layers_ffn,
+    .attn_mixer = cu_attn_mixer,
+    .gdn_mixer = cu_gdn_mixer,
+    .ffn = cu_ffn,
     .head = cu_head,
     .run_step = cu_run_step,
 };

@@ -520,8 +520,16 @@ static tern_status up_bytes(tern_model *m, const void **p, size_t n) {
 
 static tern_status up_mat(tern_model *m, tern_qmat *w) {
     const void *d = w->data;
+    if (!d) return TERN_OK;
     TRY(up_bytes(m, &d, w->row_bytes * (size_t)w->n));
     w->data = d;
+    if (m->be->vt->prepare_matrix) {
+        size_t before = m->dev_n[m->n_dev - 1], after = before;
+        TRY(m->be->vt->prepare_matrix(m->be, w, &after));
+        m->dev[m->n_dev - 1] = (void *)w->data;
+        m->dev_n[m->n_dev - 1] = after;
+        m->info.device_bytes = m->info.device_bytes - before + after;
+    }
     return TERN_OK;
 }
 
