@@ -31,7 +31,25 @@
 
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS };
 
+/* Every open connection, for the deadline watcher: a connection must deliver
+ * its headers within header_timeout_s of being accepted (or of its last
+ * reply, for keep-alive) and its body within body_timeout_s of its headers;
+ * one that does not is shut down, so clients dripping bytes cannot hold the
+ * connection slots. */
+enum { PH_HEADERS = 0, PH_BODY, PH_ANSWER };
+typedef struct conn_track {
+    int fd, phase;
+    double since;                   /* ms: start of the phase */
+    bool cut;
+    struct conn_track *prev, *next;
+} conn_track;
+
 struct srv_http {
+    pthread_mutex_t tmu;            /* guards the connection list */
+    conn_track *conns;
+    pthread_t watcher;
+    bool watcher_on, watcher_stop;
+    int active;                     /* requests being answered (atomic) */
     struct MHD_Daemon *d;
     srv_config c;
     srv_sched *sched;
@@ -81,6 +99,7 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 405) MHD_add_response_header(r, "Allow", cs->route == R_CHAT || cs->route == R_COMPLETIONS ? "POST" : "GET, HEAD");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     cs->status = status;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -379,6 +398,8 @@ static bool authorized(srv_http *h, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
+static void track_phase(struct MHD_Connection *conn, int phase);
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -387,6 +408,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
+        __atomic_add_fetch(&h->active, 1, __ATOMIC_RELAXED);
+        track_phase(conn, PH_BODY);
         cs->t0 = now_ms();
         cs->route = route_of(url);
         snprintf(cs->method, sizeof cs->method, "%s", method);
@@ -402,11 +425,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 cs->too_big = true;
                 return send_error(conn, cs, 413, "the request body is larger than --max-body");
             }
-            return MHD_YES;         /* the body follows */
         }
-        return cs->route == R_HEALTH ? handle_health(h, conn, cs) : handle_models(h, conn, cs);
+        return MHD_YES;             /* answered once the (possibly empty) body is in: keeps the connection alive */
     }
     if (cs->status) { *upload_size = 0; return MHD_YES; }   /* answered early; drop the rest */
+    bool gen = cs->route == R_CHAT || cs->route == R_COMPLETIONS;
+    if (!gen) {
+        if (*upload_size) { *upload_size = 0; return MHD_YES; }    /* a GET body is ignored */
+        track_phase(conn, PH_ANSWER);
+        return cs->route == R_HEALTH ? handle_health(h, conn, cs) : handle_models(h, conn, cs);
+    }
     if (*upload_size) {
         if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
             cs->too_big = true;
@@ -417,6 +445,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
+    track_phase(conn, PH_ANSWER);
     return handle_generate(h, conn, cs);
 }
 
@@ -434,6 +463,84 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tern_str_free(&cs->body);
     free(cs);
     *con_cls = NULL;
+    track_phase(conn, PH_HEADERS);  /* keep-alive: the next request's headers are due */
+    __atomic_sub_fetch(&h->active, 1, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------ connection deadlines */
+
+static void track_phase(struct MHD_Connection *conn, int phase) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_track *t = ci ? ci->socket_context : NULL;
+    if (!t) return;
+    /* phase and since are read by the watcher under tmu; a torn read is harmless
+     * but keep it tidy */
+    __atomic_store_n(&t->phase, phase, __ATOMIC_RELAXED);
+    double now = now_ms();
+    memcpy(&t->since, &now, sizeof now);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_track *t = calloc(1, sizeof *t);
+        if (!t) return;
+        t->fd = conn_fd(conn);
+        t->phase = PH_HEADERS;
+        t->since = now_ms();
+        pthread_mutex_lock(&h->tmu);
+        t->next = h->conns;
+        if (h->conns) h->conns->prev = t;
+        h->conns = t;
+        pthread_mutex_unlock(&h->tmu);
+        *socket_context = t;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_track *t = *socket_context;
+        if (!t) return;
+        pthread_mutex_lock(&h->tmu);
+        if (t->prev) t->prev->next = t->next; else h->conns = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&h->tmu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *watcher_main(void *arg) {
+    srv_http *h = arg;
+    double hdr = (h->c.header_timeout_s > 0 ? h->c.header_timeout_s : 10) * 1e3;
+    double body = (h->c.body_timeout_s > 0 ? h->c.body_timeout_s : 60) * 1e3;
+    for (;;) {
+        pthread_mutex_lock(&h->tmu);
+        if (h->watcher_stop) { pthread_mutex_unlock(&h->tmu); break; }
+        double now = now_ms();
+        for (conn_track *t = h->conns; t; t = t->next) {
+            int ph = __atomic_load_n(&t->phase, __ATOMIC_RELAXED);
+            double since;
+            memcpy(&since, &t->since, sizeof since);
+            if (t->cut || t->fd < 0 || ph == PH_ANSWER) continue;
+            if (now - since > (ph == PH_HEADERS ? hdr : body)) {
+                shutdown(t->fd, SHUT_RDWR);     /* the connection's thread sees the end and closes it */
+                t->cut = true;
+            }
+        }
+        pthread_mutex_unlock(&h->tmu);
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+bool srv_http_wait_idle(srv_http *h, int timeout_ms) {
+    if (!h) return true;
+    double end = now_ms() + timeout_ms;
+    while (__atomic_load_n(&h->active, __ATOMIC_RELAXED) > 0) {
+        if (now_ms() >= end) return false;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------- start */
@@ -458,20 +565,26 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
     h->fmt = tern_chat_format_for(tok);
     h->think_default = h->fmt == TERN_CHAT_QWEN35;
     h->started = (long long)time(NULL);
+    pthread_mutex_init(&h->tmu, NULL);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->n_threads_http > 0 ? c->n_threads_http : 64),
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->n_threads_http > 0 ? c->n_threads_http : 256),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->per_ip_limit > 0 ? c->per_ip_limit : 0),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         snprintf(err, en, "cannot listen on %s:%d (address in use, or no permission?)", c->host, c->port);
+        pthread_mutex_destroy(&h->tmu);
         free(h);
         return 1;
     }
+    h->watcher_on = pthread_create(&h->watcher, NULL, watcher_main, h) == 0;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     *port_out = di ? di->port : c->port;
     *out = h;
@@ -486,6 +599,13 @@ void srv_http_quiesce(srv_http *h) {
 
 void srv_http_stop(srv_http *h) {
     if (!h) return;
+    if (h->watcher_on) {
+        pthread_mutex_lock(&h->tmu);
+        h->watcher_stop = true;
+        pthread_mutex_unlock(&h->tmu);
+        pthread_join(h->watcher, NULL);
+    }
     MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->tmu);
     free(h);
 }

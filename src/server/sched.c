@@ -122,6 +122,8 @@ struct srv_sched {
     int q_head, q_n;
     int busy;
     bool stop;
+    bool draining;                  /* srv_sched_drain: no admissions; stop when idle or at drain_end */
+    double drain_end;               /* ms (now_ms clock) */
 };
 
 /* Publish text[emitted, upto) and the token count to the job's channel. */
@@ -277,7 +279,16 @@ void srv_sched_run(srv_sched *s) {
     if (!act) { srv_sched_stop(s); N = 0; }
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < N && s->q_n && !s->stop; i++) {
+        if (s->draining && !s->stop) {
+            while (s->q_n) {        /* waiting jobs will not run: 503 at once */
+                srv_job *j = s->queue[s->q_head];
+                s->q_head = (s->q_head + 1) % s->p.queue_cap;
+                s->q_n--;
+                job_finish(j, SRV_FINISH_ERROR, "the server is shutting down", NULL);
+            }
+            if (!s->busy || now_ms() >= s->drain_end) s->stop = true;
+        }
+        for (int i = 0; i < N && s->q_n && !s->stop && !s->draining; i++) {
             slot *sl = &s->slots[i];
             if (sl->job) continue;
             srv_job *j = s->queue[s->q_head];
@@ -395,7 +406,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 
 int srv_sched_submit(srv_sched *s, srv_job *j) {
     pthread_mutex_lock(&s->mu);
-    if (s->stop || s->q_n >= s->p.queue_cap) { pthread_mutex_unlock(&s->mu); return 503; }
+    if (s->stop || s->draining || s->q_n >= s->p.queue_cap) { pthread_mutex_unlock(&s->mu); return 503; }
     pthread_mutex_lock(&j->mu);
     j->refs++;
     pthread_mutex_unlock(&j->mu);
@@ -412,6 +423,17 @@ void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_
     if (queued) *queued = s->q_n;
     if (n_slots) *n_slots = s->p.n_parallel;
     if (n_ctx) *n_ctx = s->p.n_ctx;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_drain(srv_sched *s, double grace_ms) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (!s->draining) {
+        s->draining = true;
+        s->drain_end = now_ms() + (grace_ms > 0 ? grace_ms : 0);
+    }
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -178,6 +178,10 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
+/* Graceful end (any thread; returns at once): later submits and the waiting
+ * jobs get "shutting down" (503); running jobs go on until they finish or
+ * grace_ms has passed, then the loop ends as after srv_sched_stop. */
+void srv_sched_drain(srv_sched *s, double grace_ms);
 /* Ask the loop to end (any thread; returns at once). Later submits get 503. */
 void srv_sched_stop(srv_sched *s);
 /* After srv_sched_run returned (or when it never ran). */
@@ -193,7 +197,11 @@ typedef struct srv_config {
     const char *api_key;            /* NULL: no auth */
     size_t max_body;
     bool quiet;                     /* no per-request log lines */
-    int n_threads_http;             /* connection limit */
+    int n_threads_http;             /* connection limit (0: 256) */
+    int per_ip_limit;               /* connections per client address (0: no limit) */
+    double header_timeout_s;        /* accept (or end of the last reply) to complete headers; 0: 10 s */
+    double body_timeout_s;          /* complete headers to complete body; 0: 60 s */
+    const char *cors_origin;        /* NULL: no CORS headers */
 } srv_config;
 
 typedef struct srv_http srv_http;
@@ -202,6 +210,8 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
                    char *err, size_t err_len);
 /* Stop accepting connections (requests in flight go on). */
 void srv_http_quiesce(srv_http *h);
+/* Wait until no request is being answered (at most timeout_ms); true when none is. */
+bool srv_http_wait_idle(srv_http *h, int timeout_ms);
 /* Close every connection and free. */
 void srv_http_stop(srv_http *h);
 
