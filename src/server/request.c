@@ -203,24 +203,41 @@ static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) 
     const cJSON *tools = field(root, "tools");
     const cJSON *choice = field(root, "tool_choice");
     bool none = false;
+    const char *named = NULL;       /* tool_choice {"type":"function","function":{"name":...}} */
+    bool required = false;
     if (choice) {
         if (cJSON_IsString(choice)) {
             const char *c = choice->valuestring;
             if (!strcmp(c, "none")) none = true;
-            else if (strcmp(c, "auto") && strcmp(c, "required"))
+            else if (!strcmp(c, "required")) required = true;
+            else if (strcmp(c, "auto"))
                 return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
-        } else if (!cJSON_IsObject(choice)) {
+        } else if (cJSON_IsObject(choice)) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+            const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+            if (!cJSON_IsString(nm)) return fail(err, en, "'tool_choice.function.name' must be a string");
+            named = nm->valuestring;
+        } else {
             return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
         }
     }
-    if (!tools) return 0;
-    if (!cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+    if (tools && !cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
     int k = 0;
-    for (const cJSON *t = tools->child; t; t = t->next, k++) {
+    bool found = false;
+    for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next, k++) {
         const cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
         const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
         if (!cJSON_IsString(name)) return fail(err, en, "tools[%d].function.name must be a string", k);
+        if (named && !strcmp(named, name->valuestring)) found = true;
     }
+    if (named && !found)
+        return fail(err, en, "'tool_choice' names the function '%.64s', which is not in 'tools'", named);
+    if ((required || named) && k == 0) return fail(err, en, "'tool_choice' needs 'tools'");
+    /* forcing a call needs constrained decoding, which the server does not do yet */
+    if (required || named)
+        return fail(err, en, "'tool_choice' %s is not supported yet (a call cannot be enforced); use \"auto\"",
+                    required ? "\"required\"" : "naming a function");
+    if (!tools) return 0;
     if (k == 0 || none) return 0;
     if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return fail(err, en, "out of memory");
     return 0;
@@ -278,6 +295,38 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     return 0;
 }
 
+/* Fields of the OpenAI / llama.cpp APIs that the server does not implement:
+ * a 400 naming the field instead of silently ignoring it. A field given with
+ * its neutral value (null, false, 1 for best_of, "" for suffix, an empty
+ * logit_bias, response_format "text", top_logprobs 0) is accepted. */
+static int reject_unsupported(const cJSON *root, char *err, size_t en) {
+    const cJSON *f;
+    if ((f = field(root, "response_format")) && !cJSON_IsNull(f)) {
+        const cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+        if (!cJSON_IsString(t)) return fail(err, en, "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text")) {
+            if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
+                return fail(err, en, "'response_format' type \"%s\" is not supported yet (no constrained decoding)",
+                            t->valuestring);
+            return fail(err, en, "'response_format' type \"%.32s\" is unknown (\"text\", \"json_object\", \"json_schema\")",
+                        t->valuestring);
+        }
+    }
+    if ((f = field(root, "best_of")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
+        return fail(err, en, "'best_of' is not supported (only 1)");
+    if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
+        return fail(err, en, "'suffix' is not supported");
+    if ((f = field(root, "logit_bias")) && !cJSON_IsNull(f) && !(cJSON_IsObject(f) && !f->child))
+        return fail(err, en, "'logit_bias' is not supported yet");
+    if ((f = field(root, "top_logprobs")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
+        return fail(err, en, "'top_logprobs' is not supported yet");
+    static const char *const never[] = {"grammar", "json_schema", "functions", "function_call"};
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+        if ((f = field(root, never[i])) && !cJSON_IsNull(f))
+            return fail(err, en, "'%s' is not supported yet", never[i]);
+    return 0;
+}
+
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *r, char *err, size_t en) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -318,6 +367,7 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
+    if ((rc = reject_unsupported(root, err, en))) goto out;
     const cJSON *lp = field(root, "logprobs");
     if (lp && !cJSON_IsFalse(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0)) {
         rc = fail(err, en, "'logprobs' is not supported");

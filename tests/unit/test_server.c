@@ -84,6 +84,12 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[\"one\"],\"top_p\":0,\"top_k\":-1}"), 0);
     CHECK_STR(R.prompt, "one");
     CHECK(R.sp.top_p > 0 && R.sp.top_k == 0);
+    /* unsupported fields given their neutral value are accepted */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":1,\"suffix\":\"\",\"logit_bias\":{},"
+                                       "\"response_format\":{\"type\":\"text\"},\"top_logprobs\":0,\"grammar\":null}"), 0);
+    CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\","
+                                 "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"), 0);
+    CHECK(R.tools_json != NULL);
 }
 
 TEST(parse_errors) {
@@ -129,6 +135,21 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":1}", "'ignore_eos' must be a boolean"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"bogus\"}}", "'response_format' type \"bogus\""},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "'response_format'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "'response_format'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", "'response_format'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "'best_of'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "'suffix'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100}}", "'logit_bias'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", "'top_logprobs'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "'grammar'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", "'functions'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", "'g', which is not in 'tools'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", "'tool_choice'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "'tool_choice'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "needs 'tools'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"function\":{}}}", "tool_choice.function.name"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = parse(bad[i].k, bad[i].body);
