@@ -29,7 +29,9 @@
 #include <unistd.h>
 #include <time.h>
 
-enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS };
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
+       R_SLOTS, R_METRICS };
+static bool route_post(int r) { return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE; }
 
 /* Every open connection, for the deadline watcher: a connection must deliver
  * its headers within header_timeout_s of being accepted (or of its last
@@ -50,6 +52,7 @@ struct srv_http {
     pthread_t watcher;
     bool watcher_on, watcher_stop;
     int active;                     /* requests being answered (atomic) */
+    srv_metrics metrics;
     struct MHD_Daemon *d;
     srv_config c;
     srv_sched *sched;
@@ -64,11 +67,14 @@ struct srv_http {
 typedef struct conn_state {
     int route;
     tern_str body;
-    bool too_big;
+    bool too_big, options;
     double t0;
     int status;
     size_t n_prompt, n_gen;
     char method[12], path[96];
+    char model_id[256];             /* GET /v1/models/{id} */
+    srv_usage usage;                /* generation requests: for /metrics */
+    bool has_usage;
 } conn_state;
 
 static double now_ms(void) {
@@ -90,6 +96,27 @@ static int conn_fd(struct MHD_Connection *conn) {
     return ci ? ci->connect_fd : -1;
 }
 
+static const char *g_cors;         /* --cors ORIGIN (one server per process) */
+
+static void add_cors(struct MHD_Response *r) {
+    if (!g_cors) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", g_cors);
+    if (strcmp(g_cors, "*")) MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result send_body(struct MHD_Connection *conn, conn_state *cs, int status, const char *type,
+                                 char *body) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", type);
+    add_cors(r);
+    cs->status = status;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, int status, char *json) {
     if (!json) { status = 500; json = NULL; }
     const char *body = json ? json : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":\"internal_error\"}}";
@@ -97,7 +124,8 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
     free(json);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
-    if (status == 405) MHD_add_response_header(r, "Allow", cs->route == R_CHAT || cs->route == R_COMPLETIONS ? "POST" : "GET, HEAD");
+    add_cors(r);
+    if (status == 405) MHD_add_response_header(r, "Allow", route_post(cs->route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     cs->status = status;
@@ -169,6 +197,8 @@ static void stream_end(stream *s) {
     pthread_mutex_unlock(&j->mu);
     s->cs->n_prompt = u.prompt_tokens;
     s->cs->n_gen = u.completion_tokens;
+    s->cs->usage = u;
+    s->cs->has_usage = true;
     if (f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED) {
         char *e = srv_json_error(500, f == SRV_FINISH_ERROR ? err : "cancelled");
         if (e) {
@@ -311,6 +341,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
         if (!r) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        add_cors(r);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         cs->status = 200;
         enum MHD_Result ret = MHD_queue_response(conn, 200, r);
@@ -327,6 +358,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     pthread_mutex_unlock(&j->mu);
     cs->n_prompt = u.prompt_tokens;
     cs->n_gen = u.completion_tokens;
+    cs->usage = u;
+    cs->has_usage = true;
     enum MHD_Result ret;
     if (cancelled || f == SRV_FINISH_CANCELLED) {
         cs->status = 499;           /* nginx's "client closed request", for the log */
@@ -376,10 +409,107 @@ static enum MHD_Result handle_models(srv_http *h, struct MHD_Connection *conn, c
     return send_json(conn, cs, 200, s);
 }
 
-static int route_of(const char *url) {
+static enum MHD_Result handle_model_id(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    if (strcmp(cs->model_id, h->c.alias)) return send_error(conn, cs, 404, "no such model");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", h->c.alias);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)h->started);
+    cJSON_AddStringToObject(m, "owned_by", "tern");
+    char *s = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    int n_slots, n_ctx;
+    srv_sched_stats(h->sched, NULL, NULL, &n_slots, &n_ctx);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", h->c.alias);
+    cJSON_AddNumberToObject(o, "total_slots", n_slots);
+    cJSON_AddNumberToObject(o, "n_ctx", n_ctx);
+    cJSON_AddNumberToObject(o, "n_vocab", tern_tokenizer_n_vocab(h->tok));
+    cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
+    cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
+    cJSON_AddStringToObject(o, "build", "tern");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    srv_slot_info info[256];
+    int n = srv_sched_slots(h->sched, info, 256);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", info[i].id);
+        cJSON_AddBoolToObject(e, "is_processing", info[i].busy);
+        cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)info[i].n_prompt);
+        cJSON_AddNumberToObject(e, "n_ctx", info[i].n_ctx);
+        cJSON_AddItemToArray(a, e);
+    }
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_metrics(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    int busy, queued, n_slots;
+    srv_sched_stats(h->sched, &busy, &queued, &n_slots, NULL);
+    return send_body(conn, cs, 200, "text/plain; version=0.0.4; charset=utf-8",
+                     srv_metrics_render(&h->metrics, busy, queued, n_slots));
+}
+
+static enum MHD_Result handle_tok(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    char err[256], *out = NULL;
+    int rc = cs->route == R_TOKENIZE ? srv_tokenize_json(h->tok, cs->body.data, cs->body.len, &out, err, sizeof err)
+                                     : srv_detokenize_json(h->tok, cs->body.data, cs->body.len, &out, err, sizeof err);
+    if (rc) return send_error(conn, cs, rc, err);
+    return send_json(conn, cs, 200, out);
+}
+
+static enum MHD_Result handle_get(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    switch (cs->route) {
+    case R_HEALTH: return handle_health(h, conn, cs);
+    case R_MODELS: return handle_models(h, conn, cs);
+    case R_MODEL_ID: return handle_model_id(h, conn, cs);
+    case R_PROPS: return handle_props(h, conn, cs);
+    case R_SLOTS: return handle_slots(h, conn, cs);
+    default: return handle_metrics(h, conn, cs);
+    }
+}
+
+/* OPTIONS (a CORS preflight): 204 with the allowed methods and headers. */
+static enum MHD_Result handle_options(struct MHD_Connection *conn, conn_state *cs) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_cors(r);
+    MHD_add_response_header(r, "Allow", route_post(cs->route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    if (g_cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    cs->status = 204;
+    enum MHD_Result ret = MHD_queue_response(conn, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int route_of(const char *url, char *model_id, size_t id_len) {
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/models")) return R_MODELS;
+    if (!strncmp(url, "/models/", 8) && url[8] && strlen(url + 8) < id_len) {
+        snprintf(model_id, id_len, "%s", url + 8);
+        return R_MODEL_ID;
+    }
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/props")) return R_PROPS;
+    if (!strcmp(url, "/slots")) return R_SLOTS;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
     return R_NONE;
@@ -411,12 +541,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         __atomic_add_fetch(&h->active, 1, __ATOMIC_RELAXED);
         track_phase(conn, PH_BODY);
         cs->t0 = now_ms();
-        cs->route = route_of(url);
+        cs->route = route_of(url, cs->model_id, sizeof cs->model_id);
         snprintf(cs->method, sizeof cs->method, "%s", method);
         snprintf(cs->path, sizeof cs->path, "%s", url);
         bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         if (cs->route == R_NONE) return send_error(conn, cs, 404, "unknown path");
-        bool gen = cs->route == R_CHAT || cs->route == R_COMPLETIONS;
+        bool gen = route_post(cs->route);
+        if (!strcmp(method, "OPTIONS")) { cs->options = true; return MHD_YES; }
         if (gen ? !post : !get) return send_error(conn, cs, 405, gen ? "use POST" : "use GET");
         if (cs->route != R_HEALTH && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
         if (gen) {
@@ -429,11 +560,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;             /* answered once the (possibly empty) body is in: keeps the connection alive */
     }
     if (cs->status) { *upload_size = 0; return MHD_YES; }   /* answered early; drop the rest */
-    bool gen = cs->route == R_CHAT || cs->route == R_COMPLETIONS;
-    if (!gen) {
+    bool gen = route_post(cs->route);
+    if (!gen || cs->options) {
         if (*upload_size) { *upload_size = 0; return MHD_YES; }    /* a GET body is ignored */
         track_phase(conn, PH_ANSWER);
-        return cs->route == R_HEALTH ? handle_health(h, conn, cs) : handle_models(h, conn, cs);
+        return cs->options ? handle_options(conn, cs) : handle_get(h, conn, cs);
     }
     if (*upload_size) {
         if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
@@ -446,6 +577,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
     track_phase(conn, PH_ANSWER);
+    if (cs->route == R_TOKENIZE || cs->route == R_DETOKENIZE) return handle_tok(h, conn, cs);
     return handle_generate(h, conn, cs);
 }
 
@@ -454,9 +586,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_http *h = cls;
     conn_state *cs = *con_cls;
     if (!cs) return;
+    int status = cs->status;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
+    srv_metrics_record(&h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0,
+                       cs->has_usage ? &cs->usage : NULL);
     if (!h->c.quiet) {
-        int status = cs->status;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
         fprintf(stderr, "%s %s %d %zu+%zu tokens %.1f ms\n", cs->method, cs->path, status, cs->n_prompt, cs->n_gen,
                 now_ms() - cs->t0);
     }
@@ -566,6 +700,8 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
     h->think_default = h->fmt == TERN_CHAT_QWEN35;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->tmu, NULL);
+    srv_metrics_init(&h->metrics);
+    g_cors = c->cors_origin;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
@@ -607,5 +743,6 @@ void srv_http_stop(srv_http *h) {
     }
     MHD_stop_daemon(h->d);
     pthread_mutex_destroy(&h->tmu);
+    pthread_mutex_destroy(&h->metrics.mu);
     free(h);
 }

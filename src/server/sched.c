@@ -106,6 +106,8 @@ typedef struct slot {
     tern_status st;                 /* result of this round's forward */
     char err[256];
     double t_start, t_decode;       /* ms: admitted, prefill done */
+    size_t info_prompt;             /* for srv_sched_slots (guarded by the scheduler's mu) */
+    bool info_busy;
 } slot;
 
 struct srv_sched {
@@ -163,6 +165,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
+    sl->info_busy = false;
     pthread_mutex_unlock(&s->mu);
     job_finish(j, f, err, &u);
 }
@@ -180,6 +183,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->t_decode = 0;
     sl->phase = SLOT_PREFILL;
     s->busy++;
+    sl->info_busy = true;
+    sl->info_prompt = j->prompt.n;
     pthread_mutex_lock(&j->mu);
     j->started = true;
     j->slot = sl->id;
@@ -424,6 +429,19 @@ void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_
     if (n_slots) *n_slots = s->p.n_parallel;
     if (n_ctx) *n_ctx = s->p.n_ctx;
     pthread_mutex_unlock(&s->mu);
+}
+
+int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->p.n_parallel < max ? s->p.n_parallel : max;
+    for (int i = 0; i < n; i++) {
+        out[i].id = i;
+        out[i].busy = s->slots[i].info_busy;
+        out[i].n_prompt = s->slots[i].info_busy ? s->slots[i].info_prompt : 0;
+        out[i].n_ctx = s->p.n_ctx;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void srv_sched_drain(srv_sched *s, double grace_ms) {

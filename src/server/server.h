@@ -178,6 +178,9 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
+/* A snapshot of the slots for /slots; returns how many were written. */
+typedef struct srv_slot_info { int id; bool busy; size_t n_prompt; int n_ctx; } srv_slot_info;
+int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max);
 /* Graceful end (any thread; returns at once): later submits and the waiting
  * jobs get "shutting down" (503); running jobs go on until they finish or
  * grace_ms has passed, then the loop ends as after srv_sched_stop. */
@@ -210,6 +213,29 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
                    char *err, size_t err_len);
 /* Stop accepting connections (requests in flight go on). */
 void srv_http_quiesce(srv_http *h);
+/* ------------------------------------------------ endpoints.c (no sockets) */
+
+/* Server-wide counters for /metrics (guarded by mu). */
+#define SRV_LAT_BUCKETS 12
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    unsigned long long by_status[6];    /* 1xx..5xx by first digit, [0]: other */
+    unsigned long long n_gen_requests;  /* chat + completions answered */
+    unsigned long long prompt_tokens, gen_tokens;
+    double prompt_ms, gen_ms;           /* summed over requests */
+    unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
+    double lat_sum_s;
+} srv_metrics;
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u);
+/* Prometheus text exposition (version 0.0.4). malloc'd. */
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots);
+/* /tokenize {"content": str, "add_special"?: bool (match added tokens), "with_pieces"?: bool}
+ * -> {"tokens": [ids] | [{"id","piece"}]}; /detokenize {"tokens": [ids]} -> {"content": str}.
+ * 0 and a malloc'd JSON body in *out, else 400 with err. */
+int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
+int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
+
 /* Wait until no request is being answered (at most timeout_ms); true when none is. */
 bool srv_http_wait_idle(srv_http *h, int timeout_ms);
 /* Close every connection and free. */
