@@ -124,6 +124,7 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"min_p\":true}", "min_p"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"presence_penalty\":3}", "presence_penalty"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":5e-324}", "repetition_penalty"},   /* 0 as a float */
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"seed\":0.5}", "integer"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "'n' = 1"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":5}", "'stop'"},
