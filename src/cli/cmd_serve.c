@@ -37,6 +37,10 @@ static void usage(FILE *f) {
             "  --header-timeout-s N headers must arrive within N s of connecting / of the last reply (default 10)\n"
             "  --body-timeout-s N   the body must arrive within N s of the headers (default 60)\n"
             "  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (and answer OPTIONS preflights)\n"
+            "  --max-tokens N       max_tokens of a request that gives none (default 512; 0 = until the end\n"
+            "                       of generation or a full context)\n"
+            "  --think | --no-think thinking on / off by default (default: on for qwen35 templates, off for qwen3;\n"
+            "                       off for the embedded model, a raw-text model)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
 }
 
@@ -75,15 +79,19 @@ static const char *base_name(const char *p) {
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
+    int64_t max_tokens = 512;
+    int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { usage(stdout); return 0; }
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
+        if (!strcmp(a, "--think")) { think = 1; continue; }
+        if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body "
-                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors"))
+                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -94,6 +102,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--cors")) cors = v;
+        else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
@@ -112,6 +121,9 @@ int tern_cmd_serve(int argc, char **argv) {
             return cli_usage_error("serve", "%s needs a non-empty value", a);
         i++;
     }
+    /* the embedded model is trained on raw text: its template's thinking branch
+     * only makes it spend the reply inside <think> (docs/default-model.md) */
+    if (!model && think < 0) think = 0;
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -147,7 +159,7 @@ int tern_cmd_serve(int argc, char **argv) {
     int n_ctx = 0;
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
-                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors};
+                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
     srv_http *http = NULL;
     char err[256];
     int bound = 0;
@@ -164,7 +176,7 @@ int tern_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: %s (%s, %d layers, vocab %d) loaded in %.2f s; %d slots x ctx %d, queue %d, "
                         "thinking %s by default\n", model, info->arch, info->n_layers, info->n_vocab,
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, (int)parallel, n_ctx, (int)queue,
-                tern_chat_format_for(tok) == TERN_CHAT_QWEN35 ? "on" : "off");
+                (think < 0 ? tern_chat_format_for(tok) == TERN_CHAT_QWEN35 : think == 1) ? "on" : "off");
     bool v6 = strchr(host, ':') != NULL;
     printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
     fflush(stdout);

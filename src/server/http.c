@@ -305,7 +305,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         clock_gettime(CLOCK_REALTIME, &ts);
         j->sp.seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)j << 17);
     }
-    j->max_tokens = req.max_tokens;
+    j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
     j->stream = req.stream;
     j->stop = req.stop;
@@ -697,7 +697,7 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
     h->sched = s;
     h->tok = tok;
     h->fmt = tern_chat_format_for(tok);
-    h->think_default = h->fmt == TERN_CHAT_QWEN35;
+    h->think_default = c->think_default < 0 ? h->fmt == TERN_CHAT_QWEN35 : c->think_default == 1;
     h->started = (long long)time(NULL);
     pthread_mutex_init(&h->tmu, NULL);
     srv_metrics_init(&h->metrics);

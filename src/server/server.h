@@ -205,6 +205,8 @@ typedef struct srv_config {
     double header_timeout_s;        /* accept (or end of the last reply) to complete headers; 0: 10 s */
     double body_timeout_s;          /* complete headers to complete body; 0: 60 s */
     const char *cors_origin;        /* NULL: no CORS headers */
+    int think_default;              /* -1: by chat format (on for qwen35), 0 off, 1 on */
+    int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */
 } srv_config;
 
 typedef struct srv_http srv_http;

@@ -23,7 +23,7 @@ start() {
   for _ in $(seq 1 200); do grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break; sleep 0.05; done
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
 }
-start cors --parallel 2 --ctx 512 --cors https://example.test --alias mymodel
+start cors --parallel 2 --ctx 512 --cors https://example.test --alias mymodel --max-tokens 7
 start plain --parallel 1 --ctx 512
 TEXT="Hello <|im_start|> wörld"
 "$TERN" tokenize --text "$TEXT" --json >"$TMP/tok.json" || exit 1
@@ -71,6 +71,9 @@ check("GET /tokenize -> 405", st == 405)
 st, _, b = req("cors", "GET", "/props")
 p = json.loads(b)
 check("/props", st == 200 and p["total_slots"] == 2 and p["n_ctx"] == 512 and p["model"] == "mymodel", p)
+check("embedded (raw-text) model: thinking off by default", p.get("thinking_default") is False, p)
+st, _, b = req("cors", "POST", "/v1/completions", {"prompt": "Hello", "ignore_eos": True, "temperature": 0})
+check("no max_tokens: --max-tokens (7) applies", st == 200 and json.loads(b)["usage"]["completion_tokens"] == 7, b[:300])
 st, _, b = req("cors", "GET", "/slots")
 s = json.loads(b)
 check("/slots", st == 200 and len(s) == 2 and all(not x["is_processing"] for x in s), s)
@@ -93,11 +96,11 @@ st, _, b = req("cors", "GET", "/metrics")
 m1 = b.decode()
 check("/metrics counts tokens", metric(m1, "tern_generated_tokens_total") - (metric(m0, "tern_generated_tokens_total") or 0)
       == u["completion_tokens"] and metric(m1, "tern_prompt_tokens_total") >= u["prompt_tokens"], m1[:600])
-check("/metrics histogram count", metric(m1, "tern_request_duration_seconds_count") == 1 and
-      'tern_request_duration_seconds_bucket{le="+Inf"} 1' in m1, m1)
-# before m1 was rendered: 9 answered 2xx (4 tokenize/detokenize, props, slots, model, metrics, completion)
+check("/metrics histogram count", metric(m1, "tern_request_duration_seconds_count") == 2 and
+      'tern_request_duration_seconds_bucket{le="+Inf"} 2' in m1, m1)
+# before m1 was rendered: 10 answered 2xx (4 tokenize/detokenize, props, completion, slots, model, metrics, completion)
 # and 9 answered 4xx (7 bad bodies, the 405, the 404)
-check("/metrics counts by status class", 'tern_requests_total{status="2xx"} 9\n' in m1 and
+check("/metrics counts by status class", 'tern_requests_total{status="2xx"} 10\n' in m1 and
       'tern_requests_total{status="4xx"} 9\n' in m1, m1[:400])
 
 st, h, _ = req("cors", "GET", "/health", headers={"Origin": "https://example.test"})

@@ -17,6 +17,11 @@ if [ ! -f "$MODEL" ]; then echo "*** SKIPPED: $MODEL missing ***"; exit 0; fi
 if ! command -v python3 >/dev/null; then echo "*** SKIPPED: python3 missing ***"; exit 0; fi
 unset TERN_MODEL
 TMP=$(mktemp -d)
+# a file that is not a GGUF says so (it used to fall back to tokenizer.json: "invalid JSON near byte 0")
+printf 'not a model at all' >"$TMP/bad.bin"
+msg=$("$TERN" serve -m "$TMP/bad.bin" --port 0 2>&1 >/dev/null); brc=$?
+if [ $brc -ne 0 ] && grep -q "not a GGUF file" <<<"$msg"; then echo "ok   non-GGUF -m: 'not a GGUF file'"
+else echo "FAIL non-GGUF -m: rc $brc, '$msg'"; exit 1; fi
 SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
