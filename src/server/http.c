@@ -307,6 +307,20 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
+    int32_t nv = tern_tokenizer_n_vocab(h->tok);
+    for (size_t i = 0; i < req.n_bias; i++)
+        if (req.bias_ids[i] >= nv) {
+            snprintf(err, sizeof err, "'logit_bias' key %d is not a token id (vocabulary of %d)", (int)req.bias_ids[i], (int)nv);
+            srv_job_unref(j);
+            srv_request_free(&req);
+            return send_error(conn, cs, 400, err);
+        }
+    j->bias_ids = req.bias_ids;
+    j->bias = req.bias;
+    j->n_bias = req.n_bias;
+    req.bias_ids = NULL;
+    req.bias = NULL;
+    req.n_bias = 0;
     j->stream = req.stream;
     j->stop = req.stop;
     j->n_stop = req.n_stop;

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,8 @@ void srv_request_free(srv_request *r) {
     }
     free(r->msgs);
     free(r->tools_json);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->prompt);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
@@ -263,6 +266,32 @@ static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
     return 0;
 }
 
+/* logit_bias: {"token id": bias}, bias in [-100, 100] (OpenAI). */
+static int parse_logit_bias(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb)) return fail(err, en, "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(lb);
+    if (n > SRV_MAX_LOGIT_BIAS) return fail(err, en, "'logit_bias' has more than %d entries", SRV_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->bias_ids = calloc((size_t)n, sizeof *r->bias_ids);
+    r->bias = calloc((size_t)n, sizeof *r->bias);
+    if (!r->bias_ids || !r->bias) return fail(err, en, "out of memory");
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        const char *k = e->string ? e->string : "";
+        char *end = NULL;
+        long id = (*k >= '0' && *k <= '9') ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || !end || *end)
+            return fail(err, en, "'logit_bias' key '%.32s' is not a token id", k);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return fail(err, en, "'logit_bias' value for %ld must be a number in -100 … 100", id);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias] = (float)e->valuedouble;
+        r->n_bias++;
+    }
+    return 0;
+}
+
 static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t en) {
     tern_sampler_params *sp = &r->sp;
     double v;
@@ -316,8 +345,6 @@ static int reject_unsupported(const cJSON *root, char *err, size_t en) {
         return fail(err, en, "'best_of' is not supported (only 1)");
     if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
         return fail(err, en, "'suffix' is not supported");
-    if ((f = field(root, "logit_bias")) && !cJSON_IsNull(f) && !(cJSON_IsObject(f) && !f->child))
-        return fail(err, en, "'logit_bias' is not supported yet");
     if ((f = field(root, "top_logprobs")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
         return fail(err, en, "'top_logprobs' is not supported yet");
     static const char *const never[] = {"grammar", "json_schema", "functions", "function_call"};
@@ -361,7 +388,8 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     if (set) r->max_tokens = (int)v;
     if ((rc = get_num(root, "n", -1e9, 1e9, true, &v, &set, err, en))) goto out;
     if (set && v != 1) { rc = fail(err, en, "only 'n' = 1 is supported"); goto out; }
-    if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en))) goto out;
+    if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en)) ||
+        (rc = parse_logit_bias(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");

@@ -60,6 +60,8 @@ void srv_job_unref(srv_job *j) {
     tern_str_free(&j->text);
     for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
+    free(j->bias_ids);
+    free(j->bias);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -209,13 +211,16 @@ static void slot_sample(srv_sched *s, slot *sl) {
     if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); return; }
     if (j->max_tokens > 0 && sl->gen.n >= (size_t)j->max_tokens) { slot_finish(s, sl, SRV_FINISH_LENGTH, NULL); return; }
     const float *logits = tern_session_logits(sl->sess);
-    if (j->ignore_eos && s->n_eog) {
+    if ((j->ignore_eos && s->n_eog) || j->n_bias) {
         if (!sl->masked && !(sl->masked = malloc((size_t)s->n_vocab * sizeof(float)))) {
             slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
             return;
         }
         memcpy(sl->masked, logits, (size_t)s->n_vocab * sizeof(float));
-        for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
+        for (size_t i = 0; i < j->n_bias; i++)    /* logit_bias (ids checked at submit) */
+            if (j->bias_ids[i] >= 0 && j->bias_ids[i] < s->n_vocab) sl->masked[j->bias_ids[i]] += j->bias[i];
+        if (j->ignore_eos)
+            for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
         logits = sl->masked;
     }
     int32_t id = tern_sampler_sample(sl->smp, logits);

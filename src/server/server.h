@@ -55,7 +55,11 @@ typedef struct srv_request {
     size_t n_stop;
     bool stream, include_usage;
     bool ignore_eos;                /* never sample an end-of-generation token */
+    int32_t *bias_ids;              /* logit_bias: ids (checked against the vocabulary by the caller) */
+    float *bias;                    /* and the values added to their logits (-100 … 100) */
+    size_t n_bias;
 } srv_request;
+#define SRV_MAX_LOGIT_BIAS 1024
 
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
@@ -137,6 +141,9 @@ typedef struct srv_job {
     int max_tokens;                 /* 0: until end of generation / full context */
     bool stream;                    /* wake the handler for every piece of text (else only at the end) */
     bool ignore_eos;                /* end-of-generation tokens masked out before sampling */
+    int32_t *bias_ids;              /* logit_bias, owned (moved from the request): logits[bias_ids[i]] += bias[i] */
+    float *bias;
+    size_t n_bias;
     char **stop;                    /* owned (moved from the request) */
     size_t n_stop;
     /* channel (guarded by mu) */

@@ -103,6 +103,24 @@ check("/metrics histogram count", metric(m1, "tern_request_duration_seconds_coun
 check("/metrics counts by status class", 'tern_requests_total{status="2xx"} 10\n' in m1 and
       'tern_requests_total{status="4xx"} 9\n' in m1, m1[:400])
 
+# logit_bias: +100 on a chosen id makes greedy pick it; -100 on the greedy pick bans it
+def one(bias):
+    st, _, b = req("plain", "POST", "/v1/completions", {"prompt": "The Linux kernel", "max_tokens": 1, "temperature": 0,
+                                                        "logit_bias": bias})
+    return st, json.loads(b)
+st, r = one({})
+greedy = r["choices"][0]["text"]
+X = json.loads(req("plain", "POST", "/tokenize", {"content": " zebra"})[2])["tokens"][0]
+xt = json.loads(req("plain", "POST", "/detokenize", {"tokens": [X]})[2])["content"]
+st, r = one({str(X): 100})
+check("logit_bias +100 forces the token", st == 200 and r["choices"][0]["text"] == xt, (xt, r))
+G = json.loads(req("plain", "POST", "/tokenize", {"content": greedy})[2])["tokens"]
+if len(G) == 1:
+    st, r = one({str(G[0]): -100})
+    check("logit_bias -100 bans the greedy token", st == 200 and r["choices"][0]["text"] != greedy, (greedy, r))
+st, r = one({"99999999": 1})
+check("logit_bias id outside the vocabulary -> 400", st == 400 and "logit_bias" in r["error"]["message"], r)
+
 st, h, _ = req("cors", "GET", "/health", headers={"Origin": "https://example.test"})
 check("CORS header on replies", h.get("access-control-allow-origin") == "https://example.test", h)
 st, h, _ = req("cors", "OPTIONS", "/v1/chat/completions", headers={"Origin": "https://example.test",

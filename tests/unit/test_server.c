@@ -90,6 +90,9 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\","
                                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"), 0);
     CHECK(R.tools_json != NULL);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
+    CHECK_EQ_INT((int)R.n_bias, 2);
+    CHECK(R.bias_ids[0] == 17 && R.bias[0] == -100.0f && R.bias_ids[1] == 3 && R.bias[1] == 2.5f);
 }
 
 TEST(parse_errors) {
@@ -142,7 +145,12 @@ TEST(parse_errors) {
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", "'response_format'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "'best_of'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "'suffix'"},
-        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100}}", "'logit_bias'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-101}}", "'logit_bias' value"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5x\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"1\"}}", "'logit_bias' value"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "'logit_bias' must be an object"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", "'top_logprobs'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "'grammar'"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", "'functions'"},
