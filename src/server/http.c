@@ -264,6 +264,71 @@ static void stream_free(void *cls) {
 
 /* -------------------------------------------------------------- generation */
 
+static cJSON *token_obj(srv_http *h, int32_t id, float lp, bool chat) {
+    size_t n = 0;
+    const char *b = tern_token_bytes(h->tok, id, &n);
+    tern_str t = {0};
+    tern_utf8_sanitize(b ? b : "", b ? n : 0, &t);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", t.data ? t.data : "");
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    if (chat) {
+        cJSON *a = cJSON_AddArrayToObject(o, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)b[i]));
+    }
+    tern_str_free(&t);
+    return o;
+}
+
+/* Put the job's logprobs into choices[0].logprobs of a response body (frees body). */
+static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
+    cJSON *root = cJSON_Parse(body);
+    free(body);
+    cJSON *ch = root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0) : NULL;
+    if (!ch) { cJSON_Delete(root); return NULL; }
+    cJSON *lp = cJSON_CreateObject();
+    pthread_mutex_lock(&j->mu);
+    if (kind == SRV_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(lp, "content");
+        for (size_t i = 0; i < j->n_lp; i++) {
+            const srv_logprob *e = &j->lp[i];
+            cJSON *o = token_obj(h, e->id, e->lp, true);
+            cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_obj(h, e->top_id[k], e->top_lp[k], true));
+            cJSON_AddItemToArray(content, o);
+        }
+    } else {
+        cJSON *toks = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+        size_t off = 0;
+        for (size_t i = 0; i < j->n_lp; i++) {
+            const srv_logprob *e = &j->lp[i];
+            cJSON *o = token_obj(h, e->id, e->lp, false);
+            cJSON_AddItemToArray(toks, cJSON_CreateString(cJSON_GetStringValue(cJSON_GetObjectItem(o, "token"))));
+            cJSON_Delete(o);
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(e->lp));
+            cJSON *m = cJSON_CreateObject();
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *t = token_obj(h, e->top_id[k], e->top_lp[k], false);
+                const char *key = cJSON_GetStringValue(cJSON_GetObjectItem(t, "token"));
+                if (!cJSON_GetObjectItemCaseSensitive(m, key)) cJSON_AddNumberToObject(m, key, e->top_lp[k]);
+                cJSON_Delete(t);
+            }
+            cJSON_AddItemToArray(tops, m);
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+            size_t n = 0;
+            tern_token_bytes(h->tok, e->id, &n);
+            off += n;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    cJSON_DeleteItemFromObjectCaseSensitive(ch, "logprobs");
+    cJSON_AddItemToObject(ch, "logprobs", lp);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
 static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     srv_kind kind = cs->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
     srv_request req;
@@ -315,6 +380,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
             srv_request_free(&req);
             return send_error(conn, cs, 400, err);
         }
+    j->logprobs = req.logprobs;
     j->bias_ids = req.bias_ids;
     j->bias = req.bias;
     j->n_bias = req.n_bias;
@@ -384,7 +450,11 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         tern_chat_reply rep = {0};
         bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
         if (kind == SRV_CHAT && !parsed) ret = send_error(conn, cs, 500, tern_last_error());
-        else ret = send_json(conn, cs, 200, srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u));
+        else {
+            char *body = srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u);
+            if (body && j->logprobs >= 0) body = with_logprobs(h, kind, body, j);
+            ret = send_json(conn, cs, 200, body);
+        }
         tern_chat_reply_free(&rep);
     }
     srv_job_unref(j);

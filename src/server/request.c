@@ -345,8 +345,6 @@ static int reject_unsupported(const cJSON *root, char *err, size_t en) {
         return fail(err, en, "'best_of' is not supported (only 1)");
     if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
         return fail(err, en, "'suffix' is not supported");
-    if ((f = field(root, "top_logprobs")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return fail(err, en, "'top_logprobs' is not supported yet");
     static const char *const never[] = {"grammar", "json_schema", "functions", "function_call"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         if ((f = field(root, never[i])) && !cJSON_IsNull(f))
@@ -396,11 +394,22 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
     if ((rc = reject_unsupported(root, err, en))) goto out;
-    const cJSON *lp = field(root, "logprobs");
-    if (lp && !cJSON_IsFalse(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0)) {
-        rc = fail(err, en, "'logprobs' is not supported");
-        goto out;
+    /* logprobs: chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (int 0..5) */
+    r->logprobs = -1;
+    if (kind == SRV_CHAT) {
+        if ((rc = get_bool(root, "logprobs", &b, &set, err, en))) goto out;
+        bool on = set && b;
+        if ((rc = get_num(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, true, &v, &set, err, en))) goto out;
+        if (set && !on && v > 0) { rc = fail(err, en, "'top_logprobs' needs 'logprobs': true"); goto out; }
+        if (on) r->logprobs = set ? (int)v : 0;
+    } else {
+        const cJSON *lp = field(root, "logprobs");
+        if (lp && !cJSON_IsNull(lp) && !cJSON_IsFalse(lp)) {
+            if ((rc = get_num(root, "logprobs", 0, 5, true, &v, &set, err, en))) goto out;
+            r->logprobs = (int)v;
+        }
     }
+    if (r->logprobs >= 0 && r->stream) { rc = fail(err, en, "'logprobs' with 'stream' is not supported yet"); goto out; }
 out:
     cJSON_Delete(root);
     return rc;

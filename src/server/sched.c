@@ -62,6 +62,7 @@ void srv_job_unref(srv_job *j) {
     free(j->stop);
     free(j->bias_ids);
     free(j->bias);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -204,6 +205,40 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     for (size_t i = 0; i < j->prompt.n; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]); /* as tern_generate */
 }
 
+void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    e->id = id;
+    e->lp = (float)(logits[id] - lse);
+    if (top > SRV_MAX_TOP_LOGPROBS) top = SRV_MAX_TOP_LOGPROBS;
+    e->n_top = 0;
+    for (int i = 0; i < n_vocab; i++) {     /* insertion into a short sorted list; ties: lower id first */
+        float v = logits[i];
+        if (e->n_top == top && (top == 0 || v <= logits[e->top_id[top - 1]])) continue;
+        int k = e->n_top < top ? e->n_top++ : top - 1;
+        while (k > 0 && logits[e->top_id[k - 1]] < v) { e->top_id[k] = e->top_id[k - 1]; k--; }
+        e->top_id[k] = i;
+    }
+    for (int k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(logits[e->top_id[k]] - lse);
+}
+
+static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id) {
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    if (j->n_lp == j->cap_lp) {
+        size_t cap = j->cap_lp ? j->cap_lp * 2 : 64;
+        srv_logprob *p = realloc(j->lp, cap * sizeof *p);
+        if (!p) rc = 1;
+        else { j->lp = p; j->cap_lp = cap; }
+    }
+    if (!rc) srv_logprob_of(logits, s->n_vocab, id, j->logprobs, &j->lp[j->n_lp++]);
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 /* Sample one token and apply the stop rules; on going on, sets the next input. */
 static void slot_sample(srv_sched *s, slot *sl) {
     srv_job *j = sl->job;
@@ -227,6 +262,10 @@ static void slot_sample(srv_sched *s, slot *sl) {
     tern_sampler_accept(sl->smp, id);
     if (tern_tokens_push(&sl->gen, id)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
     if (tern_token_is_eog(s->tok, id)) { slot_finish(s, sl, SRV_FINISH_STOP, NULL); return; }
+    if (j->logprobs >= 0 && sched_record_logprob(s, j, logits, id)) {
+        slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
+        return;
+    }
     size_t before = sl->text.len;
     if (tern_detok_stream_push(&sl->ds, s->tok, id, &sl->text)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
     bool stopped;

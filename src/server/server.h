@@ -58,8 +58,10 @@ typedef struct srv_request {
     int32_t *bias_ids;              /* logit_bias: ids (checked against the vocabulary by the caller) */
     float *bias;                    /* and the values added to their logits (-100 … 100) */
     size_t n_bias;
+    int logprobs;                   /* -1: none; else the number of alternatives per token (top_logprobs) */
 } srv_request;
 #define SRV_MAX_LOGIT_BIAS 1024
+#define SRV_MAX_TOP_LOGPROBS 20
 
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
@@ -131,6 +133,18 @@ void srv_split_free(srv_split *s);
 
 /* ------------------------------------------------------------- scheduling */
 
+/* One generated token's log-probability and its top alternatives (log-softmax
+ * of the logits the sampler saw, before temperature). */
+typedef struct srv_logprob {
+    int32_t id;
+    float lp;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+/* Fill e from logits[n_vocab] for the chosen id (top: how many alternatives). */
+void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e);
+
 /* One request in flight. The handler fills the inputs, submits, then reads the
  * channel; the scheduler writes the channel. Reference counted (2 while queued
  * or running: handler + scheduler). */
@@ -144,6 +158,7 @@ typedef struct srv_job {
     int32_t *bias_ids;              /* logit_bias, owned (moved from the request): logits[bias_ids[i]] += bias[i] */
     float *bias;
     size_t n_bias;
+    int logprobs;                   /* -1: none; else record each token's logprob and this many alternatives */
     char **stop;                    /* owned (moved from the request) */
     size_t n_stop;
     /* channel (guarded by mu) */
@@ -156,6 +171,8 @@ typedef struct srv_job {
     srv_finish finish;
     char error[256];                /* finish == ERROR: the reason */
     srv_usage usage;
+    srv_logprob *lp;                /* logprobs >= 0: one entry per generated (non end) token */
+    size_t n_lp, cap_lp;
     int slot;                       /* slot id once admitted (-1 before) */
     /* set by the handler when the client went away; polled by the scheduler */
     volatile int cancel;

@@ -121,6 +121,27 @@ if len(G) == 1:
 st, r = one({"99999999": 1})
 check("logit_bias id outside the vocabulary -> 400", st == 400 and "logit_bias" in r["error"]["message"], r)
 
+# logprobs: greedy picks the top alternative; tokens add up to the text; probabilities sum to <= 1
+import math
+st, _, b = req("plain", "POST", "/v1/completions", {"prompt": "The Linux kernel", "max_tokens": 8, "temperature": 0,
+                                                    "logprobs": 3, "ignore_eos": True})
+r = json.loads(b)
+lp = r["choices"][0].get("logprobs") or {}
+ok = st == 200 and len(lp.get("tokens", [])) == 8 and "".join(lp["tokens"]) == r["choices"][0]["text"]
+for t, l, top in zip(lp.get("tokens", []), lp.get("token_logprobs", []), lp.get("top_logprobs", [])):
+    best = max(top.values()) if top else None
+    ok = ok and l <= 0 and len(top) >= 1 and abs(best - l) < 1e-6 and sum(math.exp(v) for v in top.values()) <= 1 + 1e-6
+check("completions logprobs (greedy = top 1, tokens = text)", ok, lp)
+st, _, b = req("plain", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+               "temperature": 0, "logprobs": True, "top_logprobs": 2})
+r = json.loads(b)
+c = (r["choices"][0].get("logprobs") or {}).get("content", [])
+ok = st == 200 and 1 <= len(c) <= 6 and all(len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"]
+                                            and abs(e["top_logprobs"][0]["logprob"] - e["logprob"]) < 1e-6 for e in c)
+joined = bytes(x for e in c for x in e["bytes"]).decode("utf-8", "replace")
+ok = ok and joined.strip() == (r["choices"][0]["message"]["content"] or "").strip()
+check("chat logprobs + top_logprobs (bytes add up to the content)", ok, (c, r["choices"][0]["message"]))
+
 st, h, _ = req("cors", "GET", "/health", headers={"Origin": "https://example.test"})
 check("CORS header on replies", h.get("access-control-allow-origin") == "https://example.test", h)
 st, h, _ = req("cors", "OPTIONS", "/v1/chat/completions", headers={"Origin": "https://example.test",
