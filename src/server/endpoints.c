@@ -3,6 +3,7 @@
  * apart from the sockets so they can be tested alone:
  *   POST /tokenize, POST /detokenize  (llama.cpp's shapes)
  *   GET  /metrics                     Prometheus text format 0.0.4
+ * and srv_logprob_of (the log-softmax and top alternatives of one step).
  */
 #include "server/server.h"
 
@@ -98,6 +99,28 @@ int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len,
     free(ids);
     cJSON_Delete(root);
     return rc;
+}
+
+/* ----------------------------------------------------------------- logprobs */
+
+void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    e->id = id;
+    e->lp = (float)(logits[id] - lse);
+    if (top > SRV_MAX_TOP_LOGPROBS) top = SRV_MAX_TOP_LOGPROBS;
+    e->n_top = 0;
+    for (int i = 0; i < n_vocab; i++) {     /* insertion into a short sorted list; ties: lower id first */
+        float v = logits[i];
+        if (e->n_top == top && (top == 0 || v <= logits[e->top_id[top - 1]])) continue;
+        int k = e->n_top < top ? e->n_top++ : top - 1;
+        while (k > 0 && logits[e->top_id[k - 1]] < v) { e->top_id[k] = e->top_id[k - 1]; k--; }
+        e->top_id[k] = i;
+    }
+    for (int k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(logits[e->top_id[k]] - lse);
 }
 
 /* ------------------------------------------------------------------ metrics */

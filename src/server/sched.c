@@ -205,26 +205,6 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     for (size_t i = 0; i < j->prompt.n; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]); /* as tern_generate */
 }
 
-void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    double lse = mx + log(sum);
-    e->id = id;
-    e->lp = (float)(logits[id] - lse);
-    if (top > SRV_MAX_TOP_LOGPROBS) top = SRV_MAX_TOP_LOGPROBS;
-    e->n_top = 0;
-    for (int i = 0; i < n_vocab; i++) {     /* insertion into a short sorted list; ties: lower id first */
-        float v = logits[i];
-        if (e->n_top == top && (top == 0 || v <= logits[e->top_id[top - 1]])) continue;
-        int k = e->n_top < top ? e->n_top++ : top - 1;
-        while (k > 0 && logits[e->top_id[k - 1]] < v) { e->top_id[k] = e->top_id[k - 1]; k--; }
-        e->top_id[k] = i;
-    }
-    for (int k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(logits[e->top_id[k]] - lse);
-}
-
 static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id) {
     pthread_mutex_lock(&j->mu);
     int rc = 0;
