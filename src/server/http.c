@@ -5,11 +5,17 @@
  *
  *   GET  /health                  {"status":"ok","model",...,"slots_busy",...}
  *   GET  /v1/models               one model (id = --alias or the file name)
+ *   GET  /v1/models/{id}          that model, or 404
  *   POST /v1/chat/completions     OpenAI chat completions (stream: SSE)
  *   POST /v1/completions          OpenAI raw completions  (stream: SSE)
+ *   POST /tokenize, /detokenize   llama.cpp's shapes (endpoints.c)
+ *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
+ *   OPTIONS any path              204 (CORS preflight with --cors)
  * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
  * 400 bad JSON / fields / prompt too long, 401 bad API key, 404 unknown path,
- * 405 wrong method, 413 body over --max-body, 503 queue full or shutting down.
+ * 405 wrong method, 413 body over --max-body, 503 queue full or shutting down
+ * (with Retry-After). Keep-alive: replies are queued once the request is
+ * complete; a watcher thread cuts connections past their header/body deadlines.
  *
  * A client that goes away is noticed while its handler waits (a peek at the
  * socket every 100 ms, and failed writes while streaming): its job is
