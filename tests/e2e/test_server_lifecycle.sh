@@ -26,7 +26,7 @@ SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-"$TERN" serve --port 0 --threads 2 --parallel 1 --queue 2 --ctx 2048 --grace-s 2 --header-timeout-s 3 \
+"$TERN" serve --port 0 --threads 2 --parallel 1 --queue 2 --ctx 4096 --grace-s 2 --header-timeout-s 3 \
   >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
 for _ in $(seq 1 200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
@@ -152,7 +152,13 @@ except socket.timeout:
 dt = time.time() - t0
 text = data.decode("utf-8", "replace")
 events = [l[6:] for l in text.split("\n") if l.startswith("data: ")]
-err_ev = [e for e in events if e.startswith("{") and '"error"' in e]
+objs = []
+for e in events:
+    try: objs.append(json.loads(e))
+    except ValueError: pass
+err_ev = [o for o in objs if isinstance(o, dict) and "error" in o]
+finished = [o for o in objs if isinstance(o, dict) and any(c.get("finish_reason") for c in o.get("choices", []))]
+check("the stream was still running at SIGTERM (no finish_reason)", not finished, finished[:1])
 check("stream ends with an error event then [DONE]", bool(err_ev) and events and events[-1].strip() == "[DONE]",
       events[-3:])
 check("stream ran on during the grace period (2 s), then ended", 1.5 < dt < 6, f"{dt:.2f}s")
