@@ -36,7 +36,9 @@
 #include <time.h>
 
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
-       R_SLOTS, R_METRICS };
+       R_SLOTS, R_METRICS, R_ROOT };
+extern const unsigned char srv_webui_index[];   /* src/server/webui/index.html (cmake/embed.cmake) */
+extern const unsigned long srv_webui_index_len;
 static bool route_post(int r) { return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE; }
 
 /* Every open connection, for the deadline watcher: a connection must deliver
@@ -565,6 +567,13 @@ static enum MHD_Result handle_get(srv_http *h, struct MHD_Connection *conn, conn
     case R_MODELS: return handle_models(h, conn, cs);
     case R_MODEL_ID: return handle_model_id(h, conn, cs);
     case R_PROPS: return handle_props(h, conn, cs);
+    case R_ROOT: {
+        char *page = malloc(srv_webui_index_len + 1);
+        if (!page) return send_error(conn, cs, 500, "out of memory");
+        memcpy(page, srv_webui_index, srv_webui_index_len);
+        page[srv_webui_index_len] = 0;
+        return send_body(conn, cs, 200, "text/html; charset=utf-8", page);
+    }
     case R_SLOTS: return handle_slots(h, conn, cs);
     default: return handle_metrics(h, conn, cs);
     }
@@ -588,6 +597,7 @@ static enum MHD_Result handle_options(struct MHD_Connection *conn, conn_state *c
 }
 
 static int route_of(const char *url, char *model_id, size_t id_len) {
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_ROOT;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/models")) return R_MODELS;
@@ -639,7 +649,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         bool gen = route_post(cs->route);
         if (!strcmp(method, "OPTIONS")) { cs->options = true; return MHD_YES; }
         if (gen ? !post : !get) return send_error(conn, cs, 405, gen ? "use POST" : "use GET");
-        if (cs->route != R_HEALTH && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
+        if (cs->route != R_HEALTH && cs->route != R_ROOT && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
         if (gen) {
             const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > h->c.max_body) {
