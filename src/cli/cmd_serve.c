@@ -31,6 +31,16 @@ static void usage(FILE *f) {
             "  --alias NAME         model id shown by /v1/models and in responses (default: the file name)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
             "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
+            "  --grace-s N          on SIGINT/SIGTERM, let running requests finish for up to N s (default 10)\n"
+            "  --max-conns N        open connections at most (default 256)\n"
+            "  --per-ip N           open connections per client address (default 0 = no limit)\n"
+            "  --header-timeout-s N headers must arrive within N s of connecting / of the last reply (default 10)\n"
+            "  --body-timeout-s N   the body must arrive within N s of the headers (default 60)\n"
+            "  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (and answer OPTIONS preflights)\n"
+            "  --max-tokens N       max_tokens of a request that gives none (default 512; 0 = until the end\n"
+            "                       of generation or a full context)\n"
+            "  --think | --no-think thinking on / off by default (default: on for qwen35 templates, off for qwen3;\n"
+            "                       off for the embedded model, a raw-text model)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
 }
 
@@ -41,6 +51,7 @@ typedef struct sig_ctx {
     srv_sched *sched;
     srv_http *http;
     bool quiet;
+    double grace_ms;
 } sig_ctx;
 
 static void *sig_main(void *arg) {
@@ -49,7 +60,9 @@ static void *sig_main(void *arg) {
     sigwait(&c->set, &sig);
     if (!c->quiet) fprintf(stderr, "tern serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_http_quiesce(c->http);      /* no new connections */
-    srv_sched_stop(c->sched);       /* the loop ends the requests in flight and returns */
+    /* waiting requests get 503 now; running ones may finish within the grace
+     * period, then the loop ends them (a stream gets an error event and [DONE]) */
+    srv_sched_drain(c->sched, c->grace_ms);
     return NULL;
 }
 
@@ -64,15 +77,21 @@ static const char *base_name(const char *p) {
 }
 
 int tern_cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL;
+    const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
+    int64_t max_tokens = 512;
+    int think = -1;
+    int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { usage(stdout); return 0; }
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
+        if (!strcmp(a, "--think")) { think = 1; continue; }
+        if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (i + 1 >= argc) {
-            if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body"))
+            if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body "
+                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -82,6 +101,13 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) host = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--cors")) cors = v;
+        else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
+        else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
+        else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
+        else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
+        else if (!strcmp(a, "--header-timeout-s")) { num = &hdr_to; lo = 1; hi = 86400; }
+        else if (!strcmp(a, "--body-timeout-s")) { num = &body_to; lo = 1; hi = 86400; }
         else if (!strcmp(a, "--port")) { num = &port; lo = 0; hi = 65535; }
         else if (!strcmp(a, "--parallel")) { num = &parallel; lo = 1; hi = 256; }
         else if (!strcmp(a, "--ctx")) { num = &ctx; lo = 16; hi = 1 << 22; }
@@ -91,10 +117,13 @@ int tern_cmd_serve(int argc, char **argv) {
         else return cli_usage_error("serve", "unknown option '%s'", a);
         if (num && !cli_parse_i64(v, lo, hi, num))
             return cli_usage_error("serve", "bad value '%s' for %s (integer %lld..%lld)", v, a, (long long)lo, (long long)hi);
-        if (!*v && (v == host || v == alias || v == api_key || v == model))
+        if (!*v && (v == host || v == alias || v == api_key || v == model || v == cors))
             return cli_usage_error("serve", "%s needs a non-empty value", a);
         i++;
     }
+    /* the embedded model is trained on raw text: its template's thinking branch
+     * only makes it spend the reply inside <think> (docs/default-model.md) */
+    if (!model && think < 0) think = 0;
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -129,7 +158,8 @@ int tern_cmd_serve(int argc, char **argv) {
     }
     int n_ctx = 0;
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
-    srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet, 0};
+    srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
+                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
     srv_http *http = NULL;
     char err[256];
     int bound = 0;
@@ -146,12 +176,12 @@ int tern_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: %s (%s, %d layers, vocab %d) loaded in %.2f s; %d slots x ctx %d, queue %d, "
                         "thinking %s by default\n", model, info->arch, info->n_layers, info->n_vocab,
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, (int)parallel, n_ctx, (int)queue,
-                tern_chat_format_for(tok) == TERN_CHAT_QWEN35 ? "on" : "off");
+                (think < 0 ? tern_chat_format_for(tok) == TERN_CHAT_QWEN35 : think == 1) ? "on" : "off");
     bool v6 = strchr(host, ':') != NULL;
     printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
     fflush(stdout);
 
-    sig_ctx sc = {set, sched, http, quiet};
+    sig_ctx sc = {set, sched, http, quiet, (double)grace * 1e3};
     pthread_t sig_th;
     if (pthread_create(&sig_th, NULL, sig_main, &sc)) {
         fprintf(stderr, "tern serve: cannot start the signal thread\n");
@@ -164,7 +194,10 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_sched_run(sched);           /* until SIGINT / SIGTERM */
     pthread_kill(sig_th, SIGTERM);  /* in case the loop ended on its own */
     pthread_join(sig_th, NULL);
-    srv_http_stop(http);            /* handlers have returned; connections close */
+    /* every job has ended: let the handlers write their last bytes (the error
+     * event and [DONE] of a stream, a 503) before the connections close */
+    srv_http_wait_idle(http, 5000);
+    srv_http_stop(http);
     srv_sched_free(sched);
     tern_model_free(m);
     tern_tokenizer_free(tok);

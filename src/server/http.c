@@ -5,11 +5,17 @@
  *
  *   GET  /health                  {"status":"ok","model",...,"slots_busy",...}
  *   GET  /v1/models               one model (id = --alias or the file name)
+ *   GET  /v1/models/{id}          that model, or 404
  *   POST /v1/chat/completions     OpenAI chat completions (stream: SSE)
  *   POST /v1/completions          OpenAI raw completions  (stream: SSE)
+ *   POST /tokenize, /detokenize   llama.cpp's shapes (endpoints.c)
+ *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
+ *   OPTIONS any path              204 (CORS preflight with --cors)
  * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
  * 400 bad JSON / fields / prompt too long, 401 bad API key, 404 unknown path,
- * 405 wrong method, 413 body over --max-body, 503 queue full or shutting down.
+ * 405 wrong method, 413 body over --max-body, 503 queue full or shutting down
+ * (with Retry-After). Keep-alive: replies are queued once the request is
+ * complete; a watcher thread cuts connections past their header/body deadlines.
  *
  * A client that goes away is noticed while its handler waits (a peek at the
  * socket every 100 ms, and failed writes while streaming): its job is
@@ -29,9 +35,32 @@
 #include <unistd.h>
 #include <time.h>
 
-enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS };
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
+       R_SLOTS, R_METRICS, R_ROOT };
+extern const unsigned char srv_webui_index[];   /* src/server/webui/index.html (cmake/embed.cmake) */
+extern const unsigned long srv_webui_index_len;
+static bool route_post(int r) { return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE; }
+
+/* Every open connection, for the deadline watcher: a connection must deliver
+ * its headers within header_timeout_s of being accepted (or of its last
+ * reply, for keep-alive) and its body within body_timeout_s of its headers;
+ * one that does not is shut down, so clients dripping bytes cannot hold the
+ * connection slots. */
+enum { PH_HEADERS = 0, PH_BODY, PH_ANSWER };
+typedef struct conn_track {
+    int fd, phase;
+    double since;                   /* ms: start of the phase */
+    bool cut;
+    struct conn_track *prev, *next;
+} conn_track;
 
 struct srv_http {
+    pthread_mutex_t tmu;            /* guards the connection list */
+    conn_track *conns;
+    pthread_t watcher;
+    bool watcher_on, watcher_stop;
+    int active;                     /* requests being answered (atomic) */
+    srv_metrics metrics;
     struct MHD_Daemon *d;
     srv_config c;
     srv_sched *sched;
@@ -46,11 +75,14 @@ struct srv_http {
 typedef struct conn_state {
     int route;
     tern_str body;
-    bool too_big;
+    bool too_big, options;
     double t0;
     int status;
     size_t n_prompt, n_gen;
     char method[12], path[96];
+    char model_id[256];             /* GET /v1/models/{id} */
+    srv_usage usage;                /* generation requests: for /metrics */
+    bool has_usage;
 } conn_state;
 
 static double now_ms(void) {
@@ -72,6 +104,27 @@ static int conn_fd(struct MHD_Connection *conn) {
     return ci ? ci->connect_fd : -1;
 }
 
+static const char *g_cors;         /* --cors ORIGIN (one server per process) */
+
+static void add_cors(struct MHD_Response *r) {
+    if (!g_cors) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", g_cors);
+    if (strcmp(g_cors, "*")) MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result send_body(struct MHD_Connection *conn, conn_state *cs, int status, const char *type,
+                                 char *body) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", type);
+    add_cors(r);
+    cs->status = status;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, int status, char *json) {
     if (!json) { status = 500; json = NULL; }
     const char *body = json ? json : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":\"internal_error\"}}";
@@ -79,8 +132,10 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
     free(json);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
-    if (status == 405) MHD_add_response_header(r, "Allow", cs->route == R_CHAT || cs->route == R_COMPLETIONS ? "POST" : "GET, HEAD");
+    add_cors(r);
+    if (status == 405) MHD_add_response_header(r, "Allow", route_post(cs->route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     cs->status = status;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -150,6 +205,8 @@ static void stream_end(stream *s) {
     pthread_mutex_unlock(&j->mu);
     s->cs->n_prompt = u.prompt_tokens;
     s->cs->n_gen = u.completion_tokens;
+    s->cs->usage = u;
+    s->cs->has_usage = true;
     if (f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED) {
         char *e = srv_json_error(500, f == SRV_FINISH_ERROR ? err : "cancelled");
         if (e) {
@@ -215,6 +272,71 @@ static void stream_free(void *cls) {
 
 /* -------------------------------------------------------------- generation */
 
+static cJSON *token_obj(srv_http *h, int32_t id, float lp, bool chat) {
+    size_t n = 0;
+    const char *b = tern_token_bytes(h->tok, id, &n);
+    tern_str t = {0};
+    tern_utf8_sanitize(b ? b : "", b ? n : 0, &t);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", t.data ? t.data : "");
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    if (chat) {
+        cJSON *a = cJSON_AddArrayToObject(o, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)b[i]));
+    }
+    tern_str_free(&t);
+    return o;
+}
+
+/* Put the job's logprobs into choices[0].logprobs of a response body (frees body). */
+static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
+    cJSON *root = cJSON_Parse(body);
+    free(body);
+    cJSON *ch = root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0) : NULL;
+    if (!ch) { cJSON_Delete(root); return NULL; }
+    cJSON *lp = cJSON_CreateObject();
+    pthread_mutex_lock(&j->mu);
+    if (kind == SRV_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(lp, "content");
+        for (size_t i = 0; i < j->n_lp; i++) {
+            const srv_logprob *e = &j->lp[i];
+            cJSON *o = token_obj(h, e->id, e->lp, true);
+            cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_obj(h, e->top_id[k], e->top_lp[k], true));
+            cJSON_AddItemToArray(content, o);
+        }
+    } else {
+        cJSON *toks = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+        size_t off = 0;
+        for (size_t i = 0; i < j->n_lp; i++) {
+            const srv_logprob *e = &j->lp[i];
+            cJSON *o = token_obj(h, e->id, e->lp, false);
+            cJSON_AddItemToArray(toks, cJSON_CreateString(cJSON_GetStringValue(cJSON_GetObjectItem(o, "token"))));
+            cJSON_Delete(o);
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(e->lp));
+            cJSON *m = cJSON_CreateObject();
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *t = token_obj(h, e->top_id[k], e->top_lp[k], false);
+                const char *key = cJSON_GetStringValue(cJSON_GetObjectItem(t, "token"));
+                if (!cJSON_GetObjectItemCaseSensitive(m, key)) cJSON_AddNumberToObject(m, key, e->top_lp[k]);
+                cJSON_Delete(t);
+            }
+            cJSON_AddItemToArray(tops, m);
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+            size_t n = 0;
+            tern_token_bytes(h->tok, e->id, &n);
+            off += n;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    cJSON_DeleteItemFromObjectCaseSensitive(ch, "logprobs");
+    cJSON_AddItemToObject(ch, "logprobs", lp);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
 static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     srv_kind kind = cs->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
     srv_request req;
@@ -256,8 +378,23 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         clock_gettime(CLOCK_REALTIME, &ts);
         j->sp.seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)j << 17);
     }
-    j->max_tokens = req.max_tokens;
+    j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
+    int32_t nv = tern_tokenizer_n_vocab(h->tok);
+    for (size_t i = 0; i < req.n_bias; i++)
+        if (req.bias_ids[i] >= nv) {
+            snprintf(err, sizeof err, "'logit_bias' key %d is not a token id (vocabulary of %d)", (int)req.bias_ids[i], (int)nv);
+            srv_job_unref(j);
+            srv_request_free(&req);
+            return send_error(conn, cs, 400, err);
+        }
+    j->logprobs = req.logprobs;
+    j->bias_ids = req.bias_ids;
+    j->bias = req.bias;
+    j->n_bias = req.n_bias;
+    req.bias_ids = NULL;
+    req.bias = NULL;
+    req.n_bias = 0;
     j->stream = req.stream;
     j->stop = req.stop;
     j->n_stop = req.n_stop;
@@ -292,6 +429,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
         if (!r) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        add_cors(r);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         cs->status = 200;
         enum MHD_Result ret = MHD_queue_response(conn, 200, r);
@@ -308,6 +446,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     pthread_mutex_unlock(&j->mu);
     cs->n_prompt = u.prompt_tokens;
     cs->n_gen = u.completion_tokens;
+    cs->usage = u;
+    cs->has_usage = true;
     enum MHD_Result ret;
     if (cancelled || f == SRV_FINISH_CANCELLED) {
         cs->status = 499;           /* nginx's "client closed request", for the log */
@@ -318,7 +458,11 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         tern_chat_reply rep = {0};
         bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
         if (kind == SRV_CHAT && !parsed) ret = send_error(conn, cs, 500, tern_last_error());
-        else ret = send_json(conn, cs, 200, srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u));
+        else {
+            char *body = srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u);
+            if (body && j->logprobs >= 0) body = with_logprobs(h, kind, body, j);
+            ret = send_json(conn, cs, 200, body);
+        }
         tern_chat_reply_free(&rep);
     }
     srv_job_unref(j);
@@ -357,10 +501,115 @@ static enum MHD_Result handle_models(srv_http *h, struct MHD_Connection *conn, c
     return send_json(conn, cs, 200, s);
 }
 
-static int route_of(const char *url) {
+static enum MHD_Result handle_model_id(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    if (strcmp(cs->model_id, h->c.alias)) return send_error(conn, cs, 404, "no such model");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", h->c.alias);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)h->started);
+    cJSON_AddStringToObject(m, "owned_by", "tern");
+    char *s = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    int n_slots, n_ctx;
+    srv_sched_stats(h->sched, NULL, NULL, &n_slots, &n_ctx);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", h->c.alias);
+    cJSON_AddNumberToObject(o, "total_slots", n_slots);
+    cJSON_AddNumberToObject(o, "n_ctx", n_ctx);
+    cJSON_AddNumberToObject(o, "n_vocab", tern_tokenizer_n_vocab(h->tok));
+    cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
+    cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
+    cJSON_AddStringToObject(o, "build", "tern");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    srv_slot_info info[256];
+    int n = srv_sched_slots(h->sched, info, 256);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", info[i].id);
+        cJSON_AddBoolToObject(e, "is_processing", info[i].busy);
+        cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)info[i].n_prompt);
+        cJSON_AddNumberToObject(e, "n_ctx", info[i].n_ctx);
+        cJSON_AddItemToArray(a, e);
+    }
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return send_json(conn, cs, 200, s);
+}
+
+static enum MHD_Result handle_metrics(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    int busy, queued, n_slots;
+    srv_sched_stats(h->sched, &busy, &queued, &n_slots, NULL);
+    return send_body(conn, cs, 200, "text/plain; version=0.0.4; charset=utf-8",
+                     srv_metrics_render(&h->metrics, busy, queued, n_slots));
+}
+
+static enum MHD_Result handle_tok(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    char err[256], *out = NULL;
+    int rc = cs->route == R_TOKENIZE ? srv_tokenize_json(h->tok, cs->body.data, cs->body.len, &out, err, sizeof err)
+                                     : srv_detokenize_json(h->tok, cs->body.data, cs->body.len, &out, err, sizeof err);
+    if (rc) return send_error(conn, cs, rc, err);
+    return send_json(conn, cs, 200, out);
+}
+
+static enum MHD_Result handle_get(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    switch (cs->route) {
+    case R_HEALTH: return handle_health(h, conn, cs);
+    case R_MODELS: return handle_models(h, conn, cs);
+    case R_MODEL_ID: return handle_model_id(h, conn, cs);
+    case R_PROPS: return handle_props(h, conn, cs);
+    case R_ROOT: {
+        char *page = malloc(srv_webui_index_len + 1);
+        if (!page) return send_error(conn, cs, 500, "out of memory");
+        memcpy(page, srv_webui_index, srv_webui_index_len);
+        page[srv_webui_index_len] = 0;
+        return send_body(conn, cs, 200, "text/html; charset=utf-8", page);
+    }
+    case R_SLOTS: return handle_slots(h, conn, cs);
+    default: return handle_metrics(h, conn, cs);
+    }
+}
+
+/* OPTIONS (a CORS preflight): 204 with the allowed methods and headers. */
+static enum MHD_Result handle_options(struct MHD_Connection *conn, conn_state *cs) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_cors(r);
+    MHD_add_response_header(r, "Allow", route_post(cs->route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    if (g_cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    cs->status = 204;
+    enum MHD_Result ret = MHD_queue_response(conn, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int route_of(const char *url, char *model_id, size_t id_len) {
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_ROOT;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/models")) return R_MODELS;
+    if (!strncmp(url, "/models/", 8) && url[8] && strlen(url + 8) < id_len) {
+        snprintf(model_id, id_len, "%s", url + 8);
+        return R_MODEL_ID;
+    }
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/props")) return R_PROPS;
+    if (!strcmp(url, "/slots")) return R_SLOTS;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
     return R_NONE;
@@ -379,6 +628,8 @@ static bool authorized(srv_http *h, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
+static void track_phase(struct MHD_Connection *conn, int phase);
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -387,26 +638,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
+        __atomic_add_fetch(&h->active, 1, __ATOMIC_RELAXED);
+        track_phase(conn, PH_BODY);
         cs->t0 = now_ms();
-        cs->route = route_of(url);
+        cs->route = route_of(url, cs->model_id, sizeof cs->model_id);
         snprintf(cs->method, sizeof cs->method, "%s", method);
         snprintf(cs->path, sizeof cs->path, "%s", url);
         bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         if (cs->route == R_NONE) return send_error(conn, cs, 404, "unknown path");
-        bool gen = cs->route == R_CHAT || cs->route == R_COMPLETIONS;
+        bool gen = route_post(cs->route);
+        if (!strcmp(method, "OPTIONS")) { cs->options = true; return MHD_YES; }
         if (gen ? !post : !get) return send_error(conn, cs, 405, gen ? "use POST" : "use GET");
-        if (cs->route != R_HEALTH && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
+        if (cs->route != R_HEALTH && cs->route != R_ROOT && !authorized(h, conn)) return send_error(conn, cs, 401, "invalid or missing API key");
         if (gen) {
             const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > h->c.max_body) {
                 cs->too_big = true;
                 return send_error(conn, cs, 413, "the request body is larger than --max-body");
             }
-            return MHD_YES;         /* the body follows */
         }
-        return cs->route == R_HEALTH ? handle_health(h, conn, cs) : handle_models(h, conn, cs);
+        return MHD_YES;             /* answered once the (possibly empty) body is in: keeps the connection alive */
     }
     if (cs->status) { *upload_size = 0; return MHD_YES; }   /* answered early; drop the rest */
+    bool gen = route_post(cs->route);
+    if (!gen || cs->options) {
+        if (*upload_size) { *upload_size = 0; return MHD_YES; }    /* a GET body is ignored */
+        track_phase(conn, PH_ANSWER);
+        return cs->options ? handle_options(conn, cs) : handle_get(h, conn, cs);
+    }
     if (*upload_size) {
         if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
             cs->too_big = true;
@@ -417,6 +676,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
+    track_phase(conn, PH_ANSWER);
+    if (cs->route == R_TOKENIZE || cs->route == R_DETOKENIZE) return handle_tok(h, conn, cs);
     return handle_generate(h, conn, cs);
 }
 
@@ -425,15 +686,95 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_http *h = cls;
     conn_state *cs = *con_cls;
     if (!cs) return;
+    int status = cs->status;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
+    srv_metrics_record(&h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0,
+                       cs->has_usage ? &cs->usage : NULL);
     if (!h->c.quiet) {
-        int status = cs->status;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
         fprintf(stderr, "%s %s %d %zu+%zu tokens %.1f ms\n", cs->method, cs->path, status, cs->n_prompt, cs->n_gen,
                 now_ms() - cs->t0);
     }
     tern_str_free(&cs->body);
     free(cs);
     *con_cls = NULL;
+    track_phase(conn, PH_HEADERS);  /* keep-alive: the next request's headers are due */
+    __atomic_sub_fetch(&h->active, 1, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------ connection deadlines */
+
+static void track_phase(struct MHD_Connection *conn, int phase) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_track *t = ci ? ci->socket_context : NULL;
+    if (!t) return;
+    /* phase and since are read by the watcher under tmu; a torn read is harmless
+     * but keep it tidy */
+    __atomic_store_n(&t->phase, phase, __ATOMIC_RELAXED);
+    double now = now_ms();
+    memcpy(&t->since, &now, sizeof now);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_track *t = calloc(1, sizeof *t);
+        if (!t) return;
+        t->fd = conn_fd(conn);
+        t->phase = PH_HEADERS;
+        t->since = now_ms();
+        pthread_mutex_lock(&h->tmu);
+        t->next = h->conns;
+        if (h->conns) h->conns->prev = t;
+        h->conns = t;
+        pthread_mutex_unlock(&h->tmu);
+        *socket_context = t;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_track *t = *socket_context;
+        if (!t) return;
+        pthread_mutex_lock(&h->tmu);
+        if (t->prev) t->prev->next = t->next; else h->conns = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&h->tmu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *watcher_main(void *arg) {
+    srv_http *h = arg;
+    double hdr = (h->c.header_timeout_s > 0 ? h->c.header_timeout_s : 10) * 1e3;
+    double body = (h->c.body_timeout_s > 0 ? h->c.body_timeout_s : 60) * 1e3;
+    for (;;) {
+        pthread_mutex_lock(&h->tmu);
+        if (h->watcher_stop) { pthread_mutex_unlock(&h->tmu); break; }
+        double now = now_ms();
+        for (conn_track *t = h->conns; t; t = t->next) {
+            int ph = __atomic_load_n(&t->phase, __ATOMIC_RELAXED);
+            double since;
+            memcpy(&since, &t->since, sizeof since);
+            if (t->cut || t->fd < 0 || ph == PH_ANSWER) continue;
+            if (now - since > (ph == PH_HEADERS ? hdr : body)) {
+                shutdown(t->fd, SHUT_RDWR);     /* the connection's thread sees the end and closes it */
+                t->cut = true;
+            }
+        }
+        pthread_mutex_unlock(&h->tmu);
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+bool srv_http_wait_idle(srv_http *h, int timeout_ms) {
+    if (!h) return true;
+    double end = now_ms() + timeout_ms;
+    while (__atomic_load_n(&h->active, __ATOMIC_RELAXED) > 0) {
+        if (now_ms() >= end) return false;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------- start */
@@ -456,22 +797,30 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
     h->sched = s;
     h->tok = tok;
     h->fmt = tern_chat_format_for(tok);
-    h->think_default = h->fmt == TERN_CHAT_QWEN35;
+    h->think_default = c->think_default < 0 ? h->fmt == TERN_CHAT_QWEN35 : c->think_default == 1;
     h->started = (long long)time(NULL);
+    pthread_mutex_init(&h->tmu, NULL);
+    srv_metrics_init(&h->metrics);
+    g_cors = c->cors_origin;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->n_threads_http > 0 ? c->n_threads_http : 64),
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->n_threads_http > 0 ? c->n_threads_http : 256),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->per_ip_limit > 0 ? c->per_ip_limit : 0),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         snprintf(err, en, "cannot listen on %s:%d (address in use, or no permission?)", c->host, c->port);
+        pthread_mutex_destroy(&h->tmu);
         free(h);
         return 1;
     }
+    h->watcher_on = pthread_create(&h->watcher, NULL, watcher_main, h) == 0;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     *port_out = di ? di->port : c->port;
     *out = h;
@@ -486,6 +835,14 @@ void srv_http_quiesce(srv_http *h) {
 
 void srv_http_stop(srv_http *h) {
     if (!h) return;
+    if (h->watcher_on) {
+        pthread_mutex_lock(&h->tmu);
+        h->watcher_stop = true;
+        pthread_mutex_unlock(&h->tmu);
+        pthread_join(h->watcher, NULL);
+    }
     MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->tmu);
+    pthread_mutex_destroy(&h->metrics.mu);
     free(h);
 }

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,8 @@ void srv_request_free(srv_request *r) {
     }
     free(r->msgs);
     free(r->tools_json);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->prompt);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
@@ -203,24 +206,41 @@ static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) 
     const cJSON *tools = field(root, "tools");
     const cJSON *choice = field(root, "tool_choice");
     bool none = false;
+    const char *named = NULL;       /* tool_choice {"type":"function","function":{"name":...}} */
+    bool required = false;
     if (choice) {
         if (cJSON_IsString(choice)) {
             const char *c = choice->valuestring;
             if (!strcmp(c, "none")) none = true;
-            else if (strcmp(c, "auto") && strcmp(c, "required"))
+            else if (!strcmp(c, "required")) required = true;
+            else if (strcmp(c, "auto"))
                 return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
-        } else if (!cJSON_IsObject(choice)) {
+        } else if (cJSON_IsObject(choice)) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+            const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+            if (!cJSON_IsString(nm)) return fail(err, en, "'tool_choice.function.name' must be a string");
+            named = nm->valuestring;
+        } else {
             return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
         }
     }
-    if (!tools) return 0;
-    if (!cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+    if (tools && !cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
     int k = 0;
-    for (const cJSON *t = tools->child; t; t = t->next, k++) {
+    bool found = false;
+    for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next, k++) {
         const cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
         const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
         if (!cJSON_IsString(name)) return fail(err, en, "tools[%d].function.name must be a string", k);
+        if (named && !strcmp(named, name->valuestring)) found = true;
     }
+    if (named && !found)
+        return fail(err, en, "'tool_choice' names the function '%.64s', which is not in 'tools'", named);
+    if ((required || named) && k == 0) return fail(err, en, "'tool_choice' needs 'tools'");
+    /* forcing a call needs constrained decoding, which the server does not do yet */
+    if (required || named)
+        return fail(err, en, "'tool_choice' %s is not supported yet (a call cannot be enforced); use \"auto\"",
+                    required ? "\"required\"" : "naming a function");
+    if (!tools) return 0;
     if (k == 0 || none) return 0;
     if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return fail(err, en, "out of memory");
     return 0;
@@ -246,6 +266,32 @@ static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
     return 0;
 }
 
+/* logit_bias: {"token id": bias}, bias in [-100, 100] (OpenAI). */
+static int parse_logit_bias(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb)) return fail(err, en, "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(lb);
+    if (n > SRV_MAX_LOGIT_BIAS) return fail(err, en, "'logit_bias' has more than %d entries", SRV_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->bias_ids = calloc((size_t)n, sizeof *r->bias_ids);
+    r->bias = calloc((size_t)n, sizeof *r->bias);
+    if (!r->bias_ids || !r->bias) return fail(err, en, "out of memory");
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        const char *k = e->string ? e->string : "";
+        char *end = NULL;
+        long id = (*k >= '0' && *k <= '9') ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || !end || *end)
+            return fail(err, en, "'logit_bias' key '%.32s' is not a token id", k);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return fail(err, en, "'logit_bias' value for %ld must be a number in -100 … 100", id);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias] = (float)e->valuedouble;
+        r->n_bias++;
+    }
+    return 0;
+}
+
 static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t en) {
     tern_sampler_params *sp = &r->sp;
     double v;
@@ -266,7 +312,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     const char *rp = field(root, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
     if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
     if (set) {
-        if (v <= 0) return fail(err, en, "'%s' must be > 0", rp);
+        if (v <= 0 || (float)v <= 0) return fail(err, en, "'%s' must be > 0", rp);
         sp->repeat_penalty = (float)v;
     }
     /* seed: any integer; negative means "random" (llama.cpp's -1) */
@@ -275,6 +321,34 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
         sp->seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
         r->seed_set = true;
     }
+    return 0;
+}
+
+/* Fields of the OpenAI / llama.cpp APIs that the server does not implement:
+ * a 400 naming the field instead of silently ignoring it. A field given with
+ * its neutral value (null, false, 1 for best_of, "" for suffix, an empty
+ * logit_bias, response_format "text", top_logprobs 0) is accepted. */
+static int reject_unsupported(const cJSON *root, char *err, size_t en) {
+    const cJSON *f;
+    if ((f = field(root, "response_format")) && !cJSON_IsNull(f)) {
+        const cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+        if (!cJSON_IsString(t)) return fail(err, en, "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text")) {
+            if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
+                return fail(err, en, "'response_format' type \"%s\" is not supported yet (no constrained decoding)",
+                            t->valuestring);
+            return fail(err, en, "'response_format' type \"%.32s\" is unknown (\"text\", \"json_object\", \"json_schema\")",
+                        t->valuestring);
+        }
+    }
+    if ((f = field(root, "best_of")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
+        return fail(err, en, "'best_of' is not supported (only 1)");
+    if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
+        return fail(err, en, "'suffix' is not supported");
+    static const char *const never[] = {"grammar", "json_schema", "functions", "function_call"};
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+        if ((f = field(root, never[i])) && !cJSON_IsNull(f))
+            return fail(err, en, "'%s' is not supported yet", never[i]);
     return 0;
 }
 
@@ -312,17 +386,30 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     if (set) r->max_tokens = (int)v;
     if ((rc = get_num(root, "n", -1e9, 1e9, true, &v, &set, err, en))) goto out;
     if (set && v != 1) { rc = fail(err, en, "only 'n' = 1 is supported"); goto out; }
-    if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en))) goto out;
+    if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en)) ||
+        (rc = parse_logit_bias(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
-    const cJSON *lp = field(root, "logprobs");
-    if (lp && !cJSON_IsFalse(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0)) {
-        rc = fail(err, en, "'logprobs' is not supported");
-        goto out;
+    if ((rc = reject_unsupported(root, err, en))) goto out;
+    /* logprobs: chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (int 0..5) */
+    r->logprobs = -1;
+    if (kind == SRV_CHAT) {
+        if ((rc = get_bool(root, "logprobs", &b, &set, err, en))) goto out;
+        bool on = set && b;
+        if ((rc = get_num(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, true, &v, &set, err, en))) goto out;
+        if (set && !on && v > 0) { rc = fail(err, en, "'top_logprobs' needs 'logprobs': true"); goto out; }
+        if (on) r->logprobs = set ? (int)v : 0;
+    } else {
+        const cJSON *lp = field(root, "logprobs");
+        if (lp && !cJSON_IsNull(lp) && !cJSON_IsFalse(lp)) {
+            if ((rc = get_num(root, "logprobs", 0, 5, true, &v, &set, err, en))) goto out;
+            r->logprobs = (int)v;
+        }
     }
+    if (r->logprobs >= 0 && r->stream) { rc = fail(err, en, "'logprobs' with 'stream' is not supported yet"); goto out; }
 out:
     cJSON_Delete(root);
     return rc;

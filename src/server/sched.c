@@ -60,6 +60,9 @@ void srv_job_unref(srv_job *j) {
     tern_str_free(&j->text);
     for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
+    free(j->bias_ids);
+    free(j->bias);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -106,6 +109,8 @@ typedef struct slot {
     tern_status st;                 /* result of this round's forward */
     char err[256];
     double t_start, t_decode;       /* ms: admitted, prefill done */
+    size_t info_prompt;             /* for srv_sched_slots (guarded by the scheduler's mu) */
+    bool info_busy;
 } slot;
 
 struct srv_sched {
@@ -122,6 +127,8 @@ struct srv_sched {
     int q_head, q_n;
     int busy;
     bool stop;
+    bool draining;                  /* srv_sched_drain: no admissions; stop when idle or at drain_end */
+    double drain_end;               /* ms (now_ms clock) */
 };
 
 /* Publish text[emitted, upto) and the token count to the job's channel. */
@@ -161,6 +168,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
+    sl->info_busy = false;
     pthread_mutex_unlock(&s->mu);
     job_finish(j, f, err, &u);
 }
@@ -178,6 +186,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->t_decode = 0;
     sl->phase = SLOT_PREFILL;
     s->busy++;
+    sl->info_busy = true;
+    sl->info_prompt = j->prompt.n;
     pthread_mutex_lock(&j->mu);
     j->started = true;
     j->slot = sl->id;
@@ -195,6 +205,20 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     for (size_t i = 0; i < j->prompt.n; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]); /* as tern_generate */
 }
 
+static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id) {
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    if (j->n_lp == j->cap_lp) {
+        size_t cap = j->cap_lp ? j->cap_lp * 2 : 64;
+        srv_logprob *p = realloc(j->lp, cap * sizeof *p);
+        if (!p) rc = 1;
+        else { j->lp = p; j->cap_lp = cap; }
+    }
+    if (!rc) srv_logprob_of(logits, s->n_vocab, id, j->logprobs, &j->lp[j->n_lp++]);
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 /* Sample one token and apply the stop rules; on going on, sets the next input. */
 static void slot_sample(srv_sched *s, slot *sl) {
     srv_job *j = sl->job;
@@ -202,19 +226,26 @@ static void slot_sample(srv_sched *s, slot *sl) {
     if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); return; }
     if (j->max_tokens > 0 && sl->gen.n >= (size_t)j->max_tokens) { slot_finish(s, sl, SRV_FINISH_LENGTH, NULL); return; }
     const float *logits = tern_session_logits(sl->sess);
-    if (j->ignore_eos && s->n_eog) {
+    if ((j->ignore_eos && s->n_eog) || j->n_bias) {
         if (!sl->masked && !(sl->masked = malloc((size_t)s->n_vocab * sizeof(float)))) {
             slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
             return;
         }
         memcpy(sl->masked, logits, (size_t)s->n_vocab * sizeof(float));
-        for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
+        for (size_t i = 0; i < j->n_bias; i++)    /* logit_bias (ids checked at submit) */
+            if (j->bias_ids[i] >= 0 && j->bias_ids[i] < s->n_vocab) sl->masked[j->bias_ids[i]] += j->bias[i];
+        if (j->ignore_eos)
+            for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
         logits = sl->masked;
     }
     int32_t id = tern_sampler_sample(sl->smp, logits);
     tern_sampler_accept(sl->smp, id);
     if (tern_tokens_push(&sl->gen, id)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
     if (tern_token_is_eog(s->tok, id)) { slot_finish(s, sl, SRV_FINISH_STOP, NULL); return; }
+    if (j->logprobs >= 0 && sched_record_logprob(s, j, logits, id)) {
+        slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
+        return;
+    }
     size_t before = sl->text.len;
     if (tern_detok_stream_push(&sl->ds, s->tok, id, &sl->text)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
     bool stopped;
@@ -277,7 +308,16 @@ void srv_sched_run(srv_sched *s) {
     if (!act) { srv_sched_stop(s); N = 0; }
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < N && s->q_n && !s->stop; i++) {
+        if (s->draining && !s->stop) {
+            while (s->q_n) {        /* waiting jobs will not run: 503 at once */
+                srv_job *j = s->queue[s->q_head];
+                s->q_head = (s->q_head + 1) % s->p.queue_cap;
+                s->q_n--;
+                job_finish(j, SRV_FINISH_ERROR, "the server is shutting down", NULL);
+            }
+            if (!s->busy || now_ms() >= s->drain_end) s->stop = true;
+        }
+        for (int i = 0; i < N && s->q_n && !s->stop && !s->draining; i++) {
             slot *sl = &s->slots[i];
             if (sl->job) continue;
             srv_job *j = s->queue[s->q_head];
@@ -395,7 +435,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 
 int srv_sched_submit(srv_sched *s, srv_job *j) {
     pthread_mutex_lock(&s->mu);
-    if (s->stop || s->q_n >= s->p.queue_cap) { pthread_mutex_unlock(&s->mu); return 503; }
+    if (s->stop || s->draining || s->q_n >= s->p.queue_cap) { pthread_mutex_unlock(&s->mu); return 503; }
     pthread_mutex_lock(&j->mu);
     j->refs++;
     pthread_mutex_unlock(&j->mu);
@@ -412,6 +452,30 @@ void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_
     if (queued) *queued = s->q_n;
     if (n_slots) *n_slots = s->p.n_parallel;
     if (n_ctx) *n_ctx = s->p.n_ctx;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->p.n_parallel < max ? s->p.n_parallel : max;
+    for (int i = 0; i < n; i++) {
+        out[i].id = i;
+        out[i].busy = s->slots[i].info_busy;
+        out[i].n_prompt = s->slots[i].info_busy ? s->slots[i].info_prompt : 0;
+        out[i].n_ctx = s->p.n_ctx;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void srv_sched_drain(srv_sched *s, double grace_ms) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (!s->draining) {
+        s->draining = true;
+        s->drain_end = now_ms() + (grace_ms > 0 ? grace_ms : 0);
+    }
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 

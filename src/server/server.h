@@ -55,7 +55,13 @@ typedef struct srv_request {
     size_t n_stop;
     bool stream, include_usage;
     bool ignore_eos;                /* never sample an end-of-generation token */
+    int32_t *bias_ids;              /* logit_bias: ids (checked against the vocabulary by the caller) */
+    float *bias;                    /* and the values added to their logits (-100 … 100) */
+    size_t n_bias;
+    int logprobs;                   /* -1: none; else the number of alternatives per token (top_logprobs) */
 } srv_request;
+#define SRV_MAX_LOGIT_BIAS 1024
+#define SRV_MAX_TOP_LOGPROBS 20
 
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
@@ -127,6 +133,18 @@ void srv_split_free(srv_split *s);
 
 /* ------------------------------------------------------------- scheduling */
 
+/* One generated token's log-probability and its top alternatives (log-softmax
+ * of the logits the sampler saw, before temperature). */
+typedef struct srv_logprob {
+    int32_t id;
+    float lp;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+/* Fill e from logits[n_vocab] for the chosen id (top: how many alternatives). */
+void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e);
+
 /* One request in flight. The handler fills the inputs, submits, then reads the
  * channel; the scheduler writes the channel. Reference counted (2 while queued
  * or running: handler + scheduler). */
@@ -137,6 +155,10 @@ typedef struct srv_job {
     int max_tokens;                 /* 0: until end of generation / full context */
     bool stream;                    /* wake the handler for every piece of text (else only at the end) */
     bool ignore_eos;                /* end-of-generation tokens masked out before sampling */
+    int32_t *bias_ids;              /* logit_bias, owned (moved from the request): logits[bias_ids[i]] += bias[i] */
+    float *bias;
+    size_t n_bias;
+    int logprobs;                   /* -1: none; else record each token's logprob and this many alternatives */
     char **stop;                    /* owned (moved from the request) */
     size_t n_stop;
     /* channel (guarded by mu) */
@@ -149,6 +171,8 @@ typedef struct srv_job {
     srv_finish finish;
     char error[256];                /* finish == ERROR: the reason */
     srv_usage usage;
+    srv_logprob *lp;                /* logprobs >= 0: one entry per generated (non end) token */
+    size_t n_lp, cap_lp;
     int slot;                       /* slot id once admitted (-1 before) */
     /* set by the handler when the client went away; polled by the scheduler */
     volatile int cancel;
@@ -178,6 +202,13 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
+/* A snapshot of the slots for /slots; returns how many were written. */
+typedef struct srv_slot_info { int id; bool busy; size_t n_prompt; int n_ctx; } srv_slot_info;
+int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max);
+/* Graceful end (any thread; returns at once): later submits and the waiting
+ * jobs get "shutting down" (503); running jobs go on until they finish or
+ * grace_ms has passed, then the loop ends as after srv_sched_stop. */
+void srv_sched_drain(srv_sched *s, double grace_ms);
 /* Ask the loop to end (any thread; returns at once). Later submits get 503. */
 void srv_sched_stop(srv_sched *s);
 /* After srv_sched_run returned (or when it never ran). */
@@ -193,7 +224,13 @@ typedef struct srv_config {
     const char *api_key;            /* NULL: no auth */
     size_t max_body;
     bool quiet;                     /* no per-request log lines */
-    int n_threads_http;             /* connection limit */
+    int n_threads_http;             /* connection limit (0: 256) */
+    int per_ip_limit;               /* connections per client address (0: no limit) */
+    double header_timeout_s;        /* accept (or end of the last reply) to complete headers; 0: 10 s */
+    double body_timeout_s;          /* complete headers to complete body; 0: 60 s */
+    const char *cors_origin;        /* NULL: no CORS headers */
+    int think_default;              /* -1: by chat format (on for qwen35), 0 off, 1 on */
+    int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */
 } srv_config;
 
 typedef struct srv_http srv_http;
@@ -202,6 +239,31 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
                    char *err, size_t err_len);
 /* Stop accepting connections (requests in flight go on). */
 void srv_http_quiesce(srv_http *h);
+/* ------------------------------------------------ endpoints.c (no sockets) */
+
+/* Server-wide counters for /metrics (guarded by mu). */
+#define SRV_LAT_BUCKETS 12
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    unsigned long long by_status[6];    /* 1xx..5xx by first digit, [0]: other */
+    unsigned long long n_gen_requests;  /* chat + completions answered */
+    unsigned long long prompt_tokens, gen_tokens;
+    double prompt_ms, gen_ms;           /* summed over requests */
+    unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
+    double lat_sum_s;
+} srv_metrics;
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u);
+/* Prometheus text exposition (version 0.0.4). malloc'd. */
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots);
+/* /tokenize {"content": str, "add_special"?: bool (match added tokens), "with_pieces"?: bool}
+ * -> {"tokens": [ids] | [{"id","piece"}]}; /detokenize {"tokens": [ids]} -> {"content": str}.
+ * 0 and a malloc'd JSON body in *out, else 400 with err. */
+int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
+int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
+
+/* Wait until no request is being answered (at most timeout_ms); true when none is. */
+bool srv_http_wait_idle(srv_http *h, int timeout_ms);
 /* Close every connection and free. */
 void srv_http_stop(srv_http *h);
 

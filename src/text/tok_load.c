@@ -287,13 +287,20 @@ tern_status tern_tokenizer_load(const char *path, tern_tokenizer **out) {
         }
         st = load_json_file(jp, t);
     } else {
-        unsigned char magic[4] = {0};
+        unsigned char magic[64] = {0};
         FILE *f = fopen(path, "rb");
         if (!f) { tern_free(t, sizeof *t); return tern_fail(TERN_ERR_IO, "%s: cannot open", path); }
-        size_t got = fread(magic, 1, 4, f);
+        size_t got = fread(magic, 1, sizeof magic, f);
         fclose(f);
-        if (got == 4 && !memcmp(magic, "GGUF", 4)) st = load_gguf(path, t);
-        else st = load_json_file(path, t);
+        size_t k = 0;               /* a tokenizer.json starts with '{' after optional whitespace / BOM */
+        if (got >= 3 && magic[0] == 0xEF && magic[1] == 0xBB && magic[2] == 0xBF) k = 3;
+        while (k < got && (magic[k] == ' ' || magic[k] == '\t' || magic[k] == '\n' || magic[k] == '\r')) k++;
+        if (got >= 4 && !memcmp(magic, "GGUF", 4)) st = load_gguf(path, t);
+        else if (k < got && magic[k] == '{') st = load_json_file(path, t);
+        else {
+            tern_free(t, sizeof *t);
+            return tern_fail(TERN_ERR_FORMAT, "%s: not a GGUF file (no 'GGUF' magic) nor a tokenizer.json", path);
+        }
     }
     if (st) { tern_tokenizer_free(t); return st; }
     *out = t;

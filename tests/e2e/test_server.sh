@@ -51,7 +51,7 @@ for i in 1 2 3; do
   "$TERN" run --raw -p "$p" --temp 0 -n $N --json --quiet --threads 2 >"$TMP/run$i.json" || exit 1
   "$TERN" tokenize --text "$p" --json >"$TMP/tok$i.json" || exit 1
 done
-"$TERN" run -p "$Q" --temp 0 -n $N --json --quiet --threads 2 >"$TMP/chat.json" || exit 1
+"$TERN" run -p "$Q" --no-think --temp 0 -n $N --json --quiet --threads 2 >"$TMP/chat.json" || exit 1
 "$TERN" run --raw -p "$P1" --temp 0.9 --top-k 40 --top-p 0.9 --min-p 0 --seed 5 -n $N --json --quiet --threads 2 \
   >"$TMP/seed.json" || exit 1
 
@@ -136,7 +136,7 @@ for i, p in enumerate(prompts, 1):
         if ref["stop_reason"] == "max_tokens":
             check(f"completion {i} finish_reason length", r["choices"][0]["finish_reason"] == "length", r)
 
-# --- greedy chat == tern run (chat template, thinking default on for qwen35)
+# --- greedy chat == tern run --no-think (the server serves the embedded raw-text model with thinking off by default)
 ref = json.load(open(f"{tmp}/chat.json"))
 st, r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": Q}], "max_tokens": N, "temperature": 0})
 check("chat 200", st == 200, r)

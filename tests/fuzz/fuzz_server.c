@@ -57,6 +57,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
               r.sp.min_p <= 1 && r.sp.repeat_penalty > 0 && r.max_tokens >= 0))
             __builtin_trap();
         if (r.tools_json) must_parse(r.tools_json);
+        if (r.n_bias > SRV_MAX_LOGIT_BIAS || r.logprobs < -1 || r.logprobs > SRV_MAX_TOP_LOGPROBS ||
+            (r.logprobs >= 0 && r.stream))
+            __builtin_trap();
+        for (size_t i = 0; i < r.n_bias; i++)
+            if (r.bias_ids[i] < 0 || !(r.bias[i] >= -100 && r.bias[i] <= 100)) __builtin_trap();
         /* echo the request's text through the builders */
         srv_resp_id id = {kind, "chatcmpl-fuzz", 1, "m"};
         srv_usage u = {1, 2, 3, 4};
@@ -76,6 +81,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tern_str_free(&out);
     }
     srv_request_free(&r);
+    /* logprobs of a vocabulary made of the body's bytes: <= 0, alternatives sorted, the best first */
+    if (len >= 2) {
+        size_t nv = len < 512 ? len : 512;
+        float lg[512];
+        for (size_t i = 0; i < nv; i++) lg[i] = (float)(signed char)body[i] * 0.25f;
+        srv_logprob e;
+        srv_logprob_of(lg, (int)nv, (int32_t)(data[0] % nv), data[0] % (SRV_MAX_TOP_LOGPROBS + 1), &e);
+        if (!(e.lp <= 1e-6f) || e.n_top > SRV_MAX_TOP_LOGPROBS || e.n_top > (int)nv) __builtin_trap();
+        for (int k = 0; k < e.n_top; k++) {
+            if (e.top_id[k] < 0 || e.top_id[k] >= (int)nv || !(e.top_lp[k] <= 1e-6f)) __builtin_trap();
+            if (k && e.top_lp[k] > e.top_lp[k - 1]) __builtin_trap();
+        }
+        if (e.n_top && e.top_lp[0] < e.lp) __builtin_trap();
+    }
     char *e = srv_json_error(400, err);
     must_parse(e);
     free(e);

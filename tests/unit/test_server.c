@@ -84,6 +84,21 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[\"one\"],\"top_p\":0,\"top_k\":-1}"), 0);
     CHECK_STR(R.prompt, "one");
     CHECK(R.sp.top_p > 0 && R.sp.top_k == 0);
+    /* unsupported fields given their neutral value are accepted */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":1,\"suffix\":\"\",\"logit_bias\":{},"
+                                       "\"response_format\":{\"type\":\"text\"},\"top_logprobs\":0,\"grammar\":null}"), 0);
+    CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\","
+                                 "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"), 0);
+    CHECK(R.tools_json != NULL);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
+    CHECK_EQ_INT((int)R.n_bias, 2);
+    CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":4}"), 0);
+    CHECK_EQ_INT(R.logprobs, 4);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":null}"), 0);
+    CHECK_EQ_INT(R.logprobs, -1);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":3,\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
+    CHECK_EQ_INT(R.logprobs, 3);
+    CHECK(R.bias_ids[0] == 17 && R.bias[0] == -100.0f && R.bias_ids[1] == 3 && R.bias[1] == 2.5f);
 }
 
 TEST(parse_errors) {
@@ -118,6 +133,7 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"min_p\":true}", "min_p"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"presence_penalty\":3}", "presence_penalty"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":5e-324}", "repetition_penalty"},   /* 0 as a float */
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"seed\":0.5}", "integer"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "'n' = 1"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":5}", "'stop'"},
@@ -127,8 +143,31 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":1}}", "include_usage"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":1}", "'ignore_eos' must be a boolean"},
-        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", "logprobs"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2,\"stream\":true}", "'stream'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "boolean"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"bogus\"}}", "'response_format' type \"bogus\""},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "'response_format'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "'response_format'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", "'response_format'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "'best_of'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "'suffix'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-101}}", "'logit_bias' value"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5x\":1}}", "not a token id"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"1\"}}", "'logit_bias' value"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "'logit_bias' must be an object"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", "needs 'logprobs'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "'grammar'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", "'functions'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", "'g', which is not in 'tools'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", "'tool_choice'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "'tool_choice'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "needs 'tools'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"function\":{}}}", "tool_choice.function.name"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = parse(bad[i].k, bad[i].body);
@@ -146,6 +185,30 @@ TEST(parse_errors) {
 
 /* Parse a builder's output back; NULL when it is not JSON. */
 static cJSON *back(const char *s) { return s ? cJSON_Parse(s) : NULL; }
+
+/* srv_logprob_of against a float64 log-softmax and a brute-force ranking */
+TEST(logprob_of) {
+    enum { NV = 37 };
+    float lg[NV];
+    for (int i = 0; i < NV; i++) lg[i] = (float)((i * 7919) % 23) * 0.37f - 3.0f;   /* has ties */
+    double mx = -1e30, sum = 0;
+    for (int i = 0; i < NV; i++) if (lg[i] > mx) mx = lg[i];
+    for (int i = 0; i < NV; i++) sum += exp(lg[i] - mx);
+    srv_logprob e;
+    srv_logprob_of(lg, NV, 5, 6, &e);
+    CHECK(fabs(e.lp - (lg[5] - mx - log(sum))) < 1e-5);
+    CHECK_EQ_INT(e.n_top, 6);
+    bool used[NV] = {false};
+    for (int k = 0; k < 6; k++) {      /* k-th best: the largest unused logit, lowest id on ties */
+        int best = -1;
+        for (int i = 0; i < NV; i++) if (!used[i] && (best < 0 || lg[i] > lg[best])) best = i;
+        used[best] = true;
+        CHECK_MSG(e.top_id[k] == best, "rank %d: %d, want %d", k, e.top_id[k], best);
+        CHECK(fabs(e.top_lp[k] - (lg[best] - mx - log(sum))) < 1e-5);
+    }
+    srv_logprob_of(lg, NV, 0, 0, &e);
+    CHECK_EQ_INT(e.n_top, 0);
+}
 
 TEST(builders) {
     char *e = srv_json_error(413, "too \xff big");
@@ -474,6 +537,7 @@ int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
     RUN(parse_errors);
+    RUN(logprob_of);
     RUN(builders);
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);

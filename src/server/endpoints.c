@@ -1,0 +1,202 @@
+/*
+ * endpoints.c - the bodies of the auxiliary endpoints of `tern serve`, kept
+ * apart from the sockets so they can be tested alone:
+ *   POST /tokenize, POST /detokenize  (llama.cpp's shapes)
+ *   GET  /metrics                     Prometheus text format 0.0.4
+ * and srv_logprob_of (the log-softmax and top alternatives of one step).
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int efail(char *err, size_t en, const char *fmt, ...) {
+    if (err && en) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, en, fmt, ap);
+        va_end(ap);
+    }
+    return 400;
+}
+
+static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
+    tern_str c = {0};
+    tern_status st = tern_utf8_sanitize(s ? s : "", s ? n : 0, &c);
+    cJSON_AddStringToObject(o, key, !st && c.data ? c.data : "");
+    tern_str_free(&c);
+}
+
+int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
+    *out = NULL;
+    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "add_special");
+    const cJSON *wp = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
+    int rc = 0;
+    if (!cJSON_IsString(c)) rc = efail(err, en, "'content' must be a string");
+    else if (sp && !cJSON_IsBool(sp)) rc = efail(err, en, "'add_special' must be a boolean");
+    else if (wp && !cJSON_IsBool(wp)) rc = efail(err, en, "'with_pieces' must be a boolean");
+    if (rc) { cJSON_Delete(root); return rc; }
+    tern_tokens ids = {0};
+    if (tern_tokenize(tok, c->valuestring, strlen(c->valuestring), sp && cJSON_IsTrue(sp), &ids)) {
+        rc = efail(err, en, "%s", tern_last_error());
+    } else {
+        cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
+        for (size_t i = 0; i < ids.n; i++) {
+            if (wp && cJSON_IsTrue(wp)) {
+                cJSON *e = cJSON_CreateObject();
+                size_t bl = 0;
+                const char *b = tern_token_bytes(tok, ids.ids[i], &bl);
+                cJSON_AddNumberToObject(e, "id", ids.ids[i]);
+                add_text(e, "piece", b, bl);
+                cJSON_AddItemToArray(a, e);
+            } else {
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(ids.ids[i]));
+            }
+        }
+        *out = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    tern_tokens_free(&ids);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
+    *out = NULL;
+    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(t)) { cJSON_Delete(root); return efail(err, en, "'tokens' must be an array of token ids"); }
+    int n = cJSON_GetArraySize(t), nv = tern_tokenizer_n_vocab(tok), rc = 0;
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) { cJSON_Delete(root); return efail(err, en, "out of memory"); }
+    int k = 0;
+    for (const cJSON *e = t->child; e; e = e->next, k++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= nv) {
+            rc = efail(err, en, "tokens[%d] must be a token id in 0..%d", k, nv - 1);
+            break;
+        }
+        ids[k] = (int32_t)e->valuedouble;
+    }
+    if (!rc) {
+        tern_str s = {0};
+        if (tern_detokenize(tok, ids, (size_t)n, &s)) rc = efail(err, en, "%s", tern_last_error());
+        else {
+            cJSON *o = cJSON_CreateObject();
+            add_text(o, "content", s.data, s.len);
+            *out = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+        }
+        tern_str_free(&s);
+    }
+    free(ids);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- logprobs */
+
+void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    e->id = id;
+    e->lp = (float)(logits[id] - lse);
+    if (top > SRV_MAX_TOP_LOGPROBS) top = SRV_MAX_TOP_LOGPROBS;
+    e->n_top = 0;
+    for (int i = 0; i < n_vocab; i++) {     /* insertion into a short sorted list; ties: lower id first */
+        float v = logits[i];
+        if (e->n_top == top && (top == 0 || v <= logits[e->top_id[top - 1]])) continue;
+        int k = e->n_top < top ? e->n_top++ : top - 1;
+        while (k > 0 && logits[e->top_id[k - 1]] < v) { e->top_id[k] = e->top_id[k - 1]; k--; }
+        e->top_id[k] = i;
+    }
+    for (int k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(logits[e->top_id[k]] - lse);
+}
+
+/* ------------------------------------------------------------------ metrics */
+
+static const double lat_le[SRV_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+void srv_metrics_init(srv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u) {
+    pthread_mutex_lock(&m->mu);
+    int d = status / 100;
+    m->by_status[d >= 1 && d <= 5 ? d : 0]++;
+    if (generation) {
+        m->n_gen_requests++;
+        double s = wall_ms / 1e3;
+        int b = 0;
+        while (b < SRV_LAT_BUCKETS && s > lat_le[b]) b++;
+        m->lat_bucket[b]++;
+        m->lat_sum_s += s;
+        if (u) {
+            m->prompt_tokens += u->prompt_tokens;
+            m->gen_tokens += u->completion_tokens;
+            m->prompt_ms += u->prompt_ms;
+            m->gen_ms += u->gen_ms;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void put(tern_str *o, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0) tern_str_append(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
+    tern_str o = {0};
+    tern_str_append(&o, "", 0);
+    pthread_mutex_lock(&m->mu);
+    put(&o, "# HELP tern_requests_total HTTP requests answered, by status class.\n# TYPE tern_requests_total counter\n");
+    static const char *cls[6] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    for (int i = 0; i < 6; i++) put(&o, "tern_requests_total{status=\"%s\"} %llu\n", cls[i], m->by_status[i]);
+    put(&o, "# HELP tern_prompt_tokens_total Prompt tokens evaluated.\n# TYPE tern_prompt_tokens_total counter\n"
+            "tern_prompt_tokens_total %llu\n", m->prompt_tokens);
+    put(&o, "# HELP tern_generated_tokens_total Tokens generated.\n# TYPE tern_generated_tokens_total counter\n"
+            "tern_generated_tokens_total %llu\n", m->gen_tokens);
+    put(&o, "# HELP tern_prompt_seconds_total Time spent on prompts.\n# TYPE tern_prompt_seconds_total counter\n"
+            "tern_prompt_seconds_total %.6f\n", m->prompt_ms / 1e3);
+    put(&o, "# HELP tern_generation_seconds_total Time spent generating.\n# TYPE tern_generation_seconds_total counter\n"
+            "tern_generation_seconds_total %.6f\n", m->gen_ms / 1e3);
+    put(&o, "# HELP tern_prompt_tokens_per_second Prompt tokens per second over all requests.\n"
+            "# TYPE tern_prompt_tokens_per_second gauge\ntern_prompt_tokens_per_second %.3f\n",
+        m->prompt_ms > 0 ? m->prompt_tokens / (m->prompt_ms / 1e3) : 0.0);
+    put(&o, "# HELP tern_generated_tokens_per_second Generated tokens per second over all requests.\n"
+            "# TYPE tern_generated_tokens_per_second gauge\ntern_generated_tokens_per_second %.3f\n",
+        m->gen_ms > 0 ? m->gen_tokens / (m->gen_ms / 1e3) : 0.0);
+    put(&o, "# HELP tern_request_duration_seconds Wall time of chat and completion requests.\n"
+            "# TYPE tern_request_duration_seconds histogram\n");
+    unsigned long long cum = 0;
+    for (int b = 0; b < SRV_LAT_BUCKETS; b++) {
+        cum += m->lat_bucket[b];
+        put(&o, "tern_request_duration_seconds_bucket{le=\"%g\"} %llu\n", lat_le[b], cum);
+    }
+    cum += m->lat_bucket[SRV_LAT_BUCKETS];
+    put(&o, "tern_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+    put(&o, "tern_request_duration_seconds_sum %.6f\ntern_request_duration_seconds_count %llu\n", m->lat_sum_s, cum);
+    pthread_mutex_unlock(&m->mu);
+    put(&o, "# HELP tern_queue_depth Requests waiting for a slot.\n# TYPE tern_queue_depth gauge\ntern_queue_depth %d\n",
+        queued);
+    put(&o, "# HELP tern_slots_busy Slots generating.\n# TYPE tern_slots_busy gauge\ntern_slots_busy %d\n", busy);
+    put(&o, "# HELP tern_slots_total Slots.\n# TYPE tern_slots_total gauge\ntern_slots_total %d\n", n_slots);
+    return o.data;
+}
