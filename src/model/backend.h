@@ -17,37 +17,10 @@
 
 #include "model/model.h"
 
-typedef struct tm_attn_args {
-    const float *q;        /* [rows][n_head*head_dim] (after norm + RoPE) */
-    size_t q_stride;
-    const float *kcache;   /* [n_ctx][n_head_kv*head_dim], positions 0..pos0+rows-1 filled */
-    const float *vcache;
-    float *out;            /* [rows][n_head*head_dim] */
-    int rows, pos0;        /* query i is at position pos0 + i; causal */
-    int n_head, n_head_kv, head_dim;
-    float scale;
-    float *scratch;        /* >= n_head * (pos0 + rows) floats */
-} tm_attn_args;
-
-typedef struct tm_gdn_args {
-    const float *qkv;      /* [rows][conv_ch] projected (pre-conv) q|k|v */
-    const float *z;        /* [rows][n_v*dv] output gate */
-    const float *a, *b;    /* [rows][n_v] un-activated alpha and beta */
-    const float *conv_w;   /* [conv_ch][conv_k] */
-    const float *ssm_a;    /* [n_v] */
-    const float *dt_bias;  /* [n_v] */
-    const float *norm;     /* [dv] */
-    float *conv_state;     /* [conv_k-1][conv_ch]: the last conv_k-1 inputs, oldest first */
-    float *state;          /* [n_v][dk][dv] (see pending) */
-    float *pending;        /* [n_v][1 + dk + dv]: the last token's rank-1 update, not yet in
-                              state: S_true = pd*state + pk pdl^T (zeros: empty) */
-    float *out;            /* [rows][n_v*dv] gated-normed output, in run order */
-    float *work;           /* [rows][conv_ch] scratch */
-    int rows;
-    int n_k, n_v, dk, dv, conv_k;
-    bool v_tiled;          /* value head p reads key head p % n_k (else p / (n_v/n_k)) */
-    float eps;
-} tm_gdn_args;
+/* The CPU kernels' argument blocks (kernels.h documents them), shared by every
+ * back-end; `pending` is the CPU's GDN rank-1 update (unused on the GPU). */
+typedef tern_attn_args tm_attn_args;
+typedef tern_gdn_args tm_gdn_args;
 
 typedef struct tern_backend {
     const char *name;
@@ -150,7 +123,5 @@ const tern_backend *tm_backend_cuda(void);
 tern_status tm_backend_cuda_init(void);
 /* Device description ("" when none). */
 const char *tm_backend_cuda_device(void);
-/* Choose the CPU hot-loop variant for tern_kernels_isa() (called at model load). */
-void tm_backend_cpu_select(void);
 
 #endif

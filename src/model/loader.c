@@ -591,7 +591,6 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     m->progress = p->progress;
     m->progress_user = p->progress_user;
     m->be = tm_backend_cpu();
-    tm_backend_cpu_select();
     struct stat sb;
     tern_status st = TERN_OK;
     bool cuda = false;
