@@ -108,14 +108,14 @@ void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, fl
 void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
                      const float *signs);
 
-/* TERN_LAYOUT_R16 addressing: the 544-byte block b of row r's group, the
+/* TERN_LAYOUT_R16 addressing (blocks.h): the 544-byte block b of row r's group, the
  * position of row r within a 16-byte chunk, and row r's code byte q of block b. */
 static inline const uint8_t *tern_r16_block(const tern_qmat *w, int64_t r, int64_t b) {
-    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * 544;
+    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16_BLOCK_BYTES;
 }
 static inline int tern_r16_pos(int L) { return 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2; }
 static inline uint8_t tern_r16_code_byte(const tern_qmat *w, int64_t r, int64_t b, int q) {
-    return tern_r16_block(w, r, b)[32 + 16 * q + tern_r16_pos((int)(r % 16))];
+    return tern_r16_block(w, r, b)[TERN_R16_SCALES + 16 * q + tern_r16_pos((int)(r % 16))];
 }
 static inline uint16_t tern_r16_scale(const tern_qmat *w, int64_t r, int64_t b) {
     return tern_rd16(tern_r16_block(w, r, b) + 2 * (r % 16));
