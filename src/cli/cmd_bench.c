@@ -21,6 +21,7 @@
  * batch, threads, ms, gbps, gflops, ceiling_gbps, max_rel_err (+ ratio, isa).
  */
 #include "cli/cli.h"
+#include "formats/blocks.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -61,12 +62,12 @@ static void fill_pq2(uint8_t *buf, int64_t n, int64_t k) {
         if (!(b & (b >> 1) & 0x55)) valid[nv++] = (uint8_t)b;
     size_t nb = (size_t)n * (size_t)(k / 128);
     for (size_t i = 0; i < nb; i++) {
-        uint8_t *blk = buf + i * 34;
+        uint8_t *blk = buf + i * TERN_PQ2_0_BYTES;
         uint16_t d = tern_f32_to_f16(0.004f + 0.026f * (float)((rnd() >> 40) & 0xffff) / 65536.0f);
         memcpy(blk, &d, 2);
         for (int j = 0; j < 32; j += 8) {
             uint64_t r = rnd();
-            for (int q = 0; q < 8; q++) blk[2 + j + q] = valid[((r >> (8 * q)) & 0xff) % 81];
+            for (int q = 0; q < 8; q++) blk[TERN_BLOCK_QS + j + q] = valid[((r >> (8 * q)) & 0xff) % 81];
         }
     }
 }
@@ -87,13 +88,13 @@ static double sample_err(const tern_qmat *w, const float *x, size_t batch, const
                 uint16_t d;
                 if (w->layout == TERN_LAYOUT_R16) { /* kernels.h: 544-byte blocks of 16 rows */
                     int L = (int)(r % 16), q = (int)(j % 128) / 4;
-                    const uint8_t *blk = w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(j / 128) * 544;
+                    const uint8_t *blk = w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(j / 128) * TERN_R16_BLOCK_BYTES;
                     d = tern_rd16(blk + 2 * L);
-                    code = (blk[32 + 16 * q + 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2] >> (2 * (j % 4))) & 3;
+                    code = (blk[TERN_R16_SCALES + 16 * q + 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2] >> (2 * (j % 4))) & 3;
                 } else {
-                    const uint8_t *blk = row + (size_t)(j / 128) * 34;
+                    const uint8_t *blk = row + (size_t)(j / 128) * TERN_PQ2_0_BYTES;
                     d = tern_rd16(blk);
-                    code = (blk[2 + (j % 128) / 4] >> (2 * (j % 4))) & 3;
+                    code = (blk[TERN_BLOCK_QS + (j % 128) / 4] >> (2 * (j % 4))) & 3;
                 }
                 acc += (double)(code - 1) * tern_f16_to_f32(d) * x[b * (size_t)w->k + (size_t)j];
             }
@@ -206,7 +207,7 @@ static int bench_kernels(int argc, char **argv) {
      * rotates over as many disjoint windows of it as fit, so consecutive calls
      * on a shape never find their weights in the cache. */
     bool products = !only || strcmp(only, "transform");
-    size_t arena_blocks = (products ? ((size_t)768 << 20) : 4 * ((size_t)1 << 20)) / 34, arena_n = arena_blocks * 34;
+    size_t arena_blocks = (products ? ((size_t)768 << 20) : 4 * ((size_t)1 << 20)) / TERN_PQ2_0_BYTES, arena_n = arena_blocks * TERN_PQ2_0_BYTES;
     uint8_t *arena = tern_alloc_aligned(arena_n);
     if (!arena) return cli_usage_error("bench", "out of memory for the %zu-byte weight arena", arena_n);
     fill_pq2(arena, (int64_t)arena_blocks, 128);
@@ -214,7 +215,7 @@ static int bench_kernels(int argc, char **argv) {
     int n_copies[N_SHAPES];
     size_t wbytes[N_SHAPES];
     for (size_t s = 0; s < N_SHAPES; s++) {
-        wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * 34;
+        wbytes[s] = (size_t)g_shapes[s].n * (size_t)(g_shapes[s].k / 128) * TERN_PQ2_0_BYTES;
         n_copies[s] = hot || !products ? 1 : (int)(arena_n / wbytes[s]);
         if (n_copies[s] > 4096) n_copies[s] = 4096;
         copies[s] = calloc((size_t)n_copies[s], sizeof(uint8_t *));
@@ -257,7 +258,7 @@ static int bench_kernels(int argc, char **argv) {
             /* the arena's random blocks read as a 16-row-layout matrix are just
              * another random matrix (all scales finite; see sample_err) */
             tern_qmat w = {TERN_DT_PQ2_0, sh->n, sh->k, copies[c->shape][rot++ % n_copies[c->shape]],
-                           (size_t)(sh->k / 128) * 34, c->layout};
+                           (size_t)(sh->k / 128) * TERN_PQ2_0_BYTES, c->layout};
             /* wake the workers first: in a decode loop kernels follow each other
              * and the pool is awake; here other configurations ran in between */
             if (c->threads > 1) tern_pool_run(pool, noop_task, NULL, c->threads);

@@ -3,6 +3,7 @@
  * conversion, accounted allocation, file mapping, timers.
  */
 #include "core/common.h"
+#include "formats/blocks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,12 +95,12 @@ static const struct { const char *name; size_t be, bb; bool tern; } g_dt[TERN_DT
     [TERN_DT_F32] = {"F32", 1, 4, false},
     [TERN_DT_F16] = {"F16", 1, 2, false},
     [TERN_DT_BF16] = {"BF16", 1, 2, false},
-    [TERN_DT_Q8_0] = {"Q8_0", 32, 34, false},
-    [TERN_DT_PQ2_0] = {"PQ2_0", 128, 34, true},
-    [TERN_DT_PTQ1_0] = {"PTQ1_0", 128, 28, true},
-    [TERN_DT_Q1_0] = {"Q1_0", 128, 18, true},
-    [TERN_DT_Q2_0] = {"Q2_0", 128, 34, true},
-    [TERN_DT_Q2_0_G64] = {"Q2_0_G64", 64, 18, true},
+    [TERN_DT_Q8_0] = {"Q8_0", TERN_QK8_0, TERN_Q8_0_BYTES, false},
+    [TERN_DT_PQ2_0] = {"PQ2_0", TERN_QK128, TERN_PQ2_0_BYTES, true},
+    [TERN_DT_PTQ1_0] = {"PTQ1_0", TERN_QK128, TERN_PTQ1_0_BYTES, true},
+    [TERN_DT_Q1_0] = {"Q1_0", TERN_QK128, TERN_Q1_0_BYTES, true},
+    [TERN_DT_Q2_0] = {"Q2_0", TERN_QK128, TERN_PQ2_0_BYTES, true},
+    [TERN_DT_Q2_0_G64] = {"Q2_0_G64", TERN_QK64, TERN_Q2_0_G64_BYTES, true},
     [TERN_DT_I8] = {"I8", 1, 1, false},
     [TERN_DT_I16] = {"I16", 1, 2, false},
     [TERN_DT_I32] = {"I32", 1, 4, false},

@@ -103,9 +103,9 @@ tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint6
     tern_status st = check_codes(codes, K, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 128; b++, o += 34) {
+    for (uint64_t b = 0; b < K / 128; b++, o += TERN_PQ2_0_BYTES) {
         memcpy(o, &d[b], 2);
-        pack2(codes + b * 128, 128, o + 2);
+        pack2(codes + b * 128, 128, o + TERN_BLOCK_QS);
     }
     return TERN_OK;
 }
@@ -114,9 +114,9 @@ tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, u
                                   const char *tensor, uint64_t row) {
     if (K % 128) return bad_k(tensor, K, 128);
     const uint8_t *p = src;
-    for (uint64_t b = 0; b < K / 128; b++, p += 34) {
+    for (uint64_t b = 0; b < K / 128; b++, p += TERN_PQ2_0_BYTES) {
         d[b] = tern_rd16(p);
-        tern_status st = unpack2(p + 2, 128, codes + b * 128, tensor, row, b * 128);
+        tern_status st = unpack2(p + TERN_BLOCK_QS, 128, codes + b * 128, tensor, row, b * 128);
         if (st) return st;
     }
     return TERN_OK;
@@ -128,9 +128,9 @@ tern_status tern_encode_q2_0_g64_row(const uint8_t *codes, const uint16_t *d, ui
     tern_status st = check_codes(codes, K, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 64; b++, o += 18) {
+    for (uint64_t b = 0; b < K / 64; b++, o += TERN_Q2_0_G64_BYTES) {
         memcpy(o, &d[b / 2], 2);
-        pack2(codes + b * 64, 64, o + 2);
+        pack2(codes + b * 64, 64, o + TERN_BLOCK_QS);
     }
     return TERN_OK;
 }
@@ -143,8 +143,8 @@ tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes
                          "g64 blocks cannot be regrouped to g128",
                          TN(tensor), (unsigned long long)K);
     const uint8_t *p = src;
-    for (uint64_t g = 0; g < K / 128; g++, p += 36) {
-        uint16_t d0 = tern_rd16(p), d1 = tern_rd16(p + 18);
+    for (uint64_t g = 0; g < K / 128; g++, p += 2 * TERN_Q2_0_G64_BYTES) {
+        uint16_t d0 = tern_rd16(p), d1 = tern_rd16(p + TERN_Q2_0_G64_BYTES);
         if (d0 != d1)
             return tern_fail(TERN_ERR_UNSUPPORTED,
                              "tensor '%s' row %llu group %llu: the two 64-blocks carry different "
@@ -152,8 +152,8 @@ tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes
                              "refused",
                              TN(tensor), (unsigned long long)row, (unsigned long long)g, d0, d1);
         d[g] = d0;
-        tern_status st = unpack2(p + 2, 64, codes + g * 128, tensor, row, g * 128);
-        if (!st) st = unpack2(p + 20, 64, codes + g * 128 + 64, tensor, row, g * 128 + 64);
+        tern_status st = unpack2(p + TERN_BLOCK_QS, 64, codes + g * 128, tensor, row, g * 128);
+        if (!st) st = unpack2(p + TERN_Q2_0_G64_BYTES + TERN_BLOCK_QS, 64, codes + g * 128 + 64, tensor, row, g * 128 + 64);
         if (st) return st;
     }
     return TERN_OK;
@@ -169,15 +169,15 @@ tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint
     tern_status st = check_codes(codes, K, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 128; b++, o += 28) {
+    for (uint64_t b = 0; b < K / 128; b++, o += TERN_PTQ1_0_BYTES) {
         const uint8_t *c = codes + b * 128;
         for (unsigned m = 0; m < 16; m++)
             o[m] = ptq_byte(c[m] * 81u + c[16 + m] * 27u + c[32 + m] * 9u + c[48 + m] * 3u + c[64 + m]);
         for (unsigned m = 0; m < 8; m++)
             o[16 + m] = ptq_byte(c[80 + m] * 81u + c[88 + m] * 27u + c[96 + m] * 9u + c[104 + m] * 3u + c[112 + m]);
         for (unsigned h = 0; h < 2; h++)
-            o[24 + h] = ptq_byte((c[120 + h] * 27u + c[122 + h] * 9u + c[124 + h] * 3u + c[126 + h]) * 3u);
-        memcpy(o + 26, &d[b], 2);
+            o[TERN_PTQ1_0_QH + h] = ptq_byte((c[120 + h] * 27u + c[122 + h] * 9u + c[124 + h] * 3u + c[126 + h]) * 3u);
+        memcpy(o + TERN_PTQ1_0_D, &d[b], 2);
     }
     return TERN_OK;
 }
@@ -187,7 +187,7 @@ tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, 
     if (K % 128) return bad_k(tensor, K, 128);
     init_tables();
     const uint8_t *p = src;
-    for (uint64_t b = 0; b < K / 128; b++, p += 28) {
+    for (uint64_t b = 0; b < K / 128; b++, p += TERN_PTQ1_0_BYTES) {
         uint8_t *c = codes + b * 128;
         /* every byte decodes to trits 0..2 (((q*3^n) & 255) * 3 >> 8 <= 2): no code 3 here */
         for (unsigned m = 0; m < 16; m++)
@@ -195,8 +195,8 @@ tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, 
         for (unsigned m = 0; m < 8; m++)
             for (unsigned n = 0; n < 5; n++) c[80 + 8 * n + m] = g_trits[p[16 + m]][n];
         for (unsigned h = 0; h < 2; h++)
-            for (unsigned n = 0; n < 4; n++) c[120 + 2 * n + h] = g_trits[p[24 + h]][n];
-        d[b] = tern_rd16(p + 26);
+            for (unsigned n = 0; n < 4; n++) c[120 + 2 * n + h] = g_trits[p[TERN_PTQ1_0_QH + h]][n];
+        d[b] = tern_rd16(p + TERN_PTQ1_0_D);
     }
     (void)tensor;
     (void)row;
@@ -279,7 +279,7 @@ tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to,
         const uint8_t *p = src;
         for (uint64_t r = 0; r < rows; r++)
             for (uint64_t b = 0; b < K / 128; b++) {
-                const uint8_t *q = p + r * sb + b * 34 + 2;
+                const uint8_t *q = p + r * sb + b * TERN_PQ2_0_BYTES + TERN_BLOCK_QS;
                 for (int i = 0; i < 32; i++)
                     if (TERN_UNLIKELY(q[i] & (q[i] >> 1) & 0x55)) {
                         uint8_t c[128];
@@ -293,10 +293,10 @@ tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to,
         init_tables();
         const uint8_t *p = src;
         uint8_t *o = dst;
-        for (uint64_t blk = 0; blk < rows * (K / 128); blk++, p += 28, o += 34) {
-            o[0] = p[26];
-            o[1] = p[27];
-            uint8_t *q = o + 2;
+        for (uint64_t blk = 0; blk < rows * (K / 128); blk++, p += TERN_PTQ1_0_BYTES, o += TERN_PQ2_0_BYTES) {
+            o[0] = p[TERN_PTQ1_0_D];
+            o[1] = p[TERN_PTQ1_0_D + 1];
+            uint8_t *q = o + TERN_BLOCK_QS;
             for (int i = 0; i < 20; i++) { /* elements 4i..4i+3 = trit i/4 of qs[4(i%4) + k] */
                 const uint8_t *m = p + 4 * (i % 4);
                 int n = i / 4;
@@ -309,8 +309,9 @@ tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to,
             }
             for (int i = 30; i < 32; i++) { /* elements 120+2n+h from qh[h] */
                 int n = 2 * (i - 30);
-                q[i] = (uint8_t)(g_trits[p[24]][n] | g_trits[p[25]][n] << 2 | g_trits[p[24]][n + 1] << 4 |
-                                 g_trits[p[25]][n + 1] << 6);
+                const uint8_t *qh = p + TERN_PTQ1_0_QH;
+                q[i] = (uint8_t)(g_trits[qh[0]][n] | g_trits[qh[1]][n] << 2 | g_trits[qh[0]][n + 1] << 4 |
+                                 g_trits[qh[1]][n + 1] << 6);
             }
         }
         return TERN_OK;
@@ -353,27 +354,28 @@ tern_status tern_dequant_row(tern_dtype t, const void *src, uint64_t K, float *o
         }
         return TERN_OK;
     case TERN_DT_Q8_0:
-        if (K % 32) return bad_k(tensor, K, 32);
-        for (uint64_t b = 0; b < K / 32; b++, p += 34) {
+        if (K % TERN_QK8_0) return bad_k(tensor, K, TERN_QK8_0);
+        for (uint64_t b = 0; b < K / TERN_QK8_0; b++, p += TERN_Q8_0_BYTES) {
             float d = tern_f16_to_f32(tern_rd16(p));
-            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)(int8_t)p[2 + j];
+            for (int j = 0; j < TERN_QK8_0; j++)
+                out[b * TERN_QK8_0 + j] = d * (float)(int8_t)p[TERN_BLOCK_QS + j];
         }
         return TERN_OK;
     case TERN_DT_Q1_0:
         if (K % 128) return bad_k(tensor, K, 128);
-        for (uint64_t b = 0; b < K / 128; b++, p += 18) {
+        for (uint64_t b = 0; b < K / 128; b++, p += TERN_Q1_0_BYTES) {
             float d = tern_f16_to_f32(tern_rd16(p));
             for (int j = 0; j < 128; j++)
-                out[b * 128 + j] = ((p[2 + j / 8] >> (j % 8)) & 1) ? d : -d;
+                out[b * 128 + j] = ((p[TERN_BLOCK_QS + j / 8] >> (j % 8)) & 1) ? d : -d;
         }
         return TERN_OK;
     case TERN_DT_Q2_0_G64:
         /* decoded directly (K need only be a multiple of 64; per-block scales) */
         if (K % 64) return bad_k(tensor, K, 64);
-        for (uint64_t b = 0; b < K / 64; b++, p += 18) {
+        for (uint64_t b = 0; b < K / 64; b++, p += TERN_Q2_0_G64_BYTES) {
             float d = tern_f16_to_f32(tern_rd16(p));
             for (int j = 0; j < 64; j++) {
-                unsigned c = (p[2 + j / 4] >> (2 * (j % 4))) & 3;
+                unsigned c = (p[TERN_BLOCK_QS + j / 4] >> (2 * (j % 4))) & 3;
                 if (c == 3) return bad_code(tensor, row, b * 64 + j, c);
                 out[b * 64 + j] = (float)((int)c - 1) * d;
             }

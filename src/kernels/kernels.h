@@ -98,6 +98,90 @@ void tern_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, floa
 void tern_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
                           size_t n, size_t block, const float *signs);
 
+/* ------------------------------------------------------------- model ops
+ * The per-head steps of the qwen35 / qwen3 layers, in fp32, split over `pool` (NULL:
+ * inline). Math follows transformers' modeling_qwen3_5.py / modeling_qwen3.py. The
+ * per-head loops are in the kernel table (model_ops.h, one build per ISA); the
+ * arithmetic is the same for every thread count (each head is one task).
+ *
+ * tern_head_rmsnorm: in place, for r < rows, h < n_heads, v = x + r*stride + h*hd:
+ *     v[j] <- v[j] * (float)(1 / sqrt(sum_j v[j]^2 / hd + eps)) * gain[j]
+ *     (the sum in double). Any rows >= 0, n_heads >= 1, hd >= 1.
+ * tern_rope: NEOX rotation of the first rot dims (rot even, <= hd) of each head, pairs
+ *     (i, i + rot/2), row r at position pos0 + r: angle = pos * theta^(-2i/rot) in
+ *     double, then cos/sin rounded to float and the rotation in float. */
+void tern_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+                       const float *gain, float eps, tern_pool *pool);
+void tern_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
+               float theta, tern_pool *pool);
+
+/* Causal softmax attention with grouped KV heads (query head h reads KV head
+ * h / (n_head / n_head_kv); n_head a multiple of n_head_kv): for query row i (position
+ * pos0 + i) and head h, out = sum_{p <= pos0+i} softmax_p(scale * q.k_p) v_p, scores in
+ * float with the row max subtracted before expf. Any head_dim >= 1 (16-wide vector
+ * steps, scalar tail). One task per query head. */
+typedef struct tern_attn_args {
+    const float *q;        /* [rows][n_head*head_dim] (after norm + RoPE), row stride q_stride */
+    size_t q_stride;
+    const float *kcache;   /* [n_ctx][n_head_kv*head_dim], positions 0..pos0+rows-1 filled */
+    const float *vcache;
+    float *out;            /* [rows][n_head*head_dim] */
+    int rows, pos0;        /* query i is at position pos0 + i; causal */
+    int n_head, n_head_kv, head_dim;
+    float scale;
+    float *scratch;        /* >= n_head * (pos0 + rows) floats */
+} tern_attn_args;
+void tern_attention(const tern_attn_args *a, tern_pool *pool);
+
+/* Gated DeltaNet (qwen35 linear attention) over a chunk of `rows` tokens, all fp32:
+ *   1. causal depthwise conv1d (kernel conv_k, state = the last conv_k-1 inputs) + SiLU
+ *      of each of conv_ch = 2*n_k*dk + n_v*dv channels into work; conv_state advances;
+ *   2. q, k heads L2-normalised (x * 1/sqrt(sum x^2 + 1e-6), the sum in double), q also
+ *      times 1/sqrt(dk);
+ *   3. per value head p (key head p % n_k when v_tiled, else p / (n_v/n_k)), per token:
+ *      g = ssm_a * softplus(a + dt_bias), decay = exp(g), beta = sigmoid(b);
+ *      S = S*decay; delta = (v - S^T k)*beta; S += k delta^T; o = S^T q;
+ *   4. out = rmsnorm(o, eps) * norm * silu(z) per value head.
+ * The state is kept as S_true = pd*state + pk pdl^T, the last token's rank-1 update
+ * `pending` (pd, pk, pdl) not yet folded in (so a decode step reads and writes the state
+ * once); all zeros is the empty state. Two scans of step 3, the same recurrence:
+ *   token walk: one token at a time; leaves the last token's update pending;
+ *   block scan: blocks of <= 64 tokens in the WY form (GEMMs), folds the pending update
+ *      first and leaves it empty (pd = 1, pk = pdl = 0); rounding differs from the walk
+ *      at fp32 level (~1e-6 relative here; test_kernels_gdn bounds both at 1e-4 against
+ *      float64).
+ * tern_gdn takes the block scan for calls of >= tern_gdn_block_min() rows (8 with the
+ * AVX2 / AVX-512 tables, never with the reference, where blocks measured slower;
+ * TERN_GDN_BLOCKS=N, read once when the table is filled, overrides it: N <= 0 never).
+ * Limits: dv <= 512 (the walk's stack rows); the block scan needs dk, dv <= 512 and
+ * falls back to the walk otherwise. One task per value head (conv and norms are split
+ * too for > 4 rows). */
+typedef struct tern_gdn_args {
+    const float *qkv;      /* [rows][conv_ch] projected (pre-conv) q|k|v */
+    const float *z;        /* [rows][n_v*dv] output gate */
+    const float *a, *b;    /* [rows][n_v] un-activated alpha and beta */
+    const float *conv_w;   /* [conv_ch][conv_k] */
+    const float *ssm_a;    /* [n_v] */
+    const float *dt_bias;  /* [n_v] */
+    const float *norm;     /* [dv] */
+    float *conv_state;     /* [conv_k-1][conv_ch]: the last conv_k-1 inputs, oldest first */
+    float *state;          /* [n_v][dk][dv] (see pending) */
+    float *pending;        /* [n_v][1 + dk + dv]: the last token's rank-1 update, not yet in
+                              state: S_true = pd*state + pk pdl^T (zeros: empty) */
+    float *out;            /* [rows][n_v*dv] gated-normed output, in run order */
+    float *work;           /* [rows][conv_ch] scratch */
+    int rows;
+    int n_k, n_v, dk, dv, conv_k;
+    bool v_tiled;          /* value head p reads key head p % n_k (else p / (n_v/n_k)) */
+    float eps;
+} tern_gdn_args;
+void tern_gdn(const tern_gdn_args *a, tern_pool *pool);
+/* Tests and benchmarks: a chosen scan (AUTO = what tern_gdn does). */
+typedef enum tern_gdn_scan { TERN_GDN_AUTO = 0, TERN_GDN_WALK = 1, TERN_GDN_BLOCKS = 2 } tern_gdn_scan;
+void tern_gdn_with(const tern_gdn_args *a, tern_gdn_scan scan, tern_pool *pool);
+/* Rows from which tern_gdn takes the block scan (0: never). */
+int tern_gdn_block_min(void);
+
 /* ------------------------------------------------------------ read ceiling
  * Memory read bandwidth in GB/s: `bytes` (use >> the LLC; 0 -> 1 MiB minimum)
  * read by `threads` workers of `pool` (NULL: one), widest loads available,
@@ -114,7 +198,8 @@ typedef enum tern_isa {
 void tern_kernels_init(void);
 tern_isa tern_kernels_isa(void);
 const char *tern_isa_name(tern_isa isa);
-/* Tests/benchmarks: force an ISA (returns false if the CPU lacks it). */
+/* Tests/benchmarks: force an ISA (returns false if the CPU lacks it). Refills the
+ * table: never call it while kernels run in another thread. */
 bool tern_kernels_force(tern_isa isa);
 
 #endif

@@ -38,18 +38,8 @@
 typedef struct tm_backend tm_backend;
 typedef struct tm_step tm_step;
 
-/* Causal attention of `rows` queries at positions pos0.. over a cache. */
-typedef struct tm_attn_args {
-    const float *q;        /* [rows][n_head*head_dim] (after norm + RoPE) */
-    size_t q_stride;
-    const float *kcache;   /* [n_ctx][n_head_kv*head_dim], positions 0..pos0+rows-1 filled */
-    const float *vcache;
-    float *out;            /* [rows][n_head*head_dim] */
-    int rows, pos0;        /* query i is at position pos0 + i; causal */
-    int n_head, n_head_kv, head_dim;
-    float scale;
-    float *scratch;        /* >= n_head * (pos0 + rows) floats */
-} tm_attn_args;
+/* Causal attention of `rows` queries at positions pos0.. over a cache (kernels.h). */
+typedef tern_attn_args tm_attn_args;
 
 /* One GDN layer over `rows` tokens of one sequence. */
 typedef struct tm_gdn_args {
@@ -203,8 +193,7 @@ tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
 bool tm_backend_cuda_present(const char **what);
 const char *tm_backend_cuda_device(void); /* the GPU's name ("" when none) */
-/* Choose the CPU hot-loop variant for tern_kernels_isa() (at CPU back-end creation). */
-void tm_backend_cpu_select(void);
+
 
 /* ------------------------------------------------ memory through a table */
 static inline void *tm_be_alloc(tm_backend *be, size_t n) { return be->vt->alloc(be, n ? n : 1); }

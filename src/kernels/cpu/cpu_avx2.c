@@ -42,7 +42,7 @@ static inline __attribute__((always_inline)) void rows_qk(const tern_qmat *w, co
                                                           size_t batch, float *y, size_t ys, int64_t r0,
                                                           int64_t r1, int qk) {
     const int64_t k = w->k, nb = k / qk;
-    const size_t bb = 2 + (size_t)qk / 4;
+    const size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
     const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     const __m256i m3 = _mm256_set1_epi32(3);
     for (size_t b0 = 0; b0 < batch; b0 += 4) {
@@ -58,7 +58,7 @@ static inline __attribute__((always_inline)) void rows_qk(const tern_qmat *w, co
                 float d = tern_f16_table[tern_rd16(blk)];
                 __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
                 for (int j = 0; j < qk; j += 8) {
-                    __m256i v = _mm256_set1_epi32((int)tern_rd16(blk + 2 + j / 4));
+                    __m256i v = _mm256_set1_epi32((int)tern_rd16(blk + TERN_BLOCK_QS + j / 4));
                     __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, sh), m3));
 #pragma GCC unroll 4
                     for (int b = 0; b < 4; b++)

@@ -180,7 +180,7 @@ static void act_prep64(const float *x, int64_t k, void *act) { act_prep_qk(x, k,
 /* One row, nbt (1..4) batch rows; qk 128 (34-byte blocks) or 64 (18-byte). */
 static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, int64_t k, const uint8_t *const *acts, int nbt,
                             const int32_t *const *corrs, const float *const *sxs, float *out, int qk) {
-    const size_t bb = 2 + (size_t)qk / 4;
+    const size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
     const int bps = SEG / qk; /* blocks per segment */
     const __m512i m3 = _mm512_set1_epi8(3);
     const int64_t nb = k / qk;
@@ -196,11 +196,11 @@ static inline __attribute__((always_inline)) void gemv_row(const uint8_t *row, i
         __m512 d = _mm512_set1_ps(ds);
         __m512i A, B = _mm512_setzero_si512();
         if (qk == 128) {
-            __m512i src = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+            __m512i src = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + TERN_BLOCK_QS)));
             A = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctlA128, src), m3);
             B = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctlB128, src), m3);
         } else {
-            __m512i src = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 2)));
+            __m512i src = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + TERN_BLOCK_QS)));
             A = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl64, src), m3);
         }
 #pragma GCC unroll 4
@@ -287,13 +287,13 @@ static void dequant_panel(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc,
     switch (w->type) {
     case TERN_DT_PQ2_0: case TERN_DT_Q2_0: case TERN_DT_Q2_0_G64: {
         int qk = w->type == TERN_DT_Q2_0_G64 ? 64 : 128;
-        size_t bb = 2 + (size_t)qk / 4;
+        size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
         for (int64_t j = 0; j < kc; j += 16) {
             int64_t e = k0 + j;
             const uint8_t *blk = row + (size_t)(e / qk) * bb;
             const float ds = tern_f16_table[tern_rd16(blk)];
         __m512 d = _mm512_set1_ps(ds);
-            __m512i v = _mm512_set1_epi32((int)tern_rd32(blk + 2 + (e % qk) / 4));
+            __m512i v = _mm512_set1_epi32((int)tern_rd32(blk + TERN_BLOCK_QS + (e % qk) / 4));
             __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh2), m3);
             _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(c), one), d));
         }
@@ -302,10 +302,10 @@ static void dequant_panel(const tern_qmat *w, int64_t r, int64_t k0, int64_t kc,
     case TERN_DT_Q1_0:
         for (int64_t j = 0; j < kc; j += 16) {
             int64_t e = k0 + j;
-            const uint8_t *blk = row + (size_t)(e / 128) * 18;
+            const uint8_t *blk = row + (size_t)(e / 128) * TERN_Q1_0_BYTES;
             const float ds = tern_f16_table[tern_rd16(blk)];
         __m512 d = _mm512_set1_ps(ds);
-            __m512i v = _mm512_set1_epi32((int)tern_rd16(blk + 2 + (e % 128) / 8));
+            __m512i v = _mm512_set1_epi32((int)tern_rd16(blk + TERN_BLOCK_QS + (e % 128) / 8));
             __m512i c = _mm512_and_si512(_mm512_srlv_epi32(v, sh1), m1);
             __m512 f = _mm512_sub_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), _mm512_cvtepi32_ps(c)), one);
             _mm512_storeu_ps(dst + j, _mm512_mul_ps(f, d));
@@ -478,7 +478,7 @@ static void vnni_prep64(const float *x, size_t xs, size_t batch, int64_t k, void
 /* Codes of row `row` (2-bit layout, blocks of qk), inputs [k0, k0+kc) -> bytes. */
 static inline __attribute__((always_inline)) void unpack_codes(const uint8_t *row, int64_t k0, int64_t kc,
                                                                uint8_t *dst, float *dd, int qk) {
-    const size_t bb = 2 + (size_t)qk / 4;
+    const size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
     /* natural order: dest qword i holds elements 8i..8i+7 = source qword i/4, offsets 2*(8*(i%4)+t) */
     const __m512i perm = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
     __m512i ctl;
@@ -492,7 +492,7 @@ static inline __attribute__((always_inline)) void unpack_codes(const uint8_t *ro
         const uint8_t *blk = row + (size_t)((k0 + e) / qk) * bb;
         dd[e / qk] = tern_f16_table[tern_rd16(blk)];
         for (int h = 0; h < qk; h += 64) {
-            __m512i src = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 2 + h / 4)));
+            __m512i src = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + TERN_BLOCK_QS + h / 4)));
             __m512i v = _mm512_permutexvar_epi64(perm, src);
             _mm512_storeu_si512(dst + e + h, _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, v), m3));
         }
@@ -640,7 +640,7 @@ static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride
                 int64_t b1 = b0 + SEG / 128 < nb ? b0 + SEG / 128 : nb;
                 __m512 F = _mm512_setzero_ps();
                 for (int64_t b = b0; b < b1; b++) {
-                    const uint8_t *blk = grp + (size_t)b * 544;
+                    const uint8_t *blk = grp + (size_t)b * TERN_R16_BLOCK_BYTES;
                     const uint8_t *hb = hi + b * 128, *lb = lo + b * 128;
                     __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, h3 = h0;
                     /* lanes are rows here: every row gets the -sum(x_q) correction */

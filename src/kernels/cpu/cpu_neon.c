@@ -29,7 +29,7 @@ static inline __attribute__((always_inline)) void rows_qk(const tern_qmat *w, co
                                                           size_t batch, float *y, size_t ys, int64_t r0,
                                                           int64_t r1, int qk) {
     const int64_t k = w->k, nb = k / qk;
-    const size_t bb = 2 + (size_t)qk / 4;
+    const size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
     const int32_t shv[4] = {0, -2, -4, -6};  /* vshlq with negative counts shifts right */
     const int32x4_t sh = vld1q_s32(shv);
     const uint32x4_t m3 = vdupq_n_u32(3);

@@ -10,6 +10,9 @@
  * aarch64: neon = armv8.2 dot product (HWCAP_ASIMDDP).
  * TERN_ISA=scalar|avx2|avx512|neon asks for a level; a level the machine does
  * not have falls back to the best one it has (with a log line).
+ * TERN_GDN_BLOCKS=N sets the table's GDN block-scan threshold (kernels.h, tern_gdn).
+ * Both are read once, here; the table is written only under the pthread_once (and
+ * by tern_kernels_force, a test hook).
  */
 #include "kernels/cpu/internal.h"
 
@@ -29,6 +32,9 @@
 static tern_kern_table g_table;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_has[4];
+/* TERN_GDN_BLOCKS=N, read once before the first fill (g_gdn_blocks_set: given). */
+static bool g_gdn_blocks_set;
+static int g_gdn_blocks;
 
 static void detect(void) {
     g_has[TERN_ISA_SCALAR] = true;
@@ -58,13 +64,21 @@ static void detect(void) {
 static void fill(tern_isa isa) {
     tern_kern_table t;
     tern_ref_fill(&t);
+    tern_model_ref_fill(&t);
 #if defined(TERN_HAVE_X86)
-    if (isa == TERN_ISA_AVX2 || isa == TERN_ISA_AVX512) tern_avx2_fill(&t);
-    if (isa == TERN_ISA_AVX512) tern_avx512_fill(&t);
+    if (isa == TERN_ISA_AVX2 || isa == TERN_ISA_AVX512) {
+        tern_avx2_fill(&t);
+        tern_model_avx2_fill(&t);
+    }
+    if (isa == TERN_ISA_AVX512) {
+        tern_avx512_fill(&t);
+        tern_model_avx512_fill(&t);
+    }
 #endif
 #if defined(TERN_HAVE_ARM)
     if (isa == TERN_ISA_NEON) tern_neon_fill(&t);
 #endif
+    if (g_gdn_blocks_set) t.gdn_block_min = g_gdn_blocks;
     t.isa = isa;
     g_table = t;
 }
@@ -79,6 +93,11 @@ static tern_isa best(void) {
 static void init_once(void) {
     for (uint32_t h = 0; h < 65536; h++) tern_f16_table[h] = tern_f16_to_f32((uint16_t)h);
     detect();
+    const char *gb = getenv("TERN_GDN_BLOCKS");
+    if (gb && *gb) {
+        g_gdn_blocks_set = true;
+        g_gdn_blocks = atoi(gb);
+    }
     tern_isa isa = best();
     const char *e = getenv("TERN_ISA");
     if (e && *e) {

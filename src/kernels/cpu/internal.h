@@ -51,6 +51,21 @@ typedef void (*tern_addnorm_fn)(float *r, const float *d, const float *gain, flo
 typedef void (*tern_swiglu_fn)(const float *gate, const float *up, float *out, size_t n,
                                size_t block, const float *signs);
 
+/* Model ops (model_ops.h / model_ops.c): one value head p of a GDN call (work already
+ * holds the conv'd, L2-normed rows; conv_ch floats apart), one query head h of an
+ * attention call, one head vector of hd floats normalised in place, one row of
+ * n_heads heads (hd apart) rotated at position pos. */
+typedef void (*tern_gdn_head_fn)(const tern_gdn_args *a, int conv_ch, int p);
+typedef void (*tern_attn_head_fn)(const tern_attn_args *a, int h);
+typedef void (*tern_head_norm_fn)(float *v, int hd, const float *gain, float eps);
+typedef void (*tern_rope_row_fn)(float *x, int n_heads, int hd, int rot, double pos,
+                                 float theta);
+
+/* GDN calls of at least this many rows take the block scan with an FMA table
+ * (docs/performance.md, "GDN prefill": break-even at 3-4 rows there). The reference
+ * (no FMA) keeps the walk: its blocks measured 0.5-0.9x of it. */
+#define TERN_GDN_BLOCK_MIN_FMA 8
+
 typedef struct tern_kern_table {
     tern_isa isa;
     tern_mm_ops mm[TERN_DT_COUNT];
@@ -58,6 +73,12 @@ typedef struct tern_kern_table {
     tern_fwht_fn fwht;
     tern_addnorm_fn addnorm;
     tern_swiglu_fn swiglu;
+    tern_gdn_head_fn gdn_head;     /* token walk */
+    tern_gdn_head_fn gdn_blocks;   /* block scan */
+    int gdn_block_min;             /* tern_gdn: block scan from this many rows (0: never) */
+    tern_attn_head_fn attn_head;
+    tern_head_norm_fn head_norm;
+    tern_rope_row_fn rope_row;
 } tern_kern_table;
 
 /* The active table (initialised on first use). */
@@ -69,6 +90,14 @@ void tern_ref_fill(tern_kern_table *t);
 void tern_avx2_fill(tern_kern_table *t);
 void tern_avx512_fill(tern_kern_table *t);
 void tern_neon_fill(tern_kern_table *t);
+/* The model ops' slots: reference (model_ops.c), then the ISA builds of model_ops.h. */
+void tern_model_ref_fill(tern_kern_table *t);
+void tern_model_avx2_fill(tern_kern_table *t);
+void tern_model_avx512_fill(tern_kern_table *t);
+/* The reference build's per-head loops (the tests' oracle for the ISA builds). */
+void tern_gdn_head_ref(const tern_gdn_args *a, int conv_ch, int p);
+void tern_gdn_head_blocks_ref(const tern_gdn_args *a, int conv_ch, int p);
+void tern_attn_head_ref(const tern_attn_args *a, int h);
 
 /* Reference pieces other files reuse (fallbacks for odd cases). */
 void tern_ref_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch,
@@ -79,14 +108,14 @@ void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, fl
 void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
                      const float *signs);
 
-/* TERN_LAYOUT_R16 addressing: the 544-byte block b of row r's group, the
+/* TERN_LAYOUT_R16 addressing (blocks.h): the 544-byte block b of row r's group, the
  * position of row r within a 16-byte chunk, and row r's code byte q of block b. */
 static inline const uint8_t *tern_r16_block(const tern_qmat *w, int64_t r, int64_t b) {
-    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * 544;
+    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16_BLOCK_BYTES;
 }
 static inline int tern_r16_pos(int L) { return 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2; }
 static inline uint8_t tern_r16_code_byte(const tern_qmat *w, int64_t r, int64_t b, int q) {
-    return tern_r16_block(w, r, b)[32 + 16 * q + tern_r16_pos((int)(r % 16))];
+    return tern_r16_block(w, r, b)[TERN_R16_SCALES + 16 * q + tern_r16_pos((int)(r % 16))];
 }
 static inline uint16_t tern_r16_scale(const tern_qmat *w, int64_t r, int64_t b) {
     return tern_rd16(tern_r16_block(w, r, b) + 2 * (r % 16));

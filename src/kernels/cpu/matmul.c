@@ -18,9 +18,9 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
                          (long long)w->n, (long long)w->k);
     size_t be, bb;
     switch (w->type) {
-    case TERN_DT_PQ2_0: case TERN_DT_Q2_0: be = 128; bb = 34; break;
-    case TERN_DT_Q2_0_G64: be = 64; bb = 18; break;
-    case TERN_DT_Q1_0: be = 128; bb = 18; break;
+    case TERN_DT_PQ2_0: case TERN_DT_Q2_0: be = TERN_QK128; bb = TERN_PQ2_0_BYTES; break;
+    case TERN_DT_Q2_0_G64: be = TERN_QK64; bb = TERN_Q2_0_G64_BYTES; break;
+    case TERN_DT_Q1_0: be = TERN_QK128; bb = TERN_Q1_0_BYTES; break;
     case TERN_DT_F32: be = 1; bb = 4; break;
     case TERN_DT_F16: case TERN_DT_BF16: be = 1; bb = 2; break;
     default:
@@ -58,7 +58,7 @@ tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out) {
     if (tern_kernels_isa() != TERN_ISA_AVX512)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: the 16-row layout only helps the AVX-512 "
                          "kernels (active: %s)", tern_isa_name(tern_kernels_isa()));
-    size_t rb = (size_t)w->k / 128 * 34, groups = ((size_t)w->n + 15) / 16, total;
+    size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES, groups = ((size_t)w->n + 15) / 16, total;
     if (!tern_mul_ok(groups * 16, rb, &total))
         return tern_fail(TERN_ERR_SHAPE, "tern_qmat_repack: matrix too large");
     uint8_t *buf = tern_alloc_aligned(total ? total : 64);
@@ -66,18 +66,18 @@ tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out) {
     int64_t nb = w->k / 128;
     for (size_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = buf + g * 16 * rb + (size_t)b * 544;
+            uint8_t *o = buf + g * 16 * rb + (size_t)b * TERN_R16_BLOCK_BYTES;
             for (int L = 0; L < 16; L++) {
                 int64_t r = (int64_t)g * 16 + L;
                 int pos = tern_r16_pos(L);
                 if (r >= w->n) { /* padding row: scale 0, codes 1 (zero weights) */
                     memset(o + 2 * L, 0, 2);
-                    for (int q = 0; q < 32; q++) o[32 + 16 * q + pos] = 0x55;
+                    for (int q = 0; q < 32; q++) o[TERN_R16_SCALES + 16 * q + pos] = 0x55;
                     continue;
                 }
-                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * 34;
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_PQ2_0_BYTES;
                 memcpy(o + 2 * L, blk, 2);
-                for (int q = 0; q < 32; q++) o[32 + 16 * q + pos] = blk[2 + q];
+                for (int q = 0; q < 32; q++) o[TERN_R16_SCALES + 16 * q + pos] = blk[TERN_BLOCK_QS + q];
             }
         }
     *out = *w;

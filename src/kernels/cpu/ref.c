@@ -26,11 +26,11 @@ static float ref_dot_row(const tern_qmat *w, const uint8_t *row, const float *x)
     case TERN_DT_Q2_0:
     case TERN_DT_Q2_0_G64: {
         int64_t qk = w->type == TERN_DT_Q2_0_G64 ? 64 : 128;
-        size_t bb = 2 + (size_t)qk / 4;
+        size_t bb = TERN_BLOCK_QS + (size_t)qk / 4;
         for (int64_t b = 0; b < k / qk; b++) {
             const uint8_t *blk = row + (size_t)b * bb;
             float d = tern_f16_to_f32(tern_rd16(blk));
-            const uint8_t *qs = blk + 2;
+            const uint8_t *qs = blk + TERN_BLOCK_QS;
             const float *xb = x + b * qk;
             float s = 0.0f;
             for (int64_t j = 0; j < qk; j++) {
@@ -43,9 +43,9 @@ static float ref_dot_row(const tern_qmat *w, const uint8_t *row, const float *x)
     }
     case TERN_DT_Q1_0: {
         for (int64_t b = 0; b < k / 128; b++) {
-            const uint8_t *blk = row + (size_t)b * 18;
+            const uint8_t *blk = row + (size_t)b * TERN_Q1_0_BYTES;
             float d = tern_f16_to_f32(tern_rd16(blk));
-            const uint8_t *qs = blk + 2;
+            const uint8_t *qs = blk + TERN_BLOCK_QS;
             const float *xb = x + b * 128;
             float s = 0.0f;
             for (int j = 0; j < 128; j++) s += ((qs[j / 8] >> (j % 8)) & 1) ? xb[j] : -xb[j];

@@ -6,6 +6,7 @@
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
 
 #include "kernels/cuda/cuda.h"
+#include "formats/blocks.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,18 +67,18 @@ __device__ __forceinline__ float tc_ld_bf16(const uint8_t *p) {
 __device__ __forceinline__ float tc_elem(int kind, const uint8_t *row, int64_t j) {
     switch (kind) {
     case TC_TERN128: {
-        const uint8_t *b = row + (j >> 7) * 34;
-        int c = (b[2 + ((j & 127) >> 2)] >> (2 * (j & 3))) & 3;
+        const uint8_t *b = row + (j >> 7) * TERN_PQ2_0_BYTES;
+        int c = (b[TERN_BLOCK_QS + ((j & 127) >> 2)] >> (2 * (j & 3))) & 3;
         return (float)(c - 1) * tc_ld_f16(b);
     }
     case TC_TERN64: {
-        const uint8_t *b = row + (j >> 6) * 18;
-        int c = (b[2 + ((j & 63) >> 2)] >> (2 * (j & 3))) & 3;
+        const uint8_t *b = row + (j >> 6) * TERN_Q2_0_G64_BYTES;
+        int c = (b[TERN_BLOCK_QS + ((j & 63) >> 2)] >> (2 * (j & 3))) & 3;
         return (float)(c - 1) * tc_ld_f16(b);
     }
     case TC_Q1: {
-        const uint8_t *b = row + (j >> 7) * 18;
-        int bit = (b[2 + ((j & 127) >> 3)] >> (j & 7)) & 1;
+        const uint8_t *b = row + (j >> 7) * TERN_Q1_0_BYTES;
+        int bit = (b[TERN_BLOCK_QS + ((j & 127) >> 3)] >> (j & 7)) & 1;
         float d = tc_ld_f16(b);
         return bit ? d : -d;
     }

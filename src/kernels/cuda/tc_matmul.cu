@@ -104,9 +104,9 @@ __global__ void __launch_bounds__(128) k_gemv_t128(const uint8_t *__restrict__ W
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 int64_t row = r0 + r < n ? r0 + r : r0;
-                const uint8_t *bp = W + (size_t)row * rb + (size_t)blk * 34;
+                const uint8_t *bp = W + (size_t)row * rb + (size_t)blk * TERN_PQ2_0_BYTES;
                 float dw = __half2float(__ushort_as_half(__ldg((const unsigned short *)bp)));
-                uintptr_t a = (uintptr_t)(bp + 2 + 8 * qq);
+                uintptr_t a = (uintptr_t)(bp + TERN_BLOCK_QS + 8 * qq);
                 const uint32_t *wp = (const uint32_t *)(a & ~(uintptr_t)3);
                 uint32_t w0 = __ldg(wp), w1 = __ldg(wp + 1), c0 = w0, c1 = w1;
                 if (a & 2) {

@@ -1,110 +1,111 @@
 /*
- * cpu_ops.h - the hot loops of the CPU back-end (GDN delta-rule recurrence of one
- * value head over a chunk, token by token or block-wise; causal attention of one
- * head), written once and compiled three times: backend_cpu.c (baseline),
- * cpu_ops_avx2.c and cpu_ops_avx512.c (own ISA flags, see CMakeLists.txt).
- * backend_cpu.c picks the variant matching tern_kernels_isa() once. Include after
- * defining TM_SFX.
+ * model_ops.h - the per-head hot loops of the model ops (kernels.h: tern_gdn,
+ * tern_attention): the GDN delta-rule recurrence of one value head over a chunk,
+ * token by token or block-wise, and causal attention of one query head. Written
+ * once and compiled three times: model_ops.c (the reference: portable C with GCC
+ * vector extensions, no ISA flags; also the NEON build's path), model_ops_avx2.c and
+ * model_ops_avx512.c (own ISA flags, see CMakeLists.txt). dispatch.c puts the
+ * variant of the active ISA into the kernel table once. Include after defining TK_SFX.
  *
  * Token walk and attention: summation order is fixed (16 partial sums for dot
  * products), so every variant computes the same sums; results differ only by FMA
  * contraction. Block scan: vectors of the build's width and explicit FMAs, so its
- * sums differ per ISA at rounding level (test_gdn_chunk bounds both scans against a
+ * sums differ per ISA at rounding level (test_kernels_gdn bounds both scans against a
  * float64 reference).
  */
-#include "model/backend.h"
+#include "kernels/cpu/internal.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define TM_CAT2(a, b) a##b
-#define TM_CAT(a, b) TM_CAT2(a, b)
-#define TM_FN(name) TM_CAT(name, TM_SFX)
+#define TK_CAT2(a, b) a##b
+#define TK_CAT(a, b) TK_CAT2(a, b)
+#define TK_FN(name) TK_CAT(name, TK_SFX)
 
-void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p);
-void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p);
-void TM_FN(tm_attn_head)(const tm_attn_args *a, int h);
+void TK_FN(tern_gdn_head)(const tern_gdn_args *a, int conv_ch, int p);
+void TK_FN(tern_gdn_head_blocks)(const tern_gdn_args *a, int conv_ch, int p);
+void TK_FN(tern_attn_head)(const tern_attn_args *a, int h);
 
-#ifndef TM_V16_DEFINED
-#define TM_V16_DEFINED
+#ifndef TK_V16_DEFINED
+#define TK_V16_DEFINED
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Wpsabi" /* static inline helpers only: no ABI crosses */
 #elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi" /* static inline helpers only: no ABI crosses */
 #endif
 /* 16 floats as a GCC/clang vector: each ISA build lowers it to its widest registers. */
-typedef float tm_v16 __attribute__((vector_size(64)));
-static inline tm_v16 tm_v16_load(const float *p) { tm_v16 v; memcpy(&v, p, sizeof v); return v; }
-static inline void tm_v16_store(float *p, tm_v16 v) { memcpy(p, &v, sizeof v); }
-static inline tm_v16 tm_v16_set1(float x) { return (tm_v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-/* The block scan's vectors: the build's widest register (TM_VW floats) as a GCC/clang
+typedef float tk_v16 __attribute__((vector_size(64)));
+static inline tk_v16 tk_v16_load(const float *p) { tk_v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void tk_v16_store(float *p, tk_v16 v) { memcpy(p, &v, sizeof v); }
+static inline tk_v16 tk_v16_set1(float x) { return (tk_v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+/* The block scan's vectors: the build's widest register (TK_VW floats) as a GCC/clang
  * vector, so broadcasts and FMAs stay in registers (a 16-float vector with FMA intrinsics
- * goes through memory on AVX2). tm_vf_fma is c + a*b, fused where the build has FMA (ISO C
- * mode never contracts a*b + c by itself). GEMM tiles are 4 rows x TM_NP vectors. */
+ * goes through memory on AVX2). tk_vf_fma is c + a*b, fused where the build has FMA (ISO C
+ * mode never contracts a*b + c by itself). GEMM tiles are 4 rows x TK_NP vectors. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
-#define TM_VW 16
-#define TM_NP 4 /* 4 x 4 zmm sums of the 32 registers */
-typedef float tm_vf __attribute__((vector_size(64)));
-typedef int32_t tm_vi __attribute__((vector_size(64)));
-static inline tm_vf tm_vf_fma(tm_vf a, tm_vf b, tm_vf c) {
-    return (tm_vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#define TK_VW 16
+#define TK_NP 4 /* 4 x 4 zmm sums of the 32 registers */
+typedef float tk_vf __attribute__((vector_size(64)));
+typedef int32_t tk_vi __attribute__((vector_size(64)));
+static inline tk_vf tk_vf_fma(tk_vf a, tk_vf b, tk_vf c) {
+    return (tk_vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 }
 #elif defined(__FMA__)
 #include <immintrin.h>
-#define TM_VW 8
-#define TM_NP 2 /* 4 x 2 ymm sums of the 16 registers */
-typedef float tm_vf __attribute__((vector_size(32)));
-typedef int32_t tm_vi __attribute__((vector_size(32)));
-static inline tm_vf tm_vf_fma(tm_vf a, tm_vf b, tm_vf c) {
-    return (tm_vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#define TK_VW 8
+#define TK_NP 2 /* 4 x 2 ymm sums of the 16 registers */
+typedef float tk_vf __attribute__((vector_size(32)));
+typedef int32_t tk_vi __attribute__((vector_size(32)));
+static inline tk_vf tk_vf_fma(tk_vf a, tk_vf b, tk_vf c) {
+    return (tk_vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
 }
 #else
-#define TM_VW 8
-#define TM_NP 1
-typedef float tm_vf __attribute__((vector_size(32)));
-typedef int32_t tm_vi __attribute__((vector_size(32)));
-static inline tm_vf tm_vf_fma(tm_vf a, tm_vf b, tm_vf c) { return c + a * b; }
+#define TK_VW 8
+#define TK_NP 1
+typedef float tk_vf __attribute__((vector_size(32)));
+typedef int32_t tk_vi __attribute__((vector_size(32)));
+static inline tk_vf tk_vf_fma(tk_vf a, tk_vf b, tk_vf c) { return c + a * b; }
 #endif
-static inline tm_vf tm_vf_load(const float *p) { tm_vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void tm_vf_store(float *p, tm_vf v) { memcpy(p, &v, sizeof v); }
-static inline tm_vf tm_vf_set1(float x) { return x - (tm_vf){0}; } /* x - 0 keeps -0.0 */
+static inline tk_vf tk_vf_load(const float *p) { tk_vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void tk_vf_store(float *p, tk_vf v) { memcpy(p, &v, sizeof v); }
+static inline tk_vf tk_vf_set1(float x) { return x - (tk_vf){0}; } /* x - 0 keeps -0.0 */
 
-/* z / (1 + e^-z), TM_VW at a time. e^x: x clamped to [-87, 88] (no inf/NaN: silu's tails
+/* z / (1 + e^-z), TK_VW at a time. e^x: x clamped to [-87, 88] (no inf/NaN: silu's tails
  * are z and ~0 there), x = n ln2 + r with |r| <= ln2/2 (n rounded by the 1.5*2^23 trick,
  * ln2 in two parts), e^r by its degree-7 Taylor polynomial (truncation < 2e-9 relative),
  * times 2^n built in the exponent bits. ~2 ulp against expf. */
-static inline tm_vf tm_vf_silu(tm_vf z) {
-    tm_vf x = -z;
-    const tm_vi lo = x < tm_vf_set1(-87.0f), hi = x > tm_vf_set1(88.0f);
-    x = (tm_vf)(((tm_vi)x & ~(lo | hi)) | ((tm_vi)tm_vf_set1(-87.0f) & lo) |
-                ((tm_vi)tm_vf_set1(88.0f) & hi));
-    const tm_vf magic = tm_vf_set1(12582912.0f);
-    const tm_vf t = tm_vf_fma(x, tm_vf_set1(1.44269504f), magic);
-    const tm_vf nf = t - magic;
-    const tm_vi n = (tm_vi)t - (tm_vi)magic;
-    tm_vf r = tm_vf_fma(nf, tm_vf_set1(-0.693145752f), x);
-    r = tm_vf_fma(nf, tm_vf_set1(-1.42860677e-6f), r);
-    tm_vf p = tm_vf_set1(1.0f / 5040.0f);
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f / 720.0f));
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f / 120.0f));
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f / 24.0f));
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f / 6.0f));
-    p = tm_vf_fma(p, r, tm_vf_set1(0.5f));
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f));
-    p = tm_vf_fma(p, r, tm_vf_set1(1.0f));
-    const tm_vf e = p * (tm_vf)((n + 127) << 23);
-    return z / (tm_vf_set1(1.0f) + e);
+static inline tk_vf tk_vf_silu(tk_vf z) {
+    tk_vf x = -z;
+    const tk_vi lo = x < tk_vf_set1(-87.0f), hi = x > tk_vf_set1(88.0f);
+    x = (tk_vf)(((tk_vi)x & ~(lo | hi)) | ((tk_vi)tk_vf_set1(-87.0f) & lo) |
+                ((tk_vi)tk_vf_set1(88.0f) & hi));
+    const tk_vf magic = tk_vf_set1(12582912.0f);
+    const tk_vf t = tk_vf_fma(x, tk_vf_set1(1.44269504f), magic);
+    const tk_vf nf = t - magic;
+    const tk_vi n = (tk_vi)t - (tk_vi)magic;
+    tk_vf r = tk_vf_fma(nf, tk_vf_set1(-0.693145752f), x);
+    r = tk_vf_fma(nf, tk_vf_set1(-1.42860677e-6f), r);
+    tk_vf p = tk_vf_set1(1.0f / 5040.0f);
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f / 720.0f));
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f / 120.0f));
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f / 24.0f));
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f / 6.0f));
+    p = tk_vf_fma(p, r, tk_vf_set1(0.5f));
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f));
+    p = tk_vf_fma(p, r, tk_vf_set1(1.0f));
+    const tk_vf e = p * (tk_vf)((n + 127) << 23);
+    return z / (tk_vf_set1(1.0f) + e);
 }
 #endif
 
-static inline float TM_FN(silu_)(float x) { return x / (1.0f + expf(-x)); }
+static inline float TK_FN(silu_)(float x) { return x / (1.0f + expf(-x)); }
 
-static inline float TM_FN(dot_)(const float *restrict x, const float *restrict y, int n) {
-    tm_v16 acc = tm_v16_set1(0.0f);
+static inline float TK_FN(dot_)(const float *restrict x, const float *restrict y, int n) {
+    tk_v16 acc = tk_v16_set1(0.0f);
     int j = 0;
-    for (; j + 16 <= n; j += 16) acc += tm_v16_load(x + j) * tm_v16_load(y + j);
+    for (; j + 16 <= n; j += 16) acc += tk_v16_load(x + j) * tk_v16_load(y + j);
     float s = 0;
     for (; j < n; j++) s += x[j] * y[j];
     for (int u = 0; u < 16; u++) s += acc[u];
@@ -121,12 +122,12 @@ static inline float TM_FN(dot_)(const float *restrict x, const float *restrict y
  *   delta = (v - decay*kv) * beta;  o = decay*sq + (k.q) delta
  *   pending <- (decay, k, delta)
  * which is HF's S = S*g; delta = (v - S^T k) beta; S += k delta^T; o = S^T q. */
-void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
+void TK_FN(tern_gdn_head)(const tern_gdn_args *a, int conv_ch, int p) {
     const int dk = a->dk, dv = a->dv, C = conv_ch, nv = a->n_v, nk = a->n_k;
     const int r = nv / nk;
     const int kh = a->v_tiled ? p % nk : p / r;
     float *restrict S = a->state + (size_t)p * dk * dv;
-    float *restrict pend = a->state + (size_t)a->n_v * dk * dv + (size_t)p * (1 + dk + dv);
+    float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
     float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
     float kv[512] __attribute__((aligned(64))), sq[512] __attribute__((aligned(64)));
     float o[512] __attribute__((aligned(64)));
@@ -144,16 +145,16 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
         if (dv % 16 == 0) {
             /* 16-wide vector extension (zmm / 2 ymm / 4 xmm per ISA build) */
             const int nb = dv / 16;
-            const tm_v16 pdv = tm_v16_set1(pd);
+            const tk_v16 pdv = tk_v16_set1(pd);
             for (int i = 0; i < dk; i++) {
                 float *Si = S + (size_t)i * dv;
-                const tm_v16 ai = tm_v16_set1(pk[i]), ki = tm_v16_set1(k[i]),
-                             qi = tm_v16_set1(q[i]);
+                const tk_v16 ai = tk_v16_set1(pk[i]), ki = tk_v16_set1(k[i]),
+                             qi = tk_v16_set1(q[i]);
                 for (int jb = 0; jb < nb; jb++) {
-                    tm_v16 sv = tm_v16_load(Si + 16 * jb) * pdv + ai * tm_v16_load(pdl + 16 * jb);
-                    tm_v16_store(Si + 16 * jb, sv);
-                    tm_v16_store(kv + 16 * jb, tm_v16_load(kv + 16 * jb) + sv * ki);
-                    tm_v16_store(sq + 16 * jb, tm_v16_load(sq + 16 * jb) + sv * qi);
+                    tk_v16 sv = tk_v16_load(Si + 16 * jb) * pdv + ai * tk_v16_load(pdl + 16 * jb);
+                    tk_v16_store(Si + 16 * jb, sv);
+                    tk_v16_store(kv + 16 * jb, tk_v16_load(kv + 16 * jb) + sv * ki);
+                    tk_v16_store(sq + 16 * jb, tk_v16_load(sq + 16 * jb) + sv * qi);
                 }
             }
         } else {
@@ -168,7 +169,7 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
                 }
             }
         }
-        const float kq = TM_FN(dot_)(k, q, dk);
+        const float kq = TK_FN(dot_)(k, q, dk);
         for (int j = 0; j < dv; j++) {
             float d = (v[j] - decay * kv[j]) * beta;
             pdl[j] = d;
@@ -177,69 +178,69 @@ void TM_FN(tm_gdn_head)(const tm_gdn_args *a, int conv_ch, int p) {
         pend[0] = decay;
         for (int i = 0; i < dk; i++) pk[i] = k[i];
         /* gated RMSNorm: rmsnorm(o) * norm * silu(z) */
-        float ss = TM_FN(dot_)(o, o, dv);
+        float ss = TK_FN(dot_)(o, o, dv);
         const float inv = 1.0f / sqrtf(ss / (float)dv + a->eps);
         const float *z = a->z + (size_t)t * nv * dv + (size_t)p * dv;
         float *out = a->out + (size_t)t * nv * dv + (size_t)p * dv;
-        for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * TM_FN(silu_)(z[j]);
+        for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * TK_FN(silu_)(z[j]);
     }
 }
 
 /* ------------------------------------------- block-wise (chunked) GDN scan */
 
-/* One tile of gemm_: rows r < mr (<= 4) x TM_VW*np columns (np = TM_NP or 1, a constant
+/* One tile of gemm_: rows r < mr (<= 4) x TK_VW*np columns (np = TK_NP or 1, a constant
  * after inlining, so the 4 x np sums live in registers); rows past mr repeat row 0 and
  * are not stored. */
-static inline __attribute__((always_inline)) void TM_FN(gemm_tile_)(
+static inline __attribute__((always_inline)) void TK_FN(gemm_tile_)(
     const int np, int mr, int kd, const float *A, size_t lda, const float *B, size_t ldb,
     float *C, size_t ldc, const float *cs, const float *as) {
     const float *ar[4];
     for (int r = 0; r < 4; r++) ar[r] = A + (size_t)(r < mr ? r : 0) * lda;
-    tm_vf acc[4][TM_NP];
+    tk_vf acc[4][TK_NP];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
-        for (int u = 0; u < np; u++) acc[r][u] = tm_vf_set1(0.0f);
+        for (int u = 0; u < np; u++) acc[r][u] = tk_vf_set1(0.0f);
     for (int d = 0; d < kd; d++) {
         const float *b = B + (size_t)d * ldb;
-        tm_vf bv[TM_NP];
+        tk_vf bv[TK_NP];
 #pragma GCC unroll 4
-        for (int u = 0; u < np; u++) bv[u] = tm_vf_load(b + TM_VW * u);
+        for (int u = 0; u < np; u++) bv[u] = tk_vf_load(b + TK_VW * u);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const tm_vf av = tm_vf_set1(ar[r][d]);
+            const tk_vf av = tk_vf_set1(ar[r][d]);
 #pragma GCC unroll 4
-            for (int u = 0; u < np; u++) acc[r][u] = tm_vf_fma(av, bv[u], acc[r][u]);
+            for (int u = 0; u < np; u++) acc[r][u] = tk_vf_fma(av, bv[u], acc[r][u]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         if (r >= mr) break;
         float *c = C + (size_t)r * ldc;
-        const tm_vf sa = tm_vf_set1(as[r]);
+        const tk_vf sa = tk_vf_set1(as[r]);
 #pragma GCC unroll 4
         for (int u = 0; u < np; u++) {
-            tm_vf y = acc[r][u] * sa;
-            if (cs) y = tm_vf_fma(tm_vf_set1(cs[r]), tm_vf_load(c + TM_VW * u), y);
-            tm_vf_store(c + TM_VW * u, y);
+            tk_vf y = acc[r][u] * sa;
+            if (cs) y = tk_vf_fma(tk_vf_set1(cs[r]), tk_vf_load(c + TK_VW * u), y);
+            tk_vf_store(c + TK_VW * u, y);
         }
     }
 }
 
 /* C[r][c] = (cs ? cs[r]*C[r][c] : 0) + as[r] * sum_{d<kd} A[r*lda + d] * B[d*ldb + c] for
  * r < m, c < nc: the block scan's products (A, B, C row-major with strides in floats). Column
- * panels outside, so a panel of B stays in L1 across the row tiles; the last < TM_VW columns
+ * panels outside, so a panel of B stays in L1 across the row tiles; the last < TK_VW columns
  * are scalar. */
-static void TM_FN(gemm_)(int m, int nc, int kd, const float *A, size_t lda, const float *B,
+static void TK_FN(gemm_)(int m, int nc, int kd, const float *A, size_t lda, const float *B,
                          size_t ldb, float *C, size_t ldc, const float *cs, const float *as) {
     int c = 0;
-    for (; c + TM_VW * TM_NP <= nc; c += TM_VW * TM_NP)
+    for (; c + TK_VW * TK_NP <= nc; c += TK_VW * TK_NP)
         for (int r = 0; r < m; r += 4)
-            TM_FN(gemm_tile_)(TM_NP, m - r < 4 ? m - r : 4, kd, A + (size_t)r * lda, lda, B + c,
+            TK_FN(gemm_tile_)(TK_NP, m - r < 4 ? m - r : 4, kd, A + (size_t)r * lda, lda, B + c,
                               ldb, C + (size_t)r * ldc + c, ldc, cs ? cs + r : NULL, as + r);
-    for (; c + TM_VW <= nc; c += TM_VW)
+    for (; c + TK_VW <= nc; c += TK_VW)
         for (int r = 0; r < m; r += 4)
-            TM_FN(gemm_tile_)(1, m - r < 4 ? m - r : 4, kd, A + (size_t)r * lda, lda, B + c,
+            TK_FN(gemm_tile_)(1, m - r < 4 ? m - r : 4, kd, A + (size_t)r * lda, lda, B + c,
                               ldb, C + (size_t)r * ldc + c, ldc, cs ? cs + r : NULL, as + r);
     for (; c < nc; c++)
         for (int r = 0; r < m; r++) {
@@ -250,46 +251,46 @@ static void TM_FN(gemm_)(int m, int nc, int kd, const float *A, size_t lda, cons
         }
 }
 
-/* Columns [c, c+TM_VW*np) of row i in the block's forward substitution (see below):
+/* Columns [c, c+TK_VW*np) of row i in the block's forward substitution (see below):
  *   V'_i = beta_i R_i - sum_{j<i} A_ij V'_j   (R_i, then V'_i, in row i of V)
  *   O_i += sum_{j<=i} M_ij V'_j */
-static inline __attribute__((always_inline)) void TM_FN(subst_panel_)(
+static inline __attribute__((always_inline)) void TK_FN(subst_panel_)(
     const int np, int i, int c, float *V, size_t ldv, float *O, const float *ai,
     const float *mi, float beta) {
-    tm_vf av[TM_NP], ao[TM_NP];
+    tk_vf av[TK_NP], ao[TK_NP];
     float *vi = V + (size_t)i * ldv + c, *oi = O + c;
-    const tm_vf bv = tm_vf_set1(beta);
+    const tk_vf bv = tk_vf_set1(beta);
 #pragma GCC unroll 4
     for (int u = 0; u < np; u++) {
-        av[u] = tm_vf_load(vi + TM_VW * u) * bv;
-        ao[u] = tm_vf_load(oi + TM_VW * u);
+        av[u] = tk_vf_load(vi + TK_VW * u) * bv;
+        ao[u] = tk_vf_load(oi + TK_VW * u);
     }
     for (int j = 0; j < i; j++) {
         const float *vj = V + (size_t)j * ldv + c;
-        const tm_vf na = tm_vf_set1(-ai[j]), m = tm_vf_set1(mi[j]);
+        const tk_vf na = tk_vf_set1(-ai[j]), m = tk_vf_set1(mi[j]);
 #pragma GCC unroll 4
         for (int u = 0; u < np; u++) {
-            const tm_vf x = tm_vf_load(vj + TM_VW * u);
-            av[u] = tm_vf_fma(na, x, av[u]);
-            ao[u] = tm_vf_fma(m, x, ao[u]);
+            const tk_vf x = tk_vf_load(vj + TK_VW * u);
+            av[u] = tk_vf_fma(na, x, av[u]);
+            ao[u] = tk_vf_fma(m, x, ao[u]);
         }
     }
-    const tm_vf mii = tm_vf_set1(mi[i]);
+    const tk_vf mii = tk_vf_set1(mi[i]);
 #pragma GCC unroll 4
     for (int u = 0; u < np; u++) {
-        tm_vf_store(vi + TM_VW * u, av[u]);
-        tm_vf_store(oi + TM_VW * u, tm_vf_fma(mii, av[u], ao[u]));
+        tk_vf_store(vi + TK_VW * u, av[u]);
+        tk_vf_store(oi + TK_VW * u, tk_vf_fma(mii, av[u], ao[u]));
     }
 }
 
-/* A block holds at most min(TM_GDN_BLK, TM_GDN_KV / max(dk, dv)) tokens (a multiple of 16:
+/* A block holds at most min(TK_GDN_BLK, TK_GDN_KV / max(dk, dv)) tokens (a multiple of 16:
  * 64 for 128-wide heads, 16 for 512), so its K^T (dk x block), V' (block x dv) and two
  * block x block matrices take 96 KiB of stack whatever the head size (the back-end uses
  * blocks for dk, dv <= 512). */
-#define TM_GDN_KV 8192
-#define TM_GDN_BLK 64
+#define TK_GDN_KV 8192
+#define TK_GDN_BLK 64
 
-/* The same recurrence as tm_gdn_head over the chunk's rows, block by block (the WY / UT
+/* The same recurrence as tern_gdn_head over the chunk's rows, block by block (the WY / UT
  * form of the delta rule, as in transformers' torch_chunk_gated_delta_rule). In a block
  * of n tokens with incoming state S0, decay products E_ij = prod_{j<s<=i} decay_s (<= 1;
  * running products, never a quotient) and e_i = E_i,-1 = prod_{s<=i} decay_s:
@@ -301,13 +302,13 @@ static inline __attribute__((always_inline)) void TM_FN(subst_panel_)(
  * so S is read three times and written once per block, and the work is GEMMs with the
  * sums in registers. The pending update is folded into S first and left empty
  * (pd = 1, pk = pdl = 0), so decode steps continue from it. */
-void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
+void TK_FN(tern_gdn_head_blocks)(const tern_gdn_args *a, int conv_ch, int p) {
     const int dk = a->dk, dv = a->dv, C = conv_ch, nv = a->n_v, nk = a->n_k;
     const int r = nv / nk;
     const int kh = a->v_tiled ? p % nk : p / r;
     const size_t ov = (size_t)nv * dv;
     float *restrict S = a->state + (size_t)p * dk * dv;
-    float *restrict pend = a->state + (size_t)a->n_v * dk * dv + (size_t)p * (1 + dk + dv);
+    float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
     float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
     /* fold the pending rank-1 update (none after a block scan: pd = 1, pk = pdl = 0) */
     bool folded = pend[0] == 1.0f;
@@ -318,25 +319,25 @@ void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
             float *Si = S + (size_t)i * dv;
             const float ai = pk[i];
             int j = 0;
-            for (; j + TM_VW <= dv; j += TM_VW)
-                tm_vf_store(Si + j, tm_vf_fma(tm_vf_set1(ai), tm_vf_load(pdl + j),
-                                              tm_vf_load(Si + j) * tm_vf_set1(pd)));
+            for (; j + TK_VW <= dv; j += TK_VW)
+                tk_vf_store(Si + j, tk_vf_fma(tk_vf_set1(ai), tk_vf_load(pdl + j),
+                                              tk_vf_load(Si + j) * tk_vf_set1(pd)));
             for (; j < dv; j++) Si[j] = Si[j] * pd + ai * pdl[j];
         }
         pend[0] = 1.0f;
         memset(pk, 0, (size_t)(dk + dv) * sizeof(float));
     }
 
-    int bmax = TM_GDN_KV / (dk > dv ? dk : dv) / 16 * 16;
-    if (bmax > TM_GDN_BLK) bmax = TM_GDN_BLK;
+    int bmax = TK_GDN_KV / (dk > dv ? dk : dv) / 16 * 16;
+    if (bmax > TK_GDN_BLK) bmax = TK_GDN_BLK;
     const int ldk = bmax;
     /* V' lives in vb (rows dv apart): the work rows are conv_ch apart, often a multiple of
      * 4 KiB, and a block of them would share a handful of L1 sets */
-    float kt[TM_GDN_KV] __attribute__((aligned(64)));
-    float vb[TM_GDN_KV] __attribute__((aligned(64)));
-    float kk[TM_GDN_BLK * TM_GDN_BLK] __attribute__((aligned(64)));
-    float qk[TM_GDN_BLK * TM_GDN_BLK] __attribute__((aligned(64)));
-    float dec[TM_GDN_BLK], beta[TM_GDN_BLK], eg[TM_GDN_BLK], neg[TM_GDN_BLK], ecol[TM_GDN_BLK];
+    float kt[TK_GDN_KV] __attribute__((aligned(64)));
+    float vb[TK_GDN_KV] __attribute__((aligned(64)));
+    float kk[TK_GDN_BLK * TK_GDN_BLK] __attribute__((aligned(64)));
+    float qk[TK_GDN_BLK * TK_GDN_BLK] __attribute__((aligned(64)));
+    float dec[TK_GDN_BLK], beta[TK_GDN_BLK], eg[TK_GDN_BLK], neg[TK_GDN_BLK], ecol[TK_GDN_BLK];
     float ones[512], glast[512];
     for (int i = 0; i < 512; i++) ones[i] = 1.0f;
     const int nblk = (a->rows + bmax - 1) / bmax;
@@ -371,15 +372,15 @@ void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
         for (int j = 0; j < n; j++)
             memcpy(V + (size_t)j * dv, Vin + (size_t)j * C, dv * sizeof(float));
         /* R (unscaled by beta) = V - diag(e) K S0;  O = diag(e) Q S0 */
-        TM_FN(gemm_)(n, dv, dk, K, C, S, dv, V, dv, ones, neg);
-        TM_FN(gemm_)(n, dv, dk, Q, C, S, dv, O, ov, NULL, eg);
+        TK_FN(gemm_)(n, dv, dk, K, C, S, dv, V, dv, ones, neg);
+        TK_FN(gemm_)(n, dv, dk, Q, C, S, dv, O, ov, NULL, eg);
         /* k_i.k_j and q_i.k_j on and below the diagonal (4-row tiles; columns up to the
          * next multiple of 16, K^T's zero padding) */
         for (int i0 = 0; i0 < n; i0 += 4) {
             const int mr = n - i0 < 4 ? n - i0 : 4, nc = (i0 + mr + 15) / 16 * 16;
-            TM_FN(gemm_)(mr, nc, dk, K + (size_t)i0 * C, C, kt, ldk, kk + (size_t)i0 * ldk, ldk,
+            TK_FN(gemm_)(mr, nc, dk, K + (size_t)i0 * C, C, kt, ldk, kk + (size_t)i0 * ldk, ldk,
                          NULL, ones);
-            TM_FN(gemm_)(mr, nc, dk, Q + (size_t)i0 * C, C, kt, ldk, qk + (size_t)i0 * ldk, ldk,
+            TK_FN(gemm_)(mr, nc, dk, Q + (size_t)i0 * C, C, kt, ldk, qk + (size_t)i0 * ldk, ldk,
                          NULL, ones);
         }
         for (int i = 0; i < n; i++) {
@@ -398,10 +399,10 @@ void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
             const float *ai = kk + (size_t)i * ldk, *mi = qk + (size_t)i * ldk;
             float *oi = O + (size_t)i * ov;
             int c = 0;
-            for (; c + TM_VW * TM_NP <= dv; c += TM_VW * TM_NP)
-                TM_FN(subst_panel_)(TM_NP, i, c, V, dv, oi, ai, mi, beta[i]);
-            for (; c + TM_VW <= dv; c += TM_VW)
-                TM_FN(subst_panel_)(1, i, c, V, dv, oi, ai, mi, beta[i]);
+            for (; c + TK_VW * TK_NP <= dv; c += TK_VW * TK_NP)
+                TK_FN(subst_panel_)(TK_NP, i, c, V, dv, oi, ai, mi, beta[i]);
+            for (; c + TK_VW <= dv; c += TK_VW)
+                TK_FN(subst_panel_)(1, i, c, V, dv, oi, ai, mi, beta[i]);
             for (; c < dv; c++) {
                 float sv = beta[i] * V[(size_t)i * dv + c], so = oi[c];
                 for (int j = 0; j < i; j++) {
@@ -417,30 +418,30 @@ void TM_FN(tm_gdn_head_blocks)(const tm_gdn_args *a, int conv_ch, int p) {
         for (int j = 0; j < n; j++) {
             float *vj = V + (size_t)j * dv;
             int c = 0;
-            for (; c + TM_VW <= dv; c += TM_VW)
-                tm_vf_store(vj + c, tm_vf_load(vj + c) * tm_vf_set1(ecol[j]));
+            for (; c + TK_VW <= dv; c += TK_VW)
+                tk_vf_store(vj + c, tk_vf_load(vj + c) * tk_vf_set1(ecol[j]));
             for (; c < dv; c++) vj[c] *= ecol[j];
         }
         for (int i = 0; i < dk; i++) glast[i] = eg[n - 1];
-        TM_FN(gemm_)(dk, dv, n, kt, ldk, V, dv, S, dv, glast, ones);
+        TK_FN(gemm_)(dk, dv, n, kt, ldk, V, dv, S, dv, glast, ones);
         /* gated RMSNorm: rmsnorm(o) * norm * silu(z) */
         for (int i = 0; i < n; i++) {
             float *o = O + (size_t)i * ov;
-            const float ss = TM_FN(dot_)(o, o, dv);
+            const float ss = TK_FN(dot_)(o, o, dv);
             const float inv = 1.0f / sqrtf(ss / (float)dv + a->eps);
             const float *z = a->z + (size_t)(t0 + i) * ov + (size_t)p * dv;
             int j = 0;
-            for (; j + TM_VW <= dv; j += TM_VW)
-                tm_vf_store(o + j, tm_vf_load(o + j) * tm_vf_set1(inv) *
-                                       tm_vf_load(a->norm + j) * tm_vf_silu(tm_vf_load(z + j)));
-            for (; j < dv; j++) o[j] = o[j] * inv * a->norm[j] * TM_FN(silu_)(z[j]);
+            for (; j + TK_VW <= dv; j += TK_VW)
+                tk_vf_store(o + j, tk_vf_load(o + j) * tk_vf_set1(inv) *
+                                       tk_vf_load(a->norm + j) * tk_vf_silu(tk_vf_load(z + j)));
+            for (; j < dv; j++) o[j] = o[j] * inv * a->norm[j] * TK_FN(silu_)(z[j]);
         }
         t0 += n;
     }
 }
 
 /* Causal softmax attention of query head h for every row of the chunk. */
-void TM_FN(tm_attn_head)(const tm_attn_args *a, int h) {
+void TK_FN(tern_attn_head)(const tern_attn_args *a, int h) {
     const int group = a->n_head / a->n_head_kv, kvh = h / group, hd = a->head_dim;
     const size_t kvw = (size_t)a->n_head_kv * hd;
     float *sc = a->scratch + (size_t)h * (a->pos0 + a->rows);
@@ -449,7 +450,7 @@ void TM_FN(tm_attn_head)(const tm_attn_args *a, int h) {
         const int np = a->pos0 + i + 1;
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
-            float s = TM_FN(dot_)(q, a->kcache + p * kvw + (size_t)kvh * hd, hd) * a->scale;
+            float s = TK_FN(dot_)(q, a->kcache + p * kvw + (size_t)kvh * hd, hd) * a->scale;
             sc[p] = s;
             if (s > mx) mx = s;
         }
@@ -465,9 +466,9 @@ void TM_FN(tm_attn_head)(const tm_attn_args *a, int h) {
             const float *restrict v = a->vcache + p * kvw + (size_t)kvh * hd;
             const float w = sc[p] * inv;
             int j = 0;
-            const tm_v16 wv = tm_v16_set1(w);
+            const tk_v16 wv = tk_v16_set1(w);
             for (; j + 16 <= hd; j += 16)
-                tm_v16_store(o + j, tm_v16_load(o + j) + wv * tm_v16_load(v + j));
+                tk_v16_store(o + j, tk_v16_load(o + j) + wv * tk_v16_load(v + j));
             for (; j < hd; j++) o[j] += w * v[j];
         }
     }

@@ -1,9 +1,10 @@
 /*
- * test_gdn_chunk.c - the CPU back-end's GDN call (tm_backend_cpu()->gdn: conv + SiLU,
+ * test_kernels_gdn.c - the kernel library's GDN call (kernels.h tern_gdn: conv + SiLU,
  * L2 norms, delta-rule recurrence, gated norm) by its two scans: the block-wise one
- * (one call over all rows, TERN_GDN_BLOCKS=1 so even 1 and 5 rows take it) and the token
- * walk (one call per row, TERN_GDN_BLOCKS=0), both against a float64 scalar reference of
- * the sequential recurrence written here, for every ISA this CPU has.
+ * (one call over all rows, TERN_GDN_BLOCKS so even 1 and 5 rows take it) and the token
+ * walk (one call per row, TERN_GDN_WALK), both against a float64 scalar reference of
+ * the sequential recurrence written here, for every ISA this CPU has (the NEON build
+ * runs it under qemu).
  *
  * Shapes are awkward on purpose: rows 1, 5, 63, 64, 65, 130 (partial and balanced
  * blocks), dk/dv 16..256 (not multiples of 16, 4-row tails, dk = 256 gives 32-token
@@ -24,7 +25,7 @@
  */
 #include "check.h"
 #include "kernels/kernels.h"
-#include "model/backend.h"
+#include "kernels/cpu/internal.h"
 
 #include <stdint.h>
 
@@ -166,29 +167,17 @@ static void reference(const ginput *in, double *out, double *S) {
     free(x), free(kv), free(d);
 }
 
-/* CPU back-end instances of 1 and 2 threads (NULL pool: one thread). */
-static tm_backend *g_be[3];
-static tm_backend *cpu_be(tern_pool *pool) {
-    int nt = pool ? tern_pool_size(pool) : 1;
-    if (nt > 2) nt = 2;
-    if (!g_be[nt]) {
-        tm_backend_params p = {.n_threads = nt};
-        if (tm_backend_create("cpu", &p, &g_be[nt]) != TERN_OK) abort();
-    }
-    return g_be[nt];
-}
-
 /* Run the back-end on the input: one call over all rows (step = rows) or one per row. */
 typedef struct {
     float *out, *S, *conv_state; /* out [rows][nv*dv], S = final S_true */
 } gresult;
 
-static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *res) {
+static void run_backend(const ginput *in, int step, tern_gdn_scan scan, tern_pool *pool,
+                        gresult *res) {
     const gcase g = in->g;
     const int C = in->C, K = in->K, T = g.rows, nv = g.nv, dk = g.dk, dv = g.dv;
     const size_t st_n = (size_t)nv * dk * dv, pe_n = (size_t)nv * (1 + dk + dv);
-    /* the CPU back-end's GDN state: S then the pending update */
-    float *state = malloc(sizeof(float) * (st_n + pe_n)), *pend = state + st_n;
+    float *state = malloc(sizeof(float) * st_n), *pend = malloc(sizeof(float) * pe_n);
     float *work = malloc(sizeof(float) * (size_t)step * C);
     res->conv_state = malloc(sizeof(float) * (K - 1) * C);
     res->out = malloc(sizeof(float) * (size_t)T * nv * dv);
@@ -198,15 +187,14 @@ static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *re
     memcpy(res->conv_state, in->conv_state, sizeof(float) * (K - 1) * C);
     for (int t0 = 0; t0 < T; t0 += step) {
         int n = T - t0 < step ? T - t0 : step;
-        tm_gdn_args a = {.qkv = in->qkv + (size_t)t0 * C, .z = in->z + (size_t)t0 * nv * dv,
+        tern_gdn_args a = {.qkv = in->qkv + (size_t)t0 * C, .z = in->z + (size_t)t0 * nv * dv,
                          .a = in->a + (size_t)t0 * nv, .b = in->b + (size_t)t0 * nv,
                          .conv_w = in->conv_w, .ssm_a = in->ssm_a, .dt_bias = in->dt_bias,
                          .norm = in->norm, .conv_state = res->conv_state, .state = state,
-                         .out = res->out + (size_t)t0 * nv * dv, .work = work,
+                         .pending = pend, .out = res->out + (size_t)t0 * nv * dv, .work = work,
                          .rows = n, .n_k = g.nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = K,
                          .v_tiled = g.v_tiled, .eps = 1e-6f};
-        tm_backend *be = cpu_be(pool);
-        be->ops->gdn(be, &a);
+        tern_gdn_with(&a, scan, pool);
     }
     for (int p = 0; p < nv; p++) {
         const float *pe = pend + (size_t)p * (1 + dk + dv);
@@ -216,7 +204,7 @@ static void run_backend(const ginput *in, int step, tern_pool *pool, gresult *re
                 res->S[o] = pe[0] * state[o] + pe[1 + i] * pe[1 + dk + j];
             }
     }
-    free(state), free(work);
+    free(state), free(pend), free(work);
 }
 
 static double rel_err(const float *x, const double *ref, size_t n) {
@@ -229,11 +217,6 @@ static double rel_err(const float *x, const double *ref, size_t n) {
     return m > 0 ? e / m : e;
 }
 
-static void set_blocks(const char *v) {
-    setenv("TERN_GDN_BLOCKS", v, 1);
-    tm_backend_cpu_select();
-}
-
 static double g_worst_blocks, g_worst_walk;
 
 static void check_case(gcase g, tern_pool *pool, const char *isa) {
@@ -243,10 +226,8 @@ static void check_case(gcase g, tern_pool *pool, const char *isa) {
     double *ro = malloc(sizeof(double) * on), *rs = malloc(sizeof(double) * sn);
     reference(&in, ro, rs);
     gresult blk, walk;
-    set_blocks("1");
-    run_backend(&in, g.rows, pool, &blk);
-    set_blocks("0");
-    run_backend(&in, 1, NULL, &walk);
+    run_backend(&in, g.rows, TERN_GDN_BLOCKS, pool, &blk);
+    run_backend(&in, 1, TERN_GDN_WALK, NULL, &walk);
     double eo_b = rel_err(blk.out, ro, on), es_b = rel_err(blk.S, rs, sn);
     double eo_w = rel_err(walk.out, ro, on), es_w = rel_err(walk.S, rs, sn);
     const double tol = 1e-4;
@@ -299,16 +280,12 @@ TEST(gdn_blocks_match_walk_and_reference) {
     }
     tern_pool_free(pool);
     tern_kernels_force(best);
-    unsetenv("TERN_GDN_BLOCKS");
-    tm_backend_cpu_select();
 }
 
 /* The default threshold: a long call and the same rows split into short calls agree
  * (whichever scan each takes), with state handed over between them. */
 TEST(gdn_default_threshold_mixed_calls) {
     tern_kernels_init();
-    unsetenv("TERN_GDN_BLOCKS");
-    tm_backend_cpu_select();
     gcase g = {130, 2, 4, 64, 64, true, 2, true};
     ginput in;
     input_new(&in, g);
@@ -318,7 +295,7 @@ TEST(gdn_default_threshold_mixed_calls) {
     const int steps[] = {130, 7, 40, 3};
     for (int i = 0; i < 4; i++) {
         gresult res;
-        run_backend(&in, steps[i], NULL, &res);
+        run_backend(&in, steps[i], TERN_GDN_AUTO, NULL, &res);
         double eo = rel_err(res.out, ro, on), es = rel_err(res.S, rs, sn);
         CHECK_MSG(eo < 1e-4 && es < 1e-4, "calls of %d rows: out %.3g S %.3g", steps[i], eo, es);
         free(res.out), free(res.S), free(res.conv_state);
@@ -329,21 +306,20 @@ TEST(gdn_default_threshold_mixed_calls) {
 
 /* ------------------------------------------------------------------ timing */
 
-static double time_call(const ginput *in, int rows, float *work, float *out, float *state,
-                        float *pend, float *cs) {
+static double time_call(const ginput *in, int rows, tern_gdn_scan scan, float *work, float *out,
+                        float *state, float *pend, float *cs) {
     const gcase g = in->g;
     const size_t st_n = (size_t)g.nv * g.dk * g.dv, pe_n = (size_t)g.nv * (1 + g.dk + g.dv);
     memcpy(state, in->state, sizeof(float) * st_n);
     memcpy(pend, in->pending, sizeof(float) * pe_n);
     memcpy(cs, in->conv_state, sizeof(float) * (in->K - 1) * in->C);
-    tm_gdn_args a = {.qkv = in->qkv, .z = in->z, .a = in->a, .b = in->b, .conv_w = in->conv_w,
+    tern_gdn_args a = {.qkv = in->qkv, .z = in->z, .a = in->a, .b = in->b, .conv_w = in->conv_w,
                      .ssm_a = in->ssm_a, .dt_bias = in->dt_bias, .norm = in->norm,
-                     .conv_state = cs, .state = state, .out = out,
+                     .conv_state = cs, .state = state, .pending = pend, .out = out,
                      .work = work, .rows = rows, .n_k = g.nk, .n_v = g.nv, .dk = g.dk,
                      .dv = g.dv, .conv_k = in->K, .v_tiled = g.v_tiled, .eps = 1e-6f};
     double t0 = tern_now_s();
-    tm_backend *be = cpu_be(NULL);
-    be->ops->gdn(be, &a);
+    tern_gdn_with(&a, scan, NULL);
     return tern_now_s() - t0;
 }
 
@@ -351,7 +327,6 @@ TEST(gdn_bench) {
     const char *e = getenv("TERN_GDN_BENCH");
     if (!e || !*e || !strcmp(e, "0")) return;
     tern_kernels_init();
-    tm_backend_cpu_select();
     const struct { const char *name; int nk, nv; } models[] = {{"embedded (nv 8)", 4, 8},
                                                                 {"27B (nv 48)", 16, 48}};
     const int rows[] = {2, 4, 8, 16, 32, 64, 128, 512};
@@ -361,15 +336,15 @@ TEST(gdn_bench) {
         input_new(&in, g);
         float *work = malloc(sizeof(float) * 512 * in.C);
         float *out = malloc(sizeof(float) * 512 * g.nv * g.dv);
-        float *state = malloc(sizeof(float) * (g.nv * g.dk * g.dv + g.nv * (1 + g.dk + g.dv)));
-        float *pend = state + (size_t)g.nv * g.dk * g.dv;
+        float *state = malloc(sizeof(float) * g.nv * g.dk * g.dv);
+        float *pend = malloc(sizeof(float) * g.nv * (1 + g.dk + g.dv));
         float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
             double best[2] = {1e9, 1e9};
             for (int rep = 0; rep < 7; rep++)
                 for (int v = 0; v < 2; v++) { /* interleaved: walk, blocks */
-                    set_blocks(v ? "1" : "0");
-                    double t = time_call(&in, rows[r], work, out, state, pend, cs);
+                    double t = time_call(&in, rows[r], v ? TERN_GDN_BLOCKS : TERN_GDN_WALK,
+                                         work, out, state, pend, cs);
                     if (t < best[v]) best[v] = t;
                 }
             fprintf(stderr, "  %-16s rows %4d: walk %8.1f us, blocks %8.1f us (%.2fx), "
@@ -377,54 +352,37 @@ TEST(gdn_bench) {
                     models[m].name, rows[r], best[0] * 1e6, best[1] * 1e6, best[0] / best[1],
                     best[0] * 1e6 / rows[r] / g.nv, best[1] * 1e6 / rows[r] / g.nv);
         }
-        free(work), free(out), free(state), free(cs);
+        free(work), free(out), free(state), free(pend), free(cs);
         input_free(&in);
     }
-    unsetenv("TERN_GDN_BLOCKS");
-    tm_backend_cpu_select();
 }
 
 /* The per-head loops alone (no conv / L2 norms): each ISA's walk and block scan over the
  * value heads of one call, on work rows prepared once by the back-end. */
-typedef void (*head_fn)(const tm_gdn_args *a, int conv_ch, int p);
-void tm_gdn_head_generic(const tm_gdn_args *a, int conv_ch, int p);
-void tm_gdn_head_blocks_generic(const tm_gdn_args *a, int conv_ch, int p);
-#if defined(TERN_HAVE_X86)
-void tm_gdn_head_avx2(const tm_gdn_args *a, int conv_ch, int p);
-void tm_gdn_head_blocks_avx2(const tm_gdn_args *a, int conv_ch, int p);
-void tm_gdn_head_avx512(const tm_gdn_args *a, int conv_ch, int p);
-void tm_gdn_head_blocks_avx512(const tm_gdn_args *a, int conv_ch, int p);
-#endif
-
 TEST(gdn_bench_heads) {
     const char *e = getenv("TERN_GDN_BENCH");
     if (!e || !*e || !strcmp(e, "0")) return;
     tern_kernels_init();
     tern_isa best = tern_kernels_isa();
-    struct { tern_isa isa; head_fn walk, blocks; } v[3] = {
-        {TERN_ISA_SCALAR, tm_gdn_head_generic, tm_gdn_head_blocks_generic},
-#if defined(TERN_HAVE_X86)
-        {TERN_ISA_AVX2, tm_gdn_head_avx2, tm_gdn_head_blocks_avx2},
-        {TERN_ISA_AVX512, tm_gdn_head_avx512, tm_gdn_head_blocks_avx512},
-#endif
-    };
+    const tern_isa v[4] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
     const int rows = 64;
     gcase g = {rows, 16, 48, 128, 128, true, 2, true};
     ginput in;
     input_new(&in, g);
     const size_t st_n = (size_t)g.nv * g.dk * g.dv, pe_n = (size_t)g.nv * (1 + g.dk + g.dv);
     float *work = malloc(sizeof(float) * rows * in.C), *out = malloc(sizeof(float) * rows * g.nv * g.dv);
-    float *state = malloc(sizeof(float) * (st_n + pe_n)), *pend = state + st_n;
+    float *state = malloc(sizeof(float) * st_n), *pend = malloc(sizeof(float) * pe_n);
     float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
     float *work0 = malloc(sizeof(float) * rows * in.C);
-    time_call(&in, rows, work0, out, state, pend, cs); /* conv + L2 norms into work0 */
-    tm_gdn_args a = {.qkv = in.qkv, .z = in.z, .a = in.a, .b = in.b, .conv_w = in.conv_w,
+    time_call(&in, rows, TERN_GDN_WALK, work0, out, state, pend, cs); /* conv + L2 norms */
+    tern_gdn_args a = {.qkv = in.qkv, .z = in.z, .a = in.a, .b = in.b, .conv_w = in.conv_w,
                      .ssm_a = in.ssm_a, .dt_bias = in.dt_bias, .norm = in.norm, .conv_state = cs,
-                     .state = state, .out = out, .work = work, .rows = rows,
+                     .state = state, .pending = pend, .out = out, .work = work, .rows = rows,
                      .n_k = g.nk, .n_v = g.nv, .dk = g.dk, .dv = g.dv, .conv_k = in.K,
                      .v_tiled = g.v_tiled, .eps = 1e-6f};
-    for (int i = 0; i < 3; i++) {
-        if (!v[i].walk || !tern_kernels_force(v[i].isa)) continue;
+    for (int i = 0; i < 4; i++) {
+        if (!tern_kernels_force(v[i])) continue;
+        const tern_gdn_head_fn walk = tern_kern_get()->gdn_head, blocks = tern_kern_get()->gdn_blocks;
         double bt[2] = {1e9, 1e9};
         for (int rep = 0; rep < 9; rep++)
             for (int k = 0; k < 2; k++) {
@@ -432,17 +390,17 @@ TEST(gdn_bench_heads) {
                 memcpy(state, in.state, sizeof(float) * st_n);
                 memcpy(pend, in.pending, sizeof(float) * pe_n);
                 double t0 = tern_now_s();
-                for (int p = 0; p < g.nv; p++) (k ? v[i].blocks : v[i].walk)(&a, in.C, p);
+                for (int p = 0; p < g.nv; p++) (k ? blocks : walk)(&a, in.C, p);
                 double t = tern_now_s() - t0;
                 if (t < bt[k]) bt[k] = t;
             }
         fprintf(stderr, "  heads only, %-6s 48 heads x %d rows: walk %.2f, blocks %.2f us per "
                         "token-head (%.2fx), 1 thread\n",
-                tern_isa_name(v[i].isa), rows, bt[0] * 1e6 / rows / g.nv,
+                tern_isa_name(v[i]), rows, bt[0] * 1e6 / rows / g.nv,
                 bt[1] * 1e6 / rows / g.nv, bt[0] / bt[1]);
     }
     tern_kernels_force(best);
-    free(work), free(work0), free(out), free(state), free(cs);
+    free(work), free(work0), free(out), free(state), free(pend), free(cs);
     input_free(&in);
 }
 

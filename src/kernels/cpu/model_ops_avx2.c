@@ -1,0 +1,10 @@
+/* model_ops_avx2.c - the model ops' per-head loops (model_ops.h) compiled with avx2 flags. */
+#define TK_SFX _avx2
+#include "kernels/cpu/model_ops.h"
+
+void tern_model_avx2_fill(tern_kern_table *t) {
+    t->gdn_head = tern_gdn_head_avx2;
+    t->gdn_blocks = tern_gdn_head_blocks_avx2;
+    t->attn_head = tern_attn_head_avx2;
+    t->gdn_block_min = TERN_GDN_BLOCK_MIN_FMA;
+}
