@@ -32,10 +32,6 @@ extern "C" {
 #define TERN_API
 #endif
 
-#define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 1
-#define TERN_VERSION_PATCH 0
-
 /* ===================================================================== core */
 
 typedef enum tern_status {
@@ -56,6 +52,7 @@ typedef enum tern_status {
 TERN_API const char *tern_status_str(tern_status s);
 /* Message of the last failure on this thread ("" when none). */
 TERN_API const char *tern_last_error(void);
+/* "MAJOR.MINOR.PATCH", from CMakeLists.txt project(VERSION) (the one place it is set). */
 TERN_API const char *tern_version(void);
 
 typedef enum tern_log_level {
@@ -114,7 +111,6 @@ TERN_API tern_status tern_quantize_model(const char *hf_dir, const char *out_ggu
 /* Random-weight model with real shapes (`tern synth`); n_layers 0: the preset's. */
 TERN_API tern_status tern_synth_model(const char *preset, uint64_t seed, int n_layers,
                                       const char *out_gguf, tern_progress_fn progress, void *user);
-/* @@FORMATS@@ */
 
 /* ================================================================== kernels */
 
@@ -164,7 +160,6 @@ TERN_API int tern_get_threads(void);
 /* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
  * the environment variable TERN_ISA can lower it. */
 TERN_API const char *tern_kernel_isa(void);
-/* @@KERNELS@@ */
 
 /* ==================================================================== model */
 
@@ -257,7 +252,6 @@ TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32
 TERN_API const float *tern_session_logits(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);
-/* @@MODEL@@ */
 
 /* ===================================================================== text */
 
@@ -445,7 +439,6 @@ TERN_API void tern_gen_result_free(tern_gen_result *r);
  * longest tail that is a proper prefix of a stop string. Empty strings never match. */
 TERN_API size_t tern_stop_scan(const char *text, size_t len, size_t before, const char *const *stop,
                                size_t n_stop, bool *matched);
-/* @@TEXT@@ */
 
 #ifdef __cplusplus
 }
