@@ -150,6 +150,10 @@ const tern_backend *tm_backend_cuda(void);
 tern_status tm_backend_cuda_init(void);
 /* Device description ("" when none). */
 const char *tm_backend_cuda_device(void);
+/* How many sessions a batched decode step (tern_session_eval_batch) should group
+ * on this back-end: tern_model_batch_hint(). */
+int tm_backend_cpu_batch_hint(void);
+int tm_backend_cuda_batch_hint(void);
 /* Choose the CPU hot-loop variant for tern_kernels_isa() (called at model load). */
 void tm_backend_cpu_select(void);
 

@@ -318,3 +318,9 @@ static const tern_backend g_cpu = {
 };
 
 const tern_backend *tm_backend_cpu(void) { return &g_cpu; }
+
+/* Batched decode groups of 5: below 6 rows the kernels' GEMV path is used, so a
+ * batch is bit-identical to stepping each session alone (test_batch), and from 6
+ * the AVX-512 matmul switches to its GEMM kernel (within 1e-3, not identical);
+ * on 2 cores 5 was also the fastest group (docs/performance.md). */
+int tm_backend_cpu_batch_hint(void) { return 5; }

@@ -210,3 +210,6 @@ double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passe
 }
 
 #endif
+
+/* Batched decode group size on the GPU (the batched GEMV tiles 4 rows; not yet measured). */
+int tm_backend_cuda_batch_hint(void) { return 16; }

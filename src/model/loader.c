@@ -110,6 +110,11 @@ void tern_model_free(tern_model *m) {
 
 const tern_model_info *tern_model_get_info(const tern_model *m) { return m ? &m->info : NULL; }
 
+int tern_model_batch_hint(const tern_model *m) {
+    if (!m) return 1;
+    return m->info.device && !strcmp(m->info.device, "cuda") ? tm_backend_cuda_batch_hint() : tm_backend_cpu_batch_hint();
+}
+
 /* ------------------------------------------------------------- GGUF tensors */
 
 typedef struct ld {
