@@ -22,6 +22,16 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+/* A flag one thread (or a signal handler) sets and the library polls: C11 atomic_int
+ * (std::atomic<int> in C++, the same object). */
+#ifdef __cplusplus
+#include <atomic>
+typedef std::atomic<int> tern_atomic_int;
+#else
+#include <stdatomic.h>
+typedef atomic_int tern_atomic_int;
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,10 +41,6 @@ extern "C" {
 #else
 #define TERN_API
 #endif
-
-#define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 1
-#define TERN_VERSION_PATCH 0
 
 /* ===================================================================== core */
 
@@ -56,6 +62,7 @@ typedef enum tern_status {
 TERN_API const char *tern_status_str(tern_status s);
 /* Message of the last failure on this thread ("" when none). */
 TERN_API const char *tern_last_error(void);
+/* "MAJOR.MINOR.PATCH", from CMakeLists.txt project(VERSION) (the one place it is set). */
 TERN_API const char *tern_version(void);
 
 typedef enum tern_log_level {
@@ -114,7 +121,6 @@ TERN_API tern_status tern_quantize_model(const char *hf_dir, const char *out_ggu
 /* Random-weight model with real shapes (`tern synth`); n_layers 0: the preset's. */
 TERN_API tern_status tern_synth_model(const char *preset, uint64_t seed, int n_layers,
                                       const char *out_gguf, tern_progress_fn progress, void *user);
-/* @@FORMATS@@ */
 
 /* ================================================================== kernels */
 
@@ -164,7 +170,6 @@ TERN_API int tern_get_threads(void);
 /* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
  * the environment variable TERN_ISA can lower it. */
 TERN_API const char *tern_kernel_isa(void);
-/* @@KERNELS@@ */
 
 /* ==================================================================== model */
 
@@ -223,6 +228,10 @@ TERN_API int tern_backend_count(void);
 TERN_API tern_status tern_backend_describe(int i, const char **name, bool *compiled,
                                            bool *present, const char **what);
 TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
+/* How many sessions one tern_session_eval_batch() call should advance on this
+ * model's back-end (a server's decode group): 5 on the CPU (the largest batch that
+ * stays bit-identical to stepping alone, docs/architecture.md), 16 on CUDA; 1 for NULL. */
+TERN_API int tern_model_batch_hint(const tern_model *m);
 
 typedef struct tern_session_params {
     int n_ctx;                      /* KV cache positions (0 = min(4096, n_ctx_train)) */
@@ -264,7 +273,6 @@ TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32
 TERN_API const float *tern_session_logits(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);
-/* @@MODEL@@ */
 
 /* ===================================================================== text */
 
@@ -422,6 +430,11 @@ TERN_API const char *tern_stop_reason_str(tern_stop_reason r);  /* "eog", "stop_
 
 /* ---- generation: prompt -> streamed reply, with the stop rules above. */
 typedef bool (*tern_text_fn)(const char *text, size_t len, void *user);
+/* A logits processor: changes the row (n_vocab floats, a copy) before sampling. */
+typedef void (*tern_logits_fn)(float *logits, int n_vocab, void *user);
+/* Sees each sampled id (not an end-of-generation id) with the row it was sampled from;
+ * return false to stop with an error (e.g. out of memory). */
+typedef bool (*tern_token_fn)(const float *logits, int n_vocab, int32_t id, void *user);
 typedef struct tern_gen_params {
     int max_tokens;                 /* <= 0: no limit (until end of generation or a full context) */
     const char *const *stop;        /* stop strings: generation ends before them (not in the text) */
@@ -429,7 +442,13 @@ typedef struct tern_gen_params {
     tern_text_fn on_text;           /* streamed text: complete UTF-8 only, a possible stop-string
                                      * prefix held back; return false to cancel. May be NULL. */
     void *user;
-    volatile int *cancel;           /* polled before each token (e.g. set by SIGINT); may be NULL */
+    const tern_atomic_int *cancel;  /* polled before each token (set from another thread or a
+                                     * SIGINT handler); may be NULL */
+    bool ignore_eos;                /* end-of-generation ids are masked out before sampling */
+    tern_logits_fn process;         /* may be NULL: applied after the ignore_eos mask */
+    void *process_user;
+    tern_token_fn on_token;         /* may be NULL */
+    void *token_user;
 } tern_gen_params;
 typedef struct tern_gen_result {
     tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */
@@ -444,6 +463,49 @@ TERN_API tern_status tern_generate(tern_session *s, const tern_tokenizer *t, ter
                                    const int32_t *prompt, size_t n_prompt, const tern_gen_params *p,
                                    tern_gen_result *r);
 TERN_API void tern_gen_result_free(tern_gen_result *r);
+
+/* ---- the generation step: the token loop of tern_generate, one step at a time,
+ * for callers that drive several sessions (a server: choose for every slot, then
+ * advance them all in one batched pass). A tern_gen holds one reply's state on one
+ * session: sampler (borrowed), stop strings (copied), held-back text, UTF-8 stream,
+ * counters. Usage:
+ *     tern_gen_new(s, t, smp, p, &g);
+ *     tern_gen_prefill(g, prompt, n);              (any number of pieces)
+ *     while (!tern_gen_choose(g, &id, &why) && why == TERN_STOP_NONE)
+ *         tern_gen_advance(g);                     (or tern_gen_advance_batch)
+ *     tern_gen_finish(g);                          (after any stop: the held text)
+ * Text is streamed through p->on_text exactly as tern_generate streams it. */
+typedef struct tern_gen tern_gen;
+/* s, t and smp must outlive the tern_gen; p (NULL: defaults) is copied. */
+TERN_API tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler *smp,
+                                  const tern_gen_params *p, tern_gen **out);
+TERN_API void tern_gen_free(tern_gen *g);
+/* Evaluate n prompt tokens after what the session holds (and record them for the
+ * sampler's penalties). TERN_ERR_CONTEXT_FULL, before any work, if they do not fit.
+ * Call it per chunk to interleave a long prompt with other work. */
+TERN_API tern_status tern_gen_prefill(tern_gen *g, const int32_t *ids, size_t n);
+/* Apply the stop rules and choose the next token from the session's current logits
+ * (cancel, max_tokens, sample, end of generation, stop strings, on_text, full context,
+ * in that order). *reason = TERN_STOP_NONE: *id is pending and must be evaluated
+ * (tern_gen_advance / tern_gen_advance_batch) before the next choose; otherwise the
+ * reply is over (*id is the last sampled id, or -1 when none was sampled). */
+TERN_API tern_status tern_gen_choose(tern_gen *g, int32_t *id, tern_stop_reason *reason);
+/* Evaluate the pending token (no-op when none). */
+TERN_API tern_status tern_gen_advance(tern_gen *g);
+/* Evaluate the pending tokens of n generators (distinct sessions of one model) in
+ * one tern_session_eval_batch() pass. On an error none is marked advanced (a refused
+ * batch changes nothing): tern_gen_advance() each to find which one fails. */
+TERN_API tern_status tern_gen_advance_batch(tern_gen *const *g, size_t n);
+/* choose + advance: one step of tern_generate. */
+TERN_API tern_status tern_gen_step(tern_gen *g, int32_t *id, tern_stop_reason *reason);
+/* After a stop (not an error): emit what the UTF-8 stream still holds (nothing after
+ * a stop string: the cut text is final). Idempotent. */
+TERN_API tern_status tern_gen_finish(tern_gen *g);
+/* The reply so far: text (a matched stop string cut; NUL-terminated), how much of
+ * it is safe to show (the rest may still begin a stop string), sampled ids. */
+TERN_API const char *tern_gen_text(const tern_gen *g, size_t *len, size_t *safe);
+TERN_API const int32_t *tern_gen_tokens(const tern_gen *g, size_t *n);
+TERN_API tern_stop_reason tern_gen_reason(const tern_gen *g);
 /* The stop-string rule of tern_generate, for callers with their own loop (a
  * server): text[0..len) has just grown from `before` bytes. If a stop string
  * now occurs where a new match can start, returns the offset of the earliest
@@ -452,7 +514,6 @@ TERN_API void tern_gen_result_free(tern_gen_result *r);
  * longest tail that is a proper prefix of a stop string. Empty strings never match. */
 TERN_API size_t tern_stop_scan(const char *text, size_t len, size_t before, const char *const *stop,
                                size_t n_stop, bool *matched);
-/* @@TEXT@@ */
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
+# CI always has the reference models: there a missing fixtures folder is an error,
+# not a row of skipped tests.
+FIX=${TERN_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+if [ "${CI:-}" = true ] && [ ! -d "$FIX" ]; then
+  echo "*** test.sh: CI=true but the fixtures folder $FIX is missing (set TERN_FIXTURES): FAILING ***" >&2
+  exit 1
+fi
 passed=0; failed=0
 step() { # name, command...
   local name=$1; shift

@@ -4,11 +4,12 @@
 #include "cli/cli_gen.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-volatile int gen_cancel;
+tern_atomic_int gen_cancel;
 
 static double tern_now_s_cli(void) {
     struct timespec ts;
@@ -153,14 +154,14 @@ void gen_ctx_close(gen_ctx *g) {
 }
 
 static struct sigaction g_old_int;
-static void on_sigint(int sig) { (void)sig; gen_cancel = 1; }
+static void on_sigint(int sig) { (void)sig; atomic_store(&gen_cancel, 1); } /* lock-free: signal-safe */
 
 void gen_sigint_arm(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
-    gen_cancel = 0;
+    atomic_store(&gen_cancel, 0);
     sigaction(SIGINT, &sa, &g_old_int);
 }
 

@@ -43,7 +43,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g);
 void gen_ctx_close(gen_ctx *g);
 
 /* SIGINT handling: while armed, Ctrl-C sets gen_cancel instead of killing. */
-extern volatile int gen_cancel;
+extern tern_atomic_int gen_cancel;  /* C11 atomic: set by the handler, polled by the token loop */
 void gen_sigint_arm(void);
 void gen_sigint_disarm(void);
 

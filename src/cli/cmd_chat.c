@@ -15,6 +15,7 @@
  */
 #include "cli/cli_gen.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -130,7 +131,7 @@ int tern_cmd_chat(int argc, char **argv) {
         /* Ctrl-C at the prompt drops the line being typed (it does not quit) */
         gen_sigint_arm();
         char *line = read_line(tty_in, prompt);
-        bool interrupted = gen_cancel;
+        bool interrupted = atomic_load(&gen_cancel);
         gen_sigint_disarm();
         if (interrupted && tty_in) {
             free(line);

@@ -60,7 +60,10 @@ const char *tern_status_str(tern_status s) {
     return "TERN_ERR_UNKNOWN";
 }
 
-const char *tern_version(void) { return "0.1.0"; }
+#ifndef TERN_VERSION_STRING
+#error "TERN_VERSION_STRING comes from CMakeLists.txt project(VERSION)"
+#endif
+const char *tern_version(void) { return TERN_VERSION_STRING; }
 
 void tern_assert_fail(const char *cond, const char *file, int line) {
     fprintf(stderr, "tern: internal assertion failed: %s (%s:%d)\n", cond, file, line);

@@ -65,7 +65,11 @@ tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out);
 void tern_qmat_free_repacked(tern_qmat *w);
 
 /* y[b*y_stride + i] = sum_j W[i,j] * x[b*x_stride + j]   for b < batch, i < n.
- * Any batch >= 0 (0: no work); GEMV path for batch < 32, GEMM for larger. */
+ * Any batch >= 0 (0: no work). Kernel choice (cpu_*.c): on AVX-512 the ternary
+ * types (PQ2_0, Q2_0 g128 / g64, R16 layout) take the GEMV path for batch < 6
+ * (GEMM_MIN in cpu_avx512.c) and the VNNI GEMM from 6; F32/F16/BF16 (k a multiple
+ * of 16) and Q1_0 use the AVX-512 GEMM kernel at every batch. AVX2, NEON and the
+ * scalar reference have no GEMM: the GEMV row kernel at every batch. */
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride,
                  float *y, size_t y_stride, tern_pool *pool);
 

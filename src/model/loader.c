@@ -111,6 +111,11 @@ void tern_model_free(tern_model *m) {
 
 const tern_model_info *tern_model_get_info(const tern_model *m) { return m ? &m->info : NULL; }
 
+int tern_model_batch_hint(const tern_model *m) {
+    if (!m) return 1;
+    return m->be->vt->batch_hint(m->be);
+}
+
 /* ------------------------------------------------------------- GGUF tensors */
 
 typedef struct ld {

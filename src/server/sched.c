@@ -13,18 +13,21 @@
  *   3. sched_forward() advances every active slot by one step: a prefill slot
  *      by one chunk of its prompt (so a long prompt does not starve the
  *      others), a decoding slot by the token it just sampled.
- * The stop rules and the text hold-back are those of tern_generate() (same
- * order of sample / accept / detokenize / stop check), and prefill chunks
+ * Each slot drives one tern_gen (the library's generation step, the loop of
+ * tern_generate() written once): tern_gen_prefill per chunk, tern_gen_choose
+ * (stop rules, sampling, text hold-back), then the advance. Prefill chunks
  * start where a single tern_session_eval() call would split the prompt, so a
  * request gives the same tokens as `tern run` with the same settings.
  *
  * Continuous batching: sched_forward() is the only place that runs the model.
- * Decoding slots advance together through tern_session_eval_batch() (one
- * weight pass for up to SCHED_BATCH of them); a prefill chunk runs on its own.
+ * Decoding slots advance together through tern_gen_advance_batch() (one
+ * weight pass for up to tern_model_batch_hint() of them); a prefill chunk runs
+ * on its own.
  */
 #include "server/server.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +71,7 @@ void srv_job_unref(srv_job *j) {
     free(j);
 }
 
-void srv_job_cancel(srv_job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED); }
+void srv_job_cancel(srv_job *j) { atomic_store_explicit(&j->cancel, 1, memory_order_relaxed); }
 
 bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out) {
     pthread_mutex_lock(&j->mu);
@@ -92,33 +95,32 @@ bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out) {
 
 enum { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_DECODE };
 
+/* tern_gen hooks' context (logit_bias, logprobs) */
+typedef struct { struct srv_sched *s; srv_job *j; } gen_hook;
+
 typedef struct slot {
     int id, phase;
     tern_session *sess;
     srv_job *job;
     tern_sampler *smp;
+    tern_gen *gen;                  /* this reply's generation state */
     size_t n_fed;                   /* prompt tokens evaluated */
-    tern_tokens gen;                /* sampled ids */
-    tern_str text;                  /* reply text (stop string cut) */
-    size_t emitted;                 /* bytes of text published to the job */
-    tern_detok_stream ds;
-    int32_t last;                   /* the id to evaluate next (decode) */
-    const int32_t *in;              /* this round's input: prefill chunk or &last */
-    float *masked;                  /* [n_vocab] logits with eog masked (ignore_eos), lazily */
-    size_t n_in;
+    size_t emitted;                 /* bytes of the reply text published to the job */
+    const int32_t *in;              /* this round's prefill chunk */
+    size_t n_in;                    /* its length; 1 for a decoding slot with a pending token */
     tern_status st;                 /* result of this round's forward */
     char err[256];
     double t_start, t_decode;       /* ms: admitted, prefill done */
     size_t info_prompt;             /* for srv_sched_slots (guarded by the scheduler's mu) */
     bool info_busy;
+    gen_hook hook;
 } slot;
 
 struct srv_sched {
     tern_model *model;
     const tern_tokenizer *tok;
     int n_vocab, chunk;
-    int32_t *eog;                   /* the end-of-generation ids (ignore_eos masks them) */
-    int n_eog;
+    int batch;                      /* decode group size: tern_model_batch_hint() */
     srv_sched_params p;
     slot *slots;
     pthread_mutex_t mu;
@@ -131,13 +133,18 @@ struct srv_sched {
     double drain_end;               /* ms (now_ms clock) */
 };
 
-/* Publish text[emitted, upto) and the token count to the job's channel. */
-static void publish(slot *sl, size_t upto) {
+/* Publish the reply text that is safe to show (all of it when `all`) and the token
+ * count to the job's channel. */
+static void publish(slot *sl, bool all) {
     srv_job *j = sl->job;
+    size_t len, safe, n_gen;
+    const char *text = tern_gen_text(sl->gen, &len, &safe);
+    size_t upto = all ? len : safe;
+    tern_gen_tokens(sl->gen, &n_gen);
     pthread_mutex_lock(&j->mu);
-    if (upto > sl->emitted && !tern_str_append(&j->text, sl->text.data + sl->emitted, upto - sl->emitted))
+    if (upto > sl->emitted && !tern_str_append(&j->text, text + sl->emitted, upto - sl->emitted))
         sl->emitted = upto;
-    j->n_gen = sl->gen.n;
+    j->n_gen = n_gen;
     /* a streaming handler wants every piece; a waiting one only the end (a wake-up
      * per token costs a context switch on a machine whose cores the kernels fill) */
     if (j->stream) pthread_cond_broadcast(&j->cv);
@@ -156,14 +163,18 @@ static void job_finish(srv_job *j, srv_finish f, const char *err, const srv_usag
 }
 
 static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
-    if (f != SRV_FINISH_ERROR && !tern_detok_stream_flush(&sl->ds, &sl->text)) publish(sl, sl->text.len);
+    if (f != SRV_FINISH_ERROR && sl->gen && !tern_gen_finish(sl->gen)) publish(sl, true);
     double t = now_ms();
-    srv_usage u = {sl->job->prompt.n, sl->gen.n, 0, 0};
+    size_t n_gen = 0;
+    if (sl->gen) tern_gen_tokens(sl->gen, &n_gen);
+    srv_usage u = {sl->job->prompt.n, n_gen, 0, 0};
     u.prompt_ms = (sl->t_decode ? sl->t_decode : t) - sl->t_start;
     u.gen_ms = sl->t_decode ? t - sl->t_decode : 0;
     srv_job *j = sl->job;
     sl->job = NULL;
     sl->phase = SLOT_IDLE;
+    tern_gen_free(sl->gen);
+    sl->gen = NULL;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
@@ -174,37 +185,6 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
 }
 
 /* Take a job into an idle slot. Called with s->mu held. */
-static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
-    sl->job = j;
-    sl->n_fed = 0;
-    sl->gen.n = 0;
-    sl->text.len = 0;
-    if (sl->text.data) sl->text.data[0] = 0;
-    sl->emitted = 0;
-    memset(&sl->ds, 0, sizeof sl->ds);
-    sl->t_start = now_ms();
-    sl->t_decode = 0;
-    sl->phase = SLOT_PREFILL;
-    s->busy++;
-    sl->info_busy = true;
-    sl->info_prompt = j->prompt.n;
-    pthread_mutex_lock(&j->mu);
-    j->started = true;
-    j->slot = sl->id;
-    pthread_mutex_unlock(&j->mu);
-    tern_session_reset(sl->sess);
-    const char *why = NULL;
-    if (!j->prompt.n) why = "empty prompt";
-    else if (j->prompt.n > (size_t)tern_session_n_ctx(sl->sess)) why = "the prompt does not fit the context";
-    else if (tern_str_append(&sl->text, "", 0) || tern_sampler_new(&j->sp, s->n_vocab, &sl->smp)) why = tern_last_error();
-    if (why) {
-        snprintf(sl->err, sizeof sl->err, "%s", why);
-        sl->phase = SLOT_IDLE;  /* finished by the caller's round (outside the lock) */
-        return;
-    }
-    for (size_t i = 0; i < j->prompt.n; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]); /* as tern_generate */
-}
-
 static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id) {
     pthread_mutex_lock(&j->mu);
     int rc = 0;
@@ -219,93 +199,125 @@ static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, i
     return rc;
 }
 
-/* Sample one token and apply the stop rules; on going on, sets the next input. */
-static void slot_sample(srv_sched *s, slot *sl) {
-    srv_job *j = sl->job;
+/* tern_gen hooks: logit_bias before sampling, logprobs of each sampled token */
+static void hook_bias(float *logits, int n_vocab, void *u) {
+    srv_job *j = ((gen_hook *)u)->j;
+    for (size_t i = 0; i < j->n_bias; i++) /* ids checked at submit */
+        if (j->bias_ids[i] >= 0 && j->bias_ids[i] < n_vocab) logits[j->bias_ids[i]] += j->bias[i];
+}
+static bool hook_logprob(const float *logits, int n_vocab, int32_t id, void *u) {
+    gen_hook *h = u;
+    (void)n_vocab;
+    return sched_record_logprob(h->s, h->j, logits, id) == 0;
+}
+
+static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
+    sl->job = j;
+    sl->n_fed = 0;
     sl->n_in = 0;
-    if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); return; }
-    if (j->max_tokens > 0 && sl->gen.n >= (size_t)j->max_tokens) { slot_finish(s, sl, SRV_FINISH_LENGTH, NULL); return; }
-    const float *logits = tern_session_logits(sl->sess);
-    if ((j->ignore_eos && s->n_eog) || j->n_bias) {
-        if (!sl->masked && !(sl->masked = malloc((size_t)s->n_vocab * sizeof(float)))) {
-            slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
-            return;
+    sl->emitted = 0;
+    sl->t_start = now_ms();
+    sl->t_decode = 0;
+    sl->phase = SLOT_PREFILL;
+    s->busy++;
+    sl->info_busy = true;
+    sl->info_prompt = j->prompt.n;
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    j->slot = sl->id;
+    pthread_mutex_unlock(&j->mu);
+    tern_session_reset(sl->sess);
+    const char *why = NULL;
+    if (!j->prompt.n) why = "empty prompt";
+    else if (j->prompt.n > (size_t)tern_session_n_ctx(sl->sess)) why = "the prompt does not fit the context";
+    else {
+        tern_gen_params gp = {0};
+        gp.max_tokens = j->max_tokens;
+        gp.stop = (const char *const *)j->stop;
+        gp.n_stop = j->n_stop;
+        gp.cancel = &j->cancel;
+        gp.ignore_eos = j->ignore_eos;
+        sl->hook = (gen_hook){s, j};
+        if (j->n_bias) {
+            gp.process = hook_bias;
+            gp.process_user = &sl->hook;
         }
-        memcpy(sl->masked, logits, (size_t)s->n_vocab * sizeof(float));
-        for (size_t i = 0; i < j->n_bias; i++)    /* logit_bias (ids checked at submit) */
-            if (j->bias_ids[i] >= 0 && j->bias_ids[i] < s->n_vocab) sl->masked[j->bias_ids[i]] += j->bias[i];
-        if (j->ignore_eos)
-            for (int i = 0; i < s->n_eog; i++) sl->masked[s->eog[i]] = -INFINITY;
-        logits = sl->masked;
+        if (j->logprobs >= 0) {
+            gp.on_token = hook_logprob;
+            gp.token_user = &sl->hook;
+        }
+        if (tern_sampler_new(&j->sp, s->n_vocab, &sl->smp) || tern_gen_new(sl->sess, s->tok, sl->smp, &gp, &sl->gen))
+            why = tern_last_error();
     }
-    int32_t id = tern_sampler_sample(sl->smp, logits);
-    tern_sampler_accept(sl->smp, id);
-    if (tern_tokens_push(&sl->gen, id)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
-    if (tern_token_is_eog(s->tok, id)) { slot_finish(s, sl, SRV_FINISH_STOP, NULL); return; }
-    if (j->logprobs >= 0 && sched_record_logprob(s, j, logits, id)) {
-        slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory");
+    if (why) {
+        snprintf(sl->err, sizeof sl->err, "%s", why);
+        sl->phase = SLOT_IDLE;  /* finished by the caller's round (outside the lock) */
         return;
     }
-    size_t before = sl->text.len;
-    if (tern_detok_stream_push(&sl->ds, s->tok, id, &sl->text)) { slot_finish(s, sl, SRV_FINISH_ERROR, "out of memory"); return; }
-    bool stopped;
-    size_t safe = tern_stop_scan(sl->text.data, sl->text.len, before, (const char *const *)j->stop, j->n_stop, &stopped);
-    if (stopped) { sl->text.len = safe; sl->text.data[safe] = 0; }
-    publish(sl, safe);
-    if (stopped) {
-        /* the cut text is final: nothing held back may be flushed after it */
-        memset(&sl->ds, 0, sizeof sl->ds);
-        slot_finish(s, sl, SRV_FINISH_STOP, NULL);
+}
+
+static srv_finish finish_of(tern_stop_reason r) {
+    switch (r) {
+    case TERN_STOP_EOG: case TERN_STOP_STRING: return SRV_FINISH_STOP;
+    case TERN_STOP_MAX_TOKENS: case TERN_STOP_CONTEXT_FULL: return SRV_FINISH_LENGTH;
+    case TERN_STOP_CANCELLED: return SRV_FINISH_CANCELLED;
+    default: return SRV_FINISH_ERROR;
+    }
+}
+
+/* Choose one token (the stop rules and sampling of tern_gen_choose); on going on,
+ * the token is pending and the slot takes part in this round's forward. */
+static void slot_sample(srv_sched *s, slot *sl) {
+    sl->n_in = 0;
+    int32_t id;
+    tern_stop_reason why;
+    if (tern_gen_choose(sl->gen, &id, &why)) {
+        char err[256];
+        snprintf(err, sizeof err, "%s", tern_last_error());
+        slot_finish(s, sl, SRV_FINISH_ERROR, err);
         return;
     }
-    if (tern_session_pos(sl->sess) >= tern_session_n_ctx(sl->sess)) { slot_finish(s, sl, SRV_FINISH_LENGTH, NULL); return; }
-    sl->last = id;
-    sl->in = &sl->last;
+    publish(sl, false);
+    if (why != TERN_STOP_NONE) { slot_finish(s, sl, finish_of(why), NULL); return; }
     sl->n_in = 1;
 }
 
 /* Advance the given slots by one step: evaluate each one's pending input (a
- * prefill chunk, or the token it just sampled) so that its logits are ready.
- * Decoding slots step together: one tern_session_eval_batch() per group of at
- * most SCHED_BATCH reads the weights once for the group. Below 6 rows the
- * batched pass is bit-identical to stepping each session alone (test_batch), so
- * a request's text does not depend on what else is running; larger groups
- * would switch the AVX-512 matmul to its GEMM kernel (results within 1e-3, not
- * identical) and, on 2 cores, run slower than 5 (docs/performance.md). */
-#define SCHED_BATCH 5
-
+ * prefill chunk, or the token it just chose) so that its logits are ready.
+ * Decoding slots step together: one tern_gen_advance_batch() per group of at
+ * most tern_model_batch_hint() slots reads the weights once for the group. On the
+ * CPU that is 5: below 6 rows the batched pass is bit-identical to stepping each
+ * session alone (test_batch), so a request's text does not depend on what else is
+ * running (docs/server.md). */
 static void slot_eval_alone(slot *sl) {
-    sl->st = tern_session_eval(sl->sess, sl->in, sl->n_in, NULL);
+    sl->st = sl->phase == SLOT_PREFILL ? tern_gen_prefill(sl->gen, sl->in, sl->n_in) : tern_gen_advance(sl->gen);
     if (sl->st) snprintf(sl->err, sizeof sl->err, "%s", tern_last_error());
 }
 
-static void eval_group(slot **g, int n) {
+static void eval_group(srv_sched *s, slot **g, tern_gen **gens, int n) {
     if (n == 1) { slot_eval_alone(g[0]); return; }
-    tern_session *ss[SCHED_BATCH] = {0};
-    int32_t ids[SCHED_BATCH] = {0};
-    for (int k = 0; k < n; k++) { ss[k] = g[k]->sess; ids[k] = g[k]->in[0]; }
-    if (tern_session_eval_batch(ss, ids, (size_t)n, NULL) == TERN_OK)
+    for (int k = 0; k < n; k++) gens[k] = g[k]->gen;
+    if (tern_gen_advance_batch(gens, (size_t)n) == TERN_OK)
         for (int k = 0; k < n; k++) g[k]->st = TERN_OK;
     else /* a refused batch changed nothing: step each alone to find the culprit */
         for (int k = 0; k < n; k++) slot_eval_alone(g[k]);
 }
 
-static void sched_forward(srv_sched *s, slot **act, int n) {
-    (void)s;
-    slot *g[SCHED_BATCH];
+static void sched_forward(srv_sched *s, slot **act, int n, slot **g, tern_gen **gens) {
     int ng = 0;
     for (int i = 0; i < n; i++) {
-        if (act[i]->phase != SLOT_DECODE || act[i]->n_in != 1) { slot_eval_alone(act[i]); continue; }
+        if (act[i]->phase != SLOT_DECODE) { slot_eval_alone(act[i]); continue; }
         g[ng++] = act[i];
-        if (ng == SCHED_BATCH) { eval_group(g, ng); ng = 0; }
+        if (ng == s->batch) { eval_group(s, g, gens, ng); ng = 0; }
     }
-    if (ng) eval_group(g, ng);
+    if (ng) eval_group(s, g, gens, ng);
 }
 
 void srv_sched_run(srv_sched *s) {
     int N = s->p.n_parallel;
-    slot **act = calloc((size_t)N, sizeof *act);
-    if (!act) { srv_sched_stop(s); N = 0; }
+    slot **act = calloc((size_t)N, sizeof *act), **grp = calloc((size_t)s->batch, sizeof *grp);
+    tern_gen **gens = calloc((size_t)s->batch, sizeof *gens);
+    if (!act || !grp || !gens) { srv_sched_stop(s); N = 0; }
     for (;;) {
         pthread_mutex_lock(&s->mu);
         if (s->draining && !s->stop) {
@@ -342,18 +354,19 @@ void srv_sched_run(srv_sched *s) {
             slot *sl = &s->slots[i];
             if (!sl->job) continue;
             if (sl->phase == SLOT_PREFILL) {
-                if (__atomic_load_n(&sl->job->cancel, __ATOMIC_RELAXED)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); continue; }
+                if (atomic_load_explicit(&sl->job->cancel, memory_order_relaxed)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); continue; }
                 size_t rem = sl->job->prompt.n - sl->n_fed;
                 sl->in = sl->job->prompt.ids + sl->n_fed;
                 sl->n_in = rem < (size_t)s->chunk ? rem : (size_t)s->chunk;
             }
             if (sl->n_in) act[n++] = sl;
         }
-        sched_forward(s, act, n);
+        sched_forward(s, act, n, grp, gens);
         for (int i = 0; i < n; i++) {
             slot *sl = act[i];
             if (sl->st) { slot_finish(s, sl, SRV_FINISH_ERROR, sl->err); continue; }
-            if (sl->phase == SLOT_PREFILL && (sl->n_fed += sl->n_in) == sl->job->prompt.n) {
+            if (sl->phase == SLOT_DECODE) sl->n_in = 0;
+            else if ((sl->n_fed += sl->n_in) == sl->job->prompt.n) {
                 sl->phase = SLOT_DECODE;
                 sl->t_decode = now_ms();
             }
@@ -371,6 +384,8 @@ void srv_sched_run(srv_sched *s) {
     }
     pthread_mutex_unlock(&s->mu);
     free(act);
+    free(grp);
+    free(gens);
 }
 
 /* ---------------------------------------------------------------- api */
@@ -379,14 +394,11 @@ static void sched_free(srv_sched *s) {
     if (!s) return;
     for (int i = 0; s->slots && i < s->p.n_parallel; i++) {
         tern_session_free(s->slots[i].sess);
+        tern_gen_free(s->slots[i].gen);
         tern_sampler_free(s->slots[i].smp);
-        tern_tokens_free(&s->slots[i].gen);
-        tern_str_free(&s->slots[i].text);
-        free(s->slots[i].masked);
     }
     free(s->slots);
     free(s->queue);
-    free(s->eog);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -406,18 +418,8 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->queue_cap, sizeof *s->queue);
     if (!s->slots || !s->queue) { sched_free(s); return TERN_ERR_NOMEM; }
-    for (int pass = 0; pass < 2; pass++) { /* count, then fill */
-        s->n_eog = 0;
-        for (int32_t id = 0; id < s->n_vocab; id++)
-            if (tern_token_is_eog(tok, id)) {
-                if (pass) s->eog[s->n_eog] = id;
-                s->n_eog++;
-            }
-        if (!pass && s->n_eog && !(s->eog = malloc((size_t)s->n_eog * sizeof *s->eog))) {
-            sched_free(s);
-            return TERN_ERR_NOMEM;
-        }
-    }
+    s->batch = tern_model_batch_hint(m);
+    if (s->batch < 1) s->batch = 1;
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = p->n_ctx;

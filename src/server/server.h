@@ -175,7 +175,7 @@ typedef struct srv_job {
     size_t n_lp, cap_lp;
     int slot;                       /* slot id once admitted (-1 before) */
     /* set by the handler when the client went away; polled by the scheduler */
-    volatile int cancel;
+    tern_atomic_int cancel;         /* C11 atomic */
     int refs;                       /* guarded by mu */
 } srv_job;
 

@@ -18,6 +18,7 @@
  *   (Python str.strip()). The generation prompt is <|im_start|>assistant\n,
  *   then <think>\n (Qwen3.5, thinking on) or <think>\n\n</think>\n\n (off).
  */
+#include "text/chat_internal.h"
 #include "text/tok_internal.h"
 
 #include <math.h>
@@ -36,8 +37,6 @@ tern_chat_format tern_chat_format_for(const tern_tokenizer *t) {
 
 /* ------------------------------------------------------- string helpers */
 
-typedef struct sv { const char *p; size_t n; } sv;
-static sv SV(const char *s) { sv r = {s ? s : "", s ? strlen(s) : 0}; return r; }
 
 static bool sv_starts(sv s, const char *pre) { size_t l = strlen(pre); return s.n >= l && !memcmp(s.p, pre, l); }
 static bool sv_ends(sv s, const char *suf) { size_t l = strlen(suf); return s.n >= l && !memcmp(s.p + s.n - l, suf, l); }
@@ -98,7 +97,7 @@ static sv py_strip(sv s) {
  * matched in the template's own markup (no injection through message text). */
 typedef struct rec_ranges { size_t (*r)[2]; size_t n, cap; bool failed; } rec_ranges;
 static _Thread_local rec_ranges *g_rec;
-static void rec_add(size_t a, size_t b) {
+void tern_chat_rec_add(size_t a, size_t b) {
     if (!g_rec || a >= b) return;
     if (g_rec->n && g_rec->r[g_rec->n - 1][1] == a) { g_rec->r[g_rec->n - 1][1] = b; return; }
     if (g_rec->n == g_rec->cap) {
@@ -113,328 +112,8 @@ static void rec_add(size_t a, size_t b) {
     g_rec->n++;
 }
 /* Run `stmt` (which appends caller data to out) and record what it appended. */
-#define USER(out, stmt) do { size_t _a = (out)->len; stmt; rec_add(_a, (out)->len); } while (0)
+#define USER(out, stmt) do { size_t _a = (out)->len; stmt; tern_chat_rec_add(_a, (out)->len); } while (0)
 
-#define APP(out, s) do { tern_status _st = tern_str_append((out), (s), strlen(s)); if (_st) return _st; } while (0)
-#define APPV(out, v)                                                              \
-    do {                                                                          \
-        sv _v = (v);                                                              \
-        size_t _a = (out)->len;                                                   \
-        tern_status _st = tern_str_append((out), _v.p, _v.n);                     \
-        if (_st) return _st;                                                      \
-        rec_add(_a, (out)->len);                                                  \
-    } while (0)
-
-/* ------------------------------------------------------------------ JSON
- * A small validating JSON reader that writes Python json.dumps text:
- * separators ", " and ": ", non-ASCII kept, strings re-escaped as Python does,
- * integers as Python ints, floats as Python float repr. */
-
-typedef struct jp { const char *p, *end; int depth; } jp;
-
-static void ws(jp *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++; }
-
-static tern_status jerr(jp *j, const char *what) {
-    int n = j->p < j->end ? (int)(j->end - j->p < 20 ? j->end - j->p : 20) : 0;
-    return tern_fail(TERN_ERR_INVALID_ARG, "chat: invalid JSON (%s) near '%.*s'", what, n, n ? j->p : "");
-}
-
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Decode a JSON string at j->p (on the quote) into raw UTF-8. */
-static tern_status jstring(jp *j, tern_str *out) {
-    if (j->p >= j->end || *j->p != '"') return jerr(j, "string expected");
-    j->p++;
-    tern_status st = tern_str_append(out, "", 0);
-    if (st) return st;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char c = (unsigned char)*j->p;
-        if (c < 0x20) return jerr(j, "control character in string");
-        if (c != '\\') {
-            const char *s = j->p;
-            while (j->p < j->end && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20) j->p++;
-            if ((st = tern_str_append(out, s, (size_t)(j->p - s)))) return st;
-            continue;
-        }
-        if (j->p + 1 >= j->end) return jerr(j, "bad escape");
-        char e = j->p[1];
-        j->p += 2;
-        char ch;
-        switch (e) {
-        case '"': ch = '"'; break;
-        case '\\': ch = '\\'; break;
-        case '/': ch = '/'; break;
-        case 'b': ch = '\b'; break;
-        case 'f': ch = '\f'; break;
-        case 'n': ch = '\n'; break;
-        case 'r': ch = '\r'; break;
-        case 't': ch = '\t'; break;
-        case 'u': {
-            uint32_t cp = 0;
-            for (int i = 0; i < 4; i++) {
-                int h = j->p + i < j->end ? hexv(j->p[i]) : -1;
-                if (h < 0) return jerr(j, "bad \\u escape");
-                cp = cp << 4 | (uint32_t)h;
-            }
-            j->p += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && j->p + 6 <= j->end && j->p[0] == '\\' && j->p[1] == 'u') {
-                uint32_t lo = 0;
-                int ok = 1;
-                for (int i = 0; i < 4; i++) {
-                    int h = hexv(j->p[2 + i]);
-                    if (h < 0) { ok = 0; break; }
-                    lo = lo << 4 | (uint32_t)h;
-                }
-                if (ok && lo >= 0xDC00 && lo < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    j->p += 6;
-                }
-            }
-            char u[4];
-            size_t k;
-            if (cp < 0x80) { u[0] = (char)cp; k = 1; }
-            else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
-            else if (cp < 0x10000) {
-                u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
-            } else {
-                u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
-            }
-            if ((st = tern_str_append(out, u, k))) return st;
-            continue;
-        }
-        default: return jerr(j, "bad escape");
-        }
-        if ((st = tern_str_append(out, &ch, 1))) return st;
-    }
-    if (j->p >= j->end) return jerr(j, "unterminated string");
-    j->p++;
-    return TERN_OK;
-}
-
-/* Python json.dumps string escaping (ensure_ascii=False). */
-static tern_status py_json_str(sv s, tern_str *out) {
-    APP(out, "\"");
-    for (size_t i = 0; i < s.n; i++) {
-        unsigned char c = (unsigned char)s.p[i];
-        char buf[8];
-        const char *r = NULL;
-        switch (c) {
-        case '"': r = "\\\""; break;
-        case '\\': r = "\\\\"; break;
-        case '\n': r = "\\n"; break;
-        case '\r': r = "\\r"; break;
-        case '\t': r = "\\t"; break;
-        case '\b': r = "\\b"; break;
-        case '\f': r = "\\f"; break;
-        default:
-            if (c < 0x20) { snprintf(buf, sizeof buf, "\\u%04x", c); r = buf; }
-        }
-        if (r) APP(out, r);
-        else { tern_status st = tern_str_append(out, (const char *)&s.p[i], 1); if (st) return st; }
-    }
-    APP(out, "\"");
-    return TERN_OK;
-}
-
-/* Scan a JSON number literal; *is_float when it has a fraction or exponent. */
-static tern_status jnumber(jp *j, sv *lit, bool *is_float) {
-    const char *s = j->p;
-    *is_float = false;
-    if (j->p < j->end && *j->p == '-') j->p++;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
-    if (*j->p == '0') j->p++;
-    else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    if (j->p < j->end && *j->p == '.') {
-        *is_float = true;
-        j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        *is_float = true;
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jerr(j, "bad number");
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    }
-    lit->p = s;
-    lit->n = (size_t)(j->p - s);
-    return TERN_OK;
-}
-
-/* Python repr() of a float given as a JSON literal (shortest round-trip digits). */
-static tern_status py_float_repr(sv lit, tern_str *out) {
-    char tmp[64];
-    if (lit.n >= sizeof tmp) return tern_fail(TERN_ERR_INVALID_ARG, "chat: number literal too long");
-    memcpy(tmp, lit.p, lit.n);
-    tmp[lit.n] = 0;
-    double v = strtod(tmp, NULL);
-    if (isinf(v)) { APP(out, v > 0 ? "Infinity" : "-Infinity"); return TERN_OK; }
-    char e[40];
-    int prec;
-    for (prec = 0; prec < 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec, v);
-        if (strtod(e, NULL) == v) break;
-    }
-    snprintf(e, sizeof e, "%.*e", prec, v);
-    /* e = [-]d[.ddd]e[+-]XX -> digits + decimal exponent */
-    char digits[24];
-    int nd = 0;
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg) q++;
-    for (; *q && *q != 'e'; q++) if (*q >= '0' && *q <= '9') digits[nd++] = *q;
-    int exp10 = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    int decpt = exp10 + 1; /* value = 0.digits * 10^decpt */
-    char buf[64];
-    int o = 0;
-    if (neg) buf[o++] = '-';
-    if (v == 0) { o += snprintf(buf + o, sizeof buf - (size_t)o, "0.0"); }
-    else if (decpt > 16 || decpt <= -4) {
-        buf[o++] = digits[0];
-        if (nd > 1) { buf[o++] = '.'; for (int i = 1; i < nd; i++) buf[o++] = digits[i]; }
-        o += snprintf(buf + o, sizeof buf - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-    } else if (decpt <= 0) {
-        buf[o++] = '0'; buf[o++] = '.';
-        for (int i = 0; i < -decpt; i++) buf[o++] = '0';
-        for (int i = 0; i < nd; i++) buf[o++] = digits[i];
-    } else {
-        for (int i = 0; i < decpt; i++) buf[o++] = i < nd ? digits[i] : '0';
-        buf[o++] = '.';
-        if (nd > decpt) for (int i = decpt; i < nd; i++) buf[o++] = digits[i];
-        else buf[o++] = '0';
-    }
-    return tern_str_append(out, buf, (size_t)o);
-}
-
-static tern_status py_int(sv lit, tern_str *out) {
-    if (lit.n == 2 && !memcmp(lit.p, "-0", 2)) { APP(out, "0"); return TERN_OK; }
-    APPV(out, lit);
-    return TERN_OK;
-}
-
-/* Parse one value at j->p and write it as Python json.dumps would. */
-static tern_status jdump(jp *j, tern_str *out) {
-    tern_status st;
-    ws(j);
-    if (j->p >= j->end) return jerr(j, "value expected");
-    if (++j->depth > 64) return jerr(j, "nested too deeply");
-    char c = *j->p;
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        j->p++;
-        APP(out, c == '{' ? "{" : "[");
-        ws(j);
-        bool first = true;
-        if (j->p < j->end && *j->p == close) j->p++;
-        else for (;;) {
-            if (!first) APP(out, ", ");
-            first = false;
-            if (c == '{') {
-                ws(j);
-                tern_str key = {0};
-                st = jstring(j, &key);
-                if (!st) st = py_json_str((sv){key.data, key.len}, out);
-                tern_str_free(&key);
-                if (st) return st;
-                ws(j);
-                if (j->p >= j->end || *j->p != ':') return jerr(j, "':' expected");
-                j->p++;
-                APP(out, ": ");
-            }
-            if ((st = jdump(j, out))) return st;
-            ws(j);
-            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-            if (j->p < j->end && *j->p == close) { j->p++; break; }
-            return jerr(j, "',' or closing bracket expected");
-        }
-        APP(out, c == '{' ? "}" : "]");
-    } else if (c == '"') {
-        tern_str s = {0};
-        st = jstring(j, &s);
-        if (!st) st = py_json_str((sv){s.data, s.len}, out);
-        tern_str_free(&s);
-        if (st) return st;
-    } else if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) { j->p += 4; APP(out, "true"); }
-    else if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) { j->p += 5; APP(out, "false"); }
-    else if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) { j->p += 4; APP(out, "null"); }
-    else {
-        sv lit;
-        bool fl;
-        if ((st = jnumber(j, &lit, &fl))) return st;
-        if ((st = fl ? py_float_repr(lit, out) : py_int(lit, out))) return st;
-    }
-    j->depth--;
-    return TERN_OK;
-}
-
-/* Whole text must be exactly one JSON value. */
-static tern_status json_to_py(sv text, tern_str *out) {
-    jp j = {text.p, text.p + text.n, 0};
-    tern_status st = jdump(&j, out);
-    if (st) return st;
-    ws(&j);
-    if (j.p != j.end) return jerr(&j, "trailing characters");
-    return TERN_OK;
-}
-
-/* Python str() of one JSON value, as Jinja's |string gives it for a non-mapping
- * non-list value; mappings and lists go through tojson (the Qwen3.5 rule). */
-static tern_status py_str_value(jp *j, tern_str *out) {
-    ws(j);
-    if (j->p >= j->end) return jerr(j, "value expected");
-    char c = *j->p;
-    if (c == '{' || c == '[') return jdump(j, out);
-    if (c == '"') return jstring(j, out);
-    if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) { j->p += 4; APP(out, "True"); return TERN_OK; }
-    if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) { j->p += 5; APP(out, "False"); return TERN_OK; }
-    if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) { j->p += 4; APP(out, "None"); return TERN_OK; }
-    sv lit;
-    bool fl;
-    tern_status st = jnumber(j, &lit, &fl);
-    if (st) return st;
-    return fl ? py_float_repr(lit, out) : py_int(lit, out);
-}
-
-/* Iterate the top-level members of a JSON array (tools). */
-static tern_status render_tools_list(sv tools, tern_str *out, bool *any) {
-    jp j = {tools.p, tools.p + tools.n, 0};
-    *any = false;
-    ws(&j);
-    if (j.p >= j.end || *j.p != '[') return tern_fail(TERN_ERR_INVALID_ARG, "chat: tools must be a JSON array");
-    j.p++;
-    ws(&j);
-    if (j.p < j.end && *j.p == ']') { j.p++; ws(&j); return j.p == j.end ? TERN_OK : jerr(&j, "trailing characters"); }
-    for (;;) {
-        APP(out, "\n");
-        tern_status st = jdump(&j, out);
-        if (st) return st;
-        *any = true;
-        ws(&j);
-        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-        if (j.p < j.end && *j.p == ']') { j.p++; break; }
-        return jerr(&j, "',' or ']' expected in tools");
-    }
-    ws(&j);
-    return j.p == j.end ? TERN_OK : jerr(&j, "trailing characters");
-}
-
-static bool tools_nonempty(const char *tools) {
-    if (!tools) return false;
-    const char *p = tools;
-    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-    if (*p != '[') return true; /* let the renderer report it */
-    p++;
-    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-    return *p != ']';
-}
 
 /* --------------------------------------------------------------- Qwen3 */
 
@@ -485,13 +164,13 @@ static void split_think(sv content, sv *reasoning, sv *rest) {
 
 static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
     tern_status st;
-    bool tools = tools_nonempty(o->tools_json);
+    bool tools = tern_cj_tools_nonempty(o->tools_json);
     if (tools) {
         APP(out, "<|im_start|>system\n");
         if (n && role_is(&msgs[0], "system")) { APPV(out, SV(msgs[0].content)); APP(out, "\n\n"); }
         APP(out, QWEN3_TOOLS_HEAD);
         bool any;
-        USER(out, st = render_tools_list(SV(o->tools_json), out, &any));
+        USER(out, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
         if (st) return st;
         APP(out, QWEN3_TOOLS_TAIL);
     } else if (n && role_is(&msgs[0], "system")) {
@@ -535,7 +214,7 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
                 APP(out, "<tool_call>\n{\"name\": \"");
                 APPV(out, SV(m->tool_calls[t].name));
                 APP(out, "\", \"arguments\": ");
-                USER(out, st = json_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out));
+                USER(out, st = tern_cj_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out));
                 if (st)
                     return tern_fail_prefix(st, "tool call '%s' arguments", m->tool_calls[t].name);
                 APP(out, "}\n</tool_call>");
@@ -561,11 +240,11 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
 static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
     tern_status st;
     if (!n) return tern_fail(TERN_ERR_INVALID_ARG, "chat: No messages provided.");
-    if (tools_nonempty(o->tools_json)) {
+    if (tern_cj_tools_nonempty(o->tools_json)) {
         APP(out, "<|im_start|>system\n");
         APP(out, QWEN35_TOOLS_HEAD);
         bool any;
-        USER(out, st = render_tools_list(SV(o->tools_json), out, &any));
+        USER(out, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
         if (st) return st;
         APP(out, QWEN35_TOOLS_TAIL);
         if (role_is(&msgs[0], "system")) {
@@ -617,35 +296,35 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
                 APP(out, ">\n");
                 if (tc->arguments) {
                     jp j = {tc->arguments, tc->arguments + strlen(tc->arguments), 0};
-                    ws(&j);
+                    tern_cj_ws(&j);
                     if (j.p >= j.end || *j.p != '{')
                         return tern_fail(TERN_ERR_INVALID_ARG, "chat: tool call '%s' arguments must be a JSON object",
                                          tc->name ? tc->name : "");
                     j.p++;
-                    ws(&j);
+                    tern_cj_ws(&j);
                     if (j.p < j.end && *j.p == '}') j.p++;
                     else for (;;) {
-                        ws(&j);
+                        tern_cj_ws(&j);
                         tern_str key = {0};
-                        if ((st = jstring(&j, &key))) { tern_str_free(&key); return st; }
+                        if ((st = tern_cj_string(&j, &key))) { tern_str_free(&key); return st; }
                         APP(out, "<parameter=");
                         USER(out, st = tern_str_append(out, key.data, key.len));
                         tern_str_free(&key);
                         if (st) return st;
                         APP(out, ">\n");
-                        ws(&j);
-                        if (j.p >= j.end || *j.p != ':') return jerr(&j, "':' expected");
+                        tern_cj_ws(&j);
+                        if (j.p >= j.end || *j.p != ':') return tern_cj_err(&j, "':' expected");
                         j.p++;
-                        USER(out, st = py_str_value(&j, out));
+                        USER(out, st = tern_cj_py_str_value(&j, out));
                         if (st) return st;
                         APP(out, "\n</parameter>\n");
-                        ws(&j);
+                        tern_cj_ws(&j);
                         if (j.p < j.end && *j.p == ',') { j.p++; continue; }
                         if (j.p < j.end && *j.p == '}') { j.p++; break; }
-                        return jerr(&j, "',' or '}' expected");
+                        return tern_cj_err(&j, "',' or '}' expected");
                     }
-                    ws(&j);
-                    if (j.p != j.end) return jerr(&j, "trailing characters");
+                    tern_cj_ws(&j);
+                    if (j.p != j.end) return tern_cj_err(&j, "trailing characters");
                 }
                 APP(out, "</function>\n</tool_call>");
             }
@@ -733,39 +412,39 @@ static tern_status param_value_json(sv v, tern_str *out) {
     if (v.n == 5 && !memcmp(v.p, "False", 5)) { APP(out, "false"); return TERN_OK; }
     if (v.n == 4 && !memcmp(v.p, "None", 4)) { APP(out, "null"); return TERN_OK; }
     size_t mark = out->len;
-    if (v.n && v.p[0] != '"' && json_to_py(v, out) == TERN_OK) return TERN_OK;
+    if (v.n && v.p[0] != '"' && tern_cj_to_py(v, out) == TERN_OK) return TERN_OK;
     tern_clear_error();
     out->len = mark;
     if (out->data) out->data[mark] = 0;
-    return py_json_str(v, out);
+    return tern_cj_py_json_str(v, out);
 }
 
 static tern_status parse_call_qwen3(sv body, tern_chat_reply *r) {
     /* {"name": "...", "arguments": {...}} */
     sv b = py_strip(body);
     jp j = {b.p, b.p + b.n, 0};
-    ws(&j);
+    tern_cj_ws(&j);
     if (j.p >= j.end || *j.p != '{') return tern_fail(TERN_ERR_FORMAT, "chat: tool call is not a JSON object");
     j.p++;
     tern_str name = {0}, args = {0};
     tern_status st = TERN_OK;
     for (;;) {
-        ws(&j);
+        tern_cj_ws(&j);
         tern_str key = {0};
-        if ((st = jstring(&j, &key))) { tern_str_free(&key); break; }
-        ws(&j);
-        if (j.p >= j.end || *j.p != ':') { tern_str_free(&key); st = jerr(&j, "':' expected"); break; }
+        if ((st = tern_cj_string(&j, &key))) { tern_str_free(&key); break; }
+        tern_cj_ws(&j);
+        if (j.p >= j.end || *j.p != ':') { tern_str_free(&key); st = tern_cj_err(&j, "':' expected"); break; }
         j.p++;
-        ws(&j);
-        if (key.data && !strcmp(key.data, "name") && j.p < j.end && *j.p == '"') st = jstring(&j, &name);
-        else if (key.data && !strcmp(key.data, "arguments")) st = jdump(&j, &args);
-        else { tern_str skip = {0}; st = jdump(&j, &skip); tern_str_free(&skip); }
+        tern_cj_ws(&j);
+        if (key.data && !strcmp(key.data, "name") && j.p < j.end && *j.p == '"') st = tern_cj_string(&j, &name);
+        else if (key.data && !strcmp(key.data, "arguments")) st = tern_cj_dump(&j, &args);
+        else { tern_str skip = {0}; st = tern_cj_dump(&j, &skip); tern_str_free(&skip); }
         tern_str_free(&key);
         if (st) break;
-        ws(&j);
+        tern_cj_ws(&j);
         if (j.p < j.end && *j.p == ',') { j.p++; continue; }
         if (j.p < j.end && *j.p == '}') break;
-        st = jerr(&j, "',' or '}' expected");
+        st = tern_cj_err(&j, "',' or '}' expected");
         break;
     }
     if (!st && !name.data) st = tern_fail(TERN_ERR_FORMAT, "chat: tool call has no name");
@@ -800,7 +479,7 @@ static tern_status parse_call_qwen35(sv body, tern_chat_reply *r) {
         if (v.n && v.p[v.n - 1] == '\n') v.n--;
         if (!first) st = tern_str_append(&args, ", ", 2);
         first = false;
-        if (!st) st = py_json_str(key, &args);
+        if (!st) st = tern_cj_py_json_str(key, &args);
         if (!st) st = tern_str_append(&args, ": ", 2);
         if (!st) st = param_value_json(v, &args);
         if (!endp) break;

@@ -9,9 +9,16 @@
  * Streaming: token bytes pass through the UTF-8 hold-back of the streaming
  * detokenizer, then the longest tail that could still begin a stop string is
  * held back until it is decided.
+ *
+ * The loop is written once, as the step API (tern_gen_*): tern_generate is a
+ * loop over it, and the server's scheduler drives one tern_gen per slot
+ * (choose for every slot, then tern_gen_advance_batch over the decoding ones).
  */
 #include "core/common.h"
+#include "model/session.h"
 
+#include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 void tern_gen_result_free(tern_gen_result *r) {
@@ -37,60 +44,253 @@ size_t tern_stop_scan(const char *text, size_t len, size_t before, const char *c
     return *matched ? cut : len - held;
 }
 
+
+struct tern_gen {
+    tern_session *s;
+    const tern_tokenizer *t;
+    tern_sampler *smp;
+    tern_gen_params p;
+    char **stop;                    /* copies of p.stop */
+    int n_vocab;
+    int32_t *eog;                   /* ignore_eos: the end-of-generation ids */
+    int n_eog;
+    float *masked;                  /* ignore_eos: logits with them at -inf */
+    tern_tokens tokens;
+    tern_str text;
+    size_t emitted, safe;           /* bytes passed to on_text; bytes safe to show */
+    tern_detok_stream ds;
+    int32_t pending;                /* chosen id not yet evaluated (-1: none) */
+    bool cancelled;                 /* on_text returned false */
+    bool finished;
+    tern_stop_reason reason;
+};
+
+void tern_gen_free(tern_gen *g) {
+    if (!g) return;
+    for (size_t i = 0; g->stop && i < g->p.n_stop; i++)
+        if (g->stop[i]) tern_free(g->stop[i], strlen(g->stop[i]) + 1);
+    tern_free(g->stop, g->p.n_stop * sizeof *g->stop);
+    tern_free(g->eog, (size_t)g->n_eog * sizeof *g->eog);
+    tern_free(g->masked, (size_t)g->n_vocab * sizeof(float));
+    tern_tokens_free(&g->tokens);
+    tern_str_free(&g->text);
+    tern_free(g, sizeof *g);
+}
+
+tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler *smp, const tern_gen_params *p,
+                         tern_gen **out) {
+    if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_new: NULL argument");
+    *out = NULL;
+    if (!s || !t || !smp) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_new: NULL argument");
+    tern_gen *g = tern_calloc(1, sizeof *g);
+    if (!g) return tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+    g->s = s;
+    g->t = t;
+    g->smp = smp;
+    if (p) g->p = *p;
+    g->pending = -1;
+    g->n_vocab = tern_model_get_info(s->m)->n_vocab; /* the logits' length (the tokenizer's may be smaller) */
+    tern_status st = tern_str_append(&g->text, "", 0);
+    if (!st && g->p.n_stop) {
+        if (!g->p.stop) st = tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_new: n_stop > 0 with no stop strings");
+        else if (!(g->stop = tern_calloc(g->p.n_stop, sizeof *g->stop))) st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+        for (size_t i = 0; !st && i < g->p.n_stop; i++) {
+            const char *src = g->p.stop[i] ? g->p.stop[i] : "";
+            size_t l = strlen(src);
+            if (!(g->stop[i] = tern_malloc(l + 1))) { st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory"); break; }
+            memcpy(g->stop[i], src, l + 1);
+        }
+    }
+    if (!st && g->p.ignore_eos) {
+        for (int pass = 0; pass < 2 && !st; pass++) { /* count, then fill */
+            g->n_eog = 0;
+            for (int32_t id = 0; id < g->n_vocab; id++) /* as the server did: ids up to the logits' length */
+                if (tern_token_is_eog(t, id)) {
+                    if (pass) g->eog[g->n_eog] = id;
+                    g->n_eog++;
+                }
+            if (!pass && g->n_eog && !(g->eog = tern_malloc((size_t)g->n_eog * sizeof *g->eog)))
+                st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+        }
+    }
+    if (!st && ((g->p.ignore_eos && g->n_eog) || g->p.process) &&
+        !(g->masked = tern_malloc((size_t)g->n_vocab * sizeof(float))))
+        st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+    if (st) {
+        tern_gen_free(g);
+        return st;
+    }
+    g->p.stop = (const char *const *)g->stop;
+    *out = g;
+    return TERN_OK;
+}
+
+tern_status tern_gen_prefill(tern_gen *g, const int32_t *ids, size_t n) {
+    if (!g || (!ids && n)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_prefill: NULL argument");
+    if (!n) return TERN_OK;
+    if ((size_t)tern_session_pos(g->s) + n > (size_t)tern_session_n_ctx(g->s))
+        return tern_fail(TERN_ERR_CONTEXT_FULL, "generate: the prompt (%zu tokens) does not fit the context "
+                         "(%d of %d positions used)", n, tern_session_pos(g->s), tern_session_n_ctx(g->s));
+    tern_status st = tern_session_eval(g->s, ids, n, NULL);
+    if (st) return st;
+    for (size_t i = 0; i < n; i++) tern_sampler_accept(g->smp, ids[i]); /* penalties see the prompt (HF) */
+    return TERN_OK;
+}
+
+static tern_stop_reason gen_stop(tern_gen *g, tern_stop_reason r) {
+    g->reason = r;
+    return r;
+}
+
+tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason) {
+    if (!g || !reason) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_choose: NULL argument");
+    int32_t dummy;
+    if (!id_out) id_out = &dummy;
+    *id_out = g->tokens.n ? g->tokens.ids[g->tokens.n - 1] : -1;
+    if (g->reason != TERN_STOP_NONE) { *reason = g->reason; return TERN_OK; }
+    *reason = TERN_STOP_NONE;
+    if (g->pending >= 0) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_choose: the chosen token was not evaluated");
+    const tern_gen_params *p = &g->p;
+    if (p->cancel && atomic_load_explicit(p->cancel, memory_order_relaxed)) { *reason = gen_stop(g, TERN_STOP_CANCELLED); return TERN_OK; }
+    if (p->max_tokens > 0 && g->tokens.n >= (size_t)p->max_tokens) { *reason = gen_stop(g, TERN_STOP_MAX_TOKENS); return TERN_OK; }
+    const float *logits = tern_session_logits(g->s);
+    if (!logits) return tern_fail(TERN_ERR_INTERNAL, "generate: the session has no logits");
+    if (g->masked) {
+        memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof(float));
+        if (p->ignore_eos)
+            for (int i = 0; i < g->n_eog; i++) g->masked[g->eog[i]] = -INFINITY;
+        if (p->process) p->process(g->masked, g->n_vocab, p->process_user);
+        logits = g->masked;
+    }
+    int32_t id = tern_sampler_sample(g->smp, logits);
+    tern_sampler_accept(g->smp, id);
+    tern_status st = tern_tokens_push(&g->tokens, id);
+    if (st) return st;
+    *id_out = id;
+    if (tern_token_is_eog(g->t, id)) { *reason = gen_stop(g, TERN_STOP_EOG); return TERN_OK; }
+    if (p->on_token && !p->on_token(logits, g->n_vocab, id, p->token_user))
+        return tern_fail(TERN_ERR_NOMEM, "generate: the token callback failed (out of memory)");
+    size_t before = g->text.len;
+    if ((st = tern_detok_stream_push(&g->ds, g->t, id, &g->text))) return st;
+    bool stopped;
+    size_t safe = tern_stop_scan(g->text.data, g->text.len, before, p->stop, p->n_stop, &stopped);
+    if (stopped) {
+        g->text.len = safe;
+        g->text.data[safe] = 0;
+        memset(&g->ds, 0, sizeof g->ds); /* the cut text is final: nothing held back follows it */
+    }
+    g->safe = safe;
+    if (safe > g->emitted && p->on_text) {
+        if (!p->on_text(g->text.data + g->emitted, safe - g->emitted, p->user)) g->cancelled = true;
+    }
+    if (safe > g->emitted) g->emitted = safe;
+    if (stopped) { *reason = gen_stop(g, TERN_STOP_STRING); return TERN_OK; }
+    if (g->cancelled) { *reason = gen_stop(g, TERN_STOP_CANCELLED); return TERN_OK; }
+    if (tern_session_pos(g->s) >= tern_session_n_ctx(g->s)) { *reason = gen_stop(g, TERN_STOP_CONTEXT_FULL); return TERN_OK; }
+    g->pending = id;
+    return TERN_OK;
+}
+
+tern_status tern_gen_advance(tern_gen *g) {
+    if (!g) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_advance: NULL argument");
+    if (g->pending < 0) return TERN_OK;
+    tern_status st = tern_session_eval(g->s, &g->pending, 1, NULL);
+    if (!st) g->pending = -1;
+    return st;
+}
+
+tern_status tern_gen_advance_batch(tern_gen *const *g, size_t n) {
+    if (!g && n) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_advance_batch: NULL argument");
+    enum { STACK = 32 };
+    tern_session *ss_stack[STACK], **ss = ss_stack;
+    int32_t ids_stack[STACK], *ids = ids_stack;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!g[i]) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_advance_batch: generator %zu is NULL", i);
+    if (n > STACK) {
+        ss = tern_malloc(n * sizeof *ss);
+        ids = tern_malloc(n * sizeof *ids);
+        if (!ss || !ids) {
+            if (ss) tern_free(ss, n * sizeof *ss);
+            if (ids) tern_free(ids, n * sizeof *ids);
+            return tern_fail(TERN_ERR_NOMEM, "tern_gen_advance_batch: out of memory");
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (g[i]->pending >= 0) { ss[m] = g[i]->s; ids[m] = g[i]->pending; m++; }
+    tern_status st = TERN_OK;
+    if (m == 1) {
+        for (size_t i = 0; i < n; i++)
+            if (g[i]->pending >= 0) st = tern_gen_advance(g[i]);
+    } else if (m > 1 && !(st = tern_session_eval_batch(ss, ids, m, NULL))) {
+        for (size_t i = 0; i < n; i++) g[i]->pending = -1;
+    }
+    if (ss != ss_stack) tern_free(ss, n * sizeof *ss);
+    if (ids != ids_stack) tern_free(ids, n * sizeof *ids);
+    return st;
+}
+
+tern_status tern_gen_step(tern_gen *g, int32_t *id, tern_stop_reason *reason) {
+    tern_status st = tern_gen_choose(g, id, reason);
+    if (st || *reason != TERN_STOP_NONE) return st;
+    return tern_gen_advance(g);
+}
+
+tern_status tern_gen_finish(tern_gen *g) {
+    if (!g) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_finish: NULL argument");
+    if (g->finished) return TERN_OK;
+    g->finished = true;
+    if (g->reason == TERN_STOP_STRING) return TERN_OK;
+    tern_status st = tern_detok_stream_flush(&g->ds, &g->text);
+    if (st) return st;
+    g->safe = g->text.len;
+    if (g->text.len > g->emitted && g->p.on_text && !g->cancelled)
+        g->p.on_text(g->text.data + g->emitted, g->text.len - g->emitted, g->p.user);
+    g->emitted = g->text.len;
+    return TERN_OK;
+}
+
+const char *tern_gen_text(const tern_gen *g, size_t *len, size_t *safe) {
+    if (len) *len = g ? g->text.len : 0;
+    if (safe) *safe = g ? g->safe : 0;
+    return g ? g->text.data : NULL;
+}
+
+const int32_t *tern_gen_tokens(const tern_gen *g, size_t *n) {
+    if (n) *n = g ? g->tokens.n : 0;
+    return g ? g->tokens.ids : NULL;
+}
+
+tern_stop_reason tern_gen_reason(const tern_gen *g) { return g ? g->reason : TERN_STOP_NONE; }
+
 tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, const tern_gen_params *p, tern_gen_result *r) {
     if (!s || !t || !smp || !r || (!prompt && n_prompt))
         return tern_fail(TERN_ERR_INVALID_ARG, "tern_generate: NULL argument");
-    tern_gen_params def = {0};
-    if (!p) p = &def;
     memset(r, 0, sizeof *r);
     tern_status st = tern_str_append(&r->text, "", 0);
     if (st) return st;
-    double t0 = tern_now_s();
-    if (n_prompt) {
-        if ((size_t)tern_session_pos(s) + n_prompt > (size_t)tern_session_n_ctx(s))
-            return tern_fail(TERN_ERR_CONTEXT_FULL, "generate: the prompt (%zu tokens) does not fit the context "
-                             "(%d of %d positions used)", n_prompt, tern_session_pos(s), tern_session_n_ctx(s));
-        if ((st = tern_session_eval(s, prompt, n_prompt, NULL))) return st;
-    } else if (tern_session_pos(s) == 0) {
+    if (!n_prompt && tern_session_pos(s) == 0)
         return tern_fail(TERN_ERR_INVALID_ARG, "generate: empty prompt on an empty session");
-    }
+    tern_gen *g;
+    if ((st = tern_gen_new(s, t, smp, p, &g))) return st;
+    double t0 = tern_now_s();
+    if ((st = tern_gen_prefill(g, prompt, n_prompt))) { tern_gen_free(g); return st; }
     r->n_prompt = n_prompt;
-    for (size_t i = 0; i < n_prompt; i++) tern_sampler_accept(smp, prompt[i]); /* penalties see the prompt (HF) */
     double t1 = tern_now_s();
     r->prompt_s = t1 - t0;
-    tern_detok_stream ds = {0};
-    size_t emitted = 0;       /* bytes of r->text already passed to on_text */
-    bool cancelled = false;
-    r->reason = TERN_STOP_NONE;
-    for (;;) {
-        if (p->cancel && *p->cancel) { r->reason = TERN_STOP_CANCELLED; break; }
-        if (p->max_tokens > 0 && r->tokens.n >= (size_t)p->max_tokens) { r->reason = TERN_STOP_MAX_TOKENS; break; }
-        const float *logits = tern_session_logits(s);
-        if (!logits) { st = tern_fail(TERN_ERR_INTERNAL, "generate: the session has no logits"); break; }
-        int32_t id = tern_sampler_sample(smp, logits);
-        tern_sampler_accept(smp, id);
-        if ((st = tern_tokens_push(&r->tokens, id))) break;
-        if (tern_token_is_eog(t, id)) { r->reason = TERN_STOP_EOG; break; }
-        size_t before = r->text.len;
-        if ((st = tern_detok_stream_push(&ds, t, id, &r->text))) break;
-        bool stopped;
-        size_t safe = tern_stop_scan(r->text.data, r->text.len, before, p->stop, p->n_stop, &stopped);
-        if (stopped) { r->text.len = safe; r->text.data[safe] = 0; }
-        if (safe > emitted && p->on_text) {
-            if (!p->on_text(r->text.data + emitted, safe - emitted, p->user)) cancelled = true;
-        }
-        if (safe > emitted) emitted = safe;
-        if (stopped) { r->reason = TERN_STOP_STRING; break; }
-        if (cancelled) { r->reason = TERN_STOP_CANCELLED; break; }
-        if (tern_session_pos(s) >= tern_session_n_ctx(s)) { r->reason = TERN_STOP_CONTEXT_FULL; break; }
-        if ((st = tern_session_eval(s, &id, 1, NULL))) break;
-    }
-    if (!st && r->reason != TERN_STOP_STRING) {
-        st = tern_detok_stream_flush(&ds, &r->text);
-        if (!st && r->text.len > emitted && p->on_text && !cancelled)
-            p->on_text(r->text.data + emitted, r->text.len - emitted, p->user);
-    }
+    tern_stop_reason why = TERN_STOP_NONE;
+    int32_t id;
+    while (!(st = tern_gen_step(g, &id, &why)) && why == TERN_STOP_NONE) {}
+    if (!st) st = tern_gen_finish(g);
+    r->reason = why;
+    /* the result takes the reply (on an error: what was generated before it) */
+    tern_str_free(&r->text);
+    r->text = g->text;
+    r->tokens = g->tokens;
+    memset(&g->text, 0, sizeof g->text);
+    memset(&g->tokens, 0, sizeof g->tokens);
+    tern_gen_free(g);
     r->gen_s = tern_now_s() - t1;
     return st;
 }

@@ -10,8 +10,8 @@ TERN=${1:?usage: test_chat_tmux.sh /path/to/tern}
 TERN=$(cd "$(dirname "$TERN")" && pwd)/$(basename "$TERN")
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-$SRC/../shared/fixtures}}
-if ! command -v tmux >/dev/null; then echo "*** SKIPPED: tmux is not installed (apt-get install tmux) ***"; exit 0; fi
-if [ ! -d "$FIX/qwen35-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 0; fi
+if ! command -v tmux >/dev/null; then echo "*** SKIPPED: tmux is not installed (apt-get install tmux) ***"; exit 77; fi
+if [ ! -d "$FIX/qwen35-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 77; fi
 MODEL="$FIX/qwen35-tiny/model-pq2_0.gguf"
 S="tern-chat-test-$$"
 TMP=$(mktemp -d)

@@ -14,7 +14,7 @@ set -u
 TERN=${1:?usage: test_convert.sh /path/to/tern}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
 if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
-  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_convert SKIPPED ***"; exit 0
+  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_convert SKIPPED ***"; exit 77
 fi
 A=$FIX/qwen35-tiny; Q3=$FIX/qwen3-tiny
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}

@@ -12,7 +12,7 @@ TERN=${1:?usage: test_default_model.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 MODEL="$SRC/models/tern-default.gguf"; DATA="$SRC/tests/data/default-model"
 if [ ! -f "$MODEL" ] || [ ! -f "$DATA/reference.txt" ]; then
-  echo "*** SKIPPED: $MODEL or $DATA missing ***"; exit 0
+  echo "*** SKIPPED: $MODEL or $DATA missing ***"; exit 77
 fi
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok   $1"; }

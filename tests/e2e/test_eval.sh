@@ -10,7 +10,7 @@ set -u
 TERN=${1:?usage: test_eval.sh /path/to/tern}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
 if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ] || [ ! -d "$FIX/qwen3-tiny" ]; then
-  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_eval SKIPPED ***"; exit 0
+  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_eval SKIPPED ***"; exit 77
 fi
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 pass=0; fail=0

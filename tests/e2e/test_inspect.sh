@@ -7,7 +7,7 @@ TERN=${1:?usage: test_inspect.sh /path/to/tern}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
 if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
   echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_inspect SKIPPED ***"
-  exit 0
+  exit 77
 fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

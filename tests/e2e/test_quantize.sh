@@ -18,10 +18,10 @@ TERN=${1:?usage: test_quantize.sh /path/to/tern}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-}}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 if [ -z "$FIX" ] || [ ! -d "$FIX/qwen35-tiny" ]; then
-  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_quantize SKIPPED ***"; exit 0
+  echo "*** FIXTURES MISSING: set TERN_FIXTURES; test_quantize SKIPPED ***"; exit 77
 fi
 if ! python3 -c "import numpy" 2>/dev/null; then
-  echo "*** python3 with numpy missing: test_quantize SKIPPED ***"; exit 0
+  echo "*** python3 with numpy missing: test_quantize SKIPPED ***"; exit 77
 fi
 A=$FIX/qwen35-tiny; Q3=$FIX/qwen3-tiny
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT

@@ -11,7 +11,7 @@ set -uo pipefail
 TERN=${1:?usage: test_run.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-$SRC/../shared/fixtures}}
-if [ ! -d "$FIX/qwen3-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 0; fi
+if [ ! -d "$FIX/qwen3-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 77; fi
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok   $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; }

