@@ -170,6 +170,13 @@ TERN_API int tern_get_threads(void);
 /* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
  * the environment variable TERN_ISA can lower it. */
 TERN_API const char *tern_kernel_isa(void);
+/* One ternary tensor of a GGUF file (PQ2_0, PTQ1_0, Q2_0 g128/g64, Q1_0; 2-D,
+ * ne[0] = n_in) as a layer, the matrix as stored (a Hadamard-rotated model's
+ * matrices stay rotated); bias float [n_out] or NULL. The file is closed on return.
+ * Errors: the GGUF reader's, TERN_ERR_FORMAT (no such tensor), TERN_ERR_UNSUPPORTED
+ * (a type that is not ternary/binary), TERN_ERR_SHAPE. */
+TERN_API tern_status tern_linear_from_gguf(const char *path, const char *tensor, const float *bias,
+                                           tern_linear **out);
 
 /* ==================================================================== model */
 
@@ -215,10 +222,14 @@ typedef struct tern_model_info {
     const char *device;             /* "cpu" or "cuda" */
     const char *device_name;        /* the GPU's description ("" on the CPU) */
     uint64_t device_bytes;          /* bytes the model holds in GPU memory (0 on the CPU) */
+    const char *format;             /* the container: "gguf" or "mlx" (an MLX pack directory) */
+    const char *weight_type;        /* type of the ternary matrices as loaded (layer 0's FFN
+                                       gate: "PQ2_0", "Q2_0_G64", "Q1_0", ...) */
 } tern_model_info;
 /* Memory read bandwidth of the device's own memory in GB/s ("cuda": GPU 0, a
- * `bytes` buffer read with 16-byte loads, best of `passes`); 0 when there is no
- * such device or the build lacks it. */
+ * `bytes` buffer read with 16-byte loads, best of `passes`; "cpu": host memory
+ * read by the tern_set_threads kernel threads, as `tern bench` measures it); 0
+ * when there is no such device or the build lacks it. */
 TERN_API double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes);
 /* The back-ends this library knows, i in [0, tern_backend_count()): its name (the
  * `device` of tern_model_params, "cuda" also as "cuda:N"), whether it is compiled in,

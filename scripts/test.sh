@@ -5,6 +5,7 @@
 #   2. AddressSanitizer + UBSan build + ctest (same tests, CPU-only build)
 #   3. libFuzzer targets (clang), bounded time each, on the seed corpus
 #   4. NEON build (aarch64 cross gcc) + kernel tests under qemu-aarch64
+#   (after 1: the Python package, pip-installed against build/, and its pytest suite)
 # Prints "N passed, N failed" at the end and exits non-zero on any failure.
 # TERN_FUZZ_SECONDS (default 60) bounds each fuzzer; TERN_TEST_QUICK=1 skips 2-4.
 set -uo pipefail
@@ -31,6 +32,12 @@ ctest_in() { (cd "$1" && shift && ctest --output-on-failure -j"$JOBS" "$@"); }
 
 step "release build" build build -DCMAKE_BUILD_TYPE=Release
 step "release tests" ctest_in build
+# The Python package against this build's libtern (reinstalled so it links what was just built).
+pytest_python() {
+  { python3 -m pip install -q ./python 2>/dev/null || python3 -m pip install -q --break-system-packages ./python; } &&
+    TERN_BIN="$PWD/build/tern" python3 -m pytest -q python/tests
+}
+step "python package tests" pytest_python
 if [ "${TERN_TEST_QUICK:-0}" != 1 ]; then
   step "asan+ubsan build" build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 "-DTERN_SANITIZE=address;undefined" -DTERN_CUDA=OFF
   step "asan+ubsan tests" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TERN_SANITIZED=1 \

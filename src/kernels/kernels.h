@@ -192,6 +192,9 @@ int tern_gdn_block_min(void);
  * with and without prefetch, best of `passes` each. 0 when out of memory.
  * The same function backs every benchmark's "ceiling". */
 double tern_read_ceiling_gbps(tern_pool *pool, int threads, size_t bytes, int passes);
+/* The same on the tern_set_threads pool of tern_linear (linear.c): the "cpu" case of
+ * tern_device_read_ceiling_gbps. */
+double tern_linear_pool_read_ceiling_gbps(size_t bytes, int passes);
 
 /* ------------------------------------------------------------ ISA dispatch */
 typedef enum tern_isa {

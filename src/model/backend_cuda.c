@@ -579,6 +579,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
 const char *tm_backend_cuda_device(void) { return tc_device_name(); }
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
+    if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
     if (!device || strncmp(device, "cuda", 4) || tc_device_count() < 1) return 0;
     return tc_read_ceiling_gbps(bytes, passes);
 }
@@ -601,9 +602,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
 const char *tm_backend_cuda_device(void) { return ""; }
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
-    (void)device;
-    (void)bytes;
-    (void)passes;
+    if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
     return 0;
 }
 

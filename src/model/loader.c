@@ -601,6 +601,8 @@ void tm_fill_info(tern_model *m) {
     in->has_hadamard = m->hadamard;
     uint64_t emb = (uint64_t)m->tok_embd.row_bytes * m->tok_embd.n;
     in->decode_bytes_per_token = in->weight_bytes - (tied ? 0 : emb);
+    in->format = m->gguf ? "gguf" : "mlx";
+    in->weight_type = hp->n_layer > 0 ? tern_dtype_name(m->layers[0].wgate.type) : "";
 }
 
 tern_status tern_model_load(const char *path, const tern_model_params *p, tern_model **out) {

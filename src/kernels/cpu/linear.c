@@ -50,6 +50,13 @@ tern_status tern_set_threads(int n) {
 
 int tern_get_threads(void) { return g_threads; }
 
+double tern_linear_pool_read_ceiling_gbps(size_t bytes, int passes) {
+    pthread_mutex_lock(&g_pool_mu);
+    double r = tern_read_ceiling_gbps(g_pool, g_pool ? g_threads : 1, bytes, passes);
+    pthread_mutex_unlock(&g_pool_mu);
+    return r;
+}
+
 const char *tern_kernel_isa(void) { return tern_isa_name(tern_kernels_isa()); }
 
 /* ------------------------------------------------------------ creation */
