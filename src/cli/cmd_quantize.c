@@ -22,7 +22,7 @@ static void usage(void) {
            "  --no-hadamard        no rotation (the default)\n"
            "  --to T               output layout (default pq2_0 with Hadamard, q2_0 without)\n"
            "  --name NAME          general.name (default: the directory name)\n"
-           "  --ternary-alpha-beta ssm_alpha/ssm_beta ternary like the fork's converter (default BF16)\n"
+           "  --ternary-alpha-beta GDN alpha/beta projections ternary, like the fork's converter (default BF16)\n"
            "  --quiet              no progress bar\n");
 }
 

@@ -1,37 +1,25 @@
 /*
  * vorder.c - GDN V-head order permutations between grouped (HF/MLX) and tiled
- * (GGUF) order; the rules are in vorder.h.
+ * (GGUF) order; the rules are in vorder.h, which tensor follows which rule in
+ * the architecture tables (model/arch).
  */
 #include "formats/vorder.h"
+#include "model/arch/arch.h"
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !memcmp(s + a - b, suf, b);
-}
-
-tern_vorder_kind tern_vorder_kind_of(const char *n) {
-    if (strncmp(n, "blk.", 4)) return TERN_VO_NONE;
-    if (ends_with(n, ".attn_qkv.weight")) return TERN_VO_QKV;
-    if (ends_with(n, ".attn_gate.weight") || ends_with(n, ".ssm_alpha.weight") ||
-        ends_with(n, ".ssm_beta.weight"))
-        return TERN_VO_ROWS;
-    if (ends_with(n, ".ssm_a") || ends_with(n, ".ssm_dt.bias")) return TERN_VO_ELEMS;
-    if (ends_with(n, ".ssm_conv1d.weight")) return TERN_VO_CONV;
-    if (ends_with(n, ".ssm_out.weight")) return TERN_VO_COLS;
+/* The rule of a name is its role's (model/arch tables); NONE when no
+ * architecture has the name. */
+static tern_vorder_kind kind_of(const char *n, bool hf) {
+    for (int i = 0; i < TM_ARCH_COUNT; i++) {
+        int il;
+        const tm_arch_desc *a = tm_arch_get(i);
+        const tm_role *r = hf ? tm_arch_find_hf(a, n, &il) : tm_arch_find_gguf(a, n, &il);
+        if (r && r->vo != TERN_VO_NONE) return r->vo;
+    }
     return TERN_VO_NONE;
 }
 
-tern_vorder_kind tern_vorder_kind_of_hf(const char *n) {
-    if (!strstr(n, "linear_attn.")) return TERN_VO_NONE;
-    if (ends_with(n, ".in_proj_qkv.weight")) return TERN_VO_QKV;
-    if (ends_with(n, ".in_proj_z.weight") || ends_with(n, ".in_proj_a.weight") ||
-        ends_with(n, ".in_proj_b.weight"))
-        return TERN_VO_ROWS;
-    if (ends_with(n, ".A_log") || ends_with(n, ".dt_bias")) return TERN_VO_ELEMS;
-    if (ends_with(n, ".conv1d.weight")) return TERN_VO_CONV;
-    if (ends_with(n, ".out_proj.weight")) return TERN_VO_COLS;
-    return TERN_VO_NONE;
-}
+tern_vorder_kind tern_vorder_kind_of(const char *n) { return kind_of(n, false); }
+tern_vorder_kind tern_vorder_kind_of_hf(const char *n) { return kind_of(n, true); }
 
 tern_status tern_gdn_dims_check(const tern_gdn_dims *g) {
     if (!g->n_k || !g->n_v || g->n_v % g->n_k || !g->head_k_dim || !g->head_v_dim)

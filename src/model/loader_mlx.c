@@ -3,7 +3,8 @@
  * + model.safetensors, read by formats/mlxpack.h) into a tern_model.
  *
  * Pack conventions (seed 000 sections 3.3 and 6, fixture README):
- *  - tensor names are Hugging Face names (optionally under "language_model.");
+ *  - tensor names are the architecture table's Hugging Face names (optionally
+ *    under "language_model."), ternary modules the HF name without ".weight";
  *  - a ternary module P has P.weight U32 [N, K/16] (PQ2_0 qs bytes as LE words),
  *    P.scales F16 [N, K/G], P.biases = -scales: repacked at load to PQ2_0 blocks
  *    (G = 128) or mainline Q2_0 blocks (G = 64): the bytes are counted in
@@ -14,15 +15,13 @@
  *  - V heads in grouped order everywhere: nothing to permute (v_tiled = false,
  *    out_permute = false).
  */
-#include "model/model.h"
+#include "model/loader.h"
 #include "formats/codecs.h"
 #include "formats/mlxpack.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define TRY(x) do { tern_status st_ = (x); if (st_) return st_; } while (0)
 
 void tm_mlx_close(void *pack) { tern_mlxpack_close(pack); }
 
@@ -150,6 +149,30 @@ static tern_status mlx_dense(mld *L, const char *name, int64_t k, int64_t n, ter
     return TERN_OK;
 }
 
+/* Tensor source callbacks (loader.h): module path / HF name from the table. */
+static tern_status src_mat(void *u, const tm_role *r, int il, int64_t k, int64_t n, tern_qmat *out) {
+    mld *L = u;
+    char name[200];
+    bool ok = r->val == TM_VAL_DENSE ? tm_role_hf_name(r, il, name, sizeof name)
+                                     : tm_role_mlx_module(r, il, name, sizeof name);
+    if (!ok) return tern_fail(TERN_ERR_INTERNAL, "%s: tensor name too long", L->dir);
+    if (r->val == TM_VAL_DENSE) return mlx_dense(L, name, k, n, out);
+    return mlx_mat(L, name, k, n, !r->optional, r->had == TM_HAD_FOLDED, out);
+}
+
+static tern_status src_vec(void *u, const tm_role *r, int il, int64_t n, const float **out) {
+    mld *L = u;
+    char name[200];
+    if (!tm_role_hf_name(r, il, name, sizeof name))
+        return tern_fail(TERN_ERR_INTERNAL, "%s: tensor name too long", L->dir);
+    float *v = NULL;
+    TRY(mlx_vec(L, name, n, &v));
+    if (r->val == TM_VAL_SSM_A) /* the pack stores A_log */
+        for (int64_t i = 0; i < n; i++) v[i] = (float)-exp((double)v[i]);
+    *out = v;
+    return TERN_OK;
+}
+
 tern_status tm_load_mlx(tern_model *m, const char *dir) {
     tern_mlxpack *p = NULL;
     TRY(tern_mlxpack_open(dir, &p));
@@ -158,14 +181,15 @@ tern_status tm_load_mlx(tern_model *m, const char *dir) {
     htab tab = {0};
     const char *arch = NULL;
     TRY(tern_mlxpack_gguf_hparams(p, &arch, emit, NULL, &tab));
-    m->hp.arch = !strcmp(arch, "qwen35") ? TM_ARCH_QWEN35 : TM_ARCH_QWEN3;
+    const tm_arch_desc *a = tm_arch_by_name(arch);
+    if (!a) return tern_fail(TERN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported", dir, arch);
+    m->hp.arch = a->id;
     TRY(tm_hparams_load(m, tab_get, &tab, dir));
-    tm_hparams *hp = &m->hp;
     m->name = tern_strdup(p->model_type ? p->model_type : "");
     if (p->hadamard) {
         tern_hadamard_meta *h = p->hadamard;
-        if (h->n_widths > 4)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "%s: %u sign widths (4 supported)", dir, h->n_widths);
+        m->signs = calloc(h->n_widths ? h->n_widths : 1, sizeof *m->signs);
+        if (!m->signs) return tern_fail(TERN_ERR_NOMEM, "out of memory");
         for (uint32_t i = 0; i < h->n_widths; i++) {
             m->signs[i].width = (int)h->widths[i];
             m->signs[i].s = h->signs[i];
@@ -173,74 +197,15 @@ tern_status tm_load_mlx(tern_model *m, const char *dir) {
         m->n_signs = (int)h->n_widths;
         m->had_block = (int)h->block_size;
         m->hadamard = true;
-        char nm[256];
-        snprintf(nm, sizeof nm, "%smodel.embed_tokens.weight", p->tensor_prefix ? p->tensor_prefix : "");
-        m->embd_inverse = tern_hadamard_is_inverse(h, nm) ||
-                          tern_hadamard_is_inverse(h, "model.embed_tokens.weight");
+        char emb[160], nm[256];
+        tm_role_hf_name(tm_arch_role(a, TM_ROLE_TOKEN_EMBD), 0, emb, sizeof emb);
+        snprintf(nm, sizeof nm, "%s%s", p->tensor_prefix ? p->tensor_prefix : "", emb);
+        m->embd_inverse = tern_hadamard_is_inverse(h, nm) || tern_hadamard_is_inverse(h, emb);
         if (!m->embd_inverse)
             return tern_fail(TERN_ERR_UNSUPPORTED, "%s: hadamard.json does not list the embedding as inverse", dir);
     }
     m->v_tiled = false;     /* grouped order everywhere */
     m->out_permute = false;
-    int E = hp->n_embd, HD = hp->head_dim;
-    TRY(mlx_mat(&L, "model.embed_tokens", E, -1, true, false, &m->tok_embd));
-    hp->n_vocab = (int)m->tok_embd.n;
-    TRY(mlx_mat(&L, "lm_head", E, hp->n_vocab, false, true, &m->output));
-    if (!m->output.data) {
-        if (m->hadamard)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "%s: tied head with a Hadamard rotation is not supported", dir);
-        m->output = m->tok_embd;
-    }
-    float *v;
-    TRY(mlx_vec(&L, "model.norm.weight", E, &v));
-    m->output_norm = v;
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    m->info.alloc_bytes += (uint64_t)hp->n_layer * sizeof *m->layers;
-    if (!m->layers) return tern_fail(TERN_ERR_NOMEM, "out of memory");
-    for (int il = 0; il < hp->n_layer; il++) {
-        tm_layer *l = &m->layers[il];
-        char nb[200];
-#define MN(s) (snprintf(nb, sizeof nb, "model.layers.%d.%s", il, s), nb)
-        l->is_attn = hp->arch == TM_ARCH_QWEN3 || (il + 1) % hp->full_attn_interval == 0;
-        TRY(mlx_vec(&L, MN("input_layernorm.weight"), E, &v));
-        l->attn_norm = v;
-        TRY(mlx_vec(&L, MN("post_attention_layernorm.weight"), E, &v));
-        l->post_norm = v;
-        if (l->is_attn) {
-            l->kv_index = hp->n_attn_layers++;
-            int qrows = hp->n_head * HD * (hp->attn_gate ? 2 : 1);
-            TRY(mlx_mat(&L, MN("self_attn.q_proj"), E, qrows, true, true, &l->wq));
-            TRY(mlx_mat(&L, MN("self_attn.k_proj"), E, (int64_t)hp->n_head_kv * HD, true, true, &l->wk));
-            TRY(mlx_mat(&L, MN("self_attn.v_proj"), E, (int64_t)hp->n_head_kv * HD, true, true, &l->wv));
-            TRY(mlx_mat(&L, MN("self_attn.o_proj"), (int64_t)hp->n_head * HD, E, true, true, &l->wo));
-            TRY(mlx_vec(&L, MN("self_attn.q_norm.weight"), HD, &v));
-            l->q_norm = v;
-            TRY(mlx_vec(&L, MN("self_attn.k_norm.weight"), HD, &v));
-            l->k_norm = v;
-        } else {
-            l->gdn_index = hp->n_gdn_layers++;
-            int nk = hp->ssm_n_k, nv = hp->ssm_n_v, dk = hp->ssm_dk, dv = hp->ssm_dv;
-            int64_t C = 2LL * nk * dk + (int64_t)nv * dv;
-            TRY(mlx_mat(&L, MN("linear_attn.in_proj_qkv"), E, C, true, true, &l->wqkv));
-            TRY(mlx_mat(&L, MN("linear_attn.in_proj_z"), E, (int64_t)nv * dv, true, true, &l->wz));
-            TRY(mlx_dense(&L, MN("linear_attn.in_proj_a.weight"), E, nv, &l->wa));
-            TRY(mlx_dense(&L, MN("linear_attn.in_proj_b.weight"), E, nv, &l->wb));
-            TRY(mlx_mat(&L, MN("linear_attn.out_proj"), (int64_t)nv * dv, E, true, true, &l->wout));
-            TRY(mlx_vec(&L, MN("linear_attn.conv1d.weight"), C * hp->conv_k, &v));
-            l->conv = v;
-            TRY(mlx_vec(&L, MN("linear_attn.A_log"), nv, &v));
-            for (int i = 0; i < nv; i++) v[i] = (float)-exp((double)v[i]);
-            l->ssm_a = v;
-            TRY(mlx_vec(&L, MN("linear_attn.dt_bias"), nv, &v));
-            l->dt_bias = v;
-            TRY(mlx_vec(&L, MN("linear_attn.norm.weight"), dv, &v));
-            l->ssm_norm = v;
-        }
-        TRY(mlx_mat(&L, MN("mlp.gate_proj"), E, hp->n_ff, true, true, &l->wgate));
-        TRY(mlx_mat(&L, MN("mlp.up_proj"), E, hp->n_ff, true, true, &l->wup));
-        TRY(mlx_mat(&L, MN("mlp.down_proj"), hp->n_ff, E, true, true, &l->wdown));
-        TRY(tm_load_progress(m, il + 1, hp->n_layer));
-#undef MN
-    }
-    return TERN_OK;
+    tm_src s = {&L, dir, src_mat, src_vec};
+    return tm_bind_tensors(m, &s);
 }

@@ -26,10 +26,9 @@
 
 #include "core/common.h"
 #include "kernels/kernels.h"
+#include "model/arch/arch.h"
 
 #include <pthread.h>
-
-typedef enum tm_arch { TM_ARCH_QWEN35 = 0, TM_ARCH_QWEN3 = 1 } tm_arch;
 
 typedef struct tm_layer {
     bool is_attn;                 /* full attention (else GDN) */
@@ -96,7 +95,7 @@ struct tern_model {
     /* Hadamard */
     bool hadamard;
     int had_block;
-    tm_signs signs[4];
+    tm_signs *signs;              /* [n_signs] (calloc; the vectors are model allocations) */
     int n_signs;
     bool v_tiled, out_permute;
     bool embd_inverse;            /* token_embd holds R e (inverse after gather) */
@@ -125,6 +124,8 @@ const float *tm_model_signs(const tern_model *m, int64_t k);
 typedef tern_status (*tm_key_get)(void *u, const char *key, double *out, bool *found);
 tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *path);
 void tm_fill_info(tern_model *m);
+/* The architecture table of the model (arch/arch.h). */
+const tm_arch_desc *tm_model_arch(const tern_model *m);
 /* Report layer il of n loaded; TERN_ERR_CANCELLED when the callback says stop. */
 tern_status tm_load_progress(tern_model *m, int il, int n);
 
