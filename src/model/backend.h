@@ -135,6 +135,9 @@ typedef struct tm_backend_vt {
     tern_status (*zero)(tm_backend *be, void *p, size_t n);
     /* wait for queued work; the first error of the work since the last sync */
     tern_status (*sync)(tm_backend *be);
+    /* bytes this back-end's memory can still give (0: unknown), for the fit check of
+     * tern_session_new */
+    uint64_t (*mem_available)(const tm_backend *be);
     /* floats of one GDN layer's recurrent state (see above) */
     size_t (*gdn_state_floats)(const tm_backend *be, const tm_hparams *hp);
     /* what the back-end keeps per session (graphs...), released with the session */

@@ -12,6 +12,7 @@
 #include "formats/codecs.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -201,6 +202,19 @@ static tern_status cpu_zero(tm_backend *be, void *p, size_t n) {
     else if (n) memset(p, 0, n);
     return TERN_OK;
 }
+/* MemAvailable of /proc/meminfo (Linux; 0 elsewhere = no check). */
+static uint64_t cpu_mem_available(const tm_backend *be) {
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 static tern_status cpu_sync(tm_backend *be) {
     (void)be;
     return TERN_OK;
@@ -225,6 +239,7 @@ static const tm_backend_vt g_cpu_vt = {
     .download = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .mem_available = cpu_mem_available,
     .gdn_state_floats = cpu_gdn_state_floats,
     .embed = tm_layers_embed,
     .attn_mixer = tm_layers_attn_mixer,

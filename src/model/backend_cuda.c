@@ -213,6 +213,10 @@ static tern_status cu_zero(tm_backend *be, void *p, size_t n) {
     (void)be;
     return cu_status(tc_zero(p, n), "memset");
 }
+static uint64_t cu_mem_available(const tm_backend *be) {
+    (void)be;
+    return tc_mem_free();
+}
 static tern_status cu_sync(tm_backend *be) {
     (void)be;
     return cu_status(tc_sync(), "forward pass");
@@ -537,6 +541,7 @@ static const tm_backend_vt g_cuda_vt = {
     .download = cu_download,
     .zero = cu_zero,
     .sync = cu_sync,
+    .mem_available = cu_mem_available,
     .gdn_state_floats = cu_gdn_state_floats,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,

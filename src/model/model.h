@@ -107,6 +107,7 @@ struct tern_model {
     tern_progress_fn progress;    /* during load only */
     void *progress_user;
     pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
+    uint64_t sessions_bytes;      /* bytes of this model's live sessions (atomic) */
     struct tm_backend *be;        /* the back-end instance (owned; backend.h) */
     /* device copies (be->alloc), freed with be->free at the end */
     void **dev;

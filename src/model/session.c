@@ -28,6 +28,7 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 
 void tern_session_free(tern_session *s) {
     if (!s) return;
+    if (s->counted) __atomic_fetch_sub(&s->m->sessions_bytes, s->bytes, __ATOMIC_RELAXED);
     if (s->m->be->vt->session_release) s->m->be->vt->session_release(s->m->be, s);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
@@ -37,6 +38,61 @@ void tern_session_free(tern_session *s) {
 }
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Bytes a session of n_ctx positions and n_chunk-row scratch takes (what
+ * tern_session_new allocates, to the float): KV cache, GDN states, scratch, logits. */
+static void session_sizes(const tern_model *m, int n_ctx, int n_chunk, uint64_t *kv, uint64_t *states,
+                          uint64_t *rest) {
+    const tm_hparams *hp = &m->hp;
+    uint64_t T = (uint64_t)n_chunk, E = (uint64_t)hp->n_embd, HD = (uint64_t)hp->head_dim;
+    uint64_t qw = (uint64_t)hp->n_head * HD, kvw = (uint64_t)hp->n_head_kv * HD;
+    uint64_t qrows = qw * (hp->attn_gate ? 2 : 1), C = 0, VW = 0, nv = (uint64_t)hp->ssm_n_v;
+    if (hp->n_gdn_layers) {
+        C = 2 * (uint64_t)hp->ssm_n_k * hp->ssm_dk + nv * hp->ssm_dv;
+        VW = nv * hp->ssm_dv;
+    }
+    uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
+    *kv = 2 * (uint64_t)hp->n_attn_layers * (uint64_t)n_ctx * kvw * 4;
+    *states = hp->n_gdn_layers ? (uint64_t)hp->n_gdn_layers *
+                                     ((uint64_t)(hp->conv_k - 1) * C + m->be->vt->gdn_state_floats(m->be, hp)) * 4
+                               : 0;
+    uint64_t sc = T * (4 * E + maxz(maxz(qrows, C), F) + maxz(maxz(qw, VW), F) + maxz(maxz(qw, C), F) +
+                       maxz(qw, VW) + 2 * kvw + 2 * (nv ? nv : 1));
+    sc += (uint64_t)hp->n_head * (uint64_t)n_ctx + V + (tm_be_device(m->be) ? T * V : 0);
+    *rest = sc * 4;
+}
+
+/* Memory the back-end can still give: host MemAvailable, or the device's free memory. */
+static uint64_t mem_available(const tern_model *m) {
+    if (m->be->vt->mem_available) return m->be->vt->mem_available(m->be);
+    return 0; /* unknown: no check */
+}
+
+/* Refuse a session that cannot fit before allocating anything, naming the sizes and the
+ * context that would fit (the KV cache is the part that grows with n_ctx). Sessions of
+ * one model count against each other (m->sessions_bytes): pages are backed lazily, so
+ * the OS's figure does not yet show what earlier sessions will use. */
+static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk) {
+    uint64_t avail = mem_available(m);
+    if (!avail) return TERN_OK;
+    uint64_t kv, states, rest;
+    session_sizes(m, n_ctx, n_chunk, &kv, &states, &rest);
+    uint64_t need = kv + states + rest, held = __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
+    uint64_t free_ = avail > held ? avail - held : 0;
+    if (need <= free_) return TERN_OK;
+    uint64_t per_pos = n_ctx ? kv / (uint64_t)n_ctx : 0;
+    int64_t fit = per_pos && free_ > states + rest ? (int64_t)((free_ - states - rest) / per_pos) : 0;
+    fit = fit / 256 * 256;
+    const double MiB = 1048576.0;
+    return tern_fail(TERN_ERR_NOMEM,
+                     "a context of %d tokens needs %.0f MiB (KV cache %.0f MiB in f32, GDN states %.0f MiB, "
+                     "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s; "
+                     "%s%lld would fit",
+                     n_ctx, need / MiB, kv / MiB, states / MiB, rest / MiB, free_ / MiB,
+                     tm_be_device(m->be) ? "device" : "host", held ? " after this model's other sessions" : "",
+                     fit > 0 ? "--ctx " : "no context: at most ", (long long)(fit > 0 ? fit : 0));
+}
+#define TRY_FIT(m, n_ctx, n_chunk) do { tern_status st_ = check_fit((m), (n_ctx), (n_chunk)); if (st_) return st_; } while (0)
 
 tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_session **out) {
     if (!m || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: NULL argument");
@@ -54,6 +110,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     int n_chunk = p->n_chunk > 0 ? p->n_chunk : 64;
     if (n_chunk > 4096) n_chunk = 4096;
     if (n_chunk > n_ctx) n_chunk = n_ctx;
+    TRY_FIT(m, n_ctx, n_chunk);
     tern_session *s = calloc(1, sizeof *s);
     if (!s) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     s->m = m;
@@ -113,6 +170,8 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         return tern_fail(TERN_ERR_NOMEM, "tern_session_new: out of memory (n_ctx %d, %llu bytes so far)",
                          n_ctx, (unsigned long long)b);
     }
+    __atomic_fetch_add(&m->sessions_bytes, s->bytes, __ATOMIC_RELAXED);
+    s->counted = true;
     *out = s;
     return TERN_OK;
 }

@@ -99,5 +99,20 @@ check "--tools adds the tools block ($a -> $c prompt tokens)" [ -n "$c" ] && [ "
 echo '{"not": "a list"}' >"$TMP/bad.json"
 "$TERN" run -m "$Q3" -p "x" --tools "$TMP/bad.json" -n 1 >/dev/null 2>"$TMP/e"; rc=$?
 check "--tools with a non-array fails with a message" [ $rc -eq 1 ] && grep -q "array" "$TMP/e"
+# --- memory on demand and the fit check (session.c): the KV cache's pages are backed
+# as positions fill, so RSS after load does not follow --ctx; a context that cannot fit
+# is refused before any allocation, naming the sizes and a --ctx that fits
+rss() { /usr/bin/time -f '%M' -o "$TMP/t" "$TERN" run -m "$Q3" --raw -p hi -n 2 --quiet --ctx "$1" >/dev/null 2>&1; tail -n 1 "$TMP/t"; }
+r1=$(rss 4096); r2=$(rss 1048576)
+check "RSS independent of --ctx ($r1 KB at 4096, $r2 KB at 1048576; KV would be 4 GiB)" \
+  [ -n "$r1" -a -n "$r2" ] && [ "$r2" -lt $((r1 + 51200)) ]
+"$TERN" run -m "$Q3" --raw -p hi -n 2 --ctx 4194304 >/dev/null 2>"$TMP/e"; rc=$?
+avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
+if [ "${avail:-0}" -lt 30000000 ]; then
+  check "a context that cannot fit exits 1 naming the sizes and a --ctx that fits" \
+    [ $rc -eq 1 ] && grep -q "KV cache" "$TMP/e" && grep -q -- "--ctx [0-9]* would fit" "$TMP/e"
+else
+  check "a 32 GiB KV cache fits this machine's memory and runs" [ $rc -eq 0 ]
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

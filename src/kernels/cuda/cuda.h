@@ -51,6 +51,7 @@ int tc_download(void *dst_host, const void *src, size_t n);
 int tc_zero(void *p, size_t n);
 int tc_sync(void);                  /* waits for the stream; first error since the last sync */
 size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
+size_t tc_mem_free(void);           /* free device memory now (cudaMemGetInfo; 0 on error) */
 
 /* ---------------------------------------------------------------- products */
 /* y[b*ys + i] = sum_j W[i,j] x[b*xs + j] for each of the nm matrices (same k). */

@@ -91,6 +91,15 @@ extern "C" void tc_free(void *p, size_t n) {
     __atomic_sub_fetch(&g_bytes, n + 64, __ATOMIC_RELAXED);
 }
 
+extern "C" size_t tc_mem_free(void) {
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fr;
+}
+
 extern "C" size_t tc_bytes_in_use(void) { return __atomic_load_n(&g_bytes, __ATOMIC_RELAXED); }
 
 extern "C" int tc_upload(void *dst, const void *src_host, size_t n) {
