@@ -562,7 +562,7 @@ tern_status tern_quantize_hf(const char *dir, const char *out, const tern_quanti
         return tern_fail(TERN_ERR_INVALID_ARG, "quantize: output type %s is not ternary", tern_dtype_name(o.out_type));
     if (o.hadamard && o.alpha_beta_ternary)
         return tern_fail(TERN_ERR_INVALID_ARG,
-                         "quantize: ternary ssm_alpha/beta cannot be combined with a Hadamard fold "
+                         "quantize: ternary GDN alpha/beta cannot be combined with a Hadamard fold "
                          "(they read the un-rotated input)");
     if (q35) {
         q.gdn.n_k = q.hp.ssm_n_k;
