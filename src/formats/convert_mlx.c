@@ -30,6 +30,7 @@
 #include "formats/mlxpack.h"
 #include "formats/safetensors.h"
 #include "formats/vorder.h"
+#include "model/arch/arch.h"
 
 #include <errno.h>
 #include <math.h>
@@ -42,72 +43,40 @@ tern_status tern_convert_mlx_to_gguf(const char *in_dir, const char *out, const 
 
 /* ------------------------------------------------------------ names */
 
-typedef struct nmap { const char *gg, *hf; } nmap;
-static const nmap g_layer[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ssm_a", "linear_attn.A_log"},
-    {"ssm_conv1d.weight", "linear_attn.conv1d.weight"},
-    {"ssm_dt.bias", "linear_attn.dt_bias"},
-    {"ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
-    {"ssm_beta.weight", "linear_attn.in_proj_b.weight"},
-    {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
-    {"attn_gate.weight", "linear_attn.in_proj_z.weight"},
-    {"ssm_norm.weight", "linear_attn.norm.weight"},
-    {"ssm_out.weight", "linear_attn.out_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-};
-static const nmap g_top[] = {
-    {"token_embd.weight", "model.embed_tokens.weight"},
-    {"output.weight", "lm_head.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-};
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool gguf_to_hf(const char *gg, char *out, size_t n) {
-    for (size_t i = 0; i < NELEM(g_top); i++)
-        if (!strcmp(gg, g_top[i].gg)) { snprintf(out, n, "%s", g_top[i].hf); return true; }
-    if (strncmp(gg, "blk.", 4)) return false;
-    char *end;
-    long L = strtol(gg + 4, &end, 10);
-    if (end == gg + 4 || *end != '.') return false;
-    for (size_t i = 0; i < NELEM(g_layer); i++)
-        if (!strcmp(end + 1, g_layer[i].gg)) { snprintf(out, n, "model.layers.%ld.%s", L, g_layer[i].hf); return true; }
-    return false;
+/* Names through the architecture tables: the file's own architecture first,
+ * then the others (a name any table knows converts, as before). */
+static const tm_role *find_role(tern_hf_arch arch, const char *name, bool hf, int *il,
+                                const tm_arch_desc **found) {
+    for (int k = -1; k < TM_ARCH_COUNT; k++) {
+        const tm_arch_desc *a = tm_arch_get(k < 0 ? (int)arch : k);
+        if (!a || (k >= 0 && k == (int)arch)) continue;
+        const tm_role *r = hf ? tm_arch_find_hf(a, name, il) : tm_arch_find_gguf(a, name, il);
+        if (r) {
+            if (found) *found = a;
+            return r;
+        }
+    }
+    return NULL;
 }
 
-/* HF name -> GGUF name, with the canonical output order (group, layer). */
-static bool hf_to_gguf(const char *hf, bool q35, char *out, size_t n, int *group, int *layer) {
-    for (size_t i = 0; i < NELEM(g_top); i++)
-        if (!strcmp(hf, g_top[i].hf)) {
-            snprintf(out, n, "%s", g_top[i].gg);
-            *group = i == 1 ? 0 : i == 0 ? 1 : 3; /* lm_head, embed_tokens, layers, norm */
-            *layer = 0;
-            return true;
-        }
-    if (strncmp(hf, "model.layers.", 13)) return false;
-    char *end;
-    long L = strtol(hf + 13, &end, 10);
-    if (end == hf + 13 || *end != '.') return false;
-    for (size_t i = 0; i < NELEM(g_layer); i++) {
-        if (strcmp(end + 1, g_layer[i].hf)) continue;
-        if (!strcmp(g_layer[i].gg, "post_attention_norm.weight") && !q35) continue;
-        if (!strcmp(g_layer[i].gg, "ffn_norm.weight") && q35) continue;
-        snprintf(out, n, "blk.%ld.%s", L, g_layer[i].gg);
-        *group = 2;
-        *layer = (int)L;
-        return true;
-    }
-    return false;
+static const tm_role *gguf_to_hf(tern_hf_arch arch, const char *gg, char *out, size_t n) {
+    int il;
+    const tm_role *r = find_role(arch, gg, false, &il, NULL);
+    return r && tm_role_hf_name(r, il, out, n) ? r : NULL;
+}
+
+/* HF name -> GGUF name, with the canonical output order (group, layer) and
+ * the module rank (model order in the table). */
+static const tm_role *hf_to_gguf(const char *hf, tern_hf_arch arch, char *out, size_t n, int *group, int *layer,
+                                 int *rank) {
+    int il;
+    const tm_arch_desc *a = NULL;
+    const tm_role *r = find_role(arch, hf, true, &il, &a);
+    if (!r || !tm_role_gguf_name(r, il, out, n)) return NULL;
+    *group = r->group;
+    *layer = il;
+    if (rank) *rank = tm_arch_role_index(a, r);
+    return r;
 }
 
 /* ------------------------------------------------------------ A_log */
@@ -393,16 +362,6 @@ static tern_status write_tokenizer(const tern_gguf *g, const char *dir) {
     return st;
 }
 
-/* Module order in config.json / hadamard.json: model order within a layer. */
-static int module_rank(const char *hf) {
-    static const char *order[] = {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_a",
-                                  "linear_attn.in_proj_b", "linear_attn.out_proj", "self_attn.q_proj",
-                                  "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                                  "mlp.up_proj", "mlp.down_proj"};
-    for (int i = 0; i < (int)NELEM(order); i++)
-        if (strstr(hf, order[i])) return i;
-    return 99;
-}
 typedef struct modref { char path[160]; int group, layer, rank; bool emb; bool folded; } modref;
 static int modref_cmp(const void *a, const void *b) {
     const modref *x = a, *y = b;
@@ -430,7 +389,8 @@ tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *dir, const 
     for (uint64_t i = 0; i < g->n_tensors && !st; i++) {
         const tern_gguf_tensor *t = &g->tensors[i];
         char hf[160];
-        if (!gguf_to_hf(t->name, hf, sizeof hf)) {
+        const tm_role *role = gguf_to_hf(hp.arch, t->name, hf, sizeof hf);
+        if (!role) {
             st = tern_fail(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' has no MLX pack name", g->map.path, t->name);
             break;
         }
@@ -478,16 +438,14 @@ tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *dir, const 
             modref *m = &mods[nm++];
             snprintf(m->path, sizeof m->path, "%s", path);
             char tmp[128];
-            hf_to_gguf(hf, q35, tmp, sizeof tmp, &m->group, &m->layer);
+            hf_to_gguf(hf, hp.arch, tmp, sizeof tmp, &m->group, &m->layer, &m->rank);
             m->group = m->group == 1 ? -1 : m->group == 0 ? 100 : m->group; /* embed first, lm_head last */
-            m->rank = module_rank(hf);
             m->emb = inv;
             m->folded = fold;
         } else {
             mjob *j = &jobs[nj++];
             snprintf(j->name, sizeof j->name, "language_model.%s", hf);
-            size_t tl = strlen(t->name);
-            j->part = tl >= 6 && !strcmp(t->name + tl - 6, ".ssm_a") ? MP_ALOG : MP_PLAIN;
+            j->part = role->val == TM_VAL_SSM_A ? MP_ALOG : MP_PLAIN;
             j->t = t;
             j->vo = vo;
             j->gdn = gd;
@@ -712,8 +670,9 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
             break;
         }
         snprintf(j->hf, sizeof j->hf, "%s", hf);
-        if (!hf_to_gguf(hf, q35, j->name, sizeof j->name, &j->group, &j->layer)) {
-            if (!strncmp(hf, "mtp.", 4) || strstr(hf, "visual.") || strstr(hf, "vision_tower.")) continue;
+        const tm_role *role = hf_to_gguf(hf, hp.arch, j->name, sizeof j->name, &j->group, &j->layer, NULL);
+        if (!role) {
+            if (tm_arch_hf_ignored(tm_arch_get(hp.arch), hf)) continue;
             st = tern_fail(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' has no GGUF name", dir, t->name);
             break;
         }
@@ -757,7 +716,7 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
                 for (uint32_t d = 0; d < j->n_dims; d++) j->ne[d] = t->shape[j->n_dims - 1 - d];
                 if (j->n_dims == 1) j->ne[1] = 1;
             }
-            j->alog = ends_with(hf, ".A_log");
+            j->alog = role->val == TM_VAL_SSM_A;
         }
         j->ne[2] = j->ne[3] = 1;
         nj++;

@@ -12,6 +12,7 @@
 #include "formats/json_util.h"
 #include "formats/safetensors.h"
 #include "formats/vorder.h"
+#include "model/arch/arch.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -102,6 +103,7 @@ typedef struct job {
     uint64_t K, N;            /* row length and rows as processed */
     tern_dtype type;
     qctx *q;
+    const tm_role *role;      /* the tensor's role in the architecture table */
 } job;
 
 struct qctx {
@@ -255,33 +257,19 @@ static tern_status fill_job(void *dst, uint64_t nbytes, void *user) {
     return TERN_OK;
 }
 
-/* HF suffix (after "model.layers.N.") -> GGUF suffix and kind. */
-typedef struct lmap {
-    const char *hf, *gg;
-    jkind k35, k3;            /* kind for qwen35 and qwen3 */
-} lmap;
-static const lmap g_layer_map[] = {
-    {"input_layernorm.weight", "attn_norm.weight", J_NORM1, J_F32},
-    {"post_attention_layernorm.weight", NULL, J_NORM1, J_F32}, /* post_attention_norm / ffn_norm */
-    {"linear_attn.A_log", "ssm_a", J_SSM_A, J_SSM_A},
-    {"linear_attn.conv1d.weight", "ssm_conv1d.weight", J_F32, J_F32},
-    {"linear_attn.dt_bias", "ssm_dt.bias", J_F32, J_F32},
-    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", J_BF16, J_BF16},
-    {"linear_attn.in_proj_b.weight", "ssm_beta.weight", J_BF16, J_BF16},
-    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", J_TERN, J_TERN},
-    {"linear_attn.in_proj_z.weight", "attn_gate.weight", J_TERN, J_TERN},
-    {"linear_attn.norm.weight", "ssm_norm.weight", J_F32, J_F32},
-    {"linear_attn.out_proj.weight", "ssm_out.weight", J_TERN, J_TERN},
-    {"mlp.down_proj.weight", "ffn_down.weight", J_TERN, J_TERN},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", J_TERN, J_TERN},
-    {"mlp.up_proj.weight", "ffn_up.weight", J_TERN, J_TERN},
-    {"self_attn.q_proj.weight", "attn_q.weight", J_TERN, J_TERN},
-    {"self_attn.k_proj.weight", "attn_k.weight", J_TERN, J_TERN},
-    {"self_attn.v_proj.weight", "attn_v.weight", J_TERN, J_TERN},
-    {"self_attn.o_proj.weight", "attn_output.weight", J_TERN, J_TERN},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", J_NORM1, J_F32},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", J_NORM1, J_F32},
-};
+/* Value class -> kind (norm gains stored w+1 where the architecture says so). */
+static jkind kind_of_role(const tm_arch_desc *ad, const tm_role *r) {
+    switch (r->val) {
+    case TM_VAL_TERNARY: return J_TERN;
+    case TM_VAL_NORM: return ad->norm_plus_one ? J_NORM1 : J_F32;
+    case TM_VAL_SSM_A: return J_SSM_A;
+    case TM_VAL_DENSE: return J_BF16;
+    case TM_VAL_NORM_RAW:
+    case TM_VAL_BIAS:
+    case TM_VAL_CONV: break;
+    }
+    return J_F32;
+}
 
 static int job_cmp(const void *a, const void *b) {
     const job *x = a, *y = b;
@@ -300,52 +288,48 @@ static tern_status plan_tensor(qctx *q, const tern_st_tensor *t, const char *hfn
     j->q = q;
     j->src = t;
     snprintf(j->hf, sizeof j->hf, "%s", hfname);
-    if (!strcmp(hfname, "lm_head.weight")) {
-        if (hp->tie_embeddings) { *skip = true; return TERN_OK; }
-        j->group = 0;
-        snprintf(j->name, sizeof j->name, "output.weight");
-        j->kind = J_TERN;
-    } else if (!strcmp(hfname, "model.embed_tokens.weight")) {
-        j->group = 1;
-        snprintf(j->name, sizeof j->name, "token_embd.weight");
-        j->kind = J_TERN;
-    } else if (!strcmp(hfname, "model.norm.weight")) {
-        j->group = 3;
-        snprintf(j->name, sizeof j->name, "output_norm.weight");
-        j->kind = q35 ? J_NORM1 : J_F32;
-    } else if (!strncmp(hfname, "model.layers.", 13)) {
-        char *end;
-        long L = strtol(hfname + 13, &end, 10);
-        if (end == hfname + 13 || *end != '.' || L < 0 || L >= hp->n_layer)
-            return tern_fail(TERN_ERR_FORMAT, "tensor '%s': bad layer index", t->name);
-        const char *suf = end + 1;
-        const lmap *m = NULL;
-        for (size_t i = 0; i < sizeof g_layer_map / sizeof g_layer_map[0]; i++)
-            if (!strcmp(suf, g_layer_map[i].hf)) m = &g_layer_map[i];
-        if (!m)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': not a known %s tensor", t->name,
-                             q35 ? "qwen35" : "qwen3");
-        const char *gg = m->gg ? m->gg : q35 ? "post_attention_norm.weight" : "ffn_norm.weight";
-        snprintf(j->name, sizeof j->name, "blk.%ld.%s", L, gg);
-        j->group = 2;
-        j->layer = (int)L;
-        j->kind = q35 ? m->k35 : m->k3;
-        if (!q35 && !strncmp(suf, "linear_attn.", 12))
+    const tm_arch_desc *ad = tm_arch_get(hp->arch);
+    int L = 0;
+    const tm_role *r = tm_arch_find_hf(ad, hfname, &L);
+    if (!r && !q35) {
+        int L3;
+        const tm_role *r35 = tm_arch_find_hf(&tm_arch_qwen35, hfname, &L3);
+        if (r35 && r35->lk == TM_LK_GDN)
             return tern_fail(TERN_ERR_FORMAT, "tensor '%s': linear attention in a qwen3 model", t->name);
+    }
+    static const char layer_pfx[] = "model.layers.";
+    size_t lpl = sizeof layer_pfx - 1;
+    if (!r && !strncmp(hfname, layer_pfx, lpl)) {
+        char *end;
+        long l = strtol(hfname + lpl, &end, 10);
+        if (end == hfname + lpl || *end != '.' || l < 0 || l >= hp->n_layer)
+            return tern_fail(TERN_ERR_FORMAT, "tensor '%s': bad layer index", t->name);
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': not a known %s tensor", t->name,
+                         q35 ? "qwen35" : "qwen3");
+    }
+    if (!r && tm_arch_hf_ignored(ad, hfname)) {
+        *skip = true;
+        return TERN_OK;
+    }
+    if (!r) return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': not a known tensor name", t->name);
+    if (r->optional && hp->tie_embeddings) { *skip = true; return TERN_OK; }
+    if (r->lk != TM_LK_TOP && L >= hp->n_layer)
+        return tern_fail(TERN_ERR_FORMAT, "tensor '%s': bad layer index", t->name);
+    if (!tm_role_gguf_name(r, L, j->name, sizeof j->name))
+        return tern_fail(TERN_ERR_FORMAT, "tensor '%s': name too long", t->name);
+    j->role = r;
+    j->group = r->group;
+    j->layer = r->lk == TM_LK_TOP ? 0 : L;
+    j->kind = kind_of_role(ad, r);
+    if (r->lk != TM_LK_TOP) {
         if (q35) {
-            j->vo = tern_vorder_kind_of(j->name);
+            j->vo = r->vo;
             if (j->vo == TERN_VO_COLS) {
                 j->vo = TERN_VO_NONE;
                 j->cols_tiled = o->hadamard == TERN_QH_NONE;
             }
         }
         if (j->kind == J_BF16 && o->alpha_beta_ternary) j->kind = J_TERN;
-    } else if (!strncmp(hfname, "mtp.", 4) || strstr(hfname, "visual.") ||
-               strstr(hfname, "rotary_emb.")) {
-        *skip = true;
-        return TERN_OK;
-    } else {
-        return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': not a known tensor name", t->name);
     }
     if (t->type != TERN_DT_F32 && t->type != TERN_DT_F16 && t->type != TERN_DT_BF16 &&
         t->type != TERN_DT_F64)
@@ -578,7 +562,7 @@ tern_status tern_quantize_hf(const char *dir, const char *out, const tern_quanti
         return tern_fail(TERN_ERR_INVALID_ARG, "quantize: output type %s is not ternary", tern_dtype_name(o.out_type));
     if (o.hadamard && o.alpha_beta_ternary)
         return tern_fail(TERN_ERR_INVALID_ARG,
-                         "quantize: ternary ssm_alpha/beta cannot be combined with a Hadamard fold "
+                         "quantize: ternary GDN alpha/beta cannot be combined with a Hadamard fold "
                          "(they read the un-rotated input)");
     if (q35) {
         q.gdn.n_k = q.hp.ssm_n_k;
@@ -690,13 +674,16 @@ tern_status tern_quantize_hf(const char *dir, const char *out, const tern_quanti
         size_t nn = 0;
         if ((!names || !lens) && !st) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
         for (size_t i = 0; !st && i < q.n_jobs; i++)
-            if (q.jobs[i].fold && strcmp(q.jobs[i].name, "token_embd.weight")) {
+            if (q.jobs[i].fold && q.jobs[i].role->had != TM_HAD_INVERSE) {
                 names[nn] = q.jobs[i].name;
                 lens[nn++] = strlen(q.jobs[i].name);
             }
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.weight_names", names, lens, nn);
-        const char *inv[1] = {"token_embd.weight"};
-        uint64_t invl[1] = {17};
+        char embd[64] = "";
+        const char *inv[1] = {embd};
+        if (!st && !tm_role_gguf_name(tm_arch_role(tm_arch_get(q.hp.arch), TM_ROLE_TOKEN_EMBD), 0, embd, sizeof embd))
+            st = tern_fail(TERN_ERR_INTERNAL, "embedding name too long");
+        uint64_t invl[1] = {strlen(embd)};
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, invl, 1);
         if (!st) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true); /* required by the contract parser, also for qwen3 */
         tern_free(names, (q.n_jobs + 1) * sizeof *names);

@@ -10,6 +10,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_meta.h"
 #include "formats/quantize.h"
+#include "model/arch/arch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,6 +67,7 @@ typedef struct sjob {
     uint64_t ne[4];
     tern_dtype type;
     uint64_t seed;
+    tm_had had;
 } sjob;
 
 /* 81 bytes holding 4 codes in {0,1,2}. */
@@ -202,52 +204,53 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
     tern_gguf_writer *w = NULL;
     tern_hf_tokenizer *tok = NULL;
     tern_status st = TERN_OK;
-    uint64_t E = (uint64_t)hp.n_embd, F = (uint64_t)hp.n_ff, V = (uint64_t)hp.n_vocab, HD = (uint64_t)hp.head_dim;
+    uint64_t E = (uint64_t)hp.n_embd, F = (uint64_t)hp.n_ff, HD = (uint64_t)hp.head_dim;
     uint64_t s = o->seed;
-    char nm[64];
-    if (!hp.tie_embeddings) st = add(&p, "output.weight", S_TERN, tt, E, V, s);
-    if (!st) st = add(&p, "token_embd.weight", S_TERN, tt, E, V, s);
-    for (int64_t L = 0; L < hp.n_layer && !st; L++) {
-#define T(suffix, k, type, a, b)                                         \
-    do {                                                                 \
-        snprintf(nm, sizeof nm, "blk.%lld.%s", (long long)L, suffix);    \
-        if (!st) st = add(&p, nm, k, type, a, b, s);                     \
-    } while (0)
-        skind nk = q35 ? S_NORM1 : S_NORM;
-        if (q35 && !hp.full_attn[L]) {
-            uint64_t kd = (uint64_t)(hp.ssm_n_k * hp.ssm_dk), vd = (uint64_t)(hp.ssm_n_v * hp.ssm_dv);
-            uint64_t nv = (uint64_t)hp.ssm_n_v;
-            T("attn_norm.weight", nk, TERN_DT_F32, E, 0);
-            T("ssm_a", S_SSM_A, TERN_DT_F32, nv, 0);
-            T("ssm_conv1d.weight", S_CONV, TERN_DT_F32, (uint64_t)hp.ssm_conv, 2 * kd + vd);
-            T("ssm_dt.bias", S_DT, TERN_DT_F32, nv, 0);
-            T("ssm_alpha.weight", S_BF16, TERN_DT_BF16, E, nv);
-            T("ssm_beta.weight", S_BF16, TERN_DT_BF16, E, nv);
-            T("attn_qkv.weight", S_TERN, tt, E, 2 * kd + vd);
-            T("attn_gate.weight", S_TERN, tt, E, vd);
-            T("ssm_norm.weight", S_NORM, TERN_DT_F32, (uint64_t)hp.ssm_dv, 0);
-            T("ssm_out.weight", S_TERN, tt, vd, E);
-            T("ffn_down.weight", S_TERN, tt, F, E);
-            T("ffn_gate.weight", S_TERN, tt, E, F);
-            T("ffn_up.weight", S_TERN, tt, E, F);
-            T("post_attention_norm.weight", nk, TERN_DT_F32, E, 0);
-        } else {
-            uint64_t qn = (uint64_t)hp.n_head * HD * (q35 ? 2 : 1), kvn = (uint64_t)hp.n_head_kv * HD;
-            T("attn_norm.weight", nk, TERN_DT_F32, E, 0);
-            T("ffn_down.weight", S_TERN, tt, F, E);
-            T("ffn_gate.weight", S_TERN, tt, E, F);
-            T("ffn_up.weight", S_TERN, tt, E, F);
-            T(q35 ? "post_attention_norm.weight" : "ffn_norm.weight", nk, TERN_DT_F32, E, 0);
-            T("attn_k_norm.weight", nk, TERN_DT_F32, HD, 0);
-            T("attn_k.weight", S_TERN, tt, E, kvn);
-            T("attn_output.weight", S_TERN, tt, (uint64_t)hp.n_head * HD, E);
-            T("attn_q_norm.weight", nk, TERN_DT_F32, HD, 0);
-            T("attn_q.weight", S_TERN, tt, E, qn);
-            T("attn_v.weight", S_TERN, tt, E, kvn);
+    const tm_arch_desc *ad = tm_arch_get(hp.arch);
+    tm_dims dm = {.embd = hp.n_embd, .ff = hp.n_ff, .vocab = hp.n_vocab, .n_head = hp.n_head,
+                  .n_head_kv = hp.n_head_kv, .head_dim = hp.head_dim, .ssm_n_k = hp.ssm_n_k,
+                  .ssm_n_v = hp.ssm_n_v, .ssm_dk = hp.ssm_dk, .ssm_dv = hp.ssm_dv, .conv_k = hp.ssm_conv,
+                  .attn_gate = ad->attn_gate};
+    /* File order: groups (head, embedding, layers, final norm), each layer's
+     * tensors sorted by HF name (the converters' canonical order). */
+    for (int grp = 0; grp < 4 && !st; grp++) {
+        int64_t nl = grp == 2 ? hp.n_layer : 1;
+        for (int64_t L = 0; L < nl && !st; L++) {
+            bool is_attn = !ad->hybrid || hp.full_attn[L];
+            const tm_role *rs[TM_ROLE_COUNT];
+            int nr = 0;
+            for (int i = 0; i < ad->n_roles; i++) {
+                const tm_role *r = ad->roles[i];
+                if (r->group != grp || (grp == 2 && !tm_role_in_layer(r, is_attn))) continue;
+                if (r->optional && hp.tie_embeddings) continue;
+                int at = nr++;
+                while (at > 0 && strcmp(rs[at - 1]->hf, r->hf) > 0) { rs[at] = rs[at - 1]; at--; }
+                rs[at] = r;
+            }
+            for (int i = 0; i < nr && !st; i++) {
+                const tm_role *r = rs[i];
+                skind k = S_TERN;
+                tern_dtype type = TERN_DT_F32;
+                switch (r->val) {
+                case TM_VAL_TERNARY: k = S_TERN; type = tt; break;
+                case TM_VAL_NORM: k = ad->norm_plus_one ? S_NORM1 : S_NORM; break;
+                case TM_VAL_NORM_RAW: k = S_NORM; break;
+                case TM_VAL_SSM_A: k = S_SSM_A; break;
+                case TM_VAL_BIAS: k = S_DT; break;
+                case TM_VAL_CONV: k = S_CONV; break;
+                case TM_VAL_DENSE: k = S_BF16; type = TERN_DT_BF16; break;
+                }
+                int64_t rk, rn;
+                tm_role_shape(r, &dm, &rk, &rn);
+                char nm[64];
+                if (!tm_role_gguf_name(r, (int)L, nm, sizeof nm))
+                    st = tern_fail(TERN_ERR_INTERNAL, "synth: tensor name too long");
+                if (!st)
+                    st = add(&p, nm, k, type, (uint64_t)rk, tm_role_is_vector(r) ? 0 : (uint64_t)rn, s);
+                if (!st) p.jobs[p.n - 1].had = r->had;
+            }
         }
-#undef T
     }
-    if (!st) st = add(&p, "output_norm.weight", q35 ? S_NORM1 : S_NORM, TERN_DT_F32, E, 0, s);
     if (st) goto out;
     uint64_t n_params = 0;
     for (size_t i = 0; i < p.n; i++) n_params += p.jobs[i].ne[0] * p.jobs[i].ne[1];
@@ -280,7 +283,7 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
         }
         size_t nn = 0;
         for (size_t i = 0; i < p.n && !st; i++)
-            if (p.jobs[i].kind == S_TERN && strcmp(p.jobs[i].name, "token_embd.weight")) {
+            if (p.jobs[i].had == TM_HAD_FOLDED) {
                 names[nn] = p.jobs[i].name;
                 lens[nn++] = strlen(p.jobs[i].name);
             }
@@ -292,9 +295,15 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
         if (!st) st = tern_gguf_w_set_arr(w, "prism.hadamard.sign_widths", TERN_GGUF_INT32, wd, 3);
         if (!st) st = tern_gguf_w_set_arr(w, "prism.hadamard.sign_values", TERN_GGUF_INT32, sv, total);
         if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.weight_names", names, lens, nn);
-        const char *inv[1] = {"token_embd.weight"};
-        uint64_t invl[1] = {17};
-        if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, invl, 1);
+        const char *inv[TM_ROLE_COUNT];
+        uint64_t invl[TM_ROLE_COUNT];
+        size_t ni = 0;
+        for (size_t i = 0; i < p.n && !st; i++)
+            if (p.jobs[i].had == TM_HAD_INVERSE && ni < TM_ROLE_COUNT) {
+                inv[ni] = p.jobs[i].name;
+                invl[ni++] = strlen(p.jobs[i].name);
+            }
+        if (!st) st = tern_gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, invl, ni);
         if (!st) st = tern_gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true); /* required by the contract parser, also for qwen3 */
         tern_free(sv, total * 4);
         tern_free(names, p.n * sizeof *names);
