@@ -234,8 +234,8 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
     (void)be;
     /* measured slower than the file layout on the H200 (docs/performance.md, 2026-12-01):
      * opt-in until the repacked GEMV wins */
-    const char *e = getenv("TERN_CUDA_REPACK");
-    if (!e || strcmp(e, "1")) return TERN_OK;
+    const char *opt = getenv("TERN_CUDA_REPACK");
+    if (!opt || strcmp(opt, "1")) return TERN_OK;
     if (w->layout != TERN_LAYOUT_ROWS || kind_of(w->type) != TC_TERN128 || w->k % 128) return TERN_OK;
     tc_mat src = to_mat(w), dst;
     int e = tc_repack(&src, &dst);
