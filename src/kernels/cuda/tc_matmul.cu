@@ -499,10 +499,11 @@ static void launch_t128k(const tc_mat *w, const int8_t *q, const float *sx, cons
                          int batch, float *y, size_t ys) {
     const int U = NB >= 4 ? 1 : 2;
     const int nu = (int)(w->k / 32);
-    /* threads: enough for U units each over K, at most 256 (more units per thread after) */
-    int per = (nu + U - 1) / U;
+    /* it passes of U units per thread, at most 256 threads; the threads split the passes
+     * evenly (K 17408: 160 threads x 2 passes rather than 256 x 1 + a 32-unit tail) */
+    int it = (nu + U * 256 - 1) / (U * 256);
+    int per = (nu + U * it - 1) / (U * it);
     int threads = ((per + 31) / 32) * 32;
-    if (threads > 256) threads = 256;
     unsigned grid = (unsigned)((w->n + R - 1) / R);
     k_gemv_t128k<R, NB, U><<<grid, threads, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
                                                             q, sx, corr, batch, y, ys);
