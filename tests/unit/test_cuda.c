@@ -150,8 +150,11 @@ static float *signs_of(size_t n) {
 
 TEST(hadamard_norm_swiglu_vs_cpu) {
     NEED_GPU();
-    const size_t cases[][3] = {{3, 3072, 1024}, {2, 192, 64}, {5, 1024, 1024}};
-    for (size_t c = 0; c < 3; c++) {
+    /* one-row decode sites (5120 with 1024- and 128-blocks), blocks under a warp, n not
+     * a multiple of 32 (no in-warp stages) */
+    const size_t cases[][3] = {{3, 3072, 1024}, {2, 192, 64}, {5, 1024, 1024}, {1, 5120, 1024},
+                               {1, 5120, 128}, {2, 96, 8}, {3, 40, 8}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t rows = cases[c][0], n = cases[c][1], blk = cases[c][2], N = rows * n;
         float *s = signs_of(n), *ds = dev_dup(s, n * 4);
         for (int inv = 0; inv < 2; inv++) {
@@ -229,6 +232,27 @@ TEST(embed_ternary_vs_cpu_and_range) {
     gfree(dout, 5 * 256 * 4);
     gfree(base, wb);
     free(t.buf); free(t.deq);
+}
+
+/* head rmsnorm on the decode shapes (one row, hd 256 in registers) and past 256 / odd hd */
+TEST(head_norm_sizes_vs_cpu) {
+    NEED_GPU();
+    const int shapes[][3] = {{1, 24, 256}, {1, 4, 256}, {3, 5, 80}, {2, 3, 320}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        size_t rows = (size_t)shapes[c][0];
+        int nh = shapes[c][1], hd = shapes[c][2];
+        size_t stride = (size_t)nh * hd + 7, N = rows * stride;
+        float *x = rand_f(N, 1.5f), *gain = rand_f((size_t)hd, 1.0f);
+        float *dx = dev_dup(x, N * 4), *dg = dev_dup(gain, (size_t)hd * 4);
+        H->ops->head_rmsnorm(H, x, rows, stride, nh, hd, gain, 1e-6f);
+        G->ops->head_rmsnorm(G, dx, rows, stride, nh, hd, dg, 1e-6f);
+        CHECK(tm_be_sync(G) == TERN_OK);
+        float *g = host_of(dx, N);
+        CHECK_MSG(rel_diff(g, x, N) < 1e-5, "head norm rows %zu nh %d hd %d: %g", rows, nh, hd,
+                  rel_diff(g, x, N));
+        free(g); free(x); free(gain);
+        gfree(dx, N * 4); gfree(dg, (size_t)hd * 4);
+    }
 }
 
 TEST(head_norm_rope_movers_vs_cpu) {
@@ -530,6 +554,7 @@ int main(void) {
     RUN(matmul_multi_equals_separate);
     RUN(hadamard_norm_swiglu_vs_cpu);
     RUN(embed_ternary_vs_cpu_and_range);
+    RUN(head_norm_sizes_vs_cpu);
     RUN(head_norm_rope_movers_vs_cpu);
     RUN(attention_gqa_vs_cpu);
     RUN(gdn_two_chunks_vs_cpu);

@@ -38,6 +38,44 @@ static tc_mat up_mat(const tmat *t, size_t off, uint8_t **base, size_t *bytes) {
     return m;
 }
 
+/* File-layout GEMV (the split-K kernel for batch 1..8, the old one past 8) vs
+ * float64 of the dequantized matrix: every batch 1..9, row counts off every
+ * tile, K from one block to 17408, both 2-byte alignments of the file. */
+TEST(file_gemv_vs_f64) {
+    NEED_GPU();
+    const int64_t shapes[][2] = {{1, 128},   {3, 256},   {37, 384},  {130, 1152}, {257, 5120},
+                                 {5, 8192},  {33, 17408}, {1001, 640}, {9, 2176}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1];
+        tmat t = make_mat(TERN_DT_PQ2_0, n, k, s & 1 ? 6 : 0);
+        uint8_t *base;
+        size_t wb;
+        tc_mat m = up_mat(&t, s & 1 ? 2 : 0, &base, &wb);
+        for (size_t B = 1; B <= 9; B++) {
+            size_t ys = (size_t)n + 3;
+            float *x = rand_x(B * (size_t)k, 1.0f);
+            if (B == 4) x[k / 3] = 500.0f;
+            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
+            float *y = malloc(B * ys * 4);
+            for (size_t i = 0; i < B * ys; i++) y[i] = 0.0f;
+            CHECK(tc_upload(dy, y, B * ys * 4) == 0);
+            tc_matmul_multi(1, &m, dx, B, (size_t)k, &dy, &ys);
+            CHECK_EQ_INT(tc_sync(), 0);
+            CHECK(tc_download(y, dy, B * ys * 4) == 0);
+            double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
+            CHECK_MSG(e < 1e-3, "file layout n %lld k %lld batch %zu: rel err %g", (long long)n,
+                      (long long)k, B, e);
+            for (size_t b = 0; b < B; b++)
+                for (size_t p = (size_t)n; p < ys; p++) CHECK(y[b * ys + p] == 0.0f);
+            free(x); free(y);
+            tc_free(dx, B * (size_t)k * 4);
+            tc_free(dy, B * ys * 4);
+        }
+        tc_free(base, wb);
+        free_mat(&t);
+    }
+}
+
 TEST(repack_gemv_vs_f64) {
     NEED_GPU();
     /* (n, k): row counts not multiple of any tile, k from one block up */
@@ -463,6 +501,7 @@ int main(void) {
     } else {
         fprintf(stderr, "SKIP: no CUDA device\n");
     }
+    RUN(file_gemv_vs_f64);
     RUN(repack_gemv_vs_f64);
     RUN(repack_multi_vs_file_layout);
     RUN(repack_refusals_and_embed);

@@ -22,6 +22,7 @@
  */
 #include "kernels/cuda/internal.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* One warp per (batch row, 128-block). */
@@ -387,6 +388,154 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
     tc_check_launch();
 }
 
+/* ---------------------------------------------- file layout, split-K GEMV
+ * Batch 1..8 (k_gemv_t128k): one block of T threads (T a multiple of 32, <= 256,
+ * sized from K) computes R rows for all NB batch rows in one pass, so each
+ * weight byte is read once per call. Thread t walks units u = t, t+T, ... U units
+ * at a time: the code words and scales of U units x R rows are loaded before any
+ * arithmetic (memory-level parallelism), then the activation words of each batch
+ * row are loaded once and met with the R rows. Same arithmetic as k_gemv_t128
+ * (per unit: 128*dp4a(codes, hi) + dp4a(codes, lo) - corr, times d*sx); partial
+ * sums are reduced per warp by shuffles, then across the warps through shared
+ * memory. One block per R rows: N/R blocks fill the 132 SMs many times over. */
+template <int R, int NB, int U>
+__global__ void __launch_bounds__(256, NB == 1 ? 3 : 2) k_gemv_t128k(const uint8_t *__restrict__ W, int64_t n, int K,
+                                                    size_t rb, const int8_t *__restrict__ q,
+                                                    const float *__restrict__ sx,
+                                                    const int *__restrict__ corr, int batch,
+                                                    float *__restrict__ y, size_t ys) {
+    __shared__ float part[8][R * NB];
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * R;
+    const int nu = K >> 5, nb = K >> 7;
+    const uint8_t *wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wrow[r] = W + (size_t)(r0 + r < n ? r0 + r : n - 1) * rb;
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
+    const uint32_t M = 0x03030303u;
+#pragma unroll 1
+    for (int u0 = tid; u0 < nu; u0 += U * nt) {
+        uint32_t c0[U][R], c1[U][R];
+        float dw[U][R];
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            const int u = u0 + v * nt;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (u < nu) {
+                    const uint8_t *bp = wrow[r] + (size_t)(u >> 2) * TERN_PQ2_0_BYTES;
+                    dw[v][r] = __half2float(__ushort_as_half(__ldg((const unsigned short *)bp)));
+                    uintptr_t a = (uintptr_t)(bp + TERN_BLOCK_QS + 8 * (u & 3));
+                    const uint32_t *wp = (const uint32_t *)(a & ~(uintptr_t)3);
+                    uint32_t w0 = __ldg(wp), w1 = __ldg(wp + 1);
+                    if (a & 2) {
+                        uint32_t w2 = __ldg(wp + 2);
+                        w0 = __funnelshift_r(w0, w1, 16);
+                        w1 = __funnelshift_r(w1, w2, 16);
+                    }
+                    c0[v][r] = w0;
+                    c1[v][r] = w1;
+                } else {
+                    c0[v][r] = c1[v][r] = 0;
+                    dw[v][r] = 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            const int u = u0 + v * nt;
+            if (u >= nu) break;
+#pragma unroll
+            for (int j = 0; j < NB; j++) {
+                const int b = j < batch ? j : 0;
+                const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)u * 64);
+                const int4 h0 = tc_ld_act(qp), h1 = tc_ld_act(qp + 1), l0 = tc_ld_act(qp + 2),
+                           l1 = tc_ld_act(qp + 3);
+                const float s = __ldg(sx + (size_t)b * nb + (u >> 2));
+                const int cr = __ldg(corr + (size_t)b * nu + u);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t a0 = c0[v][r], a1 = c1[v][r];
+                    const int t00 = (int)(a0 & M), t01 = (int)((a0 >> 2) & M),
+                              t02 = (int)((a0 >> 4) & M), t03 = (int)((a0 >> 6) & M);
+                    const int t10 = (int)(a1 & M), t11 = (int)((a1 >> 2) & M),
+                              t12 = (int)((a1 >> 4) & M), t13 = (int)((a1 >> 6) & M);
+                    int ih = 0, il = 0;
+                    ih = __dp4a(t00, h0.x, ih); il = __dp4a(t00, l0.x, il);
+                    ih = __dp4a(t01, h0.y, ih); il = __dp4a(t01, l0.y, il);
+                    ih = __dp4a(t02, h0.z, ih); il = __dp4a(t02, l0.z, il);
+                    ih = __dp4a(t03, h0.w, ih); il = __dp4a(t03, l0.w, il);
+                    ih = __dp4a(t10, h1.x, ih); il = __dp4a(t10, l1.x, il);
+                    ih = __dp4a(t11, h1.y, ih); il = __dp4a(t11, l1.y, il);
+                    ih = __dp4a(t12, h1.z, ih); il = __dp4a(t12, l1.z, il);
+                    ih = __dp4a(t13, h1.w, ih); il = __dp4a(t13, l1.w, il);
+                    acc[r][j] = fmaf(dw[v][r] * s, (float)(ih * 128 + il - cr), acc[r][j]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            float v = tc_warp_sum(acc[r][j]);
+            if (lane == 0) part[warp][r * NB + j] = v;
+        }
+    __syncthreads();
+    if (tid < R * NB) {
+        const int r = tid / NB, j = tid % NB;
+        float v = 0.0f;
+        for (int w = 0; w < (nt >> 5); w++) v += part[w][tid];
+        if (r0 + r < n && j < batch) y[(size_t)j * ys + (size_t)(r0 + r)] = v;
+    }
+}
+
+template <int R, int NB>
+static void launch_t128k(const tc_mat *w, const int8_t *q, const float *sx, const int *corr,
+                         int batch, float *y, size_t ys) {
+    const int U = NB >= 4 ? 1 : 2;
+    const int nu = (int)(w->k / 32);
+    /* it passes of U units per thread, at most 256 threads; the threads split the passes
+     * evenly (K 17408: 160 threads x 2 passes rather than 256 x 1 + a 32-unit tail) */
+    int it = (nu + U * 256 - 1) / (U * 256);
+    int per = (nu + U * it - 1) / (U * it);
+    int threads = ((per + 31) / 32) * 32;
+    unsigned grid = (unsigned)((w->n + R - 1) / R);
+    k_gemv_t128k<R, NB, U><<<grid, threads, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
+                                                            q, sx, corr, batch, y, ys);
+    tc_check_launch();
+}
+
+/* TERN_CUDA_GEMV=old: the one-warp-per-rows kernel for every batch (A/B). */
+static int gemv_old(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TERN_CUDA_GEMV");
+        v = e && !strcmp(e, "old");
+    }
+    return v;
+}
+
+static void gemv_t128(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
+                      size_t batch, float *y, size_t ys) {
+    if (!gemv_old() && batch <= 8) {
+        switch (batch) {
+        case 1: launch_t128k<4, 1>(m, q, sx, corr, 1, y, ys); return;
+        case 2: launch_t128k<4, 2>(m, q, sx, corr, 2, y, ys); return;
+        case 3: launch_t128k<4, 3>(m, q, sx, corr, 3, y, ys); return;
+        case 4: launch_t128k<2, 4>(m, q, sx, corr, 4, y, ys); return;
+        case 5: case 6: launch_t128k<2, 6>(m, q, sx, corr, (int)batch, y, ys); return;
+        default: launch_t128k<2, 8>(m, q, sx, corr, (int)batch, y, ys); return;
+        }
+    }
+    if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y, ys);
+    else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y, ys);
+}
+
 static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
                      size_t xs, float *const *y, const size_t *ys) {
     TC_PROF(TC_FAM_MATMUL);
@@ -403,8 +552,7 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
             gemv_r(m, q, sx, corr, batch, y[i], ys[i]);
         } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
                    ((uintptr_t)m->data & 1) == 0) {
-            if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y[i], ys[i]);
-            else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y[i], ys[i]);
+            gemv_t128(m, q, sx, corr, batch, y[i], ys[i]);
         } else {
             if (!x) {
                 tc_note(TC_ERR_UNSUPPORTED);

@@ -137,7 +137,7 @@ __global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t
  * block of the row at once (a butterfly stage over all blocks per step), rotated
  * written, and the quantised activation when act.q. */
 #define ARH_MAX_N 16384
-__global__ void __launch_bounds__(512) k_add_rmsnorm_fwht(float *__restrict__ r,
+__global__ void __launch_bounds__(1024) k_add_rmsnorm_fwht(float *__restrict__ r,
         const float *__restrict__ d, const float *__restrict__ gain, float eps,
         float *__restrict__ normed, float *__restrict__ rotated, size_t n, int block,
         const float *__restrict__ signs, float scale, tc_act act) {
@@ -158,18 +158,28 @@ __global__ void __launch_bounds__(512) k_add_rmsnorm_fwht(float *__restrict__ r,
     }
     ss = tc_block_sum_d(ss, red);
     const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    /* stages h < 32 within the warp (element i on lane i % 32: n % 32 == 0 and whole
+     * warps per pass), the rest through shared memory; block is a power of two, so
+     * pair t of stage h is at i = (t / h) * 2h + t % h. Same sums as a plain butterfly. */
+    const int hw = n % 32 == 0 ? (block < 32 ? block : 32) : 1;
+    const int lane = threadIdx.x & 31;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
         float v = sh[i] * inv * (gain ? gain[i] : 1.0f);
         if (normed) normed[row * n + i] = v;
-        sh[i] = v * signs[i];
+        v *= signs[i];
+        for (int h = 1; h < hw; h <<= 1) {
+            float o = __shfl_xor_sync(0xffffffffu, v, h);
+            v = (lane & h) ? o - v : v + o;
+        }
+        sh[i] = v;
     }
     __syncthreads();
-    const int half = block / 2;
     const int pairs = (int)(n / 2);
-    for (int h = 1; h < block; h <<= 1) {
+    int lh = 0;
+    while ((1 << lh) < hw) lh++;
+    for (int h = hw; h < block; h <<= 1, lh++) {
         for (int t = threadIdx.x; t < pairs; t += blockDim.x) {
-            int b = t / half, tt = t % half;
-            int i = b * block + (tt / h) * 2 * h + (tt % h);
+            int i = ((t >> lh) << (lh + 1)) + (t & (h - 1));
             float x0 = sh[i], x1 = sh[i + h];
             sh[i] = x0 + x1;
             sh[i + h] = x0 - x1;
@@ -178,7 +188,7 @@ __global__ void __launch_bounds__(512) k_add_rmsnorm_fwht(float *__restrict__ r,
     }
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) rotated[row * n + i] = sh[i] * scale;
     if (act.q) {
-        const int lane = threadIdx.x & 31, nw = blockDim.x >> 5, nb = (int)(n >> 7);
+        const int nw = blockDim.x >> 5, nb = (int)(n >> 7);
         for (int w = threadIdx.x >> 5; w < nb; w += nw) {
             float v[4];
 #pragma unroll
@@ -227,7 +237,7 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
         }
         bool fused = act && n % 128 == 0;
         tc_act none = {};
-        k_add_rmsnorm_fwht<<<(unsigned)rows, 512, n * sizeof(float), tc_stream>>>(
+        k_add_rmsnorm_fwht<<<(unsigned)rows, 1024, n * sizeof(float), tc_stream>>>(
             r, d, gain, eps, normed, rotated, n, (int)block, signs, 1.0f / sqrtf((float)block),
             fused ? *act : none);
         tc_check_launch();
@@ -360,6 +370,26 @@ __global__ void k_head_rmsnorm(float *__restrict__ x, size_t rows, size_t stride
     int lane = threadIdx.x & 31;
     if (w >= rows * (size_t)nh) return;
     float *v = x + (w / nh) * stride + (w % nh) * (size_t)hd;
+    if (hd <= 256) { /* the head in registers: all loads issued at once, one pass */
+        float c[8], g[8];
+        float ss = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int j = lane + 32 * k;
+            c[k] = j < hd ? v[j] : 0.0f;
+            g[k] = j < hd ? gain[j] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += c[k] * c[k];
+        ss = tc_warp_sum(ss);
+        float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int j = lane + 32 * k;
+            if (j < hd) v[j] = c[k] * inv * g[k];
+        }
+        return;
+    }
     float ss = 0;
     for (int j = lane; j < hd; j += 32) ss += v[j] * v[j];
     ss = tc_warp_sum(ss);
@@ -372,7 +402,7 @@ extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_head
     TC_PROF(TC_FAM_NORM);
     size_t warps = rows * (size_t)n_heads;
     if (!warps) return;
-    k_head_rmsnorm<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, rows, stride, n_heads, hd,
+    k_head_rmsnorm<<<tc_blocks(warps * 32, 64), 64, 0, tc_stream>>>(x, rows, stride, n_heads, hd,
                                                                       gain, eps);
     tc_check_launch();
 }
