@@ -64,10 +64,11 @@ if has sanitize; then
     row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E 'ERROR SUMMARY' $OUT/san-$tool.log)"
   done
 fi
-bench() { # preset tag
+bench() { # preset [n reps]
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n 128 --reps 3 --batch 8 --profile --json > $OUT/bench-$1.json 2>> "$log"
+  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1.json 2>> "$log"
+  rm -f $m
   row "bench $1" "$(python3 - $OUT/bench-$1.json <<'PY'
 import json,sys
 try:
@@ -81,10 +82,12 @@ PY
 }
 if has kbench; then
   $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda.txt 2>&1
-  row "bench kernels --device cuda" "rc=$? $(grep -cE 'GB/s' $OUT/bench-kernels-cuda.txt) rows (see bench-kernels-cuda.txt)"
+  row "bench kernels --device cuda" "rc=$? (see bench-kernels-cuda.txt)"
+  TERN_CUDA_GEMV=old $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda-old.txt 2>&1
+  row "  same, TERN_CUDA_GEMV=old" "rc=$? (see bench-kernels-cuda-old.txt)"
 fi
 has bench && bench bonsai2-27b
-has benchq2 && bench ternary-bonsai-27b
-has bench8b && bench ternary-bonsai-8b
+has benchq2 && bench ternary-bonsai-27b 64 2
+has bench8b && bench ternary-bonsai-8b 64 2
 echo; echo "== gpu-check $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)"
 for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"
