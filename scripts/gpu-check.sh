@@ -51,9 +51,10 @@ export TERN_FIXTURES=$W/fx
 if has tests; then
   for t in test_cuda_kernels test_cuda test_batch test_model; do
     s=$(date +%s.%N)
-    TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $OUT/$t.log 2>&1; rc=$?
+    TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t.log 2>&1; rc=$?
+    { echo "===== $t (rc=$rc)"; cat $W/$t.log; } >> $OUT/tests.log
     e=$(python3 -c "print(f'{$(date +%s.%N)-$s:.1f}')")
-    row "$t (device cuda)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $OUT/$t.log) fails, ${e}s; $(tail -n 1 $OUT/$t.log | cut -c1-60)"
+    row "$t (device cuda)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/$t.log) fails, ${e}s; $(tail -n 1 $W/$t.log | cut -c1-60)"
   done
 fi
 if has sanitize; then
