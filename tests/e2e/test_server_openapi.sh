@@ -9,9 +9,12 @@ set -uo pipefail
 TERN=${1:?usage: test_server_openapi.sh /path/to/tern}
 SRC=${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 MODEL="$SRC/models/tern-default.gguf"
-if [ ! -f "$MODEL" ]; then echo "*** SKIPPED: $MODEL missing ***"; exit 0; fi
+if [ ! -f "$MODEL" ]; then echo "*** SKIPPED: $MODEL missing ***"; exit 77; fi
 ST=$(command -v schemathesis || command -v st)
-if [ -z "$ST" ]; then echo "*** SKIPPED: schemathesis missing (pip install -r tools/requirements.txt) ***"; exit 0; fi
+if [ -z "$ST" ]; then echo "*** SKIPPED: schemathesis missing (pip install -r tools/requirements.txt) ***"; exit 77; fi
+# Conformance is checked on the release build; under ASan the server answers too slowly
+# for schemathesis' per-request timeouts (a "network error" is not a finding there).
+if [ "${TERN_SANITIZED:-0}" = 1 ]; then echo "*** SKIPPED: sanitizer build (run on the release build) ***"; exit 77; fi
 unset TERN_MODEL
 TMP=$(mktemp -d)
 SPID=
