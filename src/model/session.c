@@ -28,7 +28,7 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 
 void tern_session_free(tern_session *s) {
     if (!s) return;
-    if (s->counted) __atomic_fetch_sub(&s->m->sessions_bytes, s->bytes, __ATOMIC_RELAXED);
+    if (s->counted) __atomic_fetch_sub(&s->m->sessions_bytes, s->counted, __ATOMIC_RELAXED);
     if (s->m->be->vt->session_release) s->m->be->vt->session_release(s->m->be, s);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
@@ -170,8 +170,8 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         return tern_fail(TERN_ERR_NOMEM, "tern_session_new: out of memory (n_ctx %d, %llu bytes so far)",
                          n_ctx, (unsigned long long)b);
     }
-    __atomic_fetch_add(&m->sessions_bytes, s->bytes, __ATOMIC_RELAXED);
-    s->counted = true;
+    s->counted = s->bytes; /* s->bytes grows later (batch logits rows): subtract what was added */
+    __atomic_fetch_add(&m->sessions_bytes, s->counted, __ATOMIC_RELAXED);
     *out = s;
     return TERN_OK;
 }

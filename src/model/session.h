@@ -54,7 +54,7 @@ struct tern_session {
     void *graph;     /* CUDA: single-token step graph (NULL: none yet) */
     int graph_state; /* CUDA: 0 no step yet, 1 stepped once (record next), -1 graphs off */
     uint64_t bytes;
-    bool counted;    /* bytes added to m->sessions_bytes */
+    uint64_t counted; /* bytes added to m->sessions_bytes (0: none) */
     void *allocs[24];
     size_t alloc_n[24];
     int n_allocs;
