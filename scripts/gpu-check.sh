@@ -7,6 +7,7 @@
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
 #       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2  (default tests,bench)
+#       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
 set -uo pipefail
@@ -29,6 +30,7 @@ if [ "$mode" = pack ]; then
       qwen3-tiny/logits-0.f32 qwen3-tiny/logits-1.f32 qwen3-tiny/logits-2.f32 \
       qwen3-q1-tiny/model-q1_0.gguf qwen3-q1-tiny/reference.json \
       qwen3-q1-tiny/logits-0.f32 qwen3-q1-tiny/logits-1.f32 qwen3-q1-tiny/logits-2.f32 | xz -9 -T0 > $P/fixtures.tar.xz
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > $P/commit
   strip $P/bin/*; tar -C $P -cf - bin lib | xz -9 -T0 > $P/bin.tar.xz; rm -rf $P/bin $P/lib
   du -sh $P; du -sh $P/*
   exit 0
@@ -68,9 +70,8 @@ fi
 bench() { # preset [n reps]
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1.json 2>> "$log"
-  rm -f $m
-  row "bench $1" "$(python3 - $OUT/bench-$1.json <<'PY'
+  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
+  row "bench $1${GPU_TAG:-}" "$(python3 - $OUT/bench-$1${GPU_TAG:-}.json <<'PY'
 import json,sys
 try:
     d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
@@ -90,5 +91,5 @@ fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b 64 2
 has bench8b && bench ternary-bonsai-8b 64 2
-echo; echo "== gpu-check $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)"
+echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)"
 for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"
