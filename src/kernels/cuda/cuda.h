@@ -94,6 +94,20 @@ void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *
 size_t tc_repacked_bytes(int64_t n, int64_t k);
 int tc_repack(const tc_mat *src, tc_mat *dst);
 
+/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
+ * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
+ * k % 256 == 0). mode TC_GEMM_EXACT: both activation planes, the same integers
+ * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
+ * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
+ * Returns 1 when launched, 0 when the shape is not handled (the caller falls
+ * back). tc_gemm_tc_mode(): TERN_CUDA_TC=0 -> 0 (off), =int8 -> TC_GEMM_INT8,
+ * else TC_GEMM_EXACT. The matmul dispatch uses it for batch > 8. */
+#define TC_GEMM_EXACT 1
+#define TC_GEMM_INT8 2
+int tc_gemm_tc_mode(void);
+int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
+int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
+
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
  * x <- signs*FWHT(x)/sqrt(block). rows of n contiguous floats. */
