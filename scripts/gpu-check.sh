@@ -6,7 +6,8 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2,tcab  (default tests,bench)
+#              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
@@ -87,6 +88,19 @@ if has kbench; then
   row "bench kernels --device cuda" "rc=$? (see bench-kernels-cuda.txt)"
   TERN_CUDA_GEMV=old $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda-old.txt 2>&1
   row "  same, TERN_CUDA_GEMV=old" "rc=$? (see bench-kernels-cuda-old.txt)"
+fi
+if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA_TC mode (one log)
+  m=$W/bonsai2-27b.gguf
+  [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
+  for v in 0 exact int8; do
+    { echo "===== TERN_CUDA_TC=$v test_cuda"; TERN_CUDA_TC=$v TERN_TEST_DEVICE=cuda timeout 200 $B/test_cuda 2>&1 | tail -n 15
+      for c in 64 512; do
+        echo "===== TERN_CUDA_TC=$v bench model bonsai2-27b pp512 chunk $c"
+        TERN_CUDA_TC=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile 2>&1 |
+          tee $W/tcab-$v-$c.txt
+        row "tcab TC=$v chunk $c" "pp $(awk '/^pp /{print $2}' $W/tcab-$v-$c.txt) tok/s"
+      done; } >> $OUT/tcab.txt
+  done
 fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b 64 2
