@@ -47,6 +47,27 @@ int32_t *tc_pinned_ids(size_t n);
 
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
+/* Blockwise Hadamard of rows x n (tc_hadamard.cu): dst = H(src*signs) forward or
+ * signs*H(src) inverse, scaled by 1/sqrt(block); up: SwiGLU in the load (silu(src)*up);
+ * act: the forward output quantised in the same kernel (block % 128 == 0). src may
+ * equal dst. TC_ERR_UNSUPPORTED unless 2 <= block <= 8192 and n % block == 0. */
+void tc_fwht(const float *src, const float *up, float *dst, size_t rows, size_t n, size_t block,
+             const float *signs, int inverse, const tc_act *act);
+/* act can be written by tc_fwht's kernel: forward, rows x n, block a multiple of 128 */
+static inline bool tc_act_in_fwht(const tc_act *act, size_t rows, size_t n, size_t block,
+                                  const float *signs) {
+    return act && signs && block % 128 == 0 && (size_t)act->k == n && act->batch == rows;
+}
+/* act (may be NULL) matches rows x n; else the error is noted */
+static inline bool tc_act_ok(const tc_act *act, size_t rows, size_t n) {
+    if (!act) return true;
+    if ((size_t)act->k != n || act->batch != rows || n % 128) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return false;
+    }
+    return true;
+}
+
 __device__ __forceinline__ float tc_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -57,6 +78,8 @@ __device__ __forceinline__ float tc_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+__device__ __forceinline__ float tc_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tc_ld_f16(const uint8_t *p) {
     return __half2float(__ushort_as_half(*(const unsigned short *)p));
 }

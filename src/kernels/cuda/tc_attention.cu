@@ -1,0 +1,259 @@
+/*
+ * tc_attention.cu - the attention mixer's position-dependent ops: NEOX RoPE, the
+ * KV-cache store, causal attention (one CTA per query row and head, online
+ * softmax) and split-K decode attention (flash-decoding, merge + sigmoid gate).
+ */
+#include "kernels/cuda/internal.cuh"
+
+#include <math.h>
+
+__global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd, int rot,
+                       int pos0, const int *__restrict__ dpos, float theta) {
+    const int half = rot / 2;
+    if (dpos) pos0 = *dpos;
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= rows * (size_t)half) return;
+    size_t r = id / half;
+    int i = (int)(id % half);
+    double inv = pow((double)theta, -2.0 * i / rot);
+    double ang = (double)(pos0 + (int)r) * inv;
+    float cs = (float)cos(ang), sn = (float)sin(ang);
+    for (int h = 0; h < nh; h++) {
+        float *v = x + r * stride + (size_t)h * hd;
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cs - x1 * sn;
+        v[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
+                        int pos0, float theta) {
+    TC_PROF(TC_FAM_ROPE);
+    size_t total = rows * (size_t)(rot / 2);
+    if (!total) return;
+    k_rope<<<tc_blocks(total, 128), 128, 0, tc_stream>>>(x, rows, stride, n_heads, hd, rot, pos0,
+                                                         tc_dyn_pos, theta);
+    tc_check_launch();
+}
+
+/* ------------------------------------------------------------- attention */
+
+#define ATT_WARPS 4
+#define ATT_EPL 8 /* head_dim <= 256 */
+
+/* Row p of head kvh of a layer's K or V cache ([n_ctx][nkv*hd]). The one place
+ * the cache is read: a cache of another element type changes this and att_kv. */
+__device__ __forceinline__ const float *att_kv_row(const float *__restrict__ cache, int p,
+                                                   size_t kvw, int kvh, int hd) {
+    return cache + (size_t)p * kvw + (size_t)kvh * hd;
+}
+__device__ __forceinline__ float att_kv(const float *__restrict__ row, int j) { return row[j]; }
+
+/* One warp's online-softmax state: running max m, sum l, weighted V (element
+ * lane + 32e of the head in acc[e]), and its copy of q. */
+struct att_warp {
+    float q[ATT_EPL], acc[ATT_EPL];
+    float m, l;
+};
+
+__device__ __forceinline__ void att_begin(att_warp &w, const float *__restrict__ qp, int hd,
+                                          int lane) {
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        int j = lane + 32 * e;
+        w.q[e] = j < hd ? qp[j] : 0.0f;
+        w.acc[e] = 0.0f;
+    }
+    w.m = -INFINITY;
+    w.l = 0.0f;
+}
+
+/* Positions p0, p0 + ATT_WARPS, ... < p1 of head kvh folded into the warp's state. */
+__device__ __forceinline__ void att_walk(att_warp &w, const float *__restrict__ kc,
+                                         const float *__restrict__ vc, int p0, int p1, size_t kvw,
+                                         int kvh, int hd, float scale, int lane) {
+    for (int p = p0; p < p1; p += ATT_WARPS) {
+        const float *kp = att_kv_row(kc, p, kvw, kvh, hd);
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) s = fmaf(w.q[e], att_kv(kp, j), s);
+        }
+        s = tc_warp_sum(s) * scale;
+        float mn = fmaxf(w.m, s);
+        float c = expf(w.m - mn), pw = expf(s - mn);
+        w.l = w.l * c + pw;
+        const float *vp = att_kv_row(vc, p, kvw, kvh, hd);
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            int j = lane + 32 * e;
+            if (j < hd) w.acc[e] = w.acc[e] * c + pw * att_kv(vp, j);
+        }
+        w.m = mn;
+    }
+}
+
+/* The CTA's ATT_WARPS warp states merged: dst[j] = sum_w acc_w[j] e^(m_w - M),
+ * divided by L when normalise; *M_out, *L_out (when not NULL) get M and L =
+ * sum_w l_w e^(m_w - M). Warps that saw no position (l = 0) are left out. One
+ * __syncthreads; every thread of the CTA calls it. */
+__device__ __forceinline__ void att_merge_warps(const att_warp &w, int hd, float *__restrict__ dst,
+                                                bool normalise, float *M_out, float *L_out) {
+    __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
+    __shared__ float s_acc[ATT_WARPS][ATT_EPL * 32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        s_m[warp] = w.m;
+        s_l[warp] = w.l;
+    }
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) s_acc[warp][lane + 32 * e] = w.acc[e];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int k = 0; k < ATT_WARPS; k++)
+        if (s_l[k] > 0) M = fmaxf(M, s_m[k]);
+    float L = 0.0f;
+    for (int k = 0; k < ATT_WARPS; k++)
+        if (s_l[k] > 0) L += s_l[k] * expf(s_m[k] - M);
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < ATT_WARPS; k++)
+            if (s_l[k] > 0) v += s_acc[k][j] * expf(s_m[k] - M);
+        dst[j] = normalise ? v / L : v;
+    }
+    if (threadIdx.x == 0) {
+        if (M_out) *M_out = M;
+        if (L_out) *L_out = L;
+    }
+}
+
+/* One CTA per (query row, head): each warp walks positions w, w+4, ... with an
+ * online softmax, then the warps' partial states are merged. */
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__restrict__ q, size_t qs,
+                            const float *__restrict__ kc, const float *__restrict__ vc,
+                            float *__restrict__ out, int pos0, const int *__restrict__ dpos,
+                            int nh, int nkv, int hd, float scale) {
+    if (dpos) pos0 = *dpos;
+    const int i = blockIdx.x, h = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    att_warp w;
+    att_begin(w, q + (size_t)i * qs + (size_t)h * hd, hd, lane);
+    att_walk(w, kc, vc, warp, pos0 + i + 1, (size_t)nkv * hd, h / (nh / nkv), hd, scale, lane);
+    att_merge_warps(w, hd, out + (size_t)i * nh * hd + (size_t)h * hd, true, NULL, NULL);
+}
+
+extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcache,
+                             const float *vcache, float *out, int rows, int pos0, int n_head,
+                             int n_head_kv, int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
+    if (rows <= 0) return;
+    if (head_dim > ATT_EPL * 32 || n_head > 65535) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    dim3 grid((unsigned)rows, (unsigned)n_head);
+    k_attention<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, q_stride, kcache, vcache, out, pos0,
+                                                        tc_dyn_pos, n_head, n_head_kv, head_dim,
+                                                        scale);
+    tc_check_launch();
+}
+
+/* ------------------------------------------------ split-K decode attention */
+
+#define ATT_SPLIT 256
+
+/* CTA (head, split): the split's ATT_SPLIT positions, its merged (M, L, acc)
+ * written to part[h][split] as hd + 2 floats (l = 0: nothing there). */
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__restrict__ q,
+        const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ part,
+        int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits) {
+    if (dpos) pos0 = *dpos;
+    const int h = blockIdx.x, sp = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int np = pos0 + 1, p0 = sp * ATT_SPLIT, p1 = min(np, p0 + ATT_SPLIT);
+    float *pp = part + ((size_t)h * splits + sp) * (size_t)(hd + 2);
+    if (p0 >= np) {
+        if (threadIdx.x == 0) pp[1] = 0.0f; /* l = 0: nothing here */
+        return;
+    }
+    att_warp w;
+    att_begin(w, q + (size_t)h * hd, hd, lane);
+    att_walk(w, kc, vc, p0 + warp, p1, (size_t)nkv * hd, h / (nh / nkv), hd, scale, lane);
+    att_merge_warps(w, hd, pp + 2, false, pp, pp + 1);
+}
+
+/* CTA per head: merge the splits' (m, l, acc), then the sigmoid gate. */
+__global__ void k_attn_merge(const float *__restrict__ part, const float *__restrict__ gate,
+                             float *__restrict__ out, int pos0, const int *__restrict__ dpos,
+                             int hd, int splits) {
+    if (dpos) pos0 = *dpos;
+    const int h = blockIdx.x;
+    const int used = min(splits, pos0 / ATT_SPLIT + 1);
+    const float *pp = part + (size_t)h * splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < used; s++)
+        if (pp[(size_t)s * (hd + 2) + 1] > 0) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < used; s++) {
+        const float *e = pp + (size_t)s * (hd + 2);
+        if (e[1] > 0) L += e[1] * expf(e[0] - M);
+    }
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < used; s++) {
+            const float *e = pp + (size_t)s * (hd + 2);
+            if (e[1] > 0) v += e[2 + j] * expf(e[0] - M);
+        }
+        v /= L;
+        if (gate) v *= tc_sigmoid(gate[(size_t)h * hd + j]);
+        out[(size_t)h * hd + j] = v;
+    }
+}
+
+extern "C" void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
+                                    const float *gate, float *out, int pos0, int max_len,
+                                    int n_head, int n_head_kv, int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
+    if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
+        n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int splits = (max_len + ATT_SPLIT - 1) / ATT_SPLIT;
+    if (splits > 65535) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
+    if (!part) return;
+    dim3 grid((unsigned)n_head, (unsigned)splits);
+    k_attn_split<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, kcache, vcache, part, pos0, tc_dyn_pos,
+                                                         n_head, n_head_kv, head_dim, scale,
+                                                         splits);
+    tc_check_launch();
+    k_attn_merge<<<(unsigned)n_head, (head_dim + 31) / 32 * 32, 0, tc_stream>>>(
+        part, gate, out, pos0, tc_dyn_pos, head_dim, splits);
+    tc_check_launch();
+}
+
+__global__ void k_kv_store(float *__restrict__ kc, float *__restrict__ vc,
+                           const float *__restrict__ k, const float *__restrict__ v, size_t kvw,
+                           size_t total, int pos0, const int *__restrict__ dpos) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*kvw */
+    if (i >= total) return;
+    if (dpos) pos0 = *dpos;
+    size_t o = (size_t)pos0 * kvw + i;
+    kc[o] = k[i];
+    vc[o] = v[i];
+}
+
+extern "C" void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw,
+                            size_t rows, int pos0) {
+    TC_PROF(TC_FAM_MOVERS);
+    size_t total = rows * kvw;
+    if (!total) return;
+    k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k, v, kvw, total, pos0,
+                                                             tc_dyn_pos);
+    tc_check_launch();
+}
