@@ -175,10 +175,12 @@ typedef struct cuda_backend {
      * (grow-only; sized by a step run op by op before any graph is recorded) */
     void *act_buf;
     size_t act_bytes;
-    /* per-step device tables of GDN state pointers: [n_gdn][2][n] */
-    float **ptr_dev, **ptr_pin;
-    size_t ptr_n;
-    bool ptr_ok;      /* the table holds this step's sessions */
+    /* device tables of the GDN state pointers of a step's sessions, [n_gdn][2][n]:
+     * ptr_dev serves steps run op by op and is uploaded only when its contents
+     * change (ptr_pin: what it holds); a recorded graph has its own (cu_graph) */
+    float **ptr_dev, **ptr_pin, **ptr_tmp;
+    size_t ptr_n, ptr_used;
+    float *const *ptr_cur; /* the table of the step being queued (NULL: none) */
 } cuda_backend;
 
 static void cu_destroy(tm_backend *be) {
@@ -186,6 +188,7 @@ static void cu_destroy(tm_backend *be) {
     if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
     if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
     free(c->ptr_pin);
+    free(c->ptr_tmp);
     free(be);
 }
 /* One pass reads the weights once for all its rows (docs/performance.md, H200). */
@@ -226,9 +229,23 @@ static size_t cu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
     (void)be;
     return (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
 }
+/* A session's step graph and the device table of GDN state pointers it reads. */
+typedef struct cu_graph {
+    tc_graph *g;
+    float **ptrs; /* device, ptr_bytes (NULL: no GDN layers) */
+    size_t ptr_bytes;
+} cu_graph;
+
+static void cu_graph_free(cu_graph *cg) {
+    if (!cg) return;
+    if (cg->g) tc_graph_free(cg->g);
+    if (cg->ptrs) tc_free(cg->ptrs, cg->ptr_bytes);
+    free(cg);
+}
+
 static void cu_session_release(tm_backend *be, tern_session *s) {
     (void)be;
-    if (s->graph) tc_graph_free(s->graph);
+    cu_graph_free(s->graph);
     s->graph = NULL;
 }
 
@@ -355,33 +372,59 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
-/* Device table of the GDN state pointers of a step's sessions, [n_gdn][2][n], filled
- * (synchronously, outside any recording) before each single-row step; allocated once
- * for CU_MAX_SEQ sessions so that its address, which a recorded graph keeps, is fixed. */
+/* The GDN state pointers of a step's sessions, [n_gdn][2][n], as a device table for
+ * the fused step kernels (c->ptr_cur; NULL when the step does not use them). For a
+ * step run op by op it is c->ptr_dev, allocated once for CU_MAX_SEQ sessions and
+ * uploaded (synchronously, outside any recording) only when the sessions differ
+ * from the last upload's; for a recorded graph, *own (allocated here, uploaded once,
+ * freed with the graph): its address is what the graph keeps. */
 #define CU_MAX_SEQ 64
-static bool gdn_ptrs(cuda_backend *c, const tm_step *st) {
+static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     const tern_model *m = st->w->m;
     const tm_hparams *hp = &m->hp;
-    c->ptr_ok = false;
+    c->ptr_cur = NULL;
     if (!hp->n_gdn_layers || st->R != 1 || st->n_seq > CU_MAX_SEQ) return false;
     size_t n = (size_t)st->n_seq, L = (size_t)hp->n_gdn_layers, need = L * 2 * n;
     if (!c->ptr_dev) {
         size_t cap = L * 2 * CU_MAX_SEQ;
         c->ptr_dev = tc_malloc(cap * sizeof(float *));
         c->ptr_pin = malloc(cap * sizeof(float *));
-        if (!c->ptr_dev || !c->ptr_pin) return false;
+        c->ptr_tmp = malloc(cap * sizeof(float *));
+        if (!c->ptr_dev || !c->ptr_pin || !c->ptr_tmp) {
+            if (c->ptr_dev) tc_free(c->ptr_dev, cap * sizeof(float *));
+            free(c->ptr_pin);
+            free(c->ptr_tmp);
+            c->ptr_dev = c->ptr_pin = c->ptr_tmp = NULL;
+            return false;
+        }
         c->ptr_n = cap;
+        c->ptr_used = 0;
     }
     if (need > c->ptr_n) return false;
     const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
     const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    float **t = c->ptr_tmp;
     for (size_t g = 0; g < L; g++)
         for (size_t i = 0; i < n; i++) {
-            c->ptr_pin[(g * 2 + 0) * n + i] = st->ss[i]->conv_state + g * conv_n;
-            c->ptr_pin[(g * 2 + 1) * n + i] = st->ss[i]->ssm_state + g * st_n;
+            t[(g * 2 + 0) * n + i] = st->ss[i]->conv_state + g * conv_n;
+            t[(g * 2 + 1) * n + i] = st->ss[i]->ssm_state + g * st_n;
         }
-    if (tc_upload(c->ptr_dev, c->ptr_pin, need * sizeof(float *))) return false;
-    c->ptr_ok = true;
+    const size_t bytes = need * sizeof(float *);
+    if (own) {
+        own->ptrs = tc_malloc(bytes);
+        if (!own->ptrs) return false;
+        own->ptr_bytes = bytes;
+        if (tc_upload(own->ptrs, t, bytes)) return false;
+        c->ptr_cur = own->ptrs;
+        return true;
+    }
+    if (c->ptr_used != need || memcmp(c->ptr_pin, t, bytes)) {
+        c->ptr_used = 0;
+        if (tc_upload(c->ptr_dev, t, bytes)) return false;
+        memcpy(c->ptr_pin, t, bytes);
+        c->ptr_used = need;
+    }
+    c->ptr_cur = c->ptr_dev;
     return true;
 }
 
@@ -389,7 +432,7 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     cuda_backend *c = (cuda_backend *)be;
     const tern_model *m = st->w->m;
     const tm_hparams *hp = &m->hp;
-    if (st->R != 1 || hp->ssm_dk > 128 || hp->ssm_dv > 256 || !c->ptr_ok) {
+    if (st->R != 1 || hp->ssm_dk > 128 || hp->ssm_dv > 256 || !c->ptr_cur) {
         tm_layers_gdn_mixer(be, st, l);
         return;
     }
@@ -414,8 +457,8 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
                            .qkv_stride = (size_t)C, .z_stride = (size_t)VW, .ab_stride = (size_t)nv,
                            .out_stride = (size_t)VW, .conv_w = l->conv, .ssm_a = l->ssm_a,
                            .dt_bias = l->dt_bias, .norm = l->ssm_norm,
-                           .conv_state = c->ptr_dev + (g * 2 + 0) * n,
-                           .state = c->ptr_dev + (g * 2 + 1) * n, .out = w->big3, .work = w->big2,
+                           .conv_state = c->ptr_cur + (g * 2 + 0) * n,
+                           .state = c->ptr_cur + (g * 2 + 1) * n, .out = w->big3, .work = w->big2,
                            .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = hp->conv_k,
                            .v_tiled = m->v_tiled, .eps = hp->eps};
     tc_gdn_step(&ga);
@@ -478,15 +521,18 @@ static bool graphs_on(void) {
 }
 
 static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
-    gdn_ptrs((cuda_backend *)be, st);
+    cuda_backend *c = (cuda_backend *)be;
+    gdn_ptrs(c, st, NULL);
     tern_status s = layers(be, st);
+    c->ptr_cur = NULL;
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
 }
 
 /* Single-token steps of a session (unless TERN_CUDA_GRAPH=0): the first runs op by op (it
  * sizes the workspaces), the second is recorded into a graph (position and token read
- * from device words the graph fills), every later one replays it; a stale graph is
+ * from device words the graph fills; the GDN state pointers from the graph's own
+ * table), every later one replays it with no host-to-device copy; a stale graph is
  * recorded again; a failure to record turns graphs off for the session. */
 static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
     cuda_backend *c = (cuda_backend *)be;
@@ -498,34 +544,43 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     int ran = 0;
     tern_status e;
     if (s->graph) {
-        gdn_ptrs(c, st); /* another session's step may have used the table */
-        e = cu_status(tc_graph_run(s->graph, s->pos, token, s->logits, &ran), "graph replay");
+        cu_graph *cg = s->graph;
+        e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
         if (e || ran) return e;
-        tc_graph_free(s->graph); /* stale: record again */
+        cu_graph_free(cg); /* stale: record again */
         s->graph = NULL;
     } else if (s->graph_state == 0) {
         s->graph_state = 1;
         return plain(be, st, layers);
     }
-    tc_graph *g = NULL;
-    gdn_ptrs(c, st);
-    e = cu_status(tc_graph_begin(s->pos, token, V, &g), "graph capture");
-    if (!e) {
-        c->recording = true;
-        e = layers(be, st);
-        c->recording = false;
-        tern_status e2 = cu_status(tc_graph_end(g, s->dlogits), "graph capture");
-        if (!e) e = e2;
-        else if (!e2) tc_graph_free(g);
+    cu_graph *cg = calloc(1, sizeof *cg);
+    if (!cg) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    const bool need_ptrs = s->m->hp.n_gdn_layers > 0;
+    if (need_ptrs && !gdn_ptrs(c, st, cg)) {
+        e = tern_fail(TERN_ERR_INTERNAL, "CUDA: GDN state table for a step graph");
+    } else {
+        e = cu_status(tc_graph_begin(s->pos, token, V, &cg->g), "graph capture");
+        if (!e) {
+            c->recording = true;
+            e = layers(be, st);
+            c->recording = false;
+            tern_status e2 = cu_status(tc_graph_end(cg->g, s->dlogits), "graph capture");
+            if (e2) cg->g = NULL; /* freed by tc_graph_end */
+            if (!e) e = e2;
+        } else {
+            cg->g = NULL;
+        }
     }
+    c->ptr_cur = NULL;
     if (e) {
+        cu_graph_free(cg);
         tern_log(TERN_LOG_WARN, "step graphs off for this session: %s", tern_last_error());
         tern_clear_error();
         s->graph_state = -1;
         return plain(be, st, layers);
     }
-    s->graph = g;
-    e = cu_status(tc_graph_run(g, s->pos, token, s->logits, &ran), "graph replay");
+    s->graph = cg;
+    e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
     if (e || ran) return e;
     return plain(be, st, layers);
 }
