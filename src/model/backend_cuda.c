@@ -453,6 +453,9 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     size_t ysab[2] = {(size_t)nv, (size_t)nv};
     mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
     const size_t n = (size_t)st->n_seq, g = (size_t)l->gdn_index;
+    /* the output's permute, transform and quantisation in the step's second kernel */
+    tc_act oview;
+    const tc_act *oact = act_for(c, (size_t)T, (int64_t)VW, &oview);
     tc_gdn_step_args ga = {.n = (int)n, .qkv = w->big0, .z = w->big1, .a = a, .b = b,
                            .qkv_stride = (size_t)C, .z_stride = (size_t)VW, .ab_stride = (size_t)nv,
                            .out_stride = (size_t)VW, .conv_w = l->conv, .ssm_a = l->ssm_a,
@@ -460,18 +463,14 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
                            .conv_state = c->ptr_cur + (g * 2 + 0) * n,
                            .state = c->ptr_cur + (g * 2 + 1) * n, .out = w->big3, .work = w->big2,
                            .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = hp->conv_k,
-                           .v_tiled = m->v_tiled, .eps = hp->eps};
+                           .v_tiled = m->v_tiled, .eps = hp->eps, .out_grouped = m->out_permute,
+                           .signs = tm_model_signs(m, VW), .block = m->had_block};
+    if (oact) ga.act = *oact;
     tc_gdn_step(&ga);
-    float *o = w->big3;
-    if (m->out_permute) {
-        tc_permute_tiled_grouped(w->big3, w->big2, (size_t)T, nk, nv, dv);
-        o = w->big2;
-    }
-    tc_hadamard(o, (size_t)T, (size_t)VW, (size_t)m->had_block, tm_model_signs(m, VW), 0);
     const tern_qmat *wo = pickw(&l->wout, &l->fast_wout, dec);
     float *yo[1] = {w->delta};
     size_t yso[1] = {(size_t)E};
-    mm(1, &wo, NULL, o, (size_t)T, (size_t)VW, yo, yso);
+    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)VW, yo, yso);
 }
 
 static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {

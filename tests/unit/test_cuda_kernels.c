@@ -354,6 +354,103 @@ TEST(gdn_step_sessions_vs_f64) {
     }
 }
 
+/* The GDN step with its output transform in the kernel (grouped-order slots, the
+ * Hadamard inside a CTA or across a cluster, the quantised activation) writes the
+ * same floats, activation bytes and states as the plain step followed by
+ * tc_permute_tiled_grouped, tc_hadamard and tc_quantize (the plain step is checked
+ * against float64 above). */
+TEST(gdn_step_fused_output) {
+    NEED_GPU();
+    /* nk nv dk dv K block grouped: cluster of 8 (the 27B shape, 2 key heads), of 2,
+     * blocks inside a head, dv not a multiple of 32 or 128 (fallback launches) */
+    const int cfg[][7] = {{2, 16, 128, 128, 4, 1024, 1}, {2, 6, 64, 64, 4, 128, 1},
+                          {1, 4, 32, 128, 3, 64, 0},    {2, 8, 32, 48, 4, 16, 1},
+                          {2, 6, 64, 128, 4, 0, 1}};
+    for (int c = 0; c < 5; c++) {
+        int nk = cfg[c][0], nv = cfg[c][1], dk = cfg[c][2], dv = cfg[c][3], K = cfg[c][4];
+        int blk = cfg[c][5], grouped = cfg[c][6], n = 2;
+        int C = 2 * nk * dk + nv * dv, VW = nv * dv;
+        size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv, N = (size_t)n * VW;
+        float *h = malloc((size_t)n * (C > VW ? C : VW) * K * 4 + stn * 4 + csn * 4);
+        float *cw = dev_rand(h, (size_t)C * K, 0.5f), *sa = dev_rand(h, (size_t)nv, 1.0f);
+        for (int i = 0; i < nv; i++) h[i] = -fabsf(h[i]) - 0.1f;
+        CHECK(tc_upload(sa, h, (size_t)nv * 4) == 0);
+        float *dt = dev_rand(h, (size_t)nv, 0.5f), *nm = dev_rand(h, (size_t)dv, 1.0f);
+        float *dq = dev_rand(h, (size_t)n * C, 1.0f), *dz = dev_rand(h, N, 1.0f);
+        float *dA = dev_rand(h, (size_t)n * nv, 1.0f), *dB = dev_rand(h, (size_t)n * nv, 1.0f);
+        float *hs = malloc((size_t)VW * 4);
+        for (int i = 0; i < VW; i++) hs[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
+        float *ds = blk ? dup_dev(hs, (size_t)VW * 4) : NULL;
+        float *cs[2][2], *st[2][2]; /* [run][session] */
+        for (int i = 0; i < n; i++) {
+            cs[0][i] = dev_rand(h, csn, 1.0f);
+            cs[1][i] = dup_dev(h, csn * 4);
+            st[0][i] = dev_rand(h, stn, 0.1f);
+            st[1][i] = dup_dev(h, stn * 4);
+        }
+        float *out[2] = {tc_malloc(N * 4), tc_malloc(N * 4)}, *tmp = tc_malloc(N * 4);
+        float *work = tc_malloc((size_t)n * C * 4);
+        size_t ab = tc_act_bytes((size_t)n, VW);
+        void *abuf[2] = {tc_malloc(ab), tc_malloc(ab)};
+        for (int run = 0; run < 2; run++) {
+            float *const *pcs = dup_dev(cs[run], 2 * sizeof(float *));
+            float *const *pst = dup_dev(st[run], 2 * sizeof(float *));
+            tc_gdn_step_args g = {.n = n, .qkv = dq, .z = dz, .a = dA, .b = dB, .qkv_stride = (size_t)C,
+                                  .z_stride = (size_t)VW, .ab_stride = (size_t)nv,
+                                  .out_stride = (size_t)VW, .conv_w = cw, .ssm_a = sa,
+                                  .dt_bias = dt, .norm = nm, .conv_state = pcs, .state = pst,
+                                  .out = out[run], .work = work, .n_k = nk, .n_v = nv, .dk = dk,
+                                  .dv = dv, .conv_k = K, .v_tiled = 1, .eps = 1e-6f};
+            tc_act act = tc_act_view(abuf[run], (size_t)n, VW);
+            if (run == 0) {
+                g.out_grouped = grouped;
+                g.signs = ds;
+                g.block = blk;
+                g.act = act;
+                tc_launches_reset();
+                tc_gdn_step(&g);
+                CHECK_EQ_INT(tc_sync(), 0);
+                /* 2 launches when the transform fits the kernel */
+                bool fits = dv % 128 == 0 && (!blk || blk <= dv || (blk / dv <= 8 && nv % (blk / dv) == 0));
+                CHECK_MSG(!fits || tc_launches() == 2, "cfg %d: %llu launches", c,
+                          (unsigned long long)tc_launches());
+            } else {
+                g.out = grouped ? tmp : out[1];
+                tc_gdn_step(&g);
+                if (grouped) tc_permute_tiled_grouped(tmp, out[1], (size_t)n, nk, nv, dv);
+                if (ds) tc_hadamard(out[1], (size_t)n, (size_t)VW, (size_t)blk, ds, 0);
+                tc_quantize(out[1], (size_t)VW, &act);
+                CHECK_EQ_INT(tc_sync(), 0);
+            }
+            tc_free((void *)pcs, 2 * sizeof(float *));
+            tc_free((void *)pst, 2 * sizeof(float *));
+        }
+        float *o0 = malloc(N * 4), *o1 = malloc(N * 4);
+        uint8_t *g0 = malloc(ab), *g1 = malloc(ab);
+        CHECK(tc_download(o0, out[0], N * 4) == 0 && tc_download(o1, out[1], N * 4) == 0);
+        CHECK(tc_download(g0, abuf[0], ab) == 0 && tc_download(g1, abuf[1], ab) == 0);
+        CHECK_MSG(memcmp(o0, o1, N * 4) == 0, "cfg %d: fused output differs", c);
+        CHECK_MSG(memcmp(g0, g1, ab - 64) == 0, "cfg %d: activation bytes differ", c);
+        double e = 0;
+        for (size_t i = 0; i < N; i++) e += fabs((double)o1[i]);
+        CHECK_MSG(e > 0, "cfg %d: zero output", c);
+        float *s0 = malloc(stn * 4), *s1 = malloc(stn * 4);
+        for (int i = 0; i < n; i++) {
+            CHECK(tc_download(s0, st[0][i], stn * 4) == 0 && tc_download(s1, st[1][i], stn * 4) == 0);
+            CHECK_MSG(memcmp(s0, s1, stn * 4) == 0, "cfg %d: state differs", c);
+            tc_free(cs[0][i], csn * 4); tc_free(cs[1][i], csn * 4);
+            tc_free(st[0][i], stn * 4); tc_free(st[1][i], stn * 4);
+        }
+        free(s0); free(s1); free(o0); free(o1); free(g0); free(g1); free(h); free(hs);
+        tc_free(out[0], N * 4); tc_free(out[1], N * 4); tc_free(tmp, N * 4);
+        tc_free(work, (size_t)n * C * 4); tc_free(abuf[0], ab); tc_free(abuf[1], ab);
+        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
+        tc_free(nm, (size_t)dv * 4); tc_free(dq, (size_t)n * C * 4); tc_free(dz, N * 4);
+        tc_free(dA, (size_t)n * nv * 4); tc_free(dB, (size_t)n * nv * 4);
+        if (ds) tc_free(ds, (size_t)VW * 4);
+    }
+}
+
 /* The _q fused sites write the same activation bytes as tc_quantize of their
  * output, their float outputs equal the plain launchers', and tc_matmul_multi_q
  * on that activation equals tc_matmul_multi on the float rows. */
@@ -612,6 +709,7 @@ int main(void) {
     RUN(repack_refusals_and_embed);
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
+    RUN(gdn_step_fused_output);
     RUN(fused_quantize_sites);
     RUN(attention_decode_vs_f64);
     RUN(gemm_tc_vs_f64);

@@ -179,6 +179,19 @@ typedef struct tc_gdn_step_args {
     float *out, *work;
     int n_k, n_v, dk, dv, conv_k, v_tiled;
     float eps;
+    /* The output's transform, in the same launch when it fits (all zero: none).
+     * out_grouped: value head p written at its grouped-order slot (the tiled->grouped
+     * permute of tc_permute_tiled_grouped). signs: then the forward Hadamard of each
+     * n_v*dv output row in blocks of `block` (inside the kernel when block divides dv,
+     * or spans 2..8 whole heads and n_v is a multiple of block/dv: a thread-block
+     * cluster; else one tc_hadamard launch after it, which needs out_stride = n_v*dv).
+     * act.q: the final rows quantised into act (n rows of n_v*dv; in the kernel when
+     * dv % 128 == 0, else one tc_quantize launch). Same floats and bytes as running
+     * the permute, tc_hadamard and tc_quantize after the plain step. */
+    int out_grouped;
+    const float *signs;
+    int block;
+    tc_act act;
 } tc_gdn_step_args;
 void tc_gdn_step(const tc_gdn_step_args *a);
 

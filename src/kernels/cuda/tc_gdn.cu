@@ -5,7 +5,10 @@
  */
 #include "kernels/cuda/internal.cuh"
 
+#include <cooperative_groups.h>
 #include <math.h>
+
+namespace cg = cooperative_groups;
 
 /* One thread per channel: causal depthwise conv over (state ++ rows), SiLU,
  * then the state keeps the last K-1 inputs. */
@@ -175,12 +178,90 @@ __global__ void __launch_bounds__(256) k_gdn_step_conv(tc_gdn_step_args a, int C
     if (act) a.work[(size_t)i * C + ch] = v;
 }
 
-/* CTA (value head p, session i); thread j owns state column S[:, j]. */
-template <int KMAX>
+/* The output stage of the decode step for CTA g (the row's output slot g: value
+ * head p = g, or with out_grouped the head whose grouped-order slot g is), after
+ * the gated norm: y is output j of the slot (0 for j >= dv). XF: the forward
+ * Hadamard of the row in blocks of a.block: stages below min(block, dv) inside the
+ * CTA (warp shuffles, then shared memory), the stages across the block/dv CTAs of
+ * a cluster through distributed shared memory (each thread reads its index from
+ * every CTA of the cluster, then the same butterflies in registers): the same
+ * float operations in the same order as tc_fwht. Then the row is written and, when
+ * a.act.q, its 128-blocks quantised (as tc_quantize of the written floats). */
+template <bool XF>
+__device__ __forceinline__ void gdn_step_out(const tc_gdn_step_args &a, int g, int i, int j,
+                                             float y, float *xo) {
+    const int dv = a.dv;
+    const bool act = j < dv;
+    if (XF) {
+        const int B = a.block, lb = B < dv ? B : dv;
+        if (act) y *= a.signs[(size_t)g * dv + j];
+        int h = 1;
+        if (dv % 32 == 0)
+            for (; h < lb && h < 32; h <<= 1) {
+                float o = __shfl_xor_sync(0xffffffffu, y, h);
+                y = (j & h) ? o - y : y + o;
+            }
+        if (act) xo[j] = y;
+        __syncthreads();
+        for (; h < lb; h <<= 1) {
+            if (j < dv / 2) {
+                int t = ((j / h) * 2 * h) + (j % h);
+                float x0 = xo[t], x1 = xo[t + h];
+                xo[t] = x0 + x1;
+                xo[t + h] = x0 - x1;
+            }
+            __syncthreads();
+        }
+        y = act ? xo[j] : 0.0f;
+        const int cs = B > dv ? B / dv : 1;
+        if (cs > 1) {
+            cg::cluster_group cl = cg::this_cluster();
+            const int rank = (int)cl.block_rank();
+            float x[8];
+            cl.sync(); /* every CTA's local stages are in its xo */
+#pragma unroll
+            for (int c = 0; c < 8; c++) x[c] = c < cs && act ? *cl.map_shared_rank(xo + j, c) : 0.0f;
+            cl.sync(); /* every read done: xo may change, CTAs may exit */
+#pragma unroll
+            for (int hh = 1; hh < 8; hh <<= 1)
+                if (hh < cs) {
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (!(c & hh) && c + hh < 8) {
+                            float x0 = x[c], x1 = x[c + hh];
+                            x[c] = x0 + x1;
+                            x[c + hh] = x0 - x1;
+                        }
+                }
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (c == rank) y = x[c];
+        }
+        y *= 1.0f / sqrtf((float)B);
+    }
+    if (act) a.out[(size_t)i * a.out_stride + (size_t)g * dv + j] = y;
+    if (a.act.q && dv % 128 == 0) {
+        __syncthreads(); /* the transform's reads of xo are done */
+        if (act) xo[j] = y;
+        __syncthreads();
+        const int lane = j & 31, VW = a.n_v * dv, nb = VW >> 7;
+        for (int w = j >> 5; w < dv / 128; w += (int)(blockDim.x >> 5)) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = xo[w * 128 + lane * 4 + e];
+            tc_actq_block(v, lane, a.act.q + (size_t)i * VW * 2, a.act.sx + (size_t)i * nb,
+                          a.act.corr + (size_t)i * (VW >> 5), (g * dv) / 128 + w);
+        }
+    }
+}
+
+/* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p. */
+template <int KMAX, bool XF>
 __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C) {
-    __shared__ float sq_[KMAX], sk[KMAX], red[8];
-    const int p = blockIdx.x, i = blockIdx.y, j = threadIdx.x;
+    __shared__ float sq_[KMAX], sk[KMAX], red[8], xo[256];
+    const int g = blockIdx.x, i = blockIdx.y, j = threadIdx.x;
     const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk;
+    const int p = a.out_grouped ? (g % r) * nk + g / r : g;
     const int kh = a.v_tiled ? p % nk : p / r;
     const bool act = j < dv;
     const float *row = a.work + (size_t)i * C;
@@ -188,10 +269,11 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
         sq_[e] = row[(size_t)kh * dk + e];
         sk[e] = row[(size_t)nk * dk + (size_t)kh * dk + e];
     }
-    float *Sg = a.state[i] + (size_t)p * dk * dv;
+    float *Sj = a.state[i] + (size_t)p * dk * dv + j; /* this thread's column: Sj[e * dv] */
+    asm volatile("" : "+l"(Sj)); /* opaque: else ptxas keeps every element's address live (spills) */
     float S[KMAX];
 #pragma unroll
-    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? Sg[(size_t)e * dv + j] : 0.0f;
+    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? Sj[(size_t)e * dv] : 0.0f;
     __syncthreads();
     const float x = a.a[(size_t)i * a.ab_stride + p] + a.dt_bias[p];
     const float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -213,38 +295,83 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
     for (int e = 0; e < KMAX; e++)
         if (e < dk) S[e] = fmaf(sk[e], d, S[e]);
     const float o = act ? sq + kq * d : 0.0f;
+    if (act) {
+#pragma unroll
+        for (int e = 0; e < KMAX; e++)
+            if (e < dk) Sj[(size_t)e * dv] = S[e];
+    }
     float ss = tc_warp_sum(o * o);
     if ((j & 31) == 0) red[j >> 5] = ss;
     __syncthreads();
     float tot = 0.0f;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++) tot += red[w];
+    float y = 0.0f;
     if (act) {
         const float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
         const float zz = a.z[(size_t)i * a.z_stride + (size_t)p * dv + j];
-        a.out[(size_t)i * a.out_stride + (size_t)p * dv + j] = o * inv * a.norm[j] * tc_silu(zz);
-#pragma unroll
-        for (int e = 0; e < KMAX; e++)
-            if (e < dk) Sg[(size_t)e * dv + j] = S[e];
+        y = o * inv * a.norm[j] * tc_silu(zz);
     }
+    gdn_step_out<XF>(a, g, i, j, y, xo);
+}
+
+/* the output stage fits the rec kernel: blocks within a CTA or across <= 8 CTAs */
+static int xf_cluster(const tc_gdn_step_args *a) {
+    const int B = a->block, dv = a->dv;
+    if (!a->signs || B < 2 || (B & (B - 1)) || (a->n_v * dv) % B) return 0;
+    if (B <= dv) return dv % B == 0 ? 1 : 0;
+    if (B % dv || B / dv > 8 || a->n_v % (B / dv)) return 0;
+    return B / dv;
+}
+
+template <int KMAX>
+static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)a->n_v, (unsigned)a->n);
+    cfg.blockDim = dim3((unsigned)((a->dv + 31) / 32 * 32));
+    cfg.stream = tc_stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)(cs > 0 ? cs : 1);
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cs > 1 ? 1 : 0;
+    if (cs > 0) tc_note((int)cudaLaunchKernelEx(&cfg, k_gdn_step_rec<KMAX, true>, *a, C));
+    else tc_note((int)cudaLaunchKernelEx(&cfg, k_gdn_step_rec<KMAX, false>, *a, C));
+    tc_check_launch();
 }
 
 extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     TC_PROF(TC_FAM_GDN);
     if (a->n <= 0) return;
+    const int VW = a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256 || a->dk < 1 || a->dv < 1 || a->conv_k < 1 || a->n > 65535 ||
-        a->n_k < 1 || a->n_v % a->n_k) {
+        a->n_k < 1 || a->n_v % a->n_k ||
+        (a->act.q && (a->act.k != VW || a->act.batch != (size_t)a->n || VW % 128)) ||
+        (a->signs && !xf_cluster(a) && a->out_stride != (size_t)VW)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
+    const int C = 2 * a->n_k * a->dk + VW;
     const int w = a->dk > a->dv ? a->dk : a->dv;
     dim3 g1((unsigned)(2 * a->n_k + a->n_v), (unsigned)a->n);
     k_gdn_step_conv<<<g1, (w + 31) / 32 * 32, 0, tc_stream>>>(*a, C);
     tc_check_launch();
-    dim3 g2((unsigned)a->n_v, (unsigned)a->n);
-    const int th = (a->dv + 31) / 32 * 32;
-    if (a->dk <= 32) k_gdn_step_rec<32><<<g2, th, 0, tc_stream>>>(*a, C);
-    else if (a->dk <= 64) k_gdn_step_rec<64><<<g2, th, 0, tc_stream>>>(*a, C);
-    else k_gdn_step_rec<128><<<g2, th, 0, tc_stream>>>(*a, C);
-    tc_check_launch();
+    const int cs = xf_cluster(a);
+    tc_gdn_step_args b = *a;
+    const bool act_in = a->act.q && a->dv % 128 == 0 && (!a->signs || cs);
+    if (!act_in) b.act.q = NULL;
+    if (a->signs && !cs) b.signs = NULL; /* the transform after the kernel */
+    if (a->dk <= 32) launch_rec<32>(&b, C, b.signs ? cs : 0);
+    else if (a->dk <= 64) launch_rec<64>(&b, C, b.signs ? cs : 0);
+    else launch_rec<128>(&b, C, b.signs ? cs : 0);
+    if (a->signs && !cs) {
+        bool fused = tc_act_in_fwht(a->act.q ? &a->act : NULL, (size_t)a->n, (size_t)VW,
+                                    (size_t)a->block, a->signs);
+        tc_fwht(a->out, NULL, a->out, (size_t)a->n, (size_t)VW, (size_t)a->block, a->signs, 0,
+                fused ? &a->act : NULL);
+        if (a->act.q && !fused) tc_quantize(a->out, (size_t)VW, &a->act);
+    } else if (a->act.q && !act_in) {
+        tc_quantize(a->out, a->out_stride, &a->act);
+    }
 }
