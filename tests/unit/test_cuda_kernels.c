@@ -451,6 +451,62 @@ TEST(gdn_step_fused_output) {
     }
 }
 
+/* The residual add + RMSNorm (+ Hadamard) site vs float64, on the shapes of the
+ * cluster kernel (batch 1..few: the row split over 2..8 CTAs) and of the one-CTA
+ * kernels (17 rows): r += d, normed, rotated. */
+TEST(norm_site_vs_f64) {
+    NEED_GPU();
+    const size_t cases[][3] = {{1, 5120, 1024}, {2, 4096, 0}, {1, 1024, 256}, {3, 640, 64},
+                               {17, 1024, 128}, {1, 2048, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t rows = cases[c][0], n = cases[c][1], blk = cases[c][2], N = rows * n;
+        float *hs = malloc(n * 4), *hr = malloc(N * 4), *hd = malloc(N * 4), *hg = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) hs[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
+        float *ds = blk ? dup_dev(hs, n * 4) : NULL;
+        float *dr = dev_rand(hr, N, 2.0f), *dd = dev_rand(hd, N, 0.5f), *dg = dev_rand(hg, n, 1.0f);
+        float *dn = tc_malloc(N * 4), *dro = blk ? tc_malloc(N * 4) : NULL;
+        tc_add_rmsnorm_hadamard(dr, dd, dg, 1e-6f, dn, dro, rows, n, blk ? blk : 128, ds);
+        CHECK_EQ_INT(tc_sync(), 0);
+        float *gr = malloc(N * 4), *gn = malloc(N * 4), *gro = malloc(N * 4);
+        CHECK(tc_download(gr, dr, N * 4) == 0 && tc_download(gn, dn, N * 4) == 0);
+        if (blk) CHECK(tc_download(gro, dro, N * 4) == 0);
+        double *x = malloc(n * 8), *want = malloc(N * 8), *wrot = malloc(N * 8), *wr = malloc(N * 8);
+        for (size_t t = 0; t < rows; t++) {
+            double ss = 0;
+            for (size_t i = 0; i < n; i++) {
+                wr[t * n + i] = (double)hr[t * n + i] + hd[t * n + i];
+                ss += wr[t * n + i] * wr[t * n + i];
+            }
+            double inv = 1 / sqrt(ss / (double)n + 1e-6);
+            for (size_t i = 0; i < n; i++) want[t * n + i] = wr[t * n + i] * inv * hg[i];
+            if (!blk) continue;
+            for (size_t i = 0; i < n; i++) x[i] = want[t * n + i] * hs[i];
+            for (size_t b0 = 0; b0 < n; b0 += blk)
+                for (size_t h = 1; h < blk; h <<= 1)
+                    for (size_t i = 0; i < blk; i++)
+                        if (!(i & h)) {
+                            double a = x[b0 + i], b = x[b0 + i + h];
+                            x[b0 + i] = a + b;
+                            x[b0 + i + h] = a - b;
+                        }
+            for (size_t i = 0; i < n; i++) wrot[t * n + i] = x[i] / sqrt((double)blk);
+        }
+        double e = max_rel(gr, wr, N);
+        CHECK_MSG(e < 1e-6, "site case %zu: residual %g", c, e);
+        e = max_rel(gn, want, N);
+        CHECK_MSG(e < 1e-5, "site case %zu: normed %g", c, e);
+        if (blk) {
+            e = max_rel(gro, wrot, N);
+            CHECK_MSG(e < 1e-5, "site case %zu: rotated %g", c, e);
+        }
+        tc_free(dr, N * 4); tc_free(dd, N * 4); tc_free(dg, n * 4); tc_free(dn, N * 4);
+        if (dro) tc_free(dro, N * 4);
+        if (ds) tc_free(ds, n * 4);
+        free(hs); free(hr); free(hd); free(hg); free(gr); free(gn); free(gro);
+        free(x); free(want); free(wrot); free(wr);
+    }
+}
+
 /* The _q fused sites write the same activation bytes as tc_quantize of their
  * output, their float outputs equal the plain launchers', and tc_matmul_multi_q
  * on that activation equals tc_matmul_multi on the float rows. */
@@ -487,7 +543,9 @@ TEST(fused_quantize_sites) {
             /* one kernel per site with signs (add+rmsnorm+hadamard quantises inside for
              * any block; swiglu+hadamard when block % 128 == 0, else one more launch);
              * 2 without signs (norm or swiglu, then quantise) */
-            uint64_t want = 2 + (!blk || (site == 1 && blk % 128) ? 1 : 0);
+            /* (the norm site without signs quantises in its kernel too: the cluster
+             * kernel for these few rows) */
+            uint64_t want = 2 + ((!blk && site == 1) || (site == 1 && blk % 128) ? 1 : 0);
             CHECK_MSG(tc_launches() == want, "case %zu site %d: %llu launches, want %llu", c, site,
                       (unsigned long long)tc_launches(), (unsigned long long)want);
             tc_quantize(rot2, n, &a2);
@@ -710,6 +768,7 @@ int main(void) {
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
     RUN(gdn_step_fused_output);
+    RUN(norm_site_vs_f64);
     RUN(fused_quantize_sites);
     RUN(attention_decode_vs_f64);
     RUN(gemm_tc_vs_f64);

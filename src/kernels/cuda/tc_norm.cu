@@ -5,7 +5,12 @@
  */
 #include "kernels/cuda/internal.cuh"
 
+#include <cooperative_groups.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace cg = cooperative_groups;
 
 __device__ __forceinline__ double tc_block_sum_d(double v, double *red) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -111,6 +116,156 @@ __global__ void __launch_bounds__(1024) k_add_rmsnorm_fwht(float *__restrict__ r
     }
 }
 
+/* The same site split over a thread-block cluster of CS CTAs per row (grid (CS,
+ * rows)), CTA `rank` owning the chunk [rank*chunk, (rank+1)*chunk) of the row in
+ * shared memory: r += d, the chunk's float64 sum of squares, the CS partial sums
+ * read from every CTA's shared memory (distributed shared memory; summed in rank
+ * order, so every CTA gets the same total), then normed, the transform of the
+ * chunk's blocks (chunk % block == 0) and the quantised activation as in
+ * k_add_rmsnorm_fwht. Without signs the normalised chunk is written to out (and
+ * quantised). One CTA per row is too little parallelism at batch 1. */
+/* TERN_CUDA_SITE=old: the one-CTA-per-row kernels (A/B) */
+static bool getenv_site_off(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TERN_CUDA_SITE");
+        v = e && !strcmp(e, "old");
+    }
+    return v == 1;
+}
+
+#define SITE_THREADS 256
+#define SITE_MAX_CHUNK 8192
+__global__ void __launch_bounds__(SITE_THREADS) k_site_cluster(float *__restrict__ r,
+        const float *__restrict__ d, const float *__restrict__ gain, float eps,
+        float *__restrict__ normed, float *__restrict__ rotated, size_t n, int chunk, int block,
+        const float *__restrict__ signs, float scale, tc_act act) {
+    extern __shared__ float sh[];
+    __shared__ double red[32];
+    __shared__ double part;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), cs = (int)cl.num_blocks();
+    const size_t row = blockIdx.y, off = (size_t)rank * chunk;
+    float *rr = r + row * n + off;
+    const float *dd = d ? d + row * n + off : NULL;
+    double ss = 0;
+    for (int i = threadIdx.x; i < chunk; i += blockDim.x) {
+        float v = rr[i];
+        if (dd) {
+            v += dd[i];
+            rr[i] = v;
+        }
+        sh[i] = v;
+        ss += (double)v * v;
+    }
+    ss = tc_block_sum_d(ss, red);
+    if (threadIdx.x == 0) part = ss;
+    cl.sync();
+    double tot = 0;
+    for (int c = 0; c < cs; c++) tot += *cl.map_shared_rank(&part, c);
+    cl.sync(); /* every CTA has read every partial: the CTAs may go on and exit */
+    const float inv = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    const int lane = threadIdx.x & 31;
+    const int nb = (int)(n >> 7);
+    if (!signs) { /* out = normed: written and quantised */
+        for (int i = threadIdx.x; i < chunk; i += blockDim.x) {
+            float v = sh[i] * inv * (gain ? gain[off + i] : 1.0f);
+            normed[row * n + off + i] = v;
+            sh[i] = v;
+        }
+        __syncthreads();
+    } else {
+        const int hw = chunk % 32 == 0 ? (block < 32 ? block : 32) : 1;
+        for (int i = threadIdx.x; i < chunk; i += blockDim.x) {
+            float v = sh[i] * inv * (gain ? gain[off + i] : 1.0f);
+            if (normed) normed[row * n + off + i] = v;
+            v *= signs[off + i];
+            for (int h = 1; h < hw; h <<= 1) {
+                float o = __shfl_xor_sync(0xffffffffu, v, h);
+                v = (lane & h) ? o - v : v + o;
+            }
+            sh[i] = v;
+        }
+        __syncthreads();
+        const int pairs = chunk / 2;
+        int lh = 0;
+        while ((1 << lh) < hw) lh++;
+        for (int h = hw; h < block; h <<= 1, lh++) {
+            for (int t = threadIdx.x; t < pairs; t += blockDim.x) {
+                int i = ((t >> lh) << (lh + 1)) + (t & (h - 1));
+                float x0 = sh[i], x1 = sh[i + h];
+                sh[i] = x0 + x1;
+                sh[i + h] = x0 - x1;
+            }
+            __syncthreads();
+        }
+        for (int i = threadIdx.x; i < chunk; i += blockDim.x) {
+            float v = sh[i] * scale;
+            rotated[row * n + off + i] = v;
+            sh[i] = v;
+        }
+        __syncthreads();
+    }
+    if (act.q) {
+        const int nw = blockDim.x >> 5;
+        for (int w = threadIdx.x >> 5; w < chunk / 128; w += nw) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = sh[w * 128 + lane * 4 + e];
+            tc_actq_block(v, lane, act.q + row * n * 2, act.sx + row * (size_t)nb,
+                          act.corr + row * (size_t)(n >> 5), (int)(off / 128) + w);
+        }
+    }
+}
+
+/* CTAs per row for k_site_cluster (0: it does not fit): the most, up to 8, that
+ * split n into chunks of whole transform blocks (rot), whole 128-blocks (act),
+ * whole warps, at most SITE_MAX_CHUNK floats. */
+static int site_split(size_t rows, size_t n, size_t block, bool rot, bool act, int *chunk) {
+    if (rows > 65535 || (rot && (block < 2 || (block & (block - 1))))) return 0;
+    for (int cs = 8; cs >= 2; cs--) {
+        if (n % cs) continue;
+        size_t ch = n / cs;
+        if ((rot && ch % block) || (act && ch % 128) || ch % 32 || ch > SITE_MAX_CHUNK) continue;
+        *chunk = (int)ch;
+        return cs;
+    }
+    return 0;
+}
+
+static bool site_cluster(float *r, const float *d, const float *gain, float eps, float *normed,
+                         float *rotated, size_t rows, size_t n, size_t block, const float *signs,
+                         const tc_act *act) {
+    if (getenv_site_off()) return false;
+    int chunk = 0;
+    const int cs = site_split(rows, n, block, signs != NULL, act != NULL, &chunk);
+    if (!cs) return false;
+    static bool attr;
+    if (!attr) {
+        cudaFuncSetAttribute(k_site_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             SITE_MAX_CHUNK * 4);
+        attr = true;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)cs, (unsigned)rows);
+    cfg.blockDim = dim3(SITE_THREADS);
+    cfg.dynamicSmemBytes = (size_t)chunk * sizeof(float);
+    cfg.stream = tc_stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cs;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    tc_act none = {};
+    tc_note((int)cudaLaunchKernelEx(&cfg, k_site_cluster, r, d, gain, eps, normed,
+                                    signs ? rotated : NULL, n, chunk, (int)block, signs,
+                                    signs ? 1.0f / sqrtf((float)block) : 1.0f, act ? *act : none));
+    tc_check_launch();
+    return true;
+}
+
 static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
                                  float *normed, float *rotated, size_t rows, size_t n,
                                  size_t block, const float *signs, const tc_act *act) {
@@ -124,6 +279,10 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
         }
         return;
     }
+    /* batch 1..few: the row over a cluster of CTAs (out is normed when it is not rotated) */
+    if (rows <= 16 && site_cluster(r, d, gain, eps, rot ? normed : out, rotated, rows, n, block,
+                                   rot ? signs : NULL, act))
+        return;
     if (rot && n <= ARH_MAX_N && block >= 2 && block <= 8192 && n % block == 0 &&
         (block & (block - 1)) == 0 && rows <= 0x7fffffff) {
         /* one kernel for the whole site */
