@@ -322,6 +322,8 @@ static void mm(int n, const tern_qmat *const *w, const tc_act *act, const float 
     else tc_matmul_multi(n, mt, x, batch, xs, y, ys);
 }
 
+static void attn_ops(const tm_step *st, const tm_layer *l);
+
 static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     cuda_backend *c = (cuda_backend *)be;
     tern_session *w = st->w;
@@ -337,6 +339,42 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     float *y3[3] = {w->big0, w->kbuf, w->vbuf};
     size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
     mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
+    if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0) {
+        /* decode: per session the fused prologue (split, q/k norms, RoPE, KV store),
+         * then split-K attention with the gate in its merge */
+        for (int i = 0; i < st->n_seq; i++) {
+            tern_session *s = st->ss[i];
+            size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
+            float *kc = s->kcache + off, *vc = s->vcache + off;
+            float *qi = w->big1 + (size_t)i * qw, *gi = hp->attn_gate ? w->big2 + (size_t)i * qw : NULL;
+            tc_attn_prep_args pa = {.qg = w->big0 + (size_t)i * l->wq.n, .k = w->kbuf + (size_t)i * kvw,
+                                    .v = w->vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
+                                    .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = hp->eps,
+                                    .theta = hp->rope_theta, .q_out = qi, .gate_out = gi,
+                                    .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
+                                    .n_head_kv = NKV, .head_dim = HD, .rope_dims = hp->rope_dims};
+            tc_attn_prep(&pa);
+            tc_attention_decode(qi, kc, vc, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+                                HD, 1.0f / sqrtf((float)HD));
+        }
+    } else {
+        attn_ops(st, l);
+    }
+    tc_hadamard(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), 0);
+    const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
+    float *yo[1] = {w->delta};
+    size_t yso[1] = {(size_t)E};
+    mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
+}
+
+/* the attention mixer's middle op by op (prefill chunks; decode shapes the fused
+ * prologue does not take) */
+static void attn_ops(const tm_step *st, const tm_layer *l) {
+    tern_session *w = st->w;
+    const tern_model *m = w->m;
+    const tm_hparams *hp = &m->hp;
+    const int HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
     float *q = w->big0, *gate = NULL;
     if (hp->attn_gate) {
         tc_split_heads(w->big0, (size_t)T, NH, HD, w->big1, w->big2);
@@ -365,11 +403,6 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
         }
     }
     if (gate && !gated) tc_mul_sigmoid(w->big3, gate, (size_t)T, (size_t)qw);
-    tc_hadamard(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), 0);
-    const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
-    float *yo[1] = {w->delta};
-    size_t yso[1] = {(size_t)E};
-    mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
 /* The GDN state pointers of a step's sessions, [n_gdn][2][n], as a device table for

@@ -594,6 +594,72 @@ TEST(fused_quantize_sites) {
     }
 }
 
+/* The fused attention decode prologue vs the ops it replaces (tc_split_heads,
+ * tc_head_rmsnorm of q and k, tc_rope of both, tc_kv_store): q, gate and both
+ * cache rows, gated or not, partial and full rotary, awkward head sizes. */
+TEST(attn_prep_vs_ops) {
+    NEED_GPU();
+    const int cfg[][6] = {{24, 4, 256, 64, 1, 37}, {8, 2, 128, 128, 0, 0}, {3, 3, 48, 16, 1, 9},
+                          {5, 1, 200, 200, 0, 63}};
+    for (int c = 0; c < 4; c++) {
+        int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], rot = cfg[c][3], gated = cfg[c][4];
+        int pos = cfg[c][5], ctx = 64;
+        size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd, qgw = gated ? 2 * qw : qw;
+        float *h = malloc((qgw + 2 * kvw + 2 * (size_t)hd + (size_t)ctx * kvw) * 4);
+        float *dqg = dev_rand(h, qgw, 1.0f), *dk = dev_rand(h, kvw, 1.0f), *dv = dev_rand(h, kvw, 1.0f);
+        float *qn = dev_rand(h, (size_t)hd, 1.0f), *kn = dev_rand(h, (size_t)hd, 1.0f);
+        float *kc[2], *vc[2], *q[2], *gt[2];
+        for (int r = 0; r < 2; r++) {
+            kc[r] = tc_malloc((size_t)ctx * kvw * 4);
+            vc[r] = tc_malloc((size_t)ctx * kvw * 4);
+            q[r] = tc_malloc(qw * 4);
+            gt[r] = tc_malloc(qw * 4);
+        }
+        float *tq = tc_malloc(qgw * 4), *tk = tc_malloc(kvw * 4);
+        tc_attn_prep_args a = {.qg = dqg, .k = dk, .v = dv, .gated = gated, .q_norm = qn,
+                               .k_norm = kn, .eps = 1e-6f, .theta = 1e7f, .q_out = q[0],
+                               .gate_out = gt[0], .kcache = kc[0], .vcache = vc[0], .pos0 = pos,
+                               .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .rope_dims = rot};
+        tc_launches_reset();
+        tc_attn_prep(&a);
+        CHECK_EQ_INT(tc_sync(), 0);
+        CHECK(tc_launches() == 1);
+        tc_copy_rows(tq, qgw, dqg, qgw, 1, qgw);
+        tc_copy_rows(tk, kvw, dk, kvw, 1, kvw);
+        float *qq = tq;
+        if (gated) {
+            tc_split_heads(tq, 1, nh, hd, q[1], gt[1]);
+            qq = q[1];
+        }
+        tc_head_rmsnorm(qq, 1, qw, nh, hd, qn, 1e-6f);
+        tc_head_rmsnorm(tk, 1, kvw, nkv, hd, kn, 1e-6f);
+        tc_rope(qq, 1, qw, nh, hd, rot, pos, 1e7f);
+        tc_rope(tk, 1, kvw, nkv, hd, rot, pos, 1e7f);
+        if (!gated) tc_copy_rows(q[1], qw, qq, qw, 1, qw);
+        tc_kv_store(kc[1], vc[1], tk, dv, kvw, 1, pos);
+        CHECK_EQ_INT(tc_sync(), 0);
+        float *g0 = malloc((size_t)ctx * kvw * 4), *g1 = malloc((size_t)ctx * kvw * 4);
+        double *ref = malloc((size_t)ctx * kvw * 8);
+        struct { float *a, *b; size_t n; const char *what; } cmp[4] = {
+            {q[0], q[1], qw, "q"}, {gt[0], gt[1], gated ? qw : 0, "gate"},
+            {kc[0], kc[1], (size_t)ctx * kvw, "k cache"}, {vc[0], vc[1], (size_t)ctx * kvw, "v cache"}};
+        for (int k = 0; k < 4; k++) {
+            if (!cmp[k].n) continue;
+            CHECK(tc_download(g0, cmp[k].a, cmp[k].n * 4) == 0 && tc_download(g1, cmp[k].b, cmp[k].n * 4) == 0);
+            for (size_t i = 0; i < cmp[k].n; i++) ref[i] = g1[i];
+            double e = max_rel(g0, ref, cmp[k].n);
+            CHECK_MSG(e < 1e-6, "attn prep cfg %d: %s %g", c, cmp[k].what, e);
+        }
+        free(g0); free(g1); free(ref); free(h);
+        for (int r = 0; r < 2; r++) {
+            tc_free(kc[r], (size_t)ctx * kvw * 4); tc_free(vc[r], (size_t)ctx * kvw * 4);
+            tc_free(q[r], qw * 4); tc_free(gt[r], qw * 4);
+        }
+        tc_free(tq, qgw * 4); tc_free(tk, kvw * 4); tc_free(dqg, qgw * 4); tc_free(dk, kvw * 4);
+        tc_free(dv, kvw * 4); tc_free(qn, (size_t)hd * 4); tc_free(kn, (size_t)hd * 4);
+    }
+}
+
 /* split-K decode attention vs float64 softmax attention, with and without the gate */
 TEST(attention_decode_vs_f64) {
     NEED_GPU();
@@ -772,6 +838,7 @@ int main(void) {
     RUN(fused_quantize_sites);
     RUN(attention_decode_vs_f64);
     RUN(gemm_tc_vs_f64);
+    RUN(attn_prep_vs_ops);
     return check_summary();
 }
 #else

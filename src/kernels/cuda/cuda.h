@@ -150,6 +150,24 @@ void tc_attention_decode(const float *q, const float *kcache, const float *vcach
                          const float *gate, float *out, int pos0, int max_len, int n_head,
                          int n_head_kv, int head_dim, float scale);
 
+/* The attention mixer's decode prologue for one query row in one launch (a warp
+ * per q head and per kv head): q heads split from the gated projection (gated:
+ * [n_head][2*hd], q then gate per head; else [n_head][hd]) and the gate copied to
+ * gate_out, per-head RMSNorm of q (q_norm) and k (k_norm), NEOX RoPE of the first
+ * rope_dims at position pos0 (the graph's device word when capturing), q to q_out
+ * [n_head][hd], k and v stored at row pos0 of the layer's caches [n_ctx][nkv*hd].
+ * Same math as tc_split_heads, tc_head_rmsnorm, tc_rope and tc_kv_store; hd <= 256,
+ * rope_dims even and <= hd (else TC_ERR_UNSUPPORTED). */
+typedef struct tc_attn_prep_args {
+    const float *qg, *k, *v;
+    int gated;
+    const float *q_norm, *k_norm;
+    float eps, theta;
+    float *q_out, *gate_out, *kcache, *vcache;
+    int pos0, n_head, n_head_kv, head_dim, rope_dims;
+} tc_attn_prep_args;
+void tc_attn_prep(const tc_attn_prep_args *a);
+
 typedef struct tc_gdn_args {
     const float *qkv, *z, *a, *b, *conv_w, *ssm_a, *dt_bias, *norm;
     float *conv_state, *state, *out, *work;

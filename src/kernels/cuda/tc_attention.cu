@@ -257,3 +257,68 @@ extern "C" void tc_kv_store(float *kc, float *vc, const float *k, const float *v
                                                              tc_dyn_pos);
     tc_check_launch();
 }
+
+/* ------------------------------------------------- decode prologue (fused) */
+
+/* Warp h < nh: q head h; else kv head h - nh (k normed and roped into the cache,
+ * v copied). The head sits in registers (ATT_EPL per lane) for the norm and in
+ * shared memory for RoPE's pairs (i, i + rot/2). */
+__global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int *__restrict__ dpos) {
+    __shared__ float sh[ATT_EPL * 32];
+    const int pos = dpos ? *dpos : a.pos0;
+    const int h = blockIdx.x, lane = threadIdx.x, hd = a.head_dim;
+    const bool isq = h < a.n_head;
+    const int kh = h - a.n_head;
+    const size_t kvw = (size_t)a.n_head_kv * hd;
+    const float *src = isq ? a.qg + (size_t)h * (a.gated ? 2 * hd : hd) : a.k + (size_t)kh * hd;
+    const float *gain = isq ? a.q_norm : a.k_norm;
+    float c[ATT_EPL], g[ATT_EPL];
+    float ss = 0;
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        int j = lane + 32 * e;
+        c[e] = j < hd ? src[j] : 0.0f;
+        g[e] = j < hd ? gain[j] : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) ss += c[e] * c[e];
+    ss = tc_warp_sum(ss);
+    const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)a.eps));
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        int j = lane + 32 * e;
+        if (j < hd) sh[j] = c[e] * inv * g[e];
+    }
+    if (isq && a.gated)
+        for (int j = lane; j < hd; j += 32) a.gate_out[(size_t)h * hd + j] = src[hd + j];
+    __syncwarp();
+    const int rot = a.rope_dims, half = rot / 2;
+    for (int i = lane; i < half; i += 32) {
+        double iv = pow((double)a.theta, -2.0 * i / rot);
+        double ang = (double)pos * iv;
+        float cs = (float)cos(ang), sn = (float)sin(ang);
+        float x0 = sh[i], x1 = sh[i + half];
+        sh[i] = x0 * cs - x1 * sn;
+        sh[i + half] = x1 * cs + x0 * sn;
+    }
+    __syncwarp();
+    float *dst = isq ? a.q_out + (size_t)h * hd : a.kcache + (size_t)pos * kvw + (size_t)kh * hd;
+    for (int j = lane; j < hd; j += 32) dst[j] = sh[j];
+    if (!isq) {
+        float *vd = a.vcache + (size_t)pos * kvw + (size_t)kh * hd;
+        const float *vs = a.v + (size_t)kh * hd;
+        for (int j = lane; j < hd; j += 32) vd[j] = vs[j];
+    }
+}
+
+extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
+    TC_PROF(TC_FAM_ROPE);
+    if (a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 || a->n_head_kv < 1 ||
+        a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
+        (!tc_dyn_pos && a->pos0 < 0)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    k_attn_prep<<<(unsigned)(a->n_head + a->n_head_kv), 32, 0, tc_stream>>>(*a, tc_dyn_pos);
+    tc_check_launch();
+}
