@@ -177,22 +177,23 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
     const bool live = strip * 16 < n;
     const int j0 = ks * KT / KS, j1 = (ks + 1) * KT / KS;
     const int nt = live ? j1 - j0 : 0;
-    const uint8_t *tb = W + ((size_t)strip * KT + j0) * TCT_TILE;
+    const bool odd = G & 1; /* the last tile's second group is padding */
 
-    /* B fragment source of this lane: column g */
+    /* This lane's streams, advanced tile by tile (constant offsets within a tile):
+     * weights (its 16 + 16 + 8 bytes of each tile), the B fragment source (column g:
+     * batch row bc, plane bp, unit t; a column past the batch reads row 0 and its
+     * output is dropped), and the scale / corr of its output columns 2t, 2t+1. */
+    const uint8_t *pw = W + ((size_t)strip * KT + j0) * TCT_TILE + 16 * lane;
+    const uint8_t *ps = W + ((size_t)strip * KT + j0) * TCT_TILE + 1024 + 8 * g;
     const int bc = tct_col_batch(NB8, g), bp = tct_col_plane(NB8, g);
-    const bool bval = bc < batch;
-    const int8_t *qb = q + (size_t)(bval ? bc : 0) * (size_t)K * 2 + (size_t)bp * 32 + (size_t)t * 64;
-    /* output columns of this lane: 2t, 2t+1 */
-    const int oc0 = 2 * t, ob0 = tct_col_batch(NB8, oc0), ob1 = ob0 + 1;
-    const int op = tct_col_plane(NB8, oc0);
-    const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
-    const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    const int8_t *pq = q + (size_t)(bc < batch ? bc : 0) * (size_t)K * 2 + (size_t)bp * 32 +
+                       (size_t)t * 64 + (size_t)j0 * 512;
+    const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
     const bool wantc = NB8 || op; /* the lo columns carry the -corr term */
-    const float *sx0 = sx + (size_t)(ob0 < batch ? ob0 : 0) * G;
-    const float *sx1 = sx + (size_t)(ob1 < batch ? ob1 : 0) * G;
-    const int *cr0 = corr + (size_t)(ob0 < batch ? ob0 : 0) * nu;
-    const int *cr1 = corr + (size_t)(ob1 < batch ? ob1 : 0) * nu;
+    const float *px0 = sx + (size_t)(ob0 < batch ? ob0 : 0) * G + 2 * j0;
+    const float *px1 = sx + (size_t)(ob1 < batch ? ob1 : 0) * G + 2 * j0;
+    const int *pc0 = corr + (size_t)(ob0 < batch ? ob0 : 0) * nu + 8 * j0;
+    const int *pc1 = corr + (size_t)(ob1 < batch ? ob1 : 0) * nu + 8 * j0;
 
     float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     uint4 wa[U], wb[U];
@@ -200,10 +201,9 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (u < nt) {
-            const uint8_t *p = tb + (size_t)u * TCT_TILE;
-            wa[u] = tct_ld_stream(p + 16 * lane);
-            wb[u] = tct_ld_stream(p + 512 + 16 * lane);
-            sc[u] = tct_ld_stream2(p + 1024 + 8 * g);
+            wa[u] = tct_ld_stream(pw + u * TCT_TILE);
+            wb[u] = tct_ld_stream(pw + u * TCT_TILE + 512);
+            sc[u] = tct_ld_stream2(ps + u * TCT_TILE);
         }
     }
 #pragma unroll 1
@@ -211,22 +211,20 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (jj + u < nt) {
-                const int j = j0 + jj + u;
                 const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
                 const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
                 const uint2 s2 = sc[u];
+                const bool last = jj + u == nt - 1;
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int gi = 2 * j + e;
-                    if (gi >= G) break;
-                    const int4 *qp = (const int4 *)(qb + (size_t)gi * 256);
-                    int4 h0 = tct_ld_act(qp), h1 = tct_ld_act(qp + 1);
+                    if (e == 1 && odd && last && j1 == KT) break;
+                    const int4 *qp = (const int4 *)(pq + u * 512 + e * 256);
+                    const int4 h0 = tct_ld_act(qp), h1 = tct_ld_act(qp + 1);
                     int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
                     if (NB8) {
                         l0 = tct_ld_act(qp + 2);
                         l1 = tct_ld_act(qp + 3);
                     }
-                    if (!bval) h0 = h1 = l0 = l1 = make_int4(0, 0, 0, 0);
                     int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
                     uint32_t a[4];
                     tct_a_frag(wg, wh, e, 0, a);
@@ -243,34 +241,44 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
                     if (NB8) tct_mma(L, a, l1.z, l1.w);
                     int c0 = 0, c1 = 0;
                     if (wantc) {
-                        const int4 ca = tct_ld_act(cr0 + 4 * gi);
-                        const int4 cb = tct_ld_act(cr1 + 4 * gi);
+                        const int4 ca = tct_ld_act(pc0 + 8 * u + 4 * e);
+                        const int4 cb = tct_ld_act(pc1 + 8 * u + 4 * e);
                         c0 = (ca.x + ca.y) + (ca.z + ca.w);
                         c1 = (cb.x + cb.y) + (cb.z + cb.w);
                     }
                     const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
-                    const float s0 = tct_ld_f(sx0 + gi) * m0, s1 = tct_ld_f(sx1 + gi) * m1;
-                    if (NB8) {
-                        f[0] = fmaf((float)(H[0] * 128 + L[0] - c0), dg * s0, f[0]);
-                        f[1] = fmaf((float)(H[1] * 128 + L[1] - c1), dg * s1, f[1]);
-                        f[2] = fmaf((float)(H[2] * 128 + L[2] - c0), dh * s0, f[2]);
-                        f[3] = fmaf((float)(H[3] * 128 + L[3] - c1), dh * s1, f[3]);
-                    } else {
-                        f[0] = fmaf((float)(H[0] - c0), dg * s0, f[0]);
-                        f[1] = fmaf((float)(H[1] - c1), dg * s1, f[1]);
-                        f[2] = fmaf((float)(H[2] - c0), dh * s0, f[2]);
-                        f[3] = fmaf((float)(H[3] - c1), dh * s1, f[3]);
-                    }
+                    const float s0 = tct_ld_f(px0 + 2 * u + e), s1 = tct_ld_f(px1 + 2 * u + e);
+                    int v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1 : c0);
+                    f[0] = fmaf((float)v[0], dg * s0, f[0]);
+                    f[1] = fmaf((float)v[1], dg * s1, f[1]);
+                    f[2] = fmaf((float)v[2], dh * s0, f[2]);
+                    f[3] = fmaf((float)v[3], dh * s1, f[3]);
                 }
                 if (jj + u + U < nt) { /* refill the slot: U - 1 tiles stay in flight */
-                    const uint8_t *p = tb + (size_t)(jj + u + U) * TCT_TILE;
-                    wa[u] = tct_ld_stream(p + 16 * lane);
-                    wb[u] = tct_ld_stream(p + 512 + 16 * lane);
-                    sc[u] = tct_ld_stream2(p + 1024 + 8 * g);
+                    wa[u] = tct_ld_stream(pw + (u + U) * TCT_TILE);
+                    wb[u] = tct_ld_stream(pw + (u + U) * TCT_TILE + 512);
+                    sc[u] = tct_ld_stream2(ps + (u + U) * TCT_TILE);
                 }
             }
         }
+        pw += U * TCT_TILE;
+        ps += U * TCT_TILE;
+        pq += U * 512;
+        px0 += 2 * U;
+        px1 += 2 * U;
+        pc0 += 8 * U;
+        pc1 += 8 * U;
     }
+    /* the plane factor (128 for the hi columns of NB4) and dropped columns */
+    const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    f[0] *= m0;
+    f[1] *= m1;
+    f[2] *= m0;
+    f[3] *= m1;
     if (!NB8) /* hi (t 0, 1) + lo (t 2, 3) of the same batch rows */
 #pragma unroll
         for (int i = 0; i < 4; i++) f[i] += __shfl_xor_sync(0xffffffffu, f[i], 2);
