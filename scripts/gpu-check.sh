@@ -6,7 +6,9 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2,tcab  (default tests,bench)
+#              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
+#       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
 set -uo pipefail
@@ -29,6 +31,7 @@ if [ "$mode" = pack ]; then
       qwen3-tiny/logits-0.f32 qwen3-tiny/logits-1.f32 qwen3-tiny/logits-2.f32 \
       qwen3-q1-tiny/model-q1_0.gguf qwen3-q1-tiny/reference.json \
       qwen3-q1-tiny/logits-0.f32 qwen3-q1-tiny/logits-1.f32 qwen3-q1-tiny/logits-2.f32 | xz -9 -T0 > $P/fixtures.tar.xz
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > $P/commit
   strip $P/bin/*; tar -C $P -cf - bin lib | xz -9 -T0 > $P/bin.tar.xz; rm -rf $P/bin $P/lib
   du -sh $P; du -sh $P/*
   exit 0
@@ -68,9 +71,8 @@ fi
 bench() { # preset [n reps]
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1.json 2>> "$log"
-  rm -f $m
-  row "bench $1" "$(python3 - $OUT/bench-$1.json <<'PY'
+  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
+  row "bench $1${GPU_TAG:-}" "$(python3 - $OUT/bench-$1${GPU_TAG:-}.json <<'PY'
 import json,sys
 try:
     d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
@@ -87,8 +89,21 @@ if has kbench; then
   TERN_CUDA_GEMV=old $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda-old.txt 2>&1
   row "  same, TERN_CUDA_GEMV=old" "rc=$? (see bench-kernels-cuda-old.txt)"
 fi
+if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA_TC mode (one log)
+  m=$W/bonsai2-27b.gguf
+  [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
+  for v in 0 exact int8; do
+    { echo "===== TERN_CUDA_TC=$v test_cuda"; TERN_CUDA_TC=$v TERN_TEST_DEVICE=cuda timeout 200 $B/test_cuda 2>&1 | tail -n 15
+      for c in 64 512; do
+        echo "===== TERN_CUDA_TC=$v bench model bonsai2-27b pp512 chunk $c"
+        TERN_CUDA_TC=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile 2>&1 |
+          tee $W/tcab-$v-$c.txt
+        row "tcab TC=$v chunk $c" "pp $(awk '/^pp /{print $2}' $W/tcab-$v-$c.txt) tok/s"
+      done; } >> $OUT/tcab.txt
+  done
+fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b 64 2
 has bench8b && bench ternary-bonsai-8b 64 2
-echo; echo "== gpu-check $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)"
+echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)"
 for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"

@@ -12,7 +12,8 @@
  * (tc_read_ceiling_gbps). Each timing rotates among copies of the matrix totalling
  * more than 256 MB, so the weights come from HBM, not from the 60 MB L2. The error
  * of sampled rows against float64 is printed and must stay below 1e-3.
- * --layout tiled|file|rows|all (default all), --batch N (one batch size).
+ * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
+ * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  */
 #include "cli/cli.h"
 
@@ -77,6 +78,69 @@ static const shape g_shapes[] = {
     {6144, 5120, "attn/gdn out"}, {5120, 10240, "gdn qkv"},   {5120, 12288, "attn q+gate"},
     {5120, 1024, "attn k / v"}, {5120, 248320, "head"},
 };
+
+/* The tensor-core GEMM (tc_gemm_tc) at M = 512 tokens on each Bonsai shape, both
+ * modes: time per call (median of reps, the activation quantised once before),
+ * TFLOP/s-equivalent 2*M*N*K / s, GB/s of weight bytes (read once per call from
+ * HBM, shared by the token tiles through L2), max rel err of sampled outputs
+ * against float64 (exact mode must stay < 1e-3). Text mode only; 0 = ok. */
+static int bench_gemm_tc(int reps) {
+    const size_t M = 512;
+    int bad = 0;
+    printf("\ntensor-core GEMM (tc_gemm_tc), M = %zu tokens\n%-6s %-14s %6s %7s %10s %9s %8s %9s\n",
+           M, "mode", "site", "k", "n", "us/call", "TFLOP/s", "GB/s", "max_err");
+    for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !bad; s++) {
+        const int64_t k = g_shapes[s].k, n = g_shapes[s].n;
+        const size_t fb = (size_t)n * (size_t)(k / 128) * 34, yb = M * (size_t)n * 4;
+        uint8_t *h = malloc(fb);
+        float *x = malloc(M * (size_t)k * 4), *y = malloc(yb);
+        fill(h, n, k);
+        for (size_t i = 0; i < M * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
+        uint8_t *d = tc_malloc(fb + 16);
+        float *dx = tc_malloc(M * (size_t)k * 4), *dy = tc_malloc(yb);
+        void *ab = tc_malloc(tc_act_bytes(M, k));
+        if (!d || !dx || !dy || !ab || tc_upload(d, h, fb) || tc_upload(dx, x, M * (size_t)k * 4)) bad = 1;
+        tc_mat m = {.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = fb / (size_t)n};
+        tc_act act = tc_act_view(ab, M, k);
+        if (!bad) tc_quantize(dx, (size_t)k, &act);
+        for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++) {
+            double ts[64];
+            int nr = reps < 64 ? reps : 64;
+            if (!tc_gemm_tc(&m, &act, dy, (size_t)n, mode) || tc_sync()) { bad = 1; break; }
+            for (int r = 0; r < nr; r++) {
+                double t0 = now_s();
+                tc_gemm_tc(&m, &act, dy, (size_t)n, mode);
+                if (tc_sync()) { bad = 1; break; }
+                ts[r] = now_s() - t0;
+            }
+            if (bad) break;
+            for (int i = 1; i < nr; i++) /* median */
+                for (int j = i; j > 0 && ts[j] < ts[j - 1]; j--) { double v = ts[j]; ts[j] = ts[j - 1]; ts[j - 1] = v; }
+            double dt = ts[nr / 2];
+            tc_download(y, dy, yb);
+            double md = 0, mr = 0;
+            for (int i = 0; i < 48; i++) {
+                size_t b = (size_t)(rnd64() % M);
+                int64_t r = (int64_t)(rnd64() % (uint64_t)n);
+                double ref = row_ref(h, k, r, x + b * (size_t)k);
+                double dd = fabs(ref - y[b * (size_t)n + (size_t)r]);
+                if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
+                if (fabs(ref) > mr) mr = fabs(ref);
+            }
+            double err = mr > 0 ? md / mr : md;
+            if (mode == TC_GEMM_EXACT && !(err < 1e-3)) bad = 2;
+            printf("%-6s %-14s %6lld %7lld %10.1f %9.1f %8.0f %9.2e\n",
+                   mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k,
+                   (long long)n, dt * 1e6, 2.0 * (double)M * (double)n * (double)k / dt / 1e12,
+                   fb / dt / 1e9, err);
+        }
+        tc_free(d, fb + 16); tc_free(dx, M * (size_t)k * 4); tc_free(dy, yb);
+        tc_free(ab, tc_act_bytes(M, k));
+        free(h); free(x); free(y);
+    }
+    if (bad) fprintf(stderr, "tern bench: tensor-core GEMM %s\n", bad == 2 ? "error bound broken (>= 1e-3)" : "failed (CUDA error)");
+    return bad;
+}
 
 int tern_bench_kernels_cuda(int argc, char **argv) {
     bool json = false, quick = false;
@@ -215,6 +279,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         tc_free(dy, maxb * (size_t)n * 4);
         free(fm); free(rm); free(h); free(x); free(y);
     }
+    if (!json && !failed && bench_gemm_tc(reps)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);
     if (failed) {
         fprintf(stderr, "tern bench: CUDA error\n");

@@ -348,6 +348,67 @@ tern_status tern_hadamard_from_json_file(const char *path, tern_hadamard_meta **
     return st;
 }
 
+/* ------------------------------------------------------------ signs only */
+
+/* The sign part alone (block_size, sign_widths, sign_values), from a GGUF's
+ * prism.hadamard.* keys or a JSON object, with the same limits as the whole
+ * contract (fill_signs). block_size defaults to 1024 when absent. */
+tern_status tern_hadamard_signs_from_file(const char *path, tern_hadamard_meta **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return tern_fail(TERN_ERR_IO, "%s: cannot open signs file", path);
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    tern_hadamard_meta *h = tern_calloc(1, sizeof *h);
+    if (!h) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path);
+    h->version = 1;
+    tern_status st;
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+        tern_gguf *g = NULL;
+        if ((st = tern_gguf_open(path, &g))) { tern_hadamard_free(h); return st; }
+        uint64_t bs = 1024;
+        const tern_gguf_kv *w = NULL, *s = NULL;
+        st = tern_gguf_get_u64_opt(g, PFX "block_size", &bs);
+        if (!st && (bs == 0 || bs > (1u << 30) || (bs & (bs - 1))))
+            st = tern_fail(TERN_ERR_FORMAT, "%s: key '" PFX "block_size' = %llu is not a power of two", path,
+                           (unsigned long long)bs);
+        h->block_size = (uint32_t)bs;
+        if (!st && !(st = gguf_arr(g, PFX "sign_widths", false, &w)) && !(st = gguf_arr(g, PFX "sign_values", false, &s)))
+            st = fill_signs(h, path, w, w->arr_n, gguf_int, s, s->arr_n, gguf_int);
+        tern_gguf_close(g);
+    } else {
+        char *buf = NULL;
+        size_t len = 0;
+        cJSON *j = NULL;
+        jarr w = {0}, s = {0};
+        if ((st = tern_read_file(path, 256u << 20, &buf, &len))) { tern_hadamard_free(h); return st; }
+        st = tern_json_parse(buf, len, path, &j);
+        free(buf);
+        if (!st && !cJSON_IsObject(j)) st = tern_fail(TERN_ERR_FORMAT, "%s: not a JSON object", path);
+        int64_t bs = 1024;
+        char key[96];
+        const cJSON *b = st ? NULL : jkey(j, "block_size", key, sizeof key);
+        if (b) {
+            char what[128];
+            snprintf(what, sizeof what, "key '%s'", key);
+            st = tern_json_as_i64(b, 1, 1 << 30, path, what, &bs);
+        }
+        if (!st && (bs & (bs - 1)))
+            st = tern_fail(TERN_ERR_FORMAT, "%s: key '" PFX "block_size' = %lld is not a power of two", path, (long long)bs);
+        h->block_size = (uint32_t)bs;
+        if (!st && !(st = json_array(j, "sign_widths", path, &w)) && !(st = json_array(j, "sign_values", path, &s)))
+            st = fill_signs(h, path, &w, w.n, json_int, &s, s.n, json_int);
+        tern_free(w.items, w.n * sizeof *w.items);
+        tern_free(s.items, s.n * sizeof *s.items);
+        cJSON_Delete(j);
+    }
+    if (!st) st = build_index(h, path);
+    if (st) { tern_hadamard_free(h); return st; }
+    *out = h;
+    return TERN_OK;
+}
+
 /* ------------------------------------------------------------ queries */
 
 const float *tern_hadamard_signs_for_width(const tern_hadamard_meta *h, uint64_t K) {

@@ -55,6 +55,11 @@ tern_status tern_hadamard_from_gguf(const tern_gguf *g, tern_hadamard_meta **out
  * the pack; unprefixed keys are accepted too). */
 tern_status tern_hadamard_from_json(const char *text, size_t len, const char *src, tern_hadamard_meta **out);
 tern_status tern_hadamard_from_json_file(const char *path, tern_hadamard_meta **out);
+/* Only the sign vectors (block_size, sign_widths, sign_values; no names, no
+ * scalars but block_size, which defaults to 1024), from a GGUF with those
+ * prism.hadamard.* keys or a JSON object: `tern quantize --signs FILE`. The same
+ * limits as the whole contract. */
+tern_status tern_hadamard_signs_from_file(const char *path, tern_hadamard_meta **out);
 void tern_hadamard_free(tern_hadamard_meta *h);
 
 /* Sign vector (+-1.0f) for a K width, NULL if the contract has none. */

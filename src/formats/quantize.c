@@ -8,6 +8,7 @@
 #include "formats/codecs.h"
 #include "formats/convert.h"
 #include "formats/gguf.h"
+#include "formats/hadamard.h"
 #include "formats/hf_meta.h"
 #include "formats/json_util.h"
 #include "formats/safetensors.h"
@@ -396,83 +397,20 @@ static tern_status add_width(qctx *q, uint64_t w, const int32_t *vals, const cha
     return TERN_OK;
 }
 
-static const cJSON *jget2(const cJSON *o, const char *k) {
-    const cJSON *v = tern_json_get(o, k);
-    if (v) return v;
-    char buf[96];
-    snprintf(buf, sizeof buf, "prism.hadamard.%s", k);
-    return tern_json_get(o, buf);
-}
-
+/* A signs file: its sign vectors parsed by formats/hadamard.c (one parser, one set of limits). */
 static tern_status load_signs(qctx *q, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tern_fail(TERN_ERR_IO, "%s: cannot open signs file", path);
-    char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
-    tern_status st;
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        tern_gguf *g = NULL;
-        if ((st = tern_gguf_open(path, &g))) return st;
-        uint64_t bs = 1024;
-        st = tern_gguf_get_u64_opt(g, "prism.hadamard.block_size", &bs);
-        const tern_gguf_kv *w = tern_gguf_find_kv(g, "prism.hadamard.sign_widths");
-        const tern_gguf_kv *v = tern_gguf_find_kv(g, "prism.hadamard.sign_values");
-        if (!st && (!w || !v || w->type != TERN_GGUF_ARRAY || v->type != TERN_GGUF_ARRAY ||
-                    w->arr_type == TERN_GGUF_STRING || v->arr_type == TERN_GGUF_STRING))
-            st = tern_fail(TERN_ERR_FORMAT, "%s: no numeric prism.hadamard.sign_widths/sign_values", path);
-        uint64_t off = 0;
-        for (uint64_t i = 0; !st && i < w->arr_n; i++) {
-            int64_t wd = tern_gguf_arr_i64(w, i);
-            if (wd <= 0 || off + (uint64_t)wd > v->arr_n) {
-                st = tern_fail(TERN_ERR_FORMAT, "%s: prism.hadamard.sign_widths[%llu] = %lld does not fit sign_values",
-                               path, (unsigned long long)i, (long long)wd);
-                break;
-            }
-            int32_t *tmp = tern_malloc((size_t)wd * 4);
-            if (!tmp) { st = tern_fail(TERN_ERR_NOMEM, "signs: out of memory"); break; }
-            for (int64_t k = 0; k < wd; k++) tmp[k] = (int32_t)tern_gguf_arr_i64(v, off + k);
-            st = add_width(q, (uint64_t)wd, tmp, path);
-            tern_free(tmp, (size_t)wd * 4);
-            off += (uint64_t)wd;
-        }
-        if (!st && off != v->arr_n)
-            st = tern_fail(TERN_ERR_FORMAT, "%s: sign_widths sum %llu != %llu sign_values", path,
-                           (unsigned long long)off, (unsigned long long)v->arr_n);
-        q->block = (uint32_t)bs;
-        tern_gguf_close(g);
-        return st;
-    }
-    cJSON *root = NULL;
-    if ((st = tern_json_parse_file(path, 64u << 20, &root))) return st;
-    const cJSON *w = jget2(root, "sign_widths"), *v = jget2(root, "sign_values"), *b = jget2(root, "block_size");
-    if (!cJSON_IsArray(w) || !cJSON_IsArray(v)) {
-        cJSON_Delete(root);
-        return tern_fail(TERN_ERR_FORMAT, "%s: need arrays sign_widths and sign_values", path);
-    }
-    int64_t bs = 1024;
-    if (b) st = tern_json_as_i64(b, 2, 1 << 20, path, "block_size", &bs);
-    q->block = (uint32_t)bs;
-    int nv = cJSON_GetArraySize(v), off = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, w) {
-        if (st) break;
-        int64_t wd;
-        if ((st = tern_json_as_i64(e, 1, nv, path, "sign_widths[]", &wd))) break;
-        if (off + wd > nv) { st = tern_fail(TERN_ERR_FORMAT, "%s: sign_widths exceed sign_values", path); break; }
-        int32_t *tmp = tern_malloc((size_t)wd * 4);
+    tern_hadamard_meta *h = NULL;
+    tern_status st = tern_hadamard_signs_from_file(path, &h);
+    if (st) return st;
+    q->block = h->block_size;
+    for (uint32_t i = 0; i < h->n_widths && !st; i++) {
+        int32_t *tmp = tern_malloc((size_t)h->widths[i] * 4);
         if (!tmp) { st = tern_fail(TERN_ERR_NOMEM, "signs: out of memory"); break; }
-        for (int64_t k = 0; k < wd && !st; k++) {
-            int64_t sv;
-            st = tern_json_as_i64(cJSON_GetArrayItem(v, (int)(off + k)), -1, 1, path, "sign_values[]", &sv);
-            tmp[k] = (int32_t)sv;
-        }
-        if (!st) st = add_width(q, (uint64_t)wd, tmp, path);
-        tern_free(tmp, (size_t)wd * 4);
-        off += (int)wd;
+        for (uint32_t k = 0; k < h->widths[i]; k++) tmp[k] = h->signs[i][k] > 0 ? 1 : -1;
+        st = add_width(q, h->widths[i], tmp, path);
+        tern_free(tmp, (size_t)h->widths[i] * 4);
     }
-    if (!st && off != nv) st = tern_fail(TERN_ERR_FORMAT, "%s: sign_widths sum %d != %d sign_values", path, off, nv);
-    cJSON_Delete(root);
+    tern_hadamard_free(h);
     return st;
 }
 

@@ -594,6 +594,111 @@ TEST(attention_decode_vs_f64) {
     }
 }
 
+/* Host decode of the integer path's activation (tc_act, downloaded): x_q of input
+ * j of row b and its scale (layout: tc_matmul.cu's header). */
+static int act_xq(const int8_t *q, int64_t k, size_t b, int64_t j, int hi_only) {
+    int64_t u = j / 32, w = j % 32, i = w / 16, kk = (w % 16) / 4, s = w % 4;
+    size_t p = (size_t)b * (size_t)k * 2 + (size_t)u * 64 + (size_t)(16 * i + 4 * s + kk);
+    return hi_only ? 128 * q[p] : 128 * q[p] + q[p + 32];
+}
+
+/* Tensor-core GEMM (tc_gemm_tc, both modes) on awkward M, N, K and both 2-byte
+ * alignments: (1) against float64 of the integers it is given (the activation
+ * downloaded and decoded here: x_q = 128*hi + lo, or 128*hi for int8) within fp32
+ * rounding; (2) against float64 of the float input: exact mode within the GEMV's
+ * bound 1e-3, int8 mode within 3e-2 (8-bit activations: step max|x|/127 per 128,
+ * ~7e-3 expected on Gaussian data; not with the outlier); rows past n and the token row past M untouched. */
+TEST(gemm_tc_vs_f64) {
+    NEED_GPU();
+    const int64_t shapes[][3] = {{1, 256, 0},     {129, 5120, 2}, {300, 512, 0},
+                                 {37, 17408, 2},  {1000, 256, 2}, {250, 1024, 0}};
+    const size_t Ms[] = {9, 17, 100, 513};
+    double worst8 = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1];
+        tmat t = make_mat(TERN_DT_PQ2_0, n, k, s == 5 ? 8 : 0); /* padded rows (8: still % 4) */
+        uint8_t *base;
+        size_t wb;
+        tc_mat m = up_mat(&t, (size_t)shapes[s][2], &base, &wb);
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            size_t M = Ms[mi];
+            if ((size_t)n * (size_t)k * M > (size_t)400000000) continue; /* oracle time */
+            size_t ys = (size_t)n + 3, yn = (M + 1) * ys;
+            float *x = rand_x(M * (size_t)k, 1.0f);
+            if (mi == 2) x[k + 5] = 300.0f; /* an outlier in one block of token 1 */
+            float *dx = dup_dev(x, M * (size_t)k * 4);
+            size_t ab = tc_act_bytes(M, k);
+            void *abuf = tc_malloc(ab);
+            CHECK(abuf != NULL);
+            tc_act act = tc_act_view(abuf, M, k);
+            tc_quantize(dx, (size_t)k, &act);
+            int8_t *hq = malloc(M * (size_t)k * 2);
+            float *hsx = malloc(M * (size_t)(k / 128) * 4);
+            CHECK_EQ_INT(tc_sync(), 0);
+            CHECK(tc_download(hq, act.q, M * (size_t)k * 2) == 0);
+            CHECK(tc_download(hsx, act.sx, M * (size_t)(k / 128) * 4) == 0);
+            float *y = malloc(yn * 4), *dy = tc_malloc(yn * 4);
+            for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8; mode++) {
+                for (size_t i = 0; i < yn; i++) y[i] = 7.0f;
+                CHECK(tc_upload(dy, y, yn * 4) == 0);
+                CHECK_EQ_INT(tc_gemm_tc(&m, &act, dy, ys, mode), 1);
+                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK(tc_download(y, dy, yn * 4) == 0);
+                /* (1) vs the integers given */
+                double md = 0, mr = 0;
+                for (size_t b = 0; b < M; b++)
+                    for (int64_t r = 0; r < n; r++) {
+                        double acc = 0;
+                        for (int64_t g = 0; g < k / 128; g++) {
+                            double si = 0;
+                            for (int64_t j = g * 128; j < g * 128 + 128; j++)
+                                si += t.deq[r * k + j] * act_xq(hq, k, b, j, mode == TC_GEMM_INT8);
+                            acc += si * hsx[b * (size_t)(k / 128) + (size_t)g];
+                        }
+                        double dd = fabs(acc - y[b * ys + (size_t)r]);
+                        if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
+                        if (fabs(acc) > mr) mr = fabs(acc);
+                    }
+                CHECK_MSG(md <= 1e-5 * mr, "gemm mode %d n %lld k %lld M %zu: %g of %g vs its integers",
+                          mode, (long long)n, (long long)k, M, md, mr);
+                /* (2) vs float64 of the float input */
+                double e = rel_err_vs_f64(&t, x, M, (size_t)k, y, ys);
+                double bound = mode == TC_GEMM_EXACT ? 1e-3 : 3e-2;
+                /* (an outlier of 300 makes its int8 block's step 2.4: no float bound there) */
+                CHECK_MSG(e < bound || (mode == TC_GEMM_INT8 && mi == 2), "gemm mode %d n %lld k %lld M %zu: rel err %g (bound %g)", mode,
+                          (long long)n, (long long)k, M, e, bound);
+                if (mode == TC_GEMM_INT8 && mi != 2 && e > worst8) worst8 = e;
+                int untouched = 1;
+                for (size_t b = 0; b <= M; b++)
+                    for (size_t p = b < M ? (size_t)n : 0; p < ys; p++) untouched &= y[b * ys + p] == 7.0f;
+                CHECK_MSG(untouched, "gemm mode %d n %lld M %zu wrote outside its rows", mode,
+                          (long long)n, M);
+            }
+            free(x); free(y); free(hq); free(hsx);
+            tc_free(dx, M * (size_t)k * 4);
+            tc_free(dy, yn * 4);
+            tc_free(abuf, ab);
+        }
+        tc_free(base, wb);
+        free_mat(&t);
+    }
+    fprintf(stderr, "  gemm_tc int8 mode: worst rel err vs float64 %.3g (Gaussian data)\n", worst8);
+    /* shapes it does not take: the caller falls back */
+    tmat t = make_mat(TERN_DT_PQ2_0, 8, 384, 0);
+    uint8_t *base;
+    size_t wb;
+    tc_mat m = up_mat(&t, 0, &base, &wb);
+    void *abuf = tc_malloc(tc_act_bytes(16, 384));
+    tc_act act = tc_act_view(abuf, 16, 384);
+    CHECK_EQ_INT(tc_gemm_tc(&m, &act, NULL, 8, TC_GEMM_EXACT), 0); /* k % 256 */
+    m.kind = TC_TERN64;
+    CHECK_EQ_INT(tc_gemm_tc(&m, &act, NULL, 8, TC_GEMM_EXACT), 0);
+    CHECK_EQ_INT(tc_sync(), 0);
+    tc_free(abuf, tc_act_bytes(16, 384));
+    tc_free(base, wb);
+    free_mat(&t);
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -613,6 +718,7 @@ int main(void) {
     RUN(gdn_step_sessions_vs_f64);
     RUN(fused_quantize_sites);
     RUN(attention_decode_vs_f64);
+    RUN(gemm_tc_vs_f64);
     return check_summary();
 }
 #else

@@ -7,6 +7,8 @@
 #include "check.h"
 #include "formats/hadamard.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int count_neg(const float *s, int n) {
@@ -326,11 +328,77 @@ TEST(clone_renames) {
     tern_hadamard_free(h);
 }
 
+/* The signs-only reader (tern quantize --signs): a whole contract and a bare sign
+ * file both read; each broken rule refused with the key named. */
+static tern_status signs_json(const char *text, tern_hadamard_meta **h) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/tern_test_signs_%d.json", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    if (!f) return TERN_ERR_IO;
+    fputs(text, f);
+    fclose(f);
+    tern_status st = tern_hadamard_signs_from_file(path, h);
+    unlink(path);
+    return st;
+}
+
+TEST(signs_only) {
+    tern_hadamard_meta *h = NULL;
+    CHECK_EQ_INT(signs_json("{\"block_size\": 2, \"sign_widths\": [2, 4], \"sign_values\": [1,-1, -1,-1,1,1]}", &h), TERN_OK);
+    if (h) {
+        CHECK_EQ_INT(h->block_size, 2);
+        CHECK_EQ_INT(h->n_widths, 2);
+        CHECK(tern_hadamard_signs_for_width(h, 4) && tern_hadamard_signs_for_width(h, 4)[2] == 1.0f);
+        CHECK(tern_hadamard_signs_for_width(h, 2) && tern_hadamard_signs_for_width(h, 2)[1] == -1.0f);
+        tern_hadamard_free(h);
+        h = NULL;
+    }
+    /* block_size absent: 1024, so a width of 1024 is fine and 512 is not */
+    char *big = malloc(16 + 1024 * 3 + 64);
+    strcpy(big, "{\"sign_widths\": [1024], \"sign_values\": [");
+    for (int i = 0; i < 1024; i++) strcat(big, i ? ",1" : "1");
+    strcat(big, "]}");
+    CHECK_EQ_INT(signs_json(big, &h), TERN_OK);
+    if (h) { CHECK_EQ_INT(h->block_size, 1024); tern_hadamard_free(h); h = NULL; }
+    free(big);
+    static const struct { const char *text, *needle; } bad[] = {
+        {"{\"block_size\": 2, \"sign_widths\": [2], \"sign_values\": [1, 0]}", "sign_values"},
+        {"{\"block_size\": 2, \"sign_widths\": [2], \"sign_values\": [1, 1, 1]}", "sign_values"},
+        {"{\"block_size\": 3, \"sign_widths\": [3], \"sign_values\": [1, 1, 1]}", "block_size"},
+        {"{\"block_size\": 2, \"sign_widths\": [3], \"sign_values\": [1, 1, 1]}", "sign_widths"},
+        {"{\"block_size\": 2, \"sign_widths\": [2, 2], \"sign_values\": [1, 1, 1, 1]}", "twice"},
+        {"{\"block_size\": 2, \"sign_values\": [1, 1]}", "sign_widths"},
+        {"[1, 2]", "JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tern_status st = signs_json(bad[i].text, &h);
+        CHECK_MSG(st != TERN_OK && !h, "bad signs file %zu accepted", i);
+        CHECK_MSG(strstr(tern_last_error(), bad[i].needle), "case %zu: '%s' does not name '%s'", i, tern_last_error(),
+                  bad[i].needle);
+    }
+    /* the fixture GGUF's whole contract reads as signs, equal to the full parse */
+    const char *p = fixture_path("qwen35-tiny/model-pq2_0.gguf");
+    if (!p) SKIP("fixtures missing");
+    tern_gguf *g = NULL;
+    tern_hadamard_meta *full = NULL;
+    CHECK_EQ_INT(tern_hadamard_signs_from_file(p, &h), TERN_OK);
+    if (h && tern_gguf_open(p, &g) == TERN_OK && tern_hadamard_from_gguf(g, &full) == TERN_OK && full) {
+        CHECK_EQ_INT(h->n_widths, full->n_widths);
+        CHECK_EQ_INT(h->block_size, full->block_size);
+        for (uint32_t i = 0; i < h->n_widths && i < full->n_widths; i++)
+            CHECK(!memcmp(h->signs[i], full->signs[i], h->widths[i] * sizeof(float)));
+    }
+    tern_hadamard_free(full);
+    tern_hadamard_free(h);
+    if (g) tern_gguf_close(g);
+}
+
 int main(void) {
     RUN(gguf_fixture);
     RUN(gguf_write_back_byte_identical);
     RUN(gguf_mutations);
     RUN(json_fixture_and_mutations);
     RUN(clone_renames);
+    RUN(signs_only);
     return check_summary();
 }

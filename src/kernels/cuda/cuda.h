@@ -113,6 +113,19 @@ void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
 void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);
+/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
+ * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
+ * k % 256 == 0). mode TC_GEMM_EXACT: both activation planes, the same integers
+ * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
+ * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
+ * Returns 1 when launched, 0 when the shape is not handled (the caller falls
+ * back). tc_gemm_tc_mode(): TERN_CUDA_TC=0 -> 0 (off), =int8 -> TC_GEMM_INT8,
+ * else TC_GEMM_EXACT. The matmul dispatch uses it for batch > 8. */
+#define TC_GEMM_EXACT 1
+#define TC_GEMM_INT8 2
+int tc_gemm_tc_mode(void);
+int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
+int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
 
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse

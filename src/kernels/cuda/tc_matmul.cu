@@ -556,6 +556,8 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
                 continue;
             }
             gemv_r(m, q, sx, corr, batch, y[i], ys[i]);
+        } else if (batch > 8 && act && tc_gemm_tc(m, act, y[i], ys[i], tc_gemm_tc_mode())) {
+            /* tensor-core GEMM (tc_gemm_tc.cu); TERN_CUDA_TC=0 turns it off */
         } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
                    ((uintptr_t)m->data & 1) == 0) {
             gemv_t128(m, q, sx, corr, batch, y[i], ys[i]);

@@ -1,0 +1,350 @@
+/*
+ * tc_gemm_tc.cu - tensor-core ternary GEMM for prefill (batch of tokens > 8).
+ *
+ * Y[t][r] = sum_k W[r][k] X[t][k] for a TC_TERN128 matrix (file layout, 34-byte
+ * blocks: fp16 d, 32 code bytes, value (code-1)*d) and the integer path's
+ * activation (tc_act: x_q = 128*hi + lo, |x_q| <= 16256, one scale sx per 128).
+ *
+ * mma.sync.m16n8k32 s8 x s8 -> s32 (A = weights, 16 rows; B = activations,
+ * 8 tokens). Two modes (template PL):
+ *   PL = 2 "exact": both activation planes: per 128-group the integer sum
+ *     S = 128*sum(w*hi) + sum(w*lo) = sum(w*x_q) is formed exactly (the hi pass,
+ *     times 128, is the C of the lo pass), i.e. the same integers as the GEMV,
+ *     so the result equals the GEMV's up to the fp32 order of the per-group sum.
+ *   PL = 1 "int8": the hi plane only: x ~ 128*hi*sx, an 8-bit activation (step
+ *     max|x|/127 per 128 inputs, |error| <= max|x|/254): half the MMAs and half
+ *     the activation traffic; ~0.5% (Gaussian data) relative error of a product.
+ * Per group the s32 result is rescaled into the fp32 accumulators without an
+ * int->float conversion: the sum is formed on top of C = 0x4B400000 (the bits of
+ * 1.5*2^23), so for |S| < 2^22 the s32 bits read as the float 1.5*2^23 + S, and
+ * fma(bits, d, -1.5*2^23*d) = round(S*d) exactly (1.5*2^23*d is exact: d is an
+ * fp16); then acc = fma(that, s_token, acc). |S| <= 128*2*16256 < 2^22.
+ *
+ * CTA: 128 weight rows x TOK tokens (TOK = 16*NT: 32, 64 or 128), 8 warps as
+ * 4 (32 rows each) x 2 (8*NT tokens each); K in stages of 256 (two groups), a
+ * 3-stage cp.async pipeline. Shared memory per stage:
+ *   weights: 128 rows x 72 bytes, the raw file bytes of the stage (68) copied
+ *            with 4-byte cp.async from the word boundary below (the file's blocks
+ *            are 2-byte aligned: `mis` = 0 or 2 bytes before the stage start);
+ *            the row stride of 18 words puts 8 rows in 8 distinct banks;
+ *   activations: TOK rows x 256*PL bytes (hi, or hi+lo as in global memory),
+ *            16-byte chunks XOR-swizzled by (token & 7) for conflict-free ldmatrix;
+ *   sx: TOK x 2 floats.
+ * Weight fragments are decoded in registers straight from the code bytes: the
+ * activation layout permutes each 32-input unit so that field s of code word i
+ * meets the 4 activation bytes at positions 16i+4s..+3; lane (g, t) of the MMA
+ * needs exactly positions 4t.. and 16+4t.. of rows g and g+8, i.e. field t of
+ * words 0 and 1 of the unit: shift, mask, and (c + 0x7F) ^ 0x80 per byte = c-1.
+ * The grid runs token tiles fastest, so the CTAs that share a weight tile run
+ * together and the weights come from HBM once per call (L2 after the first).
+ */
+#include "kernels/cuda/internal.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+constexpr int kRows = 128;       /* weight rows per CTA */
+constexpr int kStageK = 256;     /* inputs per stage */
+constexpr int kStages = 3;
+constexpr int kWStride = 72;     /* smem bytes per weight row per stage */
+constexpr uint32_t kMagic = 0x4B400000u; /* 1.5 * 2^23 */
+constexpr float kMagicF = 12582912.0f;
+
+template <int PL, int NT> struct cfg {
+    static constexpr int TOK = 16 * NT;
+    static constexpr int AROW = 256 * PL;                   /* activation bytes per token per stage */
+    static constexpr int WBYTES = kRows * kWStride;
+    static constexpr int ABYTES = TOK * AROW;
+    static constexpr int SBYTES = TOK * 2 * 4;
+    static constexpr int STAGE = WBYTES + ABYTES + SBYTES;
+    static constexpr int SMEM = kStages * STAGE;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                        uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                       int c0, int c1, int c2, int c3) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0),
+                   "r"(c1), "r"(c2), "r"(c3));
+}
+/* 4 codes (one 2-bit field per byte, already shifted down) -> 4 signed bytes c-1 */
+__device__ __forceinline__ uint32_t dec4(uint32_t x) {
+    return ((x & 0x03030303u) + 0x7F7F7F7Fu) ^ 0x80808080u;
+}
+
+/* W: the matrix data rounded down to 4 bytes (mis = data - W, 0 or 2); rb % 4 == 0;
+ * K % 256 == 0; q 16-byte aligned, sx 8-byte aligned. */
+template <int PL, int NT>
+__global__ void __launch_bounds__(256, 1)
+    k_gemm_t128_tc(const uint8_t *__restrict__ W, int mis, size_t rb, int n, int K,
+                   const int8_t *__restrict__ q, const float *__restrict__ sx, int M,
+                   float *__restrict__ y, size_t ys) {
+    typedef cfg<PL, NT> C;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wr = warp & 3, wt = warp >> 2;
+    const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
+    const int nst = K / kStageK, nb = K >> 7;
+    const size_t qrow = (size_t)K * 2;
+
+    /* Each thread copies a fixed piece of every stage (one source pointer each):
+     * weights: row tid/2, words 9*(tid&1)..+8; activations: token tid/TPT, chunks
+     * CPT*(tid%TPT)..+CPT-1; scales: token tid (tid < TOK). */
+    constexpr int CH = 16 * PL, TPT = 256 / C::TOK, CPT = CH / TPT;
+    const uint8_t *wsrc, *asrc;
+    uint32_t wdst, adst;
+    int aL0, ax7;
+    {
+        int gr = row0 + (tid >> 1);
+        gr = gr < n ? gr : n - 1;
+        wsrc = W + (size_t)gr * rb + 36 * (tid & 1);
+        wdst = (uint32_t)((tid >> 1) * kWStride + 36 * (tid & 1));
+        const int tk = tid / TPT;
+        int gt = tok0 + tk;
+        gt = gt < M ? gt : M - 1;
+        aL0 = CPT * (tid % TPT);
+        ax7 = tk & 7;
+        asrc = (const uint8_t *)q + (size_t)gt * qrow;
+        adst = (uint32_t)(C::WBYTES + tk * C::AROW);
+    }
+    const float *ssrc = NULL;
+    if (tid < C::TOK) {
+        int gt = tok0 + tid;
+        gt = gt < M ? gt : M - 1;
+        ssrc = sx + (size_t)gt * nb;
+    }
+    const uint32_t sbase = smem_u32(smem);
+
+    auto load = [&](int buf, int st) {
+        const uint32_t sb = sbase + buf * C::STAGE;
+        const uint8_t *ws = wsrc + (size_t)st * 68;
+#pragma unroll
+        for (int j = 0; j < 9; j++) cp_async4(sb + wdst + 4 * j, ws + 4 * j);
+        const uint8_t *as = asrc + (size_t)st * 512;
+#pragma unroll
+        for (int j = 0; j < CPT; j++) {
+            const int L = aL0 + j;
+            /* PL 1: chunk L = 2*unit + half from unit*64 + half*16 (hi only);
+             * PL 2: the stage's 512 bytes as they are */
+            const int src = PL == 1 ? (L >> 1) * 64 + (L & 1) * 16 : L * 16;
+            cp_async16(sb + adst + ((L ^ ax7) << 4), as + src);
+        }
+        if (tid < C::TOK) cp_async8(sb + C::WBYTES + C::ABYTES + tid * 8, ssrc + (size_t)st * 2);
+    };
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; s++) {
+        if (s < nst) load(s, s);
+        cp_commit();
+    }
+
+    /* per-lane ldmatrix offsets: matrix m = lane >> 3 covers tokens (m >> 1)*8 + (lane & 7)
+     * of a 16-token pair of n8 tiles, half (m & 1) of the unit's 32 bytes */
+    const int ltok = ((lane >> 4) << 3) + (lane & 7), lhalf = (lane >> 3) & 1;
+    const int shift = 2 * t;
+
+#pragma unroll 1
+    for (int ks = 0; ks < nst; ks++) {
+        cp_wait<kStages - 2>();
+        __syncthreads();
+        {
+            const int nx = ks + kStages - 1;
+            if (nx < nst) load(nx % kStages, nx);
+            cp_commit();
+        }
+        const uint8_t *sb = smem + (ks % kStages) * C::STAGE;
+        const uint32_t *sw = (const uint32_t *)sb;
+        const uint32_t sa = smem_u32(sb + C::WBYTES);
+        const float *ss = (const float *)(sb + C::WBYTES + C::ABYTES);
+#pragma unroll 1
+        for (int gk = 0; gk < 2; gk++) {
+            int ia[2][NT][4];
+            uint32_t a[4][2][4]; /* [unit][mi][reg] */
+#pragma unroll
+            for (int p = 0; p < PL; p++) {
+#pragma unroll
+                for (int qq = 0; qq < 4; qq++) {
+                    if (p == 0) {
+                        const int o = mis + 34 * gk + 2 + 8 * qq, wo = o >> 2, sh = (o & 2) * 8;
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const uint32_t *pw = sw + (wr * 32 + mi * 16 + h * 8 + g) * (kWStride / 4) + wo;
+                                const uint32_t x0 = pw[0], x1 = pw[1], x2 = pw[2];
+                                const uint32_t c0 = __funnelshift_r(x0, x1, sh);
+                                const uint32_t c1 = __funnelshift_r(x1, x2, sh);
+                                a[qq][mi][h] = dec4(c0 >> shift);
+                                a[qq][mi][2 + h] = dec4(c1 >> shift);
+                            }
+                        }
+                    }
+                    const int unit = gk * 4 + qq;
+#pragma unroll
+                    for (int jp = 0; jp < NT / 2; jp++) {
+                        const int tk = wt * 8 * NT + jp * 16 + ltok;
+                        const int L = PL == 1 ? 2 * unit + lhalf : 4 * unit + 2 * p + lhalf;
+                        uint32_t b0, b1, b2, b3;
+                        ldsm_x4(sa + tk * C::AROW + ((L ^ (tk & 7)) << 4), b0, b1, b2, b3);
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                int(&d)[4] = ia[mi][2 * jp + h];
+                                const uint32_t bb0 = h ? b2 : b0, bb1 = h ? b3 : b1;
+                                if (qq == 0 && p == 0) {
+                                    const int c = PL == 1 ? (int)kMagic : 0;
+                                    mma_s8(d, a[qq][mi], bb0, bb1, c, c, c, c);
+                                } else {
+                                    mma_s8(d, a[qq][mi], bb0, bb1, d[0], d[1], d[2], d[3]);
+                                }
+                            }
+                        }
+                    }
+                }
+                if (PL == 2 && p == 0) {
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                        for (int j = 0; j < NT; j++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                ia[mi][j][e] = (int)((uint32_t)ia[mi][j][e] * 128u + kMagic);
+                }
+            }
+            /* rescale the group into the fp32 accumulators */
+            const float sm = PL == 1 ? 128.0f : 1.0f;
+            float s0[NT], s1[NT];
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int tk = wt * 8 * NT + j * 8 + 2 * t;
+                s0[j] = ss[tk * 2 + gk] * sm;
+                s1[j] = ss[tk * 2 + 2 + gk] * sm;
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const int ra = wr * 32 + mi * 16 + g;
+                const float da = tc_ld_f16(sb + ra * kWStride + mis + 34 * gk);
+                const float db = tc_ld_f16(sb + (ra + 8) * kWStride + mis + 34 * gk);
+                const float ma = -kMagicF * da, mb = -kMagicF * db;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const int(&d)[4] = ia[mi][j];
+                    acc[mi][j][0] = fmaf(fmaf(__int_as_float(d[0]), da, ma), s0[j], acc[mi][j][0]);
+                    acc[mi][j][1] = fmaf(fmaf(__int_as_float(d[1]), da, ma), s1[j], acc[mi][j][1]);
+                    acc[mi][j][2] = fmaf(fmaf(__int_as_float(d[2]), db, mb), s0[j], acc[mi][j][2]);
+                    acc[mi][j][3] = fmaf(fmaf(__int_as_float(d[3]), db, mb), s1[j], acc[mi][j][3]);
+                }
+            }
+        }
+    }
+    cp_wait<0>();
+
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int ra = row0 + wr * 32 + mi * 16 + g, rb2 = ra + 8;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int tk = tok0 + wt * 8 * NT + j * 8 + 2 * t;
+            if (tk < M) {
+                if (ra < n) y[(size_t)tk * ys + ra] = acc[mi][j][0];
+                if (rb2 < n) y[(size_t)tk * ys + rb2] = acc[mi][j][2];
+            }
+            if (tk + 1 < M) {
+                if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[mi][j][1];
+                if (rb2 < n) y[(size_t)(tk + 1) * ys + rb2] = acc[mi][j][3];
+            }
+        }
+    }
+}
+
+template <int PL, int NT>
+void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys) {
+    typedef cfg<PL, NT> C;
+    static int attr = 0; /* 1 set, -1 failed */
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        attr = e == cudaSuccess ? 1 : -1;
+        if (e != cudaSuccess) tc_note((int)e);
+    }
+    if (attr < 0) return;
+    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows));
+    k_gemm_t128_tc<PL, NT><<<grid, 256, C::SMEM, tc_stream>>>(W, mis, m->row_bytes, (int)m->n,
+                                                              (int)m->k, act->q, act->sx, M, y, ys);
+    tc_check_launch();
+}
+
+template <int PL>
+void launch_pl(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y,
+               size_t ys) {
+    if (M <= 32) launch<PL, 2>(W, mis, m, act, M, y, ys);
+    else if (M <= 64 || PL == 2) launch<PL, 4>(W, mis, m, act, M, y, ys);
+    else launch<PL, PL == 2 ? 4 : 8>(W, mis, m, act, M, y, ys);
+}
+
+} // namespace
+
+extern "C" int tc_gemm_tc_mode(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TERN_CUDA_TC");
+        if (e && !strcmp(e, "0")) v = 0;
+        else if (e && !strcmp(e, "int8")) v = TC_GEMM_INT8;
+        else v = TC_GEMM_EXACT;
+    }
+    return v;
+}
+
+extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
+    return m->kind == TC_TERN128 && act && act->k == m->k && m->k > 0 && m->k % kStageK == 0 &&
+           m->k <= (1 << 24) && m->n > 0 && m->n <= ((int64_t)65535 * kRows) && act->batch > 0 &&
+           act->batch <= (size_t)1 << 30 && ((uintptr_t)m->data & 1) == 0 &&
+           m->row_bytes >= (size_t)(m->k / 128) * TERN_PQ2_0_BYTES && m->row_bytes % 4 == 0 &&
+           ((uintptr_t)act->q & 15) == 0 && ((uintptr_t)act->sx & 7) == 0;
+}
+
+extern "C" int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
+    if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
+    if (!tc_gemm_tc_supported(m, act)) return 0;
+    TC_PROF(TC_FAM_MATMUL);
+    const int mis = (int)((uintptr_t)m->data & 3);
+    const uint8_t *W = m->data - mis;
+    if (mode == TC_GEMM_EXACT) launch_pl<2>(W, mis, m, act, (int)act->batch, y, ys);
+    else launch_pl<1>(W, mis, m, act, (int)act->batch, y, ys);
+    return 1;
+}
