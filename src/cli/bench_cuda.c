@@ -1,13 +1,19 @@
 /*
  * bench_cuda.c - `tern bench kernels --device cuda`: the ternary GEMV on the
- * GPU for each Bonsai shape (K, N), file layout and repacked (tc_repack), batch
- * 1, 2, 4, 8, in GB/s of weight bytes read and as a share of the device read
- * ceiling measured in the same run (tc_read_ceiling_gbps). Each timing rotates
- * among copies of the matrix totalling more than 256 MB, so the weights come
- * from HBM, not from the 60 MB L2. A timed call includes the activation
- * quantisation launch (as the model pays it). The error of sampled rows
- * against float64 is printed and must stay below 1e-3. Then the tensor-core GEMM
- * (prefill) at M = 512 on the same shapes: bench_gemm_tc.
+ * GPU for each Bonsai shape (K, N), in four rows per shape and batch:
+ *   tiled   the decode GEMV on the tiled layout (tc_repack_tiled, the default), the
+ *           activation quantised beforehand (as the model's fused norm sites give it:
+ *           no quantise launch in the timed call);
+ *   tiled+q the same with its own quantise launch (the sites without a fused norm);
+ *   file    the file layout (the split-K kernel; TERN_CUDA_GEMV=old), with quantise;
+ *   rows    the older row repack (tc_repack), with quantise;
+ * batch 1, 2, 3, 4, 6, 8, in GB/s of weight bytes read (the file's 34 B per 128) and
+ * as a share of the device read ceiling measured in the same run
+ * (tc_read_ceiling_gbps). Each timing rotates among copies of the matrix totalling
+ * more than 256 MB, so the weights come from HBM, not from the 60 MB L2. The error
+ * of sampled rows against float64 is printed and must stay below 1e-3.
+ * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
+ * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  */
 #include "cli/cli.h"
 
@@ -70,7 +76,7 @@ typedef struct { int64_t k, n; const char *what; } shape;
 static const shape g_shapes[] = {
     {5120, 17408, "ffn gate/up"}, {17408, 5120, "ffn down"},  {5120, 6144, "attn q / gdn"},
     {6144, 5120, "attn/gdn out"}, {5120, 10240, "gdn qkv"},   {5120, 12288, "attn q+gate"},
-    {5120, 248320, "head"},
+    {5120, 1024, "attn k / v"}, {5120, 248320, "head"},
 };
 
 /* The tensor-core GEMM (tc_gemm_tc) at M = 512 tokens on each Bonsai shape, both
@@ -138,7 +144,8 @@ static int bench_gemm_tc(int reps) {
 
 int tern_bench_kernels_cuda(int argc, char **argv) {
     bool json = false, quick = false;
-    int reps = 0;
+    int reps = 0, only_b = 0;
+    const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             if (strcmp(argv[++i], "cuda"))
@@ -150,6 +157,16 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
             if (!cli_parse_i64(argv[++i], 1, 1000, &v))
                 return cli_usage_error("bench", "bad --reps '%s'", argv[i]);
             reps = (int)v;
+        } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
+            lay_sel = argv[++i];
+            if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file") &&
+                strcmp(lay_sel, "rows"))
+                return cli_usage_error("bench", "--layout takes tiled, file, rows or all");
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            int64_t v;
+            if (!cli_parse_i64(argv[++i], 1, 8, &v))
+                return cli_usage_error("bench", "bad --batch '%s' (1..8)", argv[i]);
+            only_b = (int)v;
         } else return cli_usage_error("bench", "unknown option '%s' with --device cuda", argv[i]);
     }
     if (!reps) reps = quick ? 3 : 10;
@@ -165,7 +182,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                tc_device_name(), ceil_gbps, reps, "layout", "site", "k", "n", "batch", "us/call",
                "GB/s", "ceil%", "max_err");
     else printf("{\"device\":\"%s\",\"read_ceiling_gbps\":%.1f,\"results\":[", tc_device_name(), ceil_gbps);
-    const size_t batches[] = {1, 2, 4, 8};
+    const size_t batches[] = {1, 2, 3, 4, 6, 8};
     double worst = 0;
     int first = 1, failed = 0;
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !failed; s++) {
@@ -176,11 +193,20 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         uint8_t *h = malloc(fb);
         fill(h, n, k);
         tc_mat *fm = calloc((size_t)copies, sizeof *fm), *rm = calloc((size_t)copies, sizeof *rm);
+        tc_mat *tm = calloc((size_t)copies, sizeof *tm);
+        const bool want_f = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "file");
+        const bool want_r = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "rows");
+        const bool want_t = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "tiled");
         for (int c = 0; c < copies && !failed; c++) {
             uint8_t *d = tc_malloc(fb);
             if (!d || tc_upload(d, h, fb)) { failed = 1; break; }
             fm[c] = (tc_mat){.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = (size_t)k / 128 * 34};
-            if (tc_repack(&fm[c], &rm[c])) failed = 1;
+            if (want_r && tc_repack(&fm[c], &rm[c])) failed = 1;
+            if (want_t && tc_repack_tiled(&fm[c], &tm[c])) failed = 1;
+            if (!want_f) { /* only the file copies the timing needs */
+                tc_free(d, fb);
+                fm[c].data = NULL;
+            }
         }
         if (failed) {
             fprintf(stderr, "tern bench: out of device memory at k %lld n %lld\n", (long long)k,
@@ -191,16 +217,28 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         for (size_t i = 0; i < maxb * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
         float *dx = tc_malloc(maxb * (size_t)k * 4), *dy = tc_malloc(maxb * (size_t)n * 4);
         if (!failed && (!dx || !dy || tc_upload(dx, x, maxb * (size_t)k * 4))) failed = 1;
-        for (int lay = 0; lay < 2 && !failed; lay++) {
-            tc_mat *mm = lay ? rm : fm;
+        void *abuf = tc_malloc(tc_act_bytes(maxb, k));
+        if (!abuf) failed = 1;
+        /* lay 0 tiled (prequantised), 1 tiled+q, 2 file, 3 rows */
+        for (int lay = 0; lay < 4 && !failed; lay++) {
+            if ((lay < 2 && !want_t) || (lay == 2 && !want_f) || (lay == 3 && !want_r)) continue;
+            tc_mat *mm = lay < 2 ? tm : lay == 2 ? fm : rm;
             for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
                 size_t B = batches[bi], ys = (size_t)n;
-                for (int c = 0; c < copies; c++) tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);
+                if (only_b && B != (size_t)only_b) continue;
+                tc_act act = tc_act_view(abuf, B, k);
+                if (lay == 0) tc_quantize(dx, (size_t)k, &act);
+#define CALL(c)                                                                    \
+    do {                                                                           \
+        if (lay == 0) tc_matmul_multi_q(1, &mm[c], &act, NULL, 0, &dy, &ys);       \
+        else tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);               \
+    } while (0)
+                for (int c = 0; c < copies; c++) CALL(c);
                 if (tc_sync()) { failed = 1; break; }
                 double t0 = now_s();
                 for (int r = 0; r < reps; r++)
-                    for (int c = 0; c < copies; c++)
-                        tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);
+                    for (int c = 0; c < copies; c++) CALL(c);
+#undef CALL
                 if (tc_sync()) { failed = 1; break; }
                 double dt = (now_s() - t0) / (reps * copies);
                 double gbps = fb / dt / 1e9;
@@ -217,7 +255,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                     }
                 double err = mr > 0 ? md / mr : md;
                 if (!(err <= worst)) worst = err;
-                const char *ln = lay ? "repacked" : "file";
+                const char *ln = lay == 0 ? "tiled" : lay == 1 ? "tiled+q" : lay == 2 ? "file" : "rows";
                 if (json)
                     printf("%s{\"layout\":\"%s\",\"site\":\"%s\",\"k\":%lld,\"n\":%lld,\"batch\":%zu,"
                            "\"us\":%.2f,\"gbps\":%.1f,\"ceiling_share\":%.3f,\"max_rel_err\":%.3g}",
@@ -233,7 +271,10 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         for (int c = 0; c < copies; c++) {
             if (fm[c].data) tc_free((void *)fm[c].data, fb);
             if (rm[c].data) tc_free((void *)rm[c].data, tc_repacked_bytes(n, k));
+            if (tm[c].data) tc_free((void *)tm[c].data, tc_tiled_bytes(n, k));
         }
+        if (abuf) tc_free(abuf, tc_act_bytes(maxb, k));
+        free(tm);
         tc_free(dx, maxb * (size_t)k * 4);
         tc_free(dy, maxb * (size_t)n * 4);
         free(fm); free(rm); free(h); free(x); free(y);

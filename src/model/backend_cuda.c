@@ -34,13 +34,18 @@ static int kind_of(tern_dtype t) {
     }
 }
 
-/* tern_qmat.layout of a matrix repacked on the device (tc_repack, TC_TERN128R) */
+/* tern_qmat.layout of a matrix repacked on the device (tc_repack, TC_TERN128R;
+ * tc_repack_tiled, TC_TERN128T) */
 #define CU_LAYOUT_R 0x43
+#define CU_LAYOUT_T 0x54
 
 static tc_mat to_mat(const tern_qmat *w) {
-    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_R);
-    tc_mat m = {.kind = w->layout == CU_LAYOUT_R ? TC_TERN128R : kind_of(w->type), .data = w->data,
-                .n = w->n, .k = w->k, .row_bytes = w->row_bytes};
+    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_R ||
+                w->layout == CU_LAYOUT_T);
+    tc_mat m = {.kind = w->layout == CU_LAYOUT_R   ? TC_TERN128R
+                        : w->layout == CU_LAYOUT_T ? TC_TERN128T
+                                                   : kind_of(w->type),
+                .data = w->data, .n = w->n, .k = w->k, .row_bytes = w->row_bytes};
     return m;
 }
 
@@ -88,7 +93,8 @@ static tern_status cu_embed(tm_backend *be, const tern_qmat *emb, const int32_t 
             return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %lld)", (int)ids[i],
                              (long long)emb->n);
     tc_mat m = to_mat(emb);
-    tc_embed(&m, ids, n, out, block, signs);
+    if (m.kind == TC_TERN128T) tc_embed_tiled(&m, ids, n, out, block, signs);
+    else tc_embed(&m, ids, n, out, block, signs);
     return TERN_OK;
 }
 
@@ -249,24 +255,25 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
     s->graph = NULL;
 }
 
-/* Weights: a 128-group ternary matrix is repacked on the device into the GEMV's layout
- * (codes in 16-byte rows, then the scales; same bytes) and the uploaded copy freed. */
+/* Weights: a 128-group ternary matrix is repacked on the device into the decode GEMV's
+ * tiled layout (tc_repack_tiled: 16-row strips in mma fragment order; same bytes) and the
+ * uploaded copy freed. TERN_CUDA_GEMV=old keeps the file layout (the split-K and older
+ * kernels, for A/B); TERN_CUDA_REPACK=1 the older row repack (TC_TERN128R). */
 static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes) {
     (void)be;
-    /* measured slower than the file layout on the H200 (docs/performance.md, 2026-12-01):
-     * opt-in until the repacked GEMV wins */
-    const char *on = getenv("TERN_CUDA_REPACK");
-    if (!on || strcmp(on, "1")) return TERN_OK;
+    const char *old = getenv("TERN_CUDA_GEMV"), *on = getenv("TERN_CUDA_REPACK");
+    const bool rows = on && !strcmp(on, "1");
+    if (old && !strcmp(old, "old") && !rows) return TERN_OK;
     if (w->layout != TERN_LAYOUT_ROWS || kind_of(w->type) != TC_TERN128 || w->k % 128) return TERN_OK;
     tc_mat src = to_mat(w), dst;
-    int e = tc_repack(&src, &dst);
+    int e = rows ? tc_repack(&src, &dst) : tc_repack_tiled(&src, &dst);
     if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
     if (e) return cu_status(e, "repacking a matrix on the device");
     tc_free((void *)w->data, *bytes);
-    *bytes = tc_repacked_bytes(w->n, w->k);
+    *bytes = rows ? tc_repacked_bytes(w->n, w->k) : tc_tiled_bytes(w->n, w->k);
     w->data = dst.data;
     w->row_bytes = dst.row_bytes;
-    w->layout = CU_LAYOUT_R;
+    w->layout = rows ? CU_LAYOUT_R : CU_LAYOUT_T;
     return TERN_OK;
 }
 
@@ -274,7 +281,7 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
 
 static bool all_int(int n, const tern_qmat *const *w) {
     for (int i = 0; i < n; i++)
-        if (w[i]->layout != CU_LAYOUT_R) return false;
+        if (w[i]->layout != CU_LAYOUT_R && w[i]->layout != CU_LAYOUT_T) return false;
     return true;
 }
 
@@ -520,7 +527,7 @@ static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
     mm(2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
     const tern_qmat *wd = pickw(&l->wdown, &l->fast_wdown, dec);
     tc_act view2;
-    const tc_act *act2 = wd->layout == CU_LAYOUT_R ? act_for(c, (size_t)T, F, &view2) : NULL;
+    const tc_act *act2 = (wd->layout == CU_LAYOUT_R || wd->layout == CU_LAYOUT_T) ? act_for(c, (size_t)T, F, &view2) : NULL;
     tc_swiglu_hadamard_q(w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
                          tm_model_signs(m, F), act2);
     float *yd[1] = {w->delta};

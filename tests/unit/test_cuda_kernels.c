@@ -1,6 +1,7 @@
 /*
  * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h,
- * no back-end table): the repacked ternary layout (tc_repack) and its GEMV vs
+ * no back-end table): the tiled decode layout (tc_repack_tiled) and its tensor-core
+ * GEMV vs float64, the repacked ternary layout (tc_repack) and its GEMV vs
  * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
  * file-layout products, embed of repacked rows, the launch counter and the
  * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64. Oracles come from the random trits and scales the test
@@ -146,6 +147,107 @@ TEST(repack_multi_vs_file_layout) {
     }
     tc_free(base, wb);
     tc_free((void *)rp.data, tc_repacked_bytes(300, 1024));
+    free_mat(&t);
+}
+
+/* The decode GEMV on the tiled layout (tc_repack_tiled, the default at load) vs
+ * float64: batch 1..9 and 17 (NB4, NB8, chunks of 8), row counts off the 16-row
+ * strips, one row, an odd number of 128-blocks (the zero group of the last tile),
+ * K up to 17408; through tc_matmul_multi (its own quantisation) and through
+ * tc_matmul_multi_q with a caller's activation (the fused sites' path); padding of
+ * y untouched; the same products as the file layout to float rounding. */
+TEST(tiled_gemv_vs_f64) {
+    NEED_GPU();
+    const int64_t shapes[][2] = {{1, 2560}, {3, 128},    {17, 384},  {37, 1152}, {130, 640},
+                                 {257, 5120}, {33, 17408}, {1001, 256}, {4000, 6144}};
+    const size_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1];
+        tmat t = make_mat(TERN_DT_PQ2_0, n, k, s & 1 ? 6 : 0);
+        uint8_t *base;
+        size_t wb;
+        tc_mat src = up_mat(&t, s & 1 ? 2 : 0, &base, &wb), tm;
+        CHECK_EQ_INT(tc_repack_tiled(&src, &tm), 0);
+        CHECK(tm.kind == TC_TERN128T && tm.n == n && tm.k == k);
+        CHECK(tc_tiled_bytes(n, k) == (size_t)((n + 15) / 16) * (size_t)((k / 128 + 1) / 2) * 1088);
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            size_t B = batches[bi];
+            if ((size_t)n * k * B > (size_t)4000 * 6144 * 2 && B > 2 && B != 8) continue; /* oracle time */
+            size_t ys = (size_t)n + 3;
+            float *x = rand_x(B * (size_t)k, 1.0f);
+            if (B == 5) x[k / 3] = 500.0f; /* an outlier stays local to its block */
+            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
+            float *y = malloc(B * ys * 4), *yf = malloc(B * ys * 4);
+            for (size_t i = 0; i < B * ys; i++) y[i] = 0.0f;
+            CHECK(tc_upload(dy, y, B * ys * 4) == 0);
+            for (int path = 0; path < 3; path++) {
+                if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
+                else if (path == 1) {
+                    void *ab = tc_malloc(tc_act_bytes(B, k));
+                    tc_act act = tc_act_view(ab, B, k);
+                    tc_quantize(dx, (size_t)k, &act);
+                    tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
+                    CHECK_EQ_INT(tc_sync(), 0);
+                    tc_free(ab, tc_act_bytes(B, k));
+                } else tc_matmul_multi(1, &src, dx, B, (size_t)k, &dy, &ys); /* file layout */
+                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
+                if (path == 2) break;
+                double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
+                CHECK_MSG(e < 1e-3, "tiled n %lld k %lld batch %zu path %d: rel err %g",
+                          (long long)n, (long long)k, B, path, e);
+                for (size_t b = 0; b < B; b++)
+                    for (size_t p = (size_t)n; p < ys; p++) CHECK(y[b * ys + p] == 0.0f);
+            }
+            double md = 0, mr = 0; /* tiled vs file layout: same integers, float order differs */
+            for (size_t b = 0; b < B; b++)
+                for (int64_t r = 0; r < n; r++) {
+                    double d = fabs((double)y[b * ys + (size_t)r] - yf[b * ys + (size_t)r]);
+                    if (!(d <= md)) md = d;
+                    if (fabs(yf[b * ys + (size_t)r]) > mr) mr = fabs(yf[b * ys + (size_t)r]);
+                }
+            CHECK_MSG(md <= 1e-5 * mr + 1e-30, "tiled vs file n %lld k %lld batch %zu: %g of %g",
+                      (long long)n, (long long)k, B, md, mr);
+            free(x); free(y); free(yf);
+            tc_free(dx, B * (size_t)k * 4);
+            tc_free(dy, B * ys * 4);
+        }
+        tc_free(base, wb);
+        tc_free((void *)tm.data, tc_tiled_bytes(n, k));
+        free_mat(&t);
+    }
+}
+
+/* Tiled refusals; embed of tiled rows == the float64 rows. */
+TEST(tiled_refusals_and_embed) {
+    NEED_GPU();
+    tc_mat bad = {.kind = TC_TERN64, .n = 4, .k = 128}, out;
+    CHECK_EQ_INT(tc_repack_tiled(&bad, &out), TC_ERR_UNSUPPORTED);
+    bad.kind = TC_TERN128;
+    bad.k = 192;
+    CHECK_EQ_INT(tc_repack_tiled(&bad, &out), TC_ERR_UNSUPPORTED);
+    CHECK(out.data == NULL);
+    tmat t = make_mat(TERN_DT_PQ2_0, 50, 384, 0);
+    uint8_t *base;
+    size_t wb;
+    tc_mat src = up_mat(&t, 2, &base, &wb), tm;
+    CHECK_EQ_INT(tc_repack_tiled(&src, &tm), 0);
+    int32_t ids[4] = {49, 0, 17, 49};
+    float *dout = tc_malloc(4 * 384 * 4), *h = malloc(4 * 384 * 4);
+    tc_embed_tiled(&tm, ids, 4, dout, 128, NULL);
+    CHECK_EQ_INT(tc_sync(), 0);
+    CHECK(tc_download(h, dout, 4 * 384 * 4) == 0);
+    int bad_n = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 384; j++)
+            if (h[i * 384 + j] != (float)t.deq[(size_t)ids[i] * 384 + j]) bad_n++;
+    CHECK_MSG(bad_n == 0, "%d embedded values differ", bad_n);
+    tc_embed_tiled(&src, ids, 4, dout, 128, NULL); /* not tiled: refused */
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    free(h);
+    tc_free(dout, 4 * 384 * 4);
+    tc_free(base, wb);
+    tc_free((void *)tm.data, tc_tiled_bytes(50, 384));
     free_mat(&t);
 }
 
@@ -828,6 +930,8 @@ int main(void) {
         fprintf(stderr, "SKIP: no CUDA device\n");
     }
     RUN(file_gemv_vs_f64);
+    RUN(tiled_gemv_vs_f64);
+    RUN(tiled_refusals_and_embed);
     RUN(repack_gemv_vs_f64);
     RUN(repack_multi_vs_file_layout);
     RUN(repack_refusals_and_embed);

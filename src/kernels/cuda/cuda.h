@@ -29,7 +29,8 @@ typedef enum tc_kind {
     TC_F32 = 3,
     TC_F16 = 4,
     TC_BF16 = 5,
-    TC_TERN128R = 6 /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
+    TC_TERN128R = 6, /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
+    TC_TERN128T = 7  /* TERN128 tiled on the device (tc_repack_tiled): the decode GEMV's layout */
 } tc_kind;
 
 typedef struct tc_mat {
@@ -94,6 +95,24 @@ void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *
 size_t tc_repacked_bytes(int64_t n, int64_t k);
 int tc_repack(const tc_mat *src, tc_mat *dst);
 
+/* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
+ * strips of 256-input tiles in the order the tensor-core GEMV's lanes load them
+ * (src/kernels/cuda/gemv_tiled.h says byte by byte), a new device buffer of
+ * tc_tiled_bytes(n, k) bytes from tc_malloc (= the file's 34 B per 128 inputs,
+ * plus zero rows up to a multiple of 16 and a zero group when k/128 is odd);
+ * dst->row_bytes = bytes per strip. Free with tc_free(dst->data, tc_tiled_bytes()).
+ * Synchronous; TC_ERR_UNSUPPORTED for another kind or shape, cudaErrorMemoryAllocation. */
+size_t tc_tiled_bytes(int64_t n, int64_t k);
+int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
+/* The decode GEMV on a TC_TERN128T matrix: y[b*ys + i] = sum_j W[i,j] x_b[j] for
+ * the act->batch rows of the quantised activation (tensor-core integer products;
+ * batch 1..8 in one pass over the weights, more in chunks of 8). tc_matmul_multi(_q)
+ * call it for TC_TERN128T matrices. TERN_CUDA_GEMV=old (read by the back-end at
+ * load) keeps the file layout and the older kernels for A/B. */
+void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
+/* tc_embed for a TC_TERN128T matrix (same semantics). */
+void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+                    size_t block, const float *signs);
 /* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
  * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
  * k % 256 == 0). mode TC_GEMM_EXACT: both activation planes, the same integers

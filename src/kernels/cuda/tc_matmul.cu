@@ -544,7 +544,13 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
     const int *corr = act ? act->corr : NULL;
     for (int i = 0; i < nm; i++) {
         const tc_mat *m = &w[i];
-        if (m->kind == TC_TERN128R) {
+        if (m->kind == TC_TERN128T) {
+            if (!act) {
+                tc_note(TC_ERR_UNSUPPORTED);
+                continue;
+            }
+            tc_gemv_tiled(m, act, y[i], ys[i]);
+        } else if (m->kind == TC_TERN128R) {
             if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
                 tc_note(TC_ERR_UNSUPPORTED);
                 continue;
@@ -577,7 +583,8 @@ extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t 
     if (!batch || nm <= 0) return;
     const int64_t K = w[0].k;
     bool any_int = false;
-    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R;
+    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R ||
+                                          w[i].kind == TC_TERN128T;
     tc_act act;
     if (any_int) { /* one quantisation for every integer-path matrix of the call */
         TC_PROF(TC_FAM_ACTQ);

@@ -1,0 +1,353 @@
+/*
+ * tc_gemv.cu - the decode GEMV (batch 1..8) on the tiled ternary layout
+ * (TC_TERN128T, gemv_tiled.h) with integer tensor-core products.
+ *
+ * One warp owns a 16-row strip and a contiguous run of its 256-input tiles; a
+ * CTA holds SPC strips x KS warps (KS warps split one strip's tiles, summed in
+ * shared memory at the end). Per tile a lane loads 16 + 16 code bytes (rows g and
+ * 8+g; two 512-byte coalesced warp loads, L1 bypassed) and 8 scale bytes; U tiles
+ * are in flight per warp (the next tile's loads are issued as soon as a slot is
+ * consumed). Per 128-input group: the lane's words are expanded to u8 codes by
+ * shift/mask (0..2; one 32-bit register = 4 weights) straight into the A fragment
+ * of mma.sync.m16n8k32.u8.s8 (tct_a_frag), the activation's permuted int8 planes
+ * are the B fragment as loaded (two 16-byte loads per plane, L1-resident), four
+ * mmas give the group's integer sums, and the epilogue applies
+ *   sum (code-1) x_q = 128 * (codes . hi) + (codes . lo) - corr,   times d * sx,
+ * in float per (row, column). Batch 1..4 (NB4) puts the hi planes in mma columns
+ * 0..3 and the lo planes in 4..7 (one mma per k step; the hi and lo partial sums
+ * meet by one shuffle at the end); batch 5..8 (NB8) runs two mmas per k step
+ * (hi, lo) on the same A fragment. Exact integers up to the float epilogue.
+ */
+#include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gemv_tiled.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ repack */
+
+/* One thread per (row of the padded strips, group, code byte): byte loads from the
+ * file layout (any alignment; load time only). Pads stay zero (tc_malloc zeroes). */
+__global__ void k_repack_tiled(const uint8_t *__restrict__ src, size_t rb, int64_t n, int K,
+                               uint8_t *__restrict__ dst) {
+    const int G = K >> 7;
+    const int64_t kt = tct_ktiles(K);
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (size_t)n * (size_t)G * 32) return;
+    const int cb = (int)(id & 31);
+    const size_t rg = id >> 5;
+    const int64_t r = (int64_t)(rg / (size_t)G);
+    const int grp = (int)(rg % (size_t)G);
+    const uint8_t *b = src + (size_t)r * rb + (size_t)grp * TERN_PQ2_0_BYTES;
+    dst[tct_code_byte(r, (int64_t)grp * 128 + 4 * cb, kt)] = b[TERN_BLOCK_QS + cb];
+    if (cb < 2) dst[tct_scale_byte(r, grp, kt) + cb] = b[cb];
+}
+
+extern "C" size_t tc_tiled_bytes(int64_t n, int64_t k) { return tct_bytes(n, k); }
+
+extern "C" int tc_repack_tiled(const tc_mat *src, tc_mat *dst) {
+    TC_PROF(TC_FAM_REPACK);
+    memset(dst, 0, sizeof *dst);
+    if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) ||
+        src->n <= 0 || src->n > ((int64_t)1 << 31) - 16)
+        return TC_ERR_UNSUPPORTED;
+    size_t bytes = tct_bytes(src->n, src->k);
+    uint8_t *d = (uint8_t *)tc_malloc(bytes);
+    if (!d) return (int)cudaErrorMemoryAllocation;
+    size_t total = (size_t)src->n * (size_t)(src->k / 128) * 32;
+    k_repack_tiled<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src->data, src->row_bytes, src->n,
+                                                                (int)src->k, d);
+    tc_check_launch();
+    int e = (int)cudaStreamSynchronize(tc_stream);
+    if (!e) e = (int)cudaGetLastError();
+    if (e) {
+        tc_free(d, bytes);
+        return e;
+    }
+    dst->kind = TC_TERN128T;
+    dst->data = d;
+    dst->n = src->n;
+    dst->k = src->k;
+    dst->row_bytes = (size_t)tct_ktiles(src->k) * TCT_TILE; /* bytes per 16-row strip */
+    return 0;
+}
+
+/* ------------------------------------------------------------------- embed */
+
+__global__ void k_embed_tiled(const uint8_t *__restrict__ W, int64_t K,
+                              const int32_t *__restrict__ ids, float *__restrict__ out) {
+    const int64_t r = ids[blockIdx.y], kt = tct_ktiles(K);
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        int c = (W[tct_code_byte(r, j, kt)] >> (2 * (j & 3))) & 3;
+        float d = __half2float(__ushort_as_half(*(const unsigned short *)(W + tct_scale_byte(r, j >> 7, kt))));
+        out[(size_t)blockIdx.y * K + j] = (float)(c - 1) * d;
+    }
+}
+
+extern "C" void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+                               size_t block, const float *signs) {
+    TC_PROF(TC_FAM_EMBED);
+    if (!n) return;
+    if (emb->kind != TC_TERN128T) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
+    if (!ids || n != 1) {
+        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
+        int32_t *pin = tc_pinned_ids(n);
+        if (!dids || !pin) return;
+        memcpy(pin, ids_host, n * sizeof(int32_t));
+        tc_launch_count++;
+        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     tc_stream));
+        ids = dids;
+    }
+    for (size_t i0 = 0; i0 < n; i0 += 65535) {
+        unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
+        unsigned bx = tc_blocks((size_t)emb->k, 256);
+        dim3 grid(bx < 64 ? bx : 64, m);
+        k_embed_tiled<<<grid, 256, 0, tc_stream>>>(emb->data, emb->k, ids + i0,
+                                                   out + i0 * (size_t)emb->k);
+        tc_check_launch();
+    }
+    if (signs) tc_hadamard(out, n, (size_t)emb->k, block, signs, 1);
+}
+
+/* -------------------------------------------------------------------- GEMV */
+
+__device__ __forceinline__ void tct_mma(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 tct_ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 tct_ld_stream2(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+/* Activation words: volatile so that the loads of one group are not hoisted above
+ * the previous group's arithmetic (register pressure). L1-cached (shared by all the
+ * warps of an SM that work on the same inputs). */
+__device__ __forceinline__ int4 tct_ld_act(const void *p) {
+    int4 v;
+    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float tct_ld_f(const float *p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float tct_h(uint32_t v, int hi) {
+    return __half2float(__ushort_as_half((unsigned short)(hi ? v >> 16 : v & 0xffffu)));
+}
+
+#define TCT_MAX_WARPS 16
+
+template <int NB8, int U>
+__global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
+                                                    int KS, const int8_t *__restrict__ q,
+                                                    const float *__restrict__ sx,
+                                                    const int *__restrict__ corr, int batch,
+                                                    float *__restrict__ y, size_t ys) {
+    __shared__ float red[TCT_MAX_WARPS][16][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int spc = (int)(blockDim.x >> 5) / KS;
+    const int sl = warp / KS, ks = warp - sl * KS;
+    const int strip = blockIdx.x * spc + sl;
+    const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
+    const bool live = strip * 16 < n;
+    const int j0 = ks * KT / KS, j1 = (ks + 1) * KT / KS;
+    const int nt = live ? j1 - j0 : 0;
+    const bool odd = G & 1; /* the last tile's second group is padding */
+
+    /* This lane's streams, advanced tile by tile (constant offsets within a tile):
+     * weights (its 16 + 16 + 8 bytes of each tile), the B fragment source (column g:
+     * batch row bc, plane bp, unit t; a column past the batch reads row 0 and its
+     * output is dropped), and the scale / corr of its output columns 2t, 2t+1. */
+    const uint8_t *pw = W + ((size_t)strip * KT + j0) * TCT_TILE + 16 * lane;
+    const uint8_t *ps = W + ((size_t)strip * KT + j0) * TCT_TILE + 1024 + 8 * g;
+    const int bc = tct_col_batch(NB8, g), bp = tct_col_plane(NB8, g);
+    const int8_t *pq = q + (size_t)(bc < batch ? bc : 0) * (size_t)K * 2 + (size_t)bp * 32 +
+                       (size_t)t * 64 + (size_t)j0 * 512;
+    const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
+    const bool wantc = NB8 || op; /* the lo columns carry the -corr term */
+    const float *px0 = sx + (size_t)(ob0 < batch ? ob0 : 0) * G + 2 * j0;
+    const float *px1 = sx + (size_t)(ob1 < batch ? ob1 : 0) * G + 2 * j0;
+    const int *pc0 = corr + (size_t)(ob0 < batch ? ob0 : 0) * nu + 8 * j0;
+    const int *pc1 = corr + (size_t)(ob1 < batch ? ob1 : 0) * nu + 8 * j0;
+
+    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint4 wa[U], wb[U];
+    uint2 sc[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (u < nt) {
+            wa[u] = tct_ld_stream(pw + u * TCT_TILE);
+            wb[u] = tct_ld_stream(pw + u * TCT_TILE + 512);
+            sc[u] = tct_ld_stream2(ps + u * TCT_TILE);
+        }
+    }
+#pragma unroll 1
+    for (int jj = 0; jj < nt; jj += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (jj + u < nt) {
+                const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+                const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
+                const uint2 s2 = sc[u];
+                const bool last = jj + u == nt - 1;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (e == 1 && odd && last && j1 == KT) break;
+                    const int4 *qp = (const int4 *)(pq + u * 512 + e * 256);
+                    const int4 h0 = tct_ld_act(qp), h1 = tct_ld_act(qp + 1);
+                    int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
+                    if (NB8) {
+                        l0 = tct_ld_act(qp + 2);
+                        l1 = tct_ld_act(qp + 3);
+                    }
+                    int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
+                    uint32_t a[4];
+                    tct_a_frag(wg, wh, e, 0, a);
+                    tct_mma(H, a, h0.x, h0.y);
+                    if (NB8) tct_mma(L, a, l0.x, l0.y);
+                    tct_a_frag(wg, wh, e, 1, a);
+                    tct_mma(H, a, h0.z, h0.w);
+                    if (NB8) tct_mma(L, a, l0.z, l0.w);
+                    tct_a_frag(wg, wh, e, 2, a);
+                    tct_mma(H, a, h1.x, h1.y);
+                    if (NB8) tct_mma(L, a, l1.x, l1.y);
+                    tct_a_frag(wg, wh, e, 3, a);
+                    tct_mma(H, a, h1.z, h1.w);
+                    if (NB8) tct_mma(L, a, l1.z, l1.w);
+                    int c0 = 0, c1 = 0;
+                    if (wantc) {
+                        const int4 ca = tct_ld_act(pc0 + 8 * u + 4 * e);
+                        const int4 cb = tct_ld_act(pc1 + 8 * u + 4 * e);
+                        c0 = (ca.x + ca.y) + (ca.z + ca.w);
+                        c1 = (cb.x + cb.y) + (cb.z + cb.w);
+                    }
+                    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+                    const float s0 = tct_ld_f(px0 + 2 * u + e), s1 = tct_ld_f(px1 + 2 * u + e);
+                    int v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1 : c0);
+                    f[0] = fmaf((float)v[0], dg * s0, f[0]);
+                    f[1] = fmaf((float)v[1], dg * s1, f[1]);
+                    f[2] = fmaf((float)v[2], dh * s0, f[2]);
+                    f[3] = fmaf((float)v[3], dh * s1, f[3]);
+                }
+                if (jj + u + U < nt) { /* refill the slot: U - 1 tiles stay in flight */
+                    wa[u] = tct_ld_stream(pw + (u + U) * TCT_TILE);
+                    wb[u] = tct_ld_stream(pw + (u + U) * TCT_TILE + 512);
+                    sc[u] = tct_ld_stream2(ps + (u + U) * TCT_TILE);
+                }
+            }
+        }
+        pw += U * TCT_TILE;
+        ps += U * TCT_TILE;
+        pq += U * 512;
+        px0 += 2 * U;
+        px1 += 2 * U;
+        pc0 += 8 * U;
+        pc1 += 8 * U;
+    }
+    /* the plane factor (128 for the hi columns of NB4) and dropped columns */
+    const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    f[0] *= m0;
+    f[1] *= m1;
+    f[2] *= m0;
+    f[3] *= m1;
+    if (!NB8) /* hi (t 0, 1) + lo (t 2, 3) of the same batch rows */
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[i] += __shfl_xor_sync(0xffffffffu, f[i], 2);
+    const bool wr = NB8 || t < 2;
+    const int row0 = strip * 16 + g, row1 = row0 + 8;
+    if (KS == 1) {
+        if (wr) {
+            if (row0 < n && ob0 < batch) y[(size_t)ob0 * ys + row0] = f[0];
+            if (row0 < n && ob1 < batch) y[(size_t)ob1 * ys + row0] = f[1];
+            if (row1 < n && ob0 < batch) y[(size_t)ob0 * ys + row1] = f[2];
+            if (row1 < n && ob1 < batch) y[(size_t)ob1 * ys + row1] = f[3];
+        }
+        return;
+    }
+    if (wr) {
+        red[warp][g][ob0] = f[0];
+        red[warp][g][ob1] = f[1];
+        red[warp][g + 8][ob0] = f[2];
+        red[warp][g + 8][ob1] = f[3];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < spc * 128; idx += blockDim.x) {
+        const int s = idx >> 7, rr = (idx >> 3) & 15, b = idx & 7;
+        const int row = (blockIdx.x * spc + s) * 16 + rr;
+        if (row >= n || b >= batch) continue;
+        float v = 0.0f;
+        for (int w = 0; w < KS; w++) v += red[s * KS + w][rr][b];
+        y[(size_t)b * ys + row] = v;
+    }
+}
+
+static int g_sms;
+
+template <int NB8, int U>
+static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
+                         int batch, float *y, size_t ys) {
+    if (!g_sms) {
+        int v = 0;
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0);
+        g_sms = v > 0 ? v : 132;
+    }
+    const int64_t strips = tct_strips(m->n), kt = tct_ktiles(m->k);
+    /* about 16 warps per SM in all, each with a contiguous run of >= 1 tiles */
+    int64_t want = (int64_t)g_sms * 16;
+    int ks = (int)((want + strips - 1) / strips);
+    if (ks > TCT_MAX_WARPS) ks = TCT_MAX_WARPS;
+    if (ks > kt) ks = (int)kt;
+    if (ks < 1) ks = 1;
+    const int spc = ks >= 4 ? 1 : 4 / ks;
+    const unsigned grid = (unsigned)((strips + spc - 1) / spc);
+    k_gemv_tiled<NB8, U><<<grid, 32 * ks * spc, 0, tc_stream>>>(
+        m->data, (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
+    tc_check_launch();
+}
+
+/* Batch 1..4: NB4; 5..8: NB8; more: chunks of 8 (weights read once per chunk). */
+extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+    if (m->kind != TC_TERN128T || !act || act->k != m->k || m->k % 128 || m->n <= 0 ||
+        m->n > ((int64_t)1 << 31) - 16 || m->k > (1 << 24) || ((uintptr_t)m->data & 15)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int64_t K = m->k;
+    for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
+        int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
+        const int8_t *q = act->q + b0 * (size_t)K * 2;
+        const float *sx = act->sx + b0 * (size_t)(K / 128);
+        const int *corr = act->corr + b0 * (size_t)(K / 32);
+        if (nb <= 4) launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+        else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+    }
+}

@@ -1,0 +1,259 @@
+/*
+ * test_gemv_layout.c - the CUDA decode GEMV's data layout checked on the CPU (no GPU
+ * needed): the tiled weight layout and the activation permutation of
+ * src/kernels/cuda/gemv_tiled.h (the same index functions the kernels use), and
+ * the kernel's fragment construction (tct_a_frag, the column mapping) run through
+ * a CPU model of mma.sync.m16n8k32 as the PTX ISA defines its fragments. The
+ * oracles are the file-layout trits and an independent integer sum; the float
+ * result is also held to the kernel library's bound against float64.
+ */
+#include "check.h"
+#include "kern_check.h"
+#include "kernels/cuda/gemv_tiled.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The host copy of k_repack_tiled (tc_gemv.cu): byte by byte through the index rules. */
+static uint8_t *repack_host(const tmat *t) {
+    const int64_t n = t->q.n, k = t->q.k, G = k / 128, kt = tct_ktiles(k);
+    uint8_t *d = calloc(tct_bytes(n, k), 1);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t g = 0; g < G; g++) {
+            const uint8_t *b = t->buf + (size_t)r * t->q.row_bytes + (size_t)g * 34;
+            for (int cb = 0; cb < 32; cb++) d[tct_code_byte(r, g * 128 + 4 * cb, kt)] = b[2 + cb];
+            d[tct_scale_byte(r, g, kt)] = b[0];
+            d[tct_scale_byte(r, g, kt) + 1] = b[1];
+        }
+    return d;
+}
+
+/* The activation as tc_actq_block writes it (round to nearest even, 14 bits). */
+typedef struct hact {
+    int8_t *q;
+    float *sx;
+    int *corr;
+    int *xq; /* the integers themselves, for the oracle */
+} hact;
+static hact quant_host(const float *x, size_t batch, int64_t k) {
+    hact a;
+    a.q = calloc(batch * (size_t)k * 2, 1);
+    a.sx = calloc(batch * (size_t)(k / 128), sizeof(float));
+    a.corr = calloc(batch * (size_t)(k / 32), sizeof(int));
+    a.xq = calloc(batch * (size_t)k, sizeof(int));
+    for (size_t b = 0; b < batch; b++)
+        for (int64_t g = 0; g < k / 128; g++) {
+            const float *v = x + b * (size_t)k + g * 128;
+            float amax = 0;
+            for (int j = 0; j < 128; j++) amax = fmaxf(amax, fabsf(v[j]));
+            float inv = amax > 0 ? 16256.0f / amax : 0.0f;
+            a.sx[b * (size_t)(k / 128) + (size_t)g] = amax / 16256.0f;
+            for (int j = 0; j < 128; j++) {
+                int xq = (int)lrintf(v[j] * inv);
+                int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
+                int64_t jj = g * 128 + j;
+                a.q[b * (size_t)k * 2 + tcq_byte(jj, 0)] = (int8_t)hi;
+                a.q[b * (size_t)k * 2 + tcq_byte(jj, 1)] = (int8_t)lo;
+                a.corr[b * (size_t)(k / 32) + (size_t)(jj / 32)] += xq;
+                a.xq[b * (size_t)k + (size_t)jj] = xq;
+            }
+        }
+    return a;
+}
+
+static uint32_t rd32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* mma.m16n8k32 (u8 A row-major, s8 B col-major, s32): the fragments of the 32
+ * lanes as the PTX ISA lays them out. a[lane][4], b[lane][2], d[lane][4] += A.B */
+static void mma_model(uint32_t a[32][4], uint32_t b[32][2], int d[32][4]) {
+    int D[16][8] = {{0}};
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 8; col++)
+            for (int kk = 0; kk < 32; kk++) {
+                int t = (kk % 16) / 4, hiK = kk >= 16, byte = kk % 4;
+                int la = 4 * (row % 8) + t, ra = (row >= 8) + 2 * hiK;
+                int lb = 4 * col + t;
+                int av = (int)((a[la][ra] >> (8 * byte)) & 0xff);
+                int bv = (int)(int8_t)((b[lb][hiK] >> (8 * byte)) & 0xff);
+                D[row][col] += av * bv;
+            }
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        d[lane][0] += D[g][2 * t];
+        d[lane][1] += D[g][2 * t + 1];
+        d[lane][2] += D[g + 8][2 * t];
+        d[lane][3] += D[g + 8][2 * t + 1];
+    }
+}
+
+/* The kernel's per-warp computation for one strip (all tiles, KS = 1), on the CPU.
+ * Also checks every group's integer sums against the trits directly. */
+static void strip_model(const uint8_t *W, const hact *a, const tmat *t, int64_t k, int batch,
+                        int64_t strip, float *y, size_t ys, int *int_bad) {
+    const int G = (int)(k / 128), KT = (int)tct_ktiles(k), nu = (int)(k / 32);
+    const int nb8 = batch > 4;
+    const int64_t n = t->q.n;
+    float f[32][4] = {{0}};
+    for (int j = 0; j < KT; j++) {
+        const uint8_t *tile = W + ((size_t)strip * KT + (size_t)j) * TCT_TILE;
+        for (int e = 0; e < 2; e++) {
+            int gi = 2 * j + e;
+            if (gi >= G) break;
+            uint32_t A[4][32][4], BH[4][32][2], BL[4][32][2];
+            for (int lane = 0; lane < 32; lane++) {
+                int g = lane / 4, tt = lane % 4;
+                uint32_t wg[4], wh[4];
+                for (int i = 0; i < 4; i++) {
+                    wg[i] = rd32(tile + 16 * lane + 4 * i);
+                    wh[i] = rd32(tile + 512 + 16 * lane + 4 * i);
+                }
+                int bc = tct_col_batch(nb8, g), bp = tct_col_plane(nb8, g);
+                int bval = bc < batch;
+                const int8_t *qp = a->q + (size_t)(bval ? bc : 0) * (size_t)k * 2 + (size_t)bp * 32 +
+                                   (size_t)tt * 64 + (size_t)gi * 256;
+                for (int m = 0; m < 4; m++) {
+                    tct_a_frag(wg, wh, e, m, A[m][lane]);
+                    for (int h = 0; h < 2; h++) {
+                        BH[m][lane][h] = bval ? rd32(qp + 4 * (2 * m + h)) : 0;
+                        BL[m][lane][h] = bval && nb8 ? rd32(qp + 32 + 4 * (2 * m + h)) : 0;
+                    }
+                }
+            }
+            int H[32][4] = {{0}}, L[32][4] = {{0}};
+            for (int m = 0; m < 4; m++) {
+                mma_model(A[m], BH[m], H);
+                if (nb8) mma_model(A[m], BL[m], L);
+            }
+            for (int lane = 0; lane < 32; lane++) {
+                int g = lane / 4, tt = lane % 4;
+                const uint8_t *sp = tile + 1024 + 8 * g;
+                uint16_t dgh, dhh;
+                memcpy(&dgh, sp + 2 * e, 2);
+                memcpy(&dhh, sp + 4 + 2 * e, 2);
+                float dg = tern_f16_to_f32(dgh), dh = tern_f16_to_f32(dhh);
+                int ob0 = tct_col_batch(nb8, 2 * tt), ob1 = ob0 + 1, op = tct_col_plane(nb8, 2 * tt);
+                float m0 = ob0 < batch ? (nb8 || op ? 1.0f : 128.0f) : 0.0f;
+                float m1 = ob1 < batch ? (nb8 || op ? 1.0f : 128.0f) : 0.0f;
+                int c0 = 0, c1 = 0;
+                if (nb8 || op) {
+                    for (int u = 0; u < 4; u++) {
+                        c0 += a->corr[(size_t)(ob0 < batch ? ob0 : 0) * nu + 4 * gi + u];
+                        c1 += a->corr[(size_t)(ob1 < batch ? ob1 : 0) * nu + 4 * gi + u];
+                    }
+                }
+                float s0 = a->sx[(size_t)(ob0 < batch ? ob0 : 0) * G + gi] * m0;
+                float s1 = a->sx[(size_t)(ob1 < batch ? ob1 : 0) * G + gi] * m1;
+                int v[4];
+                for (int i = 0; i < 4; i++) {
+                    int ci = (i & 1) ? c1 : c0;
+                    v[i] = nb8 ? H[lane][i] * 128 + L[lane][i] - ci : H[lane][i] - ci;
+                }
+                f[lane][0] = fmaf((float)v[0], dg * s0, f[lane][0]);
+                f[lane][1] = fmaf((float)v[1], dg * s1, f[lane][1]);
+                f[lane][2] = fmaf((float)v[2], dh * s0, f[lane][2]);
+                f[lane][3] = fmaf((float)v[3], dh * s1, f[lane][3]);
+                /* integer oracle: NB8 lanes hold sum (c-1) xq of (row, batch) exactly;
+                 * NB4: hi lanes 128 * (c . hi), lo lanes (c . lo) - corr, which add up */
+                for (int i = 0; i < 4; i++) {
+                    int64_t row = strip * 16 + g + 8 * (i >> 1);
+                    int ob = (i & 1) ? ob1 : ob0;
+                    if (row >= n || ob >= batch || (!nb8 && op)) continue;
+                    long want = 0;
+                    for (int jj = 0; jj < 128; jj++) {
+                        int64_t col = (int64_t)gi * 128 + jj;
+                        const uint8_t *blk = t->buf + (size_t)row * t->q.row_bytes + (size_t)gi * 34;
+                        int c = (blk[2 + jj / 4] >> (2 * (jj % 4))) & 3;
+                        want += (long)(c - 1) * a->xq[(size_t)ob * (size_t)k + (size_t)col];
+                    }
+                    long cg = 0;
+                    for (int u = 0; u < 4; u++) cg += a->corr[(size_t)ob * nu + 4 * gi + u];
+                    long got = nb8 ? v[i] : 128L * H[lane][i] + H[lane ^ 2][i] - cg;
+                    if (got != want) (*int_bad)++;
+                }
+            }
+        }
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, tt = lane % 4;
+        float v[4];
+        for (int i = 0; i < 4; i++) v[i] = nb8 ? f[lane][i] : f[lane][i] + f[lane ^ 2][i];
+        if (!nb8 && tt >= 2) continue;
+        int ob0 = tct_col_batch(nb8, 2 * tt), ob1 = ob0 + 1;
+        int64_t r0 = strip * 16 + g, r1 = r0 + 8;
+        if (r0 < n && ob0 < batch) y[(size_t)ob0 * ys + (size_t)r0] = v[0];
+        if (r0 < n && ob1 < batch) y[(size_t)ob1 * ys + (size_t)r0] = v[1];
+        if (r1 < n && ob0 < batch) y[(size_t)ob0 * ys + (size_t)r1] = v[2];
+        if (r1 < n && ob1 < batch) y[(size_t)ob1 * ys + (size_t)r1] = v[3];
+    }
+}
+
+/* The quantiser's lane formula (tc_actq_block: lane holds inputs 4*lane + s of a
+ * block, writes hi at unit*64 + 16i + 4s + k) against tcq_byte, and the tiled byte
+ * rules cover the buffer exactly once. */
+TEST(index_rules) {
+    for (int64_t j = 0; j < 1024; j++) {
+        int blk = (int)(j / 128), lane = (int)(j % 128) / 4, s = (int)(j % 4);
+        int u = lane >> 3, l8 = lane & 7, i = l8 >> 2, k = l8 & 3;
+        size_t p = ((size_t)blk * 4 + (size_t)u) * 64 + (size_t)(i * 16 + s * 4 + k);
+        CHECK_EQ_INT((long)tcq_byte(j, 0), (long)p);
+        CHECK_EQ_INT((long)tcq_byte(j, 1), (long)p + 32);
+    }
+    const int64_t shapes[][2] = {{16, 256}, {33, 384}, {5, 128}};
+    for (int s = 0; s < 3; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1], kt = tct_ktiles(k);
+        size_t nb = tct_bytes(n, k);
+        CHECK_EQ_INT((long)nb, (long)(tct_strips(n) * kt * TCT_TILE));
+        uint8_t *hit = calloc(nb, 1);
+        for (int64_t r = 0; r < tct_strips(n) * 16; r++)
+            for (int64_t g = 0; g < 2 * kt; g++) {
+                for (int cb = 0; cb < 32; cb++) hit[tct_code_byte(r, g * 128 + 4 * cb, kt)]++;
+                hit[tct_scale_byte(r, g, kt)]++;
+                hit[tct_scale_byte(r, g, kt) + 1]++;
+            }
+        int bad = 0;
+        for (size_t i = 0; i < nb; i++) bad += hit[i] != 1;
+        CHECK_MSG(bad == 0, "n %lld k %lld: %d bytes not covered exactly once", (long long)n,
+                  (long long)k, bad);
+        free(hit);
+    }
+}
+
+TEST(emulated_gemv_vs_f64) {
+    const int64_t shapes[][2] = {{1, 2560}, {17, 128}, {17, 384}, {33, 1280}, {16, 256}, {40, 5120}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1];
+        tmat t = make_mat(TERN_DT_PQ2_0, n, k, 0);
+        uint8_t *W = repack_host(&t);
+        for (int B = 1; B <= 8; B++) {
+            if (k >= 5120 && B != 1 && B != 4 && B != 8) continue; /* time */
+            size_t ys = (size_t)n + 1;
+            float *x = rand_x((size_t)B * (size_t)k, 1.0f);
+            if (B == 3) x[k / 3] = 300.0f;
+            hact a = quant_host(x, (size_t)B, k);
+            float *y = calloc((size_t)B * ys, sizeof(float));
+            int bad = 0;
+            for (int64_t st = 0; st < tct_strips(n); st++) strip_model(W, &a, &t, k, B, st, y, ys, &bad);
+            CHECK_MSG(bad == 0, "n %lld k %lld batch %d: %d integer group sums differ",
+                      (long long)n, (long long)k, B, bad);
+            double e = rel_err_vs_f64(&t, x, (size_t)B, (size_t)k, y, ys);
+            CHECK_MSG(e < 1e-3, "n %lld k %lld batch %d: rel err %g", (long long)n, (long long)k,
+                      B, e);
+            for (int b = 0; b < B; b++) CHECK(y[(size_t)b * ys + (size_t)n] == 0.0f);
+            free(x); free(y); free(a.q); free(a.sx); free(a.corr); free(a.xq);
+        }
+        free(W);
+        free_mat(&t);
+    }
+}
+
+int main(void) {
+    RUN(index_rules);
+    RUN(emulated_gemv_vs_f64);
+    return check_summary();
+}
