@@ -293,6 +293,7 @@ static const tc_act *act_for(cuda_backend *c, size_t rows, int64_t k, tc_act *vi
     if (need > c->act_bytes) {
         if (c->recording) return NULL;
         if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
+        tc_graphs_invalidate(); /* recorded graphs hold the old address */
         c->act_buf = tc_malloc(need);
         c->act_bytes = c->act_buf ? need : 0;
         if (!c->act_buf) return NULL;

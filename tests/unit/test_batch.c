@@ -158,7 +158,7 @@ static bool twins_step(twins *t, const int *idx, int k, bool give_rows, const ch
         int i = idx[j];
         if (j < 64) CHECK_EQ_INT(tern_session_pos(sa[j]), pos_before[j] + 1);
         st = tern_session_eval(t->b[i], &tok[j], 1, NULL);
-        CHECK(st == TERN_OK);
+        CHECK_MSG(st == TERN_OK, "%s: alone after a batch of %d, member %d: %s", label, k, j, tern_last_error());
         CHECK_EQ_INT(tern_session_pos(t->a[i]), tern_session_pos(t->b[i]));
         bool same;
         double r = rel_diff(tern_session_logits(t->a[i]), tern_session_logits(t->b[i]), t->V, &same);

@@ -256,6 +256,8 @@ typedef struct tc_graph tc_graph;
 int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out);
 /* Queue the logits copy, end capturing, instantiate. On error the graph is freed. */
 int tc_graph_end(tc_graph *g, const float *dlogits);
+/* Mark every recorded graph stale (a buffer they read was reallocated). */
+void tc_graphs_invalidate(void);
 /* Run one step: 0 and *ran = 1 when replayed (logits_host filled); *ran = 0 when the
  * graph is stale (the caller captures again). */
 int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);

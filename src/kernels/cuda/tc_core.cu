@@ -153,6 +153,10 @@ void *tc_workspace(int slot, size_t n) {
     return p;
 }
 
+/* A buffer that recorded graphs read moved (e.g. a back-end's activation buffer grew):
+ * every recorded graph is stale and is recorded again at its next replay. */
+extern "C" void tc_graphs_invalidate(void) { g_ws_gen++; }
+
 int32_t *tc_pinned_ids(size_t n) {
     if (n <= g_pin_ids_n) return g_pin_ids;
     cudaStreamSynchronize(tc_stream); /* the old buffer may still be read by a copy */
