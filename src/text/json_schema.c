@@ -13,8 +13,8 @@
  * keyword is an error naming it (TERN_ERR_UNSUPPORTED): output that might not
  * validate is refused rather than produced.
  *
- * Output shape: JSON with optional whitespace (ws: nothing, a space, or a newline
- * and up to 20 spaces/tabs) between tokens; integers of at most 16 digits, numbers
+ * Output shape: compact JSON, at most one space between tokens (a weak model
+ * cannot spend its tokens on indentation); integers of at most 16 digits, numbers
  * with at most 16 fraction digits and a 3-digit exponent (bounded, so a weak
  * model cannot run a number forever). Rule names are PREFIX-..., PREFIX the
  * start rule's name, so several conversions can share one grammar.
@@ -348,7 +348,7 @@ out:
 
 static void put_common(sconv *c) {
     const char *p = c->pre;
-    putf(c, "%s-ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n", p);
+    putf(c, "%s-ws ::= \" \"?\n", p);
     putf(c, "%s-char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n", p);
     putf(c, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", p, p);
     putf(c, "%s-integer ::= \"-\"? ( [0-9] | [1-9] [0-9]{1,15} )\n", p);
@@ -368,6 +368,14 @@ tern_status tern_json_schema_to_grammar(const char *schema, size_t len, const ch
         if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '_'))
             return tern_fail(TERN_ERR_INVALID_ARG, "tern_json_schema_to_grammar: bad rule name");
     if (!*root || strlen(root) > 40) return tern_fail(TERN_ERR_INVALID_ARG, "tern_json_schema_to_grammar: bad rule name");
+    if (schema && len) {            /* the grammar's literals are UTF-8: refuse invalid bytes here */
+        tern_str clean = {0};
+        tern_status us = tern_utf8_sanitize(schema, len, &clean);
+        bool same = !us && clean.len == len && !memcmp(clean.data, schema, len);
+        tern_str_free(&clean);
+        if (us) return us;
+        if (!same) return tern_fail(TERN_ERR_FORMAT, "json schema: not valid UTF-8");
+    }
     cJSON *js = schema && len ? cJSON_ParseWithLength(schema, len) : cJSON_CreateObject();
     if (!js) return tern_fail(TERN_ERR_FORMAT, "json schema: not valid JSON");
     sconv c = {0};

@@ -220,7 +220,8 @@ TEST(json_schema) {
     CHECK(schema_accepts("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "{\"x\":\"1\"}") == 0);
     /* unsupported keywords are named */
     tern_str g = {0};
-    CHECK(tern_json_schema_to_grammar("{\"type\":\"string\",\"pattern\":\"^a\"}", 33, NULL, &g) == TERN_ERR_UNSUPPORTED);
+    const char *pat = "{\"type\":\"string\",\"pattern\":\"^a\"}";
+    CHECK(tern_json_schema_to_grammar(pat, strlen(pat), NULL, &g) == TERN_ERR_UNSUPPORTED);
     CHECK(strstr(tern_last_error(), "pattern") != NULL);
     tern_str_free(&g);
     const char *mn = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0}}}";
@@ -230,6 +231,8 @@ TEST(json_schema) {
     CHECK(tern_json_schema_to_grammar("{\"type\":\"strin\"}", 16, NULL, &g) == TERN_ERR_UNSUPPORTED);
     tern_str_free(&g);
     CHECK(tern_json_schema_to_grammar("{bad json", 9, NULL, &g) == TERN_ERR_FORMAT);
+    tern_str_free(&g);
+    CHECK(tern_json_schema_to_grammar("{\"enum\":[\"\xab\"]}", 13, NULL, &g) == TERN_ERR_FORMAT);   /* invalid UTF-8 */
     tern_str_free(&g);
 }
 
