@@ -21,6 +21,9 @@ static void usage(FILE *f) {
             "  --tools FILE             JSON array of tool definitions for the chat template\n"
             "  --chat | --raw           through the chat template (default when the model has one) / as is\n"
             "  --stop STR               stop before STR (repeatable)\n"
+            "  --grammar FILE           constrain the reply to a GBNF grammar (llama.cpp's format)\n"
+            "  --json-schema FILE       constrain the reply to JSON valid under a JSON Schema\n"
+            "                           (either turns thinking off unless --think)\n"
             "  --json                   print one JSON object (text, tokens, stop_reason, prompt_tokens,\n"
             "                           pp_tok_s, tg_tok_s, ...) instead of streaming\n");
     gen_opts_help(f);
@@ -43,7 +46,7 @@ static bool on_text(const char *s, size_t n, void *user) {
 int tern_cmd_run(int argc, char **argv) {
     gen_opts o;
     gen_opts_default(&o);
-    const char *prompt = NULL, *tools_file = NULL;
+    const char *prompt = NULL, *tools_file = NULL, *grammar_file = NULL, *schema_file = NULL;
     char *prompt_buf = NULL, *tools = NULL;
     int mode = -1; /* -1 default, 0 raw, 1 chat */
     bool json = false;
@@ -66,6 +69,10 @@ int tern_cmd_run(int argc, char **argv) {
             if (!*argv[i + 1]) return cli_usage_error("run", "--stop needs a non-empty string");
             if (n_stop == 64) return cli_usage_error("run", "at most 64 --stop strings");
             stops[n_stop++] = argv[++i];
+        } else if (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema")) {
+            if (i + 1 >= argc) return cli_usage_error("run", "%s needs a file", a);
+            if (grammar_file || schema_file) return cli_usage_error("run", "give one of --grammar and --json-schema");
+            *(a[2] == 'g' ? &grammar_file : &schema_file) = argv[++i];
         } else if (!strcmp(a, "--chat")) {
             mode = 1;
         } else if (!strcmp(a, "--raw")) {
@@ -88,9 +95,26 @@ int tern_cmd_run(int argc, char **argv) {
         fclose(f);
         if (!tools) { free(prompt_buf); fprintf(stderr, "tern run: cannot read %s\n", tools_file); return 1; }
     }
+    /* constrained output: the grammar (a JSON Schema converted), checked before loading */
+    tern_str gbnf = {0};
+    tern_grammar *grammar = NULL;
+    if (grammar_file || schema_file) {
+        const char *gf = grammar_file ? grammar_file : schema_file;
+        FILE *f = fopen(gf, "rb");
+        char *text = f ? cli_read_stream(f, NULL) : NULL;
+        if (f) fclose(f);
+        if (!text) { free(prompt_buf); free(tools); return cli_usage_error("run", "cannot read '%s'", gf); }
+        tern_status gs = grammar_file ? tern_str_append(&gbnf, text, strlen(text))
+                                      : tern_json_schema_to_grammar(text, strlen(text), NULL, &gbnf);
+        free(text);
+        if (!gs) gs = tern_grammar_parse(gbnf.data, gbnf.len, NULL, &grammar);
+        tern_str_free(&gbnf);
+        if (gs) { free(prompt_buf); free(tools); return cli_lib_error("run", gs); }
+        if (o.think < 0) o.think = 0;
+    }
     gen_ctx g;
     int rc = gen_ctx_open("run", &o, &g);
-    if (rc) { free(prompt_buf); free(tools); return rc; }
+    if (rc) { free(prompt_buf); free(tools); tern_grammar_free(grammar); return rc; }
     bool chat = mode < 0 ? g.has_template : mode == 1;
     tern_tokens ids = {0};
     tern_status st;
@@ -113,10 +137,18 @@ int tern_cmd_run(int argc, char **argv) {
     }
     if (st) { free(prompt_buf); tern_tokens_free(&ids); gen_ctx_close(&g); return cli_lib_error("run", st); }
     tern_gen_params gp = {o.n_predict, stops, n_stop, json ? NULL : on_text, NULL, &gen_cancel};
+    tern_token_trie *trie = NULL;
+    tern_grammar_matcher *gm = NULL;
+    if (grammar && !(st = tern_token_trie_new(g.tok, 0, &trie))) st = tern_grammar_matcher_new(grammar, trie, &gm);
+    gp.grammar = gm;
     tern_gen_result res;
+    memset(&res, 0, sizeof res);
     gen_sigint_arm();
-    st = tern_generate(g.sess, g.tok, g.smp, ids.ids, ids.n, &gp, &res);
+    if (!st) st = tern_generate(g.sess, g.tok, g.smp, ids.ids, ids.n, &gp, &res);
     gen_sigint_disarm();
+    tern_grammar_matcher_free(gm);
+    tern_token_trie_free(trie);
+    tern_grammar_free(grammar);
     if (st) {
         if (!json) fputc('\n', stdout);
         tern_gen_result_free(&res);

@@ -160,6 +160,8 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
+    c.default_temp = c.default_top_p = c.default_min_p = -1.0f;
+    c.default_top_k = -1;
     srv_http *http = NULL;
     char err[256];
     int bound = 0;

@@ -68,6 +68,7 @@ struct srv_http {
     tern_chat_format fmt;
     bool think_default;
     unsigned long long counter;     /* response ids (atomic) */
+    tern_token_trie *trie;          /* grammar masks: built on first use (under tmu) */
     long long started;
 };
 
@@ -157,22 +158,30 @@ static void make_id(srv_http *h, srv_kind kind, srv_resp_id *id) {
 
 /* --------------------------------------------------------------- streaming */
 
+/* A streamed reply of n choices (n > 1: one job per choice, chunks interleaved
+ * with their choice index). */
 typedef struct stream {
     srv_http *h;
-    srv_job *job;
+    srv_job *job[SRV_MAX_N];
+    int n;
     conn_state *cs;                 /* valid while the reader runs (freed after completion) */
     int fd;
     srv_resp_id id;
     bool thinking_open, include_usage;
-    srv_split split;
+    srv_split split[SRV_MAX_N];
+    size_t seen[SRV_MAX_N];
+    bool ended[SRV_MAX_N];
+    int n_ended;
     tern_str out;                   /* SSE bytes not yet handed to MHD */
-    size_t out_off, seen;
-    bool finished, ended;
+    size_t out_off;
+    bool finished;
+    srv_usage total;
 } stream;
 
-/* Turn new reply text into SSE chunks. */
-static void stream_text(stream *s, const char *text, size_t len, bool final) {
+/* Turn new reply text of choice k into SSE chunks. */
+static void stream_text(stream *s, int k, const char *text, size_t len, bool final) {
     srv_delta d = {0};
+    d.index = k;
     if (s->id.kind == SRV_COMPLETION) {
         if (!len) return;
         char *t = malloc(len + 1);
@@ -187,27 +196,29 @@ static void stream_text(stream *s, const char *text, size_t len, bool final) {
     tern_str c = {0}, r = {0};
     tern_str_append(&c, "", 0);
     tern_str_append(&r, "", 0);
-    srv_split_push(&s->split, text, len, &c, &r);
-    if (final) srv_split_finish(&s->split, &c, &r);
+    srv_split_push(&s->split[k], text, len, &c, &r);
+    if (final) srv_split_finish(&s->split[k], &c, &r);
     if (r.len) { d.reasoning = r.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); d.reasoning = NULL; }
     if (c.len) { d.content = c.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); }
     tern_str_free(&c);
     tern_str_free(&r);
 }
 
-static void stream_end(stream *s) {
-    srv_job *j = s->job;
+/* Choice k is over: its finish chunk (or an error event); after the last one, usage and [DONE]. */
+static void stream_end(stream *s, int k) {
+    srv_job *j = s->job[k];
     pthread_mutex_lock(&j->mu);
     srv_finish f = j->finish;
     srv_usage u = j->usage;
     char err[256];
     snprintf(err, sizeof err, "%s", j->error);
     pthread_mutex_unlock(&j->mu);
-    s->cs->n_prompt = u.prompt_tokens;
-    s->cs->n_gen = u.completion_tokens;
-    s->cs->usage = u;
-    s->cs->has_usage = true;
-    if (f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED) {
+    if (!s->n_ended) s->total = u;
+    else { s->total.completion_tokens += u.completion_tokens; if (u.gen_ms > s->total.gen_ms) s->total.gen_ms = u.gen_ms; }
+    s->ended[k] = true;
+    s->n_ended++;
+    bool failed = f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED;
+    if (failed) {
         char *e = srv_json_error(500, f == SRV_FINISH_ERROR ? err : "cancelled");
         if (e) {
             tern_str_append(&s->out, "data: ", 6);
@@ -215,14 +226,18 @@ static void stream_end(stream *s) {
             tern_str_append(&s->out, "\n\n", 2);
             free(e);
         }
+        /* the other choices will not be read: end the stream now */
+        for (int i = 0; i < s->n; i++) srv_job_cancel(s->job[i]);
     } else {
         srv_delta d = {0};
         d.finish = f;
+        d.index = k;
         tern_chat_reply rep = {0};
-        if (s->id.kind == SRV_CHAT && s->split.tool &&
+        if (s->id.kind == SRV_CHAT && s->split[k].tool &&
             tern_chat_parse(s->h->fmt, j->text.data, j->text.len, s->thinking_open, &rep) == TERN_OK &&
             rep.n_tool_calls) {
             srv_delta t = {0};
+            t.index = k;
             t.tool_calls = rep.tool_calls;
             t.n_tool_calls = rep.n_tool_calls;
             srv_sse_chunk(&s->id, &t, NULL, &s->out);
@@ -230,10 +245,19 @@ static void stream_end(stream *s) {
         }
         tern_chat_reply_free(&rep);
         srv_sse_chunk(&s->id, &d, NULL, &s->out);
-        if (s->include_usage) srv_sse_chunk(&s->id, &d, &u, &s->out);
     }
-    tern_str_append(&s->out, "data: [DONE]\n\n", 14);
-    s->finished = true;
+    if (failed || s->n_ended == s->n) {
+        s->cs->n_prompt = s->total.prompt_tokens;
+        s->cs->n_gen = s->total.completion_tokens;
+        s->cs->usage = s->total;
+        s->cs->has_usage = true;
+        if (!failed && s->include_usage) {
+            srv_delta d = {0};
+            srv_sse_chunk(&s->id, &d, &s->total, &s->out);
+        }
+        tern_str_append(&s->out, "data: [DONE]\n\n", 14);
+        s->finished = true;
+    }
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -248,14 +272,26 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        tern_str nt = {0};
-        size_t before = s->seen;
-        bool done = srv_job_wait(s->job, 100, &s->seen, &nt);
-        if (s->seen > before || done) stream_text(s, nt.data ? nt.data : "", nt.len, done);
-        tern_str_free(&nt);
-        if (done) { stream_end(s); continue; }
+        /* one choice: wait on it; several: poll each, then wait a little on the first one open */
+        bool any = false;
+        int first_open = -1;
+        for (int k = 0; k < s->n && !s->finished; k++) {
+            if (s->ended[k]) continue;
+            if (first_open < 0) first_open = k;
+            tern_str nt = {0};
+            size_t before = s->seen[k];
+            bool done = srv_job_wait(s->job[k], s->n == 1 ? 100 : 0, &s->seen[k], &nt);
+            if (s->seen[k] > before || done) { stream_text(s, k, nt.data ? nt.data : "", nt.len, done); any = true; }
+            tern_str_free(&nt);
+            if (done) stream_end(s, k);
+        }
+        if (any || s->finished) continue;
+        if (s->n > 1 && first_open >= 0) {
+            size_t seen = s->seen[first_open];
+            srv_job_wait(s->job[first_open], 20, &seen, NULL);  /* only to sleep; the text is read above */
+        }
         if (client_gone(s->fd)) {
-            srv_job_cancel(s->job);
+            for (int k = 0; k < s->n; k++) srv_job_cancel(s->job[k]);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -263,9 +299,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream *s = cls;
-    srv_job_cancel(s->job);         /* no-op when it already finished */
-    srv_job_unref(s->job);
-    srv_split_free(&s->split);
+    for (int k = 0; k < s->n; k++) {
+        srv_job_cancel(s->job[k]);  /* no-op when it already finished */
+        srv_job_unref(s->job[k]);
+        srv_split_free(&s->split[k]);
+    }
     tern_str_free(&s->out);
     free(s);
 }
@@ -337,18 +375,103 @@ static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
     return out;
 }
 
+/* The vocabulary trie of the grammar masks, built on first use. */
+static const tern_token_trie *get_trie(srv_http *h) {
+    pthread_mutex_lock(&h->tmu);
+    if (!h->trie && tern_token_trie_new(h->tok, 0, &h->trie)) h->trie = NULL;
+    const tern_token_trie *t = h->trie;
+    pthread_mutex_unlock(&h->tmu);
+    return t;
+}
+
+/* Give a job its own grammar and match state. */
+static tern_status job_constrain(srv_http *h, srv_job *j, const tern_str *gbnf, const char *root) {
+    if (!gbnf->len) return TERN_OK;
+    const tern_token_trie *t = get_trie(h);
+    if (!t) return TERN_ERR_NOMEM;
+    tern_status st = tern_grammar_parse(gbnf->data, gbnf->len, root, &j->grammar);
+    if (!st) st = tern_grammar_matcher_new(j->grammar, t, &j->gm);
+    return st;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+/* Choice k of an n > 1 request: a job with the same inputs (seed + k). */
+static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *gbnf, const char *root) {
+    srv_job *c = srv_job_new();
+    if (!c) return NULL;
+    bool ok = true;
+    for (size_t i = 0; ok && i < j->prompt.n; i++) ok = !tern_tokens_push(&c->prompt, j->prompt.ids[i]);
+    c->sp = j->sp;
+    c->sp.seed = j->sp.seed + (uint64_t)k;
+    c->max_tokens = j->max_tokens;
+    c->stream = j->stream;
+    c->ignore_eos = j->ignore_eos;
+    c->logprobs = j->logprobs;
+    if (ok && j->n_bias) {
+        c->bias_ids = malloc(j->n_bias * sizeof *c->bias_ids);
+        c->bias = malloc(j->n_bias * sizeof *c->bias);
+        ok = c->bias_ids && c->bias;
+        if (ok) {
+            memcpy(c->bias_ids, j->bias_ids, j->n_bias * sizeof *c->bias_ids);
+            memcpy(c->bias, j->bias, j->n_bias * sizeof *c->bias);
+            c->n_bias = j->n_bias;
+        }
+    }
+    if (ok && j->n_stop) {
+        ok = (c->stop = calloc(j->n_stop, sizeof *c->stop)) != NULL;
+        for (size_t i = 0; ok && i < j->n_stop; i++) {
+            ok = (c->stop[i] = dup_str(j->stop[i])) != NULL;
+            if (ok) c->n_stop = i + 1;
+        }
+    }
+    if (ok) ok = !job_constrain(h, c, gbnf, root);
+    if (!ok) { srv_job_unref(c); return NULL; }
+    return c;
+}
+
+/* The non-streamed body of choice k (choices[0] of a one-choice response). */
+static char *choice_body(srv_http *h, srv_kind kind, const srv_resp_id *id, srv_job *j, bool thinking_open,
+                         const srv_usage *u, srv_finish f, char *err, size_t en) {
+    tern_chat_reply rep = {0};
+    bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
+    char *body = NULL;
+    if (kind == SRV_CHAT && !parsed) snprintf(err, en, "%s", tern_last_error());
+    else {
+        body = srv_json_response(id, j->text.data, parsed ? &rep : NULL, f, u);
+        if (body && j->logprobs >= 0) body = with_logprobs(h, kind, body, j);
+        if (!body) snprintf(err, en, "out of memory");
+    }
+    tern_chat_reply_free(&rep);
+    return body;
+}
+
 static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     srv_kind kind = cs->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
     srv_request req;
     char err[512];
     int rc = srv_parse_request(kind, cs->body.data, cs->body.len, &req, err, sizeof err);
     if (rc) { srv_request_free(&req); return send_error(conn, cs, rc, err); }
+    tern_str gbnf = {0};
+    const char *groot = "root";
+    if ((rc = srv_constraint_grammar(&req, h->fmt, &gbnf, &groot, err, sizeof err))) {
+        tern_str_free(&gbnf);
+        srv_request_free(&req);
+        return send_error(conn, cs, rc, err);
+    }
+    bool constrained = gbnf.len > 0;
     srv_job *j = srv_job_new();
-    if (!j) { srv_request_free(&req); return send_error(conn, cs, 500, "out of memory"); }
+    if (!j) { tern_str_free(&gbnf); srv_request_free(&req); return send_error(conn, cs, 500, "out of memory"); }
     bool think = false, thinking_open = false;
     tern_status st;
     if (kind == SRV_CHAT) {
-        think = req.thinking < 0 ? h->think_default : req.thinking == 1;
+        /* a constrained reply is all content: thinking is off unless asked for (refused then) */
+        think = req.thinking < 0 ? (!constrained && h->think_default) : req.thinking == 1;
         thinking_open = think && h->fmt == TERN_CHAT_QWEN35;
         tern_chat_opts co = {req.tools_json, true, think};
         st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &j->prompt);
@@ -365,14 +488,16 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
                       j->prompt.n, n_ctx);
         srv_job_unref(j);
         srv_request_free(&req);
+        tern_str_free(&gbnf);
         return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, err);
     }
-    /* sampling defaults: the Qwen3 model card, as `tern run` (thinking: 0.6 / 0.95) */
+    /* sampling defaults: the model's general.sampling.* keys, else the Qwen3 model card
+     * as `tern run` (thinking: 0.6 / 0.95) */
     j->sp = req.sp;
-    if (!req.temp_set) j->sp.temperature = think ? 0.6f : 0.7f;
-    if (!req.top_p_set) j->sp.top_p = think ? 0.95f : 0.8f;
-    if (!req.top_k_set) j->sp.top_k = 20;
-    if (!req.min_p_set) j->sp.min_p = 0.0f;
+    if (!req.temp_set) j->sp.temperature = h->c.default_temp >= 0 ? h->c.default_temp : think ? 0.6f : 0.7f;
+    if (!req.top_p_set) j->sp.top_p = h->c.default_top_p >= 0 ? h->c.default_top_p : think ? 0.95f : 0.8f;
+    if (!req.top_k_set) j->sp.top_k = h->c.default_top_k >= 0 ? h->c.default_top_k : 20;
+    if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
     if (!req.seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -386,6 +511,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
             snprintf(err, sizeof err, "'logit_bias' key %d is not a token id (vocabulary of %d)", (int)req.bias_ids[i], (int)nv);
             srv_job_unref(j);
             srv_request_free(&req);
+            tern_str_free(&gbnf);
             return send_error(conn, cs, 400, err);
         }
     j->logprobs = req.logprobs;
@@ -401,9 +527,23 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     req.stop = NULL;
     req.n_stop = 0;
     bool streamed = req.stream, include_usage = req.include_usage;
+    int n = req.n;
     srv_request_free(&req);
-    if (srv_sched_submit(h->sched, j)) {
-        srv_job_unref(j);
+    srv_job *jobs[SRV_MAX_N] = {j};
+    bool ok = !job_constrain(h, j, &gbnf, groot);
+    for (int k = 1; ok && k < n; k++) ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
+    tern_str_free(&gbnf);
+    if (!ok) {
+        for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
+        return send_error(conn, cs, 500, "out of memory");
+    }
+    int submitted = 0;
+    while (submitted < n && !srv_sched_submit(h->sched, jobs[submitted])) submitted++;
+    if (submitted < n) {
+        for (int k = 0; k < n; k++) {
+            if (k < submitted) srv_job_cancel(jobs[k]);
+            srv_job_unref(jobs[k]);
+        }
         return send_error(conn, cs, 503, "the server is busy (request queue full); retry later");
     }
     srv_resp_id id;
@@ -411,20 +551,27 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     int fd = conn_fd(conn);
     if (streamed) {
         stream *s = calloc(1, sizeof *s);
-        if (!s) { srv_job_cancel(j); srv_job_unref(j); return send_error(conn, cs, 500, "out of memory"); }
+        if (!s) {
+            for (int k = 0; k < n; k++) { srv_job_cancel(jobs[k]); srv_job_unref(jobs[k]); }
+            return send_error(conn, cs, 500, "out of memory");
+        }
         s->h = h;
-        s->job = j;
+        s->n = n;
         s->cs = cs;
         s->fd = fd;
         s->id = id;
         s->thinking_open = thinking_open;
         s->include_usage = include_usage;
-        srv_split_init(&s->split, thinking_open);
         tern_str_append(&s->out, "", 0);
-        if (kind == SRV_CHAT) {
-            srv_delta d = {0};
-            d.role = true;
-            srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        for (int k = 0; k < n; k++) {
+            s->job[k] = jobs[k];
+            srv_split_init(&s->split[k], thinking_open);
+            if (kind == SRV_CHAT) {
+                srv_delta d = {0};
+                d.role = true;
+                d.index = k;
+                srv_sse_chunk(&s->id, &d, NULL, &s->out);
+            }
         }
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
         if (!r) { stream_free(s); return MHD_NO; }
@@ -436,36 +583,63 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         MHD_destroy_response(r);
         return ret;
     }
-    size_t seen = 0;
     bool cancelled = false;
-    while (!srv_job_wait(j, 100, &seen, NULL))
-        if (!cancelled && client_gone(fd)) { srv_job_cancel(j); cancelled = true; }
-    pthread_mutex_lock(&j->mu);
-    srv_finish f = j->finish;
-    srv_usage u = j->usage;
-    pthread_mutex_unlock(&j->mu);
-    cs->n_prompt = u.prompt_tokens;
-    cs->n_gen = u.completion_tokens;
-    cs->usage = u;
+    for (int k = 0; k < n; k++) {
+        size_t seen = 0;
+        while (!srv_job_wait(jobs[k], 100, &seen, NULL))
+            if (!cancelled && client_gone(fd)) {
+                for (int i = 0; i < n; i++) srv_job_cancel(jobs[i]);
+                cancelled = true;
+            }
+    }
+    srv_finish f[SRV_MAX_N];
+    srv_usage u[SRV_MAX_N], tot = {0};
+    int failed = -1;
+    for (int k = 0; k < n; k++) {
+        pthread_mutex_lock(&jobs[k]->mu);
+        f[k] = jobs[k]->finish;
+        u[k] = jobs[k]->usage;
+        pthread_mutex_unlock(&jobs[k]->mu);
+        if (!k) tot = u[k];
+        else {
+            tot.completion_tokens += u[k].completion_tokens;
+            if (u[k].gen_ms > tot.gen_ms) tot.gen_ms = u[k].gen_ms;
+        }
+        if (failed < 0 && (f[k] == SRV_FINISH_ERROR || f[k] == SRV_FINISH_CANCELLED)) failed = k;
+    }
+    cs->n_prompt = tot.prompt_tokens;
+    cs->n_gen = tot.completion_tokens;
+    cs->usage = tot;
     cs->has_usage = true;
     enum MHD_Result ret;
-    if (cancelled || f == SRV_FINISH_CANCELLED) {
+    if (cancelled || (failed >= 0 && f[failed] == SRV_FINISH_CANCELLED)) {
         cs->status = 499;           /* nginx's "client closed request", for the log */
         ret = MHD_NO;
-    } else if (f == SRV_FINISH_ERROR) {
-        ret = send_error(conn, cs, strstr(j->error, "shutting down") ? 503 : 500, j->error);
+    } else if (failed >= 0) {
+        ret = send_error(conn, cs, strstr(jobs[failed]->error, "shutting down") ? 503 : 500, jobs[failed]->error);
     } else {
-        tern_chat_reply rep = {0};
-        bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
-        if (kind == SRV_CHAT && !parsed) ret = send_error(conn, cs, 500, tern_last_error());
-        else {
-            char *body = srv_json_response(&id, j->text.data, parsed ? &rep : NULL, f, &u);
-            if (body && j->logprobs >= 0) body = with_logprobs(h, kind, body, j);
-            ret = send_json(conn, cs, 200, body);
+        /* choice 0's body, the other choices' objects appended (index k), usage summed */
+        char *body = choice_body(h, kind, &id, jobs[0], thinking_open, &tot, f[0], err, sizeof err);
+        cJSON *root = body && n > 1 ? cJSON_Parse(body) : NULL;
+        cJSON *choices = root ? cJSON_GetObjectItemCaseSensitive(root, "choices") : NULL;
+        for (int k = 1; body && k < n; k++) {
+            char *bk = choice_body(h, kind, &id, jobs[k], thinking_open, &u[k], f[k], err, sizeof err);
+            cJSON *rk = bk ? cJSON_Parse(bk) : NULL;
+            free(bk);
+            cJSON *ck = rk ? cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(rk, "choices"), 0) : NULL;
+            cJSON_Delete(rk);
+            if (!ck || !choices) { cJSON_Delete(ck); free(body); body = NULL; break; }
+            cJSON_ReplaceItemInObjectCaseSensitive(ck, "index", cJSON_CreateNumber(k));
+            cJSON_AddItemToArray(choices, ck);
         }
-        tern_chat_reply_free(&rep);
+        if (body && root) {
+            free(body);
+            body = cJSON_PrintUnformatted(root);
+        }
+        cJSON_Delete(root);
+        ret = body ? send_json(conn, cs, 200, body) : send_error(conn, cs, 500, err);
     }
-    srv_job_unref(j);
+    for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
     return ret;
 }
 
@@ -842,6 +1016,7 @@ void srv_http_stop(srv_http *h) {
         pthread_join(h->watcher, NULL);
     }
     MHD_stop_daemon(h->d);
+    tern_token_trie_free(h->trie);
     pthread_mutex_destroy(&h->tmu);
     pthread_mutex_destroy(&h->metrics.mu);
     free(h);

@@ -128,6 +128,9 @@ void srv_request_free(srv_request *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->prompt);
+    free(r->grammar);
+    free(r->schema);
+    free(r->tool_name);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     memset(r, 0, sizeof *r);
@@ -233,13 +236,15 @@ static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) 
         if (!cJSON_IsString(name)) return fail(err, en, "tools[%d].function.name must be a string", k);
         if (named && !strcmp(named, name->valuestring)) found = true;
     }
+    if ((required || named) && k == 0) return fail(err, en, "'tool_choice' needs 'tools'");
     if (named && !found)
         return fail(err, en, "'tool_choice' names the function '%.64s', which is not in 'tools'", named);
-    if ((required || named) && k == 0) return fail(err, en, "'tool_choice' needs 'tools'");
-    /* forcing a call needs constrained decoding, which the server does not do yet */
-    if (required || named)
-        return fail(err, en, "'tool_choice' %s is not supported yet (a call cannot be enforced); use \"auto\"",
-                    required ? "\"required\"" : "naming a function");
+    /* forced: the output is constrained to a call (constrain.c) */
+    if (required) r->tool_force = 1;
+    if (named) {
+        r->tool_force = 2;
+        if (!(r->tool_name = dup_n(named, strlen(named)))) return fail(err, en, "out of memory");
+    }
     if (!tools) return 0;
     if (k == 0 || none) return 0;
     if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return fail(err, en, "out of memory");
@@ -328,24 +333,61 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
  * a 400 naming the field instead of silently ignoring it. A field given with
  * its neutral value (null, false, 1 for best_of, "" for suffix, an empty
  * logit_bias, response_format "text", top_logprobs 0) is accepted. */
-static int reject_unsupported(const cJSON *root, char *err, size_t en) {
+/* response_format, grammar, json_schema: the constraint (at most one). */
+static int parse_constraint(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *f;
-    if ((f = field(root, "response_format")) && !cJSON_IsNull(f)) {
+    int n = 0;
+    if ((f = field(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
         if (!cJSON_IsString(t)) return fail(err, en, "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text")) {
-            if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
-                return fail(err, en, "'response_format' type \"%s\" is not supported yet (no constrained decoding)",
-                            t->valuestring);
+        const cJSON *sc = NULL;
+        if (!strcmp(t->valuestring, "json_object")) {
+            sc = field(f, "schema");            /* llama.cpp's extension */
+            if (sc && !cJSON_IsObject(sc)) return fail(err, en, "'response_format.schema' must be an object");
+            if (!(r->schema = sc ? cJSON_PrintUnformatted(sc) : dup_n("{\"type\":\"object\"}", 17)))
+                return fail(err, en, "out of memory");
+            n++;
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            const cJSON *js = field(f, "json_schema");
+            if (!cJSON_IsObject(js)) return fail(err, en, "'response_format.json_schema' must be an object");
+            const cJSON *nm = field(js, "name");
+            if (nm && !cJSON_IsString(nm)) return fail(err, en, "'response_format.json_schema.name' must be a string");
+            const cJSON *st = field(js, "strict");
+            if (st && !cJSON_IsBool(st)) return fail(err, en, "'response_format.json_schema.strict' must be a boolean");
+            sc = field(js, "schema");
+            if (sc && !cJSON_IsObject(sc) && !cJSON_IsTrue(sc))
+                return fail(err, en, "'response_format.json_schema.schema' must be an object");
+            if (!(r->schema = sc ? cJSON_PrintUnformatted(sc) : dup_n("{}", 2))) return fail(err, en, "out of memory");
+            n++;
+        } else if (strcmp(t->valuestring, "text")) {
             return fail(err, en, "'response_format' type \"%.32s\" is unknown (\"text\", \"json_object\", \"json_schema\")",
                         t->valuestring);
         }
     }
+    if ((f = field(root, "json_schema"))) {     /* llama.cpp's top-level extension */
+        if (!cJSON_IsObject(f)) return fail(err, en, "'json_schema' must be an object");
+        if (n++) return fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
+        if (!(r->schema = cJSON_PrintUnformatted(f))) return fail(err, en, "out of memory");
+    }
+    if ((f = field(root, "grammar"))) {
+        if (!cJSON_IsString(f)) return fail(err, en, "'grammar' must be a string (GBNF)");
+        if (n++) return fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
+        if (strlen(f->valuestring) > SRV_MAX_GRAMMAR) return fail(err, en, "'grammar' is longer than %d bytes", SRV_MAX_GRAMMAR);
+        if (!(r->grammar = dup_n(f->valuestring, strlen(f->valuestring)))) return fail(err, en, "out of memory");
+    }
+    if (n && r->tool_force)
+        return fail(err, en, "'tool_choice' \"required\" or a named function cannot be combined with '%s'",
+                    r->grammar ? "grammar" : "response_format");
+    return 0;
+}
+
+static int reject_unsupported(const cJSON *root, char *err, size_t en) {
+    const cJSON *f;
     if ((f = field(root, "best_of")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
         return fail(err, en, "'best_of' is not supported (only 1)");
     if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
         return fail(err, en, "'suffix' is not supported");
-    static const char *const never[] = {"grammar", "json_schema", "functions", "function_call"};
+    static const char *const never[] = {"functions", "function_call"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         if ((f = field(root, never[i])) && !cJSON_IsNull(f))
             return fail(err, en, "'%s' is not supported yet", never[i]);
@@ -384,8 +426,9 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     const char *mt = field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = get_num(root, mt, 1, SRV_MAX_TOKENS_LIMIT, true, &v, &set, err, en))) goto out;
     if (set) r->max_tokens = (int)v;
-    if ((rc = get_num(root, "n", -1e9, 1e9, true, &v, &set, err, en))) goto out;
-    if (set && v != 1) { rc = fail(err, en, "only 'n' = 1 is supported"); goto out; }
+    r->n = 1;
+    if ((rc = get_num(root, "n", 1, SRV_MAX_N, true, &v, &set, err, en))) goto out;
+    if (set) r->n = (int)v;
     if ((rc = parse_sampling(root, r, err, en)) || (rc = parse_stop(root, r, err, en)) ||
         (rc = parse_logit_bias(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
@@ -393,7 +436,12 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
-    if ((rc = reject_unsupported(root, err, en))) goto out;
+    if ((rc = reject_unsupported(root, err, en)) || (rc = parse_constraint(root, r, err, en))) goto out;
+    if ((r->grammar || r->schema || r->tool_force) && r->thinking == 1) {
+        rc = fail(err, en, "'enable_thinking' cannot be combined with a constrained output (%s)",
+                  r->grammar ? "grammar" : r->schema ? "response_format" : "tool_choice");
+        goto out;
+    }
     /* logprobs: chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (int 0..5) */
     r->logprobs = -1;
     if (kind == SRV_CHAT) {
@@ -543,7 +591,7 @@ tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_u
         cJSON *c = cJSON_CreateObject();
         if (c) {
             cJSON_AddItemToArray(choices, c);
-            cJSON_AddNumberToObject(c, "index", 0);
+            cJSON_AddNumberToObject(c, "index", d->index);
             if (chat) {
                 cJSON *dl = cJSON_AddObjectToObject(c, "delta");
                 if (dl && d->role) {

@@ -66,6 +66,8 @@ void srv_job_unref(srv_job *j) {
     free(j->bias_ids);
     free(j->bias);
     free(j->lp);
+    tern_grammar_matcher_free(j->gm);
+    tern_grammar_free(j->grammar);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -237,6 +239,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         gp.n_stop = j->n_stop;
         gp.cancel = &j->cancel;
         gp.ignore_eos = j->ignore_eos;
+        gp.grammar = j->gm;
         sl->hook = (gen_hook){s, j};
         if (j->n_bias) {
             gp.process = hook_bias;

@@ -59,9 +59,17 @@ typedef struct srv_request {
     float *bias;                    /* and the values added to their logits (-100 … 100) */
     size_t n_bias;
     int logprobs;                   /* -1: none; else the number of alternatives per token (top_logprobs) */
+    /* constrained output (at most one of the three; srv_constraint_grammar builds the GBNF) */
+    char *grammar;                  /* 'grammar': GBNF text */
+    char *schema;                   /* response_format json_schema / json_object (+schema) / 'json_schema': schema JSON */
+    int tool_force;                 /* 0: none; 1: tool_choice "required"; 2: a named function */
+    char *tool_name;                /* tool_force 2 */
+    int n;                          /* choices (1..SRV_MAX_N) */
 } srv_request;
+#define SRV_MAX_N 8
 #define SRV_MAX_LOGIT_BIAS 1024
 #define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_GRAMMAR (256 * 1024)
 
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
@@ -70,6 +78,12 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
                       size_t err_len);
 void srv_request_free(srv_request *r);
 
+
+/* The GBNF text and start rule of a request's constraint for chat format fmt
+ * (a tool call in the format's own markup; JSON Schema converted): 0 and *gbnf
+ * filled (empty when the request has none), else 400 with err. constrain.c. */
+int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str *gbnf, const char **root, char *err,
+                           size_t en);
 
 /* ------------------------------------------------------------- responses */
 
@@ -110,6 +124,7 @@ typedef struct srv_delta {
     const tern_tool_call *tool_calls;
     size_t n_tool_calls;
     srv_finish finish;              /* NONE: null */
+    int index;                      /* the choice (n > 1) */
 } srv_delta;
 tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_usage *usage, tern_str *out);
 
@@ -161,6 +176,8 @@ typedef struct srv_job {
     int logprobs;                   /* -1: none; else record each token's logprob and this many alternatives */
     char **stop;                    /* owned (moved from the request) */
     size_t n_stop;
+    tern_grammar *grammar;          /* constrained output (owned; NULL: none) */
+    tern_grammar_matcher *gm;       /* its match state, used by the scheduler only (owned) */
     /* channel (guarded by mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -231,6 +248,10 @@ typedef struct srv_config {
     const char *cors_origin;        /* NULL: no CORS headers */
     int think_default;              /* -1: by chat format (on for qwen35), 0 off, 1 on */
     int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */
+    /* sampling defaults when a request gives none (< 0: the built-in ones); the
+     * model's general.sampling.* keys, read by `tern serve` */
+    float default_temp, default_top_p, default_min_p;
+    int default_top_k;
 } srv_config;
 
 typedef struct srv_http srv_http;

@@ -113,7 +113,7 @@ tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler 
                 st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
         }
     }
-    if (!st && ((g->p.ignore_eos && g->n_eog) || g->p.process) &&
+    if (!st && ((g->p.ignore_eos && g->n_eog) || g->p.process || g->p.grammar) &&
         !(g->masked = tern_malloc((size_t)g->n_vocab * sizeof(float))))
         st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
     if (st) {
@@ -160,9 +160,19 @@ tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reas
         if (p->ignore_eos)
             for (int i = 0; i < g->n_eog; i++) g->masked[g->eog[i]] = -INFINITY;
         if (p->process) p->process(g->masked, g->n_vocab, p->process_user);
+        /* constrained output: tokens the grammar does not allow next get -inf */
+        tern_status gst = p->grammar ? tern_grammar_matcher_mask(p->grammar, g->masked, g->n_vocab, NULL) : TERN_OK;
+        if (gst) return gst;
         logits = g->masked;
     }
     int32_t id = tern_sampler_sample(g->smp, logits);
+    if (p->grammar && !isfinite(logits[id]))
+        return tern_fail(TERN_ERR_INVALID_ARG, "generate: every token the grammar allows was excluded (ignore_eos, "
+                         "logit_bias or the sampler)");
+    if (p->grammar) {
+        tern_status ast = tern_grammar_matcher_accept_token(p->grammar, g->t, id);
+        if (ast) return ast;
+    }
     tern_sampler_accept(g->smp, id);
     tern_status st = tern_tokens_push(&g->tokens, id);
     if (st) return st;

@@ -57,6 +57,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
               r.sp.min_p <= 1 && r.sp.repeat_penalty > 0 && r.max_tokens >= 0))
             __builtin_trap();
         if (r.tools_json) must_parse(r.tools_json);
+        if (r.n < 1 || r.n > SRV_MAX_N || ((r.grammar != NULL) + (r.schema != NULL) > 1)) __builtin_trap();
+        /* the constraint's grammar: built (and then parses) or refused with a reason, for both formats */
+        for (int fmt = 0; fmt < 2; fmt++) {
+            tern_str g = {0};
+            const char *root = NULL;
+            char gerr[256] = "";
+            int grc = srv_constraint_grammar(&r, fmt ? TERN_CHAT_QWEN35 : TERN_CHAT_QWEN3, &g, &root, gerr, sizeof gerr);
+            if ((grc != 0 && grc != 400) || (grc == 400 && !gerr[0])) __builtin_trap();
+            if (grc == 0 && g.len) {
+                tern_grammar *G = NULL;
+                if (tern_grammar_parse(g.data, g.len, root, &G)) __builtin_trap();
+                tern_grammar_free(G);
+            }
+            tern_str_free(&g);
+        }
         if (r.n_bias > SRV_MAX_LOGIT_BIAS || r.logprobs < -1 || r.logprobs > SRV_MAX_TOP_LOGPROBS ||
             (r.logprobs >= 0 && r.stream))
             __builtin_trap();

@@ -13,7 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ART=${TERN_FUZZ_ARTIFACTS:-$(mktemp -d)}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-declare -A MAXLEN=([fuzz_gguf]=16384 [fuzz_safetensors]=8192 [fuzz_json]=8192)
+declare -A MAXLEN=([fuzz_gguf]=16384 [fuzz_safetensors]=8192 [fuzz_json]=8192 [fuzz_grammar]=2048)
 shopt -s nullglob
 fuzzers=("$BUILD"/fuzz_*)
 if [ ${#fuzzers[@]} -eq 0 ]; then echo "run.sh: no fuzz_* executables in $BUILD"; exit 1; fi

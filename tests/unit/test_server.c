@@ -135,7 +135,8 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"repetition_penalty\":5e-324}", "repetition_penalty"},   /* 0 as a float */
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"seed\":0.5}", "integer"},
-        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "'n' = 1"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n\":9}", "'n'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n\":0}", "'n'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":5}", "'stop'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",5]}", "'stop'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "more than"},
@@ -149,8 +150,9 @@ TEST(parse_errors) {
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"bogus\"}}", "'response_format' type \"bogus\""},
-        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "'response_format'"},
-        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "'response_format'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\",\"schema\":3}}", "'response_format.schema'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", "'response_format.json_schema'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":1}}}", "'response_format.json_schema.schema'"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", "'response_format'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "'best_of'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "'suffix'"},
@@ -161,11 +163,11 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"1\"}}", "'logit_bias' value"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "'logit_bias' must be an object"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", "needs 'logprobs'"},
-        {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "'grammar'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":5}", "'grammar' must be a string"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}}", "one of"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", "'functions'"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", "'g', which is not in 'tools'"},
-        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", "'tool_choice'"},
-        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "'tool_choice'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"grammar\":\"root ::= \\\"a\\\"\"}", "cannot be combined"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "needs 'tools'"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"function\":{}}}", "tool_choice.function.name"},
     };
@@ -180,6 +182,66 @@ TEST(parse_errors) {
     memset(big + l, 'a', 300);
     strcpy(big + l + 300, "\"}");
     CHECK_EQ_INT(parse(SRV_COMPLETION, big), 400);
+    srv_request_free(&R);
+}
+
+/* srv_constraint_grammar: each kind of constraint gives a grammar that accepts
+ * a well-formed reply and refuses a malformed one (no model: the byte matcher). */
+static int accepts(const tern_str *g, const char *root, const char *text) {
+    tern_grammar *G = NULL;
+    tern_grammar_matcher *m = NULL;
+    int r = -1;
+    if (!tern_grammar_parse(g->data, g->len, root, &G) && !tern_grammar_matcher_new(G, NULL, &m))
+        r = tern_grammar_matcher_accept_bytes(m, text, strlen(text)) && tern_grammar_matcher_is_done(m);
+    tern_grammar_matcher_free(m);
+    tern_grammar_free(G);
+    return r;
+}
+
+TEST(constraint_grammar) {
+    static const char *tools = ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+        "\"unit\":{\"enum\":[\"C\",\"F\"]}},\"required\":[\"city\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
+    static const struct { const char *body; int fmt; const char *good, *bad; } cases[] = {
+        {"\"response_format\":{\"type\":\"json_object\"}", 0, "{\"a\": [1, true]}", "[1]"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+         "\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}}}", 0, "{\"n\": 3}", "{\"n\": \"3\"}"},
+        {"\"grammar\":\"root ::= [ab]+\"", 0, "abba", "abc"},
+        {"\"tool_choice\":\"required\"", TERN_CHAT_QWEN3,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"C\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"},
+        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}", TERN_CHAT_QWEN3,
+         "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"},
+        {"\"tool_choice\":\"required\"", TERN_CHAT_QWEN35,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=unit>\nF\n</parameter>\n"
+         "</function>\n</tool_call>",
+         "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[2048];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]%s,%s}", tools, cases[i].body);
+        CHECK_MSG(parse(SRV_CHAT, body) == 0, "case %zu: %s", i, E);
+        tern_str g = {0};
+        const char *root = NULL;
+        char err[256] = "";
+        CHECK_MSG(srv_constraint_grammar(&R, (tern_chat_format)cases[i].fmt, &g, &root, err, sizeof err) == 0, "case %zu: %s", i, err);
+        CHECK_MSG(accepts(&g, root, cases[i].good) == 1, "case %zu: good text refused\n%s", i, g.data);
+        CHECK_MSG(accepts(&g, root, cases[i].bad) == 0, "case %zu: bad text accepted", i);
+        tern_str_free(&g);
+    }
+    /* an unsupported schema keyword / a bad grammar: 400 naming it */
+    CHECK(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                         "\"json_schema\":{\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}") == 0);
+    tern_str g = {0};
+    const char *root;
+    char err[256] = "";
+    CHECK(srv_constraint_grammar(&R, TERN_CHAT_QWEN3, &g, &root, err, sizeof err) == 400 && strstr(err, "pattern"));
+    tern_str_free(&g);
+    CHECK(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\\nx ::= (\"}") == 0);
+    CHECK(srv_constraint_grammar(&R, TERN_CHAT_QWEN3, &g, &root, err, sizeof err) == 400 && strstr(err, "line 2"));
+    tern_str_free(&g);
     srv_request_free(&R);
 }
 
@@ -537,6 +599,7 @@ int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
     RUN(parse_errors);
+    RUN(constraint_grammar);
     RUN(logprob_of);
     RUN(builders);
     RUN(splitter_matches_parse);
