@@ -244,9 +244,25 @@ TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
  * stays bit-identical to stepping alone, docs/architecture.md), 16 on CUDA; 1 for NULL. */
 TERN_API int tern_model_batch_hint(const tern_model *m);
 
+/* KV cache storage type (keys and values chosen separately). f16/bf16 halve the
+ * cache of f32, q8_0 (blocks of 32 int8 with an fp16 scale, 34 bytes) takes 0.53 of
+ * f16; the attention reads the stored type directly. DEFAULT: f16 where the back-end
+ * supports it (CPU), else f32 (CUDA for now, which refuses the others). The GDN
+ * recurrent state is always f32. */
+typedef enum tern_cache_type {
+    TERN_CACHE_DEFAULT = 0, TERN_CACHE_F32 = 1, TERN_CACHE_F16 = 2, TERN_CACHE_BF16 = 3,
+    TERN_CACHE_Q8_0 = 4
+} tern_cache_type;
+/* "f32", "f16", "bf16", "q8_0" ("default" for DEFAULT; NULL when out of range). */
+TERN_API const char *tern_cache_type_name(tern_cache_type t);
+/* The inverse (exact names above); TERN_ERR_INVALID_ARG naming the choices otherwise. */
+TERN_API tern_status tern_cache_type_parse(const char *name, tern_cache_type *out);
+
 typedef struct tern_session_params {
     int n_ctx;                      /* KV cache positions (0 = min(4096, n_ctx_train)) */
     int n_chunk;                    /* prefill chunk size (0 = 64); 1 = token-by-token */
+    tern_cache_type cache_type_k;   /* key cache type (0 = TERN_CACHE_DEFAULT) */
+    tern_cache_type cache_type_v;   /* value cache type (0 = TERN_CACHE_DEFAULT) */
 } tern_session_params;
 TERN_API void tern_session_params_default(tern_session_params *p);
 TERN_API tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_session **out);
@@ -284,6 +300,12 @@ TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32
 TERN_API const float *tern_session_logits(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);
+/* Bytes of the session's KV cache holding n_pos positions (clamped to [0, n_ctx]):
+ * n_pos = tern_session_pos() is what is in use (on the CPU the pages behind it),
+ * n_pos = tern_session_n_ctx() what the full context takes. */
+TERN_API uint64_t tern_session_cache_bytes(const tern_session *s, int n_pos);
+/* The session's resolved key (value = false) or value (value = true) cache type. */
+TERN_API tern_cache_type tern_session_cache_type(const tern_session *s, bool value);
 
 /* ===================================================================== text */
 

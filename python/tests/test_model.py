@@ -59,6 +59,17 @@ def test_info(q3):
         assert m.info["n_ctx"] == 64
 
 
+def test_cache_type(q3):
+    assert q3.cache_type == "f16"  # the CPU default
+    path = need_fixture("qwen3-tiny/model-q2_0.gguf")
+    with tern.Model(path, threads=1, n_ctx=256, cache_type="q8_0") as m:
+        assert m.cache_type == "q8_0"
+        # 4 layers x (keys + values) x 2 heads of 128 (8 blocks of 34 bytes) x 256 positions
+        assert m.info["cache_bytes_max"] == 4 * 2 * 8 * 34 * 256
+    with pytest.raises(ValueError):
+        tern.Model(path, threads=1, n_ctx=64, cache_type="q4")
+
+
 def test_tokenize_roundtrip_and_cases(q3):
     with open(need_fixture("qwen3-tiny/tokenizer-cases.json")) as f:
         cases = json.load(f)

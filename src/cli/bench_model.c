@@ -9,7 +9,13 @@
  *   pp        a prompt of P ids (deterministic pseudo-random, chunked prefill),
  *             reps times from a reset session: median tok/s
  *   tg        N single-token steps after the prompt (greedy): median per-step time
- *   bytes/token  weight bytes read per decoded token (all but the embedding table)
+ *   depth     with --depth D (llama-bench's -d): D tokens of context are prefilled once
+ *             (untimed) before the measurements; the pp reps then follow one another
+ *             (rep r evaluates positions D + r*P ..: the session cannot be rewound, the
+ *             GDN state is recurrent) and tg starts after them
+ *   bytes/token  weight bytes read per decoded token (all but the embedding table) plus
+ *             the KV cache read at the tg steps' middle position (every key and value row
+ *             of every attention layer once, in the cache's stored type)
  *   roofline  ceiling / bytes per token; ratio = tg / roofline
  *   batch     with --batch B: B more sessions, each prefilled with the same prompt;
  *             after each tg step one step that advances all B together
@@ -34,7 +40,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--batch B] [--repack] [--device cpu|cuda[:N]] [--profile] [--json]\n"
+            "                        [--chunk N] [--batch B] [--depth D] [--cache-type T] [--repack]\n"
+            "                        [--device cpu|cuda[:N]] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
@@ -43,7 +50,9 @@ static void usage(FILE *f) {
             "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
             "  counts kernel launches per decode token and, with --profile, times each kernel\n"
-            "  family over 8 decode steps run op by op.\n");
+            "  family over 8 decode steps run op by op. --depth D: pp and tg measured after D\n"
+            "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
+            "  read too). --cache-type f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n");
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -65,7 +74,8 @@ static int argmax(const float *v, int n) {
 
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
-    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0;
+    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0, depth = 0;
+    tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, repack = false, profile = false;
     const char *device = NULL;
     for (int i = 1; i < argc; i++) {
@@ -77,7 +87,10 @@ int tern_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--repack")) { repack = true; continue; }
         if (!strcmp(a, "--profile")) { profile = true; continue; }
-        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device"))
+        int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
+        if (cr == 2) return 2;
+        if (cr == 1) continue;
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
@@ -93,6 +106,8 @@ int tern_bench_model(int argc, char **argv) {
             if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
         } else if (!strcmp(a, "--batch")) {
             if (!cli_parse_i64(v, 1, 256, &batch)) return cli_usage_error("bench model", "bad --batch '%s'", v);
+        } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
+            if (!cli_parse_i64(v, 0, 1 << 22, &depth)) return cli_usage_error("bench model", "bad --depth '%s'", v);
         } else if (!strcmp(a, "--chunk")) {
             if (!cli_parse_i64(v, 1, 4096, &chunk)) return cli_usage_error("bench model", "bad --chunk '%s'", v);
         } else return cli_usage_error("bench model", "unknown option '%s'", a);
@@ -119,8 +134,10 @@ int tern_bench_model(int argc, char **argv) {
 
     tern_session_params sp;
     tern_session_params_default(&sp);
-    sp.n_ctx = (int)(np + ng + 1);
+    sp.n_ctx = (int)(depth + (depth ? reps : 1) * np + ng + 1);
     sp.n_chunk = (int)chunk;
+    sp.cache_type_k = cache_k;
+    sp.cache_type_v = cache_v;
     tern_session *s = NULL;
     st = tern_session_new(m, &sp, &s);
     if (st) {
@@ -128,7 +145,8 @@ int tern_bench_model(int argc, char **argv) {
         return cli_lib_error("bench model", st);
     }
     int V = info->n_vocab;
-    int32_t *ids = malloc((size_t)np * sizeof *ids);
+    const int64_t nids = np > depth ? np : depth;
+    int32_t *ids = malloc((size_t)nids * sizeof *ids);
     double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)ng * sizeof *tg);
     double *bt = malloc((size_t)ng * sizeof *bt);
     tern_session **bs = batch ? calloc((size_t)batch, sizeof *bs) : NULL;
@@ -141,14 +159,21 @@ int tern_bench_model(int argc, char **argv) {
         goto done;
     }
     uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (int64_t i = 0; i < np; i++) {
+    for (int64_t i = 0; i < nids; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)V);
     }
     /* warm-up: one token touches every weight page */
     if ((st = tern_session_eval(s, ids, 1, NULL))) goto lib_err;
-    for (int64_t r = 0; r < reps; r++) {
+    if (depth) {
         tern_session_reset(s);
+        double a = tern_now_s();
+        if ((st = tern_session_eval(s, ids, (size_t)depth, NULL))) goto lib_err;
+        if (!json)
+            fprintf(stderr, "  depth %lld prefilled in %.1f s\n", (long long)depth, tern_now_s() - a);
+    }
+    for (int64_t r = 0; r < reps; r++) {
+        if (!depth) tern_session_reset(s);
         double a = tern_now_s();
         if ((st = tern_session_eval(s, ids, (size_t)np, NULL))) goto lib_err;
         pp[r] = (double)np / (tern_now_s() - a);
@@ -163,6 +188,7 @@ int tern_bench_model(int argc, char **argv) {
         btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
     }
     int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
+    const int tg_pos = tern_session_pos(s) + (int)(ng / 2); /* the tg steps' middle position */
     for (int64_t i = 0; i < ng; i++) {
         double a = tern_now_s();
         if ((st = tern_session_eval(s, &tok, 1, NULL))) goto lib_err;
@@ -222,7 +248,11 @@ int tern_bench_model(int argc, char **argv) {
     }
     double pp_med = median(pp, (int)reps);
     double tg_med = 1.0 / median(tg, (int)ng);
-    double bpt = (double)info->decode_bytes_per_token;
+    double wbpt = (double)info->decode_bytes_per_token;
+    double kvbpt = (double)tern_session_cache_bytes(s, tg_pos);
+    double bpt = wbpt + kvbpt;
+    const char *ctk = tern_cache_type_name(tern_session_cache_type(s, false));
+    const char *ctv = tern_cache_type_name(tern_session_cache_type(s, true));
     double tg_gbps = bpt * tg_med / 1e9;
     double roof = ceiling > 0 ? ceiling * 1e9 / bpt : 0;
     double ratio = roof > 0 ? tg_med / roof : 0;
@@ -232,12 +262,15 @@ int tern_bench_model(int argc, char **argv) {
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
-               "\"device_bytes\":%llu,\"launches_per_token\":%.0f",
+               "\"device_bytes\":%llu,\"launches_per_token\":%.0f,\"depth\":%lld,\"tg_pos\":%d,"
+               "\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\",\"weight_bytes_per_token\":%.0f,"
+               "\"kv_bytes_per_token\":%.0f",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
-               info->device, (unsigned long long)info->device_bytes, launches);
+               info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
+               ctk, ctv, wbpt, kvbpt);
         if (batch)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
@@ -262,7 +295,10 @@ int tern_bench_model(int argc, char **argv) {
             printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
             printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);
         }
-        printf("bytes/token    %.3f GB (decode weight traffic)\n", bpt / 1e9);
+        printf("depth          %lld (tg at positions around %d; KV cache %s/%s)\n", (long long)depth, tg_pos,
+               ctk, ctv);
+        printf("bytes/token    %.3f GB (weights %.3f GB + KV cache %.3f GB read per decode token)\n",
+               bpt / 1e9, wbpt / 1e9, kvbpt / 1e9);
         printf("roofline       %.3f tok/s\n", roof);
         printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",
                tg_med, (long long)ng, tg_gbps, 100 * ratio);
@@ -271,8 +307,8 @@ int tern_bench_model(int argc, char **argv) {
                    "steps of %lld sequences) = %.2fx tg\n",
                    (long long)batch, bt_med * (double)batch, bt_med, (long long)ng, (long long)batch,
                    bt_med * (double)batch / tg_med);
-        printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld)\n",
-               pp_med, (long long)reps, (long long)np, (long long)chunk);
+        printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld%s)\n",
+               pp_med, (long long)reps, (long long)np, (long long)chunk, depth ? ", after the depth" : "");
         printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
                "session %.1f MiB)\n",
                rss / 1048576.0, info->weight_bytes / 1048576.0, info->alloc_bytes / 1048576.0,

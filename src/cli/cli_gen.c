@@ -46,6 +46,7 @@ void gen_opts_help(FILE *f) {
             "  --threads N              worker threads (default: all cores)\n"
             "  --device cpu|cuda[:N]    where the model runs (default cpu; `tern --version` lists them)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
+            CLI_CACHE_TYPE_HELP
             "  --quiet                  no load/speed lines on stderr\n");
 }
 
@@ -91,6 +92,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--frequency-penalty")) NUM_F(-100.0, 100.0, o->sp.frequency_penalty);
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
+    { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }
     if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
     if (!strcmp(a, "--seed")) {
         if (!take(cmd, argc, argv, i, &v)) return 2;
@@ -126,6 +128,8 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     tern_session_params spp;
     tern_session_params_default(&spp);
     spp.n_ctx = o->ctx;
+    spp.cache_type_k = o->cache_k;
+    spp.cache_type_v = o->cache_v;
     if ((st = tern_session_new(g->model, &spp, &g->sess))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->fmt = tern_chat_format_for(g->tok);
     g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
@@ -142,6 +146,11 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
                         "temp %.2f top-k %d top-p %.2f min-p %.2f\n", cmd, path, info->arch, info->n_layers,
                 info->n_vocab, tern_session_n_ctx(g->sess), g->load_s, (unsigned long long)sp.seed,
                 g->think ? "on" : "off", sp.temperature, sp.top_k, sp.top_p, sp.min_p);
+    if (!o->quiet) {
+        char line[160];
+        cli_cache_line(g->sess, line, sizeof line);
+        fprintf(stderr, "tern %s: %s\n", cmd, line);
+    }
     return 0;
 }
 

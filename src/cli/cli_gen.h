@@ -15,6 +15,7 @@ typedef struct gen_opts {
     bool seed_set;
     bool temp_set, top_p_set;       /* explicit on the command line (else thinking defaults apply) */
     int threads, ctx;
+    tern_cache_type cache_k, cache_v; /* --cache-type[-k|-v] (0: default) */
     const char *device;             /* --device cpu|cuda (NULL: cpu) */
     int think;                      /* -1 default (model family), 0 off, 1 on */
     const char *system;

@@ -112,6 +112,39 @@ bool cli_is_one_of(const char *a, const char *list) {
 
 bool cli_is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
 
+int cli_parse_cache_type(const char *cmd, int argc, char **argv, int *i, tern_cache_type *k,
+                         tern_cache_type *v) {
+    const char *a = argv[*i];
+    int which; /* 1 keys, 2 values, 3 both */
+    if (!strcmp(a, "--cache-type")) which = 3;
+    else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk")) which = 1;
+    else if (!strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv")) which = 2;
+    else return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value (f32, f16, bf16 or q8_0)", a);
+        return 2;
+    }
+    tern_cache_type t;
+    const char *val = argv[++*i];
+    if (tern_cache_type_parse(val, &t) != TERN_OK) {
+        cli_usage_error(cmd, "bad value '%s' for %s (f32, f16, bf16 or q8_0)", val, a);
+        return 2;
+    }
+    if (which & 1) *k = t;
+    if (which & 2) *v = t;
+    return 1;
+}
+
+void cli_cache_line(const tern_session *s, char *buf, size_t n) {
+    const tern_cache_type k = tern_session_cache_type(s, false), v = tern_session_cache_type(s, true);
+    char types[32];
+    if (k == v) snprintf(types, sizeof types, "%s", tern_cache_type_name(k));
+    else snprintf(types, sizeof types, "%s/%s", tern_cache_type_name(k), tern_cache_type_name(v));
+    snprintf(buf, n, "KV cache %s: %.3f MiB now (%d tokens), %.1f MiB at ctx %d", types,
+             tern_session_cache_bytes(s, tern_session_pos(s)) / 1048576.0, tern_session_pos(s),
+             tern_session_cache_bytes(s, tern_session_n_ctx(s)) / 1048576.0, tern_session_n_ctx(s));
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "  -f, --file PATH    the text (UTF-8), tokenized as plain text\n"
             "  --ctx N            tokens per chunk (default 512, 2..65536)\n"
             "  --chunk N          prefill batch size inside a chunk (default 64; 1 = token by token)\n"
+            "  --cache-type T     KV cache type: f32, f16 (default), bf16 or q8_0 (-ctk / -ctv: one of them)\n"
             "  --max-chunks N     evaluate at most N chunks (default all)\n"
             "  --threads N        worker threads (default: all online cores)\n"
             "  --device cpu|cuda  where the model runs (default cpu)\n"
@@ -81,11 +82,15 @@ int tern_cmd_perplexity(int argc, char **argv) {
     int64_t ctx = 512, chunk = 64, max_chunks = -1, threads = 0;
     bool json = false, quiet = false;
     const char *device = NULL;
+    tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
+        int cr;
         if (cli_is_help(a)) { usage(stdout); return 0; }
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) model_path = argv[++i];
+        else if ((cr = cli_parse_cache_type("perplexity", argc, argv, &i, &cache_k, &cache_v))) {
+            if (cr == 2) return 2;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) model_path = argv[++i];
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has) file = argv[++i];
         else if (!strcmp(a, "--ctx") && has) {
             if (!cli_parse_i64(argv[++i], 2, 65536, &ctx)) return cli_usage_error("perplexity", "bad --ctx '%s'", argv[i]);
@@ -134,6 +139,8 @@ int tern_cmd_perplexity(int argc, char **argv) {
     tern_session_params_default(&sp);
     sp.n_ctx = (int)ctx;
     sp.n_chunk = (int)chunk;
+    sp.cache_type_k = cache_k;
+    sp.cache_type_v = cache_v;
     st = tern_session_new(model, &sp, &sess);
     if (st) { rc = cli_lib_error("perplexity", st); goto done; }
 

@@ -197,6 +197,11 @@ int tern_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tern run: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s), "
                         "stop: %s\n", res.n_prompt, res.prompt_s, pp, n_gen, res.gen_s, tg,
                 tern_stop_reason_str(res.reason));
+    if (!o.quiet) {
+        char line[160];
+        cli_cache_line(g.sess, line, sizeof line);
+        fprintf(stderr, "tern run: %s\n", line);
+    }
     tern_gen_result_free(&res);
     tern_tokens_free(&ids);
     free(prompt_buf);

@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  --parallel N         slots: requests generated at once, each with its own context\n"
             "                       (default 4, or 2 when --ctx is above 4096)\n"
             "  --ctx N              context per slot in tokens (default: min(4096, trained))\n"
+            "  --cache-type T       KV cache type: f32, f16 (default), bf16 or q8_0; --cache-type-k/-ctk,\n"
+            "                       --cache-type-v/-ctv: keys or values only\n"
             "  --queue N            requests waiting for a slot before 503 (default 16)\n"
             "  --threads N          worker threads for the model (default: all cores)\n"
             "  --alias NAME         model id shown by /v1/models and in responses (default: the file name)\n"
@@ -83,12 +85,18 @@ int tern_cmd_serve(int argc, char **argv) {
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
     bool quiet = false;
+    tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { usage(stdout); return 0; }
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
+        {
+            int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
+            if (r == 2) return 2;
+            if (r == 1) continue;
+        }
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens"))
@@ -148,7 +156,7 @@ int tern_cmd_serve(int argc, char **argv) {
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
-    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue};
+    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);
@@ -179,6 +187,15 @@ int tern_cmd_serve(int argc, char **argv) {
                         "thinking %s by default\n", model, info->arch, info->n_layers, info->n_vocab,
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, (int)parallel, n_ctx, (int)queue,
                 (think < 0 ? tern_chat_format_for(tok) == TERN_CHAT_QWEN35 : think == 1) ? "on" : "off");
+    if (!quiet) {
+        uint64_t now = 0, max = 0;
+        const tern_session *s0 = NULL;
+        srv_sched_cache(sched, &now, &max, &s0);
+        char line[160];
+        cli_cache_line(s0, line, sizeof line);
+        fprintf(stderr, "tern serve: %s per slot; all %d slots: %.1f MiB now, %.1f MiB at full context\n", line,
+                (int)parallel, now / 1048576.0, max / 1048576.0);
+    }
     bool v6 = strchr(host, ':') != NULL;
     printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
     fflush(stdout);

@@ -32,6 +32,7 @@ static const preset g_presets[] = {
     {"ternary-bonsai-1.7b", TERN_HF_QWEN3, 28, 2048, 6144, 16, 8, 128, 151936, 40960, true, false, 1e6},
     {"qwen35-tiny", TERN_HF_QWEN35, 4, 1024, 2048, 12, 2, 256, 4096, 4096, false, true, 1e7},
     {"qwen3-tiny", TERN_HF_QWEN3, 4, 512, 1536, 8, 2, 128, 4096, 4096, true, false, 1e6},
+    {"long-tiny", TERN_HF_QWEN3, 1, 128, 256, 2, 1, 64, 512, 262144, true, false, 1e7},
 };
 #define N_PRESETS (sizeof g_presets / sizeof g_presets[0])
 

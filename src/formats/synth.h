@@ -13,6 +13,8 @@
  *   ternary-bonsai-4b   qwen3: 2560, 36 layers, 32/8/128, ffn 9728, tied
  *   ternary-bonsai-1.7b qwen3: 2048, 28 layers, 16/8/128, ffn 6144, tied
  *   qwen35-tiny, qwen3-tiny  the fixture shapes (tests)
+ *   long-tiny           qwen3, 1 layer, hidden 128, 2 heads / 1 kv / 64, ffn 256, vocab
+ *                       512, context 262144, theta 1e7: long-context tests in seconds
  * Weights: codes uniform over {-1,0,+1} (a third zeros), fp16 scales uniform in
  * [0.004, 0.03]; norms near 1 (qwen35 stores w+1), ssm_a = -exp(U[-2,1]), dt bias,
  * conv and BF16 alpha/beta small uniform values. Metadata as tern quantize writes

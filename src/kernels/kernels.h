@@ -119,16 +119,40 @@ void tern_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd
 void tern_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
                float theta, tern_pool *pool);
 
+/* KV cache storage types. A cache row (one position) holds n_head_kv*head_dim values:
+ *   F32, F16 (IEEE half), BF16: dense, head h at value h*head_dim;
+ *   Q8_0: blocks of 32 values, 34 bytes each: fp16 scale d, then 32 int8 q, value = q*d
+ *         (d = amax/127 rounded to fp16, q = round(x/d) clamped to [-127, 127]); a
+ *         head is head_dim/32 whole blocks (head_dim a multiple of 32).
+ * Rows are tern_kv_row_bytes(type, n_head_kv*head_dim) bytes apart. */
+typedef enum tern_kv_type { TERN_KV_F32 = 0, TERN_KV_F16 = 1, TERN_KV_BF16 = 2, TERN_KV_Q8_0 = 3 } tern_kv_type;
+#define TERN_KV_N_TYPES 4
+#define TERN_KV_Q8_BLOCK 32
+/* Bytes of n values of type t (Q8_0: n a multiple of 32, else 0). */
+size_t tern_kv_row_bytes(tern_kv_type t, size_t n);
+/* Values per block: 32 for Q8_0, 1 for the others. */
+int tern_kv_block(tern_kv_type t);
+/* Write rows of n floats (src rows src_stride floats apart) as type t into dst rows
+ * dst_stride bytes apart (scalar; correctly rounded f16/bf16, nearest even). */
+void tern_kv_store(tern_kv_type t, void *dst, size_t dst_stride, const float *src,
+                   size_t src_stride, size_t rows, size_t n);
+/* Read n values of type t back as floats (tests, tools). */
+void tern_kv_load(tern_kv_type t, const void *src, size_t n, float *out);
+
 /* Causal softmax attention with grouped KV heads (query head h reads KV head
  * h / (n_head / n_head_kv); n_head a multiple of n_head_kv): for query row i (position
  * pos0 + i) and head h, out = sum_{p <= pos0+i} softmax_p(scale * q.k_p) v_p, scores in
  * float with the row max subtracted before expf. Any head_dim >= 1 (16-wide vector
- * steps, scalar tail). One task per query head. */
+ * steps, scalar tail); Q8_0 caches need head_dim a multiple of 32. The caches are read
+ * in their stored type (k_type, v_type; 0 = F32), converted 16 values at a time in
+ * registers (no converted copy). One task per query head. */
 typedef struct tern_attn_args {
     const float *q;        /* [rows][n_head*head_dim] (after norm + RoPE), row stride q_stride */
     size_t q_stride;
-    const float *kcache;   /* [n_ctx][n_head_kv*head_dim], positions 0..pos0+rows-1 filled */
-    const float *vcache;
+    const void *kcache;    /* [n_ctx] rows of n_head_kv*head_dim values of k_type, positions
+                              0..pos0+rows-1 filled */
+    const void *vcache;    /* the same in v_type */
+    tern_kv_type k_type, v_type;
     float *out;            /* [rows][n_head*head_dim] */
     int rows, pos0;        /* query i is at position pos0 + i; causal */
     int n_head, n_head_kv, head_dim;

@@ -99,9 +99,10 @@ typedef struct tm_ops {
     /* GDN output tiled -> grouped: dst head k*r+j = src head j*n_k+k (rows of n_v*dv). */
     void (*permute_tiled_grouped)(tm_backend *be, const float *src, float *dst, size_t rows,
                                   int n_k, int n_v, int dv);
-    /* store k/v rows into the layer's caches kc/vc [n_ctx][kvw] at positions pos0.. */
-    void (*kv_store)(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
-                     size_t kvw, size_t rows, int pos0);
+    /* store k/v rows (float) into the layer's caches kc/vc ([n_ctx] rows of kvw values
+     * in types kt/vt, tern_kv_row_bytes apart) at positions pos0.. */
+    void (*kv_store)(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
+                     const float *k, const float *v, size_t kvw, size_t rows, int pos0);
 } tm_ops;
 
 /* One forward pass: T rows that are either one sequence (n_seq == 1: ss[0]'s tokens
@@ -138,6 +139,10 @@ typedef struct tm_backend_vt {
     /* bytes this back-end's memory can still give (0: unknown), for the fit check of
      * tern_session_new */
     uint64_t (*mem_available)(const tm_backend *be);
+    /* KV cache types this back-end reads, one bit per tern_kv_type (1u << t); 0 means
+     * F32 only. tern_session_new refuses the others; the default type is F16 where
+     * the bit is set, else F32. */
+    unsigned kv_types;
     /* floats of one GDN layer's recurrent state (see above) */
     size_t (*gdn_state_floats)(const tm_backend *be, const tm_hparams *hp);
     /* what the back-end keeps per session (graphs...), released with the session */

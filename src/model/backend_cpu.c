@@ -103,10 +103,14 @@ static void cpu_copy_rows(tm_backend *be, float *dst, size_t ds, const float *sr
     for (size_t r = 0; r < rows; r++) memcpy(dst + r * ds, src + r * ss, n * sizeof(float));
 }
 
-static void cpu_kv_store(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
-                         size_t kvw, size_t rows, int pos0) {
-    cpu_copy_rows(be, kc + (size_t)pos0 * kvw, kvw, k, kvw, rows, kvw);
-    cpu_copy_rows(be, vc + (size_t)pos0 * kvw, kvw, v, kvw, rows, kvw);
+/* Keys and values are written in the cache's stored type here (converted / quantised
+ * once per position); attention reads that type directly. */
+static void cpu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
+                         const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
+    (void)be;
+    const size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
+    tern_kv_store(kt, (uint8_t *)kc + (size_t)pos0 * kr, kr, k, kvw, rows, kvw);
+    tern_kv_store(vt, (uint8_t *)vc + (size_t)pos0 * vr, vr, v, kvw, rows, kvw);
 }
 
 static void cpu_split_heads(tm_backend *be, const float *src, size_t rows, int n_heads, int hd,
@@ -240,6 +244,7 @@ static const tm_backend_vt g_cpu_vt = {
     .zero = cpu_zero,
     .sync = cpu_sync,
     .mem_available = cpu_mem_available,
+    .kv_types = (1u << TERN_KV_F32) | (1u << TERN_KV_F16) | (1u << TERN_KV_BF16) | (1u << TERN_KV_Q8_0),
     .gdn_state_floats = cpu_gdn_state_floats,
     .embed = tm_layers_embed,
     .attn_mixer = tm_layers_attn_mixer,

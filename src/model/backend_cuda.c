@@ -147,9 +147,10 @@ static void cu_permute(tm_backend *be, const float *src, float *dst, size_t rows
     (void)be;
     tc_permute_tiled_grouped(src, dst, rows, n_k, n_v, dv);
 }
-static void cu_kv_store(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
-                        size_t kvw, size_t rows, int pos0) {
-    (void)be;
+/* f32 caches only for now (kv_types 0: tern_session_new refuses the others) */
+static void cu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
+                        const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
+    (void)be, (void)kt, (void)vt;
     tc_kv_store(kc, vc, k, v, kvw, rows, pos0);
 }
 
@@ -399,7 +400,7 @@ static void attn_ops(const tm_step *st, const tm_layer *l) {
         tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
         tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
         size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
-        float *kc = s->kcache + off, *vc = s->vcache + off;
+        float *kc = (float *)s->kcache + off, *vc = (float *)s->vcache + off; /* f32 only */
         tc_kv_store(kc, vc, ki, vi, (size_t)kvw, (size_t)R, pos0);
         float *oi = w->big3 + (size_t)i * qw;
         if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */

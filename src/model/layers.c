@@ -76,10 +76,11 @@ void tm_layers_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
         float *vi = w->vbuf + (size_t)r0 * kvw;
         o->rope(be, qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
         o->rope(be, ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
-        size_t layer_off = (size_t)l->kv_index * s->n_ctx * kvw;
-        float *kc = s->kcache + layer_off, *vc = s->vcache + layer_off;
-        o->kv_store(be, kc, vc, ki, vi, (size_t)kvw, (size_t)R, pos0);
+        uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
+        uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
+        o->kv_store(be, kc, vc, s->k_type, s->v_type, ki, vi, (size_t)kvw, (size_t)R, pos0);
         tm_attn_args aa = {.q = qi, .q_stride = (size_t)qw, .kcache = kc, .vcache = vc,
+                           .k_type = s->k_type, .v_type = s->v_type,
                            .out = w->big3 + (size_t)r0 * qw, .rows = R, .pos0 = pos0,
                            .n_head = NH, .n_head_kv = NKV, .head_dim = HD,
                            .scale = 1.0f / sqrtf((float)HD), .scratch = s->att_scratch};

@@ -8,6 +8,7 @@
  */
 #include "model/session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 void tern_session_params_default(tern_session_params *p) {
@@ -39,10 +40,82 @@ void tern_session_free(tern_session *s) {
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* ------------------------------------------------------------ cache types */
+
+static const char *const g_cache_names[] = {"default", "f32", "f16", "bf16", "q8_0"};
+
+const char *tern_cache_type_name(tern_cache_type t) {
+    return (unsigned)t < sizeof g_cache_names / sizeof *g_cache_names ? g_cache_names[t] : NULL;
+}
+
+tern_status tern_cache_type_parse(const char *name, tern_cache_type *out) {
+    if (!name || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_cache_type_parse: NULL argument");
+    for (int i = 1; i < (int)(sizeof g_cache_names / sizeof *g_cache_names); i++)
+        if (!strcmp(name, g_cache_names[i])) {
+            *out = (tern_cache_type)i;
+            return TERN_OK;
+        }
+    return tern_fail(TERN_ERR_INVALID_ARG, "unknown cache type '%s' (choose f32, f16, bf16 or q8_0)", name);
+}
+
+static tern_kv_type kv_of(tern_cache_type t) {
+    switch (t) {
+    case TERN_CACHE_F16: return TERN_KV_F16;
+    case TERN_CACHE_BF16: return TERN_KV_BF16;
+    case TERN_CACHE_Q8_0: return TERN_KV_Q8_0;
+    default: return TERN_KV_F32;
+    }
+}
+static tern_cache_type cache_of(tern_kv_type t) {
+    switch (t) {
+    case TERN_KV_F16: return TERN_CACHE_F16;
+    case TERN_KV_BF16: return TERN_CACHE_BF16;
+    case TERN_KV_Q8_0: return TERN_CACHE_Q8_0;
+    default: return TERN_CACHE_F32;
+    }
+}
+static const char *kv_name(tern_kv_type t) { return tern_cache_type_name(cache_of(t)); }
+
+static bool be_reads(const tm_backend *be, tern_kv_type t) {
+    return t == TERN_KV_F32 || (be->vt->kv_types >> t & 1u);
+}
+
+/* The session's key / value types from the parameters: DEFAULT is f16 where the back-end
+ * reads it, else f32; an explicit type the back-end or the model's head size cannot
+ * take is refused. */
+static tern_status resolve_types(const tern_model *m, const tern_session_params *p, tern_kv_type *kt,
+                                 tern_kv_type *vt) {
+    tern_cache_type req[2] = {p->cache_type_k, p->cache_type_v};
+    tern_kv_type *out[2] = {kt, vt};
+    for (int i = 0; i < 2; i++) {
+        if ((unsigned)req[i] > TERN_CACHE_Q8_0)
+            return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: cache type %d out of range", (int)req[i]);
+        tern_kv_type t = req[i] == TERN_CACHE_DEFAULT ? (be_reads(m->be, TERN_KV_F16) ? TERN_KV_F16 : TERN_KV_F32)
+                                                      : kv_of(req[i]);
+        if (!be_reads(m->be, t))
+            return tern_fail(TERN_ERR_UNSUPPORTED,
+                             "the %s back-end keeps its KV cache in f32 only for now: --cache-type %s "
+                             "is not supported there (use --cache-type f32)",
+                             m->be->vt->name, kv_name(t));
+        if (t == TERN_KV_Q8_0 && m->hp.head_dim % TERN_KV_Q8_BLOCK)
+            return tern_fail(TERN_ERR_UNSUPPORTED,
+                             "a q8_0 KV cache needs a head size that is a multiple of %d (this model's is %d)",
+                             TERN_KV_Q8_BLOCK, m->hp.head_dim);
+        *out[i] = t;
+    }
+    return TERN_OK;
+}
+
+/* Bytes of one position of the KV cache, all attention layers, keys + values. */
+static uint64_t kv_per_pos(const tern_model *m, tern_kv_type kt, tern_kv_type vt) {
+    const size_t kvw = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    return (uint64_t)m->hp.n_attn_layers * (tern_kv_row_bytes(kt, kvw) + tern_kv_row_bytes(vt, kvw));
+}
+
 /* Bytes a session of n_ctx positions and n_chunk-row scratch takes (what
  * tern_session_new allocates, to the float): KV cache, GDN states, scratch, logits. */
-static void session_sizes(const tern_model *m, int n_ctx, int n_chunk, uint64_t *kv, uint64_t *states,
-                          uint64_t *rest) {
+static void session_sizes(const tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt,
+                          uint64_t *kv, uint64_t *states, uint64_t *rest) {
     const tm_hparams *hp = &m->hp;
     uint64_t T = (uint64_t)n_chunk, E = (uint64_t)hp->n_embd, HD = (uint64_t)hp->head_dim;
     uint64_t qw = (uint64_t)hp->n_head * HD, kvw = (uint64_t)hp->n_head_kv * HD;
@@ -52,7 +125,7 @@ static void session_sizes(const tern_model *m, int n_ctx, int n_chunk, uint64_t 
         VW = nv * hp->ssm_dv;
     }
     uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
-    *kv = 2 * (uint64_t)hp->n_attn_layers * (uint64_t)n_ctx * kvw * 4;
+    *kv = (uint64_t)n_ctx * kv_per_pos(m, kt, vt);
     *states = hp->n_gdn_layers ? (uint64_t)hp->n_gdn_layers *
                                      ((uint64_t)(hp->conv_k - 1) * C + m->be->vt->gdn_state_floats(m->be, hp)) * 4
                                : 0;
@@ -69,30 +142,50 @@ static uint64_t mem_available(const tern_model *m) {
 }
 
 /* Refuse a session that cannot fit before allocating anything, naming the sizes and the
- * context that would fit (the KV cache is the part that grows with n_ctx). Sessions of
+ * context that would fit at the chosen cache type (and at q8_0 when that is smaller and
+ * the back-end reads it). The KV cache is the part that grows with n_ctx. Sessions of
  * one model count against each other (m->sessions_bytes): pages are backed lazily, so
  * the OS's figure does not yet show what earlier sessions will use. */
-static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk) {
+static int64_t ctx_fitting(uint64_t free_, uint64_t fixed, uint64_t per_pos) {
+    int64_t fit = per_pos && free_ > fixed ? (int64_t)((free_ - fixed) / per_pos) : 0;
+    if (fit > (1 << 24)) fit = 1 << 24;
+    return fit / 256 * 256;
+}
+
+static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt) {
     uint64_t avail = mem_available(m);
     if (!avail) return TERN_OK;
     uint64_t kv, states, rest;
-    session_sizes(m, n_ctx, n_chunk, &kv, &states, &rest);
+    session_sizes(m, n_ctx, n_chunk, kt, vt, &kv, &states, &rest);
     uint64_t need = kv + states + rest, held = __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
     uint64_t free_ = avail > held ? avail - held : 0;
     if (need <= free_) return TERN_OK;
-    uint64_t per_pos = n_ctx ? kv / (uint64_t)n_ctx : 0;
-    int64_t fit = per_pos && free_ > states + rest ? (int64_t)((free_ - states - rest) / per_pos) : 0;
-    fit = fit / 256 * 256;
+    /* scratch grows with n_ctx too (attention scores: n_head floats a position) */
+    const uint64_t score = (uint64_t)m->hp.n_head * 4;
+    const uint64_t fixed = states + rest - score * (uint64_t)n_ctx;
+    int64_t fit = ctx_fitting(free_, fixed, kv_per_pos(m, kt, vt) + score);
+    char alt[160] = "";
+    if ((kt != TERN_KV_Q8_0 || vt != TERN_KV_Q8_0) && be_reads(m->be, TERN_KV_Q8_0) &&
+        m->hp.head_dim % TERN_KV_Q8_BLOCK == 0) {
+        int64_t fq = ctx_fitting(free_, fixed, kv_per_pos(m, TERN_KV_Q8_0, TERN_KV_Q8_0) + score);
+        if (fq >= n_ctx)
+            snprintf(alt, sizeof alt, ", or --cache-type q8_0 with this --ctx %d", n_ctx);
+        else if (fq > fit)
+            snprintf(alt, sizeof alt, ", or --cache-type q8_0 --ctx %lld", (long long)fq);
+    }
     const double MiB = 1048576.0;
+    char types[32];
+    if (kt == vt) snprintf(types, sizeof types, "%s", kv_name(kt));
+    else snprintf(types, sizeof types, "%s keys, %s values", kv_name(kt), kv_name(vt));
     return tern_fail(TERN_ERR_NOMEM,
-                     "a context of %d tokens needs %.0f MiB (KV cache %.0f MiB in f32, GDN states %.0f MiB, "
+                     "a context of %d tokens needs %.0f MiB (KV cache %.0f MiB in %s, GDN states %.0f MiB, "
                      "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s; "
-                     "%s%lld would fit",
-                     n_ctx, need / MiB, kv / MiB, states / MiB, rest / MiB, free_ / MiB,
+                     "%s%lld would fit%s",
+                     n_ctx, need / MiB, kv / MiB, types, states / MiB, rest / MiB, free_ / MiB,
                      tm_be_device(m->be) ? "device" : "host", held ? " after this model's other sessions" : "",
-                     fit > 0 ? "--ctx " : "no context: at most ", (long long)(fit > 0 ? fit : 0));
+                     fit > 0 ? "--ctx " : "no context: at most ", (long long)(fit > 0 ? fit : 0), alt);
 }
-#define TRY_FIT(m, n_ctx, n_chunk) do { tern_status st_ = check_fit((m), (n_ctx), (n_chunk)); if (st_) return st_; } while (0)
+#define TRY_FIT(m, n_ctx, n_chunk, kt, vt) do { tern_status st_ = check_fit((m), (n_ctx), (n_chunk), (kt), (vt)); if (st_) return st_; } while (0)
 
 tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_session **out) {
     if (!m || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: NULL argument");
@@ -110,13 +203,18 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     int n_chunk = p->n_chunk > 0 ? p->n_chunk : 64;
     if (n_chunk > 4096) n_chunk = 4096;
     if (n_chunk > n_ctx) n_chunk = n_ctx;
-    TRY_FIT(m, n_ctx, n_chunk);
+    tern_kv_type kt, vt;
+    tern_status tst = resolve_types(m, p, &kt, &vt);
+    if (tst) return tst;
+    TRY_FIT(m, n_ctx, n_chunk, kt, vt);
     tern_session *s = calloc(1, sizeof *s);
     if (!s) return tern_fail(TERN_ERR_NOMEM, "out of memory");
     s->m = m;
     s->bytes = sizeof *s;
     s->n_ctx = n_ctx;
     s->n_chunk = n_chunk;
+    s->k_type = kt;
+    s->v_type = vt;
     size_t T = (size_t)n_chunk, E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim;
     size_t qw = (size_t)hp->n_head * HD, kvw = (size_t)hp->n_head_kv * HD;
     size_t qrows = qw * (hp->attn_gate ? 2 : 1);
@@ -126,12 +224,14 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         VW = nv * hp->ssm_dv;
     }
     size_t F = (size_t)hp->n_ff;
-    size_t kv_n = (size_t)hp->n_attn_layers * n_ctx * kvw;
+    s->k_row = tern_kv_row_bytes(kt, kvw);
+    s->v_row = tern_kv_row_bytes(vt, kvw);
+    const size_t kv_pos = (size_t)hp->n_attn_layers * n_ctx; /* rows per cache */
     bool ok = true;
 #define A(ptr, n) do { if (ok && !((ptr) = s_alloc(s, (n)))) ok = false; } while (0)
-    if (hp->n_attn_layers) {
-        A(s->kcache, kv_n);
-        A(s->vcache, kv_n);
+    if (hp->n_attn_layers) { /* s_alloc counts floats: the byte sizes are multiples of 4 */
+        A(s->kcache, kv_pos * s->k_row / sizeof(float) + 1);
+        A(s->vcache, kv_pos * s->v_row / sizeof(float) + 1);
     }
     if (hp->n_gdn_layers) {
         A(s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C);
@@ -180,12 +280,11 @@ void tern_session_reset(tern_session *s) {
     if (!s) return;
     const tm_hparams *hp = &s->m->hp;
     tm_backend *be = s->m->be;
-    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
     /* device errors surface at the next evaluation (sticky until a sync) */
     if (s->kcache) {
-        size_t n = (size_t)hp->n_attn_layers * s->n_ctx * kvw * sizeof(float);
-        (void)tm_be_zero(be, s->kcache, n);
-        (void)tm_be_zero(be, s->vcache, n);
+        size_t n = (size_t)hp->n_attn_layers * s->n_ctx;
+        (void)tm_be_zero(be, s->kcache, n * s->k_row);
+        (void)tm_be_zero(be, s->vcache, n * s->v_row);
     }
     if (s->conv_state) {
         size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
@@ -201,6 +300,17 @@ int tern_session_pos(const tern_session *s) { return s ? s->pos : 0; }
 int tern_session_n_ctx(const tern_session *s) { return s ? s->n_ctx : 0; }
 const float *tern_session_logits(const tern_session *s) { return s ? s->logits : NULL; }
 uint64_t tern_session_memory(const tern_session *s) { return s ? s->bytes : 0; }
+
+uint64_t tern_session_cache_bytes(const tern_session *s, int n_pos) {
+    if (!s) return 0;
+    if (n_pos < 0) n_pos = 0;
+    if (n_pos > s->n_ctx) n_pos = s->n_ctx;
+    return (uint64_t)n_pos * s->m->hp.n_attn_layers * ((uint64_t)s->k_row + s->v_row);
+}
+
+tern_cache_type tern_session_cache_type(const tern_session *s, bool value) {
+    return s ? cache_of(value ? s->v_type : s->k_type) : TERN_CACHE_DEFAULT;
+}
 
 tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, float *all_logits) {
     if (!s || (!tokens && n)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval: NULL argument");

@@ -2,8 +2,11 @@
  * session.h - internal session state shared by session.c (API, allocation) and
  * forward.c (the forward pass over one chunk of tokens).
  *
- * Memory (all float32, allocated once in tern_session_new, counted in `bytes`):
- *   kcache, vcache  [n_attn_layers][n_ctx][n_head_kv*head_dim]
+ * Memory (allocated once in tern_session_new, counted in `bytes`; float32 except the KV
+ * cache):
+ *   kcache, vcache  [n_attn_layers][n_ctx] rows of n_head_kv*head_dim values in k_type /
+ *                   v_type (kernels.h tern_kv_type: f32, f16, bf16 or q8_0), k_row /
+ *                   v_row bytes per position; pages backed as positions fill (CPU)
  *   conv_state      [n_gdn_layers][conv_k-1][conv_ch]
  *   ssm_state       [n_gdn_layers][gdn_state_floats]: the back-end's GDN state of each
  *                   layer (backend.h; the CPU keeps a pending rank-1 update beside S)
@@ -30,7 +33,9 @@
 struct tern_session {
     tern_model *m;
     int n_ctx, n_chunk, pos;
-    float *kcache, *vcache;
+    void *kcache, *vcache;
+    tern_kv_type k_type, v_type;
+    size_t k_row, v_row;  /* bytes of one position's row (all KV heads of one layer) */
     float *conv_state, *ssm_state; /* ssm_state: n_gdn_layers x be->vt->gdn_state_floats() */
     /* scratch, each [n_chunk][width] */
     float *x;        /* residual stream [n_embd] */

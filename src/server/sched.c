@@ -426,6 +426,8 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = p->n_ctx;
+    sp.cache_type_k = p->cache_k;
+    sp.cache_type_v = p->cache_v;
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         tern_status st = tern_session_new(m, &sp, &s->slots[i].sess);
@@ -449,6 +451,19 @@ int srv_sched_submit(srv_sched *s, srv_job *j) {
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+void srv_sched_cache(srv_sched *s, uint64_t *now, uint64_t *max, const tern_session **slot0) {
+    uint64_t a = 0, b = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        a += tern_session_cache_bytes(s->slots[i].sess, tern_session_pos(s->slots[i].sess));
+        b += tern_session_cache_bytes(s->slots[i].sess, tern_session_n_ctx(s->slots[i].sess));
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (now) *now = a;
+    if (max) *max = b;
+    if (slot0) *slot0 = s->slots[0].sess;
 }
 
 void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx) {

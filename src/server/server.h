@@ -208,6 +208,7 @@ typedef struct srv_sched_params {
     int n_parallel;                 /* slots (sessions) */
     int n_ctx;                      /* context per slot */
     int queue_cap;                  /* waiting requests beyond the busy slots */
+    tern_cache_type cache_k, cache_v; /* KV cache types of the slots (0: default) */
 } srv_sched_params;
 
 /* Create the slots (sessions). */
@@ -231,6 +232,8 @@ void srv_sched_stop(srv_sched *s);
 /* After srv_sched_run returned (or when it never ran). */
 void srv_sched_free(srv_sched *s);
 void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx);
+/* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */
+void srv_sched_cache(srv_sched *s, uint64_t *now, uint64_t *max, const tern_session **slot0);
 
 /* ------------------------------------------------------------------- http */
 

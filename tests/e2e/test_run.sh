@@ -104,15 +104,29 @@ check "--tools with a non-array fails with a message" [ $rc -eq 1 ] && grep -q "
 # is refused before any allocation, naming the sizes and a --ctx that fits
 rss() { /usr/bin/time -f '%M' -o "$TMP/t" "$TERN" run -m "$Q3" --raw -p hi -n 2 --quiet --ctx "$1" >/dev/null 2>&1; tail -n 1 "$TMP/t"; }
 r1=$(rss 4096); r2=$(rss 1048576)
-check "RSS independent of --ctx ($r1 KB at 4096, $r2 KB at 1048576; KV would be 4 GiB)" \
+check "RSS independent of --ctx ($r1 KB at 4096, $r2 KB at 1048576; KV would be 2 GiB in f16)" \
   [ -n "$r1" -a -n "$r2" ] && [ "$r2" -lt $((r1 + 51200)) ]
-"$TERN" run -m "$Q3" --raw -p hi -n 2 --ctx 4194304 >/dev/null 2>"$TMP/e"; rc=$?
+"$TERN" run -m "$Q3" --raw -p hi -n 2 --ctx 4194304 --cache-type f32 >/dev/null 2>"$TMP/e"; rc=$?
 avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 if [ "${avail:-0}" -lt 30000000 ]; then
-  check "a context that cannot fit exits 1 naming the sizes and a --ctx that fits" \
-    [ $rc -eq 1 ] && grep -q "KV cache" "$TMP/e" && grep -q -- "--ctx [0-9]* would fit" "$TMP/e"
+  check "a context that cannot fit exits 1 naming the sizes, the type and a --ctx that fits" \
+    [ $rc -eq 1 ] && grep -q "KV cache [0-9]* MiB in f32" "$TMP/e" && grep -q -- "--ctx [0-9]* would fit" "$TMP/e"
+  if [ "${avail:-0}" -gt 10000000 ]; then
+    check "the refusal names the q8_0 cache that would fit (8.5 GiB)" grep -q -- "--cache-type q8_0" "$TMP/e"
+  fi
 else
   check "a 32 GiB KV cache fits this machine's memory and runs" [ $rc -eq 0 ]
 fi
+# --- KV cache types: each runs, the load line names it, a bad one is a usage error
+for ct in f32 f16 bf16 q8_0; do
+  "$TERN" run -m "$Q3" --raw -p "$TEXT" --temp 0 -n 4 --cache-type $ct >/dev/null 2>"$TMP/e"; rc=$?
+  check "--cache-type $ct runs and reports its cache bytes" [ $rc -eq 0 ] && grep -q "KV cache $ct: .* MiB at ctx" "$TMP/e"
+done
+"$TERN" run -m "$Q3" --raw -p hi -n 1 -ctk f16 -ctv q8_0 >/dev/null 2>"$TMP/e"
+check "-ctk / -ctv set keys and values apart" grep -q "KV cache f16/q8_0" "$TMP/e"
+"$TERN" run -m "$Q3" --raw -p hi -n 1 --cache-type q4 >/dev/null 2>"$TMP/e"; rc=$?
+check "a bad --cache-type exits 2 naming the choices" [ $rc -eq 2 ] && grep -q "q8_0" "$TMP/e"
+"$TERN" run -m "$Q3" --raw -p hi -n 1 --quiet --cache-type q8_0 >/dev/null 2>"$TMP/e"
+check "--quiet silences the cache line" [ ! -s "$TMP/e" ]
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -38,6 +38,7 @@ static cJSON *load_ref(const char *fixture) {
 
 static int g_threads = 1; /* the pq2_0 parity test runs with 2 (threaded path) */
 static bool g_repack;     /* load with tern_model_params.repack */
+static tern_cache_type g_cache; /* KV cache type of the sessions (0: the default, f16) */
 
 static tern_model *load_model(const char *fixture, const char *file) {
     char rel[256];
@@ -87,6 +88,7 @@ static void parity_n(const char *fixture, const char *file, const char *model_ke
         tern_session_params sp;
         tern_session_params_default(&sp);
         sp.n_ctx = (int)T + 24;
+        sp.cache_type_k = sp.cache_type_v = g_cache;
         tern_session *s = NULL;
         CHECK(tern_session_new(m, &sp, &s) == TERN_OK);
         float *got = malloc(T * (size_t)V * sizeof(float));
@@ -193,6 +195,7 @@ static void chunks(const char *fixture, const char *file) {
         tern_session_params_default(&sp);
         sp.n_ctx = (int)T;
         sp.n_chunk = sizes[c];
+        sp.cache_type_k = sp.cache_type_v = TERN_CACHE_F32; /* the forward's own agreement */
         tern_session *s = NULL;
         CHECK(tern_session_new(m, &sp, &s) == TERN_OK);
         out[c] = malloc(T * (size_t)V * sizeof(float));
@@ -223,6 +226,92 @@ static void chunks(const char *fixture, const char *file) {
     free(ids);
     tern_model_free(m);
     cJSON_Delete(ref);
+}
+
+/* KV cache types against the f32 cache on every reference sequence (the f32 run is the
+ * reference: what the stored type changes): all-position logits within `bound`, argmax
+ * equal wherever the f32 top-2 margin exceeds `margin`, and the 24-token greedy
+ * continuation after the prompt identical to the f32 one. */
+static void cache_vs_f32(const char *fixture, const char *file, tern_cache_type ct, double bound,
+                         float margin) {
+    cJSON *ref = load_ref(fixture);
+    if (!ref) SKIP("fixture %s missing", fixture);
+    tern_model *m = load_model(fixture, file);
+    if (!m) {
+        cJSON_Delete(ref);
+        return;
+    }
+    const int V = tern_model_get_info(m)->n_vocab, NC = 24;
+    int n_seq = cJSON_GetArraySize(cJSON_GetObjectItem(ref, "sequences"));
+    if (sanitized() && n_seq > 1) n_seq = 1;
+    for (int si = 0; si < n_seq; si++) {
+        size_t T;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "sequences"), si), "ids"), &T);
+        float *lg[2], cmargin[24];
+        int32_t cont[2][24];
+        tern_cache_type types[2] = {TERN_CACHE_F32, ct};
+        for (int k = 0; k < 2; k++) {
+            tern_session_params sp;
+            tern_session_params_default(&sp);
+            sp.n_ctx = (int)T + NC;
+            sp.cache_type_k = sp.cache_type_v = types[k];
+            tern_session *s = NULL;
+            CHECK_MSG(tern_session_new(m, &sp, &s) == TERN_OK, "%s", tern_last_error());
+            CHECK(tern_session_cache_type(s, false) == types[k] && tern_session_cache_type(s, true) == types[k]);
+            lg[k] = malloc(T * (size_t)V * sizeof(float));
+            CHECK(tern_session_eval(s, ids, T, lg[k]) == TERN_OK);
+            for (int i = 0; i < NC; i++) {
+                cont[k][i] = (int32_t)check_argmax(tern_session_logits(s), V);
+                if (k == 0) cmargin[i] = check_top2_margin(tern_session_logits(s), V);
+                if (i + 1 < NC) CHECK(tern_session_eval(s, &cont[k][i], 1, NULL) == TERN_OK);
+            }
+            tern_session_free(s);
+        }
+        double maxd = 0;
+        int checked = 0, bad = 0, same = 0;
+        for (size_t t = 0; t < T; t++) {
+            const float *a = lg[0] + t * V, *b = lg[1] + t * V;
+            for (int i = 0; i < V; i++) {
+                double d = fabs((double)a[i] - b[i]);
+                if (!(d <= maxd)) maxd = d;
+            }
+            if (check_top2_margin(a, V) > margin) {
+                checked++;
+                if (check_argmax(a, V) != check_argmax(b, V)) bad++;
+            }
+        }
+        while (same < NC && cont[0][same] == cont[1][same]) same++;
+        CHECK_MSG(maxd < bound, "%s %s seq %d: max|diff| %g (bound %g)", fixture,
+                  tern_cache_type_name(ct), si, maxd, bound);
+        CHECK_MSG(bad == 0, "%s %s seq %d: %d/%d argmax differ", fixture, tern_cache_type_name(ct), si,
+                  bad, checked);
+        /* a divergence only where the f32 path itself was nearly tied */
+        CHECK_MSG(same == NC || cmargin[same] < 2 * bound,
+                  "%s %s seq %d: continuation diverges at step %d (f32 margin %.3f)", fixture,
+                  tern_cache_type_name(ct), si, same, same < NC ? cmargin[same] : 0.0f);
+        fprintf(stderr, "  %s %s vs f32 seq %d: T %zu, max|diff| %.2e, argmax ok on %d margin>%.2f rows, "
+                        "continuation %d/%d\n", fixture, tern_cache_type_name(ct), si, T, maxd, checked,
+                margin, same, NC);
+        free(lg[0]), free(lg[1]), free(ids);
+    }
+    tern_model_free(m);
+    cJSON_Delete(ref);
+}
+
+/* Bounds: about twice the largest max|diff| measured on the fixtures (2026-05, AVX-512):
+ * f16 1.7e-2, bf16 1.1e-1, q8_0 3.1e-1, all on qwen3-tiny (every layer attention; the
+ * qwen35 hybrid measures 1.4e-3 / 9.4e-3 / 3.5e-2). A cache read as the wrong type, a
+ * wrong q8_0 scale or a misplaced head gives O(1..10) differences. The f16 default also
+ * passes the fp64 parity tests above (they run with the default cache). Argmax is
+ * compared where the f32 margin is clear (0.05; 0.25 for q8_0, whose errors reach 0.3). */
+TEST(cache_types_vs_f32) {
+    const tern_cache_type types[3] = {TERN_CACHE_F16, TERN_CACHE_BF16, TERN_CACHE_Q8_0};
+    const double bounds[3] = {0.04, 0.25, 0.6};
+    const float margins[3] = {0.05f, 0.05f, 0.25f};
+    for (int i = 0; i < 3; i++) {
+        cache_vs_f32("qwen35-tiny", "model-pq2_0.gguf", types[i], bounds[i], margins[i]);
+        cache_vs_f32("qwen3-tiny", "model-q2_0.gguf", types[i], bounds[i], margins[i]);
+    }
 }
 
 TEST(chunked_prefill_qwen35) { chunks("qwen35-tiny", "model-pq2_0.gguf"); }
@@ -372,6 +461,7 @@ int main(void) {
     RUN(parity_qwen35_q2_0_nohadamard);
     RUN(parity_every_isa);
     RUN(parity_repacked);
+    RUN(cache_types_vs_f32);
     RUN(chunked_prefill_qwen35);
     RUN(chunked_prefill_qwen3);
     RUN(session_state);

@@ -28,11 +28,13 @@ class Model:
 
     Model(path=None) loads the default model the CLI uses (tern.default_model_path()).
     threads: kernel threads (None: all online cores). n_ctx: KV cache positions
-    (0: min(4096, the model's training context)). Use as a context manager or call
+    (0: min(4096, the model's training context)). cache_type: the KV cache's storage,
+    "f32", "f16", "bf16" or "q8_0" (None: f16 on the CPU). Use as a context manager or call
     close(); any use after close raises tern.Error.
     """
 
-    def __init__(self, path_or_pack=None, device="cpu", threads=None, n_ctx=0, repack=False):
+    def __init__(self, path_or_pack=None, device="cpu", threads=None, n_ctx=0, repack=False,
+                 cache_type=None):
         from . import default_model_path
 
         if path_or_pack is None:
@@ -45,7 +47,7 @@ class Model:
         self._lock = threading.RLock()
         self._h = None
         self._h = _tern.model_load(self.path, device or "cpu", 0 if threads is None else int(threads),
-                                   int(n_ctx), bool(repack))
+                                   int(n_ctx), bool(repack), cache_type or "")
         self._info = _tern.model_info(self._h)
         self.last = None  # details of the last generate/chat: tokens, stop_reason, n_prompt, timings
 
@@ -93,6 +95,11 @@ class Model:
     @property
     def n_ctx(self):
         return self._info["n_ctx"]
+
+    @property
+    def cache_type(self):
+        """The KV cache type in use ("f32", "f16", "bf16" or "q8_0")."""
+        return self._info["cache_type"]
 
     @property
     def chat_template(self):

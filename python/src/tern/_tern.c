@@ -199,11 +199,16 @@ static ModelObj *model_of(PyObject *o) {
     return m;
 }
 
-/* model_load(path, device, threads, n_ctx, repack) */
+/* model_load(path, device, threads, n_ctx, repack, cache_type) ("" = the default) */
 static PyObject *py_model_load(PyObject *self, PyObject *args) {
-    const char *path, *device;
+    const char *path, *device, *cache = "";
     int threads, n_ctx, repack;
-    if (!PyArg_ParseTuple(args, "ssiip", &path, &device, &threads, &n_ctx, &repack)) return NULL;
+    if (!PyArg_ParseTuple(args, "ssiip|s", &path, &device, &threads, &n_ctx, &repack, &cache)) return NULL;
+    tern_cache_type ct = TERN_CACHE_DEFAULT;
+    if (*cache && tern_cache_type_parse(cache, &ct) != TERN_OK) {
+        PyErr_SetString(PyExc_ValueError, tern_last_error());
+        return NULL;
+    }
     ModelObj *o = PyObject_New(ModelObj, &ModelType);
     if (!o) return NULL;
     o->m = NULL; o->tok = NULL; o->s = NULL; o->smp = NULL; o->cancel = 0;
@@ -220,6 +225,7 @@ static PyObject *py_model_load(PyObject *self, PyObject *args) {
         tern_session_params sp;
         tern_session_params_default(&sp);
         sp.n_ctx = n_ctx;
+        sp.cache_type_k = sp.cache_type_v = ct;
         st = tern_session_new(o->m, &sp, &o->s);
     }
     if (st) model_close_(o);
@@ -237,7 +243,7 @@ static PyObject *py_model_info(PyObject *self, PyObject *mo) {
     if (!o) return NULL;
     const tern_model_info *i = tern_model_get_info(o->m);
     return Py_BuildValue(
-        "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:K,s:K,s:K,s:s,s:s,s:K,s:i,s:K,s:s,s:i,s:i}",
+        "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O,s:K,s:K,s:K,s:s,s:s,s:K,s:i,s:K,s:s,s:i,s:i,s:s,s:K}",
         "arch", i->arch, "name", i->name, "format", i->format ? i->format : "",
         "weight_type", i->weight_type ? i->weight_type : "", "n_layers", i->n_layers, "n_embd", i->n_embd,
         "n_ff", i->n_ff, "n_vocab", i->n_vocab, "n_head", i->n_head, "n_head_kv", i->n_head_kv,
@@ -248,7 +254,9 @@ static PyObject *py_model_info(PyObject *self, PyObject *mo) {
         "device_name", i->device_name ? i->device_name : "", "device_bytes", (unsigned long long)i->device_bytes,
         "n_ctx", tern_session_n_ctx(o->s), "session_bytes", (unsigned long long)tern_session_memory(o->s),
         "tokenizer_pre", tern_tokenizer_pre(o->tok), "bos", (int)tern_tokenizer_bos(o->tok),
-        "eos", (int)tern_tokenizer_eos(o->tok));
+        "eos", (int)tern_tokenizer_eos(o->tok),
+        "cache_type", tern_cache_type_name(tern_session_cache_type(o->s, false)),
+        "cache_bytes_max", (unsigned long long)tern_session_cache_bytes(o->s, tern_session_n_ctx(o->s)));
 }
 static PyObject *ids_list(const tern_tokens *t) {
     PyObject *l = PyList_New((Py_ssize_t)t->n);

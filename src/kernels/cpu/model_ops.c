@@ -181,3 +181,75 @@ void tern_gdn_with(const tern_gdn_args *a, tern_gdn_scan scan, tern_pool *pool) 
 void tern_gdn(const tern_gdn_args *a, tern_pool *pool) { tern_gdn_with(a, TERN_GDN_AUTO, pool); }
 
 int tern_gdn_block_min(void) { return tern_kern_get()->gdn_block_min; }
+
+/* ---------------------------------------------------------- KV cache rows */
+
+size_t tern_kv_row_bytes(tern_kv_type t, size_t n) {
+    if (t == TERN_KV_Q8_0 && n % TERN_KV_Q8_BLOCK) return 0;
+    return tk_kv_bytes(t, n);
+}
+
+int tern_kv_block(tern_kv_type t) { return t == TERN_KV_Q8_0 ? TERN_KV_Q8_BLOCK : 1; }
+
+/* One Q8_0 block: d = amax/127 rounded to fp16; q = round(x/d) with the stored d,
+ * clamped to [-127, 127] (the rounded d may be a little below amax/127). */
+static void q8_block(uint8_t *dst, const float *x) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) {
+        float v = fabsf(x[j]);
+        if (v > amax) amax = v;
+    }
+    uint16_t dh = tern_f32_to_f16(amax / 127.0f);
+    float d = tk_h2f(dh);
+    float id = d > 0 ? 1.0f / d : 0.0f;
+    memcpy(dst, &dh, 2);
+    int8_t *q = (int8_t *)(dst + 2);
+    for (int j = 0; j < 32; j++) {
+        float r = nearbyintf(x[j] * id);
+        q[j] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+}
+
+void tern_kv_store(tern_kv_type t, void *dst, size_t dst_stride, const float *src,
+                   size_t src_stride, size_t rows, size_t n) {
+    for (size_t r = 0; r < rows; r++) {
+        uint8_t *d = (uint8_t *)dst + r * dst_stride;
+        const float *x = src + r * src_stride;
+        switch (t) {
+        case TERN_KV_F16:
+            for (size_t j = 0; j < n; j++) {
+                uint16_t h = tern_f32_to_f16(x[j]);
+                memcpy(d + 2 * j, &h, 2);
+            }
+            break;
+        case TERN_KV_BF16:
+            for (size_t j = 0; j < n; j++) {
+                uint16_t h = tern_f32_to_bf16(x[j]);
+                memcpy(d + 2 * j, &h, 2);
+            }
+            break;
+        case TERN_KV_Q8_0:
+            for (size_t b = 0; b + 32 <= n; b += 32) q8_block(d + b / 32 * 34, x + b);
+            break;
+        default: memcpy(d, x, n * sizeof(float)); break;
+        }
+    }
+}
+
+void tern_kv_load(tern_kv_type t, const void *src, size_t n, float *out) {
+    const uint8_t *s = src;
+    for (size_t j = 0; j < n; j++) {
+        uint16_t h;
+        switch (t) {
+        case TERN_KV_F16: memcpy(&h, s + 2 * j, 2); out[j] = tk_h2f(h); break;
+        case TERN_KV_BF16: memcpy(&h, s + 2 * j, 2); out[j] = tk_b2f(h); break;
+        case TERN_KV_Q8_0: {
+            const uint8_t *b = s + j / 32 * 34;
+            memcpy(&h, b, 2);
+            out[j] = tk_h2f(h) * (float)((const int8_t *)(b + 2))[j % 32];
+            break;
+        }
+        default: memcpy(out + j, s + 4 * j, 4); break;
+        }
+    }
+}

@@ -440,20 +440,193 @@ void TK_FN(tern_gdn_head_blocks)(const tern_gdn_args *a, int conv_ch, int p) {
     }
 }
 
-/* Causal softmax attention of query head h for every row of the chunk. */
+/* ------------------------------------------------------ KV cache reads
+ * 16 stored values as a tk_v16: F16C / AVX-512 conversions where the build has them,
+ * else the exact scalar conversions (the reference; bit-identical results, conversions
+ * to float are exact). */
+#ifndef TK_KV_DEFINED
+#define TK_KV_DEFINED
+static inline float tk_h2f(uint16_t h) {
+    const uint32_t sg = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    uint32_t u;
+    float f;
+    if (e == 0) {
+        f = (float)m * (1.0f / 16777216.0f); /* zero or subnormal: m * 2^-24, exact */
+        memcpy(&u, &f, 4);
+        u |= sg;
+    } else if (e == 31) {
+        u = sg | 0x7f800000u | (m << 13);
+    } else {
+        u = sg | ((e + 112u) << 23) | (m << 13);
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float tk_b2f(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline tk_v16 tk_ld16_f16(const uint16_t *p) {
+#if defined(__AVX512F__)
+    return (tk_v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+#elif defined(__F16C__) && defined(__AVX2__)
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 8)));
+    tk_v16 v;
+    memcpy(&v, &lo, 32);
+    memcpy((char *)&v + 32, &hi, 32);
+    return v;
+#else
+    tk_v16 v;
+    for (int u = 0; u < 16; u++) v[u] = tk_h2f(p[u]);
+    return v;
+#endif
+}
+static inline tk_v16 tk_ld16_bf16(const uint16_t *p) {
+#if defined(__AVX512F__)
+    const __m512i w = _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p)), 16);
+    return (tk_v16)_mm512_castsi512_ps(w);
+#elif defined(__AVX2__)
+    const __m256i lo = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16);
+    const __m256i hi = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 8))), 16);
+    tk_v16 v;
+    memcpy(&v, &lo, 32);
+    memcpy((char *)&v + 32, &hi, 32);
+    return v;
+#else
+    tk_v16 v;
+    for (int u = 0; u < 16; u++) v[u] = tk_b2f(p[u]);
+    return v;
+#endif
+}
+static inline tk_v16 tk_ld16_i8(const int8_t *p) {
+#if defined(__AVX512F__)
+    return (tk_v16)_mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+#elif defined(__AVX2__)
+    const __m256 lo = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+    const __m256 hi = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8))));
+    tk_v16 v;
+    memcpy(&v, &lo, 32);
+    memcpy((char *)&v + 32, &hi, 32);
+    return v;
+#else
+    tk_v16 v;
+    for (int u = 0; u < 16; u++) v[u] = (float)p[u];
+    return v;
+#endif
+}
+static inline size_t tk_kv_bytes(tern_kv_type t, size_t n) {
+    switch (t) {
+    case TERN_KV_F16:
+    case TERN_KV_BF16: return 2 * n;
+    case TERN_KV_Q8_0: return n / 32 * 34;
+    default: return 4 * n;
+    }
+}
+static inline float tk_lanes_sum(tk_v16 acc, float s) {
+    for (int u = 0; u < 16; u++) s += acc[u];
+    return s;
+}
+#endif
+
+/* q . k for a stored key row of n values: 16 partial sums (the order of dot_), scalar
+ * tail, then the lanes. */
+static inline float TK_FN(dot_f16_)(const float *restrict q, const uint16_t *restrict k, int n) {
+    tk_v16 acc = tk_v16_set1(0.0f);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) acc += tk_v16_load(q + j) * tk_ld16_f16(k + j);
+    float s = 0;
+    for (; j < n; j++) s += q[j] * tk_h2f(k[j]);
+    return tk_lanes_sum(acc, s);
+}
+static inline float TK_FN(dot_bf16_)(const float *restrict q, const uint16_t *restrict k, int n) {
+    tk_v16 acc = tk_v16_set1(0.0f);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) acc += tk_v16_load(q + j) * tk_ld16_bf16(k + j);
+    float s = 0;
+    for (; j < n; j++) s += q[j] * tk_b2f(k[j]);
+    return tk_lanes_sum(acc, s);
+}
+/* Q8_0: per block of 32, t = q[0:16]*k[0:16] + q[16:32]*k[16:32] in integer-valued
+ * floats, then acc += d * t. */
+static inline float TK_FN(dot_q8_)(const float *restrict q, const uint8_t *restrict k, int n) {
+    tk_v16 acc = tk_v16_set1(0.0f);
+    for (int b = 0; b < n / 32; b++, k += 34, q += 32) {
+        uint16_t dh;
+        memcpy(&dh, k, 2);
+        const int8_t *qs = (const int8_t *)(k + 2);
+        const tk_v16 t = tk_v16_load(q) * tk_ld16_i8(qs) + tk_v16_load(q + 16) * tk_ld16_i8(qs + 16);
+        acc += tk_v16_set1(tk_h2f(dh)) * t;
+    }
+    return tk_lanes_sum(acc, 0.0f);
+}
+
+/* o[0..n) += w * v for a stored value row. */
+static inline void TK_FN(axpy_f32_)(float *restrict o, float w, const float *restrict v, int n) {
+    const tk_v16 wv = tk_v16_set1(w);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) tk_v16_store(o + j, tk_v16_load(o + j) + wv * tk_v16_load(v + j));
+    for (; j < n; j++) o[j] += w * v[j];
+}
+static inline void TK_FN(axpy_f16_)(float *restrict o, float w, const uint16_t *restrict v, int n) {
+    const tk_v16 wv = tk_v16_set1(w);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) tk_v16_store(o + j, tk_v16_load(o + j) + wv * tk_ld16_f16(v + j));
+    for (; j < n; j++) o[j] += w * tk_h2f(v[j]);
+}
+static inline void TK_FN(axpy_bf16_)(float *restrict o, float w, const uint16_t *restrict v, int n) {
+    const tk_v16 wv = tk_v16_set1(w);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) tk_v16_store(o + j, tk_v16_load(o + j) + wv * tk_ld16_bf16(v + j));
+    for (; j < n; j++) o[j] += w * tk_b2f(v[j]);
+}
+static inline void TK_FN(axpy_q8_)(float *restrict o, float w, const uint8_t *restrict v, int n) {
+    for (int b = 0; b < n / 32; b++, v += 34, o += 32) {
+        uint16_t dh;
+        memcpy(&dh, v, 2);
+        const int8_t *qs = (const int8_t *)(v + 2);
+        const tk_v16 wd = tk_v16_set1(w * tk_h2f(dh));
+        tk_v16_store(o, tk_v16_load(o) + wd * tk_ld16_i8(qs));
+        tk_v16_store(o + 16, tk_v16_load(o + 16) + wd * tk_ld16_i8(qs + 16));
+    }
+}
+
+/* Causal softmax attention of query head h for every row of the chunk, the caches read
+ * in their stored types (the type switch outside the position loops). */
 void TK_FN(tern_attn_head)(const tern_attn_args *a, int h) {
     const int group = a->n_head / a->n_head_kv, kvh = h / group, hd = a->head_dim;
     const size_t kvw = (size_t)a->n_head_kv * hd;
+    const size_t krs = tk_kv_bytes(a->k_type, kvw), vrs = tk_kv_bytes(a->v_type, kvw);
+    const uint8_t *k0 = (const uint8_t *)a->kcache + (size_t)kvh * tk_kv_bytes(a->k_type, hd);
+    const uint8_t *v0 = (const uint8_t *)a->vcache + (size_t)kvh * tk_kv_bytes(a->v_type, hd);
+    const float scale = a->scale;
     float *sc = a->scratch + (size_t)h * (a->pos0 + a->rows);
     for (int i = 0; i < a->rows; i++) {
         const float *q = a->q + i * a->q_stride + (size_t)h * hd;
         const int np = a->pos0 + i + 1;
         float mx = -INFINITY;
-        for (int p = 0; p < np; p++) {
-            float s = TK_FN(dot_)(q, a->kcache + p * kvw + (size_t)kvh * hd, hd) * a->scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
+#define TK_SCORES(DOT)                                                                   \
+    for (int p = 0; p < np; p++) {                                                       \
+        const uint8_t *kr = k0 + (size_t)p * krs;                                        \
+        const float s = (DOT) * scale;                                                   \
+        sc[p] = s;                                                                       \
+        if (s > mx) mx = s;                                                              \
+    }
+        switch (a->k_type) {
+        case TERN_KV_F16: TK_SCORES(TK_FN(dot_f16_)(q, (const uint16_t *)(const void *)kr, hd)) break;
+        case TERN_KV_BF16: TK_SCORES(TK_FN(dot_bf16_)(q, (const uint16_t *)(const void *)kr, hd)) break;
+        case TERN_KV_Q8_0: TK_SCORES(TK_FN(dot_q8_)(q, kr, hd)) break;
+        default: TK_SCORES(TK_FN(dot_)(q, (const float *)(const void *)kr, hd)) break;
         }
+#undef TK_SCORES
         float sum = 0;
         for (int p = 0; p < np; p++) {
             sc[p] = expf(sc[p] - mx);
@@ -462,14 +635,17 @@ void TK_FN(tern_attn_head)(const tern_attn_args *a, int h) {
         const float inv = 1.0f / sum;
         float *restrict o = a->out + (size_t)i * a->n_head * hd + (size_t)h * hd;
         for (int j = 0; j < hd; j++) o[j] = 0;
-        for (int p = 0; p < np; p++) {
-            const float *restrict v = a->vcache + p * kvw + (size_t)kvh * hd;
-            const float w = sc[p] * inv;
-            int j = 0;
-            const tk_v16 wv = tk_v16_set1(w);
-            for (; j + 16 <= hd; j += 16)
-                tk_v16_store(o + j, tk_v16_load(o + j) + wv * tk_v16_load(v + j));
-            for (; j < hd; j++) o[j] += w * v[j];
+#define TK_ACC(AXPY)                                                                     \
+    for (int p = 0; p < np; p++) {                                                       \
+        const uint8_t *vr = v0 + (size_t)p * vrs;                                        \
+        AXPY;                                                                            \
+    }
+        switch (a->v_type) {
+        case TERN_KV_F16: TK_ACC(TK_FN(axpy_f16_)(o, sc[p] * inv, (const uint16_t *)(const void *)vr, hd)) break;
+        case TERN_KV_BF16: TK_ACC(TK_FN(axpy_bf16_)(o, sc[p] * inv, (const uint16_t *)(const void *)vr, hd)) break;
+        case TERN_KV_Q8_0: TK_ACC(TK_FN(axpy_q8_)(o, sc[p] * inv, vr, hd)) break;
+        default: TK_ACC(TK_FN(axpy_f32_)(o, sc[p] * inv, (const float *)(const void *)vr, hd)) break;
         }
+#undef TK_ACC
     }
 }
