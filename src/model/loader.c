@@ -126,7 +126,10 @@ void tm_fill_info(tern_model *m) {
     in->head_dim = hp->head_dim;
     in->n_ctx_train = hp->n_ctx_train;
     in->has_hadamard = m->hadamard;
-    uint64_t emb = (uint64_t)m->tok_embd.row_bytes * m->tok_embd.n;
+    /* the file's bytes (row_bytes may be a device layout's stride by now, e.g. a
+     * tiled strip on the GPU) */
+    size_t erb = tern_codec_row_bytes(m->tok_embd.type, (uint64_t)m->tok_embd.k);
+    uint64_t emb = (uint64_t)(erb ? erb : m->tok_embd.row_bytes) * (uint64_t)m->tok_embd.n;
     in->decode_bytes_per_token = in->weight_bytes - (tied ? 0 : emb);
     in->format = m->gguf ? "gguf" : "mlx";
     in->weight_type = hp->n_layer > 0 ? tern_dtype_name(m->layers[0].wgate.type) : "";
