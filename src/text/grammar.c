@@ -42,6 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* memcpy/memcmp for counts that may be 0 with a NULL pointer (an empty list): the C
+ * library's are undefined on NULL even for 0 bytes. */
+static inline void gcopy(void *d, const void *s, size_t n) {
+    if (n) memcpy(d, s, n);
+}
+static inline int gcmp(const void *a, const void *b, size_t n) { return n ? memcmp(a, b, n) : 0; }
+
 /* ------------------------------------------------------------- limits */
 #define G_MAX_ELEMS (1 << 20)       /* compiled elements */
 #define G_MAX_REPEAT 4096           /* m, n of {m,n} */
@@ -156,7 +163,7 @@ static elist *rule_add_alt(gparser *g, int32_t r) {
 static int32_t add_class(gparser *g, const grange *r, int32_t n, bool neg) {
     if (!grow((void **)&g->rg, &g->cap_rg, g->n_rg + n, sizeof *g->rg) ||
         !grow((void **)&g->cl, &g->cap_cl, g->n_cl + 1, sizeof *g->cl)) { nomem(g); return -1; }
-    memcpy(g->rg + g->n_rg, r, (size_t)n * sizeof *r);
+    gcopy(g->rg + g->n_rg, r, (size_t)n * sizeof *r);
     g->cl[g->n_cl] = (gclass){g->n_rg, n, neg};
     g->n_rg += n;
     return g->n_cl++;
@@ -249,7 +256,7 @@ static bool repeat(gparser *g, int32_t rule, elist **lp, int32_t alt_i, int32_t 
     int32_t n = l->n - from;
     gelem *sym = malloc((size_t)(n ? n : 1) * sizeof *sym);
     if (!sym) { nomem(g); return false; }
-    memcpy(sym, l->v + from, (size_t)n * sizeof *sym);
+    gcopy(sym, l->v + from, (size_t)n * sizeof *sym);
     l->n = from;
     g->n_el_total -= (size_t)n;
     bool ok = true;
@@ -518,7 +525,8 @@ tern_status tern_grammar_parse(const char *text, size_t len, const char *root, t
                 G->rule_nalt[i] = g.rules[i].n;
                 for (int32_t a = 0; a < g.rules[i].n; a++) {
                     G->alt[ai++] = ei;
-                    memcpy(G->el + ei, g.rules[i].alts[a].v, (size_t)g.rules[i].alts[a].n * sizeof *G->el);
+                    if (g.rules[i].alts[a].n) /* an empty alternative has no array */
+                        memcpy(G->el + ei, g.rules[i].alts[a].v, (size_t)g.rules[i].alts[a].n * sizeof *G->el);
                     ei += g.rules[i].alts[a].n;
                     G->el[ei++] = (gelem){GE_END, 0};
                 }
@@ -566,7 +574,7 @@ typedef struct { const uint8_t *b; uint32_t n; int32_t id; } tokref;
 static int tokref_cmp(const void *a, const void *b) {
     const tokref *x = a, *y = b;
     uint32_t n = x->n < y->n ? x->n : y->n;
-    int c = memcmp(x->b, y->b, n);
+    int c = gcmp(x->b, y->b, n);
     if (c) return c;
     if (x->n != y->n) return x->n < y->n ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
@@ -773,10 +781,10 @@ static void expand(tern_grammar_matcher *m, int32_t *stk, int32_t n, int32_t cap
     int32_t *orig = NULL;
     if (nalt > 1) {
         if (!(orig = malloc((size_t)n * sizeof *orig))) { merr(m, TERN_ERR_NOMEM, "out of memory"); return; }
-        memcpy(orig, stk, (size_t)n * sizeof *orig);
+        gcopy(orig, stk, (size_t)n * sizeof *orig);
     }
     for (int32_t a = 0; a < nalt && !m->err; a++) {
-        if (a) memcpy(stk, orig, (size_t)n * sizeof *orig);
+        if (a) gcopy(stk, orig, (size_t)n * sizeof *orig);
         int32_t base = n - 1;
         if (G->el[pos + 1].type != GE_END) stk[base++] = pos + 1;
         int32_t sp = G->alt[G->rule_alt[r] + a];
@@ -792,7 +800,7 @@ static void expand(tern_grammar_matcher *m, int32_t *stk, int32_t n, int32_t cap
 static int stack_cmp_ctx(const tern_grammar_matcher *m, int32_t a, int32_t b) {
     int32_t la = m->slen[a], lb = m->slen[b];
     if (la != lb) return la < lb ? -1 : 1;
-    return memcmp(m->sbuf + m->soff[a], m->sbuf + m->soff[b], (size_t)la * sizeof(int32_t));
+    return gcmp(m->sbuf + m->soff[a], m->sbuf + m->soff[b], (size_t)la * sizeof(int32_t));
 }
 
 static tern_grammar_matcher *g_sort_m;  /* qsort has no context argument */
@@ -840,7 +848,7 @@ static int32_t intern(tern_grammar_matcher *m, int32_t pend_n, int32_t pend_len,
         int32_t s = ord[i];
         b[w++] = m->slen[s];
         if (!m->slen[s]) accept = true;
-        memcpy(b + w, m->sbuf + m->soff[s], (size_t)m->slen[s] * sizeof *b);
+        gcopy(b + w, m->sbuf + m->soff[s], (size_t)m->slen[s] * sizeof *b);
         w += m->slen[s];
     }
     free(ord);
@@ -848,14 +856,14 @@ static int32_t intern(tern_grammar_matcher *m, int32_t pend_n, int32_t pend_len,
     uint32_t hm = (uint32_t)m->ht_cap - 1;
     for (uint32_t k = h & hm; m->ht[k] >= 0; k = (k + 1) & hm) {
         gstate *s = &m->st[m->ht[k]];
-        if (s->hash == h && s->blob_n == w && !memcmp(s->blob, b, (size_t)w * sizeof *b)) return m->ht[k];
+        if (s->hash == h && s->blob_n == w && !gcmp(s->blob, b, (size_t)w * sizeof *b)) return m->ht[k];
     }
     if (m->n_st >= G_MAX_STATES) { merr(m, TERN_ERR_UNSUPPORTED, "too many grammar states"); return -1; }
     if (!grow((void **)&m->st, &m->cap_st, m->n_st + 1, sizeof *m->st)) { merr(m, TERN_ERR_NOMEM, "out of memory"); return -1; }
     gstate *s = &m->st[m->n_st];
     memset(s, 0, sizeof *s);
     if (!(s->blob = malloc((size_t)w * sizeof *b))) { merr(m, TERN_ERR_NOMEM, "out of memory"); return -1; }
-    memcpy(s->blob, b, (size_t)w * sizeof *b);
+    gcopy(s->blob, b, (size_t)w * sizeof *b);
     s->blob_n = w;
     s->hash = h;
     s->accept = accept && pend_n == 0;
@@ -903,7 +911,7 @@ static int32_t step_cp(tern_grammar_matcher *m, int32_t si, uint32_t lo, uint32_
         }
         if (!class_has(G, k, lo)) continue;
         if (!stk && !(stk = malloc((size_t)cap * sizeof *stk))) { merr(m, TERN_ERR_NOMEM, "out of memory"); break; }
-        memcpy(stk, s, (size_t)(len - 1) * sizeof *stk);
+        gcopy(stk, s, (size_t)(len - 1) * sizeof *stk);
         int32_t n = len - 1;
         if (G->el[top + 1].type != GE_END) stk[n++] = top + 1;
         expand(m, stk, n, cap, 0);
@@ -997,7 +1005,7 @@ static tern_status matcher_flush(tern_grammar_matcher *m) {
     int32_t n = c->blob_n;
     int32_t *saved = malloc((size_t)n * sizeof *saved);
     if (!saved) return tern_fail(TERN_ERR_NOMEM, "grammar: out of memory");
-    memcpy(saved, c->blob, (size_t)n * sizeof *saved);
+    gcopy(saved, c->blob, (size_t)n * sizeof *saved);
     matcher_clear_states(m);
     m->start = start_state(m);
     /* rebuild the current state's stacks from the saved blob */
