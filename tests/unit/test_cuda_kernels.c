@@ -64,9 +64,13 @@ TEST(file_gemv_vs_f64) {
             tc_matmul_multi(1, &m, dx, B, (size_t)k, &dy, &ys);
             CHECK_EQ_INT(tc_sync(), 0);
             CHECK(tc_download(y, dy, B * ys * 4) == 0);
+            /* the quantiser's own error bound per output; max|err|/max|ref| < 1e-3 only
+             * with >= 16 rows (n 1 with the outlier: one cancelling output, ill-posed) */
             double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
-            CHECK_MSG(e < 1e-3, "file layout n %lld k %lld batch %zu: rel err %g", (long long)n,
-                      (long long)k, B, e);
+            double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys);
+            CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
+                      "file layout n %lld k %lld batch %zu: rel err %g, err / bound %g", (long long)n,
+                      (long long)k, B, e, eq);
             for (size_t b = 0; b < B; b++)
                 for (size_t p = (size_t)n; p < ys; p++) CHECK(y[b * ys + p] == 0.0f);
             free(x); free(y);
@@ -105,8 +109,10 @@ TEST(repack_gemv_vs_f64) {
             CHECK_EQ_INT(tc_sync(), 0);
             CHECK(tc_download(y, dy, B * ys * 4) == 0);
             double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
-            CHECK_MSG(e < 1e-3, "repacked n %lld k %lld batch %zu: rel err %g", (long long)n,
-                      (long long)k, B, e);
+            double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
+            CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
+                      "repacked n %lld k %lld batch %zu: rel err %g, err / bound %g", (long long)n,
+                      (long long)k, B, e, eq);
             for (size_t b = 0; b < B; b++) CHECK(y[b * ys + (size_t)n] == 0.0f); /* padding */
             free(x); free(y);
             tc_free(dx, B * (size_t)k * 4);
@@ -195,8 +201,10 @@ TEST(tiled_gemv_vs_f64) {
                 CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
                 double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
-                CHECK_MSG(e < 1e-3, "tiled n %lld k %lld batch %zu path %d: rel err %g",
-                          (long long)n, (long long)k, B, path, e);
+                double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
+                CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
+                          "tiled n %lld k %lld batch %zu path %d: rel err %g, err / bound %g",
+                          (long long)n, (long long)k, B, path, e, eq);
                 for (size_t b = 0; b < B; b++)
                     for (size_t p = (size_t)n; p < ys; p++) CHECK(y[b * ys + p] == 0.0f);
             }
