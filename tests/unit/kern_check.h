@@ -87,6 +87,41 @@ static inline double rel_err_vs_f64(const tmat *t, const float *x, size_t batch,
     return maxref > 0 ? maxdiff / maxref : maxdiff;
 }
 
+/* Per-output bound for the integer path (tc_act: x_q = round(x / sx), sx = max|x| /
+ * 16256 per 128-input block of a batch row). Its error is the rounding of x_q, a sum
+ * of independent errors uniform in +-sx/2: std sigma_r = sqrt(sum_j w_rj^2 sx_j^2 / 12),
+ * plus fp32 rounding of the per-group float sum (<= ~G * 6e-8 of sum |w x|). Returns
+ * max over outputs of |y - ref| / (6 sigma_r + 2e-5 sum_j |w_rj x_j|): < 1 for a
+ * correct kernel (a 6-sigma tail), while a wrong code, scale or column is an error
+ * of order |w x| >> sigma. Unlike max|err| / max|ref| this stays well-posed when
+ * there are few outputs and one of them cancels (n 1 with an outlier x = 500: its
+ * block's step is 0.031, the dot products of the other columns are ~sqrt(k)). */
+static inline double qerr_ratio_vs_f64(const tmat *t, const float *x, size_t batch, size_t xs,
+                                       const float *y, size_t ys) {
+    const int64_t k = t->q.k, G = k / 128;
+    double worst = 0, *sxb = malloc((size_t)(G > 0 ? G : 1) * sizeof(double));
+    for (size_t b = 0; b < batch; b++) {
+        for (int64_t g = 0; g < G; g++) {
+            double m = 0;
+            for (int64_t j = g * 128; j < g * 128 + 128; j++) m = fmax(m, fabs((double)x[b * xs + (size_t)j]));
+            sxb[g] = m / 16256.0;
+        }
+        for (int64_t r = 0; r < t->q.n; r++) {
+            double s = 0, a = 0, v = 0;
+            for (int64_t j = 0; j < k; j++) {
+                double w = t->deq[r * k + j], xv = (double)x[b * xs + (size_t)j], q = sxb[j >> 7];
+                s += w * xv;
+                a += fabs(w * xv);
+                v += w * w * q * q / 12.0;
+            }
+            double r_ = fabs(s - (double)y[b * ys + (size_t)r]) / (6.0 * sqrt(v) + 2e-5 * a + 1e-30);
+            if (!(r_ <= worst)) worst = isnan(r_) ? INFINITY : r_;
+        }
+    }
+    free(sxb);
+    return worst;
+}
+
 static inline float *rand_x(size_t n, float scale) {
     float *x = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = check_rand_normal() * scale;

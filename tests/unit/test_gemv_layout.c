@@ -244,6 +244,9 @@ TEST(emulated_gemv_vs_f64) {
             double e = rel_err_vs_f64(&t, x, (size_t)B, (size_t)k, y, ys);
             CHECK_MSG(e < 1e-3, "n %lld k %lld batch %d: rel err %g", (long long)n, (long long)k,
                       B, e);
+            double eq = qerr_ratio_vs_f64(&t, x, (size_t)B, (size_t)k, y, ys);
+            CHECK_MSG(eq < 1.0, "n %lld k %lld batch %d: err / bound %g", (long long)n,
+                      (long long)k, B, eq);
             for (int b = 0; b < B; b++) CHECK(y[(size_t)b * ys + (size_t)n] == 0.0f);
             free(x); free(y); free(a.q); free(a.sx); free(a.corr); free(a.xq);
         }
@@ -252,8 +255,43 @@ TEST(emulated_gemv_vs_f64) {
     }
 }
 
+/* The H200 run failed max|err|/max|ref| < 1e-3 on n 1 with the outlier x = 500
+ * (file layout k 128 batch 4: 0.021; tiled k 2560 batch 5: 0.0016; repacked k 128
+ * batch 5: 0.0032). This model computes the kernel's exact integer group sums, and
+ * it fails that ratio just as often on the same cases: the quantiser's error in the
+ * outlier's block (step 500/16256) against one cancelling output is ill-posed, not
+ * a kernel bug. The per-output bound qerr_ratio_vs_f64 (kern_check.h) holds. */
+TEST(outlier_bound_well_posed) {
+    const int64_t ks[] = {128, 2560};
+    int over = 0, trials = 0;
+    for (int tr = 0; tr < 40; tr++) {
+        int64_t k = ks[tr & 1];
+        const int B = 4 + (tr >> 1 & 1);
+        tmat t = make_mat(TERN_DT_PQ2_0, 1, k, 0);
+        uint8_t *W = repack_host(&t);
+        float *x = rand_x((size_t)B * (size_t)k, 1.0f);
+        x[k / 3] = 500.0f;
+        hact a = quant_host(x, (size_t)B, k);
+        float *y = calloc((size_t)B * 2, sizeof(float));
+        int bad = 0;
+        strip_model(W, &a, &t, k, B, 0, y, 2, &bad);
+        CHECK_EQ_INT(bad, 0);
+        double e = rel_err_vs_f64(&t, x, (size_t)B, (size_t)k, y, 2);
+        double eq = qerr_ratio_vs_f64(&t, x, (size_t)B, (size_t)k, y, 2);
+        CHECK_MSG(eq < 1.0, "k %lld batch %d: err / bound %g", (long long)k, B, eq);
+        over += e >= 1e-3;
+        trials++;
+        free(x); free(y); free(a.q); free(a.sx); free(a.corr); free(a.xq);
+        free(W);
+        free_mat(&t);
+    }
+    fprintf(stderr, "  n 1 + outlier: exact-integer model over the old 1e-3 ratio in %d of %d trials\n",
+            over, trials);
+}
+
 int main(void) {
     RUN(index_rules);
     RUN(emulated_gemv_vs_f64);
+    RUN(outlier_bound_well_posed);
     return check_summary();
 }

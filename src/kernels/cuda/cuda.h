@@ -115,7 +115,7 @@ void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float 
                     size_t block, const float *signs);
 /* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
  * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
- * k % 256 == 0). mode TC_GEMM_EXACT: both activation planes, the same integers
+ * k % 256 == 0) or a TC_TERN128T one (tiled, k % 256 == 0: same results). mode TC_GEMM_EXACT: both activation planes, the same integers
  * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
  * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
  * Returns 1 when launched, 0 when the shape is not handled (the caller falls

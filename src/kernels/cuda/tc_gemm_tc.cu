@@ -37,6 +37,15 @@
  * words 0 and 1 of the unit: shift, mask, and (c + 0x7F) ^ 0x80 per byte = c-1.
  * The grid runs token tiles fastest, so the CTAs that share a weight tile run
  * together and the weights come from HBM once per call (L2 after the first).
+ *
+ * TL = 1: the same kernel on the tiled layout (TC_TERN128T, gemv_tiled.h), the
+ * default at load: a stage of 256 inputs is tile `st` of the CTA's 8 strips
+ * (8 x 1088 bytes, copied with 16-byte cp.async). The 16 code bytes of (row g of
+ * a half-strip, unit u) land at 16-byte slot 4g + (u ^ ((g >> 1) & 3)) of the
+ * half (a swizzle: the 8 rows g that a warp's lanes read for one unit hit 8
+ * distinct bank pairs); the 64 scale bytes as they are. The decoded fragments,
+ * the MMAs and the epilogue are the file layout's, operation for operation, so
+ * the two layouts give the same floats.
  */
 #include "kernels/cuda/internal.cuh"
 
@@ -49,6 +58,8 @@ constexpr int kRows = 128;       /* weight rows per CTA */
 constexpr int kStageK = 256;     /* inputs per stage */
 constexpr int kStages = 3;
 constexpr int kWStride = 72;     /* smem bytes per weight row per stage */
+constexpr int kTile = 1088;      /* TL: bytes of one tiled 16x256 tile (TCT_TILE) */
+constexpr int kTChunks = 8 * (kTile / 16); /* TL: 16-byte chunks per stage (544) */
 constexpr uint32_t kMagic = 0x4B400000u; /* 1.5 * 2^23 */
 constexpr float kMagicF = 12582912.0f;
 
@@ -99,7 +110,7 @@ __device__ __forceinline__ uint32_t dec4(uint32_t x) {
 
 /* W: the matrix data rounded down to 4 bytes (mis = data - W, 0 or 2); rb % 4 == 0;
  * K % 256 == 0; q 16-byte aligned, sx 8-byte aligned. */
-template <int PL, int NT>
+template <int PL, int NT, int TL>
 __global__ void __launch_bounds__(256, 1)
     k_gemm_t128_tc(const uint8_t *__restrict__ W, int mis, size_t rb, int n, int K,
                    const int8_t *__restrict__ q, const float *__restrict__ sx, int M,
@@ -140,12 +151,40 @@ __global__ void __launch_bounds__(256, 1)
         ssrc = sx + (size_t)gt * nb;
     }
     const uint32_t sbase = smem_u32(smem);
+    /* TL: chunks tid, tid + 256, tid + 512 (< 544) of the stage's 8 tiles; the
+     * source of chunk c of stage st is tile st of strip (row0/16 + c/68, clamped
+     * to the last strip: its rows are dropped), the tiles of a strip kTile apart. */
+    const uint8_t *tsrc[3];
+    uint32_t tdst[3];
+    if (TL) {
+        const int64_t nstrips = ((int64_t)n + 15) >> 4, kt = K >> 8;
+#pragma unroll
+        for (int j = 0; j < 3; j++) {
+            const int c = tid + 256 * j, c2 = c < kTChunks ? c : 0;
+            const int tl = c2 / 68, w = c2 - tl * 68;
+            int64_t sp = (int64_t)(row0 >> 4) + tl;
+            sp = sp < nstrips ? sp : nstrips - 1;
+            tsrc[j] = W + (size_t)sp * (size_t)kt * kTile + 16 * w;
+            uint32_t o;
+            if (w < 64) {
+                const int half = w >> 5, gg = (w >> 2) & 7, u = w & 3;
+                o = (uint32_t)(half * 512 + (4 * gg + (u ^ ((gg >> 1) & 3))) * 16);
+            } else o = (uint32_t)(1024 + 16 * (w - 64));
+            tdst[j] = c < kTChunks ? (uint32_t)(tl * kTile) + o : 0xffffffffu;
+        }
+    }
 
     auto load = [&](int buf, int st) {
         const uint32_t sb = sbase + buf * C::STAGE;
-        const uint8_t *ws = wsrc + (size_t)st * 68;
+        if (TL) {
 #pragma unroll
-        for (int j = 0; j < 9; j++) cp_async4(sb + wdst + 4 * j, ws + 4 * j);
+            for (int j = 0; j < 3; j++)
+                if (tdst[j] != 0xffffffffu) cp_async16(sb + tdst[j], tsrc[j] + (size_t)st * kTile);
+        } else {
+            const uint8_t *ws = wsrc + (size_t)st * 68;
+#pragma unroll
+            for (int j = 0; j < 9; j++) cp_async4(sb + wdst + 4 * j, ws + 4 * j);
+        }
         const uint8_t *as = asrc + (size_t)st * 512;
 #pragma unroll
         for (int j = 0; j < CPT; j++) {
@@ -198,7 +237,21 @@ __global__ void __launch_bounds__(256, 1)
             for (int p = 0; p < PL; p++) {
 #pragma unroll
                 for (int qq = 0; qq < 4; qq++) {
-                    if (p == 0) {
+                    if (p == 0 && TL) {
+                        /* slot of (row g, unit qq) in the swizzled half-strip; words
+                         * 2*gk, 2*gk+1 of its 16 bytes are the unit's two code words */
+                        const int slot = 4 * g + (qq ^ ((g >> 1) & 3));
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const uint2 c = *(const uint2 *)(sb + (wr * 2 + mi) * kTile + h * 512 +
+                                                                 slot * 16 + 8 * gk);
+                                a[qq][mi][h] = dec4(c.x >> shift);
+                                a[qq][mi][2 + h] = dec4(c.y >> shift);
+                            }
+                        }
+                    } else if (p == 0) {
                         const int o = mis + 34 * gk + 2 + 8 * qq, wo = o >> 2, sh = (o & 2) * 8;
 #pragma unroll
                         for (int mi = 0; mi < 2; mi++) {
@@ -258,8 +311,11 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
                 const int ra = wr * 32 + mi * 16 + g;
-                const float da = tc_ld_f16(sb + ra * kWStride + mis + 34 * gk);
-                const float db = tc_ld_f16(sb + (ra + 8) * kWStride + mis + 34 * gk);
+                /* TL: scales of (row g, group gk) and (row 8+g, gk) at 1024 + 8g of the tile */
+                const float da = TL ? tc_ld_f16(sb + (wr * 2 + mi) * kTile + 1024 + 8 * g + 2 * gk)
+                                    : tc_ld_f16(sb + ra * kWStride + mis + 34 * gk);
+                const float db = TL ? tc_ld_f16(sb + (wr * 2 + mi) * kTile + 1024 + 8 * g + 4 + 2 * gk)
+                                    : tc_ld_f16(sb + (ra + 8) * kWStride + mis + 34 * gk);
                 const float ma = -kMagicF * da, mb = -kMagicF * db;
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
@@ -292,29 +348,29 @@ __global__ void __launch_bounds__(256, 1)
     }
 }
 
-template <int PL, int NT>
+template <int PL, int NT, int TL>
 void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys) {
     typedef cfg<PL, NT> C;
     static int attr = 0; /* 1 set, -1 failed */
     if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT>,
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT, TL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         attr = e == cudaSuccess ? 1 : -1;
         if (e != cudaSuccess) tc_note((int)e);
     }
     if (attr < 0) return;
     dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows));
-    k_gemm_t128_tc<PL, NT><<<grid, 256, C::SMEM, tc_stream>>>(W, mis, m->row_bytes, (int)m->n,
+    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_stream>>>(W, mis, m->row_bytes, (int)m->n,
                                                               (int)m->k, act->q, act->sx, M, y, ys);
     tc_check_launch();
 }
 
-template <int PL>
+template <int PL, int TL>
 void launch_pl(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y,
                size_t ys) {
-    if (M <= 32) launch<PL, 2>(W, mis, m, act, M, y, ys);
-    else if (M <= 64 || PL == 2) launch<PL, 4>(W, mis, m, act, M, y, ys);
-    else launch<PL, PL == 2 ? 4 : 8>(W, mis, m, act, M, y, ys);
+    if (M <= 32) launch<PL, 2, TL>(W, mis, m, act, M, y, ys);
+    else if (M <= 64 || PL == 2) launch<PL, 4, TL>(W, mis, m, act, M, y, ys);
+    else launch<PL, PL == 2 ? 4 : 8, TL>(W, mis, m, act, M, y, ys);
 }
 
 } // namespace
@@ -331,6 +387,12 @@ extern "C" int tc_gemm_tc_mode(void) {
 }
 
 extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
+    if (m->kind == TC_TERN128T) /* tiled: 16-byte aligned strips of k/256 whole tiles */
+        return act && act->k == m->k && m->k > 0 && m->k % kStageK == 0 && m->k <= (1 << 24) &&
+               m->n > 0 && m->n <= ((int64_t)65535 * kRows) && act->batch > 0 &&
+               act->batch <= (size_t)1 << 30 && ((uintptr_t)m->data & 15) == 0 &&
+               m->row_bytes == (size_t)(m->k / kStageK) * kTile && ((uintptr_t)act->q & 15) == 0 &&
+               ((uintptr_t)act->sx & 7) == 0;
     return m->kind == TC_TERN128 && act && act->k == m->k && m->k > 0 && m->k % kStageK == 0 &&
            m->k <= (1 << 24) && m->n > 0 && m->n <= ((int64_t)65535 * kRows) && act->batch > 0 &&
            act->batch <= (size_t)1 << 30 && ((uintptr_t)m->data & 1) == 0 &&
@@ -342,9 +404,14 @@ extern "C" int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t y
     if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
     if (!tc_gemm_tc_supported(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
+    if (m->kind == TC_TERN128T) {
+        if (mode == TC_GEMM_EXACT) launch_pl<2, 1>(m->data, 0, m, act, (int)act->batch, y, ys);
+        else launch_pl<1, 1>(m->data, 0, m, act, (int)act->batch, y, ys);
+        return 1;
+    }
     const int mis = (int)((uintptr_t)m->data & 3);
     const uint8_t *W = m->data - mis;
-    if (mode == TC_GEMM_EXACT) launch_pl<2>(W, mis, m, act, (int)act->batch, y, ys);
-    else launch_pl<1>(W, mis, m, act, (int)act->batch, y, ys);
+    if (mode == TC_GEMM_EXACT) launch_pl<2, 0>(W, mis, m, act, (int)act->batch, y, ys);
+    else launch_pl<1, 0>(W, mis, m, act, (int)act->batch, y, ys);
     return 1;
 }

@@ -155,19 +155,47 @@ __device__ __forceinline__ float tct_ld_f(const float *p) {
     return v;
 }
 
+/* SA: the activation staged in shared memory (32-bit shared addresses). */
+__device__ __forceinline__ int4 tct_lds4(uint32_t a) {
+    int4 v;
+    asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float tct_ldsf(uint32_t a) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void tct_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tct_cp4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* Shared-memory image of the activation rows a CTA reads (SA): nbr batch rows of
+ * q at row stride 2K + 16 (the 16 bytes put batch rows b and b+1 of a warp's B
+ * loads in different bank groups), then corr [nbr][K/32], then sx [nbr][K/128]. */
+TCT_HD size_t tct_sa_bytes(int nbr, int64_t K) {
+    return (size_t)nbr * ((size_t)(2 * K + 16) + (size_t)(K / 32) * 4 + (size_t)(K / 128) * 4);
+}
+
 __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
     return __half2float(__ushort_as_half((unsigned short)(hi ? v >> 16 : v & 0xffffu)));
 }
 
 #define TCT_MAX_WARPS 16
 
-template <int NB8, int U>
+template <int NB8, int U, int SA>
 __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
                                                     int KS, const int8_t *__restrict__ q,
                                                     const float *__restrict__ sx,
                                                     const int *__restrict__ corr, int batch,
                                                     float *__restrict__ y, size_t ys) {
     __shared__ float red[TCT_MAX_WARPS][16][8];
+    extern __shared__ __align__(16) uint8_t tsa[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int spc = (int)(blockDim.x >> 5) / KS;
@@ -206,6 +234,32 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
             sc[u] = tct_ld_stream2(ps + u * TCT_TILE);
         }
     }
+    /* SA: the CTA's activation (every batch row it reads, all of K) copied once into
+     * shared memory while the first weight tiles are in flight: the loop's B, corr and
+     * sx loads are then shared-memory hits, not a chain of L1/L2 round trips. */
+    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
+    const int RS = 2 * K + 16;
+    const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(tsa);
+    const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
+    uint32_t sq = 0, sx0 = 0, sx1 = 0, sc0 = 0, sc1 = 0;
+    if (SA) {
+        const int qc = K >> 3; /* 16-byte chunks per batch row of q */
+        for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
+            const int b = i / qc, c = i - b * qc;
+            tct_cp16(s_q + (uint32_t)(b * RS + 16 * c), q + (size_t)b * (size_t)K * 2 + 16 * (size_t)c);
+        }
+        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) { /* corr: G chunks per row */
+            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
+            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+        }
+        asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+        sq = s_q + (uint32_t)((bc < batch ? bc : 0) * RS + bp * 32 + t * 64 + j0 * 512);
+        sx0 = s_x + (uint32_t)(((ob0 < batch ? ob0 : 0) * G + 2 * j0) * 4);
+        sx1 = s_x + (uint32_t)(((ob1 < batch ? ob1 : 0) * G + 2 * j0) * 4);
+        sc0 = s_c + (uint32_t)(((ob0 < batch ? ob0 : 0) * nu + 8 * j0) * 4);
+        sc1 = s_c + (uint32_t)(((ob1 < batch ? ob1 : 0) * nu + 8 * j0) * 4);
+    }
 #pragma unroll 1
     for (int jj = 0; jj < nt; jj += U) {
 #pragma unroll
@@ -219,11 +273,13 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
                 for (int e = 0; e < 2; e++) {
                     if (e == 1 && odd && last && j1 == KT) break;
                     const int4 *qp = (const int4 *)(pq + u * 512 + e * 256);
-                    const int4 h0 = tct_ld_act(qp), h1 = tct_ld_act(qp + 1);
+                    const uint32_t qs = sq + (uint32_t)(u * 512 + e * 256);
+                    const int4 h0 = SA ? tct_lds4(qs) : tct_ld_act(qp);
+                    const int4 h1 = SA ? tct_lds4(qs + 16) : tct_ld_act(qp + 1);
                     int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
                     if (NB8) {
-                        l0 = tct_ld_act(qp + 2);
-                        l1 = tct_ld_act(qp + 3);
+                        l0 = SA ? tct_lds4(qs + 32) : tct_ld_act(qp + 2);
+                        l1 = SA ? tct_lds4(qs + 48) : tct_ld_act(qp + 3);
                     }
                     int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
                     uint32_t a[4];
@@ -241,13 +297,16 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
                     if (NB8) tct_mma(L, a, l1.z, l1.w);
                     int c0 = 0, c1 = 0;
                     if (wantc) {
-                        const int4 ca = tct_ld_act(pc0 + 8 * u + 4 * e);
-                        const int4 cb = tct_ld_act(pc1 + 8 * u + 4 * e);
+                        const uint32_t co = (uint32_t)((8 * u + 4 * e) * 4);
+                        const int4 ca = SA ? tct_lds4(sc0 + co) : tct_ld_act(pc0 + 8 * u + 4 * e);
+                        const int4 cb = SA ? tct_lds4(sc1 + co) : tct_ld_act(pc1 + 8 * u + 4 * e);
                         c0 = (ca.x + ca.y) + (ca.z + ca.w);
                         c1 = (cb.x + cb.y) + (cb.z + cb.w);
                     }
                     const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
-                    const float s0 = tct_ld_f(px0 + 2 * u + e), s1 = tct_ld_f(px1 + 2 * u + e);
+                    const uint32_t xo = (uint32_t)((2 * u + e) * 4);
+                    const float s0 = SA ? tct_ldsf(sx0 + xo) : tct_ld_f(px0 + 2 * u + e);
+                    const float s1 = SA ? tct_ldsf(sx1 + xo) : tct_ld_f(px1 + 2 * u + e);
                     int v[4];
 #pragma unroll
                     for (int i = 0; i < 4; i++)
@@ -271,6 +330,11 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
         px1 += 2 * U;
         pc0 += 8 * U;
         pc1 += 8 * U;
+        sq += U * 512;
+        sx0 += 8 * U;
+        sx1 += 8 * U;
+        sc0 += 32 * U;
+        sc1 += 32 * U;
     }
     /* the plane factor (128 for the hi columns of NB4) and dropped columns */
     const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
@@ -312,6 +376,27 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
 
 static int g_sms;
 
+/* Shared-memory budget of the staged activation (SA); past it (K x batch rows
+ * too large: batch 3+ at K 17408) the loop reads the activation from global/L1. */
+#define TCT_SA_MAX (100 * 1024)
+
+template <int NB8, int U, int SA>
+static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
+                           int batch, float *y, size_t ys, size_t smem, unsigned grid, int ks,
+                           int spc) {
+    static int attr = 0; /* 1 set, -1 failed */
+    if (SA && !attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, TCT_SA_MAX);
+        attr = e == cudaSuccess ? 1 : -1;
+        if (e != cudaSuccess) tc_note((int)e);
+    }
+    if (SA && attr < 0) return;
+    k_gemv_tiled<NB8, U, SA><<<grid, 32 * ks * spc, SA ? smem : 0, tc_stream>>>(
+        m->data, (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
+    tc_check_launch();
+}
+
 template <int NB8, int U>
 static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
                          int batch, float *y, size_t ys) {
@@ -329,9 +414,11 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     if (ks < 1) ks = 1;
     const int spc = ks >= 4 ? 1 : 4 / ks;
     const unsigned grid = (unsigned)((strips + spc - 1) / spc);
-    k_gemv_tiled<NB8, U><<<grid, 32 * ks * spc, 0, tc_stream>>>(
-        m->data, (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
-    tc_check_launch();
+    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
+    const size_t smem = tct_sa_bytes(nbr, m->k);
+    if (smem <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3))
+        launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
+    else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0, grid, ks, spc);
 }
 
 /* Batch 1..4: NB4; 5..8: NB8; more: chunks of 8 (weights read once per chunk). */

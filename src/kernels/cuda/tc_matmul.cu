@@ -549,6 +549,10 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
                 tc_note(TC_ERR_UNSUPPORTED);
                 continue;
             }
+            /* prefill: the tensor-core GEMM on the tiled layout (weights read once
+             * per 32..128-token tile); TERN_CUDA_TC=0, or a shape it does not take:
+             * the GEMV in chunks of 8 */
+            if (batch > 8 && tc_gemm_tc(m, act, y[i], ys[i], tc_gemm_tc_mode())) continue;
             tc_gemv_tiled(m, act, y[i], ys[i]);
         } else if (m->kind == TC_TERN128R) {
             if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
