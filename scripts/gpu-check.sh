@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh - one whole device call for the CUDA back-end.
 #
+#   (the no-Hadamard, PTQ1_0 and MLX qwen35 fixtures do not fit the 64 MiB carry beside the
+#   tracked tree: their device parity tests fail to open them; CI runs them on the CPU)
 #   scripts/gpu-check.sh pack     (here, no GPU needed) build with CUDA into build-gpu/, gather the
 #                                 binaries, the shared libraries the device image lacks (cJSON,
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
