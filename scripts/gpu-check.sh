@@ -27,8 +27,7 @@ if [ "$mode" = pack ]; then
   ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
     while read -r l; do cp -L "$l" $P/lib/; done
   F=${TERN_FIXTURES:-../shared/fixtures}
-  tar -C "$F" -cf - qwen35-tiny/model-pq2_0.gguf qwen35-tiny/model-q2_0-nohadamard.gguf \
-      qwen35-tiny/logits-C-0.f32 qwen35-tiny/logits-C-1.f32 qwen35-tiny/logits-C-2.f32 \
+  tar -C "$F" -cf - qwen35-tiny/model-pq2_0.gguf \
       qwen35-tiny/reference.json qwen35-tiny/logits-A-0.f32 qwen35-tiny/logits-A-1.f32 qwen35-tiny/logits-A-2.f32 \
       qwen3-tiny/model-q2_0.gguf qwen3-tiny/model-q2_0_g64.gguf qwen3-tiny/reference.json \
       qwen3-tiny/logits-0.f32 qwen3-tiny/logits-1.f32 qwen3-tiny/logits-2.f32 \
