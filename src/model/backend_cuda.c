@@ -354,7 +354,7 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
         for (int i = 0; i < st->n_seq; i++) {
             tern_session *s = st->ss[i];
             size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
-            float *kc = s->kcache + off, *vc = s->vcache + off;
+            float *kc = (float *)s->kcache + off, *vc = (float *)s->vcache + off; /* f32 only */
             float *qi = w->big1 + (size_t)i * qw, *gi = hp->attn_gate ? w->big2 + (size_t)i * qw : NULL;
             tc_attn_prep_args pa = {.qg = w->big0 + (size_t)i * l->wq.n, .k = w->kbuf + (size_t)i * kvw,
                                     .v = w->vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
