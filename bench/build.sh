@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/tern-kbench}
 tmp=$(mktemp -d)
-CFLAGS="${EXTRA_CFLAGS:-} -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc -DTERN_BUILDING_LIB"
+CFLAGS="${EXTRA_CFLAGS:-} -DTERN_VERSION_STRING=\"kbench\" -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc -DTERN_BUILDING_LIB"
 arch=$(uname -m)
 objs=()
 for f in src/core/*.c src/kernels/cpu/*.c src/cli/cmd_bench.c src/cli/cli_util.c bench/bench_main.c; do

@@ -93,10 +93,11 @@ static void run_matmul_case(tern_dtype type, int64_t n, int64_t k, size_t batch,
 TEST(matmul_all_types_isas_threads) {
     static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0, TERN_DT_Q2_0_G64, TERN_DT_Q1_0,
                                        TERN_DT_F32, TERN_DT_F16, TERN_DT_BF16};
-    static const size_t batches_full[] = {1, 2, 3, 5, 31, 32, 33, 100, 129};
+    /* 7 / 8: both sides of the AVX-512 GEMV -> GEMM switch (GEMM_MIN 8) */
+    static const size_t batches_full[] = {1, 2, 3, 5, 7, 8, 31, 32, 33, 100, 129};
     static const size_t batches_small[] = {1, 3, 33};
     const size_t *batches = g_small ? batches_small : batches_full;
-    size_t nb = g_small ? 3 : 9;
+    size_t nb = g_small ? 3 : sizeof batches_full / sizeof batches_full[0];
     for (size_t ii = 0; ii < 4; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         const char *isa = tern_isa_name(all_isas[ii]);

@@ -43,7 +43,7 @@
 #ifndef TERN_AVX512_PF_EVERY
 #define TERN_AVX512_PF_EVERY 2   /* one prefetch per this many 34-byte blocks */
 #endif
-#define GEMM_MIN 6
+#define GEMM_MIN 8   /* GEMV below: the 16-lane GEMM tile costs as much at 6 as at 16 */
 
 /* acc += u8 x s8 dot products (vpdpbusd). Inline asm: GCC 12 copies the
  * accumulator of the intrinsic through extra registers and the stack. */
@@ -93,7 +93,6 @@ static size_t act_layout(int64_t k, int qk, size_t *off_corr, size_t *off_sx) {
     *off_sx = *off_corr + nb * 4;
     return *off_sx + nseg * 4;
 }
-static size_t act_bytes128(int64_t k) { size_t a, b; return act_layout(k, 128, &a, &b); }
 static size_t act_bytes64(int64_t k) { size_t a, b; return act_layout(k, 64, &a, &b); }
 
 /* Quantise 16 floats with inverse scale inv: x_q = round(x*inv), split as
@@ -171,7 +170,6 @@ static inline __attribute__((always_inline)) void act_prep_qk(const float *x, in
         }
     }
 }
-static void act_prep128(const float *x, int64_t k, void *act) { act_prep_qk(x, k, act, 128); }
 static void act_prep64(const float *x, int64_t k, void *act) { act_prep_qk(x, k, act, 64); }
 
 /* ---------------------------------------------------------------- GEMV */
@@ -262,13 +260,204 @@ static inline __attribute__((always_inline)) void gemv_rows_qk(const tern_qmat *
         }
     }
 }
-static void gemv_rows128(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
-                         size_t y_stride, int64_t r0, int64_t r1) {
-    gemv_rows_qk(w, act, act_stride, batch, y, y_stride, r0, r1, 128);
-}
 static void gemv_rows64(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
                         size_t y_stride, int64_t r0, int64_t r1) {
     gemv_rows_qk(w, act, act_stride, batch, y, y_stride, r0, r1, 64);
+}
+
+/* ------------------------------------------------- GEMV, g128, grouped
+ * PQ2_0 / Q2_0 in the file layout, batch < GEMM_MIN. Measured on Zen 4: every
+ * zmm op counts (about two per cycle in all) and vpmultishiftqb, vpdpwssd and
+ * FMA share the two pipes of vpdpbusd, so the kernel keeps the multiply
+ * pipes for vpdpbusd and spends as few other ops as it can per block:
+ *  - 4 consecutive blocks form a group; raw vector R0 holds code bytes 0..15
+ *    of block q in its 128-bit lane q, R1 bytes 16..31 (two vpermt2w from 4
+ *    loads); the field s of byte p is element 4p+s (+64 in R1), so
+ *    (Rj >> 2s) & 3 (a word shift and an AND) are 8 unsigned code vectors
+ *    whose lane q holds only block q's codes;
+ *  - activation: 14-bit x_q = 128*hi + lo, one scale per block; per group 8
+ *    hi and 8 lo vectors laid out to match (act_prep_g), so all 16 vpdpbusd
+ *    of a group accumulate into one H and one L vector with no reduction:
+ *    128-bit lane q of L + (H << 7) is block q's sum, L seeded with the
+ *    group's -sum(x_q) vector (codes are 0..2: sum((c-1)x) = sum(cx) - sum x);
+ *  - per group: convert, one multiply by [sx_q x4] and one FMA by [d_q x4]
+ *    (vpermt2w + vcvtph2ps of the 4 blocks' fp16 scales);
+ *  - two weight rows share each activation load at batch 1.
+ * A partial last group is copied to a zeroed stack group (scales 0). Exact
+ * integer sums: |T| <= 128 * 2 * 16256 < 2^22.
+ * Activation layout per group of 4 blocks (GQ_BYTES):
+ *   [8 x (64 B hi, 64 B lo)][16 x int32 corr][16 x float sx]               */
+#define GQ_BYTES (1024 + 64 + 64)
+static __m512i g_gq_i0, g_gq_i1, g_gq_dp, g_gq_sel;
+
+static size_t gq_act_bytes(int64_t k) { return (size_t)((k / 128 + 3) / 4) * GQ_BYTES; }
+
+static void gq_act_prep(const float *x, int64_t k, void *act) {
+    const int64_t nb = k / 128, ng = (nb + 3) / 4;
+    memset((uint8_t *)act + (size_t)(nb / 4) * GQ_BYTES, 0, (size_t)(ng - nb / 4) * GQ_BYTES);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *grp = (uint8_t *)act + (size_t)(b / 4) * GQ_BYTES;
+        int q = (int)(b % 4);
+        float sx;
+        __m512 inv = _mm512_set1_ps(seg_scale(x, b * 128, b * 128 + 128, &sx));
+        uint8_t hib[128], lob[128];
+        __m512i csum = _mm512_setzero_si512();
+        for (int j = 0; j < 128; j += 16) {
+            __m512i h, l;
+            csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b * 128 + j), inv, &h, &l, 7));
+            _mm_storeu_si128((__m128i *)(hib + j), _mm512_cvtepi32_epi8(h));
+            _mm_storeu_si128((__m128i *)(lob + j), _mm512_cvtepi32_epi8(l));
+        }
+        int32_t *corr = (int32_t *)(grp + 1024);
+        float *sxs = (float *)(grp + 1088);
+        for (int c = 0; c < 4; c++) { corr[4 * q + c] = 0; sxs[4 * q + c] = sx; }
+        corr[4 * q] = -_mm512_reduce_add_epi32(csum);
+        for (int j = 0; j < 2; j++) {
+            /* byte 16s + p of the permuted vector = element 64j + 4p + s */
+            __m512i hv = _mm512_permutexvar_epi8(g_gq_sel, _mm512_loadu_si512(hib + 64 * j));
+            __m512i lv = _mm512_permutexvar_epi8(g_gq_sel, _mm512_loadu_si512(lob + 64 * j));
+            uint8_t hb[64], lb[64];
+            _mm512_storeu_si512(hb, hv);
+            _mm512_storeu_si512(lb, lv);
+            for (int s = 0; s < 4; s++) {
+                uint8_t *o = grp + 128 * (4 * j + s) + 16 * q;
+                memcpy(o, hb + 16 * s, 16);
+                memcpy(o + 64, lb + 16 * s, 16);
+            }
+        }
+    }
+}
+
+/* The 8 code vectors of a group at blk (4 blocks of 34 bytes, all readable). */
+static inline __attribute__((always_inline)) void gq_codes(const uint8_t *blk, __m512i C[8]) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512i r0 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk + 2), g_gq_i0, _mm512_loadu_si512(blk + 70));
+    __m512i r1 = _mm512_permutex2var_epi16(_mm512_loadu_si512(blk + 4), g_gq_i1, _mm512_loadu_si512(blk + 72));
+    C[0] = _mm512_and_si512(r0, m3);
+    C[1] = _mm512_and_si512(_mm512_srli_epi16(r0, 2), m3);
+    C[2] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), m3);
+    C[3] = _mm512_and_si512(_mm512_srli_epi16(r0, 6), m3);
+    C[4] = _mm512_and_si512(r1, m3);
+    C[5] = _mm512_and_si512(_mm512_srli_epi16(r1, 2), m3);
+    C[6] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), m3);
+    C[7] = _mm512_and_si512(_mm512_srli_epi16(r1, 6), m3);
+}
+static inline __attribute__((always_inline)) __m512 gq_scales(const uint8_t *blk) {
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(blk), g_gq_dp, _mm512_loadu_si512(blk + 64))));
+}
+
+/* NR rows (1 or 2) x NB batch rows (1..NBMAX). */
+static inline __attribute__((always_inline)) void gq_rows(const uint8_t *const *rows, int64_t nb, const uint8_t *const *acts,
+                                                          float *out, int NR, int NB) {
+    __m512 F[2][NBMAX];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NBMAX; b++) F[r][b] = _mm512_setzero_ps();
+    const int64_t ng = (nb + 3) / 4;
+    uint8_t tail[2][4 * TERN_PQ2_0_BYTES + 64] __attribute__((aligned(64)));
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *blk[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            blk[r] = rows[r] + (size_t)g * 4 * TERN_PQ2_0_BYTES;
+            if (g * 4 + 4 > nb) { /* partial group: zero scales and codes, never read past the row */
+                memset(tail[r], 0, sizeof tail[r]);
+                memcpy(tail[r], blk[r], (size_t)(nb - g * 4) * TERN_PQ2_0_BYTES);
+                blk[r] = tail[r];
+            }
+#if TERN_AVX512_PF > 0
+            /* 136 bytes per group: 3 lines, so no line is left to the hardware
+             * prefetcher (2 per group left one in 17, and no software prefetch
+             * measured 2.5x slower from memory) */
+            _mm_prefetch((const char *)blk[r] + TERN_AVX512_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk[r] + TERN_AVX512_PF + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk[r] + TERN_AVX512_PF + 128, _MM_HINT_T0);
+#endif
+        }
+        __m512i C[2][8];
+        __m512 D[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) { gq_codes(blk[r], C[r]); D[r] = gq_scales(blk[r]); }
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *a = acts[b] + (size_t)g * GQ_BYTES;
+            /* two chains per plane: 8 dependent vpdpbusd were latency-bound */
+            __m512i H[2][2], L[2][2];
+            __m512i cv = _mm512_loadu_si512(a + 1024);
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                H[r][0] = H[r][1] = L[r][1] = _mm512_setzero_si512();
+                L[r][0] = cv;
+            }
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                __m512i xh = _mm512_loadu_si512(a + 128 * v), xl = _mm512_loadu_si512(a + 128 * v + 64);
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) {
+                    H[r][v & 1] = dpbusd(H[r][v & 1], C[r][v], xh);
+                    L[r][v & 1] = dpbusd(L[r][v & 1], C[r][v], xl);
+                }
+            }
+            __m512 sx = _mm512_loadu_ps((const float *)(a + 1088));
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                __m512i hh = _mm512_add_epi32(H[r][0], H[r][1]), ll = _mm512_add_epi32(L[r][0], L[r][1]);
+                __m512 t = _mm512_cvtepi32_ps(_mm512_add_epi32(ll, _mm512_slli_epi32(hh, 7)));
+                F[r][b] = _mm512_fmadd_ps(_mm512_mul_ps(t, sx), D[r], F[r][b]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) out[r * NBMAX + b] = _mm512_reduce_add_ps(F[r][b]);
+}
+
+static void gq_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                         size_t y_stride, int64_t r0, int64_t r1) {
+    const int64_t nb = w->k / 128;
+    for (int64_t r = r0; r < r1;) {
+        int nr = batch == 1 && r + 1 < r1 ? 2 : 1;
+        const uint8_t *rows[2] = {w->data + (size_t)r * w->row_bytes, w->data + (size_t)(r + nr - 1) * w->row_bytes};
+        /* every batch group re-reads the row from L1 (a row is <= 4.6 KB on Bonsai) */
+        for (size_t b0 = 0; b0 < batch; b0 += NBMAX) {
+            int nbt = batch - b0 < NBMAX ? (int)(batch - b0) : NBMAX;
+            const uint8_t *acts[NBMAX];
+            for (int b = 0; b < nbt; b++) acts[b] = (const uint8_t *)act + (b0 + (size_t)b) * act_stride;
+            float out[2 * NBMAX];
+            if (nr == 2) gq_rows(rows, nb, acts, out, 2, 1);
+            else switch (nbt) {
+            case 1: gq_rows(rows, nb, acts, out, 1, 1); break;
+            case 2: gq_rows(rows, nb, acts, out, 1, 2); break;
+            case 3: gq_rows(rows, nb, acts, out, 1, 3); break;
+            default: gq_rows(rows, nb, acts, out, 1, 4); break;
+            }
+            for (int q = 0; q < nr; q++)
+                for (int b = 0; b < nbt; b++) y[(b0 + (size_t)b) * y_stride + (size_t)(r + q)] = out[q * NBMAX + b];
+        }
+        r += nr;
+    }
+}
+
+static void gq_init_tables(void) {
+    uint16_t i0[32], i1[32], dp[32];
+    for (int p = 0; p < 32; p++) {
+        int q = p / 8, w = p % 8;
+        /* R0 lane q: bytes 0..15 of block q = words w of blk+2 (q<2: +17q words) or blk+70 */
+        i0[p] = (uint16_t)(q < 2 ? 17 * q + w : 32 + 17 * (q - 2) + w);
+        /* R1 lane q: bytes 16..31 of block q: blk+4 holds them at word 7 (+17q), blk+72 likewise */
+        i1[p] = (uint16_t)(q < 2 ? 7 + 17 * q + w : 32 + 7 + 17 * (q - 2) + w);
+        static const uint16_t dw[4] = {0, 17, 32 + 2, 32 + 19};
+        dp[p] = p < 16 ? dw[p / 4] : 0;
+    }
+    memcpy(&g_gq_i0, i0, 64);
+    memcpy(&g_gq_i1, i1, 64);
+    memcpy(&g_gq_dp, dp, 64);
+    uint8_t sel[64];
+    for (int t = 0; t < 64; t++) sel[t] = (uint8_t)(4 * (t % 16) + t / 16);
+    memcpy(&g_gq_sel, sel, 64);
 }
 
 /* ---------------------------------------------------------------- GEMM */
@@ -790,6 +979,7 @@ static void swiglu512(const float *gate, const float *up, float *out, size_t n, 
 
 void tern_avx512_fill(tern_kern_table *t) {
     init_tables();
+    gq_init_tables();
     t->fwht = fwht512;
     t->addnorm = addnorm512;
     t->swiglu = swiglu512;
@@ -802,7 +992,7 @@ void tern_avx512_fill(tern_kern_table *t) {
             t->mm[i].row_tile = GR;
         }
     }
-    tern_mm_ops g128 = {act_bytes128, act_prep128, gemv_rows128, GR, vnni_rows128, GEMM_MIN, 1, vnni_bytes128, vnni_prep128};
+    tern_mm_ops g128 = {gq_act_bytes, gq_act_prep, gq_gemv_rows, GR, vnni_rows128, GEMM_MIN, 1, vnni_bytes128, vnni_prep128};
     tern_mm_ops g64 = {act_bytes64, act_prep64, gemv_rows64, GR, vnni_rows64, GEMM_MIN, 1, vnni_bytes64, vnni_prep64};
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;

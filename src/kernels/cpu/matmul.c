@@ -267,7 +267,7 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
         int v = e ? atoi(e) : 0;
         tpt_env = v >= 1 && v <= 64 ? v : 0;
     }
-    int tpt = tpt_env ? tpt_env : batch < 6 ? 1 : 4;
+    int tpt = tpt_env ? tpt_env : batch < 8 ? 1 : 4; /* 8: the AVX-512 GEMM_MIN */
     int n_tasks = nt == 1 ? 1 : nt * tpt;
     /* Small jobs are not worth waking workers for. */
     double work = (double)j.n_units * (double)tile * (double)k * (double)batch;
