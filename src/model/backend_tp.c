@@ -94,6 +94,7 @@ typedef struct tp_sess {
 
 struct tp_backend {
     tm_backend base;
+    tm_backend_vt vt;    /* g_tp_vt with the children's kv_types */
     int n;
     tm_backend_params cp;
     tp_shard sh[TP_MAX];
@@ -247,10 +248,10 @@ static void sh_permute(tm_backend *be, const float *src, float *dst, size_t rows
     c->ops->permute_tiled_grouped(c, src, dst, rows, n_k, n_v, dv);
 }
 
-static void sh_kv_store(tm_backend *be, float *kc, float *vc, const float *k, const float *v,
-                        size_t kvw, size_t rows, int pos0) {
+static void sh_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
+                        const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
     tm_backend *c = SH(be)->child;
-    c->ops->kv_store(c, kc, vc, k, v, kvw, rows, pos0);
+    c->ops->kv_store(c, kc, vc, kt, vt, k, v, kvw, rows, pos0);
 }
 
 static const tm_ops g_shard_ops = {
@@ -296,7 +297,9 @@ static tern_status sess_of(tp_backend *tp, tern_session *s, tp_sess **out) {
     if (!t) {
         t = calloc(1, sizeof *t + (size_t)tp->n * sizeof t->sh[0]);
         if (!t) return tern_fail(TERN_ERR_NOMEM, "out of memory");
-        tern_session_params p = {.n_ctx = s->n_ctx, .n_chunk = s->n_chunk};
+        tern_session_params p = {.n_ctx = s->n_ctx, .n_chunk = s->n_chunk,
+                                 .cache_type_k = tern_session_cache_type(s, false),
+                                 .cache_type_v = tern_session_cache_type(s, true)};
         for (int r = 0; r < tp->n; r++) {
             tern_status st = tern_session_new(tp->sh[r].sm, &p, &t->sh[r]);
             if (st) {
@@ -524,7 +527,9 @@ static const tm_backend_vt g_tp_vt = {
     .head = tp_head,
 };
 
-bool tm_backend_is_tp(const tm_backend *be) { return be && be->vt == &g_tp_vt; }
+bool tm_backend_is_tp(const tm_backend *be) {
+    return be && be->vt->destroy == tp_destroy;
+}
 
 int tm_backend_tp_size(const tm_backend *be) {
     return tm_backend_is_tp(be) ? ((const tp_backend *)be)->n : 1;
@@ -538,7 +543,8 @@ tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_param
                          n, TP_MAX);
     tp_backend *tp = calloc(1, sizeof *tp);
     if (!tp) return tern_fail(TERN_ERR_NOMEM, "out of memory");
-    tp->base.vt = &g_tp_vt;
+    tp->vt = g_tp_vt;
+    tp->base.vt = &tp->vt;
     tp->base.ops = NULL; /* the table's layer operations never use op-sized ones */
     tp->n = n;
     if (p) tp->cp = *p;
@@ -556,6 +562,7 @@ tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_param
         tp->sh[r].base.vt = &g_shard_vt;
         tp->sh[r].base.ops = &g_shard_ops;
     }
+    if (!st) tp->vt.kv_types = tp->sh[0].child->vt->kv_types; /* the shards' caches */
     if (!st) st = tern_comm_cpu_new(n, &tp->comm);
     if (st) {
         tp_destroy(&tp->base);
@@ -883,7 +890,10 @@ tern_status tm_tp_shard(tern_model *m) {
     tp_backend *tp = TP(m->be);
     TERN_ASSERT(tm_backend_is_tp(m->be));
     tern_status st = check_split(m, tp->n);
-    for (int r = 0; r < tp->n && !st; r++) st = shard_model(m, &tp->sh[r], tp->n);
+    for (int r = 0; r < tp->n && !st; r++) {
+        st = shard_model(m, &tp->sh[r], tp->n);
+        if (tp->sh[r].sm) m->info.alloc_bytes += tp->sh[r].sm->info.alloc_bytes;
+    }
     if (st) return tern_fail_prefix(st, "%s", m->path);
     return TERN_OK;
 }
