@@ -200,6 +200,12 @@ typedef struct tern_model_params {
                                        caches and states there. TERN_ERR_UNSUPPORTED when the
                                        library has no CUDA back-end or there is no device;
                                        repack is ignored on "cuda" */
+    int tp;                         /* tensor parallel: 0 or 1 = off; N = N shards of `device`
+                                       in this process (heads, FFN and vocabulary split, two
+                                       all-reduces per layer; docs/multi-gpu.md). Host
+                                       back-ends only for now; repack is ignored.
+                                       TERN_ERR_UNSUPPORTED names a dimension that does not
+                                       split N ways */
 } tern_model_params;
 TERN_API void tern_model_params_default(tern_model_params *p);
 

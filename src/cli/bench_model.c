@@ -41,7 +41,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B] [--depth D] [--cache-type T] [--repack]\n"
-            "                        [--device cpu|cuda[:N]] [--profile] [--json]\n"
+            "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
@@ -52,7 +52,9 @@ static void usage(FILE *f) {
             "  counts kernel launches per decode token and, with --profile, times each kernel\n"
             "  family over 8 decode steps run op by op. --depth D: pp and tg measured after D\n"
             "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
-            "  read too). --cache-type f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n");
+            "  read too). --cache-type f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
+            "  --tp N: N tensor-parallel"
+            "  shards of --device in this process (docs/multi-gpu.md).\n");
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -74,7 +76,7 @@ static int argmax(const float *v, int n) {
 
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
-    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0, depth = 0;
+    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0, depth = 0, tp = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, repack = false, profile = false;
     const char *device = NULL;
@@ -90,12 +92,15 @@ int tern_bench_model(int argc, char **argv) {
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
         if (cr == 2) return 2;
         if (cr == 1) continue;
-        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d"))
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d --tp"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--tp")) {
+            if (!cli_parse_i64(v, 1, 64, &tp)) return cli_usage_error("bench model", "bad --tp '%s' (1..64 shards)", v);
+        }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
         } else if (!strcmp(a, "-p")) {
@@ -120,6 +125,7 @@ int tern_bench_model(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.repack = repack;
     mp.device = device;
+    mp.tp = (int)tp;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);

@@ -45,6 +45,7 @@ void gen_opts_help(FILE *f) {
             "  --system TEXT            system prompt\n"
             "  --threads N              worker threads (default: all cores)\n"
             "  --device cpu|cuda[:N]    where the model runs (default cpu; `tern --version` lists them)\n"
+            "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
             "  --quiet                  no load/speed lines on stderr\n");
@@ -93,6 +94,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
     { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }
+    if (!strcmp(a, "--tp")) NUM_I(1, 64, o->tp);
     if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
     if (!strcmp(a, "--seed")) {
         if (!take(cmd, argc, argv, i, &v)) return 2;
@@ -123,6 +125,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     tern_model_params_default(&mp);
     mp.n_threads = o->threads;
     mp.device = o->device;
+    mp.tp = o->tp;
     if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     const tern_model_info *info = tern_model_get_info(g->model);
     tern_session_params spp;

@@ -13,11 +13,13 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern eval -m MODEL (--ids 1,2,3 | --ids-file F) --logits-out OUT.f32\n"
             "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack]\n"
-            "                 [--device cpu|cuda[:N]] [--quiet]\n"
+            "                 [--device cpu|cuda[:N]] [--tp N] [--quiet]\n"
             "  Evaluates the ids (prefill in chunks of N, default 64; 1 = token by token),\n"
             "  writes float32 LE logits [T, vocab] to OUT.f32 ('-' skips writing), then with\n"
             "  --continue N prints N greedy continuation ids on stdout. --repack copies the\n"
-            "  weights into the kernels' fastest layout (more RAM).\n");
+            "  weights into the kernels' fastest layout (more RAM). --tp N splits the model\n"
+            "  into N tensor-parallel shards of --device in this process (heads, FFN and\n"
+            "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n");
 }
 
 static int argmax(const float *v, int n) {
@@ -29,7 +31,7 @@ static int argmax(const float *v, int n) {
 
 int tern_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL, *device = NULL;
-    int64_t chunk = 0, threads = 0, ctx = 0, cont = 0;
+    int64_t chunk = 0, threads = 0, ctx = 0, cont = 0, tp = 0;
     bool quiet = false, repack = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -40,7 +42,7 @@ int tern_cmd_eval(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
         else if (!strcmp(a, "--repack")) repack = true;
-        else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue --device"))
+        else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue --device --tp"))
             return cli_usage_error("eval", "unknown option '%s'", a);
         else if (!has) return cli_usage_error("eval", "option %s needs a value", a);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
@@ -56,6 +58,8 @@ int tern_cmd_eval(int argc, char **argv) {
             if (!cli_parse_i64(argv[++i], 1, 1 << 24, &ctx)) return cli_usage_error("eval", "bad --ctx '%s'", argv[i]);
         } else if (!strcmp(a, "--continue")) {
             if (!cli_parse_i64(argv[++i], 0, 1 << 20, &cont)) return cli_usage_error("eval", "bad --continue '%s'", argv[i]);
+        } else if (!strcmp(a, "--tp")) {
+            if (!cli_parse_i64(argv[++i], 1, 64, &tp)) return cli_usage_error("eval", "bad --tp '%s' (1..64 shards)", argv[i]);
         } else return cli_usage_error("eval", "unknown option '%s'", a);
     }
     if (!model) model = cli_default_model();
@@ -93,6 +97,7 @@ int tern_cmd_eval(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.repack = repack;
     mp.device = device;
+    mp.tp = (int)tp;
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
     if (st) {

@@ -201,6 +201,14 @@ tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
 bool tm_backend_cuda_present(const char **what);
 const char *tm_backend_cuda_device(void); /* the GPU's name ("" when none) */
+/* Tensor parallel (backend_tp.c): n shards of back-end `spec`; after the model is
+ * loaded on the host, tm_tp_shard splits it (errors name the dimension that does not
+ * split). */
+tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_params *p,
+                                 tm_backend **out);
+tern_status tm_tp_shard(tern_model *m);
+bool tm_backend_is_tp(const tm_backend *be);
+int tm_backend_tp_size(const tm_backend *be);
 
 
 /* ------------------------------------------------ memory through a table */

@@ -153,7 +153,9 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     struct stat sb;
     /* the back-end first: a missing device is said before a large file is read */
     tm_backend_params bp = {.n_threads = p->n_threads};
-    tern_status st = tm_backend_create(p->device, &bp, &m->be);
+    const bool tp = p->tp != 0 && p->tp != 1; /* tensor parallel: backend_tp.c */
+    tern_status st = tp ? tm_backend_tp_create(p->device, p->tp, &bp, &m->be)
+                        : tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);
         return st;
@@ -168,7 +170,8 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
         st = tm_load_gguf(m, path);
     }
     if (!st && cuda) st = tm_upload_model(m);
-    if (!st && p->repack && !cuda) {
+    if (!st && tp) st = tm_tp_shard(m);
+    if (!st && p->repack && !cuda && !tp) {
         /* decode-layout copies; UNSUPPORTED = no faster layout on this CPU */
         int cap = m->hp.n_layer * 10 + 1;
         tern_qmat **file = malloc((size_t)cap * sizeof *file), **fast = malloc((size_t)cap * sizeof *fast);
