@@ -272,6 +272,16 @@ TERN_API void tern_session_reset(tern_session *s);
 /* Number of tokens evaluated so far, and the capacity. */
 TERN_API int tern_session_pos(const tern_session *s);
 TERN_API int tern_session_n_ctx(const tern_session *s);
+/* Forget every token after the first n_pos (0 <= n_pos <= pos): the KV cache is
+ * rewound, so evaluation continues at position n_pos. Only for models without
+ * recurrent state (attention only, e.g. qwen3): a GDN state cannot be rewound, and
+ * TERN_ERR_UNSUPPORTED is returned (session unchanged) unless n_pos == pos.
+ * TERN_ERR_RANGE for n_pos outside [0, pos]. The logits are not restored: evaluate
+ * at least one token before reading them. */
+TERN_API tern_status tern_session_truncate(tern_session *s, int n_pos);
+/* Whether the model keeps recurrent (GDN) state, i.e. tern_session_truncate works
+ * only at the current position. */
+TERN_API bool tern_session_can_truncate(const tern_session *s);
 /* Evaluate n tokens after the current position. all_logits, when not NULL,
  * receives n x n_vocab floats (row t = logits after token t). The last row is
  * always available afterwards through tern_session_logits(). Token ids are

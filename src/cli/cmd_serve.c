@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "                       of generation or a full context)\n"
             "  --think | --no-think thinking on / off by default (default: on for qwen35 templates, off for qwen3;\n"
             "                       off for the embedded model, a raw-text model)\n"
+            "  --no-prefix-cache    evaluate every prompt whole (default: a request continues the slot whose\n"
+            "                       session holds the longest prefix of its prompt)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
 }
 
@@ -84,7 +86,7 @@ int tern_cmd_serve(int argc, char **argv) {
     int64_t max_tokens = 512;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
-    bool quiet = false;
+    bool quiet = false, no_prefix_cache = false;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -92,6 +94,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
+        if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
         {
             int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
             if (r == 2) return 2;
@@ -156,7 +159,7 @@ int tern_cmd_serve(int argc, char **argv) {
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
-    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v};
+    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);

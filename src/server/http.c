@@ -412,6 +412,7 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
     c->max_tokens = j->max_tokens;
     c->stream = j->stream;
     c->ignore_eos = j->ignore_eos;
+    c->no_cache = j->no_cache;
     c->logprobs = j->logprobs;
     if (ok && j->n_bias) {
         c->bias_ids = malloc(j->n_bias * sizeof *c->bias_ids);
@@ -505,6 +506,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
+    j->no_cache = !req.cache_prompt;
     int32_t nv = tern_tokenizer_n_vocab(h->tok);
     for (size_t i = 0; i < req.n_bias; i++)
         if (req.bias_ids[i] >= nv) {
@@ -697,6 +699,7 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
     cJSON_AddNumberToObject(o, "n_vocab", tern_tokenizer_n_vocab(h->tok));
     cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
     cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
+    cJSON_AddBoolToObject(o, "prefix_cache", srv_sched_prefix_cache(h->sched));
     cJSON_AddStringToObject(o, "build", "tern");
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -713,6 +716,7 @@ static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, co
         cJSON_AddBoolToObject(e, "is_processing", info[i].busy);
         cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)info[i].n_prompt);
         cJSON_AddNumberToObject(e, "n_ctx", info[i].n_ctx);
+        cJSON_AddNumberToObject(e, "n_cached_tokens", (double)info[i].n_cached);
         cJSON_AddItemToArray(a, e);
     }
     char *s = cJSON_PrintUnformatted(a);
