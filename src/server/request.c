@@ -316,6 +316,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     if (set) sp->frequency_penalty = (float)v;
     const char *rp = field(root, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
     if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
+    r->repeat_set = set;
     if (set) {
         if (v <= 0 || (float)v <= 0) return fail(err, en, "'%s' must be > 0", rp);
         sp->repeat_penalty = (float)v;

@@ -13,6 +13,7 @@
  *     a full queue answers 503, and stopping ends waiting jobs.
  */
 #include "check.h"
+#include "formats/gguf.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
@@ -790,6 +791,77 @@ TEST(session_truncate) {
     truncate_on(q35, true);
 }
 
+/* tern_model_meta_*: a copy of the embedded model with general.sampling.* keys. */
+static bool keep_all(const char *key, void *u) { (void)u; return !strncmp(key, "general.sampling.", 17); }
+TEST(model_meta) {
+    const char *src = getenv("TERN_SOURCE_DIR");
+    char in[1024], out[256];
+    snprintf(in, sizeof in, "%s/models/tern-default.gguf", src ? src : ".");
+    if (access(in, R_OK)) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    const char *keep = getenv("TERN_TEST_META_OUT");  /* keep the file there (manual checks of serve / run) */
+    snprintf(out, sizeof out, "%s", keep && *keep ? keep : "/tmp/tern_test_meta.gguf");
+    if (!keep || !*keep) snprintf(out, sizeof out, "/tmp/tern_test_meta_%d.gguf", (int)getpid());
+    tern_gguf *g = NULL;
+    tern_gguf_writer *w = NULL;
+    CHECK_EQ_INT(tern_gguf_open(in, &g), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_writer_new(&w), TERN_OK);
+    if (!g || !w) { tern_gguf_close(g); tern_gguf_writer_free(w); return; }
+    CHECK_EQ_INT(tern_gguf_w_copy_kv(w, g, keep_all, NULL), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_f32(w, "general.sampling.temp", 0.25f), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_u32(w, "general.sampling.top_k", 33), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_f32(w, "general.sampling.top_p", 0.9f), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_i32(w, "general.sampling.penalty_last_n", -1), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_str(w, "general.sampling.sequence", "penalties;top_k;top_p;temp"), TERN_OK);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const tern_gguf_tensor *t = &g->tensors[i];
+        CHECK_EQ_INT(tern_gguf_w_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->data, NULL, NULL), TERN_OK);
+    }
+    CHECK_EQ_INT(tern_gguf_w_write(w, out, NULL, NULL), TERN_OK);
+    tern_gguf_writer_free(w);
+    tern_gguf_close(g);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 1;
+    tern_model *m = NULL;
+    CHECK_EQ_INT(tern_model_load(out, &mp, &m), TERN_OK);
+    if (!keep || !*keep) unlink(out);
+    if (!m) return;
+    float f = -7;
+    int64_t i = -7;
+    tern_str str = {0};
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.temp", &f), TERN_OK);
+    CHECK(f == 0.25f);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.top_p", &f), TERN_OK);
+    CHECK(f == 0.9f);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.top_k", &i), TERN_OK);
+    CHECK_EQ_INT(i, 33);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.penalty_last_n", &i), TERN_OK);
+    CHECK_EQ_INT(i, -1);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.top_k", &f), TERN_OK);   /* an integer as a float */
+    CHECK(f == 33.0f);
+    f = -7;
+    i = -7;
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.min_p", &f), TERN_ERR_NOT_FOUND);
+    CHECK(f == -7);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.temp", &i), TERN_ERR_FORMAT);  /* a float is no integer */
+    CHECK(i == -7);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.sequence", &f), TERN_ERR_FORMAT);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.sampling.temp", &str), TERN_ERR_FORMAT);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.sampling.sequence", &str), TERN_OK);
+    CHECK(str.data && !strcmp(str.data, "penalties;top_k;top_p;temp"));
+    tern_str_free(&str);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.architecture", &str), TERN_OK);
+    CHECK(str.data && !strcmp(str.data, "qwen35"));
+    tern_str_free(&str);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "no.such.key", &i), TERN_ERR_NOT_FOUND);
+    CHECK_EQ_INT(tern_model_meta_i64(NULL, "x", &i), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_model_meta_i64(m, NULL, &i), TERN_ERR_INVALID_ARG);
+    CHECK_STR(tern_status_str(TERN_ERR_NOT_FOUND), "TERN_ERR_NOT_FOUND");
+    tern_model_free(m);
+    /* the embedded model itself carries none */
+    CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), M ? TERN_ERR_NOT_FOUND : TERN_ERR_INVALID_ARG);
+}
+
 int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
@@ -803,6 +875,7 @@ int main(void) {
     RUN(sched_prefix_cache_qwen35);
     RUN(sched_prefix_cache_qwen3);
     RUN(session_truncate);
+    RUN(model_meta);
     srv_request_free(&R);
     tern_model_free(M);
     tern_tokenizer_free(T);
