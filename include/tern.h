@@ -55,7 +55,8 @@ typedef enum tern_status {
     TERN_ERR_RANGE = 7,         /* an index (token id, position) out of range */
     TERN_ERR_CONTEXT_FULL = 8,  /* the context (KV cache) is full */
     TERN_ERR_INTERNAL = 9,      /* a bug: please report */
-    TERN_ERR_CANCELLED = 10     /* stopped by the caller (callback returned false) */
+    TERN_ERR_CANCELLED = 10,    /* stopped by the caller (callback returned false) */
+    TERN_ERR_NOT_FOUND = 11     /* a looked-up item (a metadata key) is absent */
 } tern_status;
 
 /* Short constant name of a status ("TERN_ERR_FORMAT"). */
@@ -249,6 +250,15 @@ TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
  * model's back-end (a server's decode group): 5 on the CPU (the largest batch that
  * stays bit-identical to stepping alone, docs/architecture.md), 16 on CUDA; 1 for NULL. */
 TERN_API int tern_model_batch_hint(const tern_model *m);
+/* The model file's metadata (GGUF key/value pairs; an MLX pack has none), e.g. the
+ * recommended sampling of llama.cpp's general.sampling.* keys. TERN_ERR_NOT_FOUND
+ * when the key is absent, TERN_ERR_FORMAT (naming the key and its type) when its
+ * value has another type; *out is set only on TERN_OK. _f32 takes a float or an
+ * integer value, _i64 an integer that fits, _str a string (appended to *out). */
+TERN_API tern_status tern_model_meta_f32(const tern_model *m, const char *key, float *out);
+TERN_API tern_status tern_model_meta_i64(const tern_model *m, const char *key, int64_t *out);
+struct tern_str;                    /* below (text) */
+TERN_API tern_status tern_model_meta_str(const tern_model *m, const char *key, struct tern_str *out);
 
 /* KV cache storage type (keys and values chosen separately). f16/bf16 halve the
  * cache of f32, q8_0 (blocks of 32 int8 with an fp16 scale, 34 bytes) takes 0.53 of
@@ -278,6 +288,16 @@ TERN_API void tern_session_reset(tern_session *s);
 /* Number of tokens evaluated so far, and the capacity. */
 TERN_API int tern_session_pos(const tern_session *s);
 TERN_API int tern_session_n_ctx(const tern_session *s);
+/* Forget every token after the first n_pos (0 <= n_pos <= pos): the KV cache is
+ * rewound, so evaluation continues at position n_pos. Only for models without
+ * recurrent state (attention only, e.g. qwen3): a GDN state cannot be rewound, and
+ * TERN_ERR_UNSUPPORTED is returned (session unchanged) unless n_pos == pos.
+ * TERN_ERR_RANGE for n_pos outside [0, pos]. The logits are not restored: evaluate
+ * at least one token before reading them. */
+TERN_API tern_status tern_session_truncate(tern_session *s, int n_pos);
+/* Whether the model keeps recurrent (GDN) state, i.e. tern_session_truncate works
+ * only at the current position. */
+TERN_API bool tern_session_can_truncate(const tern_session *s);
 /* Evaluate n tokens after the current position. all_logits, when not NULL,
  * receives n x n_vocab floats (row t = logits after token t). The last row is
  * always available afterwards through tern_session_logits(). Token ids are

@@ -34,6 +34,7 @@ void gen_opts_help(FILE *f) {
             "  -m, --model PATH         GGUF file or MLX pack folder (default: the embedded model / $TERN_MODEL)\n"
             "  -n, --n-predict N        most tokens to generate (default 512; 0 = until end or full context)\n"
             "  --temp T                 temperature (default 0.7, 0.6 when thinking; 0 = greedy)\n"
+            "                           (sampling flags left out: the model's general.sampling.* keys, if any)\n"
             "  --top-k K                keep the K most likely tokens (default 20; 0 = off)\n"
             "  --top-p P                nucleus sampling mass (default 0.8, 0.95 when thinking; 1 = off)\n"
             "  --min-p P                drop tokens below P x the top probability (default 0 = off)\n"
@@ -85,10 +86,10 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->model = v; return 1; }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) NUM_I(0, 1 << 24, o->n_predict);
     if (!strcmp(a, "--temp")) { o->temp_set = true; NUM_F(0.0, 100.0, o->sp.temperature); }
-    if (!strcmp(a, "--top-k")) NUM_I(0, 1 << 24, o->sp.top_k);
+    if (!strcmp(a, "--top-k")) { o->top_k_set = true; NUM_I(0, 1 << 24, o->sp.top_k); }
     if (!strcmp(a, "--top-p")) { o->top_p_set = true; NUM_F(1e-6, 1.0, o->sp.top_p); }
-    if (!strcmp(a, "--min-p")) NUM_F(0.0, 1.0, o->sp.min_p);
-    if (!strcmp(a, "--repeat-penalty")) NUM_F(1e-3, 100.0, o->sp.repeat_penalty);
+    if (!strcmp(a, "--min-p")) { o->min_p_set = true; NUM_F(0.0, 1.0, o->sp.min_p); }
+    if (!strcmp(a, "--repeat-penalty")) { o->repeat_set = true; NUM_F(1e-3, 100.0, o->sp.repeat_penalty); }
     if (!strcmp(a, "--presence-penalty")) NUM_F(-100.0, 100.0, o->sp.presence_penalty);
     if (!strcmp(a, "--frequency-penalty")) NUM_F(-100.0, 100.0, o->sp.frequency_penalty);
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
@@ -112,6 +113,40 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     return 0;
 #undef NUM_I
 #undef NUM_F
+}
+
+int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cli_model_sampling *out) {
+    out->temp = out->top_p = out->min_p = out->repeat_penalty = -1.0f;
+    out->top_k = out->penalty_last_n = -1;
+    static const struct { const char *key; double lo, hi; int kind; } keys[] = {
+        {"general.sampling.temp", 0, 100, 0},          {"general.sampling.top_p", 1e-6, 1, 1},
+        {"general.sampling.min_p", 0, 1, 2},           {"general.sampling.penalty_repeat", 1e-3, 100, 3},
+        {"general.sampling.top_k", 0, 1 << 24, 4},     {"general.sampling.penalty_last_n", 0, 1 << 24, 5},
+    };
+    int n = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        float f = 0;
+        int64_t i = 0;
+        tern_status st = keys[k].kind < 4 ? tern_model_meta_f32(m, keys[k].key, &f) : tern_model_meta_i64(m, keys[k].key, &i);
+        if (st == TERN_ERR_NOT_FOUND) continue;
+        double v = keys[k].kind < 4 ? f : (double)i;
+        if (st || !(v >= keys[k].lo && v <= keys[k].hi)) {
+            if (!quiet)
+                fprintf(stderr, "tern %s: warning: ignoring %s (%s)\n", cmd, keys[k].key,
+                        st ? tern_last_error() : "out of range");
+            continue;
+        }
+        switch (keys[k].kind) {
+        case 0: out->temp = f; break;
+        case 1: out->top_p = f; break;
+        case 2: out->min_p = f; break;
+        case 3: out->repeat_penalty = f; break;
+        case 4: out->top_k = (int)i; break;
+        default: out->penalty_last_n = (int)i; break;
+        }
+        n++;
+    }
+    return n;
 }
 
 int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
@@ -138,17 +173,27 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
     tern_sampler_params sp = o->sp;
     if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-    /* Qwen3 model-card settings for thinking mode: temperature 0.6, top-p 0.95 */
+    /* a flag > the model's general.sampling.* key > the Qwen3 model card (thinking
+     * mode: temperature 0.6, top-p 0.95) */
+    cli_model_sampling ms;
+    int n_ms = cli_model_sampling_read(cmd, g->model, o->quiet, &ms);
     if (g->think && !o->temp_set) sp.temperature = 0.6f;
     if (g->think && !o->top_p_set) sp.top_p = 0.95f;
+    if (!o->temp_set && ms.temp >= 0) sp.temperature = ms.temp;
+    if (!o->top_p_set && ms.top_p >= 0) sp.top_p = ms.top_p;
+    if (!o->top_k_set && ms.top_k >= 0) sp.top_k = ms.top_k;
+    if (!o->min_p_set && ms.min_p >= 0) sp.min_p = ms.min_p;
+    if (!o->repeat_set && ms.repeat_penalty > 0) sp.repeat_penalty = ms.repeat_penalty;
+    if (ms.penalty_last_n > 0) sp.penalty_last_n = ms.penalty_last_n;
     if ((st = tern_sampler_new(&sp, info->n_vocab, &g->smp))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->has_template = tern_tokenizer_chat_template(g->tok) != NULL;
     g->load_s = tern_now_s_cli() - t0;
     if (!o->quiet)
         fprintf(stderr, "tern %s: %s (%s, %d layers, vocab %d, ctx %d) loaded in %.2f s, seed %llu, thinking %s, "
-                        "temp %.2f top-k %d top-p %.2f min-p %.2f\n", cmd, path, info->arch, info->n_layers,
-                info->n_vocab, tern_session_n_ctx(g->sess), g->load_s, (unsigned long long)sp.seed,
-                g->think ? "on" : "off", sp.temperature, sp.top_k, sp.top_p, sp.min_p);
+                        "temp %.2f top-k %d top-p %.2f min-p %.2f repeat-penalty %.2f%s\n", cmd, path, info->arch,
+                info->n_layers, info->n_vocab, tern_session_n_ctx(g->sess), g->load_s, (unsigned long long)sp.seed,
+                g->think ? "on" : "off", sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty,
+                n_ms ? " (defaults from the model's general.sampling keys)" : "");
     if (!o->quiet) {
         char line[160];
         cli_cache_line(g->sess, line, sizeof line);

@@ -7,6 +7,7 @@
  * everything before exiting 0.
  */
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -43,6 +44,12 @@ static void usage(FILE *f) {
             "                       of generation or a full context)\n"
             "  --think | --no-think thinking on / off by default (default: on for qwen35 templates, off for qwen3;\n"
             "                       off for the embedded model, a raw-text model)\n"
+            "  --temp T, --top-k N, --top-p P, --min-p P, --repeat-penalty X\n"
+            "                       sampling of requests that give none (default: the model's\n"
+            "                       general.sampling.* keys, else temp 0.7 / 0.6 thinking, top-p 0.8 / 0.95,\n"
+            "                       top-k 20, min-p 0, repeat-penalty 1)\n"
+            "  --no-prefix-cache    evaluate every prompt whole (default: a request continues the slot whose\n"
+            "                       session holds the longest prefix of its prompt)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
 }
 
@@ -81,10 +88,11 @@ static const char *base_name(const char *p) {
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
-    int64_t max_tokens = 512;
+    int64_t max_tokens = 512, top_k = -1;
+    double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
-    bool quiet = false;
+    bool quiet = false, no_prefix_cache = false;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -92,6 +100,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = true; continue; }
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
+        if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
         {
             int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
             if (r == 2) return 2;
@@ -99,18 +108,35 @@ int tern_cmd_serve(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body "
-                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens"))
+                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
+                                 "--temp --top-k --top-p --min-p --repeat-penalty"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
         const char *v = argv[i + 1];
         int64_t *num = NULL, lo = 0, hi = 0;
+        /* sampling defaults of requests that give none (above the model's keys) */
+        double *fnum = NULL, flo = 0, fhi = 0;
+        if (!strcmp(a, "--temp")) { fnum = &f_temp; flo = 0; fhi = 100; }
+        else if (!strcmp(a, "--top-p")) { fnum = &f_top_p; flo = 1e-6; fhi = 1; }
+        else if (!strcmp(a, "--min-p")) { fnum = &f_min_p; flo = 0; fhi = 1; }
+        else if (!strcmp(a, "--repeat-penalty")) { fnum = &f_repeat; flo = 1e-3; fhi = 100; }
+        if (fnum) {
+            char *end;
+            double d = strtod(v, &end);
+            if (!*v || *end || !(d >= flo && d <= fhi))
+                return cli_usage_error("serve", "bad value '%s' for %s (number %g..%g)", v, a, flo, fhi);
+            *fnum = d;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) host = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--cors")) cors = v;
         else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
+        else if (!strcmp(a, "--top-k")) { num = &top_k; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
@@ -156,7 +182,7 @@ int tern_cmd_serve(int argc, char **argv) {
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
-    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v};
+    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);
@@ -168,8 +194,18 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
-    c.default_temp = c.default_top_p = c.default_min_p = -1.0f;
-    c.default_top_k = -1;
+    /* sampling defaults: a flag > the model's general.sampling.* keys > built-in
+     * (the Qwen3 model card, applied per request in http.c) */
+    cli_model_sampling ms;
+    int n_ms = cli_model_sampling_read("serve", m, quiet, &ms);
+    bool flags = f_temp >= 0 || f_top_p >= 0 || f_min_p >= 0 || f_repeat > 0 || top_k >= 0;
+    c.default_temp = f_temp >= 0 ? (float)f_temp : ms.temp;
+    c.default_top_p = f_top_p >= 0 ? (float)f_top_p : ms.top_p;
+    c.default_min_p = f_min_p >= 0 ? (float)f_min_p : ms.min_p;
+    c.default_repeat_penalty = f_repeat > 0 ? (float)f_repeat : ms.repeat_penalty;
+    c.default_top_k = top_k >= 0 ? (int)top_k : ms.top_k;
+    c.default_penalty_last_n = ms.penalty_last_n;
+    c.sampling_source = n_ms && flags ? "model+flags" : n_ms ? "model" : flags ? "flags" : "built-in";
     srv_http *http = NULL;
     char err[256];
     int bound = 0;

@@ -56,6 +56,7 @@ const char *tern_status_str(tern_status s) {
     case TERN_ERR_CONTEXT_FULL: return "TERN_ERR_CONTEXT_FULL";
     case TERN_ERR_INTERNAL: return "TERN_ERR_INTERNAL";
     case TERN_ERR_CANCELLED: return "TERN_ERR_CANCELLED";
+    case TERN_ERR_NOT_FOUND: return "TERN_ERR_NOT_FOUND";
     }
     return "TERN_ERR_UNKNOWN";
 }

@@ -109,6 +109,50 @@ int tern_model_batch_hint(const tern_model *m) {
     return m->be->vt->batch_hint(m->be);
 }
 
+/* ------------------------------------------------------------- metadata */
+
+static tern_status meta_kv(const tern_model *m, const char *key, const tern_gguf_kv **kv) {
+    *kv = NULL;
+    if (!m || !key) return tern_fail(TERN_ERR_INVALID_ARG, "tern_model_meta: NULL argument");
+    if (m->gguf) *kv = tern_gguf_find_kv(m->gguf, key);
+    if (!*kv) return tern_fail(TERN_ERR_NOT_FOUND, "%s: no metadata key '%s'", m->path ? m->path : "model", key);
+    return TERN_OK;
+}
+
+tern_status tern_model_meta_f32(const tern_model *m, const char *key, float *out) {
+    const tern_gguf_kv *kv;
+    tern_status st = meta_kv(m, key, &kv);
+    if (st) return st;
+    if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_model_meta_f32: NULL argument");
+    double d;
+    int64_t i;
+    if (kv->type == TERN_GGUF_FLOAT32 || kv->type == TERN_GGUF_FLOAT64) st = tern_gguf_get_f64(m->gguf, key, &d);
+    else if (!(st = tern_gguf_get_i64(m->gguf, key, &i))) d = (double)i;
+    else if (kv->type == TERN_GGUF_UINT64) { d = (double)kv->v.u64; st = TERN_OK; }
+    if (!st) *out = (float)d;
+    return st;
+}
+
+tern_status tern_model_meta_i64(const tern_model *m, const char *key, int64_t *out) {
+    const tern_gguf_kv *kv;
+    tern_status st = meta_kv(m, key, &kv);
+    if (st) return st;
+    if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_model_meta_i64: NULL argument");
+    return tern_gguf_get_i64(m->gguf, key, out);
+}
+
+tern_status tern_model_meta_str(const tern_model *m, const char *key, tern_str *out) {
+    const tern_gguf_kv *kv;
+    tern_status st = meta_kv(m, key, &kv);
+    if (st) return st;
+    if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_model_meta_str: NULL argument");
+    char *s = NULL;
+    if ((st = tern_gguf_get_str(m->gguf, key, &s))) return st;
+    st = tern_str_append(out, s, strlen(s));
+    free(s);
+    return st;
+}
+
 /* ------------------------------------------------------------- public load */
 
 void tm_fill_info(tern_model *m) {

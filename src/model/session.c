@@ -297,6 +297,22 @@ void tern_session_reset(tern_session *s) {
 }
 
 int tern_session_pos(const tern_session *s) { return s ? s->pos : 0; }
+
+bool tern_session_can_truncate(const tern_session *s) { return s && s->m->hp.n_gdn_layers == 0; }
+
+tern_status tern_session_truncate(tern_session *s, int n_pos) {
+    if (!s) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_truncate: NULL session");
+    if (n_pos < 0 || n_pos > s->pos)
+        return tern_fail(TERN_ERR_RANGE, "tern_session_truncate: position %d outside [0, %d]", n_pos, s->pos);
+    if (n_pos == s->pos) return TERN_OK;
+    if (s->m->hp.n_gdn_layers)
+        return tern_fail(TERN_ERR_UNSUPPORTED,
+                         "tern_session_truncate: this model has recurrent (GDN) state, which cannot be rewound");
+    /* attention reads positions [0, pos) only: the rows after n_pos are overwritten
+     * by the next evaluation */
+    s->pos = n_pos;
+    return TERN_OK;
+}
 int tern_session_n_ctx(const tern_session *s) { return s ? s->n_ctx : 0; }
 const float *tern_session_logits(const tern_session *s) { return s ? s->logits : NULL; }
 uint64_t tern_session_memory(const tern_session *s) { return s ? s->bytes : 0; }

@@ -145,6 +145,7 @@ void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall
         m->lat_sum_s += s;
         if (u) {
             m->prompt_tokens += u->prompt_tokens;
+            m->cached_tokens += u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
             m->gen_tokens += u->completion_tokens;
             m->prompt_ms += u->prompt_ms;
             m->gen_ms += u->gen_ms;
@@ -169,8 +170,13 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
     put(&o, "# HELP tern_requests_total HTTP requests answered, by status class.\n# TYPE tern_requests_total counter\n");
     static const char *cls[6] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (int i = 0; i < 6; i++) put(&o, "tern_requests_total{status=\"%s\"} %llu\n", cls[i], m->by_status[i]);
-    put(&o, "# HELP tern_prompt_tokens_total Prompt tokens evaluated.\n# TYPE tern_prompt_tokens_total counter\n"
-            "tern_prompt_tokens_total %llu\n", m->prompt_tokens);
+    put(&o, "# HELP tern_prompt_tokens_total Prompt tokens of the requests (cached ones included).\n"
+            "# TYPE tern_prompt_tokens_total counter\ntern_prompt_tokens_total %llu\n", m->prompt_tokens);
+    put(&o, "# HELP tern_prompt_tokens_cached_total Prompt tokens taken from a slot's prefix cache.\n"
+            "# TYPE tern_prompt_tokens_cached_total counter\ntern_prompt_tokens_cached_total %llu\n", m->cached_tokens);
+    put(&o, "# HELP tern_prompt_tokens_evaluated_total Prompt tokens evaluated.\n"
+            "# TYPE tern_prompt_tokens_evaluated_total counter\ntern_prompt_tokens_evaluated_total %llu\n",
+        m->prompt_tokens - m->cached_tokens);
     put(&o, "# HELP tern_generated_tokens_total Tokens generated.\n# TYPE tern_generated_tokens_total counter\n"
             "tern_generated_tokens_total %llu\n", m->gen_tokens);
     put(&o, "# HELP tern_prompt_seconds_total Time spent on prompts.\n# TYPE tern_prompt_seconds_total counter\n"
@@ -179,7 +185,7 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
             "tern_generation_seconds_total %.6f\n", m->gen_ms / 1e3);
     put(&o, "# HELP tern_prompt_tokens_per_second Prompt tokens per second over all requests.\n"
             "# TYPE tern_prompt_tokens_per_second gauge\ntern_prompt_tokens_per_second %.3f\n",
-        m->prompt_ms > 0 ? m->prompt_tokens / (m->prompt_ms / 1e3) : 0.0);
+        m->prompt_ms > 0 ? (m->prompt_tokens - m->cached_tokens) / (m->prompt_ms / 1e3) : 0.0);
     put(&o, "# HELP tern_generated_tokens_per_second Generated tokens per second over all requests.\n"
             "# TYPE tern_generated_tokens_per_second gauge\ntern_generated_tokens_per_second %.3f\n",
         m->gen_ms > 0 ? m->gen_tokens / (m->gen_ms / 1e3) : 0.0);

@@ -412,6 +412,7 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
     c->max_tokens = j->max_tokens;
     c->stream = j->stream;
     c->ignore_eos = j->ignore_eos;
+    c->no_cache = j->no_cache;
     c->logprobs = j->logprobs;
     if (ok && j->n_bias) {
         c->bias_ids = malloc(j->n_bias * sizeof *c->bias_ids);
@@ -498,6 +499,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     if (!req.top_p_set) j->sp.top_p = h->c.default_top_p >= 0 ? h->c.default_top_p : think ? 0.95f : 0.8f;
     if (!req.top_k_set) j->sp.top_k = h->c.default_top_k >= 0 ? h->c.default_top_k : 20;
     if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
+    if (!req.repeat_set && h->c.default_repeat_penalty > 0) j->sp.repeat_penalty = h->c.default_repeat_penalty;
+    if (h->c.default_penalty_last_n > 0) j->sp.penalty_last_n = h->c.default_penalty_last_n;
     if (!req.seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -505,6 +508,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
+    j->no_cache = !req.cache_prompt;
     int32_t nv = tern_tokenizer_n_vocab(h->tok);
     for (size_t i = 0; i < req.n_bias; i++)
         if (req.bias_ids[i] >= nv) {
@@ -697,6 +701,20 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
     cJSON_AddNumberToObject(o, "n_vocab", tern_tokenizer_n_vocab(h->tok));
     cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
     cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
+    cJSON_AddBoolToObject(o, "prefix_cache", srv_sched_prefix_cache(h->sched));
+    /* the sampling a request gets when it gives none (thinking off / on where they differ) */
+    cJSON *ds = cJSON_AddObjectToObject(o, "default_generation_settings");
+    if (ds) {
+        const srv_config *c = &h->c;
+        cJSON_AddNumberToObject(ds, "temperature", c->default_temp >= 0 ? c->default_temp : h->think_default ? 0.6 : 0.7);
+        cJSON_AddNumberToObject(ds, "top_p", c->default_top_p >= 0 ? c->default_top_p : h->think_default ? 0.95 : 0.8);
+        cJSON_AddNumberToObject(ds, "top_k", c->default_top_k >= 0 ? c->default_top_k : 20);
+        cJSON_AddNumberToObject(ds, "min_p", c->default_min_p >= 0 ? c->default_min_p : 0);
+        cJSON_AddNumberToObject(ds, "repeat_penalty", c->default_repeat_penalty > 0 ? c->default_repeat_penalty : 1);
+        cJSON_AddNumberToObject(ds, "repeat_last_n", c->default_penalty_last_n > 0 ? c->default_penalty_last_n : 64);
+        cJSON_AddNumberToObject(ds, "max_tokens", c->default_max_tokens);
+        cJSON_AddStringToObject(ds, "source", c->sampling_source ? c->sampling_source : "built-in");
+    }
     cJSON_AddStringToObject(o, "build", "tern");
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -713,6 +731,7 @@ static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, co
         cJSON_AddBoolToObject(e, "is_processing", info[i].busy);
         cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)info[i].n_prompt);
         cJSON_AddNumberToObject(e, "n_ctx", info[i].n_ctx);
+        cJSON_AddNumberToObject(e, "n_cached_tokens", (double)info[i].n_cached);
         cJSON_AddItemToArray(a, e);
     }
     char *s = cJSON_PrintUnformatted(a);

@@ -316,6 +316,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     if (set) sp->frequency_penalty = (float)v;
     const char *rp = field(root, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
     if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
+    r->repeat_set = set;
     if (set) {
         if (v <= 0 || (float)v <= 0) return fail(err, en, "'%s' must be > 0", rp);
         sp->repeat_penalty = (float)v;
@@ -433,6 +434,8 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
         (rc = parse_logit_bias(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err, en))) goto out;
+    r->cache_prompt = true;         /* llama.cpp's field: false = no prefix reuse */
+    if ((rc = get_bool(root, "cache_prompt", &r->cache_prompt, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
@@ -514,12 +517,17 @@ static void add_usage(cJSON *o, const srv_usage *u) {
     cJSON_AddNumberToObject(us, "prompt_tokens", (double)u->prompt_tokens);
     cJSON_AddNumberToObject(us, "completion_tokens", (double)u->completion_tokens);
     cJSON_AddNumberToObject(us, "total_tokens", (double)(u->prompt_tokens + u->completion_tokens));
+    cJSON *pd = cJSON_AddObjectToObject(us, "prompt_tokens_details");
+    if (pd) cJSON_AddNumberToObject(pd, "cached_tokens", (double)u->cached_tokens);
     /* llama.cpp's timings object */
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     if (!t) return;
-    cJSON_AddNumberToObject(t, "prompt_n", (double)u->prompt_tokens);
+    /* as llama.cpp: prompt_n counts the evaluated prompt tokens, cache_n the reused ones */
+    size_t evaluated = u->prompt_tokens - (u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens);
+    cJSON_AddNumberToObject(t, "cache_n", (double)u->cached_tokens);
+    cJSON_AddNumberToObject(t, "prompt_n", (double)evaluated);
     cJSON_AddNumberToObject(t, "prompt_ms", u->prompt_ms);
-    cJSON_AddNumberToObject(t, "prompt_per_second", u->prompt_ms > 0 ? u->prompt_tokens * 1e3 / u->prompt_ms : 0);
+    cJSON_AddNumberToObject(t, "prompt_per_second", u->prompt_ms > 0 ? evaluated * 1e3 / u->prompt_ms : 0);
     cJSON_AddNumberToObject(t, "predicted_n", (double)u->completion_tokens);
     cJSON_AddNumberToObject(t, "predicted_ms", u->gen_ms);
     cJSON_AddNumberToObject(t, "predicted_per_second", u->gen_ms > 0 ? u->completion_tokens * 1e3 / u->gen_ms : 0);

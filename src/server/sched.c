@@ -114,7 +114,14 @@ typedef struct slot {
     char err[256];
     double t_start, t_decode;       /* ms: admitted, prefill done */
     size_t info_prompt;             /* for srv_sched_slots (guarded by the scheduler's mu) */
+    size_t info_cached;
     bool info_busy;
+    /* prefix cache: the tokens the session holds, in order (cached.n == the session's
+     * position after every forward; appended only for what was evaluated) */
+    tern_tokens cached;
+    size_t n_reuse;                 /* this job's prompt tokens taken from the cache */
+    int32_t pending;                /* the token chosen this round (decode), evaluated by the forward */
+    double last_used;               /* ms: when its last job ended (LRU among idle slots) */
     gen_hook hook;
 } slot;
 
@@ -169,7 +176,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     double t = now_ms();
     size_t n_gen = 0;
     if (sl->gen) tern_gen_tokens(sl->gen, &n_gen);
-    srv_usage u = {sl->job->prompt.n, n_gen, 0, 0};
+    srv_usage u = {sl->job->prompt.n, n_gen, 0, 0, sl->n_reuse};
     u.prompt_ms = (sl->t_decode ? sl->t_decode : t) - sl->t_start;
     u.gen_ms = sl->t_decode ? t - sl->t_decode : 0;
     srv_job *j = sl->job;
@@ -182,6 +189,8 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
     sl->info_busy = false;
+    sl->info_cached = sl->cached.n;
+    sl->last_used = t;
     pthread_mutex_unlock(&s->mu);
     job_finish(j, f, err, &u);
 }
@@ -213,6 +222,40 @@ static bool hook_logprob(const float *logits, int n_vocab, int32_t id, void *u) 
     return sched_record_logprob(h->s, h->j, logits, id) == 0;
 }
 
+/* How many of prompt's tokens slot sl can take from its session as it is: the
+ * longest common prefix of its cached tokens and the prompt, keeping at least one
+ * prompt token to evaluate (its logits start the reply). A session with recurrent
+ * (GDN) state cannot be rewound: there only the whole cached sequence counts, and
+ * only when the prompt extends it. */
+static size_t usable_prefix(const srv_sched *s, const slot *sl, const srv_job *j) {
+    if (s->p.no_prefix_cache || j->no_cache || !sl->cached.n || j->prompt.n < 2) return 0;
+    if (sl->cached.n != (size_t)tern_session_pos(sl->sess)) return 0; /* never expected */
+    size_t n = sl->cached.n < j->prompt.n ? sl->cached.n : j->prompt.n, l = 0;
+    while (l < n && sl->cached.ids[l] == j->prompt.ids[l]) l++;
+    if (l > j->prompt.n - 1) l = j->prompt.n - 1;
+    if (!tern_session_can_truncate(sl->sess) && l != sl->cached.n) return 0;
+    return l;
+}
+
+/* The idle slot for job j: the longest usable prefix; without any, an empty slot,
+ * else the least recently used one. Called with s->mu held. */
+static slot *pick_slot(srv_sched *s, const srv_job *j) {
+    slot *best = NULL;
+    size_t best_n = 0;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->job) continue;
+        size_t u = usable_prefix(s, sl, j);
+        if (!best || u > best_n ||
+            (u == best_n && !best_n &&
+             (best->cached.n ? (!sl->cached.n || sl->last_used < best->last_used) : false))) {
+            best = sl;
+            best_n = u;
+        }
+    }
+    return best;
+}
+
 static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     sl->job = j;
     sl->n_fed = 0;
@@ -228,7 +271,12 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     j->started = true;
     j->slot = sl->id;
     pthread_mutex_unlock(&j->mu);
-    tern_session_reset(sl->sess);
+    sl->n_reuse = usable_prefix(s, sl, j);
+    if (sl->n_reuse && tern_session_truncate(sl->sess, (int)sl->n_reuse)) sl->n_reuse = 0;
+    if (!sl->n_reuse) tern_session_reset(sl->sess);
+    sl->cached.n = sl->n_reuse;
+    sl->n_fed = sl->n_reuse;
+    sl->info_cached = sl->n_reuse;
     const char *why = NULL;
     if (!j->prompt.n) why = "empty prompt";
     else if (j->prompt.n > (size_t)tern_session_n_ctx(sl->sess)) why = "the prompt does not fit the context";
@@ -251,6 +299,8 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         }
         if (tern_sampler_new(&j->sp, s->n_vocab, &sl->smp) || tern_gen_new(sl->sess, s->tok, sl->smp, &gp, &sl->gen))
             why = tern_last_error();
+        else /* the penalties see the cached part of the prompt as tern_gen_prefill shows them the rest */
+            for (size_t i = 0; i < sl->n_reuse; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]);
     }
     if (why) {
         snprintf(sl->err, sizeof sl->err, "%s", why);
@@ -282,6 +332,7 @@ static void slot_sample(srv_sched *s, slot *sl) {
     }
     publish(sl, false);
     if (why != TERN_STOP_NONE) { slot_finish(s, sl, finish_of(why), NULL); return; }
+    sl->pending = id;               /* the forward evaluates it: then it is in the session */
     sl->n_in = 1;
 }
 
@@ -332,10 +383,10 @@ void srv_sched_run(srv_sched *s) {
             }
             if (!s->busy || now_ms() >= s->drain_end) s->stop = true;
         }
-        for (int i = 0; i < N && s->q_n && !s->stop && !s->draining; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->job) continue;
+        while (s->q_n && !s->stop && !s->draining) {
             srv_job *j = s->queue[s->q_head];
+            slot *sl = pick_slot(s, j);
+            if (!sl) break;
             s->q_head = (s->q_head + 1) % s->p.queue_cap;
             s->q_n--;
             slot_start(s, sl, j);
@@ -367,7 +418,17 @@ void srv_sched_run(srv_sched *s) {
         sched_forward(s, act, n, grp, gens);
         for (int i = 0; i < n; i++) {
             slot *sl = act[i];
-            if (sl->st) { slot_finish(s, sl, SRV_FINISH_ERROR, sl->err); continue; }
+            if (sl->st) {
+                sl->cached.n = 0;   /* unknown state: the next job resets the session */
+                slot_finish(s, sl, SRV_FINISH_ERROR, sl->err);
+                continue;
+            }
+            /* what was evaluated is now in the session (the prefix cache's tokens) */
+            const int32_t *fed = sl->phase == SLOT_DECODE ? &sl->pending : sl->in;
+            if (sl->cached.n + sl->n_in == (size_t)tern_session_pos(sl->sess))
+                for (size_t k = 0; k < sl->n_in; k++)
+                    if (tern_tokens_push(&sl->cached, fed[k])) break;
+            if (sl->cached.n != (size_t)tern_session_pos(sl->sess)) sl->cached.n = 0; /* never expected */
             if (sl->phase == SLOT_DECODE) sl->n_in = 0;
             else if ((sl->n_fed += sl->n_in) == sl->job->prompt.n) {
                 sl->phase = SLOT_DECODE;
@@ -399,6 +460,7 @@ static void sched_free(srv_sched *s) {
         tern_session_free(s->slots[i].sess);
         tern_gen_free(s->slots[i].gen);
         tern_sampler_free(s->slots[i].smp);
+        tern_tokens_free(&s->slots[i].cached);
     }
     free(s->slots);
     free(s->queue);
@@ -483,6 +545,7 @@ int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max) {
         out[i].busy = s->slots[i].info_busy;
         out[i].n_prompt = s->slots[i].info_busy ? s->slots[i].info_prompt : 0;
         out[i].n_ctx = s->p.n_ctx;
+        out[i].n_cached = s->slots[i].info_cached;
     }
     pthread_mutex_unlock(&s->mu);
     return n;
@@ -508,3 +571,5 @@ void srv_sched_stop(srv_sched *s) {
 }
 
 void srv_sched_free(srv_sched *s) { sched_free(s); }
+
+bool srv_sched_prefix_cache(const srv_sched *s) { return s && !s->p.no_prefix_cache; }

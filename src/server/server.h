@@ -50,11 +50,12 @@ typedef struct srv_request {
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
-    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set;
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set;
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
     bool ignore_eos;                /* never sample an end-of-generation token */
+    bool cache_prompt;              /* llama.cpp's cache_prompt (default true): reuse a slot's prefix */
     int32_t *bias_ids;              /* logit_bias: ids (checked against the vocabulary by the caller) */
     float *bias;                    /* and the values added to their logits (-100 … 100) */
     size_t n_bias;
@@ -97,6 +98,7 @@ const char *srv_finish_str(srv_finish f);   /* "stop", "length", "tool_calls"; N
 typedef struct srv_usage {
     size_t prompt_tokens, completion_tokens;
     double prompt_ms, gen_ms;
+    size_t cached_tokens;           /* prompt tokens taken from the slot's prefix cache (not evaluated) */
 } srv_usage;
 
 /* Identity shared by every object of one response. */
@@ -170,6 +172,7 @@ typedef struct srv_job {
     int max_tokens;                 /* 0: until end of generation / full context */
     bool stream;                    /* wake the handler for every piece of text (else only at the end) */
     bool ignore_eos;                /* end-of-generation tokens masked out before sampling */
+    bool no_cache;                  /* cache_prompt: false: evaluate the whole prompt (no prefix reuse) */
     int32_t *bias_ids;              /* logit_bias, owned (moved from the request): logits[bias_ids[i]] += bias[i] */
     float *bias;
     size_t n_bias;
@@ -209,6 +212,7 @@ typedef struct srv_sched_params {
     int n_ctx;                      /* context per slot */
     int queue_cap;                  /* waiting requests beyond the busy slots */
     tern_cache_type cache_k, cache_v; /* KV cache types of the slots (0: default) */
+    bool no_prefix_cache;           /* never continue a slot's session (--no-prefix-cache) */
 } srv_sched_params;
 
 /* Create the slots (sessions). */
@@ -221,7 +225,7 @@ void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
 /* A snapshot of the slots for /slots; returns how many were written. */
-typedef struct srv_slot_info { int id; bool busy; size_t n_prompt; int n_ctx; } srv_slot_info;
+typedef struct srv_slot_info { int id; bool busy; size_t n_prompt; int n_ctx; size_t n_cached; } srv_slot_info;
 int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max);
 /* Graceful end (any thread; returns at once): later submits and the waiting
  * jobs get "shutting down" (503); running jobs go on until they finish or
@@ -232,6 +236,8 @@ void srv_sched_stop(srv_sched *s);
 /* After srv_sched_run returned (or when it never ran). */
 void srv_sched_free(srv_sched *s);
 void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx);
+/* Whether requests may continue a slot's session (not --no-prefix-cache). */
+bool srv_sched_prefix_cache(const srv_sched *s);
 /* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */
 void srv_sched_cache(srv_sched *s, uint64_t *now, uint64_t *max, const tern_session **slot0);
 
@@ -253,8 +259,9 @@ typedef struct srv_config {
     int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */
     /* sampling defaults when a request gives none (< 0: the built-in ones); the
      * model's general.sampling.* keys, read by `tern serve` */
-    float default_temp, default_top_p, default_min_p;
-    int default_top_k;
+    float default_temp, default_top_p, default_min_p, default_repeat_penalty;
+    int default_top_k, default_penalty_last_n;
+    const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
 } srv_config;
 
 typedef struct srv_http srv_http;
@@ -272,6 +279,7 @@ typedef struct srv_metrics {
     unsigned long long by_status[6];    /* 1xx..5xx by first digit, [0]: other */
     unsigned long long n_gen_requests;  /* chat + completions answered */
     unsigned long long prompt_tokens, gen_tokens;
+    unsigned long long cached_tokens;   /* of prompt_tokens: taken from the prefix cache */
     double prompt_ms, gen_ms;           /* summed over requests */
     unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
     double lat_sum_s;

@@ -13,6 +13,7 @@
  *     a full queue answers 503, and stopping ends waiting jobs.
  */
 #include "check.h"
+#include "formats/gguf.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
@@ -595,6 +596,272 @@ TEST(sched_cancel_queue_stop) {
     with_sched(1, 256, 1, cancel_client);
 }
 
+/* ------------------------------------------------------------- prefix cache */
+
+/* tern_generate on a fresh session from token ids (greedy). */
+static void reference_ids(const tern_tokens *ids, int max_tokens, tern_gen_result *res) {
+    tern_session *s = NULL;
+    tern_sampler *smp = NULL;
+    CHECK(tern_session_new(M, NULL, &s) == TERN_OK);
+    CHECK(tern_sampler_new(&greedy, tern_model_get_info(M)->n_vocab, &smp) == TERN_OK);
+    tern_gen_params gp = {max_tokens, NULL, 0, NULL, NULL, NULL};
+    CHECK(tern_generate(s, T, smp, ids->ids, ids->n, &gp, res) == TERN_OK);
+    tern_sampler_free(smp);
+    tern_session_free(s);
+}
+
+static void ids_cat(tern_tokens *dst, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) CHECK(tern_tokens_push(dst, ids[i]) == TERN_OK);
+}
+
+#define PFX_MAX 10
+static tern_tokens pfx_a, pfx_b, pfx_f, pfx_same;   /* prompts: A, B = A + reply + more, F = partial, A again */
+static tern_gen_result pfx_ref_a, pfx_ref_b, pfx_ref_f, pfx_ref_same;
+static size_t pfx_expect_b, pfx_expect_f;
+static bool pfx_rewind;                              /* the model can rewind (attention only) */
+
+static srv_job *job_ids(const tern_tokens *ids, int max_tokens) {
+    srv_job *j = srv_job_new();
+    ids_cat(&j->prompt, ids->ids, ids->n);
+    j->sp = greedy;
+    j->max_tokens = max_tokens;
+    return j;
+}
+
+static srv_job *run_job(srv_sched *s, srv_job *j) {
+    CHECK_EQ_INT(srv_sched_submit(s, j), 0);
+    wait_done(j);
+    CHECK(j->done);
+    return j;
+}
+
+static void check_like(srv_job *j, const tern_gen_result *ref, const char *what) {
+    CHECK_EQ_INT(j->usage.completion_tokens, ref->tokens.n);
+    CHECK_MSG(!strcmp(j->text.data, ref->text.data), "%s: [%s] vs a fresh session [%s]", what, j->text.data,
+              ref->text.data);
+}
+
+static void prefix_client(client *c) {
+    srv_job *a = run_job(c->s, job_ids(&pfx_a, PFX_MAX));
+    check_like(a, &pfx_ref_a, "A");
+    CHECK_EQ_INT(a->usage.cached_tokens, 0);
+    /* an unrelated prompt takes the empty slot, not A's */
+    srv_job *z = run_job(c->s, job_for("Hello world, this is", &greedy, 4, NULL));
+    CHECK_EQ_INT(z->usage.cached_tokens, 0);
+    CHECK(z->slot != a->slot);
+    /* the next turn continues A's session */
+    srv_job *b = run_job(c->s, job_ids(&pfx_b, PFX_MAX));
+    CHECK_EQ_INT(b->slot, a->slot);
+    CHECK_EQ_INT(b->usage.cached_tokens, pfx_expect_b);
+    CHECK_EQ_INT(b->usage.prompt_tokens, pfx_b.n);
+    check_like(b, &pfx_ref_b, "B (cached)");
+    /* cache_prompt false: all of it evaluated, the same text */
+    srv_job *e = job_ids(&pfx_b, PFX_MAX);
+    e->no_cache = true;
+    run_job(c->s, e);
+    CHECK_EQ_INT(e->usage.cached_tokens, 0);
+    check_like(e, &pfx_ref_b, "B (cache_prompt false)");
+    /* a prompt that diverges inside the cached tokens: only a rewindable session reuses */
+    srv_job *f = run_job(c->s, job_ids(&pfx_f, PFX_MAX));
+    CHECK_EQ_INT(f->usage.cached_tokens, pfx_expect_f);
+    check_like(f, &pfx_ref_f, "F (diverging)");
+    /* A's prompt again: at most all but its last token */
+    srv_job *g = run_job(c->s, job_ids(&pfx_same, PFX_MAX));
+    CHECK_EQ_INT(g->usage.cached_tokens, pfx_rewind ? pfx_same.n - 1 : 0);
+    check_like(g, &pfx_ref_same, "A again");
+    srv_slot_info info[2];
+    CHECK_EQ_INT(srv_sched_slots(c->s, info, 2), 2);
+    srv_job_unref(a); srv_job_unref(z); srv_job_unref(b); srv_job_unref(e); srv_job_unref(f); srv_job_unref(g);
+}
+
+/* Runs the prefix-cache checks on the loaded M / T. */
+static void prefix_checks(void) {
+    tern_sampler_params_default(&greedy);
+    greedy.temperature = 0;
+    tern_tokens more = {0};
+    pfx_a.n = pfx_b.n = pfx_f.n = pfx_same.n = 0;
+    pfx_rewind = false;
+    {
+        tern_session *s = NULL;
+        CHECK(tern_session_new(M, NULL, &s) == TERN_OK);
+        if (s) pfx_rewind = tern_session_can_truncate(s);
+        tern_session_free(s);
+    }
+    const char *pa = "The Linux kernel provides a loadable module interface";
+    CHECK(tern_tokenize(T, pa, strlen(pa), true, &pfx_a) == TERN_OK);
+    reference_ids(&pfx_a, PFX_MAX, &pfx_ref_a);
+    const tern_gen_result *ra = &pfx_ref_a;
+    /* what A's session holds: its prompt and reply, but a last end-of-generation id
+     * was sampled, never evaluated */
+    size_t held = ra->tokens.n - (ra->reason == TERN_STOP_EOG ? 1 : 0);
+    ids_cat(&pfx_b, pfx_a.ids, pfx_a.n);
+    ids_cat(&pfx_b, ra->tokens.ids, ra->tokens.n);
+    CHECK(tern_tokenize(T, " so that drivers", 16, true, &more) == TERN_OK);
+    ids_cat(&pfx_b, more.ids, more.n);
+    pfx_expect_b = pfx_a.n + held;
+    reference_ids(&pfx_b, PFX_MAX, &pfx_ref_b);
+    /* F: A's prompt, 3 tokens of its reply, then a token the reply does not have there */
+    ids_cat(&pfx_f, pfx_a.ids, pfx_a.n);
+    size_t k = ra->tokens.n < 3 ? ra->tokens.n : 3;
+    ids_cat(&pfx_f, ra->tokens.ids, k);
+    int32_t other = more.ids[0] != (k < ra->tokens.n ? ra->tokens.ids[k] : -1) ? more.ids[0] : more.ids[0] + 1;
+    ids_cat(&pfx_f, &other, 1);
+    ids_cat(&pfx_f, more.ids, more.n);
+    /* F runs after E, which left B's prompt + reply in the slot: F shares A's prompt + k */
+    pfx_expect_f = pfx_rewind ? pfx_a.n + k : 0;
+    reference_ids(&pfx_f, PFX_MAX, &pfx_ref_f);
+    ids_cat(&pfx_same, pfx_a.ids, pfx_a.n);
+    reference_ids(&pfx_same, PFX_MAX, &pfx_ref_same);
+    with_sched(2, 512, 4, prefix_client);
+    tern_tokens_free(&more);
+    tern_gen_result_free(&pfx_ref_a);
+    tern_gen_result_free(&pfx_ref_b);
+    tern_gen_result_free(&pfx_ref_f);
+    tern_gen_result_free(&pfx_ref_same);
+}
+
+TEST(sched_prefix_cache_qwen35) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    prefix_checks();
+}
+
+TEST(sched_prefix_cache_qwen3) {
+    const char *path = fixture_path("qwen3-tiny/model-q2_0.gguf");
+    if (!path || access(path, R_OK)) SKIP("fixtures absent");
+    tern_model *m0 = M;
+    tern_tokenizer *t0 = T;
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 2;
+    M = NULL;
+    T = NULL;
+    if (tern_tokenizer_load(path, &T) == TERN_OK && tern_model_load(path, &mp, &M) == TERN_OK) prefix_checks();
+    else CHECK(!"load the qwen3 fixture");
+    tern_model_free(M);
+    tern_tokenizer_free(T);
+    M = m0;
+    T = t0;
+}
+
+/* tern_session_truncate: a rewound session evaluates exactly like one that never
+ * went further; refused where a recurrent state cannot be rewound. */
+static void truncate_on(const char *path, bool recurrent) {
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 2;
+    tern_model *m = NULL;
+    if (tern_model_load(path, &mp, &m)) { CHECK(!"load"); return; }
+    tern_session *a = NULL, *b = NULL;
+    CHECK(tern_session_new(m, NULL, &a) == TERN_OK && tern_session_new(m, NULL, &b) == TERN_OK);
+    if (!a || !b) goto done;
+    int V = tern_model_get_info(m)->n_vocab;
+    int32_t p[9], junk[5];
+    for (int i = 0; i < 9; i++) p[i] = (int32_t)(check_rand_u64() % (unsigned)V);
+    for (int i = 0; i < 5; i++) junk[i] = (int32_t)(check_rand_u64() % (unsigned)V);
+    CHECK(tern_session_eval(a, p, 8, NULL) == TERN_OK && tern_session_eval(a, p + 8, 1, NULL) == TERN_OK);
+    CHECK(tern_session_eval(b, p, 8, NULL) == TERN_OK && tern_session_eval(b, junk, 5, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_truncate(b, 14), TERN_ERR_RANGE);
+    CHECK_EQ_INT(tern_session_truncate(b, -1), TERN_ERR_RANGE);
+    CHECK_EQ_INT(tern_session_truncate(b, 13), TERN_OK);     /* the current position: always fine */
+    CHECK(tern_session_can_truncate(b) == !recurrent);
+    if (recurrent) {
+        CHECK_EQ_INT(tern_session_truncate(b, 8), TERN_ERR_UNSUPPORTED);
+        CHECK_EQ_INT(tern_session_pos(b), 13);
+        goto done;
+    }
+    CHECK_EQ_INT(tern_session_truncate(b, 8), TERN_OK);
+    CHECK_EQ_INT(tern_session_pos(b), 8);
+    CHECK(tern_session_eval(b, p + 8, 1, NULL) == TERN_OK);
+    CHECK(!memcmp(tern_session_logits(a), tern_session_logits(b), (size_t)V * sizeof(float)));
+    CHECK_EQ_INT(tern_session_truncate(b, 0), TERN_OK);
+    CHECK_EQ_INT(tern_session_pos(b), 0);
+    CHECK(tern_session_eval(b, p, 8, NULL) == TERN_OK && tern_session_eval(b, p + 8, 1, NULL) == TERN_OK);
+    CHECK(!memcmp(tern_session_logits(a), tern_session_logits(b), (size_t)V * sizeof(float)));
+done:
+    tern_session_free(a);
+    tern_session_free(b);
+    tern_model_free(m);
+}
+
+TEST(session_truncate) {
+    const char *q3 = fixture_path("qwen3-tiny/model-q2_0.gguf"), *q35 = fixture_path("qwen35-tiny/model-pq2_0.gguf");
+    if (!q3 || access(q3, R_OK) || access(q35, R_OK)) SKIP("fixtures absent");
+    CHECK_EQ_INT(tern_session_truncate(NULL, 0), TERN_ERR_INVALID_ARG);
+    truncate_on(q3, false);
+    truncate_on(q35, true);
+}
+
+/* tern_model_meta_*: a copy of the embedded model with general.sampling.* keys. */
+static bool keep_all(const char *key, void *u) { (void)u; return !strncmp(key, "general.sampling.", 17); }
+TEST(model_meta) {
+    const char *src = getenv("TERN_SOURCE_DIR");
+    char in[1024], out[256];
+    snprintf(in, sizeof in, "%s/models/tern-default.gguf", src ? src : ".");
+    if (access(in, R_OK)) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    const char *keep = getenv("TERN_TEST_META_OUT");  /* keep the file there (manual checks of serve / run) */
+    snprintf(out, sizeof out, "%s", keep && *keep ? keep : "/tmp/tern_test_meta.gguf");
+    if (!keep || !*keep) snprintf(out, sizeof out, "/tmp/tern_test_meta_%d.gguf", (int)getpid());
+    tern_gguf *g = NULL;
+    tern_gguf_writer *w = NULL;
+    CHECK_EQ_INT(tern_gguf_open(in, &g), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_writer_new(&w), TERN_OK);
+    if (!g || !w) { tern_gguf_close(g); tern_gguf_writer_free(w); return; }
+    CHECK_EQ_INT(tern_gguf_w_copy_kv(w, g, keep_all, NULL), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_f32(w, "general.sampling.temp", 0.25f), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_u32(w, "general.sampling.top_k", 33), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_f32(w, "general.sampling.top_p", 0.9f), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_i32(w, "general.sampling.penalty_last_n", -1), TERN_OK);
+    CHECK_EQ_INT(tern_gguf_w_set_str(w, "general.sampling.sequence", "penalties;top_k;top_p;temp"), TERN_OK);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const tern_gguf_tensor *t = &g->tensors[i];
+        CHECK_EQ_INT(tern_gguf_w_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->data, NULL, NULL), TERN_OK);
+    }
+    CHECK_EQ_INT(tern_gguf_w_write(w, out, NULL, NULL), TERN_OK);
+    tern_gguf_writer_free(w);
+    tern_gguf_close(g);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 1;
+    tern_model *m = NULL;
+    CHECK_EQ_INT(tern_model_load(out, &mp, &m), TERN_OK);
+    if (!keep || !*keep) unlink(out);
+    if (!m) return;
+    float f = -7;
+    int64_t i = -7;
+    tern_str str = {0};
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.temp", &f), TERN_OK);
+    CHECK(f == 0.25f);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.top_p", &f), TERN_OK);
+    CHECK(f == 0.9f);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.top_k", &i), TERN_OK);
+    CHECK_EQ_INT(i, 33);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.penalty_last_n", &i), TERN_OK);
+    CHECK_EQ_INT(i, -1);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.top_k", &f), TERN_OK);   /* an integer as a float */
+    CHECK(f == 33.0f);
+    f = -7;
+    i = -7;
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.min_p", &f), TERN_ERR_NOT_FOUND);
+    CHECK(f == -7);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "general.sampling.temp", &i), TERN_ERR_FORMAT);  /* a float is no integer */
+    CHECK(i == -7);
+    CHECK_EQ_INT(tern_model_meta_f32(m, "general.sampling.sequence", &f), TERN_ERR_FORMAT);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.sampling.temp", &str), TERN_ERR_FORMAT);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.sampling.sequence", &str), TERN_OK);
+    CHECK(str.data && !strcmp(str.data, "penalties;top_k;top_p;temp"));
+    tern_str_free(&str);
+    CHECK_EQ_INT(tern_model_meta_str(m, "general.architecture", &str), TERN_OK);
+    CHECK(str.data && !strcmp(str.data, "qwen35"));
+    tern_str_free(&str);
+    CHECK_EQ_INT(tern_model_meta_i64(m, "no.such.key", &i), TERN_ERR_NOT_FOUND);
+    CHECK_EQ_INT(tern_model_meta_i64(NULL, "x", &i), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_model_meta_i64(m, NULL, &i), TERN_ERR_INVALID_ARG);
+    CHECK_STR(tern_status_str(TERN_ERR_NOT_FOUND), "TERN_ERR_NOT_FOUND");
+    tern_model_free(m);
+    /* the embedded model itself carries none */
+    CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), M ? TERN_ERR_NOT_FOUND : TERN_ERR_INVALID_ARG);
+}
+
 int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
@@ -605,6 +872,10 @@ int main(void) {
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);
     RUN(sched_cancel_queue_stop);
+    RUN(sched_prefix_cache_qwen35);
+    RUN(sched_prefix_cache_qwen3);
+    RUN(session_truncate);
+    RUN(model_meta);
     srv_request_free(&R);
     tern_model_free(M);
     tern_tokenizer_free(T);
