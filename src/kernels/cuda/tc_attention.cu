@@ -161,17 +161,22 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcach
 
 /* ------------------------------------------------ split-K decode attention */
 
-#define ATT_SPLIT 256
+/* Positions per split: ATT_SPAN_MIN (each of the 4 warps walks 8 positions, so a short
+ * cache still spreads over many CTAs; with 256 a 640-position step took 135 us for 24
+ * heads on the H200), growing with the cache so there are at most ~ATT_MAX_SPLITS splits
+ * (the partials' workspace and the merge stay bounded at 262,144 positions). */
+#define ATT_SPAN_MIN 32
+#define ATT_MAX_SPLITS 2048
 
-/* CTA (head, split): the split's ATT_SPLIT positions, its merged (M, L, acc)
+/* CTA (head, split): the split's span positions, its merged (M, L, acc)
  * written to part[h][split] as hd + 2 floats (l = 0: nothing there). */
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__restrict__ q,
         const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ part,
-        int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits) {
+        int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int span) {
     if (dpos) pos0 = *dpos;
     const int h = blockIdx.x, sp = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int np = pos0 + 1, p0 = sp * ATT_SPLIT, p1 = min(np, p0 + ATT_SPLIT);
+    const int np = pos0 + 1, p0 = sp * span, p1 = min(np, p0 + span);
     float *pp = part + ((size_t)h * splits + sp) * (size_t)(hd + 2);
     if (p0 >= np) {
         if (threadIdx.x == 0) pp[1] = 0.0f; /* l = 0: nothing here */
@@ -186,10 +191,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__re
 /* CTA per head: merge the splits' (m, l, acc), then the sigmoid gate. */
 __global__ void k_attn_merge(const float *__restrict__ part, const float *__restrict__ gate,
                              float *__restrict__ out, int pos0, const int *__restrict__ dpos,
-                             int hd, int splits) {
+                             int hd, int splits, int span) {
     if (dpos) pos0 = *dpos;
     const int h = blockIdx.x;
-    const int used = min(splits, pos0 / ATT_SPLIT + 1);
+    const int used = min(splits, pos0 / span + 1);
     const float *pp = part + (size_t)h * splits * (size_t)(hd + 2);
     float M = -INFINITY;
     for (int s = 0; s < used; s++)
@@ -220,7 +225,9 @@ extern "C" void tc_attention_decode(const float *q, const float *kcache, const f
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    const int splits = (max_len + ATT_SPLIT - 1) / ATT_SPLIT;
+    int span = ATT_SPAN_MIN;
+    while ((max_len + span - 1) / span > ATT_MAX_SPLITS) span *= 2;
+    const int splits = (max_len + span - 1) / span;
     if (splits > 65535) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -230,10 +237,10 @@ extern "C" void tc_attention_decode(const float *q, const float *kcache, const f
     dim3 grid((unsigned)n_head, (unsigned)splits);
     k_attn_split<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, kcache, vcache, part, pos0, tc_dyn_pos,
                                                          n_head, n_head_kv, head_dim, scale,
-                                                         splits);
+                                                         splits, span);
     tc_check_launch();
     k_attn_merge<<<(unsigned)n_head, (head_dim + 31) / 32 * 32, 0, tc_stream>>>(
-        part, gate, out, pos0, tc_dyn_pos, head_dim, splits);
+        part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
     tc_check_launch();
 }
 
