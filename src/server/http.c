@@ -176,7 +176,32 @@ typedef struct stream {
     size_t out_off;
     bool finished;
     srv_usage total;
+    size_t lp_sent[SRV_MAX_N];      /* logprob entries already streamed */
+    size_t lp_off[SRV_MAX_N];       /* completions: text_offset of the next one */
 } stream;
+
+static cJSON *logprobs_json(srv_http *h, srv_kind kind, const srv_logprob *es, size_t n, size_t *off);
+
+/* The logprobs of choice k not yet streamed whose text the client has (all of
+ * them once the choice is done); NULL: none or not asked for. Marks them sent:
+ * the caller puts the object into the chunk it writes now. */
+static cJSON *stream_logprobs(stream *s, int k, bool all) {
+    srv_job *j = s->job[k];
+    if (j->logprobs < 0) return NULL;
+    pthread_mutex_lock(&j->mu);
+    size_t a = s->lp_sent[k], b = a;
+    if (all) b = j->n_lp;
+    else while (b < j->n_lp_placed && j->lp[b].end <= s->seen[k]) b++;
+    srv_logprob *copy = b > a ? malloc((b - a) * sizeof *copy) : NULL;
+    if (copy) memcpy(copy, j->lp + a, (b - a) * sizeof *copy);
+    pthread_mutex_unlock(&j->mu);
+    if (!copy) return NULL;  /* nothing new (or out of memory: they go with a later chunk) */
+    size_t off = s->lp_off[k];
+    cJSON *o = logprobs_json(s->h, s->id.kind, copy, b - a, &off);
+    free(copy);
+    if (o) { s->lp_sent[k] = b; s->lp_off[k] = off; }
+    return o;
+}
 
 /* Turn new reply text of choice k into SSE chunks. */
 static void stream_text(stream *s, int k, const char *text, size_t len, bool final) {
@@ -189,7 +214,10 @@ static void stream_text(stream *s, int k, const char *text, size_t len, bool fin
         memcpy(t, text, len);
         t[len] = 0;
         d.content = t;
+        cJSON *lp = stream_logprobs(s, k, final);
+        d.logprobs = lp;
         srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        cJSON_Delete(lp);
         free(t);
         return;
     }
@@ -198,8 +226,16 @@ static void stream_text(stream *s, int k, const char *text, size_t len, bool fin
     tern_str_append(&r, "", 0);
     srv_split_push(&s->split[k], text, len, &c, &r);
     if (final) srv_split_finish(&s->split[k], &c, &r);
-    if (r.len) { d.reasoning = r.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); d.reasoning = NULL; }
-    if (c.len) { d.content = c.data; srv_sse_chunk(&s->id, &d, NULL, &s->out); }
+    /* the logprobs so far go with the last chunk written now (the content one) */
+    cJSON *lp = r.len || c.len ? stream_logprobs(s, k, final) : NULL;
+    if (r.len) {
+        d.reasoning = r.data;
+        d.logprobs = c.len ? NULL : lp;
+        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        d.reasoning = NULL;
+    }
+    if (c.len) { d.content = c.data; d.logprobs = lp; srv_sse_chunk(&s->id, &d, NULL, &s->out); }
+    cJSON_Delete(lp);
     tern_str_free(&c);
     tern_str_free(&r);
 }
@@ -244,7 +280,10 @@ static void stream_end(stream *s, int k) {
             if (f == SRV_FINISH_STOP) d.finish = SRV_FINISH_TOOL_CALLS;
         }
         tern_chat_reply_free(&rep);
+        cJSON *lp = stream_logprobs(s, k, true);  /* what no text chunk carried (held back, stop string) */
+        d.logprobs = lp;
         srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        cJSON_Delete(lp);
     }
     if (failed || s->n_ended == s->n) {
         s->cs->n_prompt = s->total.prompt_tokens;
@@ -326,18 +365,16 @@ static cJSON *token_obj(srv_http *h, int32_t id, float lp, bool chat) {
     return o;
 }
 
-/* Put the job's logprobs into choices[0].logprobs of a response body (frees body). */
-static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
-    cJSON *root = cJSON_Parse(body);
-    free(body);
-    cJSON *ch = root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0) : NULL;
-    if (!ch) { cJSON_Delete(root); return NULL; }
+/* The logprobs object of entries e[0 .. n): chat: {content: [...]}; completions:
+ * the legacy {tokens, token_logprobs, top_logprobs, text_offset}, offsets counted
+ * from *off (advanced). */
+static cJSON *logprobs_json(srv_http *h, srv_kind kind, const srv_logprob *es, size_t n, size_t *off) {
     cJSON *lp = cJSON_CreateObject();
-    pthread_mutex_lock(&j->mu);
+    if (!lp) return NULL;
     if (kind == SRV_CHAT) {
         cJSON *content = cJSON_AddArrayToObject(lp, "content");
-        for (size_t i = 0; i < j->n_lp; i++) {
-            const srv_logprob *e = &j->lp[i];
+        for (size_t i = 0; i < n; i++) {
+            const srv_logprob *e = &es[i];
             cJSON *o = token_obj(h, e->id, e->lp, true);
             cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
             for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_obj(h, e->top_id[k], e->top_lp[k], true));
@@ -346,9 +383,8 @@ static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
     } else {
         cJSON *toks = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
         cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
-        size_t off = 0;
-        for (size_t i = 0; i < j->n_lp; i++) {
-            const srv_logprob *e = &j->lp[i];
+        for (size_t i = 0; i < n; i++) {
+            const srv_logprob *e = &es[i];
             cJSON *o = token_obj(h, e->id, e->lp, false);
             cJSON_AddItemToArray(toks, cJSON_CreateString(cJSON_GetStringValue(cJSON_GetObjectItem(o, "token"))));
             cJSON_Delete(o);
@@ -361,13 +397,26 @@ static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
                 cJSON_Delete(t);
             }
             cJSON_AddItemToArray(tops, m);
-            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            size_t n = 0;
-            tern_token_bytes(h->tok, e->id, &n);
-            off += n;
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*off));
+            size_t nb = 0;
+            tern_token_bytes(h->tok, e->id, &nb);
+            *off += nb;
         }
     }
+    return lp;
+}
+
+/* Put the job's logprobs into choices[0].logprobs of a response body (frees body). */
+static char *with_logprobs(srv_http *h, srv_kind kind, char *body, srv_job *j) {
+    cJSON *root = cJSON_Parse(body);
+    free(body);
+    cJSON *ch = root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0) : NULL;
+    if (!ch) { cJSON_Delete(root); return NULL; }
+    size_t off = 0;
+    pthread_mutex_lock(&j->mu);
+    cJSON *lp = logprobs_json(h, kind, j->lp, j->n_lp, &off);
     pthread_mutex_unlock(&j->mu);
+    if (!lp) { cJSON_Delete(root); return NULL; }
     cJSON_DeleteItemFromObjectCaseSensitive(ch, "logprobs");
     cJSON_AddItemToObject(ch, "logprobs", lp);
     char *out = cJSON_PrintUnformatted(root);

@@ -460,7 +460,6 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
             r->logprobs = (int)v;
         }
     }
-    if (r->logprobs >= 0 && r->stream) { rc = fail(err, en, "'logprobs' with 'stream' is not supported yet"); goto out; }
 out:
     cJSON_Delete(root);
     return rc;
@@ -610,9 +609,11 @@ tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_u
                 if (dl && d->content) add_str(dl, "content", d->content);
                 if (dl && d->n_tool_calls)
                     cJSON_AddItemToObject(dl, "tool_calls", tool_calls_json(id, d->tool_calls, d->n_tool_calls, true));
+                if (d->logprobs) cJSON_AddItemToObject(c, "logprobs", cJSON_Duplicate(d->logprobs, true));
             } else {
                 add_str(c, "text", d->content ? d->content : "");
-                cJSON_AddNullToObject(c, "logprobs");
+                if (d->logprobs) cJSON_AddItemToObject(c, "logprobs", cJSON_Duplicate(d->logprobs, true));
+                else cJSON_AddNullToObject(c, "logprobs");
             }
             add_finish(c, d->finish);
         }

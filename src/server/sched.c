@@ -98,7 +98,7 @@ bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out) {
 enum { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_DECODE };
 
 /* tern_gen hooks' context (logit_bias, logprobs) */
-typedef struct { struct srv_sched *s; srv_job *j; } gen_hook;
+typedef struct { struct srv_sched *s; srv_job *j; tern_gen *const *gen; } gen_hook;
 
 typedef struct slot {
     int id, phase;
@@ -154,6 +154,10 @@ static void publish(slot *sl, bool all) {
     if (upto > sl->emitted && !tern_str_append(&j->text, text + sl->emitted, upto - sl->emitted))
         sl->emitted = upto;
     j->n_gen = n_gen;
+    /* a token's logprob entry is placed once the text grew past where it began (a
+     * token whose bytes the detokenizer holds back waits for the one completing them) */
+    while (j->n_lp_placed < j->n_lp && (all || len > j->lp[j->n_lp_placed].start))
+        j->lp[j->n_lp_placed++].end = len;
     /* a streaming handler wants every piece; a waiting one only the end (a wake-up
      * per token costs a context switch on a machine whose cores the kernels fill) */
     if (j->stream) pthread_cond_broadcast(&j->cv);
@@ -196,7 +200,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
 }
 
 /* Take a job into an idle slot. Called with s->mu held. */
-static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id) {
+static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, int32_t id, size_t start) {
     pthread_mutex_lock(&j->mu);
     int rc = 0;
     if (j->n_lp == j->cap_lp) {
@@ -205,7 +209,12 @@ static int sched_record_logprob(srv_sched *s, srv_job *j, const float *logits, i
         if (!p) rc = 1;
         else { j->lp = p; j->cap_lp = cap; }
     }
-    if (!rc) srv_logprob_of(logits, s->n_vocab, id, j->logprobs, &j->lp[j->n_lp++]);
+    if (!rc) {
+        srv_logprob *e = &j->lp[j->n_lp++];
+        srv_logprob_of(logits, s->n_vocab, id, j->logprobs, e);
+        e->start = start;
+        e->end = start;
+    }
     pthread_mutex_unlock(&j->mu);
     return rc;
 }
@@ -219,7 +228,9 @@ static void hook_bias(float *logits, int n_vocab, void *u) {
 static bool hook_logprob(const float *logits, int n_vocab, int32_t id, void *u) {
     gen_hook *h = u;
     (void)n_vocab;
-    return sched_record_logprob(h->s, h->j, logits, id) == 0;
+    size_t len = 0;     /* called before the token's text is added */
+    if (*h->gen) tern_gen_text(*h->gen, &len, NULL);
+    return sched_record_logprob(h->s, h->j, logits, id, len) == 0;
 }
 
 /* How many of prompt's tokens slot sl can take from its session as it is: the
@@ -288,7 +299,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         gp.cancel = &j->cancel;
         gp.ignore_eos = j->ignore_eos;
         gp.grammar = j->gm;
-        sl->hook = (gen_hook){s, j};
+        sl->hook = (gen_hook){s, j, &sl->gen};
         if (j->n_bias) {
             gp.process = hook_bias;
             gp.process_user = &sl->hook;

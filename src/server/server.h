@@ -127,6 +127,7 @@ typedef struct srv_delta {
     size_t n_tool_calls;
     srv_finish finish;              /* NONE: null */
     int index;                      /* the choice (n > 1) */
+    const void *logprobs;           /* a cJSON object: choices[i].logprobs (copied); NULL: none */
 } srv_delta;
 tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_usage *usage, tern_str *out);
 
@@ -158,6 +159,9 @@ typedef struct srv_logprob {
     int n_top;
     int32_t top_id[SRV_MAX_TOP_LOGPROBS];
     float top_lp[SRV_MAX_TOP_LOGPROBS];
+    size_t start;                   /* job text length before this token's text */
+    size_t end;                     /* ... once its text is in (set by the scheduler; streamed
+                                     * entries go out with the chunk that reaches `end`) */
 } srv_logprob;
 /* Fill e from logits[n_vocab] for the chosen id (top: how many alternatives). */
 void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_logprob *e);
@@ -193,6 +197,7 @@ typedef struct srv_job {
     srv_usage usage;
     srv_logprob *lp;                /* logprobs >= 0: one entry per generated (non end) token */
     size_t n_lp, cap_lp;
+    size_t n_lp_placed;             /* lp[0 .. n_lp_placed) have their `end` */
     int slot;                       /* slot id once admitted (-1 before) */
     /* set by the handler when the client went away; polled by the scheduler */
     tern_atomic_int cancel;         /* C11 atomic */

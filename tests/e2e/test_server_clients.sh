@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_server_clients.sh - `tern serve` (embedded default model) through the
-# official openai-python client (tools/requirements.txt): chat, streaming,
+# official openai-python client (tools/requirements.txt): chat, streaming (with
+# logprobs: equal to the non-streamed ones),
 # response_format json_schema (parsed and validated), forced tools, n = 2; then a
 # load test: 16 concurrent clients x 2 requests at temperature 0, each reply
 # complete and equal to the same request's reply on an idle server (no lost,
@@ -44,6 +45,15 @@ for ch in s:
     if ch.choices and ch.choices[0].delta.content: parts.append(ch.choices[0].delta.content)
     if ch.usage: usage = ch.usage
 check("stream equals non-streamed, usage chunk", "".join(parts) == text and usage is not None, ("".join(parts), text))
+r = c.chat.completions.create(model="x", messages=msgs, max_tokens=16, temperature=0, logprobs=True, top_logprobs=2)
+ref = [(e.token, e.logprob, e.bytes, [(t.token, t.logprob) for t in e.top_logprobs]) for e in r.choices[0].logprobs.content]
+s = c.chat.completions.create(model="x", messages=msgs, max_tokens=16, temperature=0, logprobs=True, top_logprobs=2,
+                              stream=True)
+got = []
+for ch in s:
+    if ch.choices and ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+        got += [(e.token, e.logprob, e.bytes, [(t.token, t.logprob) for t in e.top_logprobs]) for e in ch.choices[0].logprobs.content]
+check("streamed logprobs through the client = non-streamed", len(ref) > 0 and got == ref, (ref[:2], got[:2]))
 schema = {"type": "object", "properties": {"river": {"type": "string", "maxLength": 20}, "km": {"type": "integer"}},
           "required": ["river", "km"], "additionalProperties": False}
 r = c.chat.completions.create(model="x", messages=msgs, max_tokens=80, temperature=0.7, seed=1,

@@ -3,7 +3,8 @@
 # embedded default model: /tokenize and /detokenize (against `tern tokenize`
 # and a round trip), /props, /slots, /metrics (Prometheus text; counters move
 # with a request), GET /v1/models/{id} (200 / 404), CORS (--cors: headers on
-# replies, OPTIONS preflight 204; none without the flag).
+# replies, OPTIONS preflight 204; none without the flag); logit_bias; logprobs,
+# streamed ones equal to the non-streamed ones.
 # Usage: bash test_server_endpoints.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_endpoints.sh /path/to/tern}
@@ -141,6 +142,59 @@ ok = st == 200 and 1 <= len(c) <= 6 and all(len(e["top_logprobs"]) == 2 and e["t
 joined = bytes(x for e in c for x in e["bytes"]).decode("utf-8", "replace")
 ok = ok and joined.strip() == (r["choices"][0]["message"]["content"] or "").strip()
 check("chat logprobs + top_logprobs (bytes add up to the content)", ok, (c, r["choices"][0]["message"]))
+
+# streamed logprobs: the entries of the chunks, in order, equal the non-streamed
+# request's (greedy: token for token, value for value), each chunk's entries go
+# with text (or the finish chunk), none lost or repeated; also with a stop string
+# cut in the middle of the reply (text held back while it might match)
+def sse(name, path, body):
+    c = http.client.HTTPConnection(*hp(name), timeout=60)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200: return r.status, []
+    out = []
+    for line in r.read().decode().split("\n"):
+        if line.startswith("data: ") and line[6:] != "[DONE]": out.append(json.loads(line[6:]))
+    return 200, out
+def flat_chat(lp): return [(e["token"], e["logprob"], e["bytes"], [(t["token"], t["logprob"], t["bytes"]) for t in e["top_logprobs"]])
+                           for e in (lp or {}).get("content", [])]
+def flat_cmpl(lp):
+    lp = lp or {}
+    return [(t, l, sorted(top.items()), o) for t, l, top, o in zip(lp.get("tokens", []), lp.get("token_logprobs", []),
+                                                                 lp.get("top_logprobs", []), lp.get("text_offset", []))]
+def stream_vs_not(label, path, body, chat):
+    st, _, b = req("plain", "POST", path, body)
+    r = json.loads(b)
+    ref = (flat_chat if chat else flat_cmpl)(r["choices"][0].get("logprobs"))
+    sst, chunks = sse("plain", path, dict(body, stream=True))
+    got, bare = [], True
+    for ch in chunks:
+        for c in ch.get("choices", []):
+            lp = c.get("logprobs")
+            if not lp: continue
+            d = c.get("delta", {}) if chat else {"content": c.get("text")}
+            if not (d.get("content") or d.get("reasoning_content") or c.get("finish_reason")): bare = False
+            got += (flat_chat if chat else flat_cmpl)(lp)
+    check(f"streamed logprobs = non-streamed ({label})", st == 200 and sst == 200 and len(ref) > 0 and got == ref and bare,
+          (len(ref), len(got), ref[:3], got[:3]))
+    return r
+msgs = [{"role": "user", "content": "Write a sentence about rivers."}]
+r = stream_vs_not("chat", "/v1/chat/completions", {"messages": msgs, "max_tokens": 24, "temperature": 0,
+                  "logprobs": True, "top_logprobs": 3, "ignore_eos": True}, True)
+stream_vs_not("chat, no top", "/v1/chat/completions", {"messages": msgs, "max_tokens": 10, "temperature": 0,
+              "logprobs": True}, True)
+r2 = stream_vs_not("completions", "/v1/completions", {"prompt": "The Linux kernel", "max_tokens": 24, "temperature": 0,
+                   "logprobs": 3, "ignore_eos": True}, False)
+txt = r2["choices"][0]["text"]
+if len(txt) > 8:
+    stop = txt[len(txt) // 2:len(txt) // 2 + 3]
+    stream_vs_not("completions, stop string", "/v1/completions", {"prompt": "The Linux kernel", "max_tokens": 24,
+                  "temperature": 0, "logprobs": 2, "ignore_eos": True, "stop": [stop]}, False)
+ctext = r["choices"][0]["message"].get("content") or ""
+if len(ctext) > 8:
+    stop = ctext[len(ctext) // 2:len(ctext) // 2 + 3]
+    stream_vs_not("chat, stop string", "/v1/chat/completions", {"messages": msgs, "max_tokens": 24, "temperature": 0,
+                  "logprobs": True, "top_logprobs": 1, "ignore_eos": True, "stop": [stop]}, True)
 
 st, h, _ = req("cors", "GET", "/health", headers={"Origin": "https://example.test"})
 check("CORS header on replies", h.get("access-control-allow-origin") == "https://example.test", h)

@@ -100,6 +100,9 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":3,\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
     CHECK_EQ_INT(R.logprobs, 3);
     CHECK(R.bias_ids[0] == 17 && R.bias[0] == -100.0f && R.bias_ids[1] == 3 && R.bias[1] == 2.5f);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2,\"stream\":true}"), 0); /* streamed logprobs */
+    CHECK_EQ_INT(R.logprobs, 2);
+    CHECK(R.stream);
 }
 
 TEST(parse_errors) {
@@ -146,7 +149,6 @@ TEST(parse_errors) {
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":1}}", "include_usage"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":1}", "'ignore_eos' must be a boolean"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", "logprobs"},
-        {SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2,\"stream\":true}", "'stream'"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "boolean"},
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo"},
