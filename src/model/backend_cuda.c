@@ -112,8 +112,8 @@ static void cu_rope(tm_backend *be, float *x, size_t rows, size_t stride, int n_
 
 static void cu_attention(tm_backend *be, const tm_attn_args *a) {
     (void)be;
-    tc_attention(a->q, a->q_stride, a->kcache, a->vcache, a->out, a->rows, a->pos0, a->n_head,
-                 a->n_head_kv, a->head_dim, a->scale);
+    tc_attention(a->q, a->q_stride, a->kcache, a->vcache, (int)a->k_type, (int)a->v_type, a->out,
+                 a->rows, a->pos0, a->n_head, a->n_head_kv, a->head_dim, a->scale);
 }
 
 static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
@@ -147,11 +147,11 @@ static void cu_permute(tm_backend *be, const float *src, float *dst, size_t rows
     (void)be;
     tc_permute_tiled_grouped(src, dst, rows, n_k, n_v, dv);
 }
-/* f32 caches only for now (kv_types 0: tern_session_new refuses the others) */
+/* f32, f16 and bf16 caches (kv_types below; tern_session_new refuses q8_0) */
 static void cu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
                         const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
-    (void)be, (void)kt, (void)vt;
-    tc_kv_store(kc, vc, k, v, kvw, rows, pos0);
+    (void)be;
+    tc_kv_store(kc, vc, (int)kt, (int)vt, k, v, kvw, rows, pos0);
 }
 
 static const tm_ops g_cuda_ops = {
@@ -353,17 +353,18 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
          * then split-K attention with the gate in its merge */
         for (int i = 0; i < st->n_seq; i++) {
             tern_session *s = st->ss[i];
-            size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
-            float *kc = (float *)s->kcache + off, *vc = (float *)s->vcache + off; /* f32 only */
+            uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
+            uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
             float *qi = w->big1 + (size_t)i * qw, *gi = hp->attn_gate ? w->big2 + (size_t)i * qw : NULL;
             tc_attn_prep_args pa = {.qg = w->big0 + (size_t)i * l->wq.n, .k = w->kbuf + (size_t)i * kvw,
                                     .v = w->vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
                                     .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = hp->eps,
                                     .theta = hp->rope_theta, .q_out = qi, .gate_out = gi,
                                     .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
-                                    .n_head_kv = NKV, .head_dim = HD, .rope_dims = hp->rope_dims};
+                                    .n_head_kv = NKV, .head_dim = HD, .rope_dims = hp->rope_dims,
+                                    .k_type = (int)s->k_type, .v_type = (int)s->v_type};
             tc_attn_prep(&pa);
-            tc_attention_decode(qi, kc, vc, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+            tc_attention_decode(qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
     } else {
@@ -399,16 +400,17 @@ static void attn_ops(const tm_step *st, const tm_layer *l) {
         float *qi = q + (size_t)i * qw, *ki = w->kbuf + (size_t)i * kvw, *vi = w->vbuf + (size_t)i * kvw;
         tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
         tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
-        size_t off = (size_t)l->kv_index * s->n_ctx * kvw;
-        float *kc = (float *)s->kcache + off, *vc = (float *)s->vcache + off; /* f32 only */
-        tc_kv_store(kc, vc, ki, vi, (size_t)kvw, (size_t)R, pos0);
+        uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
+        uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
+        const int kt = (int)s->k_type, vt = (int)s->v_type;
+        tc_kv_store(kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
         float *oi = w->big3 + (size_t)i * qw;
         if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */
-            tc_attention_decode(qi, kc, vc, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
+            tc_attention_decode(qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
                                 NH, NKV, HD, 1.0f / sqrtf((float)HD));
             gated = true;
         } else {
-            tc_attention(qi, (size_t)qw, kc, vc, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+            tc_attention(qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
         }
     }
     if (gate && !gated) tc_mul_sigmoid(w->big3, gate, (size_t)T, (size_t)qw);
@@ -626,6 +628,11 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     return plain(be, st, layers);
 }
 
+/* the kernels' cache type numbering is tern_kv_type's */
+_Static_assert(TC_KV_F32 == (int)TERN_KV_F32 && TC_KV_F16 == (int)TERN_KV_F16 &&
+                   TC_KV_BF16 == (int)TERN_KV_BF16,
+               "TC_KV_* must match tern_kv_type");
+
 static const tm_backend_vt g_cuda_vt = {
     .name = "cuda",
     .device_memory = true,
@@ -638,6 +645,7 @@ static const tm_backend_vt g_cuda_vt = {
     .zero = cu_zero,
     .sync = cu_sync,
     .mem_available = cu_mem_available,
+    .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16, /* default f16 */
     .gdn_state_floats = cu_gdn_state_floats,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,

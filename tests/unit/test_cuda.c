@@ -295,32 +295,45 @@ TEST(head_norm_rope_movers_vs_cpu) {
     gfree(db, M / 2 * 4); gfree(dp, M / 2 * 4); gfree(dcr, rows * 100 * 4);
 }
 
+/* prefill attention on both back-ends, the caches f32, f16, bf16 or mixed (both read
+ * the same stored values) */
 TEST(attention_gqa_vs_cpu) {
     NEED_GPU();
-    const int cfg[][4] = {{6, 2, 64, 7}, {4, 1, 256, 0}, {3, 3, 48, 40}}; /* nh, nkv, hd, pos0 */
-    for (int c = 0; c < 3; c++) {
+    /* nh, nkv, hd, pos0, k type, v type */
+    const int cfg[][6] = {{6, 2, 64, 7, 0, 0}, {4, 1, 256, 0, 0, 0}, {3, 3, 48, 40, 0, 0},
+                          {6, 2, 64, 7, 1, 1}, {4, 1, 256, 0, 2, 2}, {3, 3, 48, 40, 1, 2},
+                          {6, 2, 64, 7, 2, 1}, {3, 3, 48, 40, 1, 1}};
+    for (int c = 0; c < 8; c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], rows = 5;
+        tern_kv_type kt = (tern_kv_type)cfg[c][4], vt = (tern_kv_type)cfg[c][5];
         int L = pos0 + rows;
         size_t qs = (size_t)nh * hd + 8, kvw = (size_t)nkv * hd;
-        float *q = rand_f((size_t)rows * qs, 1.0f), *k = rand_f((size_t)L * kvw, 1.0f),
-              *v = rand_f((size_t)L * kvw, 1.0f);
+        size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
+        float *q = rand_f((size_t)rows * qs, 1.0f), *kf = rand_f((size_t)L * kvw, 1.0f),
+              *vf = rand_f((size_t)L * kvw, 1.0f);
+        uint8_t *k = malloc((size_t)L * kr), *v = malloc((size_t)L * vr);
+        tern_kv_store(kt, k, kr, kf, kvw, (size_t)L, kvw);
+        tern_kv_store(vt, v, vr, vf, kvw, (size_t)L, kvw);
         float *o = malloc((size_t)rows * nh * hd * 4), *sc = malloc((size_t)nh * L * 4);
-        tm_attn_args a = {.q = q, .q_stride = qs, .kcache = k, .vcache = v, .out = o, .rows = rows,
+        tm_attn_args a = {.q = q, .q_stride = qs, .kcache = k, .vcache = v, .k_type = kt,
+                          .v_type = vt, .out = o, .rows = rows,
                           .pos0 = pos0, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
                           .scale = 1.0f / sqrtf((float)hd), .scratch = sc};
         H->ops->attention(H, &a);
-        float *dq = dev_dup(q, (size_t)rows * qs * 4), *dk = dev_dup(k, (size_t)L * kvw * 4),
-              *dv = dev_dup(v, (size_t)L * kvw * 4), *dout = tm_be_alloc(G, (size_t)rows * nh * hd * 4);
+        float *dq = dev_dup(q, (size_t)rows * qs * 4);
+        void *dk = dev_dup(k, (size_t)L * kr), *dv = dev_dup(v, (size_t)L * vr);
+        float *dout = tm_be_alloc(G, (size_t)rows * nh * hd * 4);
         tm_attn_args b = a;
         b.q = dq; b.kcache = dk; b.vcache = dv; b.out = dout; b.scratch = NULL;
         G->ops->attention(G, &b);
         CHECK(tm_be_sync(G) == TERN_OK);
         float *g = host_of(dout, (size_t)rows * nh * hd);
         double d = rel_diff(g, o, (size_t)rows * nh * hd);
-        CHECK_MSG(d < 1e-5, "attention nh %d nkv %d hd %d pos0 %d: %g", nh, nkv, hd, pos0, d);
-        free(q); free(k); free(v); free(o); free(sc); free(g);
-        gfree(dq, (size_t)rows * qs * 4); gfree(dk, (size_t)L * kvw * 4);
-        gfree(dv, (size_t)L * kvw * 4); gfree(dout, (size_t)rows * nh * hd * 4);
+        CHECK_MSG(d < 1e-5, "attention nh %d nkv %d hd %d pos0 %d kv %d/%d: %g", nh, nkv, hd, pos0,
+                  (int)kt, (int)vt, d);
+        free(q); free(kf); free(vf); free(k); free(v); free(o); free(sc); free(g);
+        gfree(dq, (size_t)rows * qs * 4); gfree(dk, (size_t)L * kr);
+        gfree(dv, (size_t)L * vr); gfree(dout, (size_t)rows * nh * hd * 4);
     }
 }
 
@@ -379,7 +392,8 @@ TEST(gdn_two_chunks_vs_cpu) {
 
 /* ------------------------------------------------------------ model parity */
 
-static void parity(const char *fixture, const char *file, const char *model_key, int chunk) {
+static void parity(const char *fixture, const char *file, const char *model_key, int chunk,
+                   tern_cache_type ct) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/reference.json", fixture);
     const char *rp = fixture_path(rel);
@@ -423,8 +437,11 @@ static void parity(const char *fixture, const char *file, const char *model_key,
         tern_session_params_default(&sp);
         sp.n_ctx = (int)T + 24;
         sp.n_chunk = chunk;
+        sp.cache_type_k = sp.cache_type_v = ct;
         tern_session *s = NULL;
-        CHECK(tern_session_new(m, &sp, &s) == TERN_OK);
+        CHECK_MSG(tern_session_new(m, &sp, &s) == TERN_OK, "%s", tern_last_error());
+        if (!s) { free(rl); free(ids); break; }
+        CHECK(tern_session_cache_type(s, false) == ct && tern_session_cache_type(s, true) == ct);
         float *got = malloc(T * (size_t)V * sizeof(float));
         st = tern_session_eval(s, ids, T, got);
         CHECK_MSG(st == TERN_OK, "%s", tern_last_error());
@@ -441,7 +458,8 @@ static void parity(const char *fixture, const char *file, const char *model_key,
                 if (check_argmax(g, V) != check_argmax(r, V)) bad++;
             }
         }
-        CHECK_MSG(maxd < 0.02, "%s %s seq %d chunk %d: max|diff| %g", fixture, file, si, chunk, maxd);
+        CHECK_MSG(maxd < 0.02, "%s %s seq %d chunk %d cache %s: max|diff| %g", fixture, file, si,
+                  chunk, tern_cache_type_name(ct), maxd);
         CHECK_MSG(bad == 0, "%s %s seq %d: %d/%d argmax differ", fixture, file, si, bad, checked);
         const cJSON *cont = cJSON_GetObjectItem(ent, "greedy_continuation");
         size_t nc;
@@ -449,8 +467,9 @@ static void parity(const char *fixture, const char *file, const char *model_key,
         int same = check_greedy_steps(s, want, nc, V);
         CHECK_MSG(same == (int)nc, "%s %s seq %d: continuation diverges at step %d", fixture, file,
                   si, same);
-        fprintf(stderr, "  cuda %s/%s seq %d chunk %d: T %zu, max|diff| %.2e, argmax ok on %d rows, "
-                        "continuation %d/%zu\n", fixture, file, si, chunk, T, maxd, checked, same, nc);
+        fprintf(stderr, "  cuda %s/%s seq %d chunk %d cache %s: T %zu, max|diff| %.2e, argmax ok on %d "
+                        "rows, continuation %d/%zu\n", fixture, file, si, chunk, tern_cache_type_name(ct),
+                T, maxd, checked, same, nc);
         /* a reset session gives the same logits again */
         if (si == 0) {
             tern_session_reset(s);
@@ -466,11 +485,18 @@ static void parity(const char *fixture, const char *file, const char *model_key,
     cJSON_Delete(ref);
 }
 
-TEST(parity_qwen35_pq2_0) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 64); }
-TEST(parity_qwen35_pq2_0_token_by_token) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 1); }
-TEST(parity_qwen35_nohadamard) { NEED_GPU(); parity("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C", 7); }
-TEST(parity_qwen3_q2_0) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64); }
-TEST(parity_qwen3_q2_0_g64) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0_g64.gguf", NULL, 5); }
+/* f32 caches; the f16 ones (the default) below within the same bound, as on the CPU */
+TEST(parity_qwen35_pq2_0) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 64, TERN_CACHE_F32); }
+TEST(parity_qwen35_pq2_0_token_by_token) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 1, TERN_CACHE_F32); }
+TEST(parity_qwen35_nohadamard) { NEED_GPU(); parity("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C", 7, TERN_CACHE_F32); }
+TEST(parity_qwen3_q2_0) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F32); }
+TEST(parity_qwen3_q2_0_g64) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0_g64.gguf", NULL, 5, TERN_CACHE_F32); }
+/* f16 caches: prefill chunks (tc_kv_store + k_attention) and token by token (the fused
+ * prologue + split-K decode); qwen3-tiny is attention in every layer */
+TEST(parity_qwen35_f16_cache) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 64, TERN_CACHE_F16); }
+TEST(parity_qwen35_f16_cache_token_by_token) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 1, TERN_CACHE_F16); }
+TEST(parity_qwen3_f16_cache) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F16); }
+TEST(parity_qwen3_f16_cache_token_by_token) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 1, TERN_CACHE_F16); }
 
 /* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
@@ -563,6 +589,10 @@ int main(void) {
     RUN(parity_qwen35_nohadamard);
     RUN(parity_qwen3_q2_0);
     RUN(parity_qwen3_q2_0_g64);
+    RUN(parity_qwen35_f16_cache);
+    RUN(parity_qwen35_f16_cache_token_by_token);
+    RUN(parity_qwen3_f16_cache);
+    RUN(parity_qwen3_f16_cache_token_by_token);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
     tm_backend_destroy(G);

@@ -747,7 +747,7 @@ TEST(attn_prep_vs_ops) {
         tc_rope(qq, 1, qw, nh, hd, rot, pos, 1e7f);
         tc_rope(tk, 1, kvw, nkv, hd, rot, pos, 1e7f);
         if (!gated) tc_copy_rows(q[1], qw, qq, qw, 1, qw);
-        tc_kv_store(kc[1], vc[1], tk, dv, kvw, 1, pos);
+        tc_kv_store(kc[1], vc[1], TC_KV_F32, TC_KV_F32, tk, dv, kvw, 1, pos);
         CHECK_EQ_INT(tc_sync(), 0);
         float *g0 = malloc((size_t)ctx * kvw * 4), *g1 = malloc((size_t)ctx * kvw * 4);
         double *ref = malloc((size_t)ctx * kvw * 8);
@@ -761,6 +761,36 @@ TEST(attn_prep_vs_ops) {
             double e = max_rel(g0, ref, cmp[k].n);
             CHECK_MSG(e < 1e-6, "attn prep cfg %d: %s %g", c, cmp[k].what, e);
         }
+        /* f16 / bf16 caches (K and V of different types): row pos of the prologue's and
+         * of tc_kv_store's typed caches byte-equal to the f32 rows rounded on the host */
+        for (int t = 0; t < 2; t++) {
+            tern_kv_type kt = t ? TERN_KV_BF16 : TERN_KV_F16, vt = t ? TERN_KV_F16 : TERN_KV_BF16;
+            size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
+            for (int r = 0; r < 2; r++) {
+                void *tkc = tc_malloc((size_t)ctx * kr), *tvc = tc_malloc((size_t)ctx * vr);
+                if (r == 0) {
+                    tc_attn_prep_args b = a;
+                    b.q_out = q[1]; b.gate_out = gt[1]; /* q, gate already compared */
+                    b.kcache = tkc; b.vcache = tvc; b.k_type = (int)kt; b.v_type = (int)vt;
+                    tc_attn_prep(&b);
+                } else {
+                    tc_kv_store(tkc, tvc, (int)kt, (int)vt, tk, dv, kvw, 1, pos);
+                }
+                CHECK_EQ_INT(tc_sync(), 0);
+                uint8_t *gk = malloc(kr), *gv = malloc(vr), *wk = malloc(kr), *wv = malloc(vr);
+                CHECK(tc_download(g0, (r ? kc[1] : kc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
+                CHECK(tc_download(g1, (r ? vc[1] : vc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
+                tern_kv_store(kt, wk, kr, g0, kvw, 1, kvw);
+                tern_kv_store(vt, wv, vr, g1, kvw, 1, kvw);
+                CHECK(tc_download(gk, (uint8_t *)tkc + (size_t)pos * kr, kr) == 0);
+                CHECK(tc_download(gv, (uint8_t *)tvc + (size_t)pos * vr, vr) == 0);
+                CHECK_MSG(memcmp(gk, wk, kr) == 0 && memcmp(gv, wv, vr) == 0,
+                          "attn prep cfg %d: %s cache types %d/%d: typed rows differ", c,
+                          r ? "kv_store" : "prologue", (int)kt, (int)vt);
+                free(gk); free(gv); free(wk); free(wv);
+                tc_free(tkc, (size_t)ctx * kr); tc_free(tvc, (size_t)ctx * vr);
+            }
+        }
         free(g0); free(g1); free(ref); free(h);
         for (int r = 0; r < 2; r++) {
             tc_free(kc[r], (size_t)ctx * kvw * 4); tc_free(vc[r], (size_t)ctx * kvw * 4);
@@ -771,18 +801,39 @@ TEST(attn_prep_vs_ops) {
     }
 }
 
-/* split-K decode attention vs float64 softmax attention, with and without the gate */
+/* A cache of cap rows of kvw values of type t on the device, from random floats;
+ * *h gets the stored values read back as floats (the rounded f16/bf16 ones: the
+ * float64 references use those). */
+static void *dev_cache(tern_kv_type t, size_t cap, size_t kvw, float **h) {
+    size_t n = cap * kvw, rb = tern_kv_row_bytes(t, kvw);
+    float *f = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) f[i] = check_rand_normal();
+    uint8_t *b = malloc(cap * rb);
+    tern_kv_store(t, b, rb, f, kvw, cap, kvw);
+    for (size_t p = 0; p < cap; p++) tern_kv_load(t, b + p * rb, kvw, f + p * kvw);
+    void *d = dup_dev(b, cap * rb);
+    free(b);
+    *h = f;
+    return d;
+}
+
+/* split-K decode attention vs float64 softmax attention, with and without the gate,
+ * f32 caches and f16 / bf16 / mixed ones (float64 of the stored values, same bound) */
 TEST(attention_decode_vs_f64) {
     NEED_GPU();
-    const int cfg[][5] = {{6, 2, 64, 0, 16},     {4, 1, 256, 6, 7},     {3, 3, 48, 299, 300},
-                          {8, 2, 128, 1000, 4096}, {2, 1, 128, 511, 512}, {5, 5, 96, 256, 1000}};
-    for (int c = 0; c < 6; c++) {
+    const int cfg[][7] = {{6, 2, 64, 0, 16, 0, 0},       {4, 1, 256, 6, 7, 0, 0},
+                          {3, 3, 48, 299, 300, 0, 0},    {8, 2, 128, 1000, 4096, 0, 0},
+                          {2, 1, 128, 511, 512, 0, 0},   {5, 5, 96, 256, 1000, 0, 0},
+                          {6, 2, 64, 0, 16, 1, 1},       {8, 2, 128, 1000, 4096, 1, 1},
+                          {3, 3, 48, 299, 300, 2, 2},    {4, 1, 256, 6, 7, 2, 2},
+                          {5, 5, 96, 256, 1000, 1, 2},   {2, 1, 128, 511, 512, 2, 0}};
+    for (int c = 0; c < 12; c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], cap = cfg[c][4];
+        tern_kv_type kt = (tern_kv_type)cfg[c][5], vt = (tern_kv_type)cfg[c][6];
         size_t kvw = (size_t)nkv * hd, W = (size_t)nh * hd;
-        float *hq = malloc(W * 4), *hk = malloc((size_t)cap * kvw * 4), *hv = malloc((size_t)cap * kvw * 4),
-              *hg = malloc(W * 4);
-        float *dq = dev_rand(hq, W, 1.0f), *dk = dev_rand(hk, (size_t)cap * kvw, 1.0f),
-              *dv = dev_rand(hv, (size_t)cap * kvw, 1.0f), *dg = dev_rand(hg, W, 1.0f);
+        float *hq = malloc(W * 4), *hg = malloc(W * 4), *hk, *hv;
+        float *dq = dev_rand(hq, W, 1.0f), *dg = dev_rand(hg, W, 1.0f);
+        void *dk = dev_cache(kt, (size_t)cap, kvw, &hk), *dv = dev_cache(vt, (size_t)cap, kvw, &hv);
         float *dout = tc_malloc(W * 4), *got = malloc(W * 4);
         double *ref = malloc(W * 8), *sc = malloc((size_t)(pos0 + 1) * 8);
         float scale = 1.0f / sqrtf((float)hd);
@@ -804,7 +855,8 @@ TEST(attention_decode_vs_f64) {
         }
         for (int gated = 0; gated < 2; gated++) {
             tc_launches_reset();
-            tc_attention_decode(dq, dk, dv, gated ? dg : NULL, dout, pos0, cap, nh, nkv, hd, scale);
+            tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, gated ? dg : NULL, dout, pos0, cap, nh,
+                                nkv, hd, scale);
             CHECK_EQ_INT(tc_sync(), 0);
             CHECK(tc_launches() == 2);
             CHECK(tc_download(got, dout, W * 4) == 0);
@@ -812,13 +864,18 @@ TEST(attention_decode_vs_f64) {
             for (size_t i = 0; i < W; i++)
                 want[i] = gated ? ref[i] / (1 + exp(-(double)hg[i])) : ref[i];
             double e = max_rel(got, want, W);
-            CHECK_MSG(e < 1e-5, "attention decode nh %d nkv %d hd %d pos0 %d cap %d gate %d: %g", nh,
-                      nkv, hd, pos0, cap, gated, e);
+            CHECK_MSG(e < 1e-5, "attention decode nh %d nkv %d hd %d pos0 %d cap %d gate %d kv %d/%d: %g",
+                      nh, nkv, hd, pos0, cap, gated, (int)kt, (int)vt, e);
             free(want);
         }
-        tc_attention_decode(dq, dk, dv, NULL, dout, cap, cap, nh, nkv, hd, scale); /* pos0 past the cache */
+        tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, NULL, dout, cap, cap, nh, nkv, hd,
+                            scale); /* pos0 past the cache */
         CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-        tc_free(dq, W * 4); tc_free(dk, (size_t)cap * kvw * 4); tc_free(dv, (size_t)cap * kvw * 4);
+        tc_attention_decode(dq, dk, dv, (int)TERN_KV_Q8_0, (int)vt, NULL, dout, pos0, cap, nh, nkv, hd,
+                            scale); /* a type the kernels do not read */
+        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        tc_free(dq, W * 4); tc_free(dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
+        tc_free(dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
         tc_free(dg, W * 4); tc_free(dout, W * 4);
         free(hq); free(hk); free(hv); free(hg); free(got); free(ref); free(sc);
     }

@@ -154,9 +154,13 @@ void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
                      const float *gain, float eps);
 void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
              float theta);
-void tc_attention(const float *q, size_t q_stride, const float *kcache, const float *vcache,
-                  float *out, int rows, int pos0, int n_head, int n_head_kv, int head_dim,
-                  float scale);
+/* KV cache element types (k_type / v_type arguments below): the numbering of
+ * kernels.h tern_kv_type; F32, F16 and BF16 are read and written here (rows of
+ * n_head_kv*head_dim values, dense), others give TC_ERR_UNSUPPORTED. */
+enum { TC_KV_F32 = 0, TC_KV_F16 = 1, TC_KV_BF16 = 2 };
+void tc_attention(const float *q, size_t q_stride, const void *kcache, const void *vcache,
+                  int k_type, int v_type, float *out, int rows, int pos0, int n_head,
+                  int n_head_kv, int head_dim, float scale);
 
 /* Decode attention for one query row (position pos0, attending 0..pos0) split
  * over the cache (flash-decoding): ceil(max_len / 256) CTAs per head each do an
@@ -165,16 +169,17 @@ void tc_attention(const float *q, size_t q_stride, const float *kcache, const fl
  * gate is not NULL (the attention output gate). max_len (the cache capacity)
  * fixes the grid, so a captured graph serves every position (pos0 read from the
  * graph's device word when capturing). Two launches; head_dim <= 256. */
-void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
-                         const float *gate, float *out, int pos0, int max_len, int n_head,
-                         int n_head_kv, int head_dim, float scale);
+void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
+                         int v_type, const float *gate, float *out, int pos0, int max_len,
+                         int n_head, int n_head_kv, int head_dim, float scale);
 
 /* The attention mixer's decode prologue for one query row in one launch (a warp
  * per q head and per kv head): q heads split from the gated projection (gated:
  * [n_head][2*hd], q then gate per head; else [n_head][hd]) and the gate copied to
  * gate_out, per-head RMSNorm of q (q_norm) and k (k_norm), NEOX RoPE of the first
  * rope_dims at position pos0 (the graph's device word when capturing), q to q_out
- * [n_head][hd], k and v stored at row pos0 of the layer's caches [n_ctx][nkv*hd].
+ * [n_head][hd], k and v stored at row pos0 of the layer's caches [n_ctx][nkv*hd]
+ * (types k_type / v_type, TC_KV_*; 0 = f32).
  * Same math as tc_split_heads, tc_head_rmsnorm, tc_rope and tc_kv_store; hd <= 256,
  * rope_dims even and <= hd (else TC_ERR_UNSUPPORTED). */
 typedef struct tc_attn_prep_args {
@@ -182,8 +187,10 @@ typedef struct tc_attn_prep_args {
     int gated;
     const float *q_norm, *k_norm;
     float eps, theta;
-    float *q_out, *gate_out, *kcache, *vcache;
+    float *q_out, *gate_out;
+    void *kcache, *vcache;
     int pos0, n_head, n_head_kv, head_dim, rope_dims;
+    int k_type, v_type; /* TC_KV_* */
 } tc_attn_prep_args;
 void tc_attn_prep(const tc_attn_prep_args *a);
 
@@ -233,10 +240,11 @@ typedef struct tc_gdn_step_args {
 void tc_gdn_step(const tc_gdn_step_args *a);
 
 void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
-/* KV cache store: kc/vc are the layer's caches [n_ctx][kvw]; rows k/v go to
+/* KV cache store: kc/vc are the layer's caches [n_ctx][kvw] of types k_type /
+ * v_type (TC_KV_*; f16/bf16 rounded to nearest even); float rows k/v go to
  * positions pos0.. (the device position in a step graph). */
-void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw, size_t rows,
-                 int pos0);
+void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
+                 size_t kvw, size_t rows, int pos0);
 void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
 void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
 void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,

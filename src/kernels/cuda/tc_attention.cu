@@ -2,10 +2,15 @@
  * tc_attention.cu - the attention mixer's position-dependent ops: NEOX RoPE, the
  * KV-cache store, causal attention (one CTA per query row and head, online
  * softmax) and split-K decode attention (flash-decoding, merge + sigmoid gate).
+ * The cache is f32, f16 or bf16 (K and V each; TC_KV_*), read in its stored type
+ * and converted to float in registers.
  */
 #include "kernels/cuda/internal.cuh"
 
+#include <cuda_bf16.h>
 #include <math.h>
+
+#include <type_traits>
 
 __global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd, int rot,
                        int pos0, const int *__restrict__ dpos, float theta) {
@@ -41,13 +46,51 @@ extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int h
 #define ATT_WARPS 4
 #define ATT_EPL 8 /* head_dim <= 256 */
 
-/* Row p of head kvh of a layer's K or V cache ([n_ctx][nkv*hd]). The one place
+/* Cache elements (float, __half, __nv_bfloat16: TC_KV_F32/F16/BF16) to and from
+ * float in registers; stores round to nearest even like the CPU's tern_kv_store. */
+__device__ __forceinline__ float att_f(float x) { return x; }
+__device__ __forceinline__ float att_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float att_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/* value x stored as element i of a cache of type t (TC_KV_*; t is uniform per launch) */
+__device__ __forceinline__ void att_put(void *__restrict__ cache, int t, size_t i, float x) {
+    if (t == TC_KV_F16)
+        ((__half *)cache)[i] = __float2half_rn(x);
+    else if (t == TC_KV_BF16)
+        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)cache)[i] = x;
+}
+
+/* Row p of head kvh of a layer's K or V cache ([n_ctx][nkv*hd] of T). The one place
  * the cache is read: a cache of another element type changes this and att_kv. */
-__device__ __forceinline__ const float *att_kv_row(const float *__restrict__ cache, int p,
-                                                   size_t kvw, int kvh, int hd) {
+template <typename T>
+__device__ __forceinline__ const T *att_kv_row(const T *__restrict__ cache, int p, size_t kvw,
+                                               int kvh, int hd) {
     return cache + (size_t)p * kvw + (size_t)kvh * hd;
 }
-__device__ __forceinline__ float att_kv(const float *__restrict__ row, int j) { return row[j]; }
+template <typename T>
+__device__ __forceinline__ float att_kv(const T *__restrict__ row, int j) { return att_f(row[j]); }
+
+/* l((KT *)0, (VT *)0) for the element types of TC_KV_* kt, vt; false (nothing
+ * called) for another type. */
+template <typename KT, typename L> static bool att_dispatch_v(int vt, L &&l) {
+    switch (vt) {
+    case TC_KV_F32: l((KT *)0, (float *)0); return true;
+    case TC_KV_F16: l((KT *)0, (__half *)0); return true;
+    case TC_KV_BF16: l((KT *)0, (__nv_bfloat16 *)0); return true;
+    default: return false;
+    }
+}
+template <typename L> static bool att_dispatch(int kt, int vt, L &&l) {
+    switch (kt) {
+    case TC_KV_F32: return att_dispatch_v<float>(vt, l);
+    case TC_KV_F16: return att_dispatch_v<__half>(vt, l);
+    case TC_KV_BF16: return att_dispatch_v<__nv_bfloat16>(vt, l);
+    default: return false;
+    }
+}
+static bool att_type_ok(int t) { return t == TC_KV_F32 || t == TC_KV_F16 || t == TC_KV_BF16; }
 
 /* One warp's online-softmax state: running max m, sum l, weighted V (element
  * lane + 32e of the head in acc[e]), and its copy of q. */
@@ -69,11 +112,12 @@ __device__ __forceinline__ void att_begin(att_warp &w, const float *__restrict__
 }
 
 /* Positions p0, p0 + ATT_WARPS, ... < p1 of head kvh folded into the warp's state. */
-__device__ __forceinline__ void att_walk(att_warp &w, const float *__restrict__ kc,
-                                         const float *__restrict__ vc, int p0, int p1, size_t kvw,
+template <typename KT, typename VT>
+__device__ __forceinline__ void att_walk(att_warp &w, const KT *__restrict__ kc,
+                                         const VT *__restrict__ vc, int p0, int p1, size_t kvw,
                                          int kvh, int hd, float scale, int lane) {
     for (int p = p0; p < p1; p += ATT_WARPS) {
-        const float *kp = att_kv_row(kc, p, kvw, kvh, hd);
+        const KT *kp = att_kv_row(kc, p, kvw, kvh, hd);
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < ATT_EPL; e++) {
@@ -84,7 +128,7 @@ __device__ __forceinline__ void att_walk(att_warp &w, const float *__restrict__ 
         float mn = fmaxf(w.m, s);
         float c = expf(w.m - mn), pw = expf(s - mn);
         w.l = w.l * c + pw;
-        const float *vp = att_kv_row(vc, p, kvw, kvh, hd);
+        const VT *vp = att_kv_row(vc, p, kvw, kvh, hd);
 #pragma unroll
         for (int e = 0; e < ATT_EPL; e++) {
             int j = lane + 32 * e;
@@ -130,8 +174,9 @@ __device__ __forceinline__ void att_merge_warps(const att_warp &w, int hd, float
 
 /* One CTA per (query row, head): each warp walks positions w, w+4, ... with an
  * online softmax, then the warps' partial states are merged. */
+template <typename KT, typename VT>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__restrict__ q, size_t qs,
-                            const float *__restrict__ kc, const float *__restrict__ vc,
+                            const KT *__restrict__ kc, const VT *__restrict__ vc,
                             float *__restrict__ out, int pos0, const int *__restrict__ dpos,
                             int nh, int nkv, int hd, float scale) {
     if (dpos) pos0 = *dpos;
@@ -143,19 +188,23 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__res
     att_merge_warps(w, hd, out + (size_t)i * nh * hd + (size_t)h * hd, true, NULL, NULL);
 }
 
-extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcache,
-                             const float *vcache, float *out, int rows, int pos0, int n_head,
-                             int n_head_kv, int head_dim, float scale) {
+extern "C" void tc_attention(const float *q, size_t q_stride, const void *kcache,
+                             const void *vcache, int k_type, int v_type, float *out, int rows,
+                             int pos0, int n_head, int n_head_kv, int head_dim, float scale) {
     TC_PROF(TC_FAM_ATTENTION);
     if (rows <= 0) return;
-    if (head_dim > ATT_EPL * 32 || n_head > 65535) {
+    if (head_dim > ATT_EPL * 32 || n_head > 65535 || !att_type_ok(k_type) || !att_type_ok(v_type)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
     dim3 grid((unsigned)rows, (unsigned)n_head);
-    k_attention<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, q_stride, kcache, vcache, out, pos0,
-                                                        tc_dyn_pos, n_head, n_head_kv, head_dim,
-                                                        scale);
+    att_dispatch(k_type, v_type, [&](auto *k0, auto *v0) {
+        using KT = typename std::remove_pointer<decltype(k0)>::type;
+        using VT = typename std::remove_pointer<decltype(v0)>::type;
+        k_attention<KT, VT><<<grid, ATT_WARPS * 32, 0, tc_stream>>>(
+            q, q_stride, (const KT *)kcache, (const VT *)vcache, out, pos0, tc_dyn_pos, n_head,
+            n_head_kv, head_dim, scale);
+    });
     tc_check_launch();
 }
 
@@ -170,8 +219,9 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const float *kcach
 
 /* CTA (head, split): the split's span positions, its merged (M, L, acc)
  * written to part[h][split] as hd + 2 floats (l = 0: nothing there). */
+template <typename KT, typename VT>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__restrict__ q,
-        const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ part,
+        const KT *__restrict__ kc, const VT *__restrict__ vc, float *__restrict__ part,
         int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int span) {
     if (dpos) pos0 = *dpos;
     const int h = blockIdx.x, sp = blockIdx.y;
@@ -216,11 +266,13 @@ __global__ void k_attn_merge(const float *__restrict__ part, const float *__rest
     }
 }
 
-extern "C" void tc_attention_decode(const float *q, const float *kcache, const float *vcache,
-                                    const float *gate, float *out, int pos0, int max_len,
-                                    int n_head, int n_head_kv, int head_dim, float scale) {
+extern "C" void tc_attention_decode(const float *q, const void *kcache, const void *vcache,
+                                    int k_type, int v_type, const float *gate, float *out,
+                                    int pos0, int max_len, int n_head, int n_head_kv,
+                                    int head_dim, float scale) {
     TC_PROF(TC_FAM_ATTENTION);
     if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
+        !att_type_ok(k_type) || !att_type_ok(v_type) ||
         n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -235,33 +287,41 @@ extern "C" void tc_attention_decode(const float *q, const float *kcache, const f
     float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
     if (!part) return;
     dim3 grid((unsigned)n_head, (unsigned)splits);
-    k_attn_split<<<grid, ATT_WARPS * 32, 0, tc_stream>>>(q, kcache, vcache, part, pos0, tc_dyn_pos,
-                                                         n_head, n_head_kv, head_dim, scale,
-                                                         splits, span);
+    att_dispatch(k_type, v_type, [&](auto *k0, auto *v0) {
+        using KT = typename std::remove_pointer<decltype(k0)>::type;
+        using VT = typename std::remove_pointer<decltype(v0)>::type;
+        k_attn_split<KT, VT><<<grid, ATT_WARPS * 32, 0, tc_stream>>>(
+            q, (const KT *)kcache, (const VT *)vcache, part, pos0, tc_dyn_pos, n_head, n_head_kv,
+            head_dim, scale, splits, span);
+    });
     tc_check_launch();
     k_attn_merge<<<(unsigned)n_head, (head_dim + 31) / 32 * 32, 0, tc_stream>>>(
         part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
     tc_check_launch();
 }
 
-__global__ void k_kv_store(float *__restrict__ kc, float *__restrict__ vc,
+__global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt, int vt,
                            const float *__restrict__ k, const float *__restrict__ v, size_t kvw,
                            size_t total, int pos0, const int *__restrict__ dpos) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*kvw */
     if (i >= total) return;
     if (dpos) pos0 = *dpos;
     size_t o = (size_t)pos0 * kvw + i;
-    kc[o] = k[i];
-    vc[o] = v[i];
+    att_put(kc, kt, o, k[i]);
+    att_put(vc, vt, o, v[i]);
 }
 
-extern "C" void tc_kv_store(float *kc, float *vc, const float *k, const float *v, size_t kvw,
-                            size_t rows, int pos0) {
+extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k,
+                            const float *v, size_t kvw, size_t rows, int pos0) {
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * kvw;
     if (!total) return;
-    k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k, v, kvw, total, pos0,
-                                                             tc_dyn_pos);
+    if (!att_type_ok(k_type) || !att_type_ok(v_type)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k_type, v_type, k, v, kvw,
+                                                             total, pos0, tc_dyn_pos);
     tc_check_launch();
 }
 
@@ -309,12 +369,16 @@ __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int
         sh[i + half] = x1 * cs + x0 * sn;
     }
     __syncwarp();
-    float *dst = isq ? a.q_out + (size_t)h * hd : a.kcache + (size_t)pos * kvw + (size_t)kh * hd;
-    for (int j = lane; j < hd; j += 32) dst[j] = sh[j];
-    if (!isq) {
-        float *vd = a.vcache + (size_t)pos * kvw + (size_t)kh * hd;
+    if (isq) {
+        float *dst = a.q_out + (size_t)h * hd;
+        for (int j = lane; j < hd; j += 32) dst[j] = sh[j];
+    } else {
+        const size_t o = (size_t)pos * kvw + (size_t)kh * hd;
         const float *vs = a.v + (size_t)kh * hd;
-        for (int j = lane; j < hd; j += 32) vd[j] = vs[j];
+        for (int j = lane; j < hd; j += 32) {
+            att_put(a.kcache, a.k_type, o + j, sh[j]);
+            att_put(a.vcache, a.v_type, o + j, vs[j]);
+        }
     }
 }
 
@@ -322,6 +386,7 @@ extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
     TC_PROF(TC_FAM_ROPE);
     if (a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 || a->n_head_kv < 1 ||
         a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
+        !att_type_ok(a->k_type) || !att_type_ok(a->v_type) ||
         (!tc_dyn_pos && a->pos0 < 0)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
