@@ -163,7 +163,7 @@ static elist *rule_add_alt(gparser *g, int32_t r) {
 static int32_t add_class(gparser *g, const grange *r, int32_t n, bool neg) {
     if (!grow((void **)&g->rg, &g->cap_rg, g->n_rg + n, sizeof *g->rg) ||
         !grow((void **)&g->cl, &g->cap_cl, g->n_cl + 1, sizeof *g->cl)) { nomem(g); return -1; }
-    gcopy(g->rg + g->n_rg, r, (size_t)n * sizeof *r);
+    if (n) gcopy(g->rg + g->n_rg, r, (size_t)n * sizeof *r); /* no offset on a NULL array */
     g->cl[g->n_cl] = (gclass){g->n_rg, n, neg};
     g->n_rg += n;
     return g->n_cl++;
@@ -256,7 +256,7 @@ static bool repeat(gparser *g, int32_t rule, elist **lp, int32_t alt_i, int32_t 
     int32_t n = l->n - from;
     gelem *sym = malloc((size_t)(n ? n : 1) * sizeof *sym);
     if (!sym) { nomem(g); return false; }
-    gcopy(sym, l->v + from, (size_t)n * sizeof *sym);
+    if (n) gcopy(sym, l->v + from, (size_t)n * sizeof *sym);
     l->n = from;
     g->n_el_total -= (size_t)n;
     bool ok = true;
@@ -800,7 +800,7 @@ static void expand(tern_grammar_matcher *m, int32_t *stk, int32_t n, int32_t cap
 static int stack_cmp_ctx(const tern_grammar_matcher *m, int32_t a, int32_t b) {
     int32_t la = m->slen[a], lb = m->slen[b];
     if (la != lb) return la < lb ? -1 : 1;
-    return gcmp(m->sbuf + m->soff[a], m->sbuf + m->soff[b], (size_t)la * sizeof(int32_t));
+    return la ? gcmp(m->sbuf + m->soff[a], m->sbuf + m->soff[b], (size_t)la * sizeof(int32_t)) : 0;
 }
 
 static tern_grammar_matcher *g_sort_m;  /* qsort has no context argument */
@@ -848,7 +848,7 @@ static int32_t intern(tern_grammar_matcher *m, int32_t pend_n, int32_t pend_len,
         int32_t s = ord[i];
         b[w++] = m->slen[s];
         if (!m->slen[s]) accept = true;
-        gcopy(b + w, m->sbuf + m->soff[s], (size_t)m->slen[s] * sizeof *b);
+        if (m->slen[s]) gcopy(b + w, m->sbuf + m->soff[s], (size_t)m->slen[s] * sizeof *b);
         w += m->slen[s];
     }
     free(ord);

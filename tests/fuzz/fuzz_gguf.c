@@ -3,6 +3,7 @@
  * prism.hadamard contract parser on top of it (hadamard.c). Input: raw file
  * bytes. Every parsed value is touched so out-of-bounds reads show up in ASan.
  */
+#include <math.h>
 #include "formats/gguf.h"
 #include "formats/hadamard.h"
 
@@ -19,7 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (kv->type == TERN_GGUF_ARRAY) {
             for (uint64_t j = 0; j < kv->arr_n && j < 64; j++) {
                 if (kv->arr_type == TERN_GGUF_STRING) sink += kv->arr_str[j].len ? (uint8_t)kv->arr_str[j].ptr[0] : 0;
-                else sink += (uint64_t)tern_gguf_arr_i64(kv, j) + (uint64_t)tern_gguf_arr_f64(kv, j);
+                else {
+                    double f = tern_gguf_arr_f64(kv, j); /* a double outside uint64's range is UB to convert */
+                    sink += (uint64_t)tern_gguf_arr_i64(kv, j) + (f == f && fabs(f) < 1e18 ? (uint64_t)(int64_t)f : 1u);
+                }
             }
         }
         uint64_t u;
