@@ -44,6 +44,9 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
     if ((st = tern_json_opt_i64(c, "num_key_value_heads", 1, 1 << 20, src, &hp->n_head_kv))) return st;
     hp->head_dim = hp->n_embd / hp->n_head;
     if ((st = tern_json_opt_i64(c, "head_dim", 1, 1 << 20, src, &hp->head_dim))) return st;
+    if (hp->head_dim > (1 << 20)) /* derived: the limit of an explicit head_dim (written back, it must read) */
+        return tern_fail(TERN_ERR_FORMAT, "%s: head_dim %lld (hidden_size / num_attention_heads) is out of range 1..%d",
+                         src, (long long)hp->head_dim, 1 << 20);
     if (hp->head_dim < 1)
         return tern_fail(TERN_ERR_FORMAT, "%s: head_dim is 0 (hidden_size %lld / %lld heads)", src,
                          (long long)hp->n_embd, (long long)hp->n_head);
