@@ -62,6 +62,18 @@ static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+/* ,"key":"text" with the text's newlines, quotes and backslashes escaped (nothing when empty) */
+static void json_text_field(const char *key, const char *text) {
+    if (!text[0]) return;
+    printf(",\"%s\":\"", key);
+    for (const char *q = text; *q; q++) {
+        if (*q == '\n') printf("\\n");
+        else if (*q == '"' || *q == '\\') printf("\\%c", *q);
+        else putchar(*q);
+    }
+    printf("\"");
+}
+
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -210,8 +222,9 @@ int tern_bench_model(int argc, char **argv) {
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
     double launches = 0;
-    char prof[2048] = "";
+    char prof[2048] = "", pprof[2048] = "";
     (void)profile;
+    (void)pprof;
 #if defined(TERN_HAVE_CUDA)
     if (info->device_bytes > 0) {
         const char *g = getenv("TERN_CUDA_GRAPH");
@@ -220,7 +233,13 @@ int tern_bench_model(int argc, char **argv) {
         tern_session *ps = NULL;
         const int steps = 8;
         if ((st = tern_session_new(m, &sp, &ps))) goto lib_err;
-        if (!(st = tern_session_eval(ps, ids, (size_t)np, NULL))) {
+        if (profile) tc_profile_enable(1); /* the prefill of the prompt, op by op */
+        st = tern_session_eval(ps, ids, (size_t)np, NULL);
+        if (profile) {
+            if (!st) tc_profile_text(pprof, sizeof pprof);
+            tc_profile_enable(0);
+        }
+        if (!st) {
             int32_t pt = (int32_t)argmax(tern_session_logits(ps), V);
             if (profile) tc_profile_enable(1);
             tc_launches_reset();
@@ -281,15 +300,8 @@ int tern_bench_model(int argc, char **argv) {
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
                    (long long)batch, bt_med * (double)batch, bt_med, bt_med * (double)batch / tg_med);
-        if (prof[0]) {
-            printf(",\"profile\":\"");
-            for (const char *q = prof; *q; q++) {
-                if (*q == '\n') printf("\\n");
-                else if (*q == '"' || *q == '\\') printf("\\%c", *q);
-                else putchar(*q);
-            }
-            printf("\"");
-        }
+        json_text_field("profile", prof);
+        json_text_field("prefill_profile", pprof);
         printf("}\n");
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
@@ -322,6 +334,9 @@ int tern_bench_model(int argc, char **argv) {
         printf("load           %.2f s\n", t_load);
         if (gpu) printf("launches       %.0f per decode token (graph nodes; op by op)\n", launches);
         if (prof[0]) printf("profile (8 decode steps, op by op):\n%s", prof);
+        if (pprof[0])
+            printf("profile (prefill of %lld tokens, chunk %lld, op by op):\n%s", (long long)np,
+                   (long long)chunk, pprof);
     }
     goto done;
 lib_err:
