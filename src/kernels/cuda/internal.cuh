@@ -47,6 +47,57 @@ int32_t *tc_pinned_ids(size_t n);
 
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
+/* Programmatic dependent launch (PDL, sm_90). A kernel launched by tc_launch may start
+ * while the kernel before it in the stream is still running (TERN_CUDA_PDL=0 turns
+ * this off: plain stream order). Such a kernel must call tc_pdl_wait() before it
+ * reads anything an earlier kernel wrote and before it writes anything at all; what
+ * comes before the wait may only read data that no kernel of the step writes (the
+ * weights) or touch its own shared memory. tc_pdl_trigger() lets the next kernel be
+ * scheduled (call it early: the next kernel waits for this one's completion anyway).
+ * Both are no-ops in a kernel launched without the attribute. */
+__device__ __forceinline__ void tc_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tc_pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* 1 when PDL launches are on (TERN_CUDA_PDL unset or not "0"; read once). */
+int tc_pdl_on(void);
+/* Launch kern<<<grid, block, smem, tc_stream>>>(args...) with the PDL attribute when
+ * tc_pdl_on() (and, when cluster > 1, a cluster of that many CTAs along x); counted
+ * and checked like tc_check_launch. The kernel must follow the tc_pdl_wait rule. */
+template <typename... KArgs, typename... Args>
+static inline void tc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                             unsigned cluster, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = tc_stream;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (tc_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (cluster > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = 1;
+        n++;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = n;
+    tc_note((int)cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...));
+    tc_check_launch();
+}
+
 /* Blockwise Hadamard of rows x n (tc_hadamard.cu): dst = H(src*signs) forward or
  * signs*H(src) inverse, scaled by 1/sqrt(block); up: SwiGLU in the load (silu(src)*up);
  * act: the forward output quantised in the same kernel (block % 128 == 0). src may

@@ -26,6 +26,15 @@ static int *g_step_pin;        /* the pinned host copy the node reads */
 const int *tc_dyn_pos;
 const int32_t *tc_dyn_ids;
 
+int tc_pdl_on(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TERN_CUDA_PDL");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
 void tc_note(int err) {
     if (err && !g_err) g_err = err;
 }
