@@ -227,6 +227,107 @@ TEST(tiled_gemv_vs_f64) {
     }
 }
 
+/* The stream-K GEMV (k_gemv_sk) with several matrices per launch, in several shapes of
+ * its pipeline: vs float64, == the per-matrix tiled kernel to float order, run-to-run
+ * bitwise equal, and batch-invariant (a batch row's outputs do not depend on the other
+ * rows: bitwise within NB4 (1..4) and within NB8 (5..8)). Shapes make strips split over
+ * many warps (n 16, k 17408: one strip, 68 tiles), matrices meeting inside one warp's
+ * range, and odd group counts. */
+TEST(sk_gemv_multi) {
+    NEED_GPU();
+    const int cfg[][3] = {{8, 4, 2}, {16, 2, 2}, {8, 2, 4}, {8, 1, 1}};
+    const int64_t sets[][4] = {{16, 0, 0, 0}, {33, 1, 250, 0}, {257, 17, 1000, 40}, {4000, 64, 0, 0}};
+    const int64_t ks[] = {17408, 1152, 5120, 640};
+    for (size_t si = 0; si < 4; si++) {
+        const int64_t k = ks[si];
+        int nm = 0;
+        tmat t[4];
+        tc_mat src[4], tm[4];
+        uint8_t *base[4];
+        size_t wb[4];
+        for (int i = 0; i < 4 && sets[si][i]; i++, nm++) {
+            t[i] = make_mat(TERN_DT_PQ2_0, sets[si][i], k, (int)si + i);
+            src[i] = up_mat(&t[i], 0, &base[i], &wb[i]);
+            CHECK_EQ_INT(tc_repack_tiled(&src[i], &tm[i]), 0);
+        }
+        const tc_mat *tw[4] = {&tm[0], &tm[1], &tm[2], &tm[3]};
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2]), 0);
+            float *single[4][2] = {{0}}; /* the outputs at batch 1 (NB4) and 5 (NB8) */
+            float *x = rand_x(8 * (size_t)k, 1.0f); /* the same 8 rows at every batch size */
+            float *dx = dup_dev(x, 8 * (size_t)k * 4);
+            for (size_t B = 1; B <= 8; B++) {
+                void *ab = tc_malloc(tc_act_bytes(B, k));
+                tc_act act = tc_act_view(ab, B, k);
+                tc_quantize(dx, (size_t)k, &act);
+                float *dy[4], *y[4], *y2[4];
+                size_t ys[4];
+                for (int i = 0; i < nm; i++) {
+                    ys[i] = (size_t)t[i].q.n + 1;
+                    dy[i] = tc_malloc(B * ys[i] * 4);
+                    y[i] = malloc(B * ys[i] * 4);
+                    y2[i] = malloc(B * ys[i] * 4);
+                }
+                CHECK_EQ_INT(tc_gemv_sk_ok(nm, tw, &act), 1);
+                tc_gemv_sk(nm, tw, &act, dy, ys);
+                CHECK_EQ_INT(tc_sync(), 0);
+                for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
+                tc_gemv_sk(nm, tw, &act, dy, ys); /* again: bitwise the same */
+                CHECK_EQ_INT(tc_sync(), 0);
+                for (int i = 0; i < nm; i++) {
+                    CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                    CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "cfg %zu set %zu B %zu: run to run", c, si, B);
+                    const bool f64 = B == 1 || B == 3 || B == 5 || B == 8; /* oracle time */
+                    double e = f64 ? rel_err_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
+                    double eq = f64 ? qerr_ratio_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
+                    CHECK_MSG(eq < 1.0 && (t[i].q.n < 16 || e < 1e-3),
+                              "sk cfg %zu set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", c, si, i,
+                              (long long)t[i].q.n, (long long)k, B, e, eq);
+                    /* the per-matrix tiled kernel: same integers */
+                    tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
+                    CHECK_EQ_INT(tc_sync(), 0);
+                    CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                    double md = 0, mr = 0;
+                    for (size_t b = 0; b < B; b++)
+                        for (int64_t r = 0; r < t[i].q.n; r++) {
+                            double d = fabs((double)y[i][b * ys[i] + (size_t)r] - y2[i][b * ys[i] + (size_t)r]);
+                            if (!(d <= md)) md = d;
+                            if (fabs(y2[i][b * ys[i] + (size_t)r]) > mr) mr = fabs(y2[i][b * ys[i] + (size_t)r]);
+                        }
+                    CHECK_MSG(md <= 1e-5 * mr + 1e-30, "sk vs tiled cfg %zu set %zu mat %d B %zu: %g of %g", c, si, i, B, md, mr);
+                    /* batch invariance: row b of this call == row b of the call with B' in the same group */
+                    const size_t b_ref = B <= 4 ? 1 : 5; /* the first batch size of the group */
+                    if (B == b_ref) {
+                        single[i][B <= 4 ? 0 : 1] = malloc(B * ys[i] * 4);
+                        memcpy(single[i][B <= 4 ? 0 : 1], y[i], B * ys[i] * 4);
+                    } else {
+                        const float *r0 = single[i][B <= 4 ? 0 : 1];
+                        for (size_t b = 0; r0 && b < b_ref; b++)
+                            CHECK_MSG(memcmp(r0 + b * ys[i], y[i] + b * ys[i], (size_t)t[i].q.n * 4) == 0,
+                                      "cfg %zu set %zu mat %d: batch %zu row %zu differs from batch %zu", c, si, i, B, b, b_ref);
+                    }
+                    tc_free(dy[i], B * ys[i] * 4);
+                    free(y[i]);
+                    free(y2[i]);
+                }
+                tc_free(ab, tc_act_bytes(B, k));
+            }
+            tc_free(dx, 8 * (size_t)k * 4);
+            free(x);
+            for (int i = 0; i < nm; i++) {
+                free(single[i][0]);
+                free(single[i][1]);
+            }
+        }
+        for (int i = 0; i < nm; i++) {
+            tc_free(base[i], wb[i]);
+            tc_free((void *)tm[i].data, tc_tiled_bytes(t[i].q.n, k));
+            free_mat(&t[i]);
+        }
+    }
+    CHECK_EQ_INT(tc_gemv_sk_config(8, 4, 2), 0);
+}
+
 /* Tiled refusals; embed of tiled rows == the float64 rows. */
 TEST(tiled_refusals_and_embed) {
     NEED_GPU();
@@ -1018,6 +1119,7 @@ int main(void) {
     }
     RUN(file_gemv_vs_f64);
     RUN(tiled_gemv_vs_f64);
+    RUN(sk_gemv_multi);
     RUN(tiled_refusals_and_embed);
     RUN(repack_gemv_vs_f64);
     RUN(repack_multi_vs_file_layout);

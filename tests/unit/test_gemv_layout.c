@@ -289,9 +289,93 @@ TEST(outlier_bound_well_posed) {
             over, trials);
 }
 
+/* The stream-K split of k_gemv_sk (gemv_tiled.h tsk_*), run as the kernel runs it: each
+ * warp walks its tile range, flushes a strip when it leaves it (written whole, or a
+ * partial filed at tsk_slot and counted), and the warp that counts a split strip's
+ * last contribution sums w0..w1 at their slots. Checked: every tile is summed exactly
+ * once, every strip is written exactly once with the right total (integer tile values
+ * stand in for the tile sums, so the check is exact), no two live partials share a
+ * (warp, slot), and the reducer reads exactly the partials filed for its strip. */
+TEST(stream_k_split) {
+    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    int cases = 0;
+    for (int tr = 0; tr < 4000; tr++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        const int64_t KT = 1 + (int64_t)(rng % 70);              /* 1..70 tiles per strip */
+        const int64_t strips = 1 + (int64_t)((rng >> 8) % 300);  /* all matrices together */
+        const int64_t T = strips * KT;
+        int64_t NW = 1 + (int64_t)((rng >> 20) % 2112);
+        if (NW > T) NW = T;
+        /* the strip's true total: sum of its tile values u + 1 */
+        int64_t *got = calloc((size_t)strips, sizeof *got);
+        int *writes = calloc((size_t)strips, sizeof *writes);
+        int *count = calloc((size_t)strips, sizeof *count);
+        int64_t *part = calloc((size_t)NW * 2, sizeof *part);
+        int64_t *part_strip = malloc((size_t)NW * 2 * sizeof *part_strip);
+        for (int64_t i = 0; i < NW * 2; i++) part_strip[i] = -1;
+        int bad = 0;
+        /* warps in a shuffled order: any arrival order must give the same result */
+        int64_t *order = malloc((size_t)NW * sizeof *order);
+        for (int64_t w = 0; w < NW; w++) order[w] = w;
+        for (int64_t w = NW - 1; w > 0; w--) {
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            int64_t j = (int64_t)(rng % (uint64_t)(w + 1)), tmp = order[w];
+            order[w] = order[j];
+            order[j] = tmp;
+        }
+        /* first pass: every warp files its partials; second: arrivals in `order` */
+        for (int64_t oi = 0; oi < NW; oi++) {
+            const int64_t w = order[oi];
+            const int64_t a = tsk_begin(w, T, NW), b = tsk_begin(w + 1, T, NW);
+            if (b <= a) { bad++; continue; } /* NW <= T: never empty */
+            int64_t cur = a / KT, acc = 0;
+            for (int64_t u = a; u <= b; u++) {
+                const int64_t S = u < b ? u / KT : -1;
+                if (S != cur) { /* flush cur */
+                    if (a <= cur * KT && (cur + 1) * KT <= b) {
+                        got[cur] = acc;
+                        writes[cur]++;
+                    } else {
+                        const int sl = tsk_slot(w, cur, KT, T, NW);
+                        if (part_strip[w * 2 + sl] != -1) bad++; /* slot reused */
+                        part_strip[w * 2 + sl] = cur;
+                        part[w * 2 + sl] = acc;
+                        const int64_t w0 = tsk_owner(cur * KT, T, NW), w1 = tsk_owner((cur + 1) * KT - 1, T, NW);
+                        if (w < w0 || w > w1) bad++;
+                        if (count[cur]++ == (int)(w1 - w0)) { /* the last one in reduces */
+                            int64_t sum = 0;
+                            for (int64_t v = w0; v <= w1; v++) {
+                                const int vs = tsk_slot(v, cur, KT, T, NW);
+                                if (part_strip[v * 2 + vs] != cur) bad++;
+                                sum += part[v * 2 + vs];
+                            }
+                            got[cur] = sum;
+                            writes[cur]++;
+                        }
+                    }
+                    acc = 0;
+                    cur = S;
+                }
+                if (u < b) acc += u + 1;
+            }
+        }
+        for (int64_t S = 0; S < strips; S++) {
+            const int64_t want = KT * (S * KT + 1) + KT * (KT - 1) / 2;
+            bad += writes[S] != 1 || got[S] != want;
+        }
+        CHECK_MSG(bad == 0, "T %lld (KT %lld) over %lld warps: %d faults", (long long)T, (long long)KT,
+                  (long long)NW, bad);
+        cases++;
+        free(got); free(writes); free(count); free(part); free(part_strip); free(order);
+        if (bad) break;
+    }
+    CHECK(cases > 0);
+}
+
 int main(void) {
     RUN(index_rules);
     RUN(emulated_gemv_vs_f64);
     RUN(outlier_bound_well_posed);
+    RUN(stream_k_split);
     return check_summary();
 }

@@ -110,6 +110,18 @@ int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
  * call it for TC_TERN128T matrices. TERN_CUDA_GEMV=old (read by the back-end at
  * load) keeps the file layout and the older kernels for A/B. */
 void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
+/* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
+ * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
+ * rows, the tiles of all of them split evenly over one CTA per SM, weights streamed by
+ * bulk copies (queued before the PDL wait). tc_gemv_sk_ok says whether it takes the
+ * call (TERN_CUDA_GEMV=tiled or old: never; then tc_gemv_tiled per matrix). Results
+ * equal tc_gemv_tiled's integers; the float sums of a strip split between warps are
+ * added in a fixed order (the same at every batch size and on every run). */
+int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act);
+void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y, const size_t *ys);
+/* Its shape: W warps per CTA (8 or 16), NS stages of CH tiles in flight per warp
+ * (1..8 each); default 8,4,2 or TERN_CUDA_SK="W,NS,CH". For tests and benchmarks. */
+int tc_gemv_sk_config(int w, int ns, int ch);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
 void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);

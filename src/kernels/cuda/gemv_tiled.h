@@ -88,4 +88,29 @@ TCT_HD void tct_a_frag(const uint32_t wg[4], const uint32_t wh[4], int e, int m,
 TCT_HD int tct_col_batch(int nb8, int c) { return nb8 ? c : (c & 3); }
 TCT_HD int tct_col_plane(int nb8, int c) { return nb8 ? 0 : (c >> 2); }
 
+/* ---- the stream-K split of the decode GEMV (k_gemv_sk, tc_gemv.cu) ----
+ * The tiles of up to TSK_MAXM matrices of the same K are numbered strip-major, matrix
+ * after matrix (tile u = strip S, tile j of the strip: u = S*KT + j, S counting the
+ * strips of all matrices in order); T tiles in all. Warp w of NW takes the contiguous
+ * range [tsk_begin(w), tsk_begin(w + 1)) (NW <= T: no range is empty). A strip that
+ * lies inside one warp's range is written by that warp; a strip split among warps
+ * w0..w1 (tsk_owner of its first and last tile) gets one partial from each: warp w
+ * writes the partial of its first strip to slot 0, of its last strip (when it differs)
+ * to slot 1, and the warp that arrives last (a per-strip counter) adds the partials
+ * in order w0..w1 and writes y: the same sum in the same order at every batch size
+ * and on every run. */
+#define TSK_MAXM 4
+TCT_HD int64_t tsk_begin(int64_t w, int64_t T, int64_t NW) { return w * T / NW; }
+/* The warp whose range holds tile u (0 <= u < T). */
+TCT_HD int64_t tsk_owner(int64_t u, int64_t T, int64_t NW) {
+    int64_t w = u * NW / T;
+    while (w + 1 < NW && tsk_begin(w + 1, T, NW) <= u) w++;
+    while (w > 0 && tsk_begin(w, T, NW) > u) w--;
+    return w;
+}
+/* The partial slot warp w uses for strip S (which its range meets). */
+TCT_HD int tsk_slot(int64_t w, int64_t S, int64_t KT, int64_t T, int64_t NW) {
+    return S == tsk_begin(w, T, NW) / KT ? 0 : 1;
+}
+
 #endif

@@ -21,6 +21,7 @@
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -436,5 +437,440 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
         const int *corr = act->corr + b0 * (size_t)(K / 32);
         if (nb <= 4) launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
         else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+    }
+}
+
+/* ------------------------------------------------ stream-K bulk-copy GEMV
+ *
+ * k_gemv_sk: the decode GEMV (batch 1..8) over up to TSK_MAXM tiled matrices of the
+ * same K in one launch, at the HBM rate. One CTA per SM (W warps). The tiles of all
+ * the matrices are split evenly over the grid's warps (gemv_tiled.h: tsk_*), so every
+ * warp streams the same number of bytes whatever the shapes, and the grid is one
+ * wave. Each warp is its own pipeline: lane 0 keeps NS chunks of CH tiles in flight
+ * with 1-D bulk copies (cp.async.bulk, completion on one mbarrier per stage) into the
+ * warp's ring in shared memory; the weights are queued before tc_pdl_wait, so under
+ * programmatic dependent launch they stream while the previous kernel finishes. The
+ * CTA's activation rows are staged in shared memory after the wait (when they fit).
+ * The arithmetic per tile is k_gemv_tiled's (mma.m16n8k32, exact integers, float
+ * epilogue per group). A strip that one warp covers is written by it; a strip split
+ * between warps is summed in a fixed order by the last to arrive (gemv_tiled.h).
+ */
+struct tsk_mats {
+    const uint8_t *w[TSK_MAXM];
+    float *y[TSK_MAXM];
+    size_t ys[TSK_MAXM];
+    int n[TSK_MAXM];         /* rows */
+    int strip_end[TSK_MAXM]; /* strips of matrices 0..i (prefix sums) */
+    int nm;
+};
+
+__device__ __forceinline__ uint32_t tsk_smem(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void tsk_bar_init(uint32_t bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void tsk_bar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ bool tsk_bar_try(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void tsk_bar_wait(uint32_t bar, uint32_t parity) {
+    while (!tsk_bar_try(bar, parity)) {
+    }
+}
+/* bytes (a multiple of 16) from global src (16-byte aligned) to shared dst, counted
+ * on bar; the weights are read once: evict them from L2 first */
+__device__ __forceinline__ void tsk_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
+                                         uint64_t pol) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+}
+__device__ __forceinline__ uint64_t tsk_evict_first(void) {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
+/* The matrix holding global strip S (S < strip_end[nm - 1]). */
+__device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) {
+    int i = 0;
+#pragma unroll
+    for (int m = 0; m < TSK_MAXM - 1; m++)
+        if (m < M.nm - 1 && S >= M.strip_end[m]) i = m + 1;
+    return i;
+}
+
+/* Lane 0: queue chunk c (tiles [a + c*CH, min(a + (c+1)*CH, b))) into the stage at
+ * dst, one bulk copy per run of tiles within one matrix, all counted on bar. */
+__device__ __forceinline__ void tsk_issue(const tsk_mats &M, int KT, int64_t a, int64_t b, int c,
+                                          int CH, uint32_t dst, uint32_t bar, uint64_t pol) {
+    int64_t u = a + (int64_t)c * CH;
+    const int64_t e = u + CH < b ? u + CH : b;
+    tsk_bar_expect(bar, (uint32_t)((e - u) * TCT_TILE));
+    while (u < e) {
+        const int i = tsk_mat_of(M, u / KT);
+        const int64_t first = (int64_t)(i ? M.strip_end[i - 1] : 0) * KT; /* matrix i's tile 0 */
+        const int64_t last = (int64_t)M.strip_end[i] * KT;
+        const int64_t r = (e < last ? e : last) - u;
+        tsk_bulk(dst, M.w[i] + (size_t)(u - first) * TCT_TILE, (uint32_t)(r * TCT_TILE), bar, pol);
+        dst += (uint32_t)(r * TCT_TILE);
+        u += r;
+    }
+}
+
+/* The warp's sums of strip S: the plane factor and the hi/lo merge (NB4), then the
+ * strip's rows written (whole strip in this warp's range) or the partial filed. */
+template <int NB8>
+__device__ __forceinline__ void tsk_flush(const tsk_mats &M, int64_t S, float f[4], int64_t a,
+                                          int64_t b, int KT, int64_t T, int64_t NW, int64_t gw,
+                                          int batch, float *__restrict__ part, int *__restrict__ cnt,
+                                          int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
+    const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    float v[4] = {f[0] * m0, f[1] * m1, f[2] * m0, f[3] * m1};
+    if (!NB8)
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], 2);
+    const bool wr = NB8 || t < 2;
+    const int i = tsk_mat_of(M, S);
+    const int ls = (int)(S - (i ? M.strip_end[i - 1] : 0));
+    const int n = M.n[i];
+    float *y = M.y[i];
+    const size_t ys = M.ys[i];
+    const int row0 = ls * 16 + g, row1 = row0 + 8;
+    if (a <= S * KT && (S + 1) * KT <= b) { /* the whole strip is this warp's */
+        if (wr) {
+            if (row0 < n && ob0 < batch) y[(size_t)ob0 * ys + row0] = v[0];
+            if (row0 < n && ob1 < batch) y[(size_t)ob1 * ys + row0] = v[1];
+            if (row1 < n && ob0 < batch) y[(size_t)ob0 * ys + row1] = v[2];
+            if (row1 < n && ob1 < batch) y[(size_t)ob1 * ys + row1] = v[3];
+        }
+        return;
+    }
+    /* partial: [16 rows][8 columns] at slot tsk_slot of this warp */
+    float *p = part + ((size_t)gw * 2 + (size_t)tsk_slot(gw, S, KT, T, NW)) * 128;
+    if (wr) {
+        p[g * 8 + ob0] = v[0];
+        p[g * 8 + ob1] = v[1];
+        p[(g + 8) * 8 + ob0] = v[2];
+        p[(g + 8) * 8 + ob1] = v[3];
+    }
+    __threadfence();
+    __syncwarp();
+    int prev = 0;
+    if (lane == 0) prev = atomicAdd(&cnt[S], 1);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    const int64_t w0 = tsk_owner(S * KT, T, NW), w1 = tsk_owner((S + 1) * KT - 1, T, NW);
+    if (prev != (int)(w1 - w0)) return;
+    __threadfence(); /* the last one in: every partial of S is visible */
+    for (int idx = lane; idx < 128; idx += 32) {
+        const int rr = idx >> 3, col = idx & 7, row = ls * 16 + rr;
+        if (col >= batch || row >= n) continue;
+        float s = 0.0f;
+        for (int64_t w = w0; w <= w1; w++)
+            s += __ldcg(part + ((size_t)w * 2 + (size_t)tsk_slot(w, S, KT, T, NW)) * 128 + idx);
+        y[(size_t)col * ys + row] = s;
+    }
+    if (lane == 0) cnt[S] = 0; /* ready for the next launch */
+}
+
+template <int NB8, int SA, int W>
+__global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_t T, int CH, int NS,
+                                                    const int8_t *__restrict__ q,
+                                                    const float *__restrict__ sx,
+                                                    const int *__restrict__ corr, int batch,
+                                                    float *__restrict__ part, int *__restrict__ cnt) {
+    extern __shared__ __align__(128) uint8_t tsm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
+    const bool odd = G & 1;
+    const int64_t NW = (int64_t)gridDim.x * W, gw = (int64_t)blockIdx.x * W + warp;
+    const int64_t a = tsk_begin(gw, T, NW), b = tsk_begin(gw + 1, T, NW);
+    const int nch = (int)((b - a + CH - 1) / CH);
+    const uint32_t base = tsk_smem(tsm);
+    const uint32_t ring = base + (uint32_t)(warp * NS * CH * TCT_TILE);
+    const uint32_t bars = base + (uint32_t)(W * NS * CH * TCT_TILE + warp * NS * 8);
+    const uint64_t pol = tsk_evict_first();
+    /* 1. the first NS chunks of weights (they depend on no earlier kernel) */
+    if (lane == 0) {
+        for (int s = 0; s < NS; s++) tsk_bar_init(bars + 8 * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < NS && c < nch; c++)
+            tsk_issue(M, KT, a, b, c, CH, ring + (uint32_t)(c * CH * TCT_TILE), bars + 8 * c, pol);
+    }
+    __syncwarp();
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    /* 2. SA: the activation rows this call reads, in shared memory (the layout of
+     * k_gemv_tiled: nbr rows of q at stride 2K + 16, then corr, then sx) */
+    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
+    const int RS = 2 * K + 16;
+    const uint32_t s_q = base + (uint32_t)(W * NS * (CH * TCT_TILE + 8));
+    const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
+    if (SA) {
+        const int qc = K >> 3;
+        for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
+            const int bb = i / qc, c = i - bb * qc;
+            tct_cp16(s_q + (uint32_t)(bb * RS + 16 * c), q + (size_t)bb * (size_t)K * 2 + 16 * (size_t)c);
+        }
+        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) {
+            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
+            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+        }
+        asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+    }
+    /* this lane's activation columns (as k_gemv_tiled) */
+    const int bc = tct_col_batch(NB8, g), bp = tct_col_plane(NB8, g);
+    const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
+    const bool wantc = NB8 || op;
+    const int cb = bc < batch ? bc : 0, c0b = ob0 < batch ? ob0 : 0, c1b = ob1 < batch ? ob1 : 0;
+    const uint32_t sq0 = s_q + (uint32_t)(cb * RS + bp * 32 + t * 64);
+    const uint32_t sx0 = s_x + (uint32_t)(c0b * G * 4), sx1 = s_x + (uint32_t)(c1b * G * 4);
+    const uint32_t sc0 = s_c + (uint32_t)(c0b * nu * 4), sc1 = s_c + (uint32_t)(c1b * nu * 4);
+    const int8_t *pq0 = q + (size_t)cb * (size_t)K * 2 + (size_t)bp * 32 + (size_t)t * 64;
+    const float *px0 = sx + (size_t)c0b * G, *px1 = sx + (size_t)c1b * G;
+    const int *pc0 = corr + (size_t)c0b * nu, *pc1 = corr + (size_t)c1b * nu;
+
+    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t cur = a / KT;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int c = 0; c < nch; c++) {
+        tsk_bar_wait(bars + 8 * s, phase);
+        const int64_t u0 = a + (int64_t)c * CH;
+        const int ntl = (int)(b - u0 < CH ? b - u0 : CH);
+        const uint32_t stage = ring + (uint32_t)(s * CH * TCT_TILE);
+        for (int k = 0; k < ntl; k++) {
+            const int64_t u = u0 + k, S = u / KT;
+            const int j = (int)(u - S * KT);
+            if (S != cur) {
+                tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+                f[0] = f[1] = f[2] = f[3] = 0.0f;
+                cur = S;
+            }
+            const uint32_t tile = stage + (uint32_t)(k * TCT_TILE);
+            const int4 wa4 = tct_lds4(tile + 16 * lane), wb4 = tct_lds4(tile + 512 + 16 * lane);
+            uint2 s2;
+            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(s2.x), "=r"(s2.y) : "r"(tile + 1024 + 8 * g));
+            const uint32_t wg[4] = {(uint32_t)wa4.x, (uint32_t)wa4.y, (uint32_t)wa4.z, (uint32_t)wa4.w};
+            const uint32_t wh[4] = {(uint32_t)wb4.x, (uint32_t)wb4.y, (uint32_t)wb4.z, (uint32_t)wb4.w};
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (e == 1 && odd && j == KT - 1) break; /* the padding group */
+                const uint32_t qs = sq0 + (uint32_t)(j * 512 + e * 256);
+                const int4 *qp = (const int4 *)(pq0 + (size_t)j * 512 + e * 256);
+                const int4 h0 = SA ? tct_lds4(qs) : tct_ld_act(qp);
+                const int4 h1 = SA ? tct_lds4(qs + 16) : tct_ld_act(qp + 1);
+                int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
+                if (NB8) {
+                    l0 = SA ? tct_lds4(qs + 32) : tct_ld_act(qp + 2);
+                    l1 = SA ? tct_lds4(qs + 48) : tct_ld_act(qp + 3);
+                }
+                int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
+                uint32_t af[4];
+                tct_a_frag(wg, wh, e, 0, af);
+                tct_mma(H, af, h0.x, h0.y);
+                if (NB8) tct_mma(L, af, l0.x, l0.y);
+                tct_a_frag(wg, wh, e, 1, af);
+                tct_mma(H, af, h0.z, h0.w);
+                if (NB8) tct_mma(L, af, l0.z, l0.w);
+                tct_a_frag(wg, wh, e, 2, af);
+                tct_mma(H, af, h1.x, h1.y);
+                if (NB8) tct_mma(L, af, l1.x, l1.y);
+                tct_a_frag(wg, wh, e, 3, af);
+                tct_mma(H, af, h1.z, h1.w);
+                if (NB8) tct_mma(L, af, l1.z, l1.w);
+                int cs0 = 0, cs1 = 0;
+                const int un = 8 * j + 4 * e; /* the group's first unit */
+                if (wantc) {
+                    const int4 ca = SA ? tct_lds4(sc0 + (uint32_t)(un * 4)) : tct_ld_act(pc0 + un);
+                    const int4 cb4 = SA ? tct_lds4(sc1 + (uint32_t)(un * 4)) : tct_ld_act(pc1 + un);
+                    cs0 = (ca.x + ca.y) + (ca.z + ca.w);
+                    cs1 = (cb4.x + cb4.y) + (cb4.z + cb4.w);
+                }
+                const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+                const int gi = 2 * j + e;
+                const float x0 = SA ? tct_ldsf(sx0 + (uint32_t)(gi * 4)) : tct_ld_f(px0 + gi);
+                const float x1 = SA ? tct_ldsf(sx1 + (uint32_t)(gi * 4)) : tct_ld_f(px1 + gi);
+                int v[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? cs1 : cs0);
+                f[0] = fmaf((float)v[0], dg * x0, f[0]);
+                f[1] = fmaf((float)v[1], dg * x1, f[1]);
+                f[2] = fmaf((float)v[2], dh * x0, f[2]);
+                f[3] = fmaf((float)v[3], dh * x1, f[3]);
+            }
+        }
+        __syncwarp(); /* every lane is done with the stage: refill it */
+        if (lane == 0 && c + NS < nch) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            tsk_issue(M, KT, a, b, c + NS, CH, stage, bars + 8 * s, pol);
+        }
+        if (++s == NS) {
+            s = 0;
+            phase ^= 1;
+        }
+    }
+    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+}
+
+/* The split's scratch: partials [SMs * TSK_MAXW warps][2][16][8] and one counter per
+ * strip (zero between launches: the last warp of a strip resets it). Allocated once,
+ * outside any capture (a step graph keeps the addresses). */
+#define TSK_MAXW 16
+#define TSK_MAX_STRIPS (1 << 20)
+#define TSK_SMEM_MAX (200 * 1024)
+static float *g_sk_part;
+static int *g_sk_cnt;
+static int g_sk_w = 8, g_sk_ns = 4, g_sk_ch = 2, g_sk_cfg; /* TERN_CUDA_SK="W,NS,CH" */
+
+static int tsk_setup(void) {
+    if (!g_sms) {
+        int v = 0;
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0);
+        g_sms = v > 0 ? v : 132;
+    }
+    if (!g_sk_cfg) {
+        g_sk_cfg = 1;
+        const char *e = getenv("TERN_CUDA_SK");
+        int w = 0, ns = 0, ch = 0;
+        if (e && sscanf(e, "%d,%d,%d", &w, &ns, &ch) == 3 && (w == 8 || w == 16) && ns >= 1 &&
+            ns <= 8 && ch >= 1 && ch <= 8) {
+            g_sk_w = w;
+            g_sk_ns = ns;
+            g_sk_ch = ch;
+        }
+    }
+    if (g_sk_part) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(tc_stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return -1; /* cannot allocate while a graph is being recorded */
+    g_sk_part = (float *)tc_malloc((size_t)g_sms * TSK_MAXW * 2 * 128 * sizeof(float));
+    g_sk_cnt = (int *)tc_malloc((size_t)TSK_MAX_STRIPS * sizeof(int));
+    if (!g_sk_part || !g_sk_cnt) {
+        if (g_sk_part) tc_free(g_sk_part, (size_t)g_sms * TSK_MAXW * 2 * 128 * sizeof(float));
+        if (g_sk_cnt) tc_free(g_sk_cnt, (size_t)TSK_MAX_STRIPS * sizeof(int));
+        g_sk_part = NULL;
+        g_sk_cnt = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int tc_gemv_sk_config(int w, int ns, int ch) {
+    g_sk_cfg = 1; /* TERN_CUDA_SK is not read after this */
+    if (!(w == 8 || w == 16) || ns < 1 || ns > 8 || ch < 1 || ch > 8) return TC_ERR_UNSUPPORTED;
+    g_sk_w = w;
+    g_sk_ns = ns;
+    g_sk_ch = ch;
+    return 0;
+}
+
+template <int NB8, int SA, int W>
+static void launch_sk(const tsk_mats &M, int K, int64_t T, unsigned grid, int CH, int NS,
+                      size_t smem, const int8_t *q, const float *sx, const int *corr, int batch) {
+    static int attr = 0; /* 1 set, -1 failed */
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_sk<NB8, SA, W>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+        attr = e == cudaSuccess ? 1 : -1;
+        if (e != cudaSuccess) tc_note((int)e);
+    }
+    if (attr < 0) return;
+    tc_launch(k_gemv_sk<NB8, SA, W>, dim3(grid), dim3(W * 32), smem, 1, M, K, T, CH, NS, q, sx, corr,
+              batch, g_sk_part, g_sk_cnt);
+}
+
+template <int NB8, int SA>
+static void launch_sk_w(int W, const tsk_mats &M, int K, int64_t T, unsigned grid, int CH, int NS,
+                        size_t smem, const int8_t *q, const float *sx, const int *corr, int batch) {
+    if (W == 16) launch_sk<NB8, SA, 16>(M, K, T, grid, CH, NS, smem, q, sx, corr, batch);
+    else launch_sk<NB8, SA, 8>(M, K, T, grid, CH, NS, smem, q, sx, corr, batch);
+}
+
+/* 1 when k_gemv_sk takes these matrices (TC_TERN128T, same k as act, 16-byte aligned,
+ * at most TSK_MAXM, strips within the counters); 0: the caller uses tc_gemv_tiled. */
+extern "C" int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act) {
+    const char *e = getenv("TERN_CUDA_GEMV");
+    if (e && (!strcmp(e, "tiled") || !strcmp(e, "old"))) return 0;
+    if (nm < 1 || nm > TSK_MAXM || !act || act->k % 128 || act->k > (1 << 24)) return 0;
+    int64_t strips = 0;
+    for (int i = 0; i < nm; i++) {
+        const tc_mat *m = w[i];
+        if (m->kind != TC_TERN128T || m->k != act->k || m->n <= 0 ||
+            m->n > ((int64_t)1 << 31) - 16 || ((uintptr_t)m->data & 15))
+            return 0;
+        strips += tct_strips(m->n);
+    }
+    return strips <= TSK_MAX_STRIPS && tsk_setup() == 0;
+}
+
+extern "C" void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                           const size_t *ys) {
+    if (!tc_gemv_sk_ok(nm, w, act)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int64_t K = act->k, KT = tct_ktiles(K);
+    tsk_mats M;
+    memset(&M, 0, sizeof M);
+    M.nm = nm;
+    int64_t strips = 0;
+    for (int i = 0; i < nm; i++) {
+        M.w[i] = w[i]->data;
+        M.n[i] = (int)w[i]->n;
+        strips += tct_strips(w[i]->n);
+        M.strip_end[i] = (int)strips;
+    }
+    const int64_t T = strips * KT;
+    const int W = g_sk_w, CH = g_sk_ch, NS = g_sk_ns;
+    /* one CTA per SM, at least 2 tiles per warp */
+    int64_t P = T / ((int64_t)W * 2);
+    if (P > g_sms) P = g_sms;
+    if (P < 1) P = 1;
+    if (P * W > T) { /* fewer tiles than one CTA's warps: the per-matrix kernel */
+        for (int i = 0; i < nm; i++) tc_gemv_tiled(w[i], act, y[i], ys[i]);
+        return;
+    }
+    const size_t ring = (size_t)W * NS * ((size_t)CH * TCT_TILE + 8);
+    for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
+        const int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
+        const int8_t *q = act->q + b0 * (size_t)K * 2;
+        const float *sx = act->sx + b0 * (size_t)(K / 128);
+        const int *corr = act->corr + b0 * (size_t)(K / 32);
+        for (int i = 0; i < nm; i++) {
+            M.y[i] = y[i] + b0 * ys[i];
+            M.ys[i] = ys[i];
+        }
+        const int nb8 = nb > 4;
+        const int nbr = nb < (nb8 ? 8 : 4) ? nb : (nb8 ? 8 : 4);
+        const size_t sab = tct_sa_bytes(nbr, K);
+        const bool sa = ring + sab <= TSK_SMEM_MAX && !((uintptr_t)q & 15) &&
+                        !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3);
+        const size_t smem = ring + (sa ? sab : 0);
+        if (nb8) {
+            if (sa) launch_sk_w<1, 1>(W, M, (int)K, T, (unsigned)P, CH, NS, smem, q, sx, corr, nb);
+            else launch_sk_w<1, 0>(W, M, (int)K, T, (unsigned)P, CH, NS, smem, q, sx, corr, nb);
+        } else {
+            if (sa) launch_sk_w<0, 1>(W, M, (int)K, T, (unsigned)P, CH, NS, smem, q, sx, corr, nb);
+            else launch_sk_w<0, 0>(W, M, (int)K, T, (unsigned)P, CH, NS, smem, q, sx, corr, nb);
+        }
     }
 }

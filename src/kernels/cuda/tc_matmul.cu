@@ -21,6 +21,7 @@
  * Everything else (Q2_0 g64, Q1_0, F32/F16/BF16) takes a plain fp32 path.
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gemv_tiled.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -569,59 +570,86 @@ static void gemv_t128(const tc_mat *m, const int8_t *q, const float *sx, const i
     else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y, ys);
 }
 
-static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
-                     size_t xs, float *const *y, const size_t *ys) {
-    TC_PROF(TC_FAM_MATMUL);
+/* One matrix of a call (every kind). */
+static void products_one(const tc_mat *m, const tc_act *act, const float *x, size_t batch,
+                         size_t xs, float *y, size_t ys) {
     const int8_t *q = act ? act->q : NULL;
     const float *sx = act ? act->sx : NULL;
     const int *corr = act ? act->corr : NULL;
-    for (int i = 0; i < nm; i++) {
-        const tc_mat *m = &w[i];
-        if (m->kind == TC_TERN128T) {
-            if (!act) {
-                tc_note(TC_ERR_UNSUPPORTED);
-                continue;
-            }
-            /* prefill: the tensor-core GEMM on the tiled layout (weights read once
-             * per 32..128-token tile); TERN_CUDA_TC=0, or a shape it does not take:
-             * the GEMV in chunks of 8 */
-            if (batch > 8 && tc_gemm_tc(m, act, y[i], ys[i], tc_gemm_tc_mode())) continue;
-            tc_gemv_tiled(m, act, y[i], ys[i]);
-        } else if (m->kind == TC_TERN128R) {
-            if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
-                tc_note(TC_ERR_UNSUPPORTED);
-                continue;
-            }
-            gemv_r(m, q, sx, corr, batch, y[i], ys[i]);
-        } else if (batch > 8 && act && tc_gemm_tc(m, act, y[i], ys[i], tc_gemm_tc_mode())) {
-            /* tensor-core GEMM (tc_gemm_tc.cu); TERN_CUDA_TC=0 turns it off */
-        } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
-                   ((uintptr_t)m->data & 1) == 0) {
-            gemv_t128(m, q, sx, corr, batch, y[i], ys[i]);
-        } else {
-            if (!x) {
-                tc_note(TC_ERR_UNSUPPORTED);
-                continue;
-            }
-            if (m->n < 4096 && m->n <= 65535 && batch <= 64) { /* few rows: split K per row */
-                for (size_t b0 = 0; b0 < batch; b0 += TC_GEN_SK_MAXB) {
-                    int nbat = (int)(batch - b0 < TC_GEN_SK_MAXB ? batch - b0 : TC_GEN_SK_MAXB);
-                    k_gemv_generic_sk<<<(unsigned)m->n, 256, 0, tc_stream>>>(
-                        m->kind, m->data, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y[i] + b0 * ys[i], ys[i]);
-                    tc_check_launch();
-                }
-                continue;
-            }
-            const int warps = 8;
-            for (size_t b0 = 0; b0 < batch; b0 += 65535) {
-                int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
-                k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
-                    m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat,
-                    y[i] + b0 * ys[i], ys[i]);
+    if (m->kind == TC_TERN128T) {
+        if (!act) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+        /* prefill: the tensor-core GEMM on the tiled layout (weights read once per
+         * 32..128-token tile); TERN_CUDA_TC=0, or a shape it does not take: the GEMV
+         * in chunks of 8 */
+        if (batch > 8 && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) return;
+        const tc_mat *one[1] = {m};
+        float *const yy[1] = {y};
+        if (tc_gemv_sk_ok(1, one, act)) tc_gemv_sk(1, one, act, yy, &ys);
+        else tc_gemv_tiled(m, act, y, ys);
+    } else if (m->kind == TC_TERN128R) {
+        if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+        gemv_r(m, q, sx, corr, batch, y, ys);
+    } else if (batch > 8 && act && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) {
+        /* tensor-core GEMM (tc_gemm_tc.cu); TERN_CUDA_TC=0 turns it off */
+    } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
+               ((uintptr_t)m->data & 1) == 0) {
+        gemv_t128(m, q, sx, corr, batch, y, ys);
+    } else {
+        if (!x) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+        if (m->n < 4096 && m->n <= 65535 && batch <= 64) { /* few rows: split K per row */
+            for (size_t b0 = 0; b0 < batch; b0 += TC_GEN_SK_MAXB) {
+                int nbat = (int)(batch - b0 < TC_GEN_SK_MAXB ? batch - b0 : TC_GEN_SK_MAXB);
+                k_gemv_generic_sk<<<(unsigned)m->n, 256, 0, tc_stream>>>(
+                    m->kind, m->data, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
                 tc_check_launch();
             }
+            return;
+        }
+        const int warps = 8;
+        for (size_t b0 = 0; b0 < batch; b0 += 65535) {
+            int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
+            k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
+                m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
+            tc_check_launch();
         }
     }
+}
+
+static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
+                     size_t xs, float *const *y, const size_t *ys) {
+    TC_PROF(TC_FAM_MATMUL);
+    /* decode (batch <= 8): the tiled matrices of the call in one stream-K launch, the
+     * others one by one */
+    bool done[8] = {false};
+    if (act && batch <= 8 && nm <= 8) {
+        const tc_mat *tw[TSK_MAXM];
+        float *ty[TSK_MAXM];
+        size_t tys[TSK_MAXM];
+        int nt = 0, idx[TSK_MAXM];
+        for (int i = 0; i < nm && nt < TSK_MAXM; i++)
+            if (w[i].kind == TC_TERN128T) {
+                idx[nt] = i;
+                tw[nt] = &w[i];
+                ty[nt] = y[i];
+                tys[nt] = ys[i];
+                nt++;
+            }
+        if (nt && tc_gemv_sk_ok(nt, tw, act)) {
+            tc_gemv_sk(nt, tw, act, ty, tys);
+            for (int i = 0; i < nt; i++) done[idx[i]] = true;
+        }
+    }
+    for (int i = 0; i < nm; i++)
+        if (!(i < 8 && done[i])) products_one(&w[i], act, x, batch, xs, y[i], ys[i]);
 }
 
 extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
