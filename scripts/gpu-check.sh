@@ -8,7 +8,9 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,bench,bench8b,benchq2,tcab  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
+#              kbench: the decode GEMV, default vs TERN_CUDA_GEMV=tiled vs SK_CFGS pipeline shapes -> kbench.txt
+#              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -85,11 +87,42 @@ except Exception as e: print('no result:', e)
 PY
 )"
 }
-if has kbench; then
-  $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda.txt 2>&1
-  row "bench kernels --device cuda" "rc=$? (see bench-kernels-cuda.txt)"
-  TERN_CUDA_GEMV=old $B/tern bench kernels --device cuda --quick > $OUT/bench-kernels-cuda-old.txt 2>&1
-  row "  same, TERN_CUDA_GEMV=old" "rc=$? (see bench-kernels-cuda-old.txt)"
+kb_row() { # label file: the batch-1 and batch-8 share of the ceiling over the shapes
+  row "$1" "$(python3 - "$2" <<'PY'
+import sys
+r = {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    if len(f) >= 9 and f[0] in ('tiled', 'tiled+q') and f[-2].endswith('%'):
+        r.setdefault((f[0], int(f[-5])), []).append(float(f[-2][:-1]))
+print(' '.join(f"{k[0]} b{k[1]} {min(v):.0f}-{max(v):.0f}%" for k, v in sorted(r.items()) if k[1] in (1, 8)) or 'no rows')
+PY
+)"
+}
+if has kbench; then # the decode GEMV: default (stream-K), the old tiled kernel, pipeline shapes
+  kb=$OUT/kbench.txt; : > $kb
+  { echo "===== default"; $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } >> $kb 2>&1
+  kb_row "kbench default" <(sed -n '/===== default/,$p' $kb)
+  { echo "===== TERN_CUDA_GEMV=tiled"; TERN_CUDA_GEMV=tiled $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } > $W/kb-t.txt 2>&1
+  cat $W/kb-t.txt >> $kb; kb_row "kbench TERN_CUDA_GEMV=tiled" $W/kb-t.txt
+  for cfg in ${SK_CFGS:-16,2,2 8,6,2 8,3,4}; do
+    { echo "===== TERN_CUDA_SK=$cfg"; TERN_CUDA_SK=$cfg $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } > $W/kb-c.txt 2>&1
+    cat $W/kb-c.txt >> $kb; kb_row "kbench TERN_CUDA_SK=$cfg" $W/kb-c.txt
+  done
+fi
+if has benchab; then # 27B model A/B over env switches (BENCH_ENVS, ';'-separated)
+  m=$W/bonsai2-27b.gguf
+  [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
+  IFS=';' read -ra envs <<< "${BENCH_ENVS:-TERN_CUDA_GEMV=tiled;TERN_CUDA_PDL=0}"
+  for ev in "${envs[@]}"; do
+    env $ev $B/tern bench model -m $m --device cuda -p 512 -n 64 --reps 1 --batch 8 --json > $W/ab.json 2>> "$log"
+    { echo "===== $ev"; cat $W/ab.json; } >> $OUT/benchab.txt
+    row "bench 27B $ev" "$(python3 -c "
+import json,sys
+try:
+    d=json.loads(open('$W/ab.json').read().strip().splitlines()[-1]); print(f\"tg {d['tg_tok_s']:.1f} pp {d['pp_tok_s']:.0f} b8 {d.get('batch_tok_s',0):.0f} launches {d['launches_per_token']:.0f}\")
+except Exception as e: print('no result', e)")"
+  done
 fi
 if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA_TC mode (one log)
   m=$W/bonsai2-27b.gguf

@@ -143,7 +143,7 @@ static int bench_gemm_tc(int reps) {
 }
 
 int tern_bench_kernels_cuda(int argc, char **argv) {
-    bool json = false, quick = false;
+    bool json = false, quick = false, no_gemm = false;
     int reps = 0, only_b = 0;
     const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
@@ -152,6 +152,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                 return cli_usage_error("bench", "--device takes cpu or cuda, not '%s'", argv[i]);
         } else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--no-gemm")) no_gemm = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 1000, &v))
@@ -279,7 +280,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         tc_free(dy, maxb * (size_t)n * 4);
         free(fm); free(rm); free(h); free(x); free(y);
     }
-    if (!json && !failed && bench_gemm_tc(reps)) failed = 1;
+    if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);
     if (failed) {
         fprintf(stderr, "tern bench: CUDA error\n");

@@ -40,6 +40,10 @@ static void bench_kernels_usage(FILE *f) {
             "  --hot         no weight rotation (small shapes then run from cache:\n"
             "                the kernels' compute-bound speed, not a memory figure)\n"
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
+            "  --device cuda  the GPU kernels instead (GEMV per layout and batch, then the\n"
+            "                tensor-core GEMM), with [--quick] [--reps N] [--json]\n"
+            "                [--layout tiled|file|rows|all] [--batch 1..8] [--no-gemm];\n"
+            "                TERN_CUDA_GEMV=tiled|old, TERN_CUDA_SK=W,NS,CH, TERN_CUDA_PDL=0\n"
             "usage: tern bench model ...   (see tern bench model --help)\n");
 }
 
