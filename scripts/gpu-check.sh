@@ -9,7 +9,7 @@
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
 #       STEPS: comma list of  tests,sanitize,kbench,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
-#              kbench: the decode GEMV, default vs TERN_CUDA_GEMV=tiled vs SK_CFGS pipeline shapes -> kbench.txt
+#              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
@@ -101,13 +101,12 @@ PY
 }
 if has kbench; then # the decode GEMV: default (stream-K), the old tiled kernel, pipeline shapes
   kb=$OUT/kbench.txt; : > $kb
-  { echo "===== default"; $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } >> $kb 2>&1
+  { echo "===== default"; $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } >> $kb 2>&1
   kb_row "kbench default" <(sed -n '/===== default/,$p' $kb)
-  { echo "===== TERN_CUDA_GEMV=tiled"; TERN_CUDA_GEMV=tiled $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } > $W/kb-t.txt 2>&1
-  cat $W/kb-t.txt >> $kb; kb_row "kbench TERN_CUDA_GEMV=tiled" $W/kb-t.txt
-  for cfg in ${SK_CFGS:-16,2,2 8,6,2 8,3,4}; do
-    { echo "===== TERN_CUDA_SK=$cfg"; TERN_CUDA_SK=$cfg $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm; } > $W/kb-c.txt 2>&1
-    cat $W/kb-c.txt >> $kb; kb_row "kbench TERN_CUDA_SK=$cfg" $W/kb-c.txt
+  IFS=';' read -ra kenvs <<< "${KB_ENVS:-TERN_CUDA_GEMV=tiled;TERN_CUDA_SKR=2,0;TERN_CUDA_SKR=4,1;TERN_CUDA_GEMV=bulk TERN_CUDA_SK=16,2,2}"
+  for ev in "${kenvs[@]}"; do
+    { echo "===== $ev"; env $ev $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } > $W/kb-c.txt 2>&1
+    cat $W/kb-c.txt >> $kb; kb_row "kbench $ev" $W/kb-c.txt
   done
 fi
 if has benchab; then # 27B model A/B over env switches (BENCH_ENVS, ';'-separated)

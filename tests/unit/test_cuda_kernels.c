@@ -227,15 +227,15 @@ TEST(tiled_gemv_vs_f64) {
     }
 }
 
-/* The stream-K GEMV (k_gemv_sk) with several matrices per launch, in several shapes of
- * its pipeline: vs float64, == the per-matrix tiled kernel to float order, run-to-run
+/* The stream-K GEMVs (k_gemv_skr, k_gemv_sk) with several matrices per launch, in
+ * several shapes of their pipelines: vs float64, == the per-matrix tiled kernel to float order, run-to-run
  * bitwise equal, and batch-invariant (a batch row's outputs do not depend on the other
  * rows: bitwise within NB4 (1..4) and within NB8 (5..8)). Shapes make strips split over
  * many warps (n 16, k 17408: one strip, 68 tiles), matrices meeting inside one warp's
  * range, and odd group counts. */
 TEST(sk_gemv_multi) {
     NEED_GPU();
-    const int cfg[][3] = {{8, 4, 2}, {16, 2, 2}, {8, 2, 4}, {8, 1, 1}};
+    const int cfg[][4] = {{0, 4, 0, 0}, {0, 2, 1, 0}, {1, 8, 4, 2}, {1, 16, 2, 2}, {1, 8, 1, 1}};
     const int64_t sets[][4] = {{16, 0, 0, 0}, {33, 1, 250, 0}, {257, 17, 1000, 40}, {4000, 64, 0, 0}};
     const int64_t ks[] = {17408, 1152, 5120, 640};
     for (size_t si = 0; si < 4; si++) {
@@ -252,7 +252,7 @@ TEST(sk_gemv_multi) {
         }
         const tc_mat *tw[4] = {&tm[0], &tm[1], &tm[2], &tm[3]};
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2]), 0);
+            CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3]), 0);
             float *single[4][2] = {{0}}; /* the outputs at batch 1 (NB4) and 5 (NB8) */
             float *x = rand_x(8 * (size_t)k, 1.0f); /* the same 8 rows at every batch size */
             float *dx = dup_dev(x, 8 * (size_t)k * 4);
@@ -325,7 +325,7 @@ TEST(sk_gemv_multi) {
             free_mat(&t[i]);
         }
     }
-    CHECK_EQ_INT(tc_gemv_sk_config(8, 4, 2), 0);
+    CHECK_EQ_INT(tc_gemv_sk_config(0, 4, 0, 0), 0);
 }
 
 /* Tiled refusals; embed of tiled rows == the float64 rows. */

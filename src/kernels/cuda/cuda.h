@@ -119,9 +119,12 @@ void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
  * added in a fixed order (the same at every batch size and on every run). */
 int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act);
 void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y, const size_t *ys);
-/* Its shape: W warps per CTA (8 or 16), NS stages of CH tiles in flight per warp
- * (1..8 each); default 8,4,2 or TERN_CUDA_SK="W,NS,CH". For tests and benchmarks. */
-int tc_gemv_sk_config(int w, int ns, int ch);
+/* Its kernel and shape, for tests and benchmarks: bulk 0 = k_gemv_skr (register
+ * streaming; p0 = U tiles in flight per lane, 2 or 4; p1 = CTAs per SM left free,
+ * 0..8; default 4,0 or TERN_CUDA_SKR="U,DROP"), bulk 1 = k_gemv_sk (bulk copies;
+ * p0 = W warps per CTA, 8 or 16; p1 = NS stages of p2 = CH tiles per warp, 1..8;
+ * default 8,4,2 or TERN_CUDA_SK; TERN_CUDA_GEMV=bulk selects it). */
+int tc_gemv_sk_config(int bulk, int p0, int p1, int p2);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
 void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);

@@ -588,91 +588,51 @@ __device__ __forceinline__ void tsk_flush(const tsk_mats &M, int64_t S, float f[
     if (lane == 0) cnt[S] = 0; /* ready for the next launch */
 }
 
-template <int NB8, int SA, int W>
-__global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_t T, int CH, int NS,
-                                                    const int8_t *__restrict__ q,
-                                                    const float *__restrict__ sx,
-                                                    const int *__restrict__ corr, int batch,
-                                                    float *__restrict__ part, int *__restrict__ cnt) {
-    extern __shared__ __align__(128) uint8_t tsm[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
-    const bool odd = G & 1;
-    const int64_t NW = (int64_t)gridDim.x * W, gw = (int64_t)blockIdx.x * W + warp;
-    const int64_t a = tsk_begin(gw, T, NW), b = tsk_begin(gw + 1, T, NW);
-    const int nch = (int)((b - a + CH - 1) / CH);
-    const uint32_t base = tsk_smem(tsm);
-    const uint32_t ring = base + (uint32_t)(warp * NS * CH * TCT_TILE);
-    const uint32_t bars = base + (uint32_t)(W * NS * CH * TCT_TILE + warp * NS * 8);
-    const uint64_t pol = tsk_evict_first();
-    /* 1. the first NS chunks of weights (they depend on no earlier kernel) */
-    if (lane == 0) {
-        for (int s = 0; s < NS; s++) tsk_bar_init(bars + 8 * s);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < NS && c < nch; c++)
-            tsk_issue(M, KT, a, b, c, CH, ring + (uint32_t)(c * CH * TCT_TILE), bars + 8 * c, pol);
-    }
-    __syncwarp();
-    tc_pdl_trigger();
-    tc_pdl_wait();
-    /* 2. SA: the activation rows this call reads, in shared memory (the layout of
-     * k_gemv_tiled: nbr rows of q at stride 2K + 16, then corr, then sx) */
-    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
-    const int RS = 2 * K + 16;
-    const uint32_t s_q = base + (uint32_t)(W * NS * (CH * TCT_TILE + 8));
-    const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
-    if (SA) {
-        const int qc = K >> 3;
-        for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
-            const int bb = i / qc, c = i - bb * qc;
-            tct_cp16(s_q + (uint32_t)(bb * RS + 16 * c), q + (size_t)bb * (size_t)K * 2 + 16 * (size_t)c);
-        }
-        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) {
-            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
-            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
-        }
-        asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-        __syncthreads();
-    }
-    /* this lane's activation columns (as k_gemv_tiled) */
+/* One lane's view of the activation: its B-fragment column (batch row, plane) and its
+ * two output columns' sx / corr, in shared memory (SA) or global memory. */
+struct tsk_actv {
+    uint32_t sq0, sx0, sx1, sc0, sc1;
+    const int8_t *pq0;
+    const float *px0, *px1;
+    const int *pc0, *pc1;
+    bool wantc; /* the lo columns carry the -corr term */
+};
+template <int NB8>
+__device__ __forceinline__ tsk_actv tsk_act_lane(int lane, int batch, int K, uint32_t s_q, uint32_t s_c,
+                                                 uint32_t s_x, const int8_t *q, const float *sx,
+                                                 const int *corr) {
+    const int g = lane >> 2, t = lane & 3, G = K >> 7, nu = K >> 5, RS = 2 * K + 16;
     const int bc = tct_col_batch(NB8, g), bp = tct_col_plane(NB8, g);
     const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
-    const bool wantc = NB8 || op;
     const int cb = bc < batch ? bc : 0, c0b = ob0 < batch ? ob0 : 0, c1b = ob1 < batch ? ob1 : 0;
-    const uint32_t sq0 = s_q + (uint32_t)(cb * RS + bp * 32 + t * 64);
-    const uint32_t sx0 = s_x + (uint32_t)(c0b * G * 4), sx1 = s_x + (uint32_t)(c1b * G * 4);
-    const uint32_t sc0 = s_c + (uint32_t)(c0b * nu * 4), sc1 = s_c + (uint32_t)(c1b * nu * 4);
-    const int8_t *pq0 = q + (size_t)cb * (size_t)K * 2 + (size_t)bp * 32 + (size_t)t * 64;
-    const float *px0 = sx + (size_t)c0b * G, *px1 = sx + (size_t)c1b * G;
-    const int *pc0 = corr + (size_t)c0b * nu, *pc1 = corr + (size_t)c1b * nu;
+    tsk_actv A;
+    A.wantc = NB8 || op;
+    A.sq0 = s_q + (uint32_t)(cb * RS + bp * 32 + t * 64);
+    A.sx0 = s_x + (uint32_t)(c0b * G * 4);
+    A.sx1 = s_x + (uint32_t)(c1b * G * 4);
+    A.sc0 = s_c + (uint32_t)(c0b * nu * 4);
+    A.sc1 = s_c + (uint32_t)(c1b * nu * 4);
+    A.pq0 = q + (size_t)cb * (size_t)K * 2 + (size_t)bp * 32 + (size_t)t * 64;
+    A.px0 = sx + (size_t)c0b * G;
+    A.px1 = sx + (size_t)c1b * G;
+    A.pc0 = corr + (size_t)c0b * nu;
+    A.pc1 = corr + (size_t)c1b * nu;
+    return A;
+}
 
-    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int64_t cur = a / KT;
-    int s = 0;
-    uint32_t phase = 0;
-    for (int c = 0; c < nch; c++) {
-        tsk_bar_wait(bars + 8 * s, phase);
-        const int64_t u0 = a + (int64_t)c * CH;
-        const int ntl = (int)(b - u0 < CH ? b - u0 : CH);
-        const uint32_t stage = ring + (uint32_t)(s * CH * TCT_TILE);
-        for (int k = 0; k < ntl; k++) {
-            const int64_t u = u0 + k, S = u / KT;
-            const int j = (int)(u - S * KT);
-            if (S != cur) {
-                tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
-                f[0] = f[1] = f[2] = f[3] = 0.0f;
-                cur = S;
-            }
-            const uint32_t tile = stage + (uint32_t)(k * TCT_TILE);
-            const int4 wa4 = tct_lds4(tile + 16 * lane), wb4 = tct_lds4(tile + 512 + 16 * lane);
-            uint2 s2;
-            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(s2.x), "=r"(s2.y) : "r"(tile + 1024 + 8 * g));
-            const uint32_t wg[4] = {(uint32_t)wa4.x, (uint32_t)wa4.y, (uint32_t)wa4.z, (uint32_t)wa4.w};
-            const uint32_t wh[4] = {(uint32_t)wb4.x, (uint32_t)wb4.y, (uint32_t)wb4.z, (uint32_t)wb4.w};
+/* One 16 x 256 tile (tile j of its strip) into the lane's sums f (k_gemv_tiled's
+ * arithmetic); pad: its second group is the zero padding of an odd group count. */
+template <int NB8, int SA>
+__device__ __forceinline__ void tsk_tile(const uint32_t wg[4], const uint32_t wh[4], uint2 s2, int j,
+                                         bool pad, const tsk_actv &A, float f[4]) {
+    const uint32_t sq0 = A.sq0, sx0 = A.sx0, sx1 = A.sx1, sc0 = A.sc0, sc1 = A.sc1;
+    const int8_t *pq0 = A.pq0;
+    const float *px0 = A.px0, *px1 = A.px1;
+    const int *pc0 = A.pc0, *pc1 = A.pc1;
+    const bool wantc = A.wantc;
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                if (e == 1 && odd && j == KT - 1) break; /* the padding group */
+                if (e == 1 && pad) break; /* the padding group */
                 const uint32_t qs = sq0 + (uint32_t)(j * 512 + e * 256);
                 const int4 *qp = (const int4 *)(pq0 + (size_t)j * 512 + e * 256);
                 const int4 h0 = SA ? tct_lds4(qs) : tct_ld_act(qp);
@@ -717,6 +677,81 @@ __global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_
                 f[2] = fmaf((float)v[2], dh * x0, f[2]);
                 f[3] = fmaf((float)v[3], dh * x1, f[3]);
             }
+}
+
+template <int NB8, int SA, int W>
+__global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_t T, int CH, int NS,
+                                                    const int8_t *__restrict__ q,
+                                                    const float *__restrict__ sx,
+                                                    const int *__restrict__ corr, int batch,
+                                                    float *__restrict__ part, int *__restrict__ cnt) {
+    extern __shared__ __align__(128) uint8_t tsm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
+    const bool odd = G & 1;
+    const int64_t NW = (int64_t)gridDim.x * W, gw = (int64_t)blockIdx.x * W + warp;
+    const int64_t a = tsk_begin(gw, T, NW), b = tsk_begin(gw + 1, T, NW);
+    const int nch = (int)((b - a + CH - 1) / CH);
+    const uint32_t base = tsk_smem(tsm);
+    const uint32_t ring = base + (uint32_t)(warp * NS * CH * TCT_TILE);
+    const uint32_t bars = base + (uint32_t)(W * NS * CH * TCT_TILE + warp * NS * 8);
+    const uint64_t pol = tsk_evict_first();
+    /* 1. the first NS chunks of weights (they depend on no earlier kernel) */
+    if (lane == 0) {
+        for (int s = 0; s < NS; s++) tsk_bar_init(bars + 8 * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < NS && c < nch; c++)
+            tsk_issue(M, KT, a, b, c, CH, ring + (uint32_t)(c * CH * TCT_TILE), bars + 8 * c, pol);
+    }
+    __syncwarp();
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    /* 2. SA: the activation rows this call reads, in shared memory (the layout of
+     * k_gemv_tiled: nbr rows of q at stride 2K + 16, then corr, then sx) */
+    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
+    const int RS = 2 * K + 16;
+    const uint32_t s_q = base + (uint32_t)(W * NS * (CH * TCT_TILE + 8));
+    const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
+    if (SA) {
+        const int qc = K >> 3;
+        for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
+            const int bb = i / qc, c = i - bb * qc;
+            tct_cp16(s_q + (uint32_t)(bb * RS + 16 * c), q + (size_t)bb * (size_t)K * 2 + 16 * (size_t)c);
+        }
+        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) {
+            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
+            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+        }
+        asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+    }
+    const tsk_actv A = tsk_act_lane<NB8>(lane, batch, K, s_q, s_c, s_x, q, sx, corr);
+
+    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t cur = a / KT;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int c = 0; c < nch; c++) {
+        tsk_bar_wait(bars + 8 * s, phase);
+        const int64_t u0 = a + (int64_t)c * CH;
+        const int ntl = (int)(b - u0 < CH ? b - u0 : CH);
+        const uint32_t stage = ring + (uint32_t)(s * CH * TCT_TILE);
+        for (int k = 0; k < ntl; k++) {
+            const int64_t u = u0 + k, S = u / KT;
+            const int j = (int)(u - S * KT);
+            if (S != cur) {
+                tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+                f[0] = f[1] = f[2] = f[3] = 0.0f;
+                cur = S;
+            }
+            const uint32_t tile = stage + (uint32_t)(k * TCT_TILE);
+            const int4 wa4 = tct_lds4(tile + 16 * lane), wb4 = tct_lds4(tile + 512 + 16 * lane);
+            uint2 s2;
+            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(s2.x), "=r"(s2.y) : "r"(tile + 1024 + 8 * g));
+            const uint32_t wg[4] = {(uint32_t)wa4.x, (uint32_t)wa4.y, (uint32_t)wa4.z, (uint32_t)wa4.w};
+            const uint32_t wh[4] = {(uint32_t)wb4.x, (uint32_t)wb4.y, (uint32_t)wb4.z, (uint32_t)wb4.w};
+            tsk_tile<NB8, SA>(wg, wh, s2, j, odd && j == KT - 1, A, f);
         }
         __syncwarp(); /* every lane is done with the stage: refill it */
         if (lane == 0 && c + NS < nch) {
@@ -731,15 +766,128 @@ __global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_
     tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
 }
 
+/* A walk over a warp's tiles without divisions: tile u, its strip S and place j, and
+ * the address of its bytes (the matrices' tiles are contiguous within a matrix). */
+struct tsk_cursor {
+    int u, S, end; /* end: the first tile of the next matrix (T < 2^31: TSK_MAX_STRIPS) */
+    int j, i;
+    const uint8_t *p;
+};
+__device__ __forceinline__ tsk_cursor tsk_at(const tsk_mats &M, int KT, int u) {
+    tsk_cursor c;
+    c.u = u;
+    c.S = u / KT;
+    c.j = u - c.S * KT;
+    c.i = tsk_mat_of(M, c.S);
+    const int first = (c.i ? M.strip_end[c.i - 1] : 0) * KT;
+    c.end = M.strip_end[c.i] * KT;
+    c.p = M.w[c.i] + (size_t)(u - first) * TCT_TILE;
+    return c;
+}
+__device__ __forceinline__ void tsk_next(const tsk_mats &M, int KT, tsk_cursor &c) {
+    c.u++;
+    c.p += TCT_TILE;
+    if (++c.j == KT) {
+        c.j = 0;
+        c.S++;
+    }
+    if (c.u == c.end && c.i + 1 < M.nm) {
+        c.i++;
+        c.p = M.w[c.i];
+        c.end = M.strip_end[c.i] * KT;
+    }
+}
+
+/* k_gemv_skr: the stream-K split of k_gemv_sk with k_gemv_tiled's register streaming:
+ * CTAs of 4 warps, as many per SM as fit (the grid is one wave), each lane keeps U
+ * tiles in flight in registers (16 + 16 + 8 bytes each); the first U are loaded
+ * before the PDL wait. */
+template <int NB8, int SA, int U>
+__global__ void __launch_bounds__(128) k_gemv_skr(tsk_mats M, int K, int64_t T,
+                                                  const int8_t *__restrict__ q,
+                                                  const float *__restrict__ sx,
+                                                  const int *__restrict__ corr, int batch,
+                                                  float *__restrict__ part, int *__restrict__ cnt) {
+    extern __shared__ __align__(16) uint8_t tsa[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
+    const bool odd = G & 1;
+    const int64_t NW = (int64_t)gridDim.x * 4, gw = (int64_t)blockIdx.x * 4 + warp;
+    const int a = (int)tsk_begin(gw, T, NW), b = (int)tsk_begin(gw + 1, T, NW);
+    tsk_cursor ld = tsk_at(M, KT, a);
+    uint4 wa[U], wb[U];
+    uint2 sc[U];
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        if (a + k < b) {
+            wa[k] = tct_ld_stream(ld.p + 16 * lane);
+            wb[k] = tct_ld_stream(ld.p + 512 + 16 * lane);
+            sc[k] = tct_ld_stream2(ld.p + 1024 + 8 * g);
+            tsk_next(M, KT, ld);
+        }
+    }
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
+    const int RS = 2 * K + 16;
+    const uint32_t s_q = tsk_smem(tsa);
+    const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
+    if (SA) {
+        const int qc = K >> 3;
+        for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
+            const int bb = i / qc, c = i - bb * qc;
+            tct_cp16(s_q + (uint32_t)(bb * RS + 16 * c), q + (size_t)bb * (size_t)K * 2 + 16 * (size_t)c);
+        }
+        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) {
+            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
+            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+        }
+        asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+    }
+    const tsk_actv A = tsk_act_lane<NB8>(lane, batch, K, s_q, s_c, s_x, q, sx, corr);
+    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tsk_cursor cp = tsk_at(M, KT, a);
+    int cur = cp.S;
+#pragma unroll 1
+    for (int u0 = a; u0 < b; u0 += U) {
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            if (u0 + k < b) {
+                if (cp.S != cur) {
+                    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+                    f[0] = f[1] = f[2] = f[3] = 0.0f;
+                    cur = cp.S;
+                }
+                const uint32_t wg[4] = {wa[k].x, wa[k].y, wa[k].z, wa[k].w};
+                const uint32_t wh[4] = {wb[k].x, wb[k].y, wb[k].z, wb[k].w};
+                tsk_tile<NB8, SA>(wg, wh, sc[k], cp.j, odd && cp.j == KT - 1, A, f);
+                if (ld.u < b) { /* refill the slot: U - 1 tiles stay in flight */
+                    wa[k] = tct_ld_stream(ld.p + 16 * lane);
+                    wb[k] = tct_ld_stream(ld.p + 512 + 16 * lane);
+                    sc[k] = tct_ld_stream2(ld.p + 1024 + 8 * g);
+                    tsk_next(M, KT, ld);
+                }
+                tsk_next(M, KT, cp);
+            }
+        }
+    }
+    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+}
+
 /* The split's scratch: partials [SMs * TSK_MAXW warps][2][16][8] and one counter per
  * strip (zero between launches: the last warp of a strip resets it). Allocated once,
  * outside any capture (a step graph keeps the addresses). */
-#define TSK_MAXW 16
+#define TSK_MAXW 64 /* warps per SM at most (2048 threads) */
 #define TSK_MAX_STRIPS (1 << 20)
 #define TSK_SMEM_MAX (200 * 1024)
 static float *g_sk_part;
 static int *g_sk_cnt;
 static int g_sk_w = 8, g_sk_ns = 4, g_sk_ch = 2, g_sk_cfg; /* TERN_CUDA_SK="W,NS,CH" */
+static int g_sk_bulk = -1;                /* TERN_CUDA_GEMV=bulk: k_gemv_sk, else k_gemv_skr */
+static int g_skr_u = 4, g_skr_drop = 0;   /* TERN_CUDA_SKR="U,DROP": tiles in flight per lane
+                                           * (2 or 4), CTAs per SM left free (for PDL) */
 
 static int tsk_setup(void) {
     if (!g_sms) {
@@ -758,6 +906,16 @@ static int tsk_setup(void) {
             g_sk_ch = ch;
         }
     }
+    if (g_sk_bulk < 0) {
+        const char *e = getenv("TERN_CUDA_GEMV");
+        g_sk_bulk = e && !strcmp(e, "bulk");
+        const char *r = getenv("TERN_CUDA_SKR");
+        int u = 0, d = -1;
+        if (r && sscanf(r, "%d,%d", &u, &d) == 2 && (u == 2 || u == 4) && d >= 0 && d <= 8) {
+            g_skr_u = u;
+            g_skr_drop = d;
+        }
+    }
     if (g_sk_part) return 0;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(tc_stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
@@ -774,12 +932,22 @@ static int tsk_setup(void) {
     return 0;
 }
 
-extern "C" int tc_gemv_sk_config(int w, int ns, int ch) {
-    g_sk_cfg = 1; /* TERN_CUDA_SK is not read after this */
-    if (!(w == 8 || w == 16) || ns < 1 || ns > 8 || ch < 1 || ch > 8) return TC_ERR_UNSUPPORTED;
-    g_sk_w = w;
-    g_sk_ns = ns;
-    g_sk_ch = ch;
+
+
+extern "C" int tc_gemv_sk_config(int bulk, int p0, int p1, int p2) {
+    tsk_setup(); /* the environment is read first, so that this wins */
+    if (bulk) {
+        if (!(p0 == 8 || p0 == 16) || p1 < 1 || p1 > 8 || p2 < 1 || p2 > 8) return TC_ERR_UNSUPPORTED;
+        g_sk_w = p0;
+        g_sk_ns = p1;
+        g_sk_ch = p2;
+    } else if (!(p0 == 2 || p0 == 4) || p1 < 0 || p1 > 8) {
+        return TC_ERR_UNSUPPORTED;
+    } else {
+        g_skr_u = p0;
+        g_skr_drop = p1;
+    }
+    g_sk_bulk = bulk ? 1 : 0;
     return 0;
 }
 
@@ -796,6 +964,45 @@ static void launch_sk(const tsk_mats &M, int K, int64_t T, unsigned grid, int CH
     if (attr < 0) return;
     tc_launch(k_gemv_sk<NB8, SA, W>, dim3(grid), dim3(W * 32), smem, 1, M, K, T, CH, NS, q, sx, corr,
               batch, g_sk_part, g_sk_cnt);
+}
+
+/* k_gemv_skr at one CTA fewer per SM than fit... (g_skr_drop); the grid: SMs x that. */
+template <int NB8, int SA, int U>
+static void launch_skr(const tsk_mats &M, int K, int64_t T, size_t smem, const int8_t *q,
+                       const float *sx, const int *corr, int batch) {
+    static int attr = 0;
+    static size_t occ_smem = (size_t)-1;
+    static int occ = 0;
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_skr<NB8, SA, U>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+        attr = e == cudaSuccess ? 1 : -1;
+        if (e != cudaSuccess) tc_note((int)e);
+    }
+    if (attr < 0) return;
+    if (occ_smem != smem) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_skr<NB8, SA, U>, 128, smem) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            n = 1;
+        }
+        occ = n > 1 + g_skr_drop ? n - g_skr_drop : 1;
+        if (occ > TSK_MAXW / 4) occ = TSK_MAXW / 4;
+        occ_smem = smem;
+    }
+    int64_t P = (int64_t)g_sms * occ;
+    if (P * 4 * 2 > T) P = T / 8; /* at least 2 tiles per warp */
+    if (P < 1) P = 1;
+    tc_launch(k_gemv_skr<NB8, SA, U>, dim3((unsigned)P), dim3(128), smem, 1, M, K, T, q, sx, corr,
+              batch, g_sk_part, g_sk_cnt);
+}
+
+template <int NB8, int SA>
+static void launch_skr_u(const tsk_mats &M, int K, int64_t T, size_t smem, const int8_t *q,
+                         const float *sx, const int *corr, int batch) {
+    if (g_skr_u == 2) launch_skr<NB8, SA, 2>(M, K, T, smem, q, sx, corr, batch);
+    else launch_skr<NB8, SA, 4>(M, K, T, smem, q, sx, corr, batch);
 }
 
 template <int NB8, int SA>
@@ -840,6 +1047,35 @@ extern "C" void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, fl
         M.strip_end[i] = (int)strips;
     }
     const int64_t T = strips * KT;
+    if (!g_sk_bulk) { /* k_gemv_skr */
+        if (T < 8) {
+            for (int i = 0; i < nm; i++) tc_gemv_tiled(w[i], act, y[i], ys[i]);
+            return;
+        }
+        for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
+            const int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
+            const int8_t *q = act->q + b0 * (size_t)K * 2;
+            const float *sx = act->sx + b0 * (size_t)(K / 128);
+            const int *corr = act->corr + b0 * (size_t)(K / 32);
+            for (int i = 0; i < nm; i++) {
+                M.y[i] = y[i] + b0 * ys[i];
+                M.ys[i] = ys[i];
+            }
+            const int nb8 = nb > 4;
+            const int nbr = nb < (nb8 ? 8 : 4) ? nb : (nb8 ? 8 : 4);
+            const size_t sab = tct_sa_bytes(nbr, K);
+            const bool sa = sab <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) &&
+                            !((uintptr_t)sx & 3);
+            if (nb8) {
+                if (sa) launch_skr_u<1, 1>(M, (int)K, T, sab, q, sx, corr, nb);
+                else launch_skr_u<1, 0>(M, (int)K, T, 0, q, sx, corr, nb);
+            } else {
+                if (sa) launch_skr_u<0, 1>(M, (int)K, T, sab, q, sx, corr, nb);
+                else launch_skr_u<0, 0>(M, (int)K, T, 0, q, sx, corr, nb);
+            }
+        }
+        return;
+    }
     const int W = g_sk_w, CH = g_sk_ch, NS = g_sk_ns;
     /* one CTA per SM, at least 2 tiles per warp */
     int64_t P = T / ((int64_t)W * 2);
