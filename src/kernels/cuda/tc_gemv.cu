@@ -532,22 +532,27 @@ __device__ __forceinline__ void tsk_issue(const tsk_mats &M, int KT, int64_t a, 
 
 /* The warp's sums of strip S: the plane factor and the hi/lo merge (NB4), then the
  * strip's rows written (whole strip in this warp's range) or the partial filed. */
+/* The warp's sums of strip S: the plane factor and the hi/lo merge (NB4), then the
+ * strip's rows written (whole strip in this warp's range) or the partial filed.
+ * Partials are [8 columns][16 rows]; the warps of a split strip are w0..w1 (every one
+ * after w0 starts inside S, so its slot is 0: only w0's slot is computed). Release:
+ * the partial's stores, fence.acq_rel, the counter's atomic; the last one in: fence,
+ * then its lanes load every partial of their element at once and add them in order. */
 template <int NB8>
-__device__ __forceinline__ void tsk_flush(const tsk_mats &M, int64_t S, float f[4], int64_t a,
-                                          int64_t b, int KT, int64_t T, int64_t NW, int64_t gw,
-                                          int batch, float *__restrict__ part, int *__restrict__ cnt,
-                                          int lane) {
-    const int g = lane >> 2, t = lane & 3;
+__device__ __noinline__ void tsk_flush(const tsk_mats &M, int S, float f0, float f1, float f2, float f3,
+                                       int a, int b, int KT, int64_t T, int64_t NW, int gw, int batch,
+                                       float *__restrict__ part, int *__restrict__ cnt) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ob0 = tct_col_batch(NB8, 2 * t), ob1 = ob0 + 1, op = tct_col_plane(NB8, 2 * t);
     const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
     const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
-    float v[4] = {f[0] * m0, f[1] * m1, f[2] * m0, f[3] * m1};
+    float v[4] = {f0 * m0, f1 * m1, f2 * m0, f3 * m1};
     if (!NB8)
 #pragma unroll
         for (int i = 0; i < 4; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], 2);
     const bool wr = NB8 || t < 2;
     const int i = tsk_mat_of(M, S);
-    const int ls = (int)(S - (i ? M.strip_end[i - 1] : 0));
+    const int ls = S - (i ? M.strip_end[i - 1] : 0);
     const int n = M.n[i];
     float *y = M.y[i];
     const size_t ys = M.ys[i];
@@ -561,29 +566,36 @@ __device__ __forceinline__ void tsk_flush(const tsk_mats &M, int64_t S, float f[
         }
         return;
     }
-    /* partial: [16 rows][8 columns] at slot tsk_slot of this warp */
-    float *p = part + ((size_t)gw * 2 + (size_t)tsk_slot(gw, S, KT, T, NW)) * 128;
+    float *p = part + ((size_t)gw * 2 + (size_t)(S == a / KT ? 0 : 1)) * 128;
     if (wr) {
-        p[g * 8 + ob0] = v[0];
-        p[g * 8 + ob1] = v[1];
-        p[(g + 8) * 8 + ob0] = v[2];
-        p[(g + 8) * 8 + ob1] = v[3];
+        p[ob0 * 16 + g] = v[0];
+        p[ob1 * 16 + g] = v[1];
+        p[ob0 * 16 + g + 8] = v[2];
+        p[ob1 * 16 + g + 8] = v[3];
     }
-    __threadfence();
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     __syncwarp();
     int prev = 0;
     if (lane == 0) prev = atomicAdd(&cnt[S], 1);
     prev = __shfl_sync(0xffffffffu, prev, 0);
-    const int64_t w0 = tsk_owner(S * KT, T, NW), w1 = tsk_owner((S + 1) * KT - 1, T, NW);
-    if (prev != (int)(w1 - w0)) return;
-    __threadfence(); /* the last one in: every partial of S is visible */
-    for (int idx = lane; idx < 128; idx += 32) {
-        const int rr = idx >> 3, col = idx & 7, row = ls * 16 + rr;
-        if (col >= batch || row >= n) continue;
-        float s = 0.0f;
-        for (int64_t w = w0; w <= w1; w++)
-            s += __ldcg(part + ((size_t)w * 2 + (size_t)tsk_slot(w, S, KT, T, NW)) * 128 + idx);
-        y[(size_t)col * ys + row] = s;
+    const int w0 = (int)tsk_owner((int64_t)S * KT, T, NW), w1 = (int)tsk_owner((int64_t)(S + 1) * KT - 1, T, NW);
+    if (prev != w1 - w0) return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    const int s0 = tsk_slot(w0, S, KT, T, NW);
+    for (int e = lane; e < batch * 16; e += 32) { /* element e: column e / 16, row e % 16 */
+        const int row = ls * 16 + (e & 15);
+        float acc = __ldcg(part + ((size_t)w0 * 2 + (size_t)s0) * 128 + e);
+        int w = w0 + 1;
+        for (; w + 3 <= w1; w += 4) { /* four loads in flight */
+            const float x0 = __ldcg(part + (size_t)w * 256 + e), x1 = __ldcg(part + (size_t)(w + 1) * 256 + e);
+            const float x2 = __ldcg(part + (size_t)(w + 2) * 256 + e), x3 = __ldcg(part + (size_t)(w + 3) * 256 + e);
+            acc += x0;
+            acc += x1;
+            acc += x2;
+            acc += x3;
+        }
+        for (; w <= w1; w++) acc += __ldcg(part + (size_t)w * 256 + e);
+        if (row < n) y[(size_t)(e >> 4) * ys + row] = acc;
     }
     if (lane == 0) cnt[S] = 0; /* ready for the next launch */
 }
@@ -741,7 +753,7 @@ __global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_
             const int64_t u = u0 + k, S = u / KT;
             const int j = (int)(u - S * KT);
             if (S != cur) {
-                tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+                tsk_flush<NB8>(M, (int)cur, f[0], f[1], f[2], f[3], (int)a, (int)b, KT, T, NW, (int)gw, batch, part, cnt);
                 f[0] = f[1] = f[2] = f[3] = 0.0f;
                 cur = S;
             }
@@ -763,35 +775,27 @@ __global__ void __launch_bounds__(W * 32, 1) k_gemv_sk(tsk_mats M, int K, int64_
             phase ^= 1;
         }
     }
-    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+    tsk_flush<NB8>(M, (int)cur, f[0], f[1], f[2], f[3], (int)a, (int)b, KT, T, NW, (int)gw, batch, part, cnt);
 }
 
-/* A walk over a warp's tiles without divisions: tile u, its strip S and place j, and
- * the address of its bytes (the matrices' tiles are contiguous within a matrix). */
-struct tsk_cursor {
-    int u, S, end; /* end: the first tile of the next matrix (T < 2^31: TSK_MAX_STRIPS) */
-    int j, i;
+/* The weight stream of a warp without divisions: the address of tile u's bytes (a
+ * matrix's tiles are contiguous; at a matrix's end the next one's first tile). */
+struct tsk_ldc {
+    int u, end, i; /* end: the first tile of the next matrix (T < 2^31: TSK_MAX_STRIPS) */
     const uint8_t *p;
 };
-__device__ __forceinline__ tsk_cursor tsk_at(const tsk_mats &M, int KT, int u) {
-    tsk_cursor c;
+__device__ __forceinline__ tsk_ldc tsk_ld_at(const tsk_mats &M, int KT, int u) {
+    tsk_ldc c;
     c.u = u;
-    c.S = u / KT;
-    c.j = u - c.S * KT;
-    c.i = tsk_mat_of(M, c.S);
+    c.i = tsk_mat_of(M, u / KT);
     const int first = (c.i ? M.strip_end[c.i - 1] : 0) * KT;
     c.end = M.strip_end[c.i] * KT;
     c.p = M.w[c.i] + (size_t)(u - first) * TCT_TILE;
     return c;
 }
-__device__ __forceinline__ void tsk_next(const tsk_mats &M, int KT, tsk_cursor &c) {
-    c.u++;
+__device__ __forceinline__ void tsk_ld_next(const tsk_mats &M, int KT, tsk_ldc &c) {
     c.p += TCT_TILE;
-    if (++c.j == KT) {
-        c.j = 0;
-        c.S++;
-    }
-    if (c.u == c.end && c.i + 1 < M.nm) {
+    if (++c.u == c.end && c.i + 1 < M.nm) {
         c.i++;
         c.p = M.w[c.i];
         c.end = M.strip_end[c.i] * KT;
@@ -815,7 +819,7 @@ __global__ void __launch_bounds__(128) k_gemv_skr(tsk_mats M, int K, int64_t T,
     const bool odd = G & 1;
     const int64_t NW = (int64_t)gridDim.x * 4, gw = (int64_t)blockIdx.x * 4 + warp;
     const int a = (int)tsk_begin(gw, T, NW), b = (int)tsk_begin(gw + 1, T, NW);
-    tsk_cursor ld = tsk_at(M, KT, a);
+    tsk_ldc ld = tsk_ld_at(M, KT, a);
     uint4 wa[U], wb[U];
     uint2 sc[U];
 #pragma unroll
@@ -824,7 +828,7 @@ __global__ void __launch_bounds__(128) k_gemv_skr(tsk_mats M, int K, int64_t T,
             wa[k] = tct_ld_stream(ld.p + 16 * lane);
             wb[k] = tct_ld_stream(ld.p + 512 + 16 * lane);
             sc[k] = tct_ld_stream2(ld.p + 1024 + 8 * g);
-            tsk_next(M, KT, ld);
+            tsk_ld_next(M, KT, ld);
         }
     }
     tc_pdl_trigger();
@@ -848,32 +852,35 @@ __global__ void __launch_bounds__(128) k_gemv_skr(tsk_mats M, int K, int64_t T,
     }
     const tsk_actv A = tsk_act_lane<NB8>(lane, batch, K, s_q, s_c, s_x, q, sx, corr);
     float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    tsk_cursor cp = tsk_at(M, KT, a);
-    int cur = cp.S;
+    int cur = a / KT, j = a - cur * KT; /* the tile being summed: strip cur, place j */
+    int S = cur;
 #pragma unroll 1
     for (int u0 = a; u0 < b; u0 += U) {
 #pragma unroll
         for (int k = 0; k < U; k++) {
             if (u0 + k < b) {
-                if (cp.S != cur) {
-                    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+                if (S != cur) {
+                    tsk_flush<NB8>(M, (int)cur, f[0], f[1], f[2], f[3], (int)a, (int)b, KT, T, NW, (int)gw, batch, part, cnt);
                     f[0] = f[1] = f[2] = f[3] = 0.0f;
-                    cur = cp.S;
+                    cur = S;
                 }
                 const uint32_t wg[4] = {wa[k].x, wa[k].y, wa[k].z, wa[k].w};
                 const uint32_t wh[4] = {wb[k].x, wb[k].y, wb[k].z, wb[k].w};
-                tsk_tile<NB8, SA>(wg, wh, sc[k], cp.j, odd && cp.j == KT - 1, A, f);
+                tsk_tile<NB8, SA>(wg, wh, sc[k], j, odd && j == KT - 1, A, f);
                 if (ld.u < b) { /* refill the slot: U - 1 tiles stay in flight */
                     wa[k] = tct_ld_stream(ld.p + 16 * lane);
                     wb[k] = tct_ld_stream(ld.p + 512 + 16 * lane);
                     sc[k] = tct_ld_stream2(ld.p + 1024 + 8 * g);
-                    tsk_next(M, KT, ld);
+                    tsk_ld_next(M, KT, ld);
                 }
-                tsk_next(M, KT, cp);
+                if (++j == KT) {
+                    j = 0;
+                    S++;
+                }
             }
         }
     }
-    tsk_flush<NB8>(M, cur, f, a, b, KT, T, NW, gw, batch, part, cnt, lane);
+    tsk_flush<NB8>(M, (int)cur, f[0], f[1], f[2], f[3], (int)a, (int)b, KT, T, NW, (int)gw, batch, part, cnt);
 }
 
 /* The split's scratch: partials [SMs * TSK_MAXW warps][2][16][8] and one counter per
@@ -966,13 +973,38 @@ static void launch_sk(const tsk_mats &M, int K, int64_t T, unsigned grid, int CH
               batch, g_sk_part, g_sk_cnt);
 }
 
-/* k_gemv_skr at one CTA fewer per SM than fit... (g_skr_drop); the grid: SMs x that. */
+/* The grid of k_gemv_skr: SMs x the CTAs of its SA instantiation that fit per SM at
+ * the shared memory of the batch group's largest activation (minus g_skr_drop, for
+ * PDL), so that every batch size of a group (1..4, 5..8), SA or not, gets the same
+ * split (the same sums in the same order). At least 2 tiles per warp. */
+template <int NB8, int U>
+static int64_t skr_grid(int K, int64_t T) {
+    static size_t occ_smem = (size_t)-1;
+    static int occ = 0;
+    size_t sm = tct_sa_bytes(NB8 ? 8 : 4, K);
+    if (sm > TCT_SA_MAX) sm = TCT_SA_MAX;
+    if (occ_smem != sm) {
+        int n = 0;
+        cudaFuncSetAttribute(k_gemv_skr<NB8, 1, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             227 * 1024);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_skr<NB8, 1, U>, 128, sm) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            n = 1;
+        }
+        occ = n > 1 + g_skr_drop ? n - g_skr_drop : 1;
+        if (occ > TSK_MAXW / 4) occ = TSK_MAXW / 4;
+        occ_smem = sm;
+    }
+    int64_t P = (int64_t)g_sms * occ;
+    if (P * 4 * 2 > T) P = T / 8;
+    return P < 1 ? 1 : P;
+}
+
 template <int NB8, int SA, int U>
 static void launch_skr(const tsk_mats &M, int K, int64_t T, size_t smem, const int8_t *q,
                        const float *sx, const int *corr, int batch) {
     static int attr = 0;
-    static size_t occ_smem = (size_t)-1;
-    static int occ = 0;
     if (!attr) {
         cudaError_t e = cudaFuncSetAttribute(k_gemv_skr<NB8, SA, U>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
@@ -980,20 +1012,7 @@ static void launch_skr(const tsk_mats &M, int K, int64_t T, size_t smem, const i
         if (e != cudaSuccess) tc_note((int)e);
     }
     if (attr < 0) return;
-    if (occ_smem != smem) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv_skr<NB8, SA, U>, 128, smem) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            n = 1;
-        }
-        occ = n > 1 + g_skr_drop ? n - g_skr_drop : 1;
-        if (occ > TSK_MAXW / 4) occ = TSK_MAXW / 4;
-        occ_smem = smem;
-    }
-    int64_t P = (int64_t)g_sms * occ;
-    if (P * 4 * 2 > T) P = T / 8; /* at least 2 tiles per warp */
-    if (P < 1) P = 1;
+    const int64_t P = skr_grid<NB8, U>(K, T);
     tc_launch(k_gemv_skr<NB8, SA, U>, dim3((unsigned)P), dim3(128), smem, 1, M, K, T, q, sx, corr,
               batch, g_sk_part, g_sk_cnt);
 }
