@@ -11,6 +11,7 @@
 #       STEPS: comma list of  tests,sanitize,kbench,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
+#              ncu: Nsight Compute sections of the decode GEMV (FFN gate/up, batch 1) per NCU_ENVS -> ncu.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -134,6 +135,16 @@ if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA
           tee $W/tcab-$v-$c.txt
         row "tcab TC=$v chunk $c" "pp $(awk '/^pp /{print $2}' $W/tcab-$v-$c.txt) tok/s"
       done; } >> $OUT/tcab.txt
+  done
+fi
+if has ncu; then # Nsight Compute on the decode GEMV, FFN gate/up shape, batch 1, per NCU_ENVS setting
+  IFS=';' read -ra nenvs <<< "${NCU_ENVS:-TERN_CUDA_GEMV=tiled;TERN_X=1}"
+  for ev in "${nenvs[@]}"; do
+    { echo "===== ncu $ev"; env $ev timeout 240 ncu --clock-control none -k regex:'k_gemv_(tiled|skr|sk)' --launch-skip 20 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis $B/tern bench kernels --device cuda --quick --layout tiled --batch 1 --no-gemm 2>&1 |
+        grep -vE '^(tiled|layout|tern bench|==PROF==)' ; } >> $OUT/ncu.txt
+    row "ncu $ev" "$(grep -m1 -E 'DRAM Throughput' $OUT/ncu.txt | tail -n 1 | awk '{print $NF"%"}') dram (see ncu.txt)"
   done
 fi
 has bench && bench bonsai2-27b
