@@ -325,7 +325,9 @@ TEST(sk_gemv_multi) {
             free_mat(&t[i]);
         }
     }
-    CHECK_EQ_INT(tc_gemv_sk_config(0, 4, 0, 0), 0);
+    CHECK_EQ_INT(tc_gemv_sk_config(-1, 0, 0, 0), 0);
+    CHECK(!tc_gemv_sk_ok(1, (const tc_mat *const[]){&(tc_mat){.kind = TC_TERN128T, .n = 16, .k = 128}},
+                         &(tc_act){.k = 128, .batch = 1}));
 }
 
 /* Tiled refusals; embed of tiled rows == the float64 rows. */

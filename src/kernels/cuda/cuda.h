@@ -112,14 +112,16 @@ int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
 void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
 /* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
  * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
- * rows, the tiles of all of them split evenly over one CTA per SM, weights streamed by
- * bulk copies (queued before the PDL wait). tc_gemv_sk_ok says whether it takes the
- * call (TERN_CUDA_GEMV=tiled or old: never; then tc_gemv_tiled per matrix). Results
+ * rows, the tiles of all of them split evenly over the grid's warps (k_gemv_skr:
+ * register streaming; k_gemv_sk: bulk copies). Opt-in (TERN_CUDA_GEMV=skr or bulk):
+ * on the H200 both measured slower than tc_gemv_tiled (docs/performance.md), which
+ * stays the default; tc_gemv_sk_ok says whether it takes the call. Results
  * equal tc_gemv_tiled's integers; the float sums of a strip split between warps are
  * added in a fixed order (the same at every batch size and on every run). */
 int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act);
 void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y, const size_t *ys);
-/* Its kernel and shape, for tests and benchmarks: bulk 0 = k_gemv_skr (register
+/* Its kernel and shape, for tests and benchmarks: bulk -1 = off (tc_gemv_sk_ok says
+ * no: k_gemv_tiled, the default), bulk 0 = k_gemv_skr (register
  * streaming; p0 = U tiles in flight per lane, 2 or 4; p1 = CTAs per SM left free,
  * 0..8; default 4,0 or TERN_CUDA_SKR="U,DROP"), bulk 1 = k_gemv_sk (bulk copies;
  * p0 = W warps per CTA, 8 or 16; p1 = NS stages of p2 = CH tiles per warp, 1..8;

@@ -235,6 +235,9 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
             sc[u] = tct_ld_stream2(ps + u * TCT_TILE);
         }
     }
+    /* PDL: the weights above depend on no kernel; the activation below does */
+    tc_pdl_trigger();
+    tc_pdl_wait();
     /* SA: the CTA's activation (every batch row it reads, all of K) copied once into
      * shared memory while the first weight tiles are in flight: the loop's B, corr and
      * sx loads are then shared-memory hits, not a chain of L1/L2 round trips. */
@@ -393,9 +396,8 @@ static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, co
         if (e != cudaSuccess) tc_note((int)e);
     }
     if (SA && attr < 0) return;
-    k_gemv_tiled<NB8, U, SA><<<grid, 32 * ks * spc, SA ? smem : 0, tc_stream>>>(
-        m->data, (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
-    tc_check_launch();
+    tc_launch(k_gemv_tiled<NB8, U, SA>, dim3(grid), dim3(32 * ks * spc), SA ? smem : 0, 1, m->data,
+              (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
 }
 
 template <int NB8, int U>
@@ -893,6 +895,8 @@ static float *g_sk_part;
 static int *g_sk_cnt;
 static int g_sk_w = 8, g_sk_ns = 4, g_sk_ch = 2, g_sk_cfg; /* TERN_CUDA_SK="W,NS,CH" */
 static int g_sk_bulk = -1;                /* TERN_CUDA_GEMV=bulk: k_gemv_sk, else k_gemv_skr */
+static int g_sk_on = -1;                  /* TERN_CUDA_GEMV=skr or bulk: the stream-K kernels
+                                           * take batch <= 8 calls; else k_gemv_tiled */
 static int g_skr_u = 4, g_skr_drop = 0;   /* TERN_CUDA_SKR="U,DROP": tiles in flight per lane
                                            * (2 or 4), CTAs per SM left free (for PDL) */
 
@@ -916,6 +920,7 @@ static int tsk_setup(void) {
     if (g_sk_bulk < 0) {
         const char *e = getenv("TERN_CUDA_GEMV");
         g_sk_bulk = e && !strcmp(e, "bulk");
+        g_sk_on = e && (!strcmp(e, "bulk") || !strcmp(e, "skr"));
         const char *r = getenv("TERN_CUDA_SKR");
         int u = 0, d = -1;
         if (r && sscanf(r, "%d,%d", &u, &d) == 2 && (u == 2 || u == 4) && d >= 0 && d <= 8) {
@@ -943,6 +948,11 @@ static int tsk_setup(void) {
 
 extern "C" int tc_gemv_sk_config(int bulk, int p0, int p1, int p2) {
     tsk_setup(); /* the environment is read first, so that this wins */
+    if (bulk < 0) { /* back to k_gemv_tiled */
+        g_sk_on = 0;
+        return 0;
+    }
+    g_sk_on = 1;
     if (bulk) {
         if (!(p0 == 8 || p0 == 16) || p1 < 1 || p1 > 8 || p2 < 1 || p2 > 8) return TC_ERR_UNSUPPORTED;
         g_sk_w = p0;
@@ -1034,8 +1044,7 @@ static void launch_sk_w(int W, const tsk_mats &M, int K, int64_t T, unsigned gri
 /* 1 when k_gemv_sk takes these matrices (TC_TERN128T, same k as act, 16-byte aligned,
  * at most TSK_MAXM, strips within the counters); 0: the caller uses tc_gemv_tiled. */
 extern "C" int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act) {
-    const char *e = getenv("TERN_CUDA_GEMV");
-    if (e && (!strcmp(e, "tiled") || !strcmp(e, "old"))) return 0;
+    if (tsk_setup() || !g_sk_on) return 0;
     if (nm < 1 || nm > TSK_MAXM || !act || act->k % 128 || act->k > (1 << 24)) return 0;
     int64_t strips = 0;
     for (int i = 0; i < nm; i++) {
@@ -1045,7 +1054,7 @@ extern "C" int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act) 
             return 0;
         strips += tct_strips(m->n);
     }
-    return strips <= TSK_MAX_STRIPS && tsk_setup() == 0;
+    return strips <= TSK_MAX_STRIPS;
 }
 
 extern "C" void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
