@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "                       --cache-type-v/-ctv: keys or values only\n"
             "  --queue N            requests waiting for a slot before 503 (default 16)\n"
             "  --threads N          worker threads for the model (default: all cores)\n"
+            "  --device cpu|cuda[:N] where the model runs (default cpu; `tern --version` lists them);\n"
+            "                       on a GPU the slots decode together in one batched step\n"
             "  --alias NAME         model id shown by /v1/models and in responses (default: the file name)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
             "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
@@ -87,6 +89,7 @@ static const char *base_name(const char *p) {
 
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
+    const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
     int64_t max_tokens = 512, top_k = -1;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
@@ -107,7 +110,7 @@ int tern_cmd_serve(int argc, char **argv) {
             if (r == 1) continue;
         }
         if (i + 1 >= argc) {
-            if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --alias --api-key --max-body "
+            if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
                                  "--temp --top-k --top-p --min-p --repeat-penalty"))
                 return cli_usage_error("serve", "%s needs a value", a);
@@ -132,6 +135,7 @@ int tern_cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) host = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--cors")) cors = v;
@@ -181,6 +185,7 @@ int tern_cmd_serve(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
+    mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache};
     srv_sched *sched = NULL;

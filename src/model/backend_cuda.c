@@ -18,7 +18,7 @@
 
 static tern_status cu_status(int err, const char *what) {
     if (!err) return TERN_OK;
-    return tern_fail(err == TC_ERR_UNSUPPORTED ? TERN_ERR_UNSUPPORTED : TERN_ERR_INTERNAL,
+    return tern_fail(err == TC_ERR_UNSUPPORTED || err == TC_ERR_OLD_GPU ? TERN_ERR_UNSUPPORTED : TERN_ERR_INTERNAL,
                      "CUDA: %s: %s", what, tc_error_string(err));
 }
 

@@ -80,6 +80,16 @@ static tern_status up_vec(tern_model *m, const float **v, size_t n) {
  * their packed file bytes); the host tensors stay mapped but unused. */
 tern_status tm_upload_model(tern_model *m) {
     const tm_hparams *hp = &m->hp;
+    /* refuse a model that cannot fit before copying anything (the repacked layouts
+     * take the same bytes as the file's; 64 MiB spare for the back-end's own buffers) */
+    if (m->be->vt->device_memory && m->be->vt->mem_available) {
+        const uint64_t avail = m->be->vt->mem_available(m->be), need = m->info.weight_bytes;
+        if (avail && need + ((uint64_t)64 << 20) > avail)
+            return tern_fail(TERN_ERR_NOMEM,
+                             "%s: the weights need %.2f GiB of %s memory but only %.2f GiB is free "
+                             "(a smaller model, another device, or --device cpu)",
+                             m->path, need / 1073741824.0, m->be->vt->name, avail / 1073741824.0);
+    }
     size_t E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim, nv = (size_t)hp->ssm_n_v;
     size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + nv * hp->ssm_dv;
     bool tied = m->output.data == m->tok_embd.data;

@@ -20,6 +20,7 @@ extern "C" {
 #endif
 
 #define TC_ERR_UNSUPPORTED 100000 /* a shape the kernels do not handle */
+#define TC_ERR_OLD_GPU 100001     /* tc_init: the GPU is older than sm_90 */
 
 /* Matrix kinds (the loader's dtypes, as the kernels see them). */
 typedef enum tc_kind {

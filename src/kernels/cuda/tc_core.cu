@@ -54,11 +54,16 @@ extern "C" int tc_init(void) {
     if (!g_init) {
         err = (int)cudaSetDevice(0);
         if (!err) err = (int)cudaStreamCreateWithFlags(&tc_stream, cudaStreamNonBlocking);
-        if (!err) {
-            cudaDeviceProp p;
-            if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
-                snprintf(g_name, sizeof g_name, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major,
-                         p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
+        cudaDeviceProp p;
+        if (!err && (err = (int)cudaGetDeviceProperties(&p, 0)) == 0) {
+            snprintf(g_name, sizeof g_name, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major,
+                     p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
+            if (p.major < 9) { /* the kernels use Hopper instructions (PDL, bulk copies, clusters) */
+                cudaStreamDestroy(tc_stream);
+                tc_stream = NULL;
+                pthread_mutex_unlock(&g_mu);
+                return TC_ERR_OLD_GPU;
+            }
             g_init = true;
             const char *pe = getenv("TERN_CUDA_PROFILE");
             if (pe && *pe && strcmp(pe, "0") != 0) tc_prof_on = 1;
@@ -73,6 +78,12 @@ extern "C" const char *tc_device_name(void) { return g_name; }
 
 extern "C" const char *tc_error_string(int err) {
     if (err == TC_ERR_UNSUPPORTED) return "a shape the CUDA kernels do not support";
+    if (err == TC_ERR_OLD_GPU) {
+        static char m[400];
+        snprintf(m, sizeof m, "%s is older than sm_90: tern's CUDA kernels need a Hopper-class GPU "
+                 "(sm_90 or newer); use --device cpu", g_name[0] ? g_name : "GPU 0");
+        return m;
+    }
     return cudaGetErrorString((cudaError_t)err);
 }
 
