@@ -11,6 +11,7 @@
 #       STEPS: comma list of  tests,sanitize,kbench,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
+#              serve: tern serve --device cuda vs --device cpu, 8 concurrent greedy requests (serve-cuda.log)
 #              ncu: Nsight Compute sections of the decode GEMV (FFN gate/up, batch 1) per NCU_ENVS -> ncu.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
@@ -146,6 +147,16 @@ if has ncu; then # Nsight Compute on the decode GEMV, FFN gate/up shape, batch 1
         grep -vE '^(tiled|layout|tern bench|==PROF==)' ; } >> $OUT/ncu.txt
     row "ncu $ev" "$(grep -m1 -E 'DRAM Throughput' $OUT/ncu.txt | tail -n 1 | awk '{print $NF"%"}') dram (see ncu.txt)"
   done
+fi
+if has serve; then # tern serve --device cuda vs --device cpu: the same greedy replies, batched on the GPU
+  fx=$W/fx/qwen3-tiny/model-q2_0.gguf
+  $B/tern serve -m $fx --device cuda --port 18080 --parallel 4 --quiet > $OUT/serve-cuda.log 2>&1 & sa=$!
+  $B/tern serve -m $fx --device cpu --port 18081 --parallel 4 --quiet > $W/serve-cpu.log 2>&1 & sb=$!
+  for i in $(seq 60); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18080/health'); u.urlopen('http://127.0.0.1:18081/health')" 2>/dev/null && break; sleep 0.5; done
+  python3 scripts/serve-compare.py --a http://127.0.0.1:18080 --b http://127.0.0.1:18081 -n 8 --max-tokens 32 > $W/sc.txt 2>&1; rc=$?
+  cat $W/sc.txt >> $OUT/serve-cuda.log
+  kill $sa $sb 2>/dev/null; wait $sa $sb 2>/dev/null
+  row "serve --device cuda vs cpu" "rc=$rc $(grep identical $W/sc.txt) $(grep '^a:' $W/sc.txt | grep -oE '[0-9.]+ tok/s aggregate')"
 fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b 64 2
