@@ -276,7 +276,8 @@ TERN_API tern_status tern_cache_type_parse(const char *name, tern_cache_type *ou
 
 typedef struct tern_session_params {
     int n_ctx;                      /* KV cache positions (0 = min(4096, n_ctx_train)) */
-    int n_chunk;                    /* prefill chunk size (0 = 64); 1 = token-by-token */
+    int n_chunk;                    /* prefill chunk size (0 = the back-end's: 64 on the CPU,
+                                     * 512 on a GPU); 1 = token-by-token */
     tern_cache_type cache_type_k;   /* key cache type (0 = TERN_CACHE_DEFAULT) */
     tern_cache_type cache_type_v;   /* value cache type (0 = TERN_CACHE_DEFAULT) */
 } tern_session_params;
@@ -287,6 +288,8 @@ TERN_API void tern_session_free(tern_session *s);
 TERN_API void tern_session_reset(tern_session *s);
 /* Number of tokens evaluated so far, and the capacity. */
 TERN_API int tern_session_pos(const tern_session *s);
+/* The prefill chunk size the session uses (n_chunk resolved; 0 for NULL). */
+TERN_API int tern_session_chunk(const tern_session *s);
 TERN_API int tern_session_n_ctx(const tern_session *s);
 /* Forget every token after the first n_pos (0 <= n_pos <= pos): the KV cache is
  * rewound, so evaluation continues at position n_pos. Only for models without

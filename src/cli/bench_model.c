@@ -50,7 +50,9 @@ static void usage(FILE *f) {
             "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
             "  counts kernel launches per decode token and, with --profile, times each kernel\n"
-            "  family over 8 decode steps run op by op. --depth D: pp and tg measured after D\n"
+            "  family over the prompt's prefill and 8 decode steps run op by op. --chunk N:\n"
+            "  the prefill chunk (default: the back-end's, 64 on the CPU, 512 on a GPU).\n"
+            "  --depth D: pp and tg measured after D\n"
             "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
             "  read too). --cache-type f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
             "  --tp N: N tensor-parallel"
@@ -88,7 +90,7 @@ static int argmax(const float *v, int n) {
 
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
-    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 64, batch = 0, depth = 0, tp = 0;
+    int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 0, batch = 0, depth = 0, tp = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, repack = false, profile = false;
     const char *device = NULL;
@@ -283,7 +285,7 @@ int tern_bench_model(int argc, char **argv) {
     double ratio = roof > 0 ? tg_med / roof : 0;
     if (json) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"prompt_tokens\":%lld,"
-               "\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
+               "\"chunk\":%d,\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
                "\"ceiling_gbps\":%.3f,\"tg_gbps\":%.3f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f,"
                "\"peak_rss_bytes\":%zu,\"weight_bytes\":%llu,\"model_alloc_bytes\":%llu,"
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
@@ -291,7 +293,7 @@ int tern_bench_model(int argc, char **argv) {
                "\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\",\"weight_bytes_per_token\":%.0f,"
                "\"kv_bytes_per_token\":%.0f",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
-               (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
+               tern_session_chunk(s), (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
@@ -326,7 +328,7 @@ int tern_bench_model(int argc, char **argv) {
                    (long long)batch, bt_med * (double)batch, bt_med, (long long)ng, (long long)batch,
                    bt_med * (double)batch / tg_med);
         printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld%s)\n",
-               pp_med, (long long)reps, (long long)np, (long long)chunk, depth ? ", after the depth" : "");
+               pp_med, (long long)reps, (long long)np, (long long)tern_session_chunk(s), depth ? ", after the depth" : "");
         printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
                "session %.1f MiB)\n",
                rss / 1048576.0, info->weight_bytes / 1048576.0, info->alloc_bytes / 1048576.0,
@@ -335,8 +337,8 @@ int tern_bench_model(int argc, char **argv) {
         if (gpu) printf("launches       %.0f per decode token (graph nodes; op by op)\n", launches);
         if (prof[0]) printf("profile (8 decode steps, op by op):\n%s", prof);
         if (pprof[0])
-            printf("profile (prefill of %lld tokens, chunk %lld, op by op):\n%s", (long long)np,
-                   (long long)chunk, pprof);
+            printf("profile (prefill of %lld tokens, chunk %d, op by op):\n%s", (long long)np,
+                   tern_session_chunk(s), pprof);
     }
     goto done;
 lib_err:

@@ -127,6 +127,8 @@ typedef struct tm_backend_vt {
     void (*destroy)(tm_backend *be);
     /* Rows a batched decode step should hold for the best aggregate speed. */
     int (*batch_hint)(const tm_backend *be);
+    /* The default prefill chunk (NULL: 64). */
+    int (*chunk_hint)(const tm_backend *be);
     /* memory (alloc returns zeroed memory or NULL; free gets the size given to alloc;
      * upload/download are complete on return) */
     void *(*alloc)(tm_backend *be, size_t bytes);

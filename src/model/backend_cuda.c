@@ -203,6 +203,12 @@ static int cu_batch_hint(const tm_backend *be) {
     (void)be;
     return 16;
 }
+/* Prefill chunks of 512 rows: the tensor-core GEMM reads each weight once per chunk
+ * (at 64 rows it is weight-bound: docs/performance.md, H200 prefill profile). */
+static int cu_chunk_hint(const tm_backend *be) {
+    (void)be;
+    return 512;
+}
 static void *cu_alloc(tm_backend *be, size_t n) {
     (void)be;
     return tc_malloc(n);
@@ -638,6 +644,7 @@ static const tm_backend_vt g_cuda_vt = {
     .device_memory = true,
     .destroy = cu_destroy,
     .batch_hint = cu_batch_hint,
+    .chunk_hint = cu_chunk_hint,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,

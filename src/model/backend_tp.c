@@ -478,6 +478,11 @@ static int tp_batch_hint(const tm_backend *be) {
     tm_backend *c = tp->sh[0].child;
     return c->vt->batch_hint(c);
 }
+static int tp_chunk_hint(const tm_backend *be) {
+    const tp_backend *tp = (const tp_backend *)be;
+    tm_backend *c = tp->sh[0].child;
+    return c->vt->chunk_hint ? c->vt->chunk_hint(c) : 64;
+}
 static void tp_session_release(tm_backend *be, tern_session *s) {
     sess_free(TP(be), s->graph);
     s->graph = NULL;
@@ -511,6 +516,7 @@ static const tm_backend_vt g_tp_vt = {
     .device_memory = false,
     .destroy = tp_destroy,
     .batch_hint = tp_batch_hint,
+    .chunk_hint = tp_chunk_hint,
     .alloc = tp_alloc,
     .free = tp_free,
     .upload = tp_copy,

@@ -200,7 +200,7 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     if (n_ctx <= 0) n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (n_ctx > (1 << 24))
         return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_new: n_ctx %d too large", n_ctx);
-    int n_chunk = p->n_chunk > 0 ? p->n_chunk : 64;
+    int n_chunk = p->n_chunk > 0 ? p->n_chunk : m->be->vt->chunk_hint ? m->be->vt->chunk_hint(m->be) : 64;
     if (n_chunk > 4096) n_chunk = 4096;
     if (n_chunk > n_ctx) n_chunk = n_ctx;
     tern_kv_type kt, vt;
@@ -297,6 +297,7 @@ void tern_session_reset(tern_session *s) {
 }
 
 int tern_session_pos(const tern_session *s) { return s ? s->pos : 0; }
+int tern_session_chunk(const tern_session *s) { return s ? s->n_chunk : 0; }
 
 bool tern_session_can_truncate(const tern_session *s) { return s && s->m->hp.n_gdn_layers == 0; }
 
