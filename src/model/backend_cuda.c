@@ -370,11 +370,14 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     } else {
         attn_ops(st, l);
     }
-    tc_hadamard(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), 0);
+    /* the transform quantises o_proj's input in its kernel (no quantise launch in mm) */
     const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
+    tc_act oview;
+    const tc_act *oact = all_int(1, &wo) ? act_for(c, (size_t)T, (int64_t)qw, &oview) : NULL;
+    tc_hadamard_q(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), oact);
     float *yo[1] = {w->delta};
     size_t yso[1] = {(size_t)E};
-    mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
+    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
 /* the attention mixer's middle op by op (prefill chunks; decode shapes the fused

@@ -265,6 +265,30 @@ void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
 void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
                               int dv);
 
+/* The forward tc_hadamard that also writes act (rows x n): the quantised output, in
+ * the transform's kernel when block % 128 == 0 (else one tc_quantize launch). act NULL:
+ * tc_hadamard. Lets the matmul after it take the activation (tc_matmul_multi_q). */
+void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
+                   const tc_act *act);
+
+/* ------------------------------------------------- A/B switches, op timing
+ * TERN_CUDA_OPS=old (read once) runs the decode-step ops' previous kernels (norm
+ * sites: k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and
+ * SwiGLU: k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize) for
+ * an A/B; tc_set_ops_old(1 | 0) overrides it, -1 goes back to the variable.
+ * tc_set_pdl(1 | 0 | -1) likewise overrides TERN_CUDA_PDL (programmatic dependent
+ * launch). Both apply from the next launch (a recorded graph keeps what it recorded). */
+int tc_ops_old(void);
+void tc_set_ops_old(int old);
+void tc_set_pdl(int on);
+/* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
+ * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
+ * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
+ * and each round replays it, so launch costs are those of a decode-step graph.
+ * -1 on a CUDA error (noted for tc_sync). Not while a graph is being captured. */
+typedef void (*tc_bench_fn)(void *ctx);
+double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
+
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for
  * every later step. While capturing, the position-dependent launchers (rope,
