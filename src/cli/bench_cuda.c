@@ -156,7 +156,7 @@ static int bench_gemm_tc(int reps) {
  * step). Text only; 0 = ok. */
 enum { OP_SITE, OP_SITE_NOROT, OP_GDN, OP_SWIGLU, OP_SWIGLU_NOROT, OP_HAD, OP_PREP, OP_ATTN, OP_N };
 static const char *const g_op_name[OP_N] = {
-    "norm site (add+rms+had+q)", "norm site, no signs", "gdn step", "swiglu+had+q",
+    "norm site (add+rms+had+q)", "norm site, no signs", "gdn step + a/b gates", "swiglu+had+q",
     "swiglu+q, no signs", "hadamard+q (attn out)", "attn prep (q/k norm, rope, kv)",
     "attn decode (pos 1023)"};
 #define OPS_L 48 /* calls per round = layers */
@@ -172,6 +172,7 @@ typedef struct ops_bufs {
     float *qkv, *z, *ab, *convw, *ssm_a, *dtb, *gnorm, *work;
     float *cs[OPS_L][8], *st[OPS_L][8];
     float **pcs[OPS_L], **pst[OPS_L];
+    uint8_t *wab[OPS_L]; /* bf16 a/b gate rows, [2][48][5120] per layer */
     /* attention */
     float *qg, *kk, *vv, *qn, *kn, *q, *g;
     void *kc, *vc;
@@ -209,7 +210,10 @@ static void op_call(void *p) {
                               .state = b->pst[l], .out = b->out, .work = b->work, .n_k = NK27,
                               .n_v = NV27, .dk = D27, .dv = D27, .conv_k = 4, .v_tiled = 1,
                               .eps = 1e-6f, .out_grouped = 1, .signs = b->signs, .block = 1024,
-                              .act = b->act_v};
+                              .act = b->act_v, .ab_x = b->normed, .ab_x_stride = E27};
+        for (int m = 0; m < 2; m++)
+            g.ab_w[m] = (tc_mat){.kind = TC_BF16, .data = b->wab[l] + (size_t)m * NV27 * E27 * 2,
+                                 .n = NV27, .k = E27, .row_bytes = (size_t)E27 * 2};
         tc_gdn_step(&g);
         break;
     }
@@ -303,6 +307,13 @@ static int ops_alloc(ops_bufs *b, size_t rows) {
             b->st[l][i] = tc_malloc(stn * 4);
             if (!b->cs[l][i] || !b->st[l][i]) bad = 1;
         }
+        const size_t wb = (size_t)2 * NV27 * E27 * 2;
+        uint16_t *hw = malloc(wb);
+        for (size_t e = 0; hw && e < wb / 2; e++)
+            hw[e] = tern_f32_to_bf16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5) * 0.05f);
+        b->wab[l] = tc_malloc(wb);
+        if (!hw || !b->wab[l] || tc_upload(b->wab[l], hw, wb)) bad = 1;
+        free(hw);
         b->pcs[l] = tc_malloc(R * sizeof(float *));
         b->pst[l] = tc_malloc(R * sizeof(float *));
         if (!bad && (!b->pcs[l] || !b->pst[l] || tc_upload(b->pcs[l], b->cs[l], R * sizeof(float *)) ||
@@ -330,6 +341,7 @@ static void ops_free(ops_bufs *b) {
             if (b->cs[l][i]) tc_free(b->cs[l][i], (size_t)3 * C27 * 4);
             if (b->st[l][i]) tc_free(b->st[l][i], (size_t)NV27 * D27 * D27 * 4);
         }
+        if (b->wab[l]) tc_free(b->wab[l], (size_t)2 * NV27 * E27 * 2);
         if (b->pcs[l]) tc_free(b->pcs[l], R * sizeof(float *));
         if (b->pst[l]) tc_free(b->pst[l], R * sizeof(float *));
     }

@@ -687,16 +687,39 @@ TEST(gdn_step_fused_output) {
     tc_set_ops_old(-1);
 }
 
+/* a dense n x k matrix of kind TC_F32 / F16 / BF16 on the device from the floats h
+ * (h rounded to the kind in place, so a host reference sees the stored values) */
+static tc_mat dense_mat(int kind, float *h, int64_t n, int64_t k) {
+    const size_t es = kind == TC_F32 ? 4 : 2, bytes = (size_t)n * (size_t)k * es;
+    uint8_t *buf = malloc(bytes);
+    for (size_t i = 0; i < (size_t)(n * k); i++) {
+        if (kind == TC_F32) {
+            memcpy(buf + 4 * i, &h[i], 4);
+            continue;
+        }
+        uint16_t v = kind == TC_F16 ? tern_f32_to_f16(h[i]) : tern_f32_to_bf16(h[i]);
+        h[i] = kind == TC_F16 ? tern_f16_to_f32(v) : tern_bf16_to_f32(v);
+        memcpy(buf + 2 * i, &v, 2);
+    }
+    tc_mat m = {.kind = kind, .data = dup_dev(buf, bytes), .n = n, .k = k, .row_bytes = (size_t)k * es};
+    free(buf);
+    return m;
+}
+
 /* The one-kernel GDN step against the two-kernel one on the same inputs, at the 27B
  * shape (16 key / 48 value heads of 128, conv 4, grouped output, Hadamard across
- * clusters of 8 heads, quantised activation) and batches 1, 3, 8: conv states equal
- * bit for bit (same floats moved), outputs and states equal up to the order of the
- * state sums (1e-5 of the largest), for three steps in a row. */
+ * clusters of 8 heads, quantised activation) and batches 1, 3, 8, with the a/b gate
+ * projections given as dense matrices (bf16, f16, f32 by batch: inside the one
+ * kernel; the old path runs tc_matmul_multi first; batch 3 also with x one float
+ * off, which takes tc_matmul_multi in both): conv states equal bit for bit (same
+ * floats moved), outputs and states equal up to the order of the sums (1e-5 of the
+ * largest), for three steps in a row; a and b checked against float64 once. */
 TEST(gdn_step_fused_vs_two_kernels) {
     NEED_GPU();
     const int nk = 16, nv = 48, dk = 128, dv = 128, K = 4, C = 2 * nk * dk + nv * dv, VW = nv * dv;
+    const int E = 640; /* the gates' input width */
     const size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv;
-    const int batches[3] = {1, 3, 8};
+    const int batches[3] = {1, 3, 8}, kinds[3] = {TC_BF16, TC_F16, TC_F32};
     float *h = malloc((stn > (size_t)8 * C ? stn : (size_t)8 * C) * 4);
     float *hs = malloc((size_t)VW * 4);
     for (int i = 0; i < VW; i++) hs[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
@@ -708,6 +731,11 @@ TEST(gdn_step_fused_vs_two_kernels) {
     for (int bi = 0; bi < 3; bi++) {
         const int n = batches[bi];
         const size_t N = (size_t)n * VW;
+        float *hw = malloc((size_t)2 * nv * E * 4), *hx = malloc(((size_t)n * E + 1) * 4);
+        for (size_t e = 0; e < (size_t)2 * nv * E; e++) hw[e] = check_rand_normal() * 0.05f;
+        tc_mat wab[2] = {dense_mat(kinds[bi], hw, nv, E), dense_mat(kinds[bi], hw + (size_t)nv * E, nv, E)};
+        float *dx = dev_rand(hx, (size_t)n * E + 1, 1.0f); /* +1: the shifted-x case */
+        const int shift = bi == 1;
         float *cs[2][8], *st[2][8];
         for (int i = 0; i < n; i++) {
             cs[0][i] = dev_rand(h, csn, 1.0f);
@@ -725,6 +753,7 @@ TEST(gdn_step_fused_vs_two_kernels) {
             float *dA = dev_rand(h, (size_t)n * nv, 1.0f), *dB = dev_rand(h, (size_t)n * nv, 1.0f);
             for (int run = 0; run < 2; run++) {
                 tc_set_ops_old(run);
+                CHECK(tc_zero(dA, (size_t)n * nv * 4) == 0 && tc_zero(dB, (size_t)n * nv * 4) == 0);
                 tc_gdn_step_args g = {.n = n, .qkv = dq, .z = dz, .a = dA, .b = dB,
                                       .qkv_stride = (size_t)C, .z_stride = (size_t)VW,
                                       .ab_stride = (size_t)nv, .out_stride = (size_t)VW,
@@ -733,12 +762,33 @@ TEST(gdn_step_fused_vs_two_kernels) {
                                       .work = work, .n_k = nk, .n_v = nv, .dk = dk, .dv = dv,
                                       .conv_k = K, .v_tiled = 1, .eps = 1e-6f, .out_grouped = 1,
                                       .signs = ds, .block = 1024,
-                                      .act = tc_act_view(abuf, (size_t)n, VW)};
+                                      .act = tc_act_view(abuf, (size_t)n, VW),
+                                      .ab_w = {wab[0], wab[1]}, .ab_x = dx + shift,
+                                      .ab_x_stride = (size_t)E};
                 tc_launches_reset();
                 tc_gdn_step(&g);
                 CHECK_EQ_INT(tc_sync(), 0);
-                CHECK_MSG(tc_launches() == (uint64_t)(run ? 2 : 1), "batch %d run %d: %llu launches",
-                          n, run, (unsigned long long)tc_launches());
+                /* two projection launches (few-row dense GEMV) where the kernel does not take them */
+                const uint64_t want = (run ? 2 : 1) + (run || shift ? 2 : 0);
+                CHECK_MSG(tc_launches() == want, "batch %d run %d: %llu launches, want %llu", n, run,
+                          (unsigned long long)tc_launches(), (unsigned long long)want);
+                if (run == 1 && step == 0) { /* the projections the old path wrote vs float64 */
+                    float *ga = malloc((size_t)2 * n * nv * 4);
+                    double *ra = malloc((size_t)2 * n * nv * 8);
+                    CHECK(tc_download(ga, dA, (size_t)n * nv * 4) == 0 &&
+                          tc_download(ga + (size_t)n * nv, dB, (size_t)n * nv * 4) == 0);
+                    for (int m = 0; m < 2; m++)
+                        for (int i = 0; i < n; i++)
+                            for (int pp = 0; pp < nv; pp++) {
+                                double acc = 0;
+                                for (int j = 0; j < E; j++)
+                                    acc += (double)hw[((size_t)m * nv + pp) * E + j] * hx[(size_t)i * E + j + shift];
+                                ra[((size_t)m * n + i) * nv + pp] = acc;
+                            }
+                    double e = max_rel(ga, ra, (size_t)2 * n * nv);
+                    CHECK_MSG(e < 1e-5, "batch %d: a/b projections vs f64 %g", n, e);
+                    free(ga); free(ra);
+                }
             }
             tc_set_ops_old(-1);
             float *o0 = malloc(N * 4), *o1 = malloc(N * 4);
@@ -771,6 +821,9 @@ TEST(gdn_step_fused_vs_two_kernels) {
         }
         tc_free(work, (size_t)n * C * 4);
         tc_free(abuf, ab);
+        for (int m = 0; m < 2; m++) tc_free((void *)wab[m].data, wab[m].row_bytes * (size_t)nv);
+        tc_free(dx, ((size_t)n * E + 1) * 4);
+        free(hw); free(hx);
     }
     tc_free(ds, (size_t)VW * 4); tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4);
     tc_free(dt, (size_t)nv * 4); tc_free(nm, (size_t)dv * 4);

@@ -400,14 +400,38 @@ __device__ __forceinline__ void gdn_conv_st(float *cs, size_t C, int ch, int K, 
     if (K > 1) cs[(size_t)(K - 2) * C + ch] = x;
 }
 
-template <int KMAX, bool XF>
+/* one 16-byte asynchronous copy global -> shared (cp.async, no registers held) */
+__device__ __forceinline__ void gdn_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+/* sum over j = t, t + 128, ... < k of w[j] x[j] (w: k elements of a dense kind) */
+__device__ __forceinline__ float gdn_dot(const uint8_t *w, int kind, const float *x, int k, int t) {
+    float s = 0.0f;
+    if (kind == TC_F32) {
+        for (int j = t; j < k; j += 128) s = fmaf(((const float *)w)[j], x[j], s);
+    } else if (kind == TC_F16) {
+        for (int j = t; j < k; j += 128) s = fmaf(tc_ld_f16(w + 2 * j), x[j], s);
+    } else {
+        for (int j = t; j < k; j += 128) s = fmaf(tc_ld_bf16(w + 2 * j), x[j], s);
+    }
+    return s;
+}
+
+/* AB: the a/b projections in the kernel. Dynamic shared memory: the session's x row
+ * (k floats), then row p of ab_w[0] and of ab_w[1] (k elements each), copied with
+ * cp.async right after the state loads (registers stay free for the state); each
+ * thread sums j = t, t+128, ..., then the warps as for the norms. */
+template <int KMAX, bool XF, bool AB>
 __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gdn_step_args a, int C,
                                                            int *__restrict__ cnt) {
     tc_pdl_trigger();
     tc_pdl_wait();
     constexpr int RPT = KMAX / 4, RS = RPT + 4;
+    extern __shared__ __align__(16) uint8_t abs_[]; /* AB: x, row p of W_a, of W_b */
     __shared__ __align__(16) float sqk[2][4 * RS]; /* q, k: row e at (e / RPT) * RS + e % RPT */
-    __shared__ float red[3][4];                    /* per warp: |q|^2, |k|^2, |o|^2 */
+    __shared__ float red[5][4]; /* per warp: |q|^2, |k|^2, |o|^2, a, b partial sums */
     __shared__ float xo[128];
     __shared__ float qkn[2][3][128]; /* q, k: new conv-state rows 0, 1 (old 1, 2) and x */
     __shared__ int last;
@@ -426,6 +450,22 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     for (int e = 0; e < RPT; e++)
         S[e] = colok && rg * RPT + e < dk ? *(const float4 *)(Sb + (size_t)e * dv)
                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    /* AB: x and the two weight rows to shared memory, asynchronously */
+    const int kab = AB ? (int)a.ab_w[0].k : 0, kind = a.ab_w[0].kind;
+    const int es = kind == TC_F32 ? 4 : 2;
+    float *xs = (float *)abs_;
+    uint8_t *was = abs_ + (size_t)kab * 4, *wbs = was + (size_t)kab * es;
+    if (AB) {
+        const uint8_t *xg = (const uint8_t *)(a.ab_x + (size_t)i * a.ab_x_stride);
+        const uint8_t *wag = a.ab_w[0].data + (size_t)p * a.ab_w[0].row_bytes;
+        const uint8_t *wbg = a.ab_w[1].data + (size_t)p * a.ab_w[1].row_bytes;
+        for (int c = t; c < kab / 4; c += 128) gdn_cp16(xs + 4 * c, xg + 16 * c);
+        for (int c = t; c < kab * es / 16; c += 128) {
+            gdn_cp16(was + 16 * c, wag + 16 * c);
+            gdn_cp16(wbs + 16 * c, wbg + 16 * c);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     /* conv inputs of the thread's q, k, v channels */
     const int chq = kh * dk + t, chk = nk * dk + kh * dk + t, chv = 2 * nk * dk + p * dv + t;
     float *cst = a.conv_state[i];
@@ -435,8 +475,9 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     gdn_conv_ld(cst, a.conv_w, (size_t)C, chk, K, tq, stk, wk, &lk);
     gdn_conv_ld(cst, a.conv_w, (size_t)C, chv, K, tv, stv, wv, &lv);
     const float xq = tq ? xr[chq] : 0.0f, xk = tq ? xr[chk] : 0.0f, xv = tv ? xr[chv] : 0.0f;
-    const float ax = a.a[(size_t)i * a.ab_stride + p] + a.dt_bias[p];
-    const float bx = a.b[(size_t)i * a.ab_stride + p], sa = a.ssm_a[p];
+    const float dtb = a.dt_bias[p], sa = a.ssm_a[p];
+    float ax = AB ? 0.0f : a.a[(size_t)i * a.ab_stride + p];
+    float bx = AB ? 0.0f : a.b[(size_t)i * a.ab_stride + p];
     const float zz = tv ? a.z[(size_t)i * a.z_stride + (size_t)p * dv + t] : 0.0f;
     const float nm = tv ? a.norm[t] : 0.0f;
     const float sgn = XF && tv ? a.signs[(size_t)g * dv + t] : 1.0f;
@@ -455,11 +496,20 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         qkn[0][2][t] = xq;
         qkn[1][2][t] = xk;
     }
+    float pa = 0.0f, pb = 0.0f;
+    if (AB) { /* the copies landed (this thread's; the barrier: everyone's) */
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+        pa = tc_warp_sum(gdn_dot(was, kind, xs, kab, t));
+        pb = tc_warp_sum(gdn_dot(wbs, kind, xs, kab, t));
+    }
     {
         const float ssq = tc_warp_sum(cq * cq), ssk = tc_warp_sum(ck * ck);
         if (lane == 0) {
             red[0][w] = ssq;
             red[1][w] = ssk;
+            red[3][w] = pa;
+            red[4][w] = pb;
         }
     }
     __syncthreads(); /* also: every conv-state value this CTA reads has been consumed */
@@ -468,6 +518,12 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         for (int u = 0; u < 4; u++) {
             tq2 += red[0][u];
             tk2 += red[1][u];
+        }
+        if (AB) {
+            for (int u = 0; u < 4; u++) {
+                ax += red[3][u];
+                bx += red[4][u];
+            }
         }
         const float iq = (float)(1.0 / sqrt((double)tq2 + 1e-6)) * (1.0f / sqrtf((float)dk));
         const float ik = (float)(1.0 / sqrt((double)tk2 + 1e-6));
@@ -483,6 +539,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     float v4[4];
 #pragma unroll
     for (int c = 0; c < 4; c++) v4[c] = __shfl_sync(0xffffffffu, cv, (lane & ~3) | c);
+    ax += dtb;
     const float sp = ax > 20.0f ? ax : log1pf(expf(ax));
     const float decay = expf(sa * sp);
     const float beta = 1.0f / (1.0f + expf(-bx));
@@ -567,11 +624,35 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     }
 }
 
+#define GDN_AB_SMEM (96 * 1024) /* the AB kernels' dynamic shared memory limit */
+
+template <int KMAX, bool XF, bool AB>
+static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+    if (AB) {
+        static bool attr;
+        if (!attr) {
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, GDN_AB_SMEM);
+            attr = true;
+        }
+    }
+    tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
+              smem, cs, *a, C, g_gdn_cnt);
+}
+
+/* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the
+ * a/b projections in it (smem bytes of x and the two weight rows) */
 template <int KMAX>
-static void launch_fused(const tc_gdn_step_args *a, int C, int cs) {
-    const dim3 grid((unsigned)a->n_v, (unsigned)a->n), block(128);
-    if (cs > 0) tc_launch(k_gdn_step_fused<KMAX, true>, grid, block, 0, (unsigned)cs, *a, C, g_gdn_cnt);
-    else tc_launch(k_gdn_step_fused<KMAX, false>, grid, block, 0, 1, *a, C, g_gdn_cnt);
+static void launch_fused(const tc_gdn_step_args *a, int C, int cs, bool ab) {
+    const size_t smem = ab ? (size_t)a->ab_w[0].k * (4 + 2 * (a->ab_w[0].kind == TC_F32 ? 4 : 2)) : 0;
+    const unsigned cl = cs > 1 ? (unsigned)cs : 1;
+    if (cs > 0) {
+        if (ab) launch_fused3<KMAX, true, true>(a, C, cl, smem);
+        else launch_fused3<KMAX, true, false>(a, C, cl, smem);
+    } else {
+        if (ab) launch_fused3<KMAX, false, true>(a, C, cl, smem);
+        else launch_fused3<KMAX, false, false>(a, C, cl, smem);
+    }
 }
 
 /* the one-kernel step takes the shape, and its counters exist (allocated, zeroed, at
@@ -582,7 +663,8 @@ static bool fused_ok(const tc_gdn_step_args *a) {
         return false;
     if (!g_gdn_cnt) {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(tc_stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        if (cudaStreamIsCapturing(tc_stream, &cap) != cudaSuccess ||
+            cap != cudaStreamCaptureStatusNone) {
             cudaGetLastError();
             return false;
         }
@@ -590,6 +672,19 @@ static bool fused_ok(const tc_gdn_step_args *a) {
         if (!g_gdn_cnt) return false;
     }
     return true;
+}
+
+/* the a/b projections fit the one-kernel step: both matrices dense of one kind,
+ * rows (and x) 16-byte aligned, k % 8 == 0, x and the two rows in GDN_AB_SMEM */
+static bool ab_kernel_ok(const tc_gdn_step_args *a) {
+    const tc_mat *w = a->ab_w;
+    const int kind = w[0].kind;
+    if ((kind != TC_F32 && kind != TC_F16 && kind != TC_BF16) || w[1].kind != kind) return false;
+    const size_t es = kind == TC_F32 ? 4 : 2, k = (size_t)w[0].k;
+    return k > 0 && k % 8 == 0 && k * (4 + 2 * es) <= GDN_AB_SMEM &&
+           ((uintptr_t)w[0].data & 15) == 0 && ((uintptr_t)w[1].data & 15) == 0 &&
+           w[0].row_bytes % 16 == 0 && w[1].row_bytes % 16 == 0 && ((uintptr_t)a->ab_x & 15) == 0 &&
+           a->ab_x_stride % 4 == 0;
 }
 
 /* the output stage fits the rec kernel: blocks within a CTA or across <= 8 CTAs */
@@ -607,6 +702,8 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     const int VW = a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256 || a->dk < 1 || a->dv < 1 || a->conv_k < 1 || a->n > 65535 ||
         a->n_k < 1 || a->n_v % a->n_k ||
+        (a->ab_w[0].data && (!a->ab_w[1].data || !a->ab_x || a->ab_w[0].n != a->n_v ||
+                             a->ab_w[1].n != a->n_v || a->ab_w[0].k != a->ab_w[1].k)) ||
         (a->act.q && (a->act.k != VW || a->act.batch != (size_t)a->n || VW % 128)) ||
         (a->signs && !xf_cluster(a) && a->out_stride != (size_t)VW)) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -618,10 +715,18 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     const bool act_in = a->act.q && a->dv % 128 == 0 && (!a->signs || cs);
     if (!act_in) b.act.q = NULL;
     if (a->signs && !cs) b.signs = NULL; /* the transform after the kernel */
-    if (fused_ok(a)) {
-        if (a->dk <= 32) launch_fused<32>(&b, C, b.signs ? cs : 0);
-        else if (a->dk <= 64) launch_fused<64>(&b, C, b.signs ? cs : 0);
-        else launch_fused<128>(&b, C, b.signs ? cs : 0);
+    const bool fused = fused_ok(a);
+    const bool ab_in = a->ab_w[0].data != NULL;
+    const bool ab_k = ab_in && fused && ab_kernel_ok(a);
+    if (ab_in && !ab_k) { /* the projections first, into a and b */
+        float *y[2] = {(float *)a->a, (float *)a->b};
+        const size_t ys[2] = {a->ab_stride, a->ab_stride};
+        tc_matmul_multi(2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
+    }
+    if (fused) {
+        if (a->dk <= 32) launch_fused<32>(&b, C, b.signs ? cs : 0, ab_k);
+        else if (a->dk <= 64) launch_fused<64>(&b, C, b.signs ? cs : 0, ab_k);
+        else launch_fused<128>(&b, C, b.signs ? cs : 0, ab_k);
     } else {
         const int w = a->dk > a->dv ? a->dk : a->dv;
         tc_launch(k_gdn_step_conv, dim3((unsigned)(2 * a->n_k + a->n_v), (unsigned)a->n),
