@@ -736,11 +736,11 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
         else launch_rec<128>(&b, C, b.signs ? cs : 0);
     }
     if (a->signs && !cs) {
-        bool fused = tc_act_in_fwht(a->act.q ? &a->act : NULL, (size_t)a->n, (size_t)VW,
-                                    (size_t)a->block, a->signs);
+        const bool fq = tc_act_in_fwht(a->act.q ? &a->act : NULL, (size_t)a->n, (size_t)VW,
+                                       (size_t)a->block, a->signs);
         tc_fwht(a->out, NULL, a->out, (size_t)a->n, (size_t)VW, (size_t)a->block, a->signs, 0,
-                fused ? &a->act : NULL);
-        if (a->act.q && !fused) tc_quantize(a->out, (size_t)VW, &a->act);
+                fq ? &a->act : NULL);
+        if (a->act.q && !fq) tc_quantize(a->out, (size_t)VW, &a->act);
     } else if (a->act.q && !act_in) {
         tc_quantize(a->out, a->out_stride, &a->act);
     }
