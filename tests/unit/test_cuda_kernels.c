@@ -525,7 +525,7 @@ TEST(gdn_step_sessions_vs_f64) {
         for (int i = 0; i < nv; i++) ha[i] = -fabsf(ha[i]) - 0.1f;
         CHECK(tc_upload(sa, ha, (size_t)nv * 4) == 0);
         float *dt = dev_rand(hdt, (size_t)nv, 0.5f), *nm = dev_rand(hn, (size_t)dv, 1.0f);
-        double *rcs = malloc((size_t)n * csn * 8), *rst = malloc((size_t)n * stn * 8);
+        double *rcs = malloc((size_t)n * csn * 8 + 8), *rst = malloc((size_t)n * stn * 8); /* +8: conv 1 */
         float *tmp = malloc((csn > stn ? csn : stn) * 4);
         float *dcs[8], *dst[8];
         for (int i = 0; i < n; i++) {
