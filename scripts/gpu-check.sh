@@ -8,12 +8,14 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              serve: tern serve --device cuda vs --device cpu, 8 concurrent greedy requests (serve-cuda.log)
 #              ncu: Nsight Compute sections of the decode GEMV (FFN gate/up, batch 1) per NCU_ENVS -> ncu.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
+#              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
+#                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
@@ -124,6 +126,10 @@ try:
     d=json.loads(open('$W/ab.json').read().strip().splitlines()[-1]); print(f\"tg {d['tg_tok_s']:.1f} pp {d['pp_tok_s']:.0f} b8 {d.get('batch_tok_s',0):.0f} launches {d['launches_per_token']:.0f}\")
 except Exception as e: print('no result', e)")"
   done
+fi
+if has ops; then
+  $B/tern bench kernels --device cuda --ops > $OUT/bench-ops.txt 2>&1
+  row "bench kernels --ops" "rc=$? (see bench-ops.txt)"
 fi
 if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA_TC mode (one log)
   m=$W/bonsai2-27b.gguf

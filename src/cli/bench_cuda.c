@@ -14,6 +14,8 @@
  * of sampled rows against float64 is printed and must stay below 1e-3.
  * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
  * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
+ * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
+ * and 8: bench_ops.
  */
 #include "cli/cli.h"
 
@@ -142,8 +144,248 @@ static int bench_gemm_tc(int reps) {
     return bad;
 }
 
+/* ------------------------------------------------------- decode-step ops
+ * bench_ops: the decode step's ops other than the GEMV at the 27B shapes (bonsai2-27b:
+ * hidden 5120, FFN 17408, GDN 16 key / 48 value heads of 128, conv 4, attention 24 q /
+ * 4 kv heads of 256, Hadamard blocks of 1024), batch 1 and 8, each timed three ways
+ * (tc_bench_us: median of `reps` rounds of 48 calls): plain launches, the 48 calls
+ * replayed as one CUDA graph (what a decode step sees), and the same graph without
+ * programmatic dependent launch; for the current kernels and for TERN_CUDA_OPS=old's
+ * (the A/B in one run). Each of the 48 calls of a round uses its own buffers where the
+ * model has one per layer (GDN states: 48 x 3.1 MB per session, from HBM as in a
+ * step). Text only; 0 = ok. */
+enum { OP_SITE, OP_SITE_NOROT, OP_GDN, OP_SWIGLU, OP_SWIGLU_NOROT, OP_HAD, OP_PREP, OP_ATTN, OP_N };
+static const char *const g_op_name[OP_N] = {
+    "norm site (add+rms+had+q)", "norm site, no signs", "gdn step + a/b gates", "swiglu+had+q",
+    "swiglu+q, no signs", "hadamard+q (attn out)", "attn prep (q/k norm, rope, kv)",
+    "attn decode (pos 1023)"};
+#define OPS_L 48 /* calls per round = layers */
+
+typedef struct ops_bufs {
+    size_t rows;
+    int op, k; /* k: calls so far (the layer a call uses) */
+    float *r, *d, *gain, *signs, *normed, *rot, *gate, *up, *out;
+    void *abuf;
+    size_t abytes;
+    tc_act act_e, act_f, act_v; /* 5120, 17408, 6144 wide */
+    /* GDN */
+    float *qkv, *z, *ab, *convw, *ssm_a, *dtb, *gnorm, *work;
+    float *cs[OPS_L][8], *st[OPS_L][8];
+    float **pcs[OPS_L], **pst[OPS_L];
+    uint8_t *wab[OPS_L]; /* bf16 a/b gate rows, [2][48][5120] per layer */
+    /* attention */
+    float *qg, *kk, *vv, *qn, *kn, *q, *g;
+    void *kc, *vc;
+} ops_bufs;
+
+#define E27 5120
+#define F27 17408
+#define NK27 16
+#define NV27 48
+#define D27 128
+#define C27 (2 * NK27 * D27 + NV27 * D27)
+#define VW27 (NV27 * D27)
+#define QW27 (24 * 256)
+#define KVW27 (4 * 256)
+#define CTX27 4096
+
+static void op_call(void *p) {
+    ops_bufs *b = p;
+    const int l = b->k++ % OPS_L;
+    const size_t R = b->rows;
+    switch (b->op) {
+    case OP_SITE:
+        tc_add_rmsnorm_hadamard_q(b->r, b->d, b->gain, 1e-6f, b->normed, b->rot, R, E27, 1024,
+                                  b->signs, &b->act_e);
+        break;
+    case OP_SITE_NOROT:
+        tc_add_rmsnorm_hadamard_q(b->r, b->d, b->gain, 1e-6f, b->normed, NULL, R, E27, 1024, NULL,
+                                  &b->act_e);
+        break;
+    case OP_GDN: {
+        tc_gdn_step_args g = {.n = (int)R, .qkv = b->qkv, .z = b->z, .a = b->ab, .b = b->ab + R * NV27,
+                              .qkv_stride = C27, .z_stride = VW27, .ab_stride = NV27,
+                              .out_stride = VW27, .conv_w = b->convw, .ssm_a = b->ssm_a,
+                              .dt_bias = b->dtb, .norm = b->gnorm, .conv_state = b->pcs[l],
+                              .state = b->pst[l], .out = b->out, .work = b->work, .n_k = NK27,
+                              .n_v = NV27, .dk = D27, .dv = D27, .conv_k = 4, .v_tiled = 1,
+                              .eps = 1e-6f, .out_grouped = 1, .signs = b->signs, .block = 1024,
+                              .act = b->act_v, .ab_x = b->normed, .ab_x_stride = E27};
+        for (int m = 0; m < 2; m++)
+            g.ab_w[m] = (tc_mat){.kind = TC_BF16, .data = b->wab[l] + (size_t)m * NV27 * E27 * 2,
+                                 .n = NV27, .k = E27, .row_bytes = (size_t)E27 * 2};
+        tc_gdn_step(&g);
+        break;
+    }
+    case OP_SWIGLU:
+        tc_swiglu_hadamard_q(b->gate, b->up, b->out, R, F27, 1024, b->signs, &b->act_f);
+        break;
+    case OP_SWIGLU_NOROT:
+        tc_swiglu_hadamard_q(b->gate, b->up, b->out, R, F27, 1024, NULL, &b->act_f);
+        break;
+    case OP_HAD:
+        tc_hadamard_q(b->out, R, VW27, 1024, b->signs, &b->act_v);
+        break;
+    case OP_PREP: {
+        tc_attn_prep_args a = {.qg = b->qg, .k = b->kk, .v = b->vv, .gated = 1, .q_norm = b->qn,
+                               .k_norm = b->kn, .eps = 1e-6f, .theta = 1e7f, .q_out = b->q,
+                               .gate_out = b->g, .kcache = b->kc, .vcache = b->vc, .pos0 = 1023,
+                               .n_head = 24, .n_head_kv = 4, .head_dim = 256, .rope_dims = 64,
+                               .k_type = TC_KV_F16, .v_type = TC_KV_F16};
+        tc_attn_prep(&a);
+        break;
+    }
+    case OP_ATTN:
+        tc_attention_decode(b->q, b->kc, b->vc, TC_KV_F16, TC_KV_F16, b->g, b->out, 1023, CTX27, 24,
+                            4, 256, 1.0f / 16.0f);
+        break;
+    }
+}
+
+static float *ops_dev(size_t n, float scale, int sign_only) {
+    float *h = malloc(n * 4), *d = tc_malloc(n * 4);
+    if (!h || !d) {
+        free(h);
+        if (d) tc_free(d, n * 4);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(rnd64() >> 11) * 0x1p-53;
+        h[i] = sign_only ? (u < 0.5 ? -1.0f : 1.0f) : (float)((2 * u - 1) * scale);
+    }
+    if (tc_upload(d, h, n * 4)) {
+        tc_free(d, n * 4);
+        d = NULL;
+    }
+    free(h);
+    return d;
+}
+
+/* every buffer of every op for `rows` (1..8) rows; 0 on success */
+static int ops_alloc(ops_bufs *b, size_t rows) {
+    memset(b, 0, sizeof *b);
+    b->rows = rows;
+    const size_t R = rows;
+    int bad = 0;
+#define A(p, n, sc, sg) do { if (!bad && !((p) = ops_dev((n), (sc), (sg)))) bad = 1; } while (0)
+    A(b->r, R * E27, 2.0f, 0); A(b->d, R * E27, 0.05f, 0); A(b->gain, E27, 1.0f, 0);
+    A(b->signs, F27, 1.0f, 1); A(b->normed, R * E27, 1.0f, 0); A(b->rot, R * E27, 1.0f, 0);
+    A(b->gate, R * F27, 2.0f, 0); A(b->up, R * F27, 2.0f, 0); A(b->out, R * F27, 1.0f, 0);
+    A(b->qkv, R * C27, 1.0f, 0); A(b->z, R * VW27, 1.0f, 0); A(b->ab, 2 * R * NV27, 1.0f, 0);
+    A(b->convw, (size_t)C27 * 4, 0.5f, 0); A(b->ssm_a, NV27, 0.5f, 0); A(b->dtb, NV27, 0.5f, 0);
+    A(b->gnorm, D27, 1.0f, 0); A(b->work, R * C27, 1.0f, 0);
+    A(b->qg, 2 * QW27, 1.0f, 0); A(b->kk, KVW27, 1.0f, 0); A(b->vv, KVW27, 1.0f, 0);
+    A(b->qn, 256, 1.0f, 0); A(b->kn, 256, 1.0f, 0); A(b->q, QW27, 1.0f, 0); A(b->g, QW27, 1.0f, 0);
+#undef A
+    if (!bad) { /* ssm_a < 0 (decay < 1) */
+        float h[NV27];
+        for (int i = 0; i < NV27; i++) h[i] = -0.1f - (float)(rnd64() % 1000) * 1e-3f;
+        if (tc_upload(b->ssm_a, h, sizeof h)) bad = 1;
+    }
+    b->abytes = tc_act_bytes(R, F27);
+    if (!bad && !(b->abuf = tc_malloc(b->abytes))) bad = 1;
+    if (!bad) {
+        b->act_e = tc_act_view(b->abuf, R, E27);
+        b->act_f = tc_act_view(b->abuf, R, F27);
+        b->act_v = tc_act_view(b->abuf, R, VW27);
+    }
+    if (!bad) { /* f16 caches of 4096 positions, small random values */
+        const size_t cb = (size_t)CTX27 * KVW27 * 2;
+        uint16_t *h = malloc(cb);
+        b->kc = tc_malloc(cb);
+        b->vc = tc_malloc(cb);
+        if (!h || !b->kc || !b->vc) bad = 1;
+        for (size_t i = 0; h && i < cb / 2; i++)
+            h[i] = tern_f32_to_f16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5));
+        if (!bad && (tc_upload(b->kc, h, cb) || tc_upload(b->vc, h, cb))) bad = 1;
+        free(h);
+    }
+    const size_t csn = (size_t)3 * C27, stn = (size_t)NV27 * D27 * D27;
+    for (int l = 0; l < OPS_L && !bad; l++) {
+        for (size_t i = 0; i < R && !bad; i++) {
+            b->cs[l][i] = tc_malloc(csn * 4); /* zeroed: a fresh session */
+            b->st[l][i] = tc_malloc(stn * 4);
+            if (!b->cs[l][i] || !b->st[l][i]) bad = 1;
+        }
+        const size_t wb = (size_t)2 * NV27 * E27 * 2;
+        uint16_t *hw = malloc(wb);
+        for (size_t e = 0; hw && e < wb / 2; e++)
+            hw[e] = tern_f32_to_bf16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5) * 0.05f);
+        b->wab[l] = tc_malloc(wb);
+        if (!hw || !b->wab[l] || tc_upload(b->wab[l], hw, wb)) bad = 1;
+        free(hw);
+        b->pcs[l] = tc_malloc(R * sizeof(float *));
+        b->pst[l] = tc_malloc(R * sizeof(float *));
+        if (!bad && (!b->pcs[l] || !b->pst[l] || tc_upload(b->pcs[l], b->cs[l], R * sizeof(float *)) ||
+                     tc_upload(b->pst[l], b->st[l], R * sizeof(float *))))
+            bad = 1;
+    }
+    return bad;
+}
+
+static void ops_free(ops_bufs *b) {
+    const size_t R = b->rows;
+    float **f[] = {&b->r, &b->d, &b->normed, &b->rot, &b->gate, &b->up, &b->out, &b->qkv, &b->z,
+                   &b->ab, &b->work, &b->gain, &b->signs, &b->convw, &b->ssm_a, &b->dtb,
+                   &b->gnorm, &b->qg, &b->kk, &b->vv, &b->qn, &b->kn, &b->q, &b->g};
+    const size_t fn[] = {R * E27, R * E27, R * E27, R * E27, R * F27, R * F27, R * F27, R * C27,
+                         R * VW27, 2 * R * NV27, R * C27, E27, F27, (size_t)C27 * 4, NV27, NV27,
+                         D27, 2 * QW27, KVW27, KVW27, 256, 256, QW27, QW27};
+    for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++)
+        if (*f[i]) tc_free(*f[i], fn[i] * 4);
+    if (b->abuf) tc_free(b->abuf, b->abytes);
+    if (b->kc) tc_free(b->kc, (size_t)CTX27 * KVW27 * 2);
+    if (b->vc) tc_free(b->vc, (size_t)CTX27 * KVW27 * 2);
+    for (int l = 0; l < OPS_L; l++) {
+        for (size_t i = 0; i < R; i++) {
+            if (b->cs[l][i]) tc_free(b->cs[l][i], (size_t)3 * C27 * 4);
+            if (b->st[l][i]) tc_free(b->st[l][i], (size_t)NV27 * D27 * D27 * 4);
+        }
+        if (b->wab[l]) tc_free(b->wab[l], (size_t)2 * NV27 * E27 * 2);
+        if (b->pcs[l]) tc_free(b->pcs[l], R * sizeof(float *));
+        if (b->pst[l]) tc_free(b->pst[l], R * sizeof(float *));
+    }
+}
+
+static int bench_ops(int reps) {
+    printf("\ndecode-step ops at the 27B shapes: us per call, median of %d rounds of %d calls "
+           "(stream: plain launches; graph: the calls replayed as one CUDA graph; no-pdl: that graph "
+           "without programmatic dependent launch)\n%-32s %5s %-4s %9s %9s %9s\n",
+           reps, OPS_L, "op", "batch", "set", "stream", "graph", "no-pdl");
+    const size_t batches[2] = {1, 8};
+    int failed = 0;
+    for (int bi = 0; bi < 2 && !failed; bi++) {
+        ops_bufs b;
+        if (ops_alloc(&b, batches[bi]) || tc_sync()) {
+            fprintf(stderr, "tern bench: out of device memory for the ops at batch %zu\n", batches[bi]);
+            ops_free(&b);
+            return 1;
+        }
+        for (int op = 0; op < OP_N && !failed; op++) {
+            if ((op == OP_PREP || op == OP_ATTN) && b.rows != 1) continue; /* per session */
+            for (int old = 0; old < 2 && !failed; old++) {
+                double us[3];
+                tc_set_ops_old(old);
+                b.op = op;
+                for (int m = 0; m < 3; m++) {
+                    tc_set_pdl(m == 2 ? 0 : 1);
+                    us[m] = tc_bench_us(op_call, &b, OPS_L, reps, m > 0);
+                    if (us[m] < 0 || tc_sync()) failed = 1;
+                }
+                tc_set_pdl(-1);
+                printf("%-32s %5zu %-4s %9.2f %9.2f %9.2f\n", g_op_name[op], b.rows, old ? "old" : "new",
+                       us[0], us[1], us[2]);
+            }
+        }
+        tc_set_ops_old(-1);
+        ops_free(&b);
+    }
+    if (failed) fprintf(stderr, "tern bench: decode ops: CUDA error\n");
+    return failed;
+}
+
 int tern_bench_kernels_cuda(int argc, char **argv) {
-    bool json = false, quick = false, no_gemm = false;
+    bool json = false, quick = false, no_gemm = false, ops_only = false;
     int reps = 0, only_b = 0;
     const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
@@ -163,7 +405,8 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
             if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file") &&
                 strcmp(lay_sel, "rows"))
                 return cli_usage_error("bench", "--layout takes tiled, file, rows or all");
-        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--ops")) ops_only = true;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 8, &v))
                 return cli_usage_error("bench", "bad --batch '%s' (1..8)", argv[i]);
@@ -174,6 +417,10 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
     if (tc_device_count() <= 0 || tc_init()) {
         fprintf(stderr, "tern bench: no CUDA device\n");
         return 1;
+    }
+    if (ops_only) {
+        printf("tern bench kernels --device cuda --ops: %s\n", tc_device_name());
+        return bench_ops(reps < 5 ? 5 : reps * 2) ? 1 : 0;
     }
     double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 5);
     if (!json)
@@ -281,6 +528,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         free(fm); free(rm); free(h); free(x); free(y);
     }
     if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
+    if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);
     if (failed) {
         fprintf(stderr, "tern bench: CUDA error\n");

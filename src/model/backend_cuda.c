@@ -286,6 +286,12 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
 
 /* ---------------------------------------------------- layer-sized operations */
 
+/* a dense matrix in the file's row layout (f32, f16, bf16) */
+static bool dense_rows(const tern_qmat *w) {
+    return w->layout == TERN_LAYOUT_ROWS &&
+           (w->type == TERN_DT_F32 || w->type == TERN_DT_F16 || w->type == TERN_DT_BF16);
+}
+
 static bool all_int(int n, const tern_qmat *const *w) {
     for (int i = 0; i < n; i++)
         if (w[i]->layout != CU_LAYOUT_R && w[i]->layout != CU_LAYOUT_T) return false;
@@ -376,11 +382,14 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     } else {
         attn_ops(st, l);
     }
-    tc_hadamard(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), 0);
+    /* the transform quantises o_proj's input in its kernel (no quantise launch in mm) */
     const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
+    tc_act oview;
+    const tc_act *oact = all_int(1, &wo) ? act_for(c, (size_t)T, (int64_t)qw, &oview) : NULL;
+    tc_hadamard_q(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), oact);
     float *yo[1] = {w->delta};
     size_t yso[1] = {(size_t)E};
-    mm(1, &wo, NULL, w->big3, (size_t)T, (size_t)qw, yo, yso);
+    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
 /* the attention mixer's middle op by op (prefill chunks; decode shapes the fused
@@ -499,9 +508,14 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     mm(2, w2, act, mm_in(m, w), (size_t)T, (size_t)E, y2, ys2);
     float *a = w->ab, *b = w->ab + (size_t)T * nv;
     const tern_qmat *wab[2] = {&l->wa, &l->wb};
-    float *yab[2] = {a, b};
-    size_t ysab[2] = {(size_t)nv, (size_t)nv};
-    mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
+    /* dense a/b gates (f32/f16/bf16): projected inside the step's kernel (ab_w below);
+     * otherwise by the matmul here */
+    const bool ab_dense = dense_rows(&l->wa) && dense_rows(&l->wb);
+    if (!ab_dense) {
+        float *yab[2] = {a, b};
+        size_t ysab[2] = {(size_t)nv, (size_t)nv};
+        mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
+    }
     const size_t n = (size_t)st->n_seq, g = (size_t)l->gdn_index;
     /* the output's permute, transform and quantisation in the step's second kernel */
     tc_act oview;
@@ -516,6 +530,12 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
                            .v_tiled = m->v_tiled, .eps = hp->eps, .out_grouped = m->out_permute,
                            .signs = tm_model_signs(m, VW), .block = m->had_block};
     if (oact) ga.act = *oact;
+    if (ab_dense) {
+        ga.ab_w[0] = to_mat(&l->wa);
+        ga.ab_w[1] = to_mat(&l->wb);
+        ga.ab_x = w->normed;
+        ga.ab_x_stride = (size_t)E;
+    }
     tc_gdn_step(&ga);
     const tern_qmat *wo = pickw(&l->wout, &l->fast_wout, dec);
     float *yo[1] = {w->delta};

@@ -222,16 +222,17 @@ typedef struct tc_gdn_args {
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm. */
 void tc_gdn(const tc_gdn_args *a);
 
-/* GDN decode step for n sessions, one token each, in two launches for all of
- * them: (1) per (head segment, session) CTA: causal conv over (conv state ++ the
- * token's qkv row) + SiLU, conv state shifted, q/k L2-normalised (q also by
- * 1/sqrt(dk)) into work; (2) per (value head, session) CTA: decay
+/* GDN decode step for n sessions, one token each, in one launch for all of them
+ * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:
+ * causal conv over (conv state ++ the token's qkv row) + SiLU, conv state shifted,
+ * q/k L2-normalised (q also by 1/sqrt(dk)); per (value head, session): decay
  * exp(ssm_a*softplus(a+dt_bias)), beta = sigmoid(b), S *= decay, delta rule,
  * o = S^T q, out = rmsnorm(o)*norm*silu(z). Same math as tc_gdn with rows = 1
  * (state fully applied, [n_v][dk][dv] fp32). conv_state and state are DEVICE
  * arrays of n device pointers (one per session, [conv_k-1][C] and
  * [n_v][dk][dv]); row i of qkv/z/a/b/out/work belongs to session i. work: n*C
- * floats. dk <= 128, dv <= 256 (else TC_ERR_UNSUPPORTED). */
+ * floats of scratch (the two-kernel path's). dk <= 128, dv <= 256 (else
+ * TC_ERR_UNSUPPORTED). */
 typedef struct tc_gdn_step_args {
     int n;
     const float *qkv, *z, *a, *b; /* [n][C], [n][n_v*dv], [n][n_v], [n][n_v] (strides below) */
@@ -254,6 +255,15 @@ typedef struct tc_gdn_step_args {
     const float *signs;
     int block;
     tc_act act;
+    /* The a/b gate projections in the step (optional; ab_w[0].data NULL: a and b are
+     * inputs): a[i][p] = sum_j ab_w[0][p, j] ab_x[i*ab_x_stride + j], b likewise with
+     * ab_w[1] (n_v rows of k each). Dense matrices (TC_F32, F16 or BF16, one kind,
+     * rows 16-byte aligned, k % 8 == 0) are read inside the one-kernel step; other
+     * kinds and shapes, and the two-kernel path, run tc_matmul_multi first into a and
+     * b, which must then be writable device rows. */
+    tc_mat ab_w[2];
+    const float *ab_x;
+    size_t ab_x_stride;
 } tc_gdn_step_args;
 void tc_gdn_step(const tc_gdn_step_args *a);
 
@@ -267,6 +277,30 @@ void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a
 void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
 void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
                               int dv);
+
+/* The forward tc_hadamard that also writes act (rows x n): the quantised output, in
+ * the transform's kernel when block % 128 == 0 (else one tc_quantize launch). act NULL:
+ * tc_hadamard. Lets the matmul after it take the activation (tc_matmul_multi_q). */
+void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
+                   const tc_act *act);
+
+/* ------------------------------------------------- A/B switches, op timing
+ * TERN_CUDA_OPS=old (read once) runs the decode-step ops' previous kernels (norm
+ * sites: k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and
+ * SwiGLU: k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize) for
+ * an A/B; tc_set_ops_old(1 | 0) overrides it, -1 goes back to the variable.
+ * tc_set_pdl(1 | 0 | -1) likewise overrides TERN_CUDA_PDL (programmatic dependent
+ * launch). Both apply from the next launch (a recorded graph keeps what it recorded). */
+int tc_ops_old(void);
+void tc_set_ops_old(int old);
+void tc_set_pdl(int on);
+/* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
+ * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
+ * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
+ * and each round replays it, so launch costs are those of a decode-step graph.
+ * -1 on a CUDA error (noted for tc_sync). Not while a graph is being captured. */
+typedef void (*tc_bench_fn)(void *ctx);
+double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
 
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for

@@ -14,6 +14,8 @@
 
 __global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd, int rot,
                        int pos0, const int *__restrict__ dpos, float theta) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     const int half = rot / 2;
     if (dpos) pos0 = *dpos;
     size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -36,9 +38,8 @@ extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int h
     TC_PROF(TC_FAM_ROPE);
     size_t total = rows * (size_t)(rot / 2);
     if (!total) return;
-    k_rope<<<tc_blocks(total, 128), 128, 0, tc_stream>>>(x, rows, stride, n_heads, hd, rot, pos0,
-                                                         tc_dyn_pos, theta);
-    tc_check_launch();
+    tc_launch(k_rope, dim3(tc_blocks(total, 128)), dim3(128), 0, 1, x, rows, stride, n_heads, hd, rot,
+              pos0, tc_dyn_pos, theta);
 }
 
 /* ------------------------------------------------------------- attention */
@@ -179,6 +180,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__res
                             const KT *__restrict__ kc, const VT *__restrict__ vc,
                             float *__restrict__ out, int pos0, const int *__restrict__ dpos,
                             int nh, int nkv, int hd, float scale) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     if (dpos) pos0 = *dpos;
     const int i = blockIdx.x, h = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -201,11 +204,10 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const void *kcache
     att_dispatch(k_type, v_type, [&](auto *k0, auto *v0) {
         using KT = typename std::remove_pointer<decltype(k0)>::type;
         using VT = typename std::remove_pointer<decltype(v0)>::type;
-        k_attention<KT, VT><<<grid, ATT_WARPS * 32, 0, tc_stream>>>(
+        tc_launch(k_attention<KT, VT>, grid, dim3(ATT_WARPS * 32), 0, 1,
             q, q_stride, (const KT *)kcache, (const VT *)vcache, out, pos0, tc_dyn_pos, n_head,
             n_head_kv, head_dim, scale);
     });
-    tc_check_launch();
 }
 
 /* ------------------------------------------------ split-K decode attention */
@@ -223,6 +225,8 @@ template <typename KT, typename VT>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__restrict__ q,
         const KT *__restrict__ kc, const VT *__restrict__ vc, float *__restrict__ part,
         int pos0, const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int span) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     if (dpos) pos0 = *dpos;
     const int h = blockIdx.x, sp = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -242,6 +246,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_split(const float *__re
 __global__ void k_attn_merge(const float *__restrict__ part, const float *__restrict__ gate,
                              float *__restrict__ out, int pos0, const int *__restrict__ dpos,
                              int hd, int splits, int span) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     if (dpos) pos0 = *dpos;
     const int h = blockIdx.x;
     const int used = min(splits, pos0 / span + 1);
@@ -290,19 +296,19 @@ extern "C" void tc_attention_decode(const float *q, const void *kcache, const vo
     att_dispatch(k_type, v_type, [&](auto *k0, auto *v0) {
         using KT = typename std::remove_pointer<decltype(k0)>::type;
         using VT = typename std::remove_pointer<decltype(v0)>::type;
-        k_attn_split<KT, VT><<<grid, ATT_WARPS * 32, 0, tc_stream>>>(
+        tc_launch(k_attn_split<KT, VT>, grid, dim3(ATT_WARPS * 32), 0, 1,
             q, (const KT *)kcache, (const VT *)vcache, part, pos0, tc_dyn_pos, n_head, n_head_kv,
             head_dim, scale, splits, span);
     });
-    tc_check_launch();
-    k_attn_merge<<<(unsigned)n_head, (head_dim + 31) / 32 * 32, 0, tc_stream>>>(
+    tc_launch(k_attn_merge, dim3((unsigned)n_head), dim3((head_dim + 31) / 32 * 32), 0, 1,
         part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
-    tc_check_launch();
 }
 
 __global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt, int vt,
                            const float *__restrict__ k, const float *__restrict__ v, size_t kvw,
                            size_t total, int pos0, const int *__restrict__ dpos) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*kvw */
     if (i >= total) return;
     if (dpos) pos0 = *dpos;
@@ -320,9 +326,8 @@ extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const fl
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    k_kv_store<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(kc, vc, k_type, v_type, k, v, kvw,
-                                                             total, pos0, tc_dyn_pos);
-    tc_check_launch();
+    tc_launch(k_kv_store, dim3(tc_blocks(total, 256)), dim3(256), 0, 1, kc, vc, k_type, v_type, k, v,
+              kvw, total, pos0, tc_dyn_pos);
 }
 
 /* ------------------------------------------------- decode prologue (fused) */
@@ -331,6 +336,8 @@ extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const fl
  * v copied). The head sits in registers (ATT_EPL per lane) for the norm and in
  * shared memory for RoPE's pairs (i, i + rot/2). */
 __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int *__restrict__ dpos) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     __shared__ float sh[ATT_EPL * 32];
     const int pos = dpos ? *dpos : a.pos0;
     const int h = blockIdx.x, lane = threadIdx.x, hd = a.head_dim;
@@ -391,6 +398,5 @@ extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    k_attn_prep<<<(unsigned)(a->n_head + a->n_head_kv), 32, 0, tc_stream>>>(*a, tc_dyn_pos);
-    tc_check_launch();
+    tc_launch(k_attn_prep, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_dyn_pos);
 }

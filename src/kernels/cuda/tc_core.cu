@@ -26,14 +26,17 @@ static int *g_step_pin;        /* the pinned host copy the node reads */
 const int *tc_dyn_pos;
 const int32_t *tc_dyn_ids;
 
+static int g_pdl = -1; /* -1: TERN_CUDA_PDL not read yet */
 int tc_pdl_on(void) {
-    static int v = -1;
-    if (v < 0) {
+    if (g_pdl < 0) {
         const char *e = getenv("TERN_CUDA_PDL");
-        v = !(e && !strcmp(e, "0"));
+        g_pdl = !(e && !strcmp(e, "0"));
     }
-    return v;
+    return g_pdl;
 }
+
+/* the bench's A/B switch (1 on, 0 off, -1 back to TERN_CUDA_PDL) */
+extern "C" void tc_set_pdl(int on) { g_pdl = on < 0 ? -1 : on != 0; }
 
 void tc_note(int err) {
     if (err && !g_err) g_err = err;

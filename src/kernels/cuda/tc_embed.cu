@@ -10,6 +10,8 @@
 
 __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, int64_t K,
                         const int32_t *__restrict__ ids, float *__restrict__ out) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     const uint8_t *row = emb + (size_t)ids[blockIdx.y] * rb;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
          j += (int64_t)gridDim.x * blockDim.x)
@@ -19,6 +21,8 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
 /* TC_TERN128R rows: codes [n][K/4], then fp16 scales [n][K/128]. */
 __global__ void k_embed_r(const uint8_t *__restrict__ codes, const unsigned short *__restrict__ sc,
                           int64_t K, const int32_t *__restrict__ ids, float *__restrict__ out) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     const size_t row = (size_t)ids[blockIdx.y];
     const uint8_t *cr = codes + row * (size_t)(K >> 2);
     const unsigned short *sr = sc + row * (size_t)(K >> 7);
@@ -49,13 +53,12 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
         if (emb->kind == TC_TERN128R)
-            k_embed_r<<<grid, 256, 0, tc_stream>>>(
-                emb->data, (const unsigned short *)(emb->data + (size_t)emb->n * (size_t)(emb->k / 4)),
-                emb->k, ids + i0, out + i0 * (size_t)emb->k);
+            tc_launch(k_embed_r, grid, dim3(256), 0, 1, emb->data,
+                      (const unsigned short *)(emb->data + (size_t)emb->n * (size_t)(emb->k / 4)),
+                      emb->k, ids + i0, out + i0 * (size_t)emb->k);
         else
-            k_embed<<<grid, 256, 0, tc_stream>>>(emb->kind, emb->data, emb->row_bytes, emb->k,
-                                                 ids + i0, out + i0 * (size_t)emb->k);
-        tc_check_launch();
+            tc_launch(k_embed, grid, dim3(256), 0, 1, emb->kind, emb->data, emb->row_bytes, emb->k,
+                      ids + i0, out + i0 * (size_t)emb->k);
     }
     if (signs) tc_fwht(out, NULL, out, n, (size_t)emb->k, block, signs, 1, NULL);
 }

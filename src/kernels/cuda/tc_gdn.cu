@@ -1,7 +1,9 @@
 /*
  * tc_gdn.cu - the Gated DeltaNet block: chunk path (conv + SiLU, L2 norms, fp32
  * delta rule with the state column of each thread in registers, gated RMSNorm)
- * and the fused decode step for n sessions.
+ * and the fused decode step for n sessions: one kernel (k_gdn_step_fused) where
+ * the shape allows, else (and with TERN_CUDA_OPS=old) two (k_gdn_step_conv +
+ * k_gdn_step_rec).
  */
 #include "kernels/cuda/internal.cuh"
 
@@ -15,6 +17,8 @@ namespace cg = cooperative_groups;
 __global__ void k_gdn_conv(const float *__restrict__ qkv, const float *__restrict__ w,
                            float *__restrict__ state, float *__restrict__ work, int C, int K,
                            int T) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
     const float *wc = w + (size_t)ch * K;
@@ -36,6 +40,8 @@ __global__ void k_gdn_conv(const float *__restrict__ qkv, const float *__restric
 
 /* One warp per (row, q/k head): L2 norm (q heads also scaled by 1/sqrt(dk)). */
 __global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= (size_t)T * 2 * nk) return;
@@ -55,6 +61,8 @@ __global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk)
  *   (o = sq + (k.q) d with sq = (decayed S)^T q), out = rmsnorm(o)*norm*silu(z). */
 template <int KMAX>
 __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     extern __shared__ float sm[];
     float *sq_ = sm, *sk = sm + KMAX, *red = sm + 2 * KMAX;
     const int p = blockIdx.x, j = threadIdx.x;
@@ -116,8 +124,7 @@ template <int KMAX>
 static void gdn_rec(const tc_gdn_args *a, int C) {
     int threads = (a->dv + 31) / 32 * 32;
     size_t smem = (2 * KMAX + 32) * sizeof(float);
-    k_gdn_rec<KMAX><<<a->n_v, threads, smem, tc_stream>>>(*a, C);
-    tc_check_launch();
+    tc_launch(k_gdn_rec<KMAX>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
 }
 
 extern "C" void tc_gdn(const tc_gdn_args *a) {
@@ -128,12 +135,11 @@ extern "C" void tc_gdn(const tc_gdn_args *a) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    k_gdn_conv<<<tc_blocks((size_t)C, 128), 128, 0, tc_stream>>>(a->qkv, a->conv_w, a->conv_state,
-                                                                 a->work, C, a->conv_k, a->rows);
-    tc_check_launch();
+    tc_launch(k_gdn_conv, dim3(tc_blocks((size_t)C, 128)), dim3(128), 0, 1, a->qkv, a->conv_w,
+              a->conv_state, a->work, C, a->conv_k, a->rows);
     size_t warps = (size_t)a->rows * 2 * a->n_k;
-    k_gdn_l2<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(a->work, C, a->rows, a->n_k, a->dk);
-    tc_check_launch();
+    tc_launch(k_gdn_l2, dim3(tc_blocks(warps * 32, 256)), dim3(256), 0, 1, a->work, C, a->rows,
+              a->n_k, a->dk);
     tc_gdn_args b = *a;
     if (a->dk <= 32) gdn_rec<32>(&b, C);
     else if (a->dk <= 64) gdn_rec<64>(&b, C);
@@ -146,6 +152,8 @@ extern "C" void tc_gdn(const tc_gdn_args *a) {
  * 0..nk-1 are q heads, nk..2nk-1 k heads (dk channels each), then the nv value
  * heads (dv channels each). Each channel's conv state is owned by one thread. */
 __global__ void __launch_bounds__(256) k_gdn_step_conv(tc_gdn_step_args a, int C) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     __shared__ float red[8];
     const int g = blockIdx.x, i = blockIdx.y, t = threadIdx.x;
     const int nk = a.n_k, dk = a.dk, K = a.conv_k;
@@ -180,7 +188,8 @@ __global__ void __launch_bounds__(256) k_gdn_step_conv(tc_gdn_step_args a, int C
 
 /* The output stage of the decode step for CTA g (the row's output slot g: value
  * head p = g, or with out_grouped the head whose grouped-order slot g is), after
- * the gated norm: y is output j of the slot (0 for j >= dv). XF: the forward
+ * the gated norm: y is output j of the slot (0 for j >= dv), sgn its sign
+ * (a.signs[g*dv + j], loaded by the caller early; XF only). XF: the forward
  * Hadamard of the row in blocks of a.block: stages below min(block, dv) inside the
  * CTA (warp shuffles, then shared memory), the stages across the block/dv CTAs of
  * a cluster through distributed shared memory (each thread reads its index from
@@ -189,12 +198,12 @@ __global__ void __launch_bounds__(256) k_gdn_step_conv(tc_gdn_step_args a, int C
  * a.act.q, its 128-blocks quantised (as tc_quantize of the written floats). */
 template <bool XF>
 __device__ __forceinline__ void gdn_step_out(const tc_gdn_step_args &a, int g, int i, int j,
-                                             float y, float *xo) {
+                                             float y, float sgn, float *xo) {
     const int dv = a.dv;
     const bool act = j < dv;
     if (XF) {
         const int B = a.block, lb = B < dv ? B : dv;
-        if (act) y *= a.signs[(size_t)g * dv + j];
+        if (act) y *= sgn;
         int h = 1;
         if (dv % 32 == 0)
             for (; h < lb && h < 32; h <<= 1) {
@@ -258,6 +267,8 @@ __device__ __forceinline__ void gdn_step_out(const tc_gdn_step_args &a, int g, i
 /* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p. */
 template <int KMAX, bool XF>
 __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     __shared__ float sq_[KMAX], sk[KMAX], red[8], xo[256];
     const int g = blockIdx.x, i = blockIdx.y, j = threadIdx.x;
     const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk;
@@ -311,7 +322,369 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
         const float zz = a.z[(size_t)i * a.z_stride + (size_t)p * dv + j];
         y = o * inv * a.norm[j] * tc_silu(zz);
     }
-    gdn_step_out<XF>(a, g, i, j, y, xo);
+    gdn_step_out<XF>(a, g, i, j, y, XF && act ? a.signs[(size_t)g * dv + j] : 1.0f, xo);
+}
+
+template <int KMAX>
+static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
+    const dim3 grid((unsigned)a->n_v, (unsigned)a->n), block((unsigned)((a->dv + 31) / 32 * 32));
+    if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true>, grid, block, 0, (unsigned)cs, *a, C);
+    else tc_launch(k_gdn_step_rec<KMAX, false>, grid, block, 0, 1, *a, C);
+}
+
+/* ------------------------------------------------ GDN decode step, one kernel
+ * k_gdn_step_fused: CTA (output slot g, session i) of 128 threads does the whole step
+ * of value head p (the math of k_gdn_step_conv + k_gdn_step_rec; the state sums in
+ * another order):
+ *  - Loads, all issued right after the PDL wait: the thread's block of the state,
+ *    the conv inputs, states and weights of its channels, a, b, dt_bias, ssm_a, z,
+ *    norm and (XF) its output sign.
+ *  - Conv + SiLU: thread t owns channel t of the key head's q and k (t < dk) and of
+ *    the value head's v (t < dv). q and k are L2-normalised (q also by 1/sqrt(dk)) as
+ *    in k_gdn_step_conv (same warps, same sums: the same floats) and kept in shared
+ *    memory; v goes to the column's threads by shuffles. The r = nv/nk value heads
+ *    of a key head each compute its q and k (cheap), so no CTA waits for another.
+ *  - Conv state: the v channels' rows are shifted by this CTA (it alone reads them).
+ *    The q/k channels' rows are read by the r CTAs of the key head, so only the last
+ *    of them to finish reading shifts them: each CTA, after its reads were consumed
+ *    (__syncthreads), has thread 0 fence and atomicAdd cnt[i][kh]; the one that gets
+ *    r - 1 (no CTA ever waits for another) resets it to 0 and, after a fence,
+ *    writes the shifted rows at its end. The counters (a zeroed device buffer of
+ *    GDN_CNT ints, allocated once) are 0 again after every step.
+ *  - State update: thread t = 4 cg + rg owns columns 4cg..4cg+3 (cg = t / 4) of rows
+ *    rg*RPT .. rg*RPT + RPT-1 (rg = t % 4, RPT = KMAX/4) in registers: 16-byte loads
+ *    (a warp instruction reads 4 rows x 128 contiguous bytes); decay, then kv and sq
+ *    for its 4 columns and kq over its rows, summed over the quad's 4 row groups with
+ *    two xor-shuffles (the same sums in all 4 lanes); d = (v - kv) * beta; S += k d^T
+ *    stored back; o = sq + kq * d. Thread t's output column is j = t (its rg-th).
+ *  - Gated RMSNorm over the dv columns, then gdn_step_out (grouped slot, the
+ *    Hadamard in the CTA or across the cluster, the quantised activation) as the
+ *    two-kernel path.
+ * Shared memory: q and k as 4 groups of RPT rows, each group padded by 4 floats
+ * (the quad's 4 lanes read 4 different 16-byte bank groups), the warps' sums, xo (the
+ * output stage), the last-CTA flag. dk <= 128, dv <= 128 with dv % 4 == 0, conv_k <= 4.
+ */
+#define GDN_CNT 16384 /* sessions x key heads the counter buffer covers */
+static int *g_gdn_cnt;
+
+/* conv of one channel: K-1 state values st and their weights wt (K <= 4), the
+ * input x and its weight wl, then SiLU; the sums of k_gdn_step_conv in the same order */
+__device__ __forceinline__ float gdn_conv1(const float st[3], const float wt[3], float wl, float x,
+                                           int K) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        if (j < K - 1) s += wt[j] * st[j];
+    s += wl * x;
+    return s / (1.0f + expf(-s));
+}
+
+/* the K-1 conv-state values of channel ch (state rows [K-1][C]), their weights, and
+ * the input's weight (the last of the channel's K) */
+__device__ __forceinline__ void gdn_conv_ld(const float *cs, const float *w, size_t C, int ch,
+                                            int K, bool on, float st[3], float wt[3], float *wl) {
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        st[j] = on && j < K - 1 ? cs[(size_t)j * C + ch] : 0.0f;
+        wt[j] = on && j < K - 1 ? w[(size_t)ch * K + j] : 0.0f;
+    }
+    *wl = on ? w[(size_t)ch * K + K - 1] : 0.0f;
+}
+
+/* the shifted rows of channel ch: row j <- old row j+1, row K-2 <- x */
+__device__ __forceinline__ void gdn_conv_st(float *cs, size_t C, int ch, int K, const float st[3],
+                                            float x) {
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+        if (j + 1 < K - 1) cs[(size_t)j * C + ch] = st[j + 1];
+    if (K > 1) cs[(size_t)(K - 2) * C + ch] = x;
+}
+
+/* one 16-byte asynchronous copy global -> shared (cp.async, no registers held) */
+__device__ __forceinline__ void gdn_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+/* sum over j = t, t + 128, ... < k of w[j] x[j] (w: k elements of a dense kind) */
+__device__ __forceinline__ float gdn_dot(const uint8_t *w, int kind, const float *x, int k, int t) {
+    float s = 0.0f;
+    if (kind == TC_F32) {
+        for (int j = t; j < k; j += 128) s = fmaf(((const float *)w)[j], x[j], s);
+    } else if (kind == TC_F16) {
+        for (int j = t; j < k; j += 128) s = fmaf(tc_ld_f16(w + 2 * j), x[j], s);
+    } else {
+        for (int j = t; j < k; j += 128) s = fmaf(tc_ld_bf16(w + 2 * j), x[j], s);
+    }
+    return s;
+}
+
+/* AB: the a/b projections in the kernel. Dynamic shared memory: the session's x row
+ * (k floats), then row p of ab_w[0] and of ab_w[1] (k elements each), copied with
+ * cp.async right after the state loads (registers stay free for the state); each
+ * thread sums j = t, t+128, ..., then the warps as for the norms. */
+template <int KMAX, bool XF, bool AB>
+__global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gdn_step_args a, int C,
+                                                           int *__restrict__ cnt) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    constexpr int RPT = KMAX / 4, RS = RPT + 4;
+    extern __shared__ __align__(16) uint8_t abs_[]; /* AB: x, row p of W_a, of W_b */
+    __shared__ __align__(16) float sqk[2][4 * RS]; /* q, k: row e at (e / RPT) * RS + e % RPT */
+    __shared__ float red[5][4]; /* per warp: |q|^2, |k|^2, |o|^2, a, b partial sums */
+    __shared__ float xo[128];
+    __shared__ float qkn[2][3][128]; /* q, k: new conv-state rows 0, 1 (old 1, 2) and x */
+    __shared__ int last;
+    const int g = blockIdx.x, i = blockIdx.y, t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk, K = a.conv_k;
+    const int p = a.out_grouped ? (g % r) * nk + g / r : g;
+    const int kh = a.v_tiled ? p % nk : p / r;
+    const int cg = t >> 2, rg = t & 3;
+    const bool colok = 4 * cg < dv, tq = t < dk, tv = t < dv;
+
+    /* the state block first (the longest wait): S[e] = row rg*RPT + e, columns 4cg.. */
+    float *Sb = a.state[i] + (size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg;
+    asm volatile("" : "+l"(Sb)); /* opaque: one base address, not RPT live ones */
+    float4 S[RPT];
+#pragma unroll
+    for (int e = 0; e < RPT; e++)
+        S[e] = colok && rg * RPT + e < dk ? *(const float4 *)(Sb + (size_t)e * dv)
+                                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    /* AB: x and the two weight rows to shared memory, asynchronously */
+    const int kab = AB ? (int)a.ab_w[0].k : 0, kind = a.ab_w[0].kind;
+    const int es = kind == TC_F32 ? 4 : 2;
+    float *xs = (float *)abs_;
+    uint8_t *was = abs_ + (size_t)kab * 4, *wbs = was + (size_t)kab * es;
+    if (AB) {
+        const uint8_t *xg = (const uint8_t *)(a.ab_x + (size_t)i * a.ab_x_stride);
+        const uint8_t *wag = a.ab_w[0].data + (size_t)p * a.ab_w[0].row_bytes;
+        const uint8_t *wbg = a.ab_w[1].data + (size_t)p * a.ab_w[1].row_bytes;
+        for (int c = t; c < kab / 4; c += 128) gdn_cp16(xs + 4 * c, xg + 16 * c);
+        for (int c = t; c < kab * es / 16; c += 128) {
+            gdn_cp16(was + 16 * c, wag + 16 * c);
+            gdn_cp16(wbs + 16 * c, wbg + 16 * c);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    /* conv inputs of the thread's q, k, v channels */
+    const int chq = kh * dk + t, chk = nk * dk + kh * dk + t, chv = 2 * nk * dk + p * dv + t;
+    float *cst = a.conv_state[i];
+    const float *xr = a.qkv + (size_t)i * a.qkv_stride;
+    float stq[3], stk[3], stv[3], wq[3], wk[3], wv[3], lq, lk, lv;
+    gdn_conv_ld(cst, a.conv_w, (size_t)C, chq, K, tq, stq, wq, &lq);
+    gdn_conv_ld(cst, a.conv_w, (size_t)C, chk, K, tq, stk, wk, &lk);
+    gdn_conv_ld(cst, a.conv_w, (size_t)C, chv, K, tv, stv, wv, &lv);
+    const float xq = tq ? xr[chq] : 0.0f, xk = tq ? xr[chk] : 0.0f, xv = tv ? xr[chv] : 0.0f;
+    const float dtb = a.dt_bias[p], sa = a.ssm_a[p];
+    float ax = AB ? 0.0f : a.a[(size_t)i * a.ab_stride + p];
+    float bx = AB ? 0.0f : a.b[(size_t)i * a.ab_stride + p];
+    const float zz = tv ? a.z[(size_t)i * a.z_stride + (size_t)p * dv + t] : 0.0f;
+    const float nm = tv ? a.norm[t] : 0.0f;
+    const float sgn = XF && tv ? a.signs[(size_t)g * dv + t] : 1.0f;
+
+    /* conv + SiLU; q and k L2 norms as k_gdn_step_conv */
+    float cq = tq ? gdn_conv1(stq, wq, lq, xq, K) : 0.0f;
+    float ck = tq ? gdn_conv1(stk, wk, lk, xk, K) : 0.0f;
+    const float cv = tv ? gdn_conv1(stv, wv, lv, xv, K) : 0.0f;
+    if (tv) gdn_conv_st(cst, (size_t)C, chv, K, stv, xv); /* the v channels: ours alone */
+    if (tq) { /* the q/k rows' new values, for the last CTA's write (registers stay free) */
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            qkn[0][j][t] = stq[j + 1];
+            qkn[1][j][t] = stk[j + 1];
+        }
+        qkn[0][2][t] = xq;
+        qkn[1][2][t] = xk;
+    }
+    float pa = 0.0f, pb = 0.0f;
+    if (AB) { /* the copies landed (this thread's; the barrier: everyone's) */
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+        pa = tc_warp_sum(gdn_dot(was, kind, xs, kab, t));
+        pb = tc_warp_sum(gdn_dot(wbs, kind, xs, kab, t));
+    }
+    {
+        const float ssq = tc_warp_sum(cq * cq), ssk = tc_warp_sum(ck * ck);
+        if (lane == 0) {
+            red[0][w] = ssq;
+            red[1][w] = ssk;
+            red[3][w] = pa;
+            red[4][w] = pb;
+        }
+    }
+    __syncthreads(); /* also: every conv-state value this CTA reads has been consumed */
+    {
+        float tq2 = 0.0f, tk2 = 0.0f;
+        for (int u = 0; u < 4; u++) {
+            tq2 += red[0][u];
+            tk2 += red[1][u];
+        }
+        if (AB) {
+            for (int u = 0; u < 4; u++) {
+                ax += red[3][u];
+                bx += red[4][u];
+            }
+        }
+        const float iq = (float)(1.0 / sqrt((double)tq2 + 1e-6)) * (1.0f / sqrtf((float)dk));
+        const float ik = (float)(1.0 / sqrt((double)tk2 + 1e-6));
+        cq *= iq;
+        ck *= ik;
+    }
+    if (t < KMAX) {
+        const int e = (t / RPT) * RS + t % RPT;
+        sqk[0][e] = tq ? cq : 0.0f;
+        sqk[1][e] = tq ? ck : 0.0f;
+    }
+    /* v of the thread's 4 columns from the quad that computed them */
+    float v4[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) v4[c] = __shfl_sync(0xffffffffu, cv, (lane & ~3) | c);
+    ax += dtb;
+    const float sp = ax > 20.0f ? ax : log1pf(expf(ax));
+    const float decay = expf(sa * sp);
+    const float beta = 1.0f / (1.0f + expf(-bx));
+    int old = 0;
+    if (t == 0) { /* release: this CTA's conv-state reads come before its count */
+        __threadfence();
+        old = atomicAdd(cnt + (size_t)i * nk + kh, 1); /* used only at the end */
+    }
+    __syncthreads(); /* q, k in shared memory */
+
+    /* state update */
+    float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kq = 0.0f;
+    const float *qs = sqk[0] + rg * RS, *ks = sqk[1] + rg * RS;
+#pragma unroll
+    for (int e = 0; e < RPT; e++) {
+        const float kk = ks[e], qq = qs[e];
+        float *s4 = &S[e].x;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float s = s4[c] * decay;
+            s4[c] = s;
+            kv[c] = fmaf(s, kk, kv[c]);
+            sq[c] = fmaf(s, qq, sq[c]);
+        }
+        kq = fmaf(kk, qq, kq);
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            kv[c] += __shfl_xor_sync(0xffffffffu, kv[c], o);
+            sq[c] += __shfl_xor_sync(0xffffffffu, sq[c], o);
+        }
+        kq += __shfl_xor_sync(0xffffffffu, kq, o);
+    }
+    float d[4], oj = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        d[c] = (v4[c] - kv[c]) * beta;
+        const float oc = sq[c] + kq * d[c];
+        if (c == rg) oj = oc;
+    }
+#pragma unroll
+    for (int e = 0; e < RPT; e++) {
+        const float kk = ks[e];
+        float *s4 = &S[e].x;
+#pragma unroll
+        for (int c = 0; c < 4; c++) s4[c] = fmaf(kk, d[c], s4[c]);
+        if (colok && rg * RPT + e < dk) *(float4 *)(Sb + (size_t)e * dv) = S[e];
+    }
+
+    /* gated RMSNorm over the dv columns (thread t = column t) */
+    if (!tv) oj = 0.0f;
+    {
+        const float ss = tc_warp_sum(oj * oj);
+        if (lane == 0) red[2][w] = ss;
+    }
+    __syncthreads();
+    float tot = 0.0f;
+    for (int u = 0; u < 4; u++) tot += red[2][u];
+    float y = 0.0f;
+    if (tv) {
+        const float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
+        y = oj * inv * nm * tc_silu(zz);
+    }
+    gdn_step_out<XF>(a, g, i, t, y, sgn, xo);
+
+    /* the q/k conv-state rows, by the last of the key head's r CTAs */
+    if (t == 0) {
+        last = old == r - 1;
+        if (last) {
+            cnt[(size_t)i * nk + kh] = 0;
+            __threadfence(); /* acquire: the writes below come after every CTA's count */
+        }
+    }
+    __syncthreads();
+    if (last && tq) { /* gdn_conv_st takes the old rows: (unused, old 1, old 2) */
+        const float oq[3] = {0.0f, qkn[0][0][t], qkn[0][1][t]};
+        const float ok[3] = {0.0f, qkn[1][0][t], qkn[1][1][t]};
+        gdn_conv_st(cst, (size_t)C, chq, K, oq, qkn[0][2][t]);
+        gdn_conv_st(cst, (size_t)C, chk, K, ok, qkn[1][2][t]);
+    }
+}
+
+#define GDN_AB_SMEM (96 * 1024) /* the AB kernels' dynamic shared memory limit */
+
+template <int KMAX, bool XF, bool AB>
+static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+    if (AB) {
+        static bool attr;
+        if (!attr) {
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, GDN_AB_SMEM);
+            attr = true;
+        }
+    }
+    tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
+              smem, cs, *a, C, g_gdn_cnt);
+}
+
+/* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the
+ * a/b projections in it (smem bytes of x and the two weight rows) */
+template <int KMAX>
+static void launch_fused(const tc_gdn_step_args *a, int C, int cs, bool ab) {
+    const size_t smem = ab ? (size_t)a->ab_w[0].k * (4 + 2 * (a->ab_w[0].kind == TC_F32 ? 4 : 2)) : 0;
+    const unsigned cl = cs > 1 ? (unsigned)cs : 1;
+    if (cs > 0) {
+        if (ab) launch_fused3<KMAX, true, true>(a, C, cl, smem);
+        else launch_fused3<KMAX, true, false>(a, C, cl, smem);
+    } else {
+        if (ab) launch_fused3<KMAX, false, true>(a, C, cl, smem);
+        else launch_fused3<KMAX, false, false>(a, C, cl, smem);
+    }
+}
+
+/* the one-kernel step takes the shape, and its counters exist (allocated, zeroed, at
+ * the first call that is not being captured into a graph) */
+static bool fused_ok(const tc_gdn_step_args *a) {
+    if (tc_ops_old() || a->dk > 128 || a->dv > 128 || a->dv % 4 || a->conv_k > 4 ||
+        (size_t)a->n * (size_t)a->n_k > GDN_CNT)
+        return false;
+    if (!g_gdn_cnt) {
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(tc_stream, &cap) != cudaSuccess ||
+            cap != cudaStreamCaptureStatusNone) {
+            cudaGetLastError();
+            return false;
+        }
+        g_gdn_cnt = (int *)tc_malloc(GDN_CNT * sizeof(int)); /* zeroed; kept for the process */
+        if (!g_gdn_cnt) return false;
+    }
+    return true;
+}
+
+/* the a/b projections fit the one-kernel step: both matrices dense of one kind,
+ * rows (and x) 16-byte aligned, k % 8 == 0, x and the two rows in GDN_AB_SMEM */
+static bool ab_kernel_ok(const tc_gdn_step_args *a) {
+    const tc_mat *w = a->ab_w;
+    const int kind = w[0].kind;
+    if ((kind != TC_F32 && kind != TC_F16 && kind != TC_BF16) || w[1].kind != kind) return false;
+    const size_t es = kind == TC_F32 ? 4 : 2, k = (size_t)w[0].k;
+    return k > 0 && k % 8 == 0 && k * (4 + 2 * es) <= GDN_AB_SMEM &&
+           ((uintptr_t)w[0].data & 15) == 0 && ((uintptr_t)w[1].data & 15) == 0 &&
+           w[0].row_bytes % 16 == 0 && w[1].row_bytes % 16 == 0 && ((uintptr_t)a->ab_x & 15) == 0 &&
+           a->ab_x_stride % 4 == 0;
 }
 
 /* the output stage fits the rec kernel: blocks within a CTA or across <= 8 CTAs */
@@ -323,54 +696,51 @@ static int xf_cluster(const tc_gdn_step_args *a) {
     return B / dv;
 }
 
-template <int KMAX>
-static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)a->n_v, (unsigned)a->n);
-    cfg.blockDim = dim3((unsigned)((a->dv + 31) / 32 * 32));
-    cfg.stream = tc_stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)(cs > 0 ? cs : 1);
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = cs > 1 ? 1 : 0;
-    if (cs > 0) tc_note((int)cudaLaunchKernelEx(&cfg, k_gdn_step_rec<KMAX, true>, *a, C));
-    else tc_note((int)cudaLaunchKernelEx(&cfg, k_gdn_step_rec<KMAX, false>, *a, C));
-    tc_check_launch();
-}
-
 extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     TC_PROF(TC_FAM_GDN);
     if (a->n <= 0) return;
     const int VW = a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256 || a->dk < 1 || a->dv < 1 || a->conv_k < 1 || a->n > 65535 ||
         a->n_k < 1 || a->n_v % a->n_k ||
+        (a->ab_w[0].data && (!a->ab_w[1].data || !a->ab_x || a->ab_w[0].n != a->n_v ||
+                             a->ab_w[1].n != a->n_v || a->ab_w[0].k != a->ab_w[1].k)) ||
         (a->act.q && (a->act.k != VW || a->act.batch != (size_t)a->n || VW % 128)) ||
         (a->signs && !xf_cluster(a) && a->out_stride != (size_t)VW)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
     const int C = 2 * a->n_k * a->dk + VW;
-    const int w = a->dk > a->dv ? a->dk : a->dv;
-    dim3 g1((unsigned)(2 * a->n_k + a->n_v), (unsigned)a->n);
-    k_gdn_step_conv<<<g1, (w + 31) / 32 * 32, 0, tc_stream>>>(*a, C);
-    tc_check_launch();
     const int cs = xf_cluster(a);
     tc_gdn_step_args b = *a;
     const bool act_in = a->act.q && a->dv % 128 == 0 && (!a->signs || cs);
     if (!act_in) b.act.q = NULL;
     if (a->signs && !cs) b.signs = NULL; /* the transform after the kernel */
-    if (a->dk <= 32) launch_rec<32>(&b, C, b.signs ? cs : 0);
-    else if (a->dk <= 64) launch_rec<64>(&b, C, b.signs ? cs : 0);
-    else launch_rec<128>(&b, C, b.signs ? cs : 0);
+    const bool fused = fused_ok(a);
+    const bool ab_in = a->ab_w[0].data != NULL;
+    const bool ab_k = ab_in && fused && ab_kernel_ok(a);
+    if (ab_in && !ab_k) { /* the projections first, into a and b */
+        float *y[2] = {(float *)a->a, (float *)a->b};
+        const size_t ys[2] = {a->ab_stride, a->ab_stride};
+        tc_matmul_multi(2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
+    }
+    if (fused) {
+        if (a->dk <= 32) launch_fused<32>(&b, C, b.signs ? cs : 0, ab_k);
+        else if (a->dk <= 64) launch_fused<64>(&b, C, b.signs ? cs : 0, ab_k);
+        else launch_fused<128>(&b, C, b.signs ? cs : 0, ab_k);
+    } else {
+        const int w = a->dk > a->dv ? a->dk : a->dv;
+        tc_launch(k_gdn_step_conv, dim3((unsigned)(2 * a->n_k + a->n_v), (unsigned)a->n),
+                  dim3((unsigned)((w + 31) / 32 * 32)), 0, 1, *a, C);
+        if (a->dk <= 32) launch_rec<32>(&b, C, b.signs ? cs : 0);
+        else if (a->dk <= 64) launch_rec<64>(&b, C, b.signs ? cs : 0);
+        else launch_rec<128>(&b, C, b.signs ? cs : 0);
+    }
     if (a->signs && !cs) {
-        bool fused = tc_act_in_fwht(a->act.q ? &a->act : NULL, (size_t)a->n, (size_t)VW,
-                                    (size_t)a->block, a->signs);
+        const bool fq = tc_act_in_fwht(a->act.q ? &a->act : NULL, (size_t)a->n, (size_t)VW,
+                                       (size_t)a->block, a->signs);
         tc_fwht(a->out, NULL, a->out, (size_t)a->n, (size_t)VW, (size_t)a->block, a->signs, 0,
-                fused ? &a->act : NULL);
-        if (a->act.q && !fused) tc_quantize(a->out, (size_t)VW, &a->act);
+                fq ? &a->act : NULL);
+        if (a->act.q && !fq) tc_quantize(a->out, (size_t)VW, &a->act);
     } else if (a->act.q && !act_in) {
         tc_quantize(a->out, a->out_stride, &a->act);
     }

@@ -2,8 +2,11 @@
  * tc_norm.cu - RMSNorm sites: residual add + RMSNorm (+ the forward Hadamard
  * transform and the activation quantisation in the same kernel), and the
  * per-head RMSNorm (q/k norms). Math mirrors src/model/backend_cpu.c.
+ * Decode (rows <= 16): k_site_reg (the row over a cluster of CTAs, the transform in
+ * registers); TERN_CUDA_OPS=old: k_site_cluster; TERN_CUDA_SITE=old: the one-CTA-per-row
+ * kernels; more rows: k_add_rmsnorm_fwht.
  */
-#include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/fwht_reg.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -26,6 +29,8 @@ __device__ __forceinline__ double tc_block_sum_d(double v, double *red) {
 __global__ void k_add_rmsnorm(float *__restrict__ r, const float *__restrict__ d,
                               const float *__restrict__ gain, float eps, float *__restrict__ out,
                               size_t n) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     __shared__ double red[32];
     float *rr = r + blockIdx.x * n;
     const float *dd = d ? d + blockIdx.x * n : NULL;
@@ -45,6 +50,8 @@ __global__ void k_add_rmsnorm(float *__restrict__ r, const float *__restrict__ d
 }
 
 __global__ void k_add(float *__restrict__ r, const float *__restrict__ d, size_t total) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) r[i] += d[i];
 }
@@ -58,6 +65,8 @@ __global__ void __launch_bounds__(1024) k_add_rmsnorm_fwht(float *__restrict__ r
         const float *__restrict__ d, const float *__restrict__ gain, float eps,
         float *__restrict__ normed, float *__restrict__ rotated, size_t n, int block,
         const float *__restrict__ signs, float scale, tc_act act) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     extern __shared__ float sh[];
     __shared__ double red[32];
     const size_t row = blockIdx.x;
@@ -140,6 +149,8 @@ __global__ void __launch_bounds__(SITE_THREADS) k_site_cluster(float *__restrict
         const float *__restrict__ d, const float *__restrict__ gain, float eps,
         float *__restrict__ normed, float *__restrict__ rotated, size_t n, int chunk, int block,
         const float *__restrict__ signs, float scale, tc_act act) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     extern __shared__ float sh[];
     __shared__ double red[32];
     __shared__ double part;
@@ -246,23 +257,168 @@ static bool site_cluster(float *r, const float *d, const float *gain, float eps,
                              SITE_MAX_CHUNK * 4);
         attr = true;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)cs, (unsigned)rows);
-    cfg.blockDim = dim3(SITE_THREADS);
-    cfg.dynamicSmemBytes = (size_t)chunk * sizeof(float);
-    cfg.stream = tc_stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)cs;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
     tc_act none = {};
-    tc_note((int)cudaLaunchKernelEx(&cfg, k_site_cluster, r, d, gain, eps, normed,
-                                    signs ? rotated : NULL, n, chunk, (int)block, signs,
-                                    signs ? 1.0f / sqrtf((float)block) : 1.0f, act ? *act : none));
-    tc_check_launch();
+    tc_launch(k_site_cluster, dim3((unsigned)cs, (unsigned)rows), dim3(SITE_THREADS),
+              (size_t)chunk * sizeof(float), (unsigned)cs, r, d, gain, eps, normed,
+              signs ? rotated : NULL, n, chunk, (int)block, signs,
+              signs ? 1.0f / sqrtf((float)block) : 1.0f, act ? *act : none);
+    return true;
+}
+
+/* ------------------------------------------------ decode site, registers
+ * k_site_reg<M, ROT>: grid (cs, rows), a cluster of the cs CTAs of a row (none when
+ * cs = 1), CTA `rank` owning the chunk [rank*CH, (rank+1)*CH) of the row, CH = 256 << M,
+ * with CH/8 threads: thread t owns the 8 inputs rank*CH + 8t .. + 7 (16-byte loads of
+ * r, d, gain, signs, all issued at once after the PDL wait).
+ *   r += d (written back), the chunk's float64 sum of squares (each thread over its 8,
+ *   warp shuffles, then the warps' sums in warp order from shared memory).
+ *   ROT (a transform block = the chunk): x*gain*signs transformed at once (fr_transform;
+ *   the norm's scalar 1/rms is applied after the transform, which is linear, so the
+ *   transform overlaps the cluster's exchange of the partial sums: arrive, transform,
+ *   wait), then y = H * (inv * scale) written to rotated, normed = x*inv*gain if asked.
+ *   !ROT: normed = x*inv*gain (the output).
+ *   act.q: the final floats to shared memory, each warp quantising whole 128-blocks.
+ * Cluster exchange: thread 0 puts the CTA's partial in `part`; every thread arrives
+ * (release), the CTAs wait (acquire) and read the cs partials from the cluster's shared
+ * memory in rank order (every CTA gets the same total), arrive again (relaxed) and wait
+ * for that second barrier just before exiting, so no CTA leaves while another still
+ * reads its `part`. Shared memory: the chunk (CH floats; the transform's exchange and
+ * the quantisation), the warps' sums, `part`. Same math as k_site_cluster up to float
+ * rounding order (the transform of x*gain*signs scaled once by inv*scale, rather than
+ * the transform of x*inv*gain*signs scaled by scale). */
+template <int M, bool ROT>
+__global__ void __launch_bounds__(32 << M) k_site_reg(float *__restrict__ r,
+        const float *__restrict__ d, const float *__restrict__ gain, float eps,
+        float *__restrict__ normed, float *__restrict__ rotated, size_t n,
+        const float *__restrict__ signs, float scale, tc_act act) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    constexpr int CH = 256 << M, NW = 1 << M;
+    __shared__ __align__(16) float sh[CH];
+    __shared__ double red[NW];
+    __shared__ double part;
+    const int t = threadIdx.x, lane = t & 31;
+    const int cs = (int)gridDim.x, rank = (int)blockIdx.x;
+    const size_t row = blockIdx.y, c0 = (size_t)rank * CH; /* the chunk's first input */
+    float *rr = r + row * n + c0 + 8 * t;
+    float x[8], dd[8], g[8], sg[8];
+    fr_ld8(x, rr);
+    if (d) fr_ld8(dd, d + row * n + c0 + 8 * t);
+    if (gain) fr_ld8(g, gain + c0 + 8 * t);
+    if (ROT) fr_ld8(sg, signs + c0 + 8 * t);
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        if (d) x[k] += dd[k];
+        if (!gain) g[k] = 1.0f;
+        ss += (double)x[k] * x[k];
+    }
+    if (d) fr_st8(rr, x);
+    float v[8], u[8];
+    if (ROT) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = x[k] * g[k] * sg[k];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[t >> 5] = ss;
+    __syncthreads();
+    double tot = 0;
+#pragma unroll
+    for (int w = 0; w < NW; w++) tot += red[w];
+    cg::cluster_group cl = cg::this_cluster();
+    if (cs > 1) {
+        if (t == 0) part = tot;
+        fr_cluster_arrive(); /* part published */
+    }
+    if (ROT) fr_transform<M>(v, u, sh, t); /* overlaps the cluster barrier */
+    if (cs > 1) {
+        fr_cluster_wait();
+        tot = 0;
+        for (int c = 0; c < cs; c++) tot += *cl.map_shared_rank(&part, c);
+        fr_cluster_arrive_relaxed(); /* done reading the others' part (wait before exit) */
+    }
+    const float inv = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    if (ROT) {
+        const float k2 = inv * scale;
+#pragma unroll
+        for (int k = 0; k < 8; k++) u[k] = u[k] * k2;
+        fr_st_high<M>(rotated + row * n + c0, u, t);
+        if (normed) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = x[k] * inv * g[k];
+            fr_st8(normed + row * n + c0 + 8 * t, v);
+        }
+        if (act.q) fr_st_high<M>(sh, u, t); /* the thread's own slots */
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = x[k] * inv * g[k];
+        fr_st8(normed + row * n + c0 + 8 * t, v);
+        if (act.q) fr_st8(sh + 8 * t, v);
+    }
+    if (act.q) {
+        __syncthreads();
+        fr_quant(sh, CH, act, row, n, (int)(c0 / 128));
+    }
+    if (cs > 1) fr_cluster_wait();
+}
+
+/* CTAs per row for k_site_reg (0: it does not take the shape), *m its M: with a
+ * transform, chunk = block = 256 << M (M 0..3) and n / block <= 8; without, the
+ * smallest chunk 256 << M dividing n into <= 8 chunks. 16-byte aligned rows. */
+static int site_reg_split(size_t rows, size_t n, size_t block, bool rot, int *m) {
+    if (rows < 1 || rows > 65535) return 0;
+    if (rot) {
+        const int M = fr_m_of(block);
+        if (M < 0 || n % block || n / block > 8) return 0;
+        *m = M;
+        return (int)(n / block);
+    }
+    for (int M = 0; M < 4; M++) {
+        const size_t ch = (size_t)256 << M;
+        if (n % ch == 0 && n / ch <= 8) {
+            *m = M;
+            return (int)(n / ch);
+        }
+    }
+    return 0;
+}
+
+template <int M, bool ROT>
+static void launch_site_reg(int cs, float *r, const float *d, const float *gain, float eps,
+                            float *normed, float *rotated, size_t rows, size_t n, size_t block,
+                            const float *signs, const tc_act &act) {
+    tc_launch(k_site_reg<M, ROT>, dim3((unsigned)cs, (unsigned)rows), dim3(32u << M), 0,
+              (unsigned)cs, r, d, gain, eps, normed, rotated, n, signs,
+              ROT ? 1.0f / sqrtf((float)block) : 1.0f, act);
+}
+
+static bool site_reg(float *r, const float *d, const float *gain, float eps, float *normed,
+                     float *rotated, size_t rows, size_t n, size_t block, const float *signs,
+                     const tc_act *act) {
+    if (tc_ops_old() || getenv_site_off()) return false;
+    int M = 0;
+    const bool rot = signs != NULL;
+    const int cs = site_reg_split(rows, n, block, rot, &M);
+    if (!cs || !fr_al16(r) || !fr_al16(d) || !fr_al16(gain) || !fr_al16(normed) ||
+        !fr_al16(rotated) || !fr_al16(signs) || (!rot && !normed))
+        return false;
+    tc_act none = {};
+    const tc_act &a = act ? *act : none;
+#define SITE_REG(MM)                                                                             \
+    case MM:                                                                                     \
+        if (rot) launch_site_reg<MM, true>(cs, r, d, gain, eps, normed, rotated, rows, n, block, \
+                                           signs, a);                                            \
+        else launch_site_reg<MM, false>(cs, r, d, gain, eps, normed, NULL, rows, n, block, NULL, \
+                                        a);                                                      \
+        break;
+    switch (M) {
+        SITE_REG(0)
+        SITE_REG(1)
+        SITE_REG(2)
+        SITE_REG(3)
+    }
+#undef SITE_REG
     return true;
 }
 
@@ -273,13 +429,14 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
     bool rot = rotated && signs;
     float *out = normed ? normed : (rot ? rotated : NULL);
     if (!out) {
-        if (d) { /* only the residual add */
-            k_add<<<tc_blocks(rows * n, 256), 256, 0, tc_stream>>>(r, d, rows * n);
-            tc_check_launch();
-        }
+        if (d) /* only the residual add */
+            tc_launch(k_add, dim3(tc_blocks(rows * n, 256)), dim3(256), 0, 1, r, d, rows * n);
         return;
     }
     /* batch 1..few: the row over a cluster of CTAs (out is normed when it is not rotated) */
+    if (rows <= 16 && site_reg(r, d, gain, eps, rot ? normed : out, rotated, rows, n, block,
+                               rot ? signs : NULL, act))
+        return;
     if (rows <= 16 && site_cluster(r, d, gain, eps, rot ? normed : out, rotated, rows, n, block,
                                    rot ? signs : NULL, act))
         return;
@@ -294,15 +451,13 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
         }
         bool fused = act && n % 128 == 0;
         tc_act none = {};
-        k_add_rmsnorm_fwht<<<(unsigned)rows, 1024, n * sizeof(float), tc_stream>>>(
-            r, d, gain, eps, normed, rotated, n, (int)block, signs, 1.0f / sqrtf((float)block),
-            fused ? *act : none);
-        tc_check_launch();
+        tc_launch(k_add_rmsnorm_fwht, dim3((unsigned)rows), dim3(1024), n * sizeof(float), 1, r,
+                  d, gain, eps, normed, rotated, n, (int)block, signs, 1.0f / sqrtf((float)block),
+                  fused ? *act : none);
         if (act && !fused) tc_quantize(rotated, n, act);
         return;
     }
-    k_add_rmsnorm<<<(unsigned)rows, 256, 0, tc_stream>>>(r, d, gain, eps, out, n);
-    tc_check_launch();
+    tc_launch(k_add_rmsnorm, dim3((unsigned)rows), dim3(256), 0, 1, r, d, gain, eps, out, n);
     if (rot) {
         if (rotated != out) {
             cudaMemcpyAsync(rotated, out, rows * n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -334,6 +489,8 @@ extern "C" void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float 
 /* One warp per (row, head). */
 __global__ void k_head_rmsnorm(float *__restrict__ x, size_t rows, size_t stride, int nh, int hd,
                                const float *__restrict__ gain, float eps) {
+    tc_pdl_trigger();
+    tc_pdl_wait();
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= rows * (size_t)nh) return;
@@ -370,7 +527,6 @@ extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_head
     TC_PROF(TC_FAM_NORM);
     size_t warps = rows * (size_t)n_heads;
     if (!warps) return;
-    k_head_rmsnorm<<<tc_blocks(warps * 32, 64), 64, 0, tc_stream>>>(x, rows, stride, n_heads, hd,
-                                                                      gain, eps);
-    tc_check_launch();
+    tc_launch(k_head_rmsnorm, dim3(tc_blocks(warps * 32, 64)), dim3(64), 0, 1, x, rows, stride,
+              n_heads, hd, gain, eps);
 }
