@@ -73,7 +73,8 @@ TEST(matmul_types_batches_offsets) {
     const struct { tern_dtype t; int64_t k; } cases[] = {
         {TERN_DT_PQ2_0, 384}, {TERN_DT_Q2_0, 1152}, {TERN_DT_Q2_0_G64, 192},
         {TERN_DT_Q1_0, 256},  {TERN_DT_F32, 100},   {TERN_DT_F16, 130}, {TERN_DT_BF16, 96}};
-    const size_t batches[] = {1, 2, 3, 5, 8, 33};
+    /* 130 and 517: prefill chunks (the dense few-row kernel's grid of 8-row groups) */
+    const size_t batches[] = {1, 2, 3, 5, 8, 33, 130, 517};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t n = 37 + (int64_t)c * 11;
         tmat t = make_mat(cases[c].t, n, cases[c].k, 0);

@@ -294,7 +294,9 @@ TEST(sk_gemv_multi) {
                             if (!(d <= md)) md = d;
                             if (fabs(y2[i][b * ys[i] + (size_t)r]) > mr) mr = fabs(y2[i][b * ys[i] + (size_t)r]);
                         }
-                    CHECK_MSG(md <= 1e-5 * mr + 1e-30, "sk vs tiled cfg %zu set %zu mat %d B %zu: %g of %g", c, si, i, B, md, mr);
+                    /* float summation order only: 1e-5 relative, and 1e-7 absolute for a
+                     * row whose sum cancels (n 1: max|y| 2.6e-4, the terms are O(1)) */
+                    CHECK_MSG(md <= 1e-5 * mr + 1e-7, "sk vs tiled cfg %zu set %zu mat %d B %zu: %g of %g", c, si, i, B, md, mr);
                     /* batch invariance: row b of this call == row b of the call with B' in the same group */
                     const size_t b_ref = B <= 4 ? 1 : 5; /* the first batch size of the group */
                     if (B == b_ref) {
