@@ -409,8 +409,14 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
         g_sms = v > 0 ? v : 132;
     }
     const int64_t strips = tct_strips(m->n), kt = tct_ktiles(m->k);
-    /* about 16 warps per SM in all, each with a contiguous run of >= 1 tiles */
-    int64_t want = (int64_t)g_sms * 16;
+    /* about 16 warps per SM in all (TERN_CUDA_TILED_WARPS), each with a contiguous run
+     * of >= 1 tiles */
+    static int wps = 0;
+    if (!wps) {
+        const char *e = getenv("TERN_CUDA_TILED_WARPS");
+        wps = e && atoi(e) >= 4 && atoi(e) <= 64 ? atoi(e) : 16;
+    }
+    int64_t want = (int64_t)g_sms * wps;
     int ks = (int)((want + strips - 1) / strips);
     if (ks > TCT_MAX_WARPS) ks = TCT_MAX_WARPS;
     if (ks > kt) ks = (int)kt;
@@ -437,8 +443,21 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
         const int8_t *q = act->q + b0 * (size_t)K * 2;
         const float *sx = act->sx + b0 * (size_t)(K / 128);
         const int *corr = act->corr + b0 * (size_t)(K / 32);
-        if (nb <= 4) launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
-        else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+        /* tiles in flight per lane: 4, or TERN_CUDA_TILED_U=2|6 (A/B) */
+        static int u = 0;
+        if (!u) {
+            const char *e = getenv("TERN_CUDA_TILED_U");
+            u = e && (atoi(e) == 2 || atoi(e) == 6) ? atoi(e) : 4;
+        }
+        if (nb <= 4) {
+            if (u == 6) launch_tiled<0, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            else if (u == 2) launch_tiled<0, 2>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            else launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+        } else {
+            if (u == 6) launch_tiled<1, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            else if (u == 2) launch_tiled<1, 2>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+        }
     }
 }
 
