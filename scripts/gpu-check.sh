@@ -8,7 +8,7 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab  (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              serve: tern serve --device cuda vs --device cpu, 8 concurrent greedy requests (serve-cuda.log)
@@ -16,6 +16,8 @@
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
 #                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
+#              gdnab: GDN prefill, TERN_CUDA_GDN=walk vs the scan: the tc_gdn rows of bench kernels
+#                     and bonsai2-27b pp512 at chunk 64 and 512 with --profile -> gdnab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
@@ -163,6 +165,20 @@ if has serve; then # tern serve --device cuda vs --device cpu: the same greedy r
   cat $W/sc.txt >> $OUT/serve-cuda.log
   kill $sa $sb 2>/dev/null; wait $sa $sb 2>/dev/null
   row "serve --device cuda vs cpu" "rc=$rc $(grep identical $W/sc.txt) $(grep '^a:' $W/sc.txt | grep -oE '[0-9.]+ tok/s aggregate')"
+fi
+if has gdnab; then # GDN prefill: the older walk vs the scan (tc_gdn_chunk.cu), one log
+  m=$W/bonsai2-27b.gguf
+  [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
+  $B/tern bench kernels --device cuda --quick --gdn > $W/gdn-k.txt 2>&1
+  { echo "===== bench kernels --device cuda (the GDN rows)"; sed -n '/^GDN prefill/,$p' $W/gdn-k.txt; } >> $OUT/gdnab.txt
+  row "gdn tc_gdn us/call" "$(awk '$1=="walk" || ($1=="scan" && NF==5) {printf "%s %s rows %s; ", $1, $2, $3}' $W/gdn-k.txt)"
+  for v in walk scan; do
+    for c in 64 512; do
+      TERN_CUDA_GDN=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile > $W/gdn-$v-$c.txt 2>&1
+      { echo "===== TERN_CUDA_GDN=$v bench model bonsai2-27b pp512 chunk $c"; cat $W/gdn-$v-$c.txt; } >> $OUT/gdnab.txt
+      row "gdnab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/gdn-$v-$c.txt) tok/s; $(sed -n '/^profile (prefill/,$p' $W/gdn-$v-$c.txt | grep -m1 -i gdn | tr -s ' ')"
+    done
+  done
 fi
 has bench && bench bonsai2-27b
 has benchq2 && bench ternary-bonsai-27b 64 2

@@ -16,6 +16,8 @@
  * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops.
+ * Then (or alone with --gdn) the GDN prefill call at the 27B head shape, scan vs walk:
+ * bench_gdn.
  */
 #include "cli/cli.h"
 
@@ -384,8 +386,100 @@ static int bench_ops(int reps) {
     return failed;
 }
 
+/* tc_gdn, the GDN prefill call (conv + L2, the delta rule, gated norm), at the 27B head
+ * shape (16 k / 48 v heads of 128, conv 4) for 64 and 512 rows: the older walk
+ * (TERN_CUDA_GDN=walk), the scan (tc_gdn_chunk.cu) in its default shape and in three
+ * others (rows per thread x warps per CTA). us per call: calls queued back to back (the
+ * state carries over), mean of 8*reps after a first call. max_diff: the scan's output
+ * against the walk's from the same state, relative to the largest (bound 1e-3; the test
+ * gdn_chunk_vs_f64_and_walk holds both to 1e-4 of float64). Text mode only; 0 = ok. */
+static int bench_gdn(int reps) {
+    const int nk = 16, nv = 48, dk = 128, dv = 128, K = 4, TM = 512;
+    const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
+    const size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv;
+    static const struct { int path, rpt, wpc; const char *what; } var[] = {
+        {0, 0, 0, "walk"}, {1, 0, 0, "scan"}, {1, 32, 4, "scan 32x4"}, {1, 32, 8, "scan 32x8"},
+        {1, 16, 0, "scan 16x4"}};
+    const size_t nvar = sizeof var / sizeof var[0];
+    const size_t nq = (size_t)TM * C, nz = (size_t)TM * VW, nab = (size_t)TM * nv;
+    const size_t big = nq > stn ? nq : stn;
+    float *h = malloc(big * 4), *ref = malloc(nz * 4), *got = malloc(nz * 4);
+    /* 0 qkv, 1 z, 2 a, 3 b, 4 conv_w, 5 ssm_a, 6 dt_bias, 7 norm, 8/9 the conv and
+     * recurrent states, 10/11 their starting copies */
+    float *d[12] = {0};
+    const size_t n[12] = {nq, nz, nab, nab, (size_t)C * K, (size_t)nv, (size_t)nv, (size_t)dv,
+                          csn, stn, csn, stn};
+    int bad = !h || !ref || !got;
+    for (int i = 0; i < 12 && !bad; i++) {
+        for (size_t e = 0; e < n[i]; e++) {
+            const double u = (double)(rnd64() >> 11) * 0x1p-53 * 2.0 - 1.0;
+            h[e] = (float)(i == 5 ? -0.1 - 2.0 * fabs(u) : i == 9 || i == 11 ? 0.1 * u : u);
+        }
+        d[i] = tc_malloc(n[i] * 4);
+        if (!d[i] || tc_upload(d[i], h, n[i] * 4)) bad = 1;
+    }
+    float *work = tc_malloc(nq * 4), *out = tc_malloc(nz * 4);
+    if (!work || !out) bad = 1;
+    if (!bad)
+        printf("\nGDN prefill (tc_gdn), 27B heads: %d k / %d v heads of %d, conv %d\n"
+               "%-10s %5s %10s %10s %10s\n",
+               nk, nv, dk, K, "path", "rows", "us/call", "us/token", "max_diff");
+    const int rows[2] = {64, 512};
+    for (int ri = 0; ri < 2 && !bad; ri++) {
+        const int T = rows[ri];
+        tc_gdn_args g = {.qkv = d[0], .z = d[1], .a = d[2], .b = d[3], .conv_w = d[4],
+                         .ssm_a = d[5], .dt_bias = d[6], .norm = d[7], .conv_state = d[8],
+                         .state = d[9], .out = out, .work = work, .rows = T, .n_k = nk,
+                         .n_v = nv, .dk = dk, .dv = dv, .conv_k = K, .v_tiled = 1, .eps = 1e-6f};
+        for (size_t v = 0; v < nvar && !bad; v++) {
+            if (tc_gdn_config(var[v].path, var[v].rpt, var[v].wpc)) {
+                bad = 1;
+                break;
+            }
+            /* one call from the starting states: its output against the walk's */
+            tc_copy_rows(d[8], csn, d[10], csn, 1, csn);
+            tc_copy_rows(d[9], stn, d[11], stn, 1, stn);
+            tc_gdn(&g);
+            if (tc_sync() || tc_download(v ? got : ref, out, (size_t)T * VW * 4)) {
+                bad = 1;
+                break;
+            }
+            double md = 0, mr = 0;
+            for (size_t e = 0; v && e < (size_t)T * VW; e++) {
+                const double dd = fabs((double)got[e] - ref[e]);
+                if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
+                if (fabs(ref[e]) > mr) mr = fabs(ref[e]);
+            }
+            const double err = mr > 0 ? md / mr : md;
+            if (v && !(err < 1e-3)) bad = 2;
+            const int nc = 8 * reps;
+            const double t0 = now_s();
+            for (int r = 0; r < nc; r++) tc_gdn(&g);
+            if (tc_sync()) {
+                bad = 1;
+                break;
+            }
+            const double us = (now_s() - t0) / nc * 1e6;
+            if (v) printf("%-10s %5d %10.1f %10.3f %10.2e\n", var[v].what, T, us, us / T, err);
+            else printf("%-10s %5d %10.1f %10.3f %10s\n", var[v].what, T, us, us / T, "-");
+        }
+    }
+    tc_gdn_config(-1, 0, 0);
+    for (int i = 0; i < 12; i++)
+        if (d[i]) tc_free(d[i], n[i] * 4);
+    if (work) tc_free(work, nq * 4);
+    if (out) tc_free(out, nz * 4);
+    free(h);
+    free(ref);
+    free(got);
+    if (bad)
+        fprintf(stderr, "tern bench: GDN prefill %s\n",
+                bad == 2 ? "scan differs from the walk (>= 1e-3)" : "failed (CUDA error)");
+    return bad;
+}
+
 int tern_bench_kernels_cuda(int argc, char **argv) {
-    bool json = false, quick = false, no_gemm = false, ops_only = false;
+    bool json = false, quick = false, no_gemm = false, ops_only = false, gdn_only = false;
     int reps = 0, only_b = 0;
     const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
@@ -406,6 +500,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                 strcmp(lay_sel, "rows"))
                 return cli_usage_error("bench", "--layout takes tiled, file, rows or all");
         } else if (!strcmp(argv[i], "--ops")) ops_only = true;
+        else if (!strcmp(argv[i], "--gdn")) gdn_only = true;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 8, &v))
@@ -421,6 +516,10 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
     if (ops_only) {
         printf("tern bench kernels --device cuda --ops: %s\n", tc_device_name());
         return bench_ops(reps < 5 ? 5 : reps * 2) ? 1 : 0;
+    }
+    if (gdn_only) {
+        printf("tern bench kernels --device cuda --gdn: %s\n", tc_device_name());
+        return bench_gdn(reps) ? 1 : 0;
     }
     double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 5);
     if (!json)
@@ -529,6 +628,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
     }
     if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
     if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;
+    if (!json && !failed && !no_gemm && bench_gdn(reps)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);
     if (failed) {
         fprintf(stderr, "tern bench: CUDA error\n");

@@ -4,7 +4,8 @@
  * GEMV vs float64, the repacked ternary layout (tc_repack) and its GEMV vs
  * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
  * file-layout products, embed of repacked rows, the launch counter and the
- * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64. Oracles come from the random trits and scales the test
+ * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64,
+ * the GDN prefill (tc_gdn: the scan and the older walk) vs float64 and each other. Oracles come from the random trits and scales the test
  * draws (kern_check.h), never from the kernels.
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
@@ -841,6 +842,148 @@ TEST(gdn_step_fused_vs_two_kernels) {
  * of the one-CTA kernel (17 rows); the first layer's site (no d), no gain, no normed
  * output, a row offset by one float (the unaligned fallback). flags: 1 no d, 2 no
  * gain, 4 no normed, 8 rows start one float in. */
+static double max_rel_ff(const float *g, const float *r, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)g[i] - r[i]);
+        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        if (fabs(r[i]) > mr) mr = fabs(r[i]);
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* tc_gdn over `rows` tokens (the prefill path) from random conv and recurrent states,
+ * run by the two-launch scan (tc_gdn_config(1, rpt, warps): tc_gdn_chunk.cu) and by the
+ * older walk (path 0) on the same inputs, each checked against gdn_ref token by token
+ * (float64) and against the other: outputs, recurrent state, conv state (exact: copies)
+ * and the conv + L2 rows left in `work`. Calls are chained (the states carry over).
+ * Bound 1e-4 of the largest value for outputs and states: an fp32 CPU model of both
+ * summation orders (the walk's sequential sums, the scan's 4 lanes x 4 chains) measured
+ * 4e-7 .. 9e-7 against float64 at the 27B head shape over 512 tokens, heads with decay
+ * ~0.998 included; the device expf/log1pf add a few ulp. `work` (the same operations in
+ * both paths) within 1e-6. Shapes: the 27B heads (16 k x 48 v heads of 128, conv 4) at
+ * 64, 512 and 7 rows and in three other CTA shapes; odd rows, dk/dv not multiples of 4
+ * (4-byte copies), misaligned rows, one CTA per head (no cluster), one lane per column,
+ * dk > 128 (the walk does not take it: scan vs float64 only), conv_k 1 and 2. */
+TEST(gdn_chunk_vs_f64_and_walk) {
+    NEED_GPU();
+    CHECK_EQ_INT(tc_gdn_config(2, 0, 0), -1);
+    CHECK_EQ_INT(tc_gdn_config(1, 12, 0), -1);
+    CHECK_EQ_INT(tc_gdn_config(1, 0, 3), -1);
+    static const struct {
+        int nk, nv, dk, dv, K, tiled, rpt, wpc, mis;
+        int rows[6];
+    } cfg[] = {
+        {16, 48, 128, 128, 4, 1, 0, 0, 0, {64, 512, 7}}, /* 27B heads: 8 CTAs of 2 warps */
+        {16, 48, 128, 128, 4, 1, 16, 0, 0, {65}},        /* 16 rows per thread, 8 lanes */
+        {16, 48, 128, 128, 4, 1, 32, 4, 0, {65}},        /* 4 CTAs per head */
+        {16, 48, 128, 128, 4, 1, 32, 8, 0, {65}},        /* 2 CTAs per head */
+        {2, 6, 128, 128, 4, 0, 0, 0, 0, {1, 7, 64, 65, 300}},
+        {2, 4, 32, 64, 4, 1, 0, 0, 0, {1, 7, 64, 65, 300, 512}},
+        {1, 3, 30, 50, 3, 1, 0, 0, 0, {7, 65}},          /* 4-byte copies; 7 CTAs, the last 2 columns */
+        {2, 4, 64, 64, 4, 0, 0, 8, 1, {33}},             /* misaligned rows; 1 CTA per head */
+        {1, 2, 8, 72, 2, 1, 0, 0, 0, {20}},              /* one lane per column, 3 CTAs */
+        {1, 2, 160, 64, 4, 1, 0, 0, 0, {40}},            /* dk > 128: scan only */
+        {1, 1, 16, 16, 1, 0, 0, 0, 0, {5}},              /* no conv state */
+    };
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        const int nk = cfg[c].nk, nv = cfg[c].nv, dk = cfg[c].dk, dv = cfg[c].dv, K = cfg[c].K;
+        const int tiled = cfg[c].tiled, mis = cfg[c].mis;
+        const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
+        const int npath = dk <= 128 && dv <= 256 ? 2 : 1; /* [0] scan, [1] walk */
+        const size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv;
+        const size_t csa = csn ? csn : 1;
+        float *hw = malloc((size_t)C * K * 4), *ha = malloc((size_t)nv * 4),
+              *hdt = malloc((size_t)nv * 4), *hn = malloc((size_t)dv * 4);
+        float *cw = dev_rand(hw, (size_t)C * K, 0.5f);
+        for (int i = 0; i < nv; i++) ha[i] = i % 4 ? -fabsf(check_rand_normal()) - 0.1f : -0.002f;
+        float *sa = dup_dev(ha, (size_t)nv * 4);
+        float *dt = dev_rand(hdt, (size_t)nv, 0.5f), *nm = dev_rand(hn, (size_t)dv, 1.0f);
+        float *tmp = malloc((csa > stn ? csa : stn) * 4);
+        double *rcs = malloc(csa * 8), *rst = malloc(stn * 8);
+        float *dcs[2], *dst[2];
+        dcs[0] = dev_rand(tmp, csa, 1.0f);
+        dcs[1] = dup_dev(tmp, csa * 4);
+        for (size_t e = 0; e < csa; e++) rcs[e] = tmp[e];
+        dst[0] = dev_rand(tmp, stn, 0.1f);
+        dst[1] = dup_dev(tmp, stn * 4);
+        for (size_t e = 0; e < stn; e++) rst[e] = tmp[e];
+        for (int call = 0; call < 6 && cfg[c].rows[call]; call++) {
+            const int T = cfg[c].rows[call];
+            const size_t nq = (size_t)T * C, nz = (size_t)T * VW, nab = (size_t)T * nv;
+            float *hq = malloc(nq * 4), *hz = malloc((nz + 1) * 4), *hA = malloc(nab * 4),
+                  *hB = malloc(nab * 4);
+            float *dq = dev_rand(hq, nq, 1.0f), *dz = dev_rand(hz, nz + 1, 1.0f);
+            float *dA = dev_rand(hA, nab, 1.0f), *dB = dev_rand(hB, nab, 1.0f);
+            float *dout[2], *dwork[2];
+            for (int k = 0; k < npath; k++) {
+                dout[k] = tc_malloc(nz * 4);
+                dwork[k] = tc_malloc((nq + 1) * 4);
+                CHECK(dout[k] && dwork[k]);
+            }
+            for (int k = 0; k < npath; k++) {
+                CHECK_EQ_INT(tc_gdn_config(k ? 0 : 1, k ? 0 : cfg[c].rpt, k ? 0 : cfg[c].wpc), 0);
+                tc_gdn_args g = {.qkv = dq, .z = dz + mis, .a = dA, .b = dB, .conv_w = cw,
+                                 .ssm_a = sa, .dt_bias = dt, .norm = nm, .conv_state = dcs[k],
+                                 .state = dst[k], .out = dout[k], .work = dwork[k] + mis,
+                                 .rows = T, .n_k = nk, .n_v = nv, .dk = dk, .dv = dv,
+                                 .conv_k = K, .v_tiled = tiled, .eps = 1e-6f};
+                tc_launches_reset();
+                tc_gdn(&g);
+                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK_MSG(tc_launches() == (k ? 3u : 2u), "gdn cfg %zu rows %d path %d: %llu launches",
+                          c, T, k, (unsigned long long)tc_launches());
+            }
+            double *ro = malloc(nz * 8);
+            for (int t = 0; t < T; t++)
+                gdn_ref(nk, nv, dk, dv, K, tiled, hq + (size_t)t * C, hz + mis + (size_t)t * VW,
+                        hA + (size_t)t * nv, hB + (size_t)t * nv, hw, ha, hdt, hn, rcs, rst,
+                        ro + (size_t)t * VW);
+            float *go[2], *gs[2], *gw[2];
+            for (int k = 0; k < npath; k++) {
+                const char *pn = k ? "walk" : "scan";
+                go[k] = malloc(nz * 4);
+                gs[k] = malloc(stn * 4);
+                gw[k] = malloc(nq * 4);
+                CHECK(tc_download(go[k], dout[k], nz * 4) == 0);
+                CHECK(tc_download(gs[k], dst[k], stn * 4) == 0);
+                CHECK(tc_download(gw[k], dwork[k] + mis, nq * 4) == 0);
+                double e = max_rel(go[k], ro, nz);
+                CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d %s: out vs f64 %g", c, T, pn, e);
+                e = max_rel(gs[k], rst, stn);
+                CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d %s: state vs f64 %g", c, T, pn, e);
+                if (csn) {
+                    CHECK(tc_download(tmp, dcs[k], csn * 4) == 0);
+                    e = max_rel(tmp, rcs, csn);
+                    CHECK_MSG(e == 0, "gdn cfg %zu rows %d %s: conv state %g", c, T, pn, e);
+                }
+            }
+            if (npath == 2) {
+                double e = max_rel_ff(go[0], go[1], nz);
+                CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d: out scan vs walk %g", c, T, e);
+                e = max_rel_ff(gs[0], gs[1], stn);
+                CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d: state scan vs walk %g", c, T, e);
+                e = max_rel_ff(gw[0], gw[1], nq);
+                CHECK_MSG(e <= 1e-6, "gdn cfg %zu rows %d: work (conv + L2) scan vs walk %g", c, T, e);
+            }
+            for (int k = 0; k < npath; k++) {
+                free(go[k]); free(gs[k]); free(gw[k]);
+                tc_free(dout[k], nz * 4); tc_free(dwork[k], (nq + 1) * 4);
+            }
+            free(ro); free(hq); free(hz); free(hA); free(hB);
+            tc_free(dq, nq * 4); tc_free(dz, (nz + 1) * 4); tc_free(dA, nab * 4); tc_free(dB, nab * 4);
+        }
+        for (int k = 0; k < 2; k++) { tc_free(dcs[k], csa * 4); tc_free(dst[k], stn * 4); }
+        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
+        tc_free(nm, (size_t)dv * 4);
+        free(hw); free(ha); free(hdt); free(hn); free(tmp); free(rcs); free(rst);
+    }
+    CHECK_EQ_INT(tc_gdn_config(-1, 0, 0), 0); /* back to TERN_CUDA_GDN's choice */
+}
+
+/* The residual add + RMSNorm (+ Hadamard) site vs float64, on the shapes of the
+ * cluster kernel (batch 1..few: the row split over 2..8 CTAs) and of the one-CTA
+ * kernels (17 rows): r += d, normed, rotated. */
 TEST(norm_site_vs_f64) {
     NEED_GPU();
     const size_t cases[][4] = {{1, 5120, 1024, 0}, {3, 5120, 1024, 0}, {8, 5120, 1024, 1},
@@ -1424,6 +1567,7 @@ int main(void) {
     RUN(gdn_step_sessions_vs_f64);
     RUN(gdn_step_fused_output);
     RUN(gdn_step_fused_vs_two_kernels);
+    RUN(gdn_chunk_vs_f64_and_walk);
     RUN(norm_site_vs_f64);
     RUN(fused_quantize_sites);
     RUN(fwht_reg_vs_shared);

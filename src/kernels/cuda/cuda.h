@@ -219,8 +219,21 @@ typedef struct tc_gdn_args {
     int v_tiled;
     float eps;
 } tc_gdn_args;
-/* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm. */
+/* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
+ * Two launches (tc_gdn_chunk.cu: conv + L2 parallel over tokens, then the walk split
+ * over value columns with the rows staged in shared memory), or with TERN_CUDA_GDN=walk
+ * the older three (tc_gdn.cu: conv serial per channel, one CTA per value head). */
 void tc_gdn(const tc_gdn_args *a);
+/* The two-launch path alone: 1 when it took the call (queued), 0 when the walk is
+ * selected or the shape is not one it handles (dk <= 256, n_v a multiple of n_k, at
+ * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
+int tc_gdn_scan(const tc_gdn_args *a);
+/* tc_gdn's path: 0 the older walk, 1 the two-launch scan, -1 as TERN_CUDA_GDN says
+ * (unset or "scan": the scan; "walk"; "scan,RPT,WARPS"); rpt = state rows per thread
+ * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
+ * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
+ * other values (nothing changed). */
+int tc_gdn_config(int path, int rpt, int warps);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:

@@ -130,6 +130,7 @@ static void gdn_rec(const tc_gdn_args *a, int C) {
 extern "C" void tc_gdn(const tc_gdn_args *a) {
     TC_PROF(TC_FAM_GDN);
     if (a->rows <= 0) return;
+    if (tc_gdn_scan(a)) return; /* tc_gdn_chunk.cu; TERN_CUDA_GDN=walk: the kernels below */
     const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
         tc_note(TC_ERR_UNSUPPORTED);
