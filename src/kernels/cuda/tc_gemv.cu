@@ -443,19 +443,17 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
         const int8_t *q = act->q + b0 * (size_t)K * 2;
         const float *sx = act->sx + b0 * (size_t)(K / 128);
         const int *corr = act->corr + b0 * (size_t)(K / 32);
-        /* tiles in flight per lane: 4, or TERN_CUDA_TILED_U=2|6 (A/B) */
+        /* tiles in flight per lane: 4, or TERN_CUDA_TILED_U=6 (A/B) */
         static int u = 0;
         if (!u) {
             const char *e = getenv("TERN_CUDA_TILED_U");
-            u = e && (atoi(e) == 2 || atoi(e) == 6) ? atoi(e) : 4;
+            u = e && atoi(e) == 6 ? 6 : 4;
         }
         if (nb <= 4) {
             if (u == 6) launch_tiled<0, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
-            else if (u == 2) launch_tiled<0, 2>(m, q, sx, corr, nb, y + b0 * ys, ys);
             else launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
         } else {
             if (u == 6) launch_tiled<1, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
-            else if (u == 2) launch_tiled<1, 2>(m, q, sx, corr, nb, y + b0 * ys, ys);
             else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
         }
     }
