@@ -249,8 +249,15 @@ static void stream_end(stream *s, int k) {
     char err[256];
     snprintf(err, sizeof err, "%s", j->error);
     pthread_mutex_unlock(&j->mu);
-    if (!s->n_ended) s->total = u;
-    else { s->total.completion_tokens += u.completion_tokens; if (u.gen_ms > s->total.gen_ms) s->total.gen_ms = u.gen_ms; }
+    /* as the non-streamed reply: the prompt's figures from choice 0, the others summed */
+    if (!k) {
+        s->total.prompt_tokens = u.prompt_tokens;
+        s->total.cached_tokens = u.cached_tokens;
+        s->total.prompt_ms = u.prompt_ms;
+    }
+    s->total.completion_tokens += u.completion_tokens;
+    s->total.evaluated_tokens += u.evaluated_tokens;
+    if (u.gen_ms > s->total.gen_ms) s->total.gen_ms = u.gen_ms;
     s->ended[k] = true;
     s->n_ended++;
     bool failed = f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED;

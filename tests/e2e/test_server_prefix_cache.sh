@@ -167,6 +167,14 @@ check("n=2: the prompt is evaluated once", ev1 - ev0 == rn["usage"]["prompt_toke
 singles = [post("cold", "/v1/completions", dict(nb, prompt=pn, seed=40 + k))["choices"][0]["text"] for k in range(2)]
 check("n=2: choices == single requests with seeds 40, 41", [c["text"] for c in rn["choices"]] == singles,
       ([c["text"] for c in rn["choices"]], singles))
+c = http.client.HTTPConnection(*hp("cold"), timeout=120)
+c.request("POST", "/v1/completions", body=json.dumps(dict(nb, prompt=pn, n=2, stream=True, stream_options={"include_usage": True})),
+          headers={"Content-Type": "application/json"})
+ev = [json.loads(l[6:]) for l in c.getresponse().read().decode().split("\n") if l.startswith("data: {")]
+texts = ["".join(e["choices"][0]["text"] for e in ev if e.get("choices") and e["choices"][0]["index"] == k) for k in range(2)]
+us = [e["usage"] for e in ev if e.get("usage")]
+check("n=2 streamed: the same texts, usage as the non-streamed reply (choice 0's prompt figures)",
+      texts == singles and us and us[-1] == rn["usage"], (texts, us, rn["usage"]))
 st, data = req("warm", "POST", "/v1/completions", dict(base, prompt="x", cache_prompt=3))
 check("cache_prompt must be a bool (400)", st == 400, st)
 
