@@ -215,6 +215,10 @@ int tern_cmd_serve(int argc, char **argv) {
     c.default_repeat_penalty = f_repeat > 0 ? (float)f_repeat : ms.repeat_penalty;
     c.default_top_k = top_k >= 0 ? (int)top_k : ms.top_k;
     c.default_penalty_last_n = ms.penalty_last_n;
+    c.default_freq = ms.freq;
+    c.has_default_freq = ms.has_freq;
+    c.default_presence = ms.present;
+    c.has_default_presence = ms.has_present;
     c.sampling_source = n_ms && flags ? "model+flags" : n_ms ? "model" : flags ? "flags" : "built-in";
     srv_http *http = NULL;
     char err[256];

@@ -557,6 +557,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
     if (!req.repeat_set && h->c.default_repeat_penalty > 0) j->sp.repeat_penalty = h->c.default_repeat_penalty;
     if (h->c.default_penalty_last_n > 0) j->sp.penalty_last_n = h->c.default_penalty_last_n;
+    if (!req.freq_set && h->c.has_default_freq) j->sp.frequency_penalty = h->c.default_freq;
+    if (!req.presence_set && h->c.has_default_presence) j->sp.presence_penalty = h->c.default_presence;
     if (!req.seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -782,6 +784,8 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
         cJSON_AddNumberToObject(ds, "min_p", c->default_min_p >= 0 ? c->default_min_p : 0);
         cJSON_AddNumberToObject(ds, "repeat_penalty", c->default_repeat_penalty > 0 ? c->default_repeat_penalty : 1);
         cJSON_AddNumberToObject(ds, "repeat_last_n", c->default_penalty_last_n > 0 ? c->default_penalty_last_n : 64);
+        cJSON_AddNumberToObject(ds, "frequency_penalty", c->has_default_freq ? c->default_freq : 0);
+        cJSON_AddNumberToObject(ds, "presence_penalty", c->has_default_presence ? c->default_presence : 0);
         cJSON_AddNumberToObject(ds, "max_tokens", c->default_max_tokens);
         cJSON_AddStringToObject(ds, "source", c->sampling_source ? c->sampling_source : "built-in");
     }

@@ -50,7 +50,7 @@ typedef struct srv_request {
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
-    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set;
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set;
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
@@ -289,6 +289,8 @@ typedef struct srv_config {
      * model's general.sampling.* keys, read by `tern serve` */
     float default_temp, default_top_p, default_min_p, default_repeat_penalty;
     int default_top_k, default_penalty_last_n;
+    float default_freq, default_presence; /* used when has_default_freq / _presence */
+    bool has_default_freq, has_default_presence;
     const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
 } srv_config;
 

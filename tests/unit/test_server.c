@@ -1050,8 +1050,21 @@ TEST(model_meta) {
     CHECK_EQ_INT(tern_model_meta_i64(m, NULL, &i), TERN_ERR_INVALID_ARG);
     CHECK_STR(tern_status_str(TERN_ERR_NOT_FOUND), "TERN_ERR_NOT_FOUND");
     tern_model_free(m);
-    /* the embedded model itself carries none */
-    CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), M ? TERN_ERR_NOT_FOUND : TERN_ERR_INVALID_ARG);
+    /* the embedded model carries the sampling chosen for it (docs/default-model.md) */
+    if (M) {
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), TERN_OK);
+        CHECK(f == 0.8f);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.penalty_repeat", &f), TERN_OK);
+        CHECK(f == 1.3f);
+        CHECK_EQ_INT(tern_model_meta_i64(M, "general.sampling.penalty_last_n", &i), TERN_OK);
+        CHECK_EQ_INT(i, 256);
+        CHECK_EQ_INT(tern_model_meta_i64(M, "general.sampling.top_k", &i), TERN_OK);
+        CHECK_EQ_INT(i, 40);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.top_p", &f), TERN_OK);
+        CHECK(f == 0.95f);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.min_p", &f), TERN_OK);
+        CHECK(f == 0.05f);
+    }
 }
 
 int main(void) {
