@@ -12,7 +12,8 @@ time, checks that both servers gave the same replies, and prints the medians ove
 REPEAT rounds (rounds alternate between the servers). No third-party packages.
 
 usage: scripts/bench-prefix-cache.py [--tern build/tern] [-m MODEL] [--threads 2]
-       [--turns 4] [--questions 5] [--system-words 300] [--max 32] [--repeat 3]
+       [--turns 4] [--questions 5] [--system-words 300] [--chat-system-words 40]
+       [--max 32] [--repeat 3]
 """
 import argparse, http.client, json, os, statistics, subprocess, sys, tempfile, time
 
@@ -23,6 +24,7 @@ ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--turns", type=int, default=4)
 ap.add_argument("--questions", type=int, default=5)
 ap.add_argument("--system-words", type=int, default=300, help="words of the shared system prompt of (b)")
+ap.add_argument("--chat-system-words", type=int, default=40, help="words of the system prompt of (a)")
 ap.add_argument("--max", type=int, default=32)
 ap.add_argument("--repeat", type=int, default=3)
 a = ap.parse_args()
@@ -60,10 +62,11 @@ def post(hp, body):
 
 topics = ["the page cache", "interrupt handlers", "the module loader", "kernel threads", "the VFS layer",
           "spinlocks", "RCU", "the slab allocator", "cgroups", "the block layer"]
-system_a = {"role": "system", "content": "You are a concise assistant for kernel and Python developers. "
-            "Answer with short, correct statements and examples where useful. " * 4}
 words = ("The kernel documentation describes subsystems, drivers, interfaces and the rules for "
          "contributing patches. ").split()
+words_a = ("You are a concise assistant for kernel and Python developers. Answer with short, correct "
+           "statements and examples where useful. ").split()
+system_a = {"role": "system", "content": " ".join(words_a[i % len(words_a)] for i in range(a.chat_system_words))}
 system_b = {"role": "system", "content": " ".join(words[i % len(words)] for i in range(a.system_words))}
 questions = [f"Explain {t} in two sentences." for t in topics]
 
