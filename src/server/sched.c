@@ -214,9 +214,14 @@ static bool evict_lru(srv_sched *s) {
 
 /* Keep a snapshot of the slot's session, now at position pos (a 64-aligned prefill
  * boundary or the end of a prompt), within the budget (least recently used go first). */
-static void snap_take(srv_sched *s, slot *sl, size_t pos) {
+static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
     uint64_t budget = s->p.snapshot_budget;
     if (!budget || s->p.no_prefix_cache || !sl->recurrent || (s->snap_each && s->snap_each > budget)) return;
+    /* the snapshots this prompt takes after this one; when they alone fill the budget,
+     * this one would be dropped (least recently used) before the prompt ends: skip the
+     * copy (a 27B's is 153 MiB: 6 fit in the default budget) */
+    size_t c = (size_t)s->chunk, later = pos >= prompt_n ? 0 : prompt_n / c - pos / c + (prompt_n % c ? 1 : 0);
+    if (s->snap_each && later >= budget / s->snap_each) return;
     if (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos >= pos) return; /* kept in order; never expected */
     if (sl->n_snaps == sl->cap_snaps) {
         int cap = sl->cap_snaps ? sl->cap_snaps * 2 : 16;
@@ -642,7 +647,7 @@ void srv_sched_run(srv_sched *s) {
             else {
                 sl->n_fed += sl->n_in;
                 bool end = sl->n_fed == sl->job->prompt.n;
-                if ((end || sl->n_fed % (size_t)s->chunk == 0) && sl->cached.n == sl->n_fed) snap_take(s, sl, sl->n_fed);
+                if ((end || sl->n_fed % (size_t)s->chunk == 0) && sl->cached.n == sl->n_fed) snap_take(s, sl, sl->n_fed, sl->job->prompt.n);
                 if (end) {
                     sl->phase = SLOT_DECODE;
                     sl->t_decode = now_ms();

@@ -37,7 +37,7 @@ start() {
 start warm --parallel 2 --ctx 1024
 start cold --parallel 2 --ctx 1024 --no-prefix-cache
 start nosnap --parallel 2 --ctx 1024 --prefix-cache-mib 0
-start tiny --parallel 1 --ctx 1024 --prefix-cache-mib 5
+start tiny --parallel 2 --ctx 1024 --prefix-cache-mib 5
 HAVE_Q3=0
 if [ -f "$Q3" ]; then
   start q3warm -m "$Q3" --parallel 2 --ctx 1024
@@ -151,11 +151,16 @@ check("/props prefix_cache_snapshots", ps.get("used") is True and ps.get("budget
 # a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
 long = "The scheduler picks the next task to run on each CPU. " * 30
 t = post("tiny", "/v1/completions", dict(base, prompt=long))
-check("small budget: bytes within it, older snapshots evicted",
-      0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20 and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") > 0,
-      (metric("tiny", "tern_prefix_cache_snapshot_bytes"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
+check("small budget: only the last two snapshots of a long prompt are taken",
+      metric("tiny", "tern_prefix_cache_snapshots") == metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 2
+      and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
 t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
 check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
+post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
+check("small budget: another slot's snapshots push the older ones out",
+      metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 2
+      and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
+      (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
 
 # ---- n > 1 shares the evaluated prompt (also without the prefix cache)
 pn = "The kernel's memory manager keeps free pages in lists. When a page is needed"

@@ -833,10 +833,28 @@ static void snap_budget_client(client *c) {
     check_like(a, &sn_ref_a, "snapshots: A (small budget)");
     srv_snap_stats st;
     srv_sched_snap_stats(c->s, &st);
-    CHECK(st.count == 2 && st.bytes <= st.budget && st.evicted == st.taken - 2 && st.evicted > 0);
-    /* the deepest ones are kept: B still restores A's snapshot within their common prefix
-     * when that is one of the last two */
+    /* two fit: the boundaries whose snapshots the prompt's later ones would push out
+     * are not taken; the deepest two are kept */
+    CHECK(st.count == 2 && st.taken == 2 && st.evicted == 0 && st.bytes <= st.budget);
+    srv_slot_info info[2];
+    CHECK_EQ_INT(srv_sched_slots(c->s, info, 2), 2);
+    CHECK_EQ_INT(info[a->slot].n_snapshots, 2);
+    /* B, evaluated whole (cache_prompt false) in the other slot: its two snapshots push
+     * A's out (least recently used first); then B again starts from its end snapshot */
+    srv_job *b = job_ids(&sn_b, SN_MAX);
+    b->no_cache = true;
+    run_job(c->s, b);
+    check_like(b, &sn_ref_b, "snapshots: B (small budget)");
+    CHECK(b->slot != a->slot);
+    srv_sched_snap_stats(c->s, &st);
+    CHECK(st.count == 2 && st.taken == 4 && st.evicted == 2 && st.bytes <= st.budget);
+    srv_job *b2 = run_job(c->s, job_ids(&sn_b, SN_MAX));
+    CHECK_EQ_INT(b2->slot, b->slot);
+    CHECK_EQ_INT(b2->usage.cached_tokens, sn_b.n);
+    check_like(b2, &sn_ref_b, "snapshots: B again (small budget)");
     srv_job_unref(a);
+    srv_job_unref(b);
+    srv_job_unref(b2);
 }
 
 /* n > 1: choices 1.. copy choice 0's evaluated prompt (tern_session_copy) and give
@@ -904,7 +922,7 @@ static void snapshot_checks(void) {
     uint64_t each = tern_session_snapshot_bytes(p);
     tern_session_snapshot_free(p);
     tern_session_free(s);
-    if (each) with_sched_b(1, 1024, each * 5 / 2, snap_budget_client);
+    if (each) with_sched_b(2, 1024, each * 5 / 2, snap_budget_client);
     with_sched_b(3, 1024, 0, n_client);
     tern_gen_result_free(&sn_ref_a);
     tern_gen_result_free(&sn_ref_b);
