@@ -301,6 +301,34 @@ TERN_API tern_status tern_session_truncate(tern_session *s, int n_pos);
 /* Whether the model keeps recurrent (GDN) state, i.e. tern_session_truncate works
  * only at the current position. */
 TERN_API bool tern_session_can_truncate(const tern_session *s);
+/* Snapshots: going back to an earlier position on any model, recurrent state included
+ * (a server's prefix cache on qwen35). A snapshot holds, in host memory, what the
+ * session keeps beside its KV cache rows: the GDN conv and recurrent states of every
+ * layer, the position and the last logits row (tern_session_snapshot_bytes). The KV
+ * cache is not copied: the snapshot restores only onto the session it was taken from,
+ * and only while that session's tokens before the snapshot's position are still the
+ * ones evaluated then (rewinding to an earlier snapshot and evaluating other tokens
+ * over that position voids it). Restoring sets the position, the states and the
+ * logits back to what they were when taken: the following evaluation gives exactly
+ * what it gave then. Errors: TERN_ERR_UNSUPPORTED on a tensor-parallel model,
+ * TERN_ERR_NOMEM; restore: TERN_ERR_RANGE when the snapshot's position is beyond the
+ * session's, TERN_ERR_INVALID_ARG when it is of another session or void (the session
+ * is unchanged on these); a device error while copying leaves the session reset. */
+typedef struct tern_session_snapshot tern_session_snapshot;
+TERN_API tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snapshot **out);
+TERN_API tern_status tern_session_snapshot_restore(tern_session *s, const tern_session_snapshot *snap);
+TERN_API void tern_session_snapshot_free(tern_session_snapshot *snap);
+/* The position the snapshot was taken at, and the host bytes it holds (0 for NULL). */
+TERN_API int tern_session_snapshot_pos(const tern_session_snapshot *snap);
+TERN_API uint64_t tern_session_snapshot_bytes(const tern_session_snapshot *snap);
+/* Make dst hold what src holds: position, KV cache rows [0, pos), GDN states and the
+ * last logits row (n > 1 choices sharing one evaluated prompt). Both sessions must be
+ * of the same model with the same KV cache types (TERN_ERR_INVALID_ARG), src's
+ * position must fit dst's context (TERN_ERR_CONTEXT_FULL); dst's snapshots are void
+ * afterwards. TERN_ERR_UNSUPPORTED on a tensor-parallel model. A device error while
+ * copying leaves dst reset. Evaluating dst afterwards gives exactly what evaluating src
+ * would. */
+TERN_API tern_status tern_session_copy(tern_session *dst, const tern_session *src);
 /* Evaluate n tokens after the current position. all_logits, when not NULL,
  * receives n x n_vocab floats (row t = logits after token t). The last row is
  * always available afterwards through tern_session_logits(). Token ids are

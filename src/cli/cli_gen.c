@@ -38,7 +38,8 @@ void gen_opts_help(FILE *f) {
             "  --top-k K                keep the K most likely tokens (default 20; 0 = off)\n"
             "  --top-p P                nucleus sampling mass (default 0.8, 0.95 when thinking; 1 = off)\n"
             "  --min-p P                drop tokens below P x the top probability (default 0 = off)\n"
-            "  --repeat-penalty X       repetition penalty over the last 64 tokens (default 1 = off)\n"
+            "  --repeat-penalty X       repetition penalty over the last 64 tokens (or the model's\n"
+            "                           general.sampling.penalty_last_n; default 1 = off)\n"
             "  --presence-penalty X     presence penalty (default 0)\n"
             "  --frequency-penalty X    frequency penalty (default 0)\n"
             "  --seed S                 sampling seed (default: random, printed); same seed, same output\n"
@@ -90,8 +91,8 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--top-p")) { o->top_p_set = true; NUM_F(1e-6, 1.0, o->sp.top_p); }
     if (!strcmp(a, "--min-p")) { o->min_p_set = true; NUM_F(0.0, 1.0, o->sp.min_p); }
     if (!strcmp(a, "--repeat-penalty")) { o->repeat_set = true; NUM_F(1e-3, 100.0, o->sp.repeat_penalty); }
-    if (!strcmp(a, "--presence-penalty")) NUM_F(-100.0, 100.0, o->sp.presence_penalty);
-    if (!strcmp(a, "--frequency-penalty")) NUM_F(-100.0, 100.0, o->sp.frequency_penalty);
+    if (!strcmp(a, "--presence-penalty")) { o->presence_set = true; NUM_F(-100.0, 100.0, o->sp.presence_penalty); }
+    if (!strcmp(a, "--frequency-penalty")) { o->freq_set = true; NUM_F(-100.0, 100.0, o->sp.frequency_penalty); }
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
     { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }
@@ -118,18 +119,22 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
 int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cli_model_sampling *out) {
     out->temp = out->top_p = out->min_p = out->repeat_penalty = -1.0f;
     out->top_k = out->penalty_last_n = -1;
+    out->freq = out->present = 0;
+    out->has_freq = out->has_present = false;
     static const struct { const char *key; double lo, hi; int kind; } keys[] = {
         {"general.sampling.temp", 0, 100, 0},          {"general.sampling.top_p", 1e-6, 1, 1},
         {"general.sampling.min_p", 0, 1, 2},           {"general.sampling.penalty_repeat", 1e-3, 100, 3},
         {"general.sampling.top_k", 0, 1 << 24, 4},     {"general.sampling.penalty_last_n", 0, 1 << 24, 5},
+        {"general.sampling.penalty_freq", -2, 2, 6},   {"general.sampling.penalty_present", -2, 2, 7},
     };
     int n = 0;
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         float f = 0;
         int64_t i = 0;
-        tern_status st = keys[k].kind < 4 ? tern_model_meta_f32(m, keys[k].key, &f) : tern_model_meta_i64(m, keys[k].key, &i);
+        bool is_f = keys[k].kind < 4 || keys[k].kind >= 6;
+        tern_status st = is_f ? tern_model_meta_f32(m, keys[k].key, &f) : tern_model_meta_i64(m, keys[k].key, &i);
         if (st == TERN_ERR_NOT_FOUND) continue;
-        double v = keys[k].kind < 4 ? f : (double)i;
+        double v = is_f ? f : (double)i;
         if (st || !(v >= keys[k].lo && v <= keys[k].hi)) {
             if (!quiet)
                 fprintf(stderr, "tern %s: warning: ignoring %s (%s)\n", cmd, keys[k].key,
@@ -142,7 +147,9 @@ int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cl
         case 2: out->min_p = f; break;
         case 3: out->repeat_penalty = f; break;
         case 4: out->top_k = (int)i; break;
-        default: out->penalty_last_n = (int)i; break;
+        case 5: out->penalty_last_n = (int)i; break;
+        case 6: out->freq = f; out->has_freq = true; break;
+        default: out->present = f; out->has_present = true; break;
         }
         n++;
     }
@@ -185,14 +192,18 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     if (!o->min_p_set && ms.min_p >= 0) sp.min_p = ms.min_p;
     if (!o->repeat_set && ms.repeat_penalty > 0) sp.repeat_penalty = ms.repeat_penalty;
     if (ms.penalty_last_n > 0) sp.penalty_last_n = ms.penalty_last_n;
+    if (!o->freq_set && ms.has_freq) sp.frequency_penalty = ms.freq;
+    if (!o->presence_set && ms.has_present) sp.presence_penalty = ms.present;
     if ((st = tern_sampler_new(&sp, info->n_vocab, &g->smp))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->has_template = tern_tokenizer_chat_template(g->tok) != NULL;
     g->load_s = tern_now_s_cli() - t0;
     if (!o->quiet)
         fprintf(stderr, "tern %s: %s (%s, %d layers, vocab %d, ctx %d) loaded in %.2f s, seed %llu, thinking %s, "
-                        "temp %.2f top-k %d top-p %.2f min-p %.2f repeat-penalty %.2f%s\n", cmd, path, info->arch,
+                        "temp %.2f top-k %d top-p %.2f min-p %.2f repeat-penalty %.2f (last %d) frequency-penalty %.2f "
+                        "presence-penalty %.2f%s\n", cmd, path, info->arch,
                 info->n_layers, info->n_vocab, tern_session_n_ctx(g->sess), g->load_s, (unsigned long long)sp.seed,
                 g->think ? "on" : "off", sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty,
+                sp.penalty_last_n > 0 ? sp.penalty_last_n : 64, sp.frequency_penalty, sp.presence_penalty,
                 n_ms ? " (defaults from the model's general.sampling keys)" : "");
     if (!o->quiet) {
         char line[160];

@@ -15,6 +15,7 @@ typedef struct gen_opts {
     bool seed_set;
     bool temp_set, top_p_set;       /* explicit on the command line (else thinking defaults apply) */
     bool top_k_set, min_p_set, repeat_set; /* explicit (else the model's general.sampling.* keys) */
+    bool freq_set, presence_set;
     int threads, ctx;
     tern_cache_type cache_k, cache_v; /* --cache-type[-k|-v] (0: default) */
     const char *device;             /* --device cpu|cuda (NULL: cpu) */
@@ -27,12 +28,16 @@ typedef struct gen_opts {
 void gen_opts_default(gen_opts *o);
 
 /* The model's recommended sampling: llama.cpp's general.sampling.* GGUF keys (temp,
- * top_k, top_p, min_p, penalty_repeat, penalty_last_n). A field is < 0 when the key
+ * top_k, top_p, min_p, penalty_repeat, penalty_last_n) and tern's penalty_freq /
+ * penalty_present (OpenAI-style frequency / presence penalties; has_freq / has_present
+ * say whether they were given). A field is < 0 when the key
  * is absent or out of range (a bad value is reported on stderr unless quiet).
  * Returns how many keys were taken. */
 typedef struct cli_model_sampling {
     float temp, top_p, min_p, repeat_penalty;
     int top_k, penalty_last_n;
+    float freq, present;
+    bool has_freq, has_present;
 } cli_model_sampling;
 int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cli_model_sampling *out);
 /* Try to consume argv[*i] (and its value) as a shared option. Returns 1 if taken,

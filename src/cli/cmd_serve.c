@@ -52,6 +52,9 @@ static void usage(FILE *f) {
             "                       top-k 20, min-p 0, repeat-penalty 1)\n"
             "  --no-prefix-cache    evaluate every prompt whole (default: a request continues the slot whose\n"
             "                       session holds the longest prefix of its prompt)\n"
+            "  --prefix-cache-mib N host memory for the prefix cache's snapshots of recurrent (GDN) state,\n"
+            "                       all slots together, least recently used dropped first (default 1024;\n"
+            "                       0 = none: a qwen35 request then reuses only a slot's whole sequence)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n");
 }
 
@@ -91,7 +94,7 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
-    int64_t max_tokens = 512, top_k = -1;
+    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
@@ -112,7 +115,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -141,6 +144,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) cors = v;
         else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--top-k")) { num = &top_k; lo = 0; hi = 1 << 24; }
+        else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
@@ -187,7 +191,8 @@ int tern_cmd_serve(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
-    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache};
+    srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
+                           (uint64_t)snap_mib << 20};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);
@@ -210,6 +215,10 @@ int tern_cmd_serve(int argc, char **argv) {
     c.default_repeat_penalty = f_repeat > 0 ? (float)f_repeat : ms.repeat_penalty;
     c.default_top_k = top_k >= 0 ? (int)top_k : ms.top_k;
     c.default_penalty_last_n = ms.penalty_last_n;
+    c.default_freq = ms.freq;
+    c.has_default_freq = ms.has_freq;
+    c.default_presence = ms.present;
+    c.has_default_presence = ms.has_present;
     c.sampling_source = n_ms && flags ? "model+flags" : n_ms ? "model" : flags ? "flags" : "built-in";
     srv_http *http = NULL;
     char err[256];
@@ -236,6 +245,20 @@ int tern_cmd_serve(int argc, char **argv) {
         cli_cache_line(s0, line, sizeof line);
         fprintf(stderr, "tern serve: %s per slot; all %d slots: %.1f MiB now, %.1f MiB at full context\n", line,
                 (int)parallel, now / 1048576.0, max / 1048576.0);
+        srv_snap_stats ss;
+        srv_sched_snap_stats(sched, &ss);
+        if (no_prefix_cache)
+            fprintf(stderr, "tern serve: prefix cache off\n");
+        else if (!tern_session_can_truncate(s0) && !ss.budget)
+            fprintf(stderr, "tern serve: prefix cache: no snapshots (--prefix-cache-mib 0): a request reuses a "
+                            "slot's state only when it extends the slot's whole sequence\n");
+        else if (!tern_session_can_truncate(s0))
+            fprintf(stderr, "tern serve: prefix cache: recurrent-state snapshots at 64-token boundaries and prompt "
+                            "ends, %.2f MiB each, up to %.0f MiB (%llu snapshots; --prefix-cache-mib)\n",
+                    ss.each / 1048576.0, ss.budget / 1048576.0,
+                    (unsigned long long)(ss.each ? ss.budget / ss.each : 0));
+        else
+            fprintf(stderr, "tern serve: prefix cache: the KV cache is rewound to the longest common prefix\n");
     }
     bool v6 = strchr(host, ':') != NULL;
     printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);

@@ -9,6 +9,9 @@
 #include "formats/codecs.h"
 #include "formats/gguf.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 /* convert_mlx.c */
@@ -60,6 +63,49 @@ static tern_status fill_transcode(void *dst, uint64_t nbytes, void *user) {
     return tern_transcode_rows(j->t->type, j->t->data, j->to, dst, K, N, j->t->name);
 }
 
+tern_status tern_convert_set_apply(tern_gguf_writer *w, const char *a) {
+    if (!a) return tern_fail(TERN_ERR_INVALID_ARG, "convert: NULL --set assignment");
+    const char *eq = strchr(a, '=');
+    const char *colon = eq ? strchr(eq + 1, ':') : NULL;
+    if (!eq || eq == a || !colon)
+        return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set '%s': expected KEY=TYPE:VALUE (TYPE f32, i32, u32, bool or str)", a);
+    char key[256], type[8];
+    size_t kn = (size_t)(eq - a), tn = (size_t)(colon - eq - 1);
+    if (kn >= sizeof key) return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set: key longer than 255 bytes");
+    if (tn >= sizeof type)
+        return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set '%s': unknown type (f32, i32, u32, bool or str)", a);
+    memcpy(key, a, kn);
+    key[kn] = 0;
+    memcpy(type, eq + 1, tn);
+    type[tn] = 0;
+    const char *v = colon + 1;
+    char *end = NULL;
+    if (!strcmp(type, "str")) return w ? tern_gguf_w_set_str(w, key, v) : TERN_OK;
+    if (!strcmp(type, "bool")) {
+        if (strcmp(v, "true") && strcmp(v, "false"))
+            return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set %s: bool value '%s' is not true or false", key, v);
+        return w ? tern_gguf_w_set_bool(w, key, v[0] == 't') : TERN_OK;
+    }
+    if (!strcmp(type, "f32")) {
+        errno = 0;
+        float f = strtof(v, &end);
+        if (!*v || *end || errno || !isfinite(f))
+            return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set %s: '%s' is not a finite float", key, v);
+        return w ? tern_gguf_w_set_f32(w, key, f) : TERN_OK;
+    }
+    if (!strcmp(type, "i32") || !strcmp(type, "u32")) {
+        bool u = type[0] == 'u';
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno || x < (u ? 0 : INT32_MIN) || x > (u ? (long long)UINT32_MAX : INT32_MAX))
+            return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set %s: '%s' is not a %s", key, v,
+                             u ? "32-bit unsigned integer" : "32-bit integer");
+        if (!w) return TERN_OK;
+        return u ? tern_gguf_w_set_u32(w, key, (uint32_t)x) : tern_gguf_w_set_i32(w, key, (int32_t)x);
+    }
+    return tern_fail(TERN_ERR_INVALID_ARG, "convert: --set %s: unknown type '%s' (f32, i32, u32, bool or str)", key, type);
+}
+
 static tern_status gguf_to_gguf(const tern_gguf *g, const char *out, const tern_convert_opts *o) {
     tern_dtype to = target_dtype(o->to);
     tern_gguf_writer *w = NULL;
@@ -103,6 +149,7 @@ static tern_status gguf_to_gguf(const tern_gguf *g, const char *out, const tern_
     /* setting an existing key replaces it in place: key order is kept */
     if (!st) st = tern_gguf_w_set_u32(w, "general.file_type", tern_convert_file_type(to));
     if (!st && o->name) st = tern_gguf_w_set_str(w, "general.name", o->name);
+    for (size_t i = 0; i < o->n_set && !st; i++) st = tern_convert_set_apply(w, o->set[i]);
     if (!st) st = tern_gguf_w_write(w, out, o->progress, o->progress_user);
     tern_free(jobs, (g->n_tensors ? g->n_tensors : 1) * sizeof *jobs);
     tern_gguf_writer_free(w);
@@ -116,6 +163,12 @@ static bool is_dir(const char *p) {
 
 tern_status tern_convert(const char *in, const char *out, const tern_convert_opts *o) {
     if (!in || !out || !o) return tern_fail(TERN_ERR_INVALID_ARG, "convert: NULL argument");
+    for (size_t i = 0; i < o->n_set; i++) {
+        tern_status sst = tern_convert_set_apply(NULL, o->set[i]);
+        if (sst) return sst;
+    }
+    if (o->n_set && (o->to == TERN_CONV_MLX || is_dir(in)))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "convert: --set writes GGUF metadata: it works GGUF to GGUF only");
     if (is_dir(in)) {
         if (o->to == TERN_CONV_MLX)
             return tern_fail(TERN_ERR_UNSUPPORTED, "convert: %s is already an MLX pack", in);

@@ -35,6 +35,7 @@ void tern_session_free(tern_session *s) {
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
     if (s->blogits)
         tern_free_aligned(s->blogits, (size_t)s->blogits_rows * s->m->hp.n_vocab * sizeof(float));
+    free(s->row_stamp);
     free(s);
 }
 
@@ -264,6 +265,12 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         A(s->logits, (size_t)hp->n_vocab);
     }
 #undef A
+    if (ok && (s->row_stamp = calloc((size_t)n_ctx, sizeof *s->row_stamp)))
+        s->bytes += (uint64_t)n_ctx * sizeof *s->row_stamp;
+    else
+        ok = false;
+    static uint64_t next_id;
+    s->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     if (!ok) {
         uint64_t b = s->bytes;
         tern_session_free(s);
@@ -348,6 +355,7 @@ tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, 
         int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
         st = tm_forward_chunk(s, tokens + i, c, all_logits ? all_logits + i * (size_t)V : NULL);
         if (!st) {
+            tm_session_stamp(s, s->pos, c);
             s->pos += c;
             i += (size_t)c;
         }
@@ -418,7 +426,10 @@ tern_status tern_session_eval_batch(tern_session *const *s, const int32_t *token
     tern_status st = TERN_OK;
     if (n == 1) {
         st = tm_forward_chunk(s[0], tokens, 1, logits);
-        if (!st) s[0]->pos++;
+        if (!st) {
+            tm_session_stamp(s[0], s[0]->pos, 1);
+            s[0]->pos++;
+        }
     } else {
         size_t piece = n < (size_t)w->n_chunk ? n : (size_t)w->n_chunk;
         if (!logits) st = batch_rows(w, (int)piece);
@@ -427,11 +438,180 @@ tern_status tern_session_eval_batch(tern_session *const *s, const int32_t *token
             float *rows = logits ? logits + i * (size_t)V : w->blogits;
             st = tm_forward_batch(w, s + i, tokens + i, c, rows);
             if (!st) {
-                for (int j = 0; j < c; j++) s[i + (size_t)j]->pos++;
+                for (int j = 0; j < c; j++) {
+                    tm_session_stamp(s[i + (size_t)j], s[i + (size_t)j]->pos, 1);
+                    s[i + (size_t)j]->pos++;
+                }
                 i += (size_t)c;
             }
         }
     }
     pthread_mutex_unlock(&m->eval_mu);
     return st;
+}
+
+/* ------------------------------------------------------------ snapshots, copies */
+
+void tm_session_stamp(tern_session *s, int pos0, int n) {
+    uint64_t v = ++s->stamp;
+    for (int i = 0; i < n; i++) s->row_stamp[pos0 + i] = v;
+}
+
+struct tern_session_snapshot {
+    const tern_model *m;
+    uint64_t session_id;    /* the session it was taken from */
+    int pos;
+    uint64_t stamp;         /* row_stamp[pos - 1] then (0 when pos == 0) */
+    size_t conv_bytes, ssm_bytes, logits_bytes;
+    unsigned char *data;    /* conv states | recurrent states | logits row (host) */
+};
+
+static size_t conv_state_bytes(const tern_model *m) {
+    const tm_hparams *hp = &m->hp;
+    if (!hp->n_gdn_layers) return 0;
+    size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+    return (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C * sizeof(float);
+}
+static size_t ssm_state_bytes(const tern_model *m) {
+    const tm_hparams *hp = &m->hp;
+    if (!hp->n_gdn_layers) return 0;
+    return (size_t)hp->n_gdn_layers * m->be->vt->gdn_state_floats(m->be, hp) * sizeof(float);
+}
+
+/* Sessions of a tensor-parallel model keep their caches and states in shard sessions
+ * of their own (backend_tp.c); those are not reachable here. */
+static tern_status refuse_tp(const tern_session *s, const char *fn) {
+    if (tm_backend_is_tp(s->m->be))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "%s: not supported on a tensor-parallel model (--tp)", fn);
+    return TERN_OK;
+}
+
+tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snapshot **out) {
+    if (!s || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_take: NULL argument");
+    *out = NULL;
+    tern_status st = refuse_tp(s, "tern_session_snapshot_take");
+    if (st) return st;
+    tern_session_snapshot *p = calloc(1, sizeof *p);
+    if (!p) return tern_fail(TERN_ERR_NOMEM, "tern_session_snapshot_take: out of memory");
+    p->m = s->m;
+    p->session_id = s->id;
+    p->pos = s->pos;
+    p->stamp = s->pos ? s->row_stamp[s->pos - 1] : 0;
+    p->conv_bytes = conv_state_bytes(s->m);
+    p->ssm_bytes = ssm_state_bytes(s->m);
+    p->logits_bytes = (size_t)s->m->hp.n_vocab * sizeof(float);
+    size_t n = p->conv_bytes + p->ssm_bytes + p->logits_bytes;
+    if (!(p->data = malloc(n))) {
+        free(p);
+        return tern_fail(TERN_ERR_NOMEM, "tern_session_snapshot_take: out of memory (%zu bytes)", n);
+    }
+    tm_backend *be = s->m->be;
+    if (p->conv_bytes) st = tm_be_download(be, p->data, s->conv_state, p->conv_bytes);
+    if (!st && p->ssm_bytes) st = tm_be_download(be, p->data + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    if (st) {
+        tern_session_snapshot_free(p);
+        return st;
+    }
+    memcpy(p->data + p->conv_bytes + p->ssm_bytes, s->logits, p->logits_bytes);
+    *out = p;
+    return TERN_OK;
+}
+
+tern_status tern_session_snapshot_restore(tern_session *s, const tern_session_snapshot *p) {
+    if (!s || !p) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_restore: NULL argument");
+    if (p->m != s->m || p->session_id != s->id)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_restore: the snapshot was taken from another session");
+    if (p->pos > s->pos)
+        return tern_fail(TERN_ERR_RANGE,
+                         "tern_session_snapshot_restore: the snapshot is at position %d, beyond the session's %d",
+                         p->pos, s->pos);
+    if (p->pos && s->row_stamp[p->pos - 1] != p->stamp)
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "tern_session_snapshot_restore: the session's tokens before position %d were evaluated "
+                         "again since the snapshot was taken",
+                         p->pos);
+    tm_backend *be = s->m->be;
+    tern_status st = TERN_OK;
+    if (p->conv_bytes) st = tm_be_upload(be, s->conv_state, p->data, p->conv_bytes);
+    if (!st && p->ssm_bytes) st = tm_be_upload(be, s->ssm_state, p->data + p->conv_bytes, p->ssm_bytes);
+    if (st) { /* the states are partly written: the session starts over */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", tern_last_error());
+        tern_session_reset(s);
+        return tern_fail(st, "tern_session_snapshot_restore: %s", msg);
+    }
+    memcpy(s->logits, p->data + p->conv_bytes + p->ssm_bytes, p->logits_bytes);
+    s->pos = p->pos;
+    return TERN_OK;
+}
+
+void tern_session_snapshot_free(tern_session_snapshot *p) {
+    if (!p) return;
+    free(p->data);
+    free(p);
+}
+int tern_session_snapshot_pos(const tern_session_snapshot *p) { return p ? p->pos : 0; }
+uint64_t tern_session_snapshot_bytes(const tern_session_snapshot *p) {
+    return p ? sizeof *p + p->conv_bytes + p->ssm_bytes + p->logits_bytes : 0;
+}
+
+/* n bytes from src to dst, both the back-end's memory: a plain copy on the host, else
+ * through a host bounce buffer (download, upload). */
+static tern_status be_copy(tm_backend *be, void *dst, const void *src, size_t n, void *bounce, size_t nb) {
+    if (!n) return TERN_OK;
+    if (!tm_be_device(be)) {
+        memcpy(dst, src, n);
+        return TERN_OK;
+    }
+    for (size_t off = 0; off < n;) {
+        size_t c = n - off < nb ? n - off : nb;
+        tern_status st = tm_be_download(be, bounce, (const char *)src + off, c);
+        if (!st) st = tm_be_upload(be, (char *)dst + off, bounce, c);
+        if (st) return st;
+        off += c;
+    }
+    return TERN_OK;
+}
+
+tern_status tern_session_copy(tern_session *dst, const tern_session *src) {
+    if (!dst || !src) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_copy: NULL argument");
+    if (dst == src) return TERN_OK;
+    if (dst->m != src->m)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_copy: the sessions belong to different models");
+    tern_status st = refuse_tp(src, "tern_session_copy");
+    if (st) return st;
+    if (dst->k_type != src->k_type || dst->v_type != src->v_type)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_copy: the sessions' KV cache types differ (%s/%s and %s/%s)",
+                         kv_name(dst->k_type), kv_name(dst->v_type), kv_name(src->k_type), kv_name(src->v_type));
+    if (src->pos > dst->n_ctx)
+        return tern_fail(TERN_ERR_CONTEXT_FULL, "tern_session_copy: %d positions do not fit a context of %d",
+                         src->pos, dst->n_ctx);
+    tern_model *m = src->m;
+    tm_backend *be = m->be;
+    size_t nb = tm_be_device(be) ? (size_t)4 << 20 : 0;
+    void *bounce = nb ? malloc(nb) : NULL;
+    if (nb && !bounce) return tern_fail(TERN_ERR_NOMEM, "tern_session_copy: out of memory");
+    /* the states first, then each attention layer's rows [0, pos) */
+    st = be_copy(be, dst->conv_state, src->conv_state, conv_state_bytes(m), bounce, nb);
+    if (!st) st = be_copy(be, dst->ssm_state, src->ssm_state, ssm_state_bytes(m), bounce, nb);
+    for (int l = 0; l < m->hp.n_attn_layers && !st; l++) {
+        st = be_copy(be, (char *)dst->kcache + (size_t)l * dst->n_ctx * dst->k_row,
+                     (const char *)src->kcache + (size_t)l * src->n_ctx * src->k_row, (size_t)src->pos * src->k_row,
+                     bounce, nb);
+        if (!st)
+            st = be_copy(be, (char *)dst->vcache + (size_t)l * dst->n_ctx * dst->v_row,
+                         (const char *)src->vcache + (size_t)l * src->n_ctx * src->v_row,
+                         (size_t)src->pos * src->v_row, bounce, nb);
+    }
+    free(bounce);
+    if (st) { /* partly copied: the session starts over */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", tern_last_error());
+        tern_session_reset(dst);
+        return tern_fail(st, "tern_session_copy: %s", msg);
+    }
+    memcpy(dst->logits, src->logits, (size_t)m->hp.n_vocab * sizeof(float));
+    dst->pos = src->pos;
+    if (dst->pos) tm_session_stamp(dst, 0, dst->pos); /* its rows changed: its snapshots are void */
+    return TERN_OK;
 }

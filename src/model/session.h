@@ -58,6 +58,13 @@ struct tern_session {
     /* the back-end's own per-session state (released by vt->session_release) */
     void *graph;     /* CUDA: single-token step graph (NULL: none yet) */
     int graph_state; /* CUDA: 0 no step yet, 1 stepped once (record next), -1 graphs off */
+    /* snapshots (tern_session_snapshot_*): a process-unique id, and for each position
+     * the value of `stamp` when its KV row was last written (host; rows [0, pos) are the
+     * session's current history, so a row before pos rewritten since a snapshot implies
+     * the snapshot's last row was rewritten too) */
+    uint64_t id;
+    uint64_t *row_stamp;
+    uint64_t stamp;
     uint64_t bytes;
     uint64_t counted; /* bytes added to m->sessions_bytes (0: none) */
     void *allocs[24];
@@ -73,6 +80,9 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int n, floa
  * at its own position, in one pass over w's scratch (w may be one of them). Row i of
  * logits_rows (host, n x n_vocab) and s[i]->logits get session i's logits. Positions
  * are not advanced here; the caller checked tokens and contexts. */
+/* Mark rows [pos0, pos0 + n) of s as written now (a new stamp). */
+void tm_session_stamp(tern_session *s, int pos0, int n);
+
 tern_status tm_forward_batch(tern_session *w, tern_session *const *s, const int32_t *tokens, int n,
                              float *logits_rows);
 

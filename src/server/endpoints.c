@@ -146,6 +146,7 @@ void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall
         if (u) {
             m->prompt_tokens += u->prompt_tokens;
             m->cached_tokens += u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
+            m->evaluated_tokens += u->evaluated_tokens;
             m->gen_tokens += u->completion_tokens;
             m->prompt_ms += u->prompt_ms;
             m->gen_ms += u->gen_ms;
@@ -163,7 +164,7 @@ static void put(tern_str *o, const char *fmt, ...) {
     if (n > 0) tern_str_append(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const srv_snap_stats *snap) {
     tern_str o = {0};
     tern_str_append(&o, "", 0);
     pthread_mutex_lock(&m->mu);
@@ -174,9 +175,10 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
             "# TYPE tern_prompt_tokens_total counter\ntern_prompt_tokens_total %llu\n", m->prompt_tokens);
     put(&o, "# HELP tern_prompt_tokens_cached_total Prompt tokens taken from a slot's prefix cache.\n"
             "# TYPE tern_prompt_tokens_cached_total counter\ntern_prompt_tokens_cached_total %llu\n", m->cached_tokens);
-    put(&o, "# HELP tern_prompt_tokens_evaluated_total Prompt tokens evaluated.\n"
+    put(&o, "# HELP tern_prompt_tokens_evaluated_total Prompt tokens run through the model (each choice of n > 1 "
+            "that evaluated the prompt itself counts).\n"
             "# TYPE tern_prompt_tokens_evaluated_total counter\ntern_prompt_tokens_evaluated_total %llu\n",
-        m->prompt_tokens - m->cached_tokens);
+        m->evaluated_tokens);
     put(&o, "# HELP tern_generated_tokens_total Tokens generated.\n# TYPE tern_generated_tokens_total counter\n"
             "tern_generated_tokens_total %llu\n", m->gen_tokens);
     put(&o, "# HELP tern_prompt_seconds_total Time spent on prompts.\n# TYPE tern_prompt_seconds_total counter\n"
@@ -185,7 +187,7 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
             "tern_generation_seconds_total %.6f\n", m->gen_ms / 1e3);
     put(&o, "# HELP tern_prompt_tokens_per_second Prompt tokens per second over all requests.\n"
             "# TYPE tern_prompt_tokens_per_second gauge\ntern_prompt_tokens_per_second %.3f\n",
-        m->prompt_ms > 0 ? (m->prompt_tokens - m->cached_tokens) / (m->prompt_ms / 1e3) : 0.0);
+        m->prompt_ms > 0 ? m->evaluated_tokens / (m->prompt_ms / 1e3) : 0.0);
     put(&o, "# HELP tern_generated_tokens_per_second Generated tokens per second over all requests.\n"
             "# TYPE tern_generated_tokens_per_second gauge\ntern_generated_tokens_per_second %.3f\n",
         m->gen_ms > 0 ? m->gen_tokens / (m->gen_ms / 1e3) : 0.0);
@@ -204,5 +206,24 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots) {
         queued);
     put(&o, "# HELP tern_slots_busy Slots generating.\n# TYPE tern_slots_busy gauge\ntern_slots_busy %d\n", busy);
     put(&o, "# HELP tern_slots_total Slots.\n# TYPE tern_slots_total gauge\ntern_slots_total %d\n", n_slots);
+    if (snap && snap->used) {
+        put(&o, "# HELP tern_prefix_cache_snapshots Recurrent-state snapshots the slots keep for the prefix cache.\n"
+                "# TYPE tern_prefix_cache_snapshots gauge\ntern_prefix_cache_snapshots %d\n", snap->count);
+        put(&o, "# HELP tern_prefix_cache_snapshot_bytes Host memory the snapshots hold.\n"
+                "# TYPE tern_prefix_cache_snapshot_bytes gauge\ntern_prefix_cache_snapshot_bytes %llu\n",
+            (unsigned long long)snap->bytes);
+        put(&o, "# HELP tern_prefix_cache_snapshot_budget_bytes The snapshots' memory budget (--prefix-cache-mib).\n"
+                "# TYPE tern_prefix_cache_snapshot_budget_bytes gauge\ntern_prefix_cache_snapshot_budget_bytes %llu\n",
+            (unsigned long long)snap->budget);
+        put(&o, "# HELP tern_prefix_cache_snapshots_taken_total Snapshots taken.\n"
+                "# TYPE tern_prefix_cache_snapshots_taken_total counter\ntern_prefix_cache_snapshots_taken_total %llu\n",
+            snap->taken);
+        put(&o, "# HELP tern_prefix_cache_snapshots_restored_total Requests that started from a snapshot.\n"
+                "# TYPE tern_prefix_cache_snapshots_restored_total counter\n"
+                "tern_prefix_cache_snapshots_restored_total %llu\n", snap->restored);
+        put(&o, "# HELP tern_prefix_cache_snapshots_evicted_total Snapshots dropped to stay within the budget.\n"
+                "# TYPE tern_prefix_cache_snapshots_evicted_total counter\n"
+                "tern_prefix_cache_snapshots_evicted_total %llu\n", snap->evicted);
+    }
     return o.data;
 }

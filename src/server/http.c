@@ -249,8 +249,15 @@ static void stream_end(stream *s, int k) {
     char err[256];
     snprintf(err, sizeof err, "%s", j->error);
     pthread_mutex_unlock(&j->mu);
-    if (!s->n_ended) s->total = u;
-    else { s->total.completion_tokens += u.completion_tokens; if (u.gen_ms > s->total.gen_ms) s->total.gen_ms = u.gen_ms; }
+    /* as the non-streamed reply: the prompt's figures from choice 0, the others summed */
+    if (!k) {
+        s->total.prompt_tokens = u.prompt_tokens;
+        s->total.cached_tokens = u.cached_tokens;
+        s->total.prompt_ms = u.prompt_ms;
+    }
+    s->total.completion_tokens += u.completion_tokens;
+    s->total.evaluated_tokens += u.evaluated_tokens;
+    if (u.gen_ms > s->total.gen_ms) s->total.gen_ms = u.gen_ms;
     s->ended[k] = true;
     s->n_ended++;
     bool failed = f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED;
@@ -550,6 +557,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
     if (!req.repeat_set && h->c.default_repeat_penalty > 0) j->sp.repeat_penalty = h->c.default_repeat_penalty;
     if (h->c.default_penalty_last_n > 0) j->sp.penalty_last_n = h->c.default_penalty_last_n;
+    if (!req.freq_set && h->c.has_default_freq) j->sp.frequency_penalty = h->c.default_freq;
+    if (!req.presence_set && h->c.has_default_presence) j->sp.presence_penalty = h->c.default_presence;
     if (!req.seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -584,7 +593,10 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     srv_request_free(&req);
     srv_job *jobs[SRV_MAX_N] = {j};
     bool ok = !job_constrain(h, j, &gbnf, groot);
-    for (int k = 1; ok && k < n; k++) ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
+    for (int k = 1; ok && k < n; k++) {
+        ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
+        if (ok) srv_job_follow(jobs[k], j); /* choice k copies choice 0's evaluated prompt */
+    }
     tern_str_free(&gbnf);
     if (!ok) {
         for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
@@ -656,6 +668,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         if (!k) tot = u[k];
         else {
             tot.completion_tokens += u[k].completion_tokens;
+            tot.evaluated_tokens += u[k].evaluated_tokens;
             if (u[k].gen_ms > tot.gen_ms) tot.gen_ms = u[k].gen_ms;
         }
         if (failed < 0 && (f[k] == SRV_FINISH_ERROR || f[k] == SRV_FINISH_CANCELLED)) failed = k;
@@ -751,6 +764,16 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
     cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
     cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
     cJSON_AddBoolToObject(o, "prefix_cache", srv_sched_prefix_cache(h->sched));
+    srv_snap_stats ss;
+    srv_sched_snap_stats(h->sched, &ss);
+    cJSON *ps = cJSON_AddObjectToObject(o, "prefix_cache_snapshots");
+    if (ps) {
+        cJSON_AddBoolToObject(ps, "used", ss.used);
+        cJSON_AddNumberToObject(ps, "budget_bytes", (double)ss.budget);
+        cJSON_AddNumberToObject(ps, "bytes", (double)ss.bytes);
+        cJSON_AddNumberToObject(ps, "count", ss.count);
+        cJSON_AddNumberToObject(ps, "snapshot_bytes", (double)ss.each);
+    }
     /* the sampling a request gets when it gives none (thinking off / on where they differ) */
     cJSON *ds = cJSON_AddObjectToObject(o, "default_generation_settings");
     if (ds) {
@@ -761,6 +784,8 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
         cJSON_AddNumberToObject(ds, "min_p", c->default_min_p >= 0 ? c->default_min_p : 0);
         cJSON_AddNumberToObject(ds, "repeat_penalty", c->default_repeat_penalty > 0 ? c->default_repeat_penalty : 1);
         cJSON_AddNumberToObject(ds, "repeat_last_n", c->default_penalty_last_n > 0 ? c->default_penalty_last_n : 64);
+        cJSON_AddNumberToObject(ds, "frequency_penalty", c->has_default_freq ? c->default_freq : 0);
+        cJSON_AddNumberToObject(ds, "presence_penalty", c->has_default_presence ? c->default_presence : 0);
         cJSON_AddNumberToObject(ds, "max_tokens", c->default_max_tokens);
         cJSON_AddStringToObject(ds, "source", c->sampling_source ? c->sampling_source : "built-in");
     }
@@ -781,6 +806,7 @@ static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, co
         cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)info[i].n_prompt);
         cJSON_AddNumberToObject(e, "n_ctx", info[i].n_ctx);
         cJSON_AddNumberToObject(e, "n_cached_tokens", (double)info[i].n_cached);
+        cJSON_AddNumberToObject(e, "n_snapshots", info[i].n_snapshots);
         cJSON_AddItemToArray(a, e);
     }
     char *s = cJSON_PrintUnformatted(a);
@@ -791,8 +817,10 @@ static enum MHD_Result handle_slots(srv_http *h, struct MHD_Connection *conn, co
 static enum MHD_Result handle_metrics(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     int busy, queued, n_slots;
     srv_sched_stats(h->sched, &busy, &queued, &n_slots, NULL);
+    srv_snap_stats ss;
+    srv_sched_snap_stats(h->sched, &ss);
     return send_body(conn, cs, 200, "text/plain; version=0.0.4; charset=utf-8",
-                     srv_metrics_render(&h->metrics, busy, queued, n_slots));
+                     srv_metrics_render(&h->metrics, busy, queued, n_slots, &ss));
 }
 
 static enum MHD_Result handle_tok(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {

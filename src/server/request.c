@@ -310,10 +310,10 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     if (r->top_k_set) sp->top_k = v < 0 ? 0 : (int)v;
     if ((rc = get_num(root, "min_p", 0, 1, false, &v, &r->min_p_set, err, en))) return rc;
     if (r->min_p_set) sp->min_p = (float)v;
-    if ((rc = get_num(root, "presence_penalty", -2, 2, false, &v, &set, err, en))) return rc;
-    if (set) sp->presence_penalty = (float)v;
-    if ((rc = get_num(root, "frequency_penalty", -2, 2, false, &v, &set, err, en))) return rc;
-    if (set) sp->frequency_penalty = (float)v;
+    if ((rc = get_num(root, "presence_penalty", -2, 2, false, &v, &r->presence_set, err, en))) return rc;
+    if (r->presence_set) sp->presence_penalty = (float)v;
+    if ((rc = get_num(root, "frequency_penalty", -2, 2, false, &v, &r->freq_set, err, en))) return rc;
+    if (r->freq_set) sp->frequency_penalty = (float)v;
     const char *rp = field(root, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
     if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
     r->repeat_set = set;

@@ -68,9 +68,17 @@ void srv_job_unref(srv_job *j) {
     free(j->lp);
     tern_grammar_matcher_free(j->gm);
     tern_grammar_free(j->grammar);
+    srv_job_unref(j->lead);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
+}
+
+void srv_job_follow(srv_job *f, srv_job *lead) {
+    pthread_mutex_lock(&lead->mu);
+    lead->refs++;
+    pthread_mutex_unlock(&lead->mu);
+    f->lead = lead;
 }
 
 void srv_job_cancel(srv_job *j) { atomic_store_explicit(&j->cancel, 1, memory_order_relaxed); }
@@ -95,7 +103,17 @@ bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out) {
 
 /* ---------------------------------------------------------------- slots */
 
-enum { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_DECODE };
+/* SLOT_WAIT: a choice of n > 1 waiting for choice 0's slot to finish evaluating the
+ * prompt, which it then copies (tern_session_copy) instead of evaluating it again */
+enum { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_DECODE, SLOT_WAIT };
+
+/* A prefix-cache snapshot of a slot's session (models with recurrent state): valid while
+ * the slot's cached tokens keep their first `pos` (the library checks it too). */
+typedef struct srv_snap {
+    tern_session_snapshot *snap;
+    size_t pos;
+    uint64_t used;                  /* LRU tick: taken or last restored */
+} srv_snap;
 
 /* tern_gen hooks' context (logit_bias, logprobs) */
 typedef struct { struct srv_sched *s; srv_job *j; tern_gen *const *gen; } gen_hook;
@@ -123,6 +141,11 @@ typedef struct slot {
     int32_t pending;                /* the token chosen this round (decode), evaluated by the forward */
     double last_used;               /* ms: when its last job ended (LRU among idle slots) */
     gen_hook hook;
+    bool recurrent;                 /* the session cannot be rewound (GDN): snapshots instead */
+    srv_snap *snaps;                /* at 64-aligned prompt positions and prompt ends, by pos */
+    int n_snaps, cap_snaps;
+    int info_snaps;
+    int wait;                       /* SLOT_WAIT: the slot of the job's lead */
 } slot;
 
 struct srv_sched {
@@ -140,7 +163,89 @@ struct srv_sched {
     bool stop;
     bool draining;                  /* srv_sched_drain: no admissions; stop when idle or at drain_end */
     double drain_end;               /* ms (now_ms clock) */
+    /* prefix-cache snapshots of all slots (scheduler thread; the stats and each slot's
+     * info_snaps under snap_mu, which may be taken while holding mu) */
+    pthread_mutex_t snap_mu;
+    uint64_t tick;
+    uint64_t snap_bytes, snap_each;
+    int snap_count;
+    unsigned long long snap_taken, snap_restored, snap_evicted;
 };
+
+static slot *lead_slot(srv_sched *s, const srv_job *j);
+static void follower_cold(srv_sched *s, slot *sl);
+
+/* ------------------------------------------------------- snapshots */
+
+static void snap_drop(srv_sched *s, slot *sl, int k) {
+    uint64_t b = tern_session_snapshot_bytes(sl->snaps[k].snap);
+    tern_session_snapshot_free(sl->snaps[k].snap);
+    memmove(&sl->snaps[k], &sl->snaps[k + 1], (size_t)(sl->n_snaps - k - 1) * sizeof *sl->snaps);
+    sl->n_snaps--;
+    pthread_mutex_lock(&s->snap_mu);
+    s->snap_bytes -= b;
+    s->snap_count--;
+    sl->info_snaps = sl->n_snaps;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* The slot's session goes on from position pos with other tokens: snapshots beyond
+ * it are void. */
+static void snaps_keep_upto(srv_sched *s, slot *sl, size_t pos) {
+    while (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos > pos) snap_drop(s, sl, sl->n_snaps - 1);
+}
+
+static bool evict_lru(srv_sched *s) {
+    slot *vs = NULL;
+    int vk = -1;
+    for (int i = 0; i < s->p.n_parallel; i++)
+        for (int k = 0; k < s->slots[i].n_snaps; k++)
+            if (!vs || s->slots[i].snaps[k].used < vs->snaps[vk].used) {
+                vs = &s->slots[i];
+                vk = k;
+            }
+    if (!vs) return false;
+    snap_drop(s, vs, vk);
+    pthread_mutex_lock(&s->snap_mu);
+    s->snap_evicted++;
+    pthread_mutex_unlock(&s->snap_mu);
+    return true;
+}
+
+/* Keep a snapshot of the slot's session, now at position pos (a 64-aligned prefill
+ * boundary or the end of a prompt), within the budget (least recently used go first). */
+static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
+    uint64_t budget = s->p.snapshot_budget;
+    if (!budget || s->p.no_prefix_cache || !sl->recurrent || (s->snap_each && s->snap_each > budget)) return;
+    /* the snapshots this prompt takes after this one; when they alone fill the budget,
+     * this one would be dropped (least recently used) before the prompt ends: skip the
+     * copy (a 27B's is 153 MiB: 6 fit in the default budget) */
+    size_t c = (size_t)s->chunk, later = pos >= prompt_n ? 0 : prompt_n / c - pos / c + (prompt_n % c ? 1 : 0);
+    if (s->snap_each && later >= budget / s->snap_each) return;
+    if (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos >= pos) return; /* kept in order; never expected */
+    if (sl->n_snaps == sl->cap_snaps) {
+        int cap = sl->cap_snaps ? sl->cap_snaps * 2 : 16;
+        srv_snap *q = realloc(sl->snaps, (size_t)cap * sizeof *q);
+        if (!q) return;
+        sl->snaps = q;
+        sl->cap_snaps = cap;
+    }
+    if (s->snap_each)
+        while (s->snap_bytes + s->snap_each > budget && evict_lru(s)) {}
+    tern_session_snapshot *p = NULL;
+    if (tern_session_snapshot_take(sl->sess, &p)) return; /* out of memory: no snapshot, no harm */
+    uint64_t b = tern_session_snapshot_bytes(p);
+    s->snap_each = b;
+    if (b > budget) { tern_session_snapshot_free(p); return; }
+    while (s->snap_bytes + b > budget && evict_lru(s)) {}
+    sl->snaps[sl->n_snaps++] = (srv_snap){p, pos, ++s->tick};
+    pthread_mutex_lock(&s->snap_mu);
+    s->snap_bytes += b;
+    s->snap_count++;
+    s->snap_taken++;
+    sl->info_snaps = sl->n_snaps;
+    pthread_mutex_unlock(&s->snap_mu);
+}
 
 /* Publish the reply text that is safe to show (all of it when `all`) and the token
  * count to the job's channel. */
@@ -175,17 +280,33 @@ static void job_finish(srv_job *j, srv_finish f, const char *err, const srv_usag
     srv_job_unref(j);
 }
 
+/* Start evaluating the job's prompt from the n_reuse tokens the session holds; the
+ * penalties see the cached part of the prompt as tern_gen_prefill shows them the rest. */
+static void slot_go_prefill(slot *sl) {
+    sl->phase = SLOT_PREFILL;
+    for (size_t i = 0; i < sl->n_reuse; i++) tern_sampler_accept(sl->smp, sl->job->prompt.ids[i]);
+    if (sl->n_reuse == sl->job->prompt.n) { /* a snapshot at the prompt's end: its logits are restored */
+        sl->phase = SLOT_DECODE;
+        sl->t_decode = now_ms();
+    }
+}
+
 static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     if (f != SRV_FINISH_ERROR && sl->gen && !tern_gen_finish(sl->gen)) publish(sl, true);
     double t = now_ms();
     size_t n_gen = 0;
     if (sl->gen) tern_gen_tokens(sl->gen, &n_gen);
-    srv_usage u = {sl->job->prompt.n, n_gen, 0, 0, sl->n_reuse};
+    srv_usage u = {sl->job->prompt.n, n_gen, 0, 0, sl->n_reuse, sl->n_fed > sl->n_reuse ? sl->n_fed - sl->n_reuse : 0};
     u.prompt_ms = (sl->t_decode ? sl->t_decode : t) - sl->t_start;
     u.gen_ms = sl->t_decode ? t - sl->t_decode : 0;
     srv_job *j = sl->job;
     sl->job = NULL;
+    int was = sl->phase;
     sl->phase = SLOT_IDLE;
+    if (was == SLOT_PREFILL) /* choices waiting for this prompt evaluate it themselves */
+        for (int i = 0; i < s->p.n_parallel; i++)
+            if (s->slots[i].job && s->slots[i].phase == SLOT_WAIT && s->slots[i].wait == sl->id)
+                follower_cold(s, &s->slots[i]);
     tern_gen_free(sl->gen);
     sl->gen = NULL;
     tern_sampler_free(sl->smp);
@@ -233,30 +354,43 @@ static bool hook_logprob(const float *logits, int n_vocab, int32_t id, void *u) 
     return sched_record_logprob(h->s, h->j, logits, id, len) == 0;
 }
 
-/* How many of prompt's tokens slot sl can take from its session as it is: the
- * longest common prefix of its cached tokens and the prompt, keeping at least one
- * prompt token to evaluate (its logits start the reply). A session with recurrent
- * (GDN) state cannot be rewound: there only the whole cached sequence counts, and
- * only when the prompt extends it. */
-static size_t usable_prefix(const srv_sched *s, const slot *sl, const srv_job *j) {
-    if (s->p.no_prefix_cache || j->no_cache || !sl->cached.n || j->prompt.n < 2) return 0;
+/* How many of prompt's tokens slot sl can take from its session: the longest common
+ * prefix of its cached tokens and the prompt, keeping at least one prompt token to
+ * evaluate (its logits start the reply). A session with recurrent (GDN) state cannot
+ * be rewound: there the whole cached sequence counts when the prompt extends it, or
+ * else the deepest snapshot within the common prefix (*snap: its index; -1 when the
+ * session is used as it is). A snapshot at the prompt's whole length brings its
+ * logits back, so nothing is evaluated then. */
+static size_t usable_prefix(const srv_sched *s, const slot *sl, const srv_job *j, int *snap) {
+    if (snap) *snap = -1;
+    if (s->p.no_prefix_cache || j->no_cache || !sl->cached.n || !j->prompt.n) return 0;
     if (sl->cached.n != (size_t)tern_session_pos(sl->sess)) return 0; /* never expected */
     size_t n = sl->cached.n < j->prompt.n ? sl->cached.n : j->prompt.n, l = 0;
     while (l < n && sl->cached.ids[l] == j->prompt.ids[l]) l++;
-    if (l > j->prompt.n - 1) l = j->prompt.n - 1;
-    if (!tern_session_can_truncate(sl->sess) && l != sl->cached.n) return 0;
-    return l;
+    size_t live = l > j->prompt.n - 1 ? j->prompt.n - 1 : l, best = 0;
+    if (!sl->recurrent || live == sl->cached.n) best = live;
+    for (int k = sl->n_snaps - 1; k >= 0; k--)
+        if (sl->snaps[k].pos <= l) {
+            if (sl->snaps[k].pos > best) {
+                best = sl->snaps[k].pos;
+                if (snap) *snap = k;
+            }
+            break;
+        }
+    return best;
 }
 
 /* The idle slot for job j: the longest usable prefix; without any, an empty slot,
  * else the least recently used one. Called with s->mu held. */
 static slot *pick_slot(srv_sched *s, const srv_job *j) {
+    /* a choice that will copy choice 0's session needs no prefix: spare the cached ones */
+    bool share = lead_slot(s, j) != NULL;
     slot *best = NULL;
     size_t best_n = 0;
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
         if (sl->job) continue;
-        size_t u = usable_prefix(s, sl, j);
+        size_t u = share ? 0 : usable_prefix(s, sl, j, NULL);
         if (!best || u > best_n ||
             (u == best_n && !best_n &&
              (best->cached.n ? (!sl->cached.n || sl->last_used < best->last_used) : false))) {
@@ -265,6 +399,47 @@ static slot *pick_slot(srv_sched *s, const srv_job *j) {
         }
     }
     return best;
+}
+
+/* The slot running job j's lead (n > 1), or NULL. */
+static slot *lead_slot(srv_sched *s, const srv_job *j) {
+    if (!j->lead) return NULL;
+    for (int i = 0; i < s->p.n_parallel; i++)
+        if (s->slots[i].job == j->lead) return &s->slots[i];
+    return NULL;
+}
+
+/* The lead's session holds exactly its prompt (decoding, nothing sampled yet). */
+static bool lead_fresh(const slot *ls) {
+    size_t n = 0;
+    if (ls->gen) tern_gen_tokens(ls->gen, &n);
+    return n == 0 && ls->n_fed == ls->job->prompt.n && (size_t)tern_session_pos(ls->sess) == ls->job->prompt.n;
+}
+
+/* Choice sl takes the lead's evaluated prompt (tern_session_copy: KV rows, GDN states,
+ * logits) and starts decoding: the same state as evaluating the prompt itself. When the
+ * copy fails the slot evaluates the prompt itself (follower_cold) and false is returned. */
+static void follower_cold(srv_sched *s, slot *sl) {
+    snaps_keep_upto(s, sl, 0);
+    tern_session_reset(sl->sess);
+    sl->n_reuse = sl->n_fed = sl->cached.n = sl->info_cached = 0;
+    slot_go_prefill(sl);
+}
+
+static bool follower_copy(srv_sched *s, slot *sl, slot *ls) {
+    const srv_job *j = sl->job;
+    snaps_keep_upto(s, sl, 0);      /* the copy voids them */
+    if (tern_session_copy(sl->sess, ls->sess)) {
+        follower_cold(s, sl);
+        return false;
+    }
+    sl->cached.n = 0;
+    for (size_t i = 0; i < j->prompt.n; i++)
+        if (tern_tokens_push(&sl->cached, j->prompt.ids[i])) { sl->cached.n = 0; break; }
+    sl->n_reuse = sl->n_fed = j->prompt.n;
+    sl->info_cached = sl->n_reuse;
+    slot_go_prefill(sl);            /* penalties see the prompt; straight to decoding */
+    return true;
 }
 
 static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
@@ -282,9 +457,25 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     j->started = true;
     j->slot = sl->id;
     pthread_mutex_unlock(&j->mu);
-    sl->n_reuse = usable_prefix(s, sl, j);
-    if (sl->n_reuse && tern_session_truncate(sl->sess, (int)sl->n_reuse)) sl->n_reuse = 0;
-    if (!sl->n_reuse) tern_session_reset(sl->sess);
+    /* n > 1: choice 0's slot evaluates the prompt (or has just done so), this one copies
+     * its session (follower_copy) instead of evaluating the prompt again */
+    slot *ls = lead_slot(s, j);
+    bool share = ls && (ls->phase == SLOT_PREFILL || (ls->phase == SLOT_DECODE && lead_fresh(ls)));
+    int si = -1;
+    sl->n_reuse = share ? 0 : usable_prefix(s, sl, j, &si);
+    if (si >= 0) {
+        if (tern_session_snapshot_restore(sl->sess, sl->snaps[si].snap)) sl->n_reuse = 0;
+        else {
+            sl->snaps[si].used = ++s->tick;
+            pthread_mutex_lock(&s->snap_mu);
+            s->snap_restored++;
+            pthread_mutex_unlock(&s->snap_mu);
+        }
+    } else if (sl->n_reuse && tern_session_truncate(sl->sess, (int)sl->n_reuse)) {
+        sl->n_reuse = 0;
+    }
+    if (!sl->n_reuse && !share) tern_session_reset(sl->sess); /* share: the copy replaces it */
+    snaps_keep_upto(s, sl, sl->n_reuse); /* the prompt goes on from there: the rest are void */
     sl->cached.n = sl->n_reuse;
     sl->n_fed = sl->n_reuse;
     sl->info_cached = sl->n_reuse;
@@ -310,14 +501,19 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         }
         if (tern_sampler_new(&j->sp, s->n_vocab, &sl->smp) || tern_gen_new(sl->sess, s->tok, sl->smp, &gp, &sl->gen))
             why = tern_last_error();
-        else /* the penalties see the cached part of the prompt as tern_gen_prefill shows them the rest */
-            for (size_t i = 0; i < sl->n_reuse; i++) tern_sampler_accept(sl->smp, j->prompt.ids[i]);
     }
     if (why) {
         snprintf(sl->err, sizeof sl->err, "%s", why);
         sl->phase = SLOT_IDLE;  /* finished by the caller's round (outside the lock) */
         return;
     }
+    if (share && ls->phase == SLOT_PREFILL) { /* copied when the lead's prompt is in */
+        sl->phase = SLOT_WAIT;
+        sl->wait = ls->id;
+        return;
+    }
+    if (share && !follower_copy(s, sl, ls)) return; /* follower_copy went on cold itself */
+    if (!share) slot_go_prefill(sl);
 }
 
 static srv_finish finish_of(tern_stop_reason r) {
@@ -418,11 +614,18 @@ void srv_sched_run(srv_sched *s) {
         for (int i = 0; i < N; i++) {
             slot *sl = &s->slots[i];
             if (!sl->job) continue;
+            if (sl->phase == SLOT_WAIT && atomic_load_explicit(&sl->job->cancel, memory_order_relaxed)) {
+                slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL);
+                continue;
+            }
             if (sl->phase == SLOT_PREFILL) {
                 if (atomic_load_explicit(&sl->job->cancel, memory_order_relaxed)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); continue; }
-                size_t rem = sl->job->prompt.n - sl->n_fed;
+                /* chunks end at multiples of the chunk size (as one tern_session_eval from
+                 * position 0 splits), so a prompt resumed from a snapshot at such a
+                 * boundary is evaluated in the same pieces as from scratch */
+                size_t rem = sl->job->prompt.n - sl->n_fed, room = (size_t)s->chunk - sl->n_fed % (size_t)s->chunk;
                 sl->in = sl->job->prompt.ids + sl->n_fed;
-                sl->n_in = rem < (size_t)s->chunk ? rem : (size_t)s->chunk;
+                sl->n_in = rem < room ? rem : room;
             }
             if (sl->n_in) act[n++] = sl;
         }
@@ -441,9 +644,19 @@ void srv_sched_run(srv_sched *s) {
                     if (tern_tokens_push(&sl->cached, fed[k])) break;
             if (sl->cached.n != (size_t)tern_session_pos(sl->sess)) sl->cached.n = 0; /* never expected */
             if (sl->phase == SLOT_DECODE) sl->n_in = 0;
-            else if ((sl->n_fed += sl->n_in) == sl->job->prompt.n) {
-                sl->phase = SLOT_DECODE;
-                sl->t_decode = now_ms();
+            else {
+                sl->n_fed += sl->n_in;
+                bool end = sl->n_fed == sl->job->prompt.n;
+                if ((end || sl->n_fed % (size_t)s->chunk == 0) && sl->cached.n == sl->n_fed) snap_take(s, sl, sl->n_fed, sl->job->prompt.n);
+                if (end) {
+                    sl->phase = SLOT_DECODE;
+                    sl->t_decode = now_ms();
+                    /* choices of this request waiting for its prompt take it now */
+                    for (int k = 0; k < N; k++) {
+                        slot *f = &s->slots[k];
+                        if (f->job && f->phase == SLOT_WAIT && f->wait == sl->id) follower_copy(s, f, sl);
+                    }
+                }
             }
         }
     }
@@ -472,10 +685,13 @@ static void sched_free(srv_sched *s) {
         tern_gen_free(s->slots[i].gen);
         tern_sampler_free(s->slots[i].smp);
         tern_tokens_free(&s->slots[i].cached);
+        for (int k = 0; k < s->slots[i].n_snaps; k++) tern_session_snapshot_free(s->slots[i].snaps[k].snap);
+        free(s->slots[i].snaps);
     }
     free(s->slots);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->snap_mu);
     pthread_cond_destroy(&s->cv);
     free(s);
 }
@@ -486,6 +702,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) return TERN_ERR_NOMEM;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->snap_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->model = m;
     s->tok = tok;
@@ -505,6 +722,14 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
         s->slots[i].id = i;
         tern_status st = tern_session_new(m, &sp, &s->slots[i].sess);
         if (st) { sched_free(s); return st; }
+        s->slots[i].recurrent = !tern_session_can_truncate(s->slots[i].sess);
+    }
+    /* the size of one snapshot (and whether the back-end takes them: not with --tp) */
+    if (s->slots[0].recurrent && s->p.snapshot_budget && !s->p.no_prefix_cache) {
+        tern_session_snapshot *p0 = NULL;
+        if (tern_session_snapshot_take(s->slots[0].sess, &p0)) s->p.snapshot_budget = 0;
+        else s->snap_each = tern_session_snapshot_bytes(p0);
+        tern_session_snapshot_free(p0);
     }
     s->p.n_ctx = tern_session_n_ctx(s->slots[0].sess);
     /* prefill steps of the session's own chunk size: the same splits as one eval call */
@@ -557,6 +782,9 @@ int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max) {
         out[i].n_prompt = s->slots[i].info_busy ? s->slots[i].info_prompt : 0;
         out[i].n_ctx = s->p.n_ctx;
         out[i].n_cached = s->slots[i].info_cached;
+        pthread_mutex_lock(&s->snap_mu);
+        out[i].n_snapshots = s->slots[i].info_snaps;
+        pthread_mutex_unlock(&s->snap_mu);
     }
     pthread_mutex_unlock(&s->mu);
     return n;
@@ -584,3 +812,18 @@ void srv_sched_stop(srv_sched *s) {
 void srv_sched_free(srv_sched *s) { sched_free(s); }
 
 bool srv_sched_prefix_cache(const srv_sched *s) { return s && !s->p.no_prefix_cache; }
+
+void srv_sched_snap_stats(srv_sched *s, srv_snap_stats *o) {
+    memset(o, 0, sizeof *o);
+    if (!s) return;
+    o->used = !s->p.no_prefix_cache && s->slots[0].recurrent;
+    o->budget = o->used ? s->p.snapshot_budget : 0;
+    pthread_mutex_lock(&s->snap_mu);
+    o->count = s->snap_count;
+    o->bytes = s->snap_bytes;
+    o->each = s->snap_each;
+    o->taken = s->snap_taken;
+    o->restored = s->snap_restored;
+    o->evicted = s->snap_evicted;
+    pthread_mutex_unlock(&s->snap_mu);
+}

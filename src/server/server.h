@@ -50,7 +50,7 @@ typedef struct srv_request {
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
-    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set;
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set;
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
@@ -99,6 +99,8 @@ typedef struct srv_usage {
     size_t prompt_tokens, completion_tokens;
     double prompt_ms, gen_ms;
     size_t cached_tokens;           /* prompt tokens taken from the slot's prefix cache (not evaluated) */
+    size_t evaluated_tokens;        /* prompt tokens this request ran through the model (all its
+                                     * choices: a choice sharing choice 0's evaluated prompt adds 0) */
 } srv_usage;
 
 /* Identity shared by every object of one response. */
@@ -185,6 +187,8 @@ typedef struct srv_job {
     size_t n_stop;
     tern_grammar *grammar;          /* constrained output (owned; NULL: none) */
     tern_grammar_matcher *gm;       /* its match state, used by the scheduler only (owned) */
+    struct srv_job *lead;           /* n > 1: choice 0's job (a reference), whose evaluated prompt
+                                     * this choice copies instead of evaluating it again (NULL: none) */
     /* channel (guarded by mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -205,6 +209,9 @@ typedef struct srv_job {
 } srv_job;
 
 srv_job *srv_job_new(void);
+/* Make f (not yet submitted) share lead's evaluated prompt (same prompt tokens): takes a
+ * reference on lead. Submit lead first. */
+void srv_job_follow(srv_job *f, srv_job *lead);
 void srv_job_unref(srv_job *j);
 void srv_job_cancel(srv_job *j);
 /* Wait up to timeout_ms for text beyond *seen or the end; returns true when done.
@@ -218,6 +225,8 @@ typedef struct srv_sched_params {
     int queue_cap;                  /* waiting requests beyond the busy slots */
     tern_cache_type cache_k, cache_v; /* KV cache types of the slots (0: default) */
     bool no_prefix_cache;           /* never continue a slot's session (--no-prefix-cache) */
+    uint64_t snapshot_budget;       /* bytes of GDN state snapshots kept for the prefix cache, all
+                                     * slots together (LRU; 0: none). Models with recurrent state only */
 } srv_sched_params;
 
 /* Create the slots (sessions). */
@@ -230,7 +239,10 @@ void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
 /* A snapshot of the slots for /slots; returns how many were written. */
-typedef struct srv_slot_info { int id; bool busy; size_t n_prompt; int n_ctx; size_t n_cached; } srv_slot_info;
+typedef struct srv_slot_info {
+    int id; bool busy; size_t n_prompt; int n_ctx; size_t n_cached;
+    int n_snapshots;                /* prefix-cache snapshots the slot keeps */
+} srv_slot_info;
 int srv_sched_slots(srv_sched *s, srv_slot_info *out, int max);
 /* Graceful end (any thread; returns at once): later submits and the waiting
  * jobs get "shutting down" (503); running jobs go on until they finish or
@@ -243,6 +255,17 @@ void srv_sched_free(srv_sched *s);
 void srv_sched_stats(srv_sched *s, int *busy, int *queued, int *n_slots, int *n_ctx);
 /* Whether requests may continue a slot's session (not --no-prefix-cache). */
 bool srv_sched_prefix_cache(const srv_sched *s);
+/* Prefix-cache snapshots (models with recurrent state): how many are kept, their bytes,
+ * the budget, and counters since start (taken, restored, evicted); whether the model
+ * needs them (false: attention only, the KV cache is rewound instead). */
+typedef struct srv_snap_stats {
+    bool used;
+    int count;
+    uint64_t bytes, budget;
+    unsigned long long taken, restored, evicted;
+    uint64_t each;                  /* bytes of one snapshot (0 until the first is taken) */
+} srv_snap_stats;
+void srv_sched_snap_stats(srv_sched *s, srv_snap_stats *out);
 /* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */
 void srv_sched_cache(srv_sched *s, uint64_t *now, uint64_t *max, const tern_session **slot0);
 
@@ -266,6 +289,8 @@ typedef struct srv_config {
      * model's general.sampling.* keys, read by `tern serve` */
     float default_temp, default_top_p, default_min_p, default_repeat_penalty;
     int default_top_k, default_penalty_last_n;
+    float default_freq, default_presence; /* used when has_default_freq / _presence */
+    bool has_default_freq, has_default_presence;
     const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
 } srv_config;
 
@@ -285,14 +310,17 @@ typedef struct srv_metrics {
     unsigned long long n_gen_requests;  /* chat + completions answered */
     unsigned long long prompt_tokens, gen_tokens;
     unsigned long long cached_tokens;   /* of prompt_tokens: taken from the prefix cache */
+    unsigned long long evaluated_tokens;/* prompt tokens run through the model (every choice) */
     double prompt_ms, gen_ms;           /* summed over requests */
     unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
     double lat_sum_s;
 } srv_metrics;
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u);
-/* Prometheus text exposition (version 0.0.4). malloc'd. */
-char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots);
+/* Prometheus text exposition (version 0.0.4); snap: the prefix-cache snapshots (NULL:
+ * none shown). malloc'd. */
+struct srv_snap_stats;
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const struct srv_snap_stats *snap);
 /* /tokenize {"content": str, "add_special"?: bool (match added tokens), "with_pieces"?: bool}
  * -> {"tokens": [ids] | [{"id","piece"}]}; /detokenize {"tokens": [ids]} -> {"content": str}.
  * 0 and a malloc'd JSON body in *out, else 400 with err. */

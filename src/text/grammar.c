@@ -891,6 +891,14 @@ static void collect_reset(tern_grammar_matcher *m) { m->s_n = 0; m->sbuf_n = 0; 
          _k++, _p += 1 + len)                                                      \
         for (const int32_t *stk = (blob) + _p + 1, *_once = stk; _once; _once = NULL)
 
+/* Whether the class meets [lo, hi] at a Unicode scalar value: the surrogates
+ * D800..DFFF are never encoded, so a partial code point whose range lies there
+ * cannot complete. */
+static bool meets_scalar(const tern_grammar *G, int32_t k, uint32_t lo, uint32_t hi) {
+    if (hi < 0xD800 || lo > 0xDFFF) return class_meets(G, k, lo, hi);
+    return (lo < 0xD800 && class_meets(G, k, lo, 0xD7FF)) || (hi > 0xDFFF && class_meets(G, k, 0xE000, hi));
+}
+
 /* Advance state si by a complete code point (or check the partial prefix range
  * when lo < hi: the stacks are kept as they are). Returns the new state or -1. */
 static int32_t step_cp(tern_grammar_matcher *m, int32_t si, uint32_t lo, uint32_t hi, int32_t pend_n,
@@ -906,7 +914,7 @@ static int32_t step_cp(tern_grammar_matcher *m, int32_t si, uint32_t lo, uint32_
         int32_t top = s[len - 1];
         int32_t k = G->el[top].v;
         if (partial) {
-            if (class_meets(G, k, lo, hi)) collect_push(m, s, len);
+            if (meets_scalar(G, k, lo, hi)) collect_push(m, s, len);
             continue;
         }
         if (!class_has(G, k, lo)) continue;
@@ -931,6 +939,11 @@ static int32_t trans(tern_grammar_matcher *m, int32_t si, uint8_t b) {
     if (s->trans[b] != -2) return s->trans[b];
     int32_t pn = s->blob[0], plen = s->blob[1], pv = s->blob[2];
     int32_t r = -1;
+    /* the smallest code point of each encoded length: a partial sequence's range
+     * starts there, not below (E0 80.. and F0 80.. would be overlong forms, which can
+     * never complete; allowing their lead bytes let a sampled E0 / F0 token walk into
+     * a dead state) */
+    static const uint32_t minv[5] = {0, 0, 0x80, 0x800, 0x10000};
     if (pn == 0) {
         if (b < 0x80) r = step_cp(m, si, b, b, 0, 0, 0);
         else {
@@ -938,6 +951,7 @@ static int32_t trans(tern_grammar_matcher *m, int32_t si, uint8_t b) {
             if (n > 0 && b >= 0xC2 && b <= 0xF4) {
                 uint32_t v = n == 1 ? b & 31u : n == 2 ? b & 15u : b & 7u;
                 uint32_t lo = v << (6 * n), hi = lo | ((1u << (6 * n)) - 1);
+                if (lo < minv[n + 1]) lo = minv[n + 1];
                 if (hi > 0x10FFFF) hi = 0x10FFFF;
                 if (lo <= hi) r = step_cp(m, si, lo, hi, n, n + 1, (int32_t)v);
             }
@@ -946,10 +960,10 @@ static int32_t trans(tern_grammar_matcher *m, int32_t si, uint8_t b) {
         uint32_t v = (uint32_t)pv << 6 | (b & 63u);
         int32_t left = pn - 1;
         if (left == 0) {
-            static const uint32_t minv[5] = {0, 0, 0x80, 0x800, 0x10000};
             if (v >= minv[plen] && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF)) r = step_cp(m, si, v, v, 0, 0, 0);
         } else {
             uint32_t lo = v << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
+            if (lo < minv[plen]) lo = minv[plen];
             if (hi > 0x10FFFF) hi = 0x10FFFF;
             if (lo <= hi) r = step_cp(m, si, lo, hi, left, plen, (int32_t)v);
         }

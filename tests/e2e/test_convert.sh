@@ -175,6 +175,37 @@ PY
 if "$TERN" convert "$W/badrank.gguf" "$W/badpack" --to mlx --quiet >"$W/out" 2>&1; then bad "mismatched GDN dims refused"
 elif grep -q "tensor 'blk.0" "$W/out"; then ok "mismatched GDN dims refused naming the tensor"
 else cat "$W/out"; bad "mismatched GDN dims message"; fi
+# --set: metadata keys written (new ones appended, existing ones replaced in place),
+# every tensor's bytes unchanged when --to is the input's own layout
+run set1 "$TERN" convert "$A/model-pq2_0.gguf" "$W/s.gguf" --to pq2_0 --quiet --set general.sampling.temp=f32:0.75 \
+  --set general.sampling.top_k=i32:40 --set general.sampling.penalty_last_n=u32:128 --set general.name=str:renamed \
+  --set x.flag=bool:true &&
+if python3 - "$A/model-pq2_0.gguf" "$W/s.gguf" "$SRC/tools" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from gguf_lite import Reader
+a, b = Reader(sys.argv[1]), Reader(sys.argv[2])
+assert [t["name"] for t in a.tensors] == [t["name"] for t in b.tensors]
+for t in a.tensors:
+    u = b.by_name[t["name"]]
+    assert (t["data"], t["type"], t["ne"]) == (u["data"], u["type"], u["ne"]), t["name"]
+ka, kb = list(a.kv), list(b.kv)
+assert kb[:len(ka)] == ka, "existing keys keep their order"
+assert kb[len(ka):] == ["general.sampling.temp", "general.sampling.top_k", "general.sampling.penalty_last_n", "x.flag"], kb[len(ka):]
+assert b.kv["general.sampling.temp"][:2] == (6, __import__("numpy").float32(0.75)), b.kv["general.sampling.temp"]
+assert b.kv["general.sampling.top_k"][:2] == (5, 40) and b.kv["general.sampling.penalty_last_n"][:2] == (4, 128)
+assert b.kv["general.name"][1] == "renamed" and b.kv["x.flag"][:2] == (7, True)
+for k in ka:
+    if k != "general.name": assert a.kv[k][0] == b.kv[k][0] and str(a.kv[k][1]) == str(b.kv[k][1]), k
+PY
+then ok "--set writes the keys, tensors byte-identical"; else bad "--set writes the keys, tensors byte-identical"; fi
+for badset in "nokey" "=f32:1" "k=f64:1" "k=f32:abc" "k=f32:inf" "k=i32:2147483648" "k=u32:-1" "k=bool:yes"; do
+  if "$TERN" convert "$A/model-pq2_0.gguf" "$W/bad.gguf" --to pq2_0 --quiet --set "$badset" >"$W/out" 2>&1 || [ -e "$W/bad.gguf" ]; then
+    bad "--set $badset refused"
+  elif grep -q -- "--set" "$W/out"; then ok "--set $badset refused"; else cat "$W/out"; bad "--set $badset message"; fi
+done
+"$TERN" convert "$A/model-pq2_0.gguf" "$W/pk" --to mlx --quiet --set a=f32:1 >"$W/out" 2>&1 && bad "--set to an MLX pack refused" ||
+  { grep -q "GGUF to GGUF" "$W/out" && ok "--set to an MLX pack refused" || { cat "$W/out"; bad "--set MLX message"; }; }
 "$TERN" convert "$A/model-pq2_0.gguf" "$W/y.gguf" --to q3_0 >/dev/null 2>&1; [ $? -eq 2 ] && ok "bad --to is a usage error" || bad "bad --to is a usage error"
 "$TERN" convert "$W/missing.gguf" "$W/y.gguf" --to pq2_0 >/dev/null 2>&1; [ $? -eq 1 ] && ok "missing input fails" || bad "missing input fails"
 

@@ -2,6 +2,8 @@
 # test_default_model.sh - the embedded default model through the CLI:
 #   - `tern run` without -m (and without $TERN_MODEL) loads models/tern-default.gguf;
 #   - a fixed --seed gives the same tokens twice, another seed other tokens;
+#   - its general.sampling.* keys are the default sampling (the load line says so;
+#     no flags == the same values given as flags; a flag overrides its key);
 #   - `tern perplexity` on a text equal to a reference prompt matches the
 #     perplexity computed (numpy, here) from the training framework's logits
 #     in tests/data/default-model (not from tern);
@@ -33,6 +35,19 @@ check "24 tokens generated" [ "$(echo $A | wc -w)" -eq 24 ]
 check "same seed, same tokens" [ "$A" = "$B" ]
 check "other seed, other tokens" [ "$A" != "$C" ]
 echo "     sample: $(jget '["text"]' <"$TMP/a.json" | head -c 200 | tr '\n' ' ')"
+
+# --- the model's sampling keys (docs/default-model.md) are the defaults
+check "load line: sampling from the model's keys" grep -q \
+  "temp 0.80 top-k 40 top-p 0.95 min-p 0.05 repeat-penalty 1.30 (last 256) frequency-penalty 0.10 presence-penalty 0.00 (defaults from the model's general.sampling keys)" "$TMP/a.err"
+"$TERN" run -p "Memory management in Linux" -n 48 --seed 3 --threads 2 --json >"$TMP/k.json" 2>/dev/null
+"$TERN" run -p "Memory management in Linux" -n 48 --seed 3 --threads 2 --json --temp 0.8 --top-k 40 --top-p 0.95 \
+  --min-p 0.05 --repeat-penalty 1.3 --frequency-penalty 0.1 >"$TMP/f.json" 2>/dev/null
+"$TERN" run -p "Memory management in Linux" -n 48 --seed 3 --threads 2 --json --frequency-penalty 0 \
+  >"$TMP/o.json" 2>"$TMP/o.err"
+K=$(jget '["tokens"]' <"$TMP/k.json")
+check "no sampling flags == the keys' values as flags" [ "$K" = "$(jget '["tokens"]' <"$TMP/f.json")" ]
+check "a flag overrides its key" grep -q "frequency-penalty 0.00" "$TMP/o.err"
+check "... and changes the output" [ "$K" != "$(jget '["tokens"]' <"$TMP/o.json")" ]
 
 # --- perplexity against the training framework's logits (case 1 of reference.txt)
 python3 - "$DATA" "$TMP" <<'EOF'

@@ -73,6 +73,12 @@ st, _, b = req("cors", "GET", "/props")
 p = json.loads(b)
 check("/props", st == 200 and p["total_slots"] == 2 and p["n_ctx"] == 512 and p["model"] == "mymodel", p)
 check("embedded (raw-text) model: thinking off by default", p.get("thinking_default") is False, p)
+ds = p.get("default_generation_settings", {})
+check("embedded model: default sampling from its general.sampling keys",
+      ds.get("source") == "model" and abs(ds.get("temperature", 0) - 0.8) < 1e-6 and ds.get("top_k") == 40
+      and abs(ds.get("top_p", 0) - 0.95) < 1e-6 and abs(ds.get("min_p", 0) - 0.05) < 1e-6
+      and abs(ds.get("repeat_penalty", 0) - 1.3) < 1e-6 and ds.get("repeat_last_n") == 256
+      and abs(ds.get("frequency_penalty", 0) - 0.1) < 1e-6 and ds.get("presence_penalty") == 0, ds)
 st, _, b = req("cors", "POST", "/v1/completions", {"prompt": "Hello", "ignore_eos": True, "temperature": 0})
 check("no max_tokens: --max-tokens (7) applies", st == 200 and json.loads(b)["usage"]["completion_tokens"] == 7, b[:300])
 st, _, b = req("cors", "GET", "/slots")
@@ -123,9 +129,10 @@ st, r = one({"99999999": 1})
 check("logit_bias id outside the vocabulary -> 400", st == 400 and "logit_bias" in r["error"]["message"], r)
 
 # logprobs: greedy picks the top alternative; tokens add up to the text; probabilities sum to <= 1
+# (repeat_penalty 1: the embedded model's default penalty is applied after the logprobs are taken)
 import math
 st, _, b = req("plain", "POST", "/v1/completions", {"prompt": "The Linux kernel", "max_tokens": 8, "temperature": 0,
-                                                    "logprobs": 3, "ignore_eos": True})
+                                                    "logprobs": 3, "ignore_eos": True, "repeat_penalty": 1})
 r = json.loads(b)
 lp = r["choices"][0].get("logprobs") or {}
 ok = st == 200 and len(lp.get("tokens", [])) == 8 and "".join(lp["tokens"]) == r["choices"][0]["text"]

@@ -5,7 +5,12 @@
 # in /metrics) and answers exactly what a server with --no-prefix-cache answers
 # at temperature 0; an unrelated prompt and cache_prompt: false reuse nothing.
 #   - the embedded model (qwen35, recurrent GDN state): a completion whose prompt
-#     extends the previous prompt + reply (the whole cached sequence);
+#     extends the previous prompt + reply (the whole cached sequence); the same
+#     prompt again (the snapshot at its end); a 3-turn chat and a shared system
+#     prompt with different questions (snapshots at 64-token boundaries); the
+#     snapshot budget (LRU, --prefix-cache-mib) and --prefix-cache-mib 0;
+#   - n > 1: the choices share one evaluated prompt (tern_prompt_tokens_evaluated_total
+#     grows by the prompt once) and equal single requests with seeds s, s+1;
 #   - the qwen3 fixture (attention only, rewound KV cache): the next chat turn,
 #     which shares the history up to the previous turn's generation prompt.
 # Usage: bash test_server_prefix_cache.sh /path/to/tern
@@ -31,6 +36,8 @@ start() {
 }
 start warm --parallel 2 --ctx 1024
 start cold --parallel 2 --ctx 1024 --no-prefix-cache
+start nosnap --parallel 2 --ctx 1024 --prefix-cache-mib 0
+start tiny --parallel 2 --ctx 1024 --prefix-cache-mib 5
 HAVE_Q3=0
 if [ -f "$Q3" ]; then
   start q3warm -m "$Q3" --parallel 2 --ctx 1024
@@ -87,10 +94,14 @@ check("qwen35: tern_prompt_tokens_cached_total", metric("warm", "tern_prompt_tok
 check("qwen35: cached reply == --no-prefix-cache reply", r2["choices"][0]["text"] == c2["choices"][0]["text"],
       (r2["choices"][0]["text"], c2["choices"][0]["text"]))
 check("cold server: nothing cached", cached(c2) == 0 and metric("cold", "tern_prompt_tokens_cached_total") == 0)
-# the same follow-up again: its slot now holds p2 + reply, which is not a prefix of p2
+# the same follow-up again: its slot holds p2 + reply (not a prefix of p2), but also the
+# snapshot taken at p2's end, whose logits are restored: nothing is evaluated
+ev_before = metric("warm", "tern_prompt_tokens_evaluated_total")
 r3 = post("warm", "/v1/completions", dict(base, prompt=p2))
-check("qwen35: a shorter prompt cannot rewind the recurrent state", cached(r3) == 0, cached(r3))
-check("qwen35: ... and still gives the same reply", r3["choices"][0]["text"] == c2["choices"][0]["text"])
+check("qwen35: the same prompt again restores the snapshot at its end",
+      cached(r3) == r3["usage"]["prompt_tokens"] and metric("warm", "tern_prompt_tokens_evaluated_total") == ev_before,
+      (cached(r3), r3["usage"]))
+check("qwen35: ... and gives the same reply", r3["choices"][0]["text"] == c2["choices"][0]["text"])
 other = post("warm", "/v1/completions", dict(base, prompt="import os\nimport sys\n\ndef main"))
 check("a different prompt reuses nothing", cached(other) == 0, cached(other))
 p4 = p2 + r3["choices"][0]["text"] + " More."
@@ -101,7 +112,74 @@ check("/props prefix_cache", json.loads(data).get("prefix_cache") is True)
 st, data = req("cold", "GET", "/props")
 check("/props prefix_cache (off)", json.loads(data).get("prefix_cache") is False)
 st, data = req("warm", "GET", "/slots")
-check("/slots n_cached_tokens", all("n_cached_tokens" in s for s in json.loads(data)))
+check("/slots n_cached_tokens, n_snapshots", all("n_cached_tokens" in s and "n_snapshots" in s for s in json.loads(data))
+      and sum(s["n_snapshots"] for s in json.loads(data)) > 0, data)
+
+# ---- qwen35 chat: a 3-turn conversation and a shared system prompt reuse snapshots at
+# 64-token boundaries (the template drops the empty think block from the history, so a
+# turn is not an extension of the previous prompt + reply); replies equal a cold server's
+cb = {"temperature": 0, "max_tokens": 16}
+system = {"role": "system", "content": "You answer questions about the Linux kernel and Python. " * 12}
+msgs = [system]
+for turn, q in enumerate(["How do I build a module?", "How do I load it?", "And how is it removed?"]):
+    msgs.append({"role": "user", "content": q})
+    w = post("warm", "/v1/chat/completions", dict(cb, messages=msgs))
+    c = post("cold", "/v1/chat/completions", dict(cb, messages=msgs))
+    if turn:
+        check(f"qwen35 chat turn {turn + 1}: reuses a snapshot of the previous turn",
+              cached(w) >= prev - 64 - 8 and cached(w) % 64 == 0 and cached(w) > 0, (cached(w), prev))
+        n = post("nosnap", "/v1/chat/completions", dict(cb, messages=msgs))
+        check(f"qwen35 chat turn {turn + 1}: --prefix-cache-mib 0 reuses nothing", cached(n) == 0, cached(n))
+    check(f"qwen35 chat turn {turn + 1}: reply == --no-prefix-cache reply", w["choices"][0]["message"] == c["choices"][0]["message"],
+          (w["choices"][0]["message"], c["choices"][0]["message"]))
+    prev = w["usage"]["prompt_tokens"]
+    msgs.append({"role": "assistant", "content": w["choices"][0]["message"]["content"] or ""})
+restored0 = metric("warm", "tern_prefix_cache_snapshots_restored_total")
+for q in ["What is a spinlock?", "What does os.path.join do?"]:
+    m2 = [system, {"role": "user", "content": q}]
+    w = post("warm", "/v1/chat/completions", dict(cb, messages=m2))
+    c = post("cold", "/v1/chat/completions", dict(cb, messages=m2))
+    check(f"qwen35 shared system prompt ({q}): reused", cached(w) >= 64, cached(w))
+    check(f"qwen35 shared system prompt ({q}): reply == cold", w["choices"][0]["message"] == c["choices"][0]["message"])
+check("/metrics snapshots restored", metric("warm", "tern_prefix_cache_snapshots_restored_total") >= restored0 + 2)
+check("/metrics snapshot bytes within the budget",
+      0 < metric("warm", "tern_prefix_cache_snapshot_bytes") <= metric("warm", "tern_prefix_cache_snapshot_budget_bytes") == 1024 << 20)
+st, data = req("warm", "GET", "/props")
+ps = json.loads(data).get("prefix_cache_snapshots", {})
+check("/props prefix_cache_snapshots", ps.get("used") is True and ps.get("budget_bytes") == 1024 << 20 and ps.get("count", 0) > 0
+      and ps.get("snapshot_bytes", 0) > 0, ps)
+# a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
+long = "The scheduler picks the next task to run on each CPU. " * 30
+t = post("tiny", "/v1/completions", dict(base, prompt=long))
+check("small budget: only the last two snapshots of a long prompt are taken",
+      metric("tiny", "tern_prefix_cache_snapshots") == metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 2
+      and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
+t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
+check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
+post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
+check("small budget: another slot's snapshots push the older ones out",
+      metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 2
+      and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
+      (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
+
+# ---- n > 1 shares the evaluated prompt (also without the prefix cache)
+pn = "The kernel's memory manager keeps free pages in lists. When a page is needed"
+nb = {"temperature": 0.9, "max_tokens": 12, "seed": 40}
+ev0 = metric("cold", "tern_prompt_tokens_evaluated_total")
+rn = post("cold", "/v1/completions", dict(nb, prompt=pn, n=2))
+ev1 = metric("cold", "tern_prompt_tokens_evaluated_total")
+check("n=2: the prompt is evaluated once", ev1 - ev0 == rn["usage"]["prompt_tokens"], (ev0, ev1, rn["usage"]))
+singles = [post("cold", "/v1/completions", dict(nb, prompt=pn, seed=40 + k))["choices"][0]["text"] for k in range(2)]
+check("n=2: choices == single requests with seeds 40, 41", [c["text"] for c in rn["choices"]] == singles,
+      ([c["text"] for c in rn["choices"]], singles))
+c = http.client.HTTPConnection(*hp("cold"), timeout=120)
+c.request("POST", "/v1/completions", body=json.dumps(dict(nb, prompt=pn, n=2, stream=True, stream_options={"include_usage": True})),
+          headers={"Content-Type": "application/json"})
+ev = [json.loads(l[6:]) for l in c.getresponse().read().decode().split("\n") if l.startswith("data: {")]
+texts = ["".join(e["choices"][0]["text"] for e in ev if e.get("choices") and e["choices"][0]["index"] == k) for k in range(2)]
+us = [e["usage"] for e in ev if e.get("usage")]
+check("n=2 streamed: the same texts, usage as the non-streamed reply (choice 0's prompt figures)",
+      texts == singles and us and us[-1] == rn["usage"], (texts, us, rn["usage"]))
 st, data = req("warm", "POST", "/v1/completions", dict(base, prompt="x", cache_prompt=3))
 check("cache_prompt must be a bool (400)", st == 400, st)
 

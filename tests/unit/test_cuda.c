@@ -546,6 +546,67 @@ static void graph_vs_plain(const char *fixture, const char *file) {
 TEST(graph_steps_qwen35) { NEED_GPU(); graph_vs_plain("qwen35-tiny", "model-pq2_0.gguf"); }
 TEST(graph_steps_qwen3) { NEED_GPU(); graph_vs_plain("qwen3-tiny", "model-q2_0.gguf"); }
 
+/* Session snapshots and copies on the device (session.c moves the states with the
+ * back-end's download/upload): a restored or copied session continues exactly like
+ * the session it came from, also through step graphs (default on). */
+static void snapshot_copy_on(const char *fixture, const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *p = fixture_path(rel);
+    FILE *probe = p ? fopen(p, "rb") : NULL;
+    if (!probe) SKIP("fixture %s missing", rel);
+    fclose(probe);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.device = "cuda";
+    tern_model *m = NULL;
+    CHECK_MSG(tern_model_load(p, &mp, &m) == TERN_OK, "%s", tern_last_error());
+    if (!m) return;
+    const int V = tern_model_get_info(m)->n_vocab;
+    tern_session_params sp;
+    tern_session_params_default(&sp);
+    sp.n_ctx = 64;
+    tern_session *a = NULL, *b = NULL, *c = NULL;
+    tern_session_snapshot *s24 = NULL;
+    CHECK(tern_session_new(m, &sp, &a) == TERN_OK && tern_session_new(m, &sp, &b) == TERN_OK &&
+          tern_session_new(m, &sp, &c) == TERN_OK);
+    float *l24 = malloc((size_t)V * 4), *la = malloc((size_t)V * 4);
+    if (!a || !b || !c || !l24 || !la) goto done;
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+    CHECK(tern_session_eval(a, t, 16, NULL) == TERN_OK && tern_session_eval(a, t + 16, 8, NULL) == TERN_OK);
+    CHECK(tern_session_eval(b, t, 16, NULL) == TERN_OK && tern_session_eval(b, t + 16, 8, NULL) == TERN_OK);
+    CHECK_MSG(tern_session_snapshot_take(b, &s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_MSG(tern_session_copy(c, a) == TERN_OK, "%s", tern_last_error());
+    if (!s24) goto done;
+    memcpy(l24, tern_session_logits(b), (size_t)V * 4);
+    /* b wanders off token by token (graphs recorded and replayed), then comes back */
+    for (int i = 0; i < 6; i++) CHECK(tern_session_eval(b, t + 30 + i, 1, NULL) == TERN_OK);
+    CHECK_MSG(tern_session_snapshot_restore(b, s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_EQ_INT(tern_session_pos(b), 24);
+    CHECK(!memcmp(tern_session_logits(b), l24, (size_t)V * 4));
+    CHECK(!memcmp(tern_session_logits(c), tern_session_logits(a), (size_t)V * 4));
+    /* a, b (restored) and c (copied) take the same steps: the same logits */
+    for (int i = 24; i < 34; i++) {
+        tern_session *ss[3] = {a, b, c};
+        for (int k = 0; k < 3; k++) CHECK_MSG(tern_session_eval(ss[k], t + i, 1, NULL) == TERN_OK, "%s", tern_last_error());
+        memcpy(la, tern_session_logits(a), (size_t)V * 4);
+        double db = rel_diff(tern_session_logits(b), la, (size_t)V), dc = rel_diff(tern_session_logits(c), la, (size_t)V);
+        CHECK_MSG(db < 1e-6 && dc < 1e-6, "%s step %d: restored %g, copied %g", file, i, db, dc);
+    }
+done:
+    tern_session_snapshot_free(s24);
+    free(l24);
+    free(la);
+    tern_session_free(a);
+    tern_session_free(b);
+    tern_session_free(c);
+    tern_model_free(m);
+}
+
+TEST(snapshot_copy_qwen35) { NEED_GPU(); snapshot_copy_on("qwen35-tiny", "model-pq2_0.gguf"); }
+TEST(snapshot_copy_qwen3) { NEED_GPU(); snapshot_copy_on("qwen3-tiny", "model-q2_0.gguf"); }
+
 TEST(device_selection_errors) {
     tern_model_params mp;
     tern_model_params_default(&mp);
@@ -596,6 +657,8 @@ int main(void) {
     RUN(parity_qwen3_f16_cache_token_by_token);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
+    RUN(snapshot_copy_qwen35);
+    RUN(snapshot_copy_qwen3);
     tm_backend_destroy(G);
     tm_backend_destroy(H);
     return check_summary();

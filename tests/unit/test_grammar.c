@@ -129,6 +129,24 @@ TEST(classes) {
     /* UTF-8 literal in the grammar */
     ACCEPT("root ::= \"\xe4\xb8\xad\xe6\x96\x87\"", "\xe4\xb8\xad\xe6\x96\x87");
     REJECT("root ::= \"\xe4\xb8\xad\"", "\xe4\xb8");
+    /* a partial sequence is a prefix only when it can still become a code point the
+     * grammar allows: not the overlong starts E0 80..9F / F0 80..8F (which once let a
+     * sampled E0 or F0 token into a dead state after "ci" of a literal "city"), not a
+     * surrogate (ED A0..BF), not above U+10FFFF (F4 90..) */
+    CHECK(prefix_ok("root ::= \"city\"", "ci") == 1);
+    CHECK(prefix_ok("root ::= \"city\"", "ci\xe0") == 0);
+    CHECK(prefix_ok("root ::= \"city\"", "ci\xf0") == 0);
+    CHECK(prefix_ok("root ::= [a-z]+", "\xe0") == 0);
+    CHECK(prefix_ok("root ::= [^\"]+", "\xe0") == 1);       /* U+0800.. can follow */
+    CHECK(prefix_ok("root ::= [^\"]+", "\xe0\x80") == 0);   /* overlong */
+    CHECK(prefix_ok("root ::= [^\"]+", "\xe0\xa0") == 1);
+    CHECK(prefix_ok("root ::= [^\"]+", "\xf0\x8f") == 0);   /* overlong */
+    CHECK(prefix_ok("root ::= [^\"]+", "\xf0\x90") == 1);
+    CHECK(prefix_ok("root ::= [^\"]+", "\xed\xa0") == 0);   /* a surrogate */
+    CHECK(prefix_ok("root ::= [^\"]+", "\xed\x9f") == 1);
+    CHECK(prefix_ok("root ::= [^\"]+", "\xf4\x90") == 0);   /* above U+10FFFF */
+    CHECK(prefix_ok("root ::= [\\u0000-\\u07ff]", "\xe0") == 0); /* 3-byte forms start at U+0800 */
+    ACCEPT("root ::= [^\"]+", "\xe0\xa0\x80\xf0\x90\x80\x80\xed\x9f\xbf");
 }
 
 TEST(recursion) {

@@ -373,6 +373,135 @@ TEST(session_state) {
     tern_model_free(m);
 }
 
+/* Snapshots: restoring gives back exactly the logits and the continuation of the
+ * moment it was taken (bit for bit, same evaluation splits); void and foreign
+ * snapshots are refused. Copies: a copied session continues exactly as its source. */
+static bool same_rows(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+static void snapshot_on(const char *fixture, const char *file) {
+    tern_model *m = load_model(fixture, file);
+    if (!m) return;
+    const int V = tern_model_get_info(m)->n_vocab;
+    const bool recurrent = !strcmp(tern_model_get_info(m)->arch, "qwen35");
+    tern_session *a = NULL, *b = NULL, *c = NULL, *small = NULL, *f32 = NULL;
+    tern_session_params sp;
+    tern_session_params_default(&sp);
+    sp.n_ctx = 64;
+    CHECK(tern_session_new(m, &sp, &a) == TERN_OK && tern_session_new(m, &sp, &b) == TERN_OK &&
+          tern_session_new(m, &sp, &c) == TERN_OK);
+    sp.n_ctx = 16;
+    CHECK(tern_session_new(m, &sp, &small) == TERN_OK);
+    sp.n_ctx = 64;
+    sp.cache_type_k = sp.cache_type_v = TERN_CACHE_F32;
+    CHECK(tern_session_new(m, &sp, &f32) == TERN_OK);
+    float *ra = malloc(40 * (size_t)V * sizeof(float)), *rb = malloc(40 * (size_t)V * sizeof(float));
+    tern_session_snapshot *s0 = NULL, *s16 = NULL, *s24 = NULL, *s30 = NULL, *t = NULL;
+    if (!a || !b || !c || !small || !f32 || !ra || !rb) goto done;
+    int32_t p[40], q[12];
+    for (int i = 0; i < 40; i++) p[i] = (int32_t)(check_rand_u64() % (unsigned)V);
+    for (int i = 0; i < 12; i++) q[i] = (int32_t)(check_rand_u64() % (unsigned)V);
+    /* the reference: 16 + 8 + 16 tokens */
+    CHECK(tern_session_eval(a, p, 16, ra) == TERN_OK && tern_session_eval(a, p + 16, 8, ra + 16 * (size_t)V) == TERN_OK &&
+          tern_session_eval(a, p + 24, 16, ra + 24 * (size_t)V) == TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_take(b, &s0), TERN_OK);
+    CHECK(tern_session_eval(b, p, 16, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_take(b, &s16), TERN_OK);
+    CHECK(tern_session_eval(b, p + 16, 8, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_take(b, &s24), TERN_OK);
+    if (!s0 || !s16 || !s24) goto done;
+    float *l24 = rb + 39 * (size_t)V; /* the last row when taken (a head of one row: not ra's rows) */
+    memcpy(l24, tern_session_logits(b), (size_t)V * sizeof(float));
+    CHECK_EQ_INT(tern_session_snapshot_pos(s24), 24);
+    CHECK(tern_session_snapshot_bytes(s24) >= (uint64_t)V * sizeof(float));
+    CHECK(tern_session_snapshot_bytes(s24) > (recurrent ? 4u * V + 4096u : 0u)); /* + GDN states */
+    /* another branch, then back to 24: the logits and what follows are the reference's */
+    CHECK(tern_session_eval(b, q, 12, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_OK);
+    CHECK_EQ_INT(tern_session_pos(b), 24);
+    CHECK_MSG(same_rows(tern_session_logits(b), l24, (size_t)V), "%s: logits after restore", file);
+    CHECK(tern_session_eval(b, p + 24, 16, rb) == TERN_OK);
+    CHECK_MSG(same_rows(rb, ra + 24 * (size_t)V, 16 * (size_t)V), "%s: continuation after restore differs", file);
+    CHECK_EQ_INT(tern_session_snapshot_take(b, &s30), TERN_OK); /* at 40 */
+    /* back to 16 from 40, and the same 8 tokens again */
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s16), TERN_OK);
+    CHECK(tern_session_eval(b, p + 16, 8, rb) == TERN_OK);
+    CHECK(same_rows(rb, ra + 16 * (size_t)V, 8 * (size_t)V));
+    /* s24 and s30 were taken over rows evaluated again since: void (session unchanged) */
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_pos(b), 24);
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s30), TERN_ERR_RANGE);   /* beyond position 24 */
+    CHECK(tern_session_eval(b, p + 24, 16, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s30), TERN_ERR_INVALID_ARG);
+    /* batched steps stamp their rows too */
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s16), TERN_OK);
+    CHECK_EQ_INT(tern_session_snapshot_take(b, &t), TERN_OK);
+    {
+        tern_session *pair[2] = {b, c};
+        int32_t two[2] = {p[16], p[0]};
+        CHECK(tern_session_eval_batch(pair, two, 2, NULL) == TERN_OK);
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, t), TERN_OK);   /* 16 <= 17: fine */
+        CHECK(tern_session_eval_batch(pair, two, 2, NULL) == TERN_OK);
+        tern_session_snapshot_free(t);
+        t = NULL;
+        CHECK_EQ_INT(tern_session_snapshot_take(b, &t), TERN_OK);     /* at 17 */
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s16), TERN_OK);
+        CHECK(tern_session_eval_batch(pair, two, 2, NULL) == TERN_OK); /* row 16 written again */
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, t), TERN_ERR_INVALID_ARG);
+    }
+    /* the empty state: as a fresh session */
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s0), TERN_OK);
+    CHECK_EQ_INT(tern_session_pos(b), 0);
+    CHECK(tern_session_eval(b, p, 16, rb) == TERN_OK);
+    CHECK(same_rows(rb, ra, 16 * (size_t)V));
+    /* foreign and NULL */
+    CHECK_EQ_INT(tern_session_snapshot_restore(a, s16), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_pos(a), 40);
+    CHECK_EQ_INT(tern_session_snapshot_restore(NULL, s16), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, NULL), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_snapshot_take(NULL, &t), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_snapshot_pos(NULL), 0);
+    CHECK(tern_session_snapshot_bytes(NULL) == 0);
+    tern_session_snapshot_free(NULL);
+    /* copies: c continues as a would; c's own snapshots are void afterwards */
+    tern_session_reset(c);
+    CHECK(tern_session_eval(c, q, 5, NULL) == TERN_OK);
+    tern_session_snapshot_free(t);
+    t = NULL;
+    CHECK_EQ_INT(tern_session_snapshot_take(c, &t), TERN_OK);
+    tern_session_reset(a);
+    CHECK(tern_session_eval(a, p, 16, NULL) == TERN_OK && tern_session_eval(a, p + 16, 8, NULL) == TERN_OK);
+    CHECK_EQ_INT(tern_session_copy(c, a), TERN_OK);
+    CHECK_EQ_INT(tern_session_pos(c), 24);
+    CHECK(same_rows(tern_session_logits(c), tern_session_logits(a), (size_t)V));
+    CHECK(tern_session_eval(c, p + 24, 16, rb) == TERN_OK);
+    CHECK_MSG(same_rows(rb, ra + 24 * (size_t)V, 16 * (size_t)V), "%s: a copied session continues differently", file);
+    CHECK_EQ_INT(tern_session_snapshot_restore(c, t), TERN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(tern_session_copy(small, a), TERN_ERR_CONTEXT_FULL);  /* 24 positions, context 16 */
+    CHECK_EQ_INT(tern_session_copy(f32, a), TERN_ERR_INVALID_ARG);     /* f32 cache vs the default f16 */
+    CHECK_EQ_INT(tern_session_copy(a, a), TERN_OK);
+    CHECK_EQ_INT(tern_session_copy(NULL, a), TERN_ERR_INVALID_ARG);
+done:
+    tern_session_snapshot_free(s0);
+    tern_session_snapshot_free(s16);
+    tern_session_snapshot_free(s24);
+    tern_session_snapshot_free(s30);
+    tern_session_snapshot_free(t);
+    free(ra);
+    free(rb);
+    tern_session_free(a);
+    tern_session_free(b);
+    tern_session_free(c);
+    tern_session_free(small);
+    tern_session_free(f32);
+    tern_model_free(m);
+}
+
+TEST(session_snapshot) {
+    if (!fixtures_dir()) SKIP("fixtures missing");
+    snapshot_on("qwen35-tiny", "model-pq2_0.gguf");
+    snapshot_on("qwen3-tiny", "model-q2_0.gguf");
+}
+
 /* A GGUF with the given architecture and a few keys (written with the writer). */
 static const char *write_gguf(const char *arch, int heads, int heads_kv) {
     static char path[256];
@@ -465,5 +594,6 @@ int main(void) {
     RUN(chunked_prefill_qwen35);
     RUN(chunked_prefill_qwen3);
     RUN(session_state);
+    RUN(session_snapshot);
     return check_summary();
 }

@@ -745,6 +745,214 @@ TEST(sched_prefix_cache_qwen3) {
     T = t0;
 }
 
+/* ------------------------------------------------ snapshots (recurrent models), n > 1 */
+
+static uint64_t g_budget;          /* snapshot budget of with_sched_b's scheduler */
+static void with_sched_b(int n_parallel, int n_ctx, uint64_t budget, void (*fn)(client *)) {
+    srv_sched_params p = {n_parallel, n_ctx, 8};
+    p.snapshot_budget = budget;
+    client c = {NULL, fn};
+    CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
+    if (!c.s) return;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, client_main, &c) == 0);
+    srv_sched_run(c.s);
+    pthread_join(th, NULL);
+    srv_sched_free(c.s);
+}
+
+/* tern_generate on a fresh session from token ids with sampler settings sp. */
+static void reference_sp(const tern_tokens *ids, const tern_sampler_params *sp, int max_tokens, tern_gen_result *res) {
+    tern_session *s = NULL;
+    tern_sampler *smp = NULL;
+    CHECK(tern_session_new(M, NULL, &s) == TERN_OK);
+    CHECK(tern_sampler_new(sp, tern_model_get_info(M)->n_vocab, &smp) == TERN_OK);
+    tern_gen_params gp = {max_tokens, NULL, 0, NULL, NULL, NULL};
+    CHECK(tern_generate(s, T, smp, ids->ids, ids->n, &gp, res) == TERN_OK);
+    tern_sampler_free(smp);
+    tern_session_free(s);
+}
+
+#define SN_MAX 12
+#define SN_N 3
+static tern_tokens sn_a, sn_b;      /* a long shared prefix + two different endings */
+static tern_gen_result sn_ref_a, sn_ref_b, sn_ref_bs[SN_N];
+static tern_sampler_params sn_sampled[SN_N];
+static size_t sn_lcp;
+
+static size_t lcp_of(const tern_tokens *x, const tern_tokens *y) {
+    size_t l = 0;
+    while (l < x->n && l < y->n && x->ids[l] == y->ids[l]) l++;
+    return l;
+}
+
+static srv_job *job_sp(const tern_tokens *ids, const tern_sampler_params *sp, int max_tokens) {
+    srv_job *j = job_ids(ids, max_tokens);
+    j->sp = *sp;
+    return j;
+}
+
+static void snap_client(client *c) {
+    srv_snap_stats st;
+    srv_job *a = run_job(c->s, job_ids(&sn_a, SN_MAX));
+    check_like(a, &sn_ref_a, "snapshots: A");
+    CHECK_EQ_INT(a->usage.cached_tokens, 0);
+    CHECK_EQ_INT(a->usage.evaluated_tokens, sn_a.n);
+    srv_sched_snap_stats(c->s, &st);
+    CHECK(st.used && st.count == (int)(sn_a.n / 64) + (sn_a.n % 64 ? 1 : 0) && st.taken == (unsigned long long)st.count);
+    CHECK(st.bytes == st.each * (uint64_t)st.count && st.bytes <= st.budget);
+    /* B shares A's first sn_lcp tokens: it restores A's deepest snapshot at a 64-token
+     * boundary within them and evaluates the rest in the same chunks as a cold start */
+    srv_job *b = run_job(c->s, job_ids(&sn_b, SN_MAX));
+    CHECK_EQ_INT(b->slot, a->slot);
+    CHECK_EQ_INT(b->usage.cached_tokens, sn_lcp / 64 * 64);
+    CHECK(b->usage.cached_tokens >= 64);
+    CHECK_EQ_INT(b->usage.evaluated_tokens, sn_b.n - sn_lcp / 64 * 64);
+    check_like(b, &sn_ref_b, "snapshots: B (from A's snapshot)");
+    /* B again, sampled with a repetition penalty: the snapshot at B's end brings its
+     * logits back (nothing evaluated) and the penalties still see the whole prompt */
+    srv_job *b2 = run_job(c->s, job_sp(&sn_b, &sn_sampled[0], SN_MAX));
+    CHECK_EQ_INT(b2->usage.cached_tokens, sn_b.n);
+    CHECK_EQ_INT(b2->usage.evaluated_tokens, 0);
+    check_like(b2, &sn_ref_bs[0], "snapshots: B sampled (from B's end)");
+    /* A again: its snapshots beyond the common prefix were void once B went on from there */
+    srv_job *a2 = run_job(c->s, job_ids(&sn_a, SN_MAX));
+    CHECK_EQ_INT(a2->usage.cached_tokens, sn_lcp / 64 * 64);
+    check_like(a2, &sn_ref_a, "snapshots: A again");
+    srv_sched_snap_stats(c->s, &st);
+    CHECK(st.restored == 3);
+    srv_slot_info info[2];
+    CHECK_EQ_INT(srv_sched_slots(c->s, info, 2), 2);
+    CHECK(info[a->slot].n_snapshots > 0 && info[1 - a->slot].n_snapshots == 0);
+    CHECK_EQ_INT(info[0].n_snapshots + info[1].n_snapshots, st.count);
+    srv_job_unref(a); srv_job_unref(b); srv_job_unref(b2); srv_job_unref(a2);
+}
+
+static void snap_budget_client(client *c) {
+    srv_job *a = run_job(c->s, job_ids(&sn_a, SN_MAX));
+    check_like(a, &sn_ref_a, "snapshots: A (small budget)");
+    srv_snap_stats st;
+    srv_sched_snap_stats(c->s, &st);
+    /* two fit: the boundaries whose snapshots the prompt's later ones would push out
+     * are not taken; the deepest two are kept */
+    CHECK(st.count == 2 && st.taken == 2 && st.evicted == 0 && st.bytes <= st.budget);
+    srv_slot_info info[2];
+    CHECK_EQ_INT(srv_sched_slots(c->s, info, 2), 2);
+    CHECK_EQ_INT(info[a->slot].n_snapshots, 2);
+    /* B, evaluated whole (cache_prompt false) in the other slot: its two snapshots push
+     * A's out (least recently used first); then B again starts from its end snapshot */
+    srv_job *b = job_ids(&sn_b, SN_MAX);
+    b->no_cache = true;
+    run_job(c->s, b);
+    check_like(b, &sn_ref_b, "snapshots: B (small budget)");
+    CHECK(b->slot != a->slot);
+    srv_sched_snap_stats(c->s, &st);
+    CHECK(st.count == 2 && st.taken == 4 && st.evicted == 2 && st.bytes <= st.budget);
+    srv_job *b2 = run_job(c->s, job_ids(&sn_b, SN_MAX));
+    CHECK_EQ_INT(b2->slot, b->slot);
+    CHECK_EQ_INT(b2->usage.cached_tokens, sn_b.n);
+    check_like(b2, &sn_ref_b, "snapshots: B again (small budget)");
+    srv_job_unref(a);
+    srv_job_unref(b);
+    srv_job_unref(b2);
+}
+
+/* n > 1: choices 1.. copy choice 0's evaluated prompt (tern_session_copy) and give
+ * exactly the texts of their seeds evaluated alone. */
+static void n_client(client *c) {
+    srv_job *j[SN_N];
+    for (int k = 0; k < SN_N; k++) {
+        j[k] = job_sp(&sn_b, &sn_sampled[k], SN_MAX);
+        j[k]->no_cache = true;      /* choice 0 evaluates the whole prompt */
+        if (k) srv_job_follow(j[k], j[0]);
+    }
+    for (int k = 0; k < SN_N; k++) CHECK_EQ_INT(srv_sched_submit(c->s, j[k]), 0);
+    for (int k = 0; k < SN_N; k++) {
+        wait_done(j[k]);
+        CHECK(j[k]->done);
+        check_like(j[k], &sn_ref_bs[k], "n > 1 choice");
+    }
+    CHECK_EQ_INT(j[0]->usage.evaluated_tokens, sn_b.n);
+    for (int k = 1; k < SN_N; k++) {
+        CHECK_EQ_INT(j[k]->usage.evaluated_tokens, 0);
+        CHECK_EQ_INT(j[k]->usage.cached_tokens, sn_b.n);
+        CHECK(j[k]->slot != j[0]->slot);
+    }
+    /* a follower whose lead is gone evaluates the prompt itself */
+    srv_job *lead = job_sp(&sn_b, &sn_sampled[0], 1), *f = job_sp(&sn_b, &sn_sampled[1], SN_MAX);
+    lead->no_cache = f->no_cache = true;
+    srv_job_follow(f, lead);
+    run_job(c->s, lead);
+    run_job(c->s, f);
+    check_like(f, &sn_ref_bs[1], "n > 1 choice after its lead ended");
+    CHECK_EQ_INT(f->usage.evaluated_tokens, sn_b.n);
+    srv_job_unref(lead); srv_job_unref(f);
+    for (int k = 0; k < SN_N; k++) srv_job_unref(j[k]);
+}
+
+static void snapshot_checks(void) {
+    tern_sampler_params_default(&greedy);
+    greedy.temperature = 0;
+    sn_a.n = sn_b.n = 0;
+    char text[4096] = "";
+    for (int i = 0; i < 14; i++) strcat(text, "The kernel module loader resolves the symbols of a module. ");
+    size_t base = strlen(text);
+    strcat(text, "Question: how are modules unloaded?");
+    CHECK(tern_tokenize(T, text, strlen(text), true, &sn_a) == TERN_OK);
+    text[base] = 0;
+    strcat(text, "Question: what does the scheduler do with idle tasks?");
+    CHECK(tern_tokenize(T, text, strlen(text), true, &sn_b) == TERN_OK);
+    sn_lcp = lcp_of(&sn_a, &sn_b);
+    CHECK(sn_lcp >= 128 && sn_a.n > sn_lcp && sn_b.n > sn_lcp);
+    reference_ids(&sn_a, SN_MAX, &sn_ref_a);
+    reference_ids(&sn_b, SN_MAX, &sn_ref_b);
+    for (int k = 0; k < SN_N; k++) {
+        tern_sampler_params_default(&sn_sampled[k]);
+        sn_sampled[k].temperature = 0.9f;
+        sn_sampled[k].top_k = 40;
+        sn_sampled[k].repeat_penalty = 1.3f;
+        sn_sampled[k].seed = 70 + (uint64_t)k;
+        reference_sp(&sn_b, &sn_sampled[k], SN_MAX, &sn_ref_bs[k]);
+    }
+    with_sched_b(2, 1024, (uint64_t)256 << 20, snap_client);
+    /* a budget of two and a half snapshots */
+    tern_session *s = NULL;
+    tern_session_snapshot *p = NULL;
+    CHECK(tern_session_new(M, NULL, &s) == TERN_OK && tern_session_snapshot_take(s, &p) == TERN_OK);
+    uint64_t each = tern_session_snapshot_bytes(p);
+    tern_session_snapshot_free(p);
+    tern_session_free(s);
+    if (each) with_sched_b(2, 1024, each * 5 / 2, snap_budget_client);
+    with_sched_b(3, 1024, 0, n_client);
+    tern_gen_result_free(&sn_ref_a);
+    tern_gen_result_free(&sn_ref_b);
+    for (int k = 0; k < SN_N; k++) tern_gen_result_free(&sn_ref_bs[k]);
+}
+
+TEST(sched_snapshots_default_model) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    CHECK_STR(tern_model_get_info(M)->arch, "qwen35");
+    snapshot_checks();
+}
+
+TEST(sched_snapshots_qwen35_fixture) {
+    const char *path = fixture_path("qwen35-tiny/model-pq2_0.gguf");
+    if (!path || access(path, R_OK)) SKIP("fixtures absent");
+    tern_model *m0 = M;
+    tern_tokenizer *t0 = T;
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 2;
+    M = NULL;
+    T = NULL;
+    if (tern_tokenizer_load(path, &T) == TERN_OK && tern_model_load(path, &mp, &M) == TERN_OK) snapshot_checks();
+    else CHECK(!"load the qwen35 fixture");
+    tern_model_free(M);
+    tern_tokenizer_free(T);
+    M = m0;
+    T = t0;
+}
+
 /* tern_session_truncate: a rewound session evaluates exactly like one that never
  * went further; refused where a recurrent state cannot be rewound. */
 static void truncate_on(const char *path, bool recurrent) {
@@ -860,8 +1068,21 @@ TEST(model_meta) {
     CHECK_EQ_INT(tern_model_meta_i64(m, NULL, &i), TERN_ERR_INVALID_ARG);
     CHECK_STR(tern_status_str(TERN_ERR_NOT_FOUND), "TERN_ERR_NOT_FOUND");
     tern_model_free(m);
-    /* the embedded model itself carries none */
-    CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), M ? TERN_ERR_NOT_FOUND : TERN_ERR_INVALID_ARG);
+    /* the embedded model carries the sampling chosen for it (docs/default-model.md) */
+    if (M) {
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.temp", &f), TERN_OK);
+        CHECK(f == 0.8f);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.penalty_repeat", &f), TERN_OK);
+        CHECK(f == 1.3f);
+        CHECK_EQ_INT(tern_model_meta_i64(M, "general.sampling.penalty_last_n", &i), TERN_OK);
+        CHECK_EQ_INT(i, 256);
+        CHECK_EQ_INT(tern_model_meta_i64(M, "general.sampling.top_k", &i), TERN_OK);
+        CHECK_EQ_INT(i, 40);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.top_p", &f), TERN_OK);
+        CHECK(f == 0.95f);
+        CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.min_p", &f), TERN_OK);
+        CHECK(f == 0.05f);
+    }
 }
 
 int main(void) {
@@ -876,6 +1097,8 @@ int main(void) {
     RUN(sched_cancel_queue_stop);
     RUN(sched_prefix_cache_qwen35);
     RUN(sched_prefix_cache_qwen3);
+    RUN(sched_snapshots_default_model);
+    RUN(sched_snapshots_qwen35_fixture);
     RUN(session_truncate);
     RUN(model_meta);
     srv_request_free(&R);
