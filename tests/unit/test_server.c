@@ -747,7 +747,6 @@ TEST(sched_prefix_cache_qwen3) {
 
 /* ------------------------------------------------ snapshots (recurrent models), n > 1 */
 
-static uint64_t g_budget;          /* snapshot budget of with_sched_b's scheduler */
 static void with_sched_b(int n_parallel, int n_ctx, uint64_t budget, void (*fn)(client *)) {
     srv_sched_params p = {n_parallel, n_ctx, 8};
     p.snapshot_budget = budget;
