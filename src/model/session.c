@@ -94,9 +94,9 @@ static tern_status resolve_types(const tern_model *m, const tern_session_params 
                                                       : kv_of(req[i]);
         if (!be_reads(m->be, t))
             return tern_fail(TERN_ERR_UNSUPPORTED,
-                             "the %s back-end keeps its KV cache in f32 only for now: --cache-type %s "
-                             "is not supported there (use --cache-type f32)",
-                             m->be->vt->name, kv_name(t));
+                             "the %s back-end does not read a %s KV cache: --cache-type %s is not "
+                             "supported there (use --cache-type f32)",
+                             m->be->vt->name, kv_name(t), kv_name(t));
         if (t == TERN_KV_Q8_0 && m->hp.head_dim % TERN_KV_Q8_BLOCK)
             return tern_fail(TERN_ERR_UNSUPPORTED,
                              "a q8_0 KV cache needs a head size that is a multiple of %d (this model's is %d)",

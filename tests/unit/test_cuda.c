@@ -295,15 +295,17 @@ TEST(head_norm_rope_movers_vs_cpu) {
     gfree(db, M / 2 * 4); gfree(dp, M / 2 * 4); gfree(dcr, rows * 100 * 4);
 }
 
-/* prefill attention on both back-ends, the caches f32, f16, bf16 or mixed (both read
- * the same stored values) */
+/* prefill attention on both back-ends, the caches f32, f16, bf16, q8_0 or mixed (both
+ * read the same stored values: the CPU's tern_kv_store wrote them) */
 TEST(attention_gqa_vs_cpu) {
     NEED_GPU();
-    /* nh, nkv, hd, pos0, k type, v type */
+    /* nh, nkv, hd, pos0, k type, v type (0 f32, 1 f16, 2 bf16, 3 q8_0) */
     const int cfg[][6] = {{6, 2, 64, 7, 0, 0}, {4, 1, 256, 0, 0, 0}, {3, 3, 48, 40, 0, 0},
                           {6, 2, 64, 7, 1, 1}, {4, 1, 256, 0, 2, 2}, {3, 3, 48, 40, 1, 2},
-                          {6, 2, 64, 7, 2, 1}, {3, 3, 48, 40, 1, 1}};
-    for (int c = 0; c < 8; c++) {
+                          {6, 2, 64, 7, 2, 1}, {3, 3, 48, 40, 1, 1},
+                          {6, 2, 64, 7, 3, 3}, {4, 1, 256, 0, 3, 3}, {8, 4, 96, 61, 3, 1},
+                          {6, 2, 64, 30, 0, 3}, {4, 2, 128, 3, 3, 2}};
+    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], rows = 5;
         tern_kv_type kt = (tern_kv_type)cfg[c][4], vt = (tern_kv_type)cfg[c][5];
         int L = pos0 + rows;
@@ -498,6 +500,122 @@ TEST(parity_qwen35_f16_cache_token_by_token) { NEED_GPU(); parity("qwen35-tiny",
 TEST(parity_qwen3_f16_cache) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F16); }
 TEST(parity_qwen3_f16_cache_token_by_token) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 1, TERN_CACHE_F16); }
 
+/* A q8_0 cache on the GPU, as test_model's cache_types_vs_f32 checks it on the CPU:
+ * against the same back-end's f32 cache on every reference sequence, all-position
+ * logits within 0.6, argmax equal where the f32 top-2 margin exceeds 0.25, the
+ * 24-token greedy continuation identical except where the f32 path itself was nearly
+ * tied (margin < 2 x bound) - the bounds are the CPU's (about twice the largest
+ * q8_0-vs-f32 difference measured there, 0.31 on qwen3-tiny; a wrong scale, block or
+ * head gives O(1..10)). The f32 GPU run is the parity tests' path above. The same
+ * sequences with a q8_0 cache on the CPU back-end are compared too (same bound): both
+ * store the same bytes for the same inputs (test_cuda_kernels checks the stores bit
+ * for bit), so they differ by the f32 paths' rounding plus the q8_0 roundings that it
+ * tips; the figure is printed. chunk 64: tc_kv_store + prefill attention; chunk 1: the
+ * fused prologue + split-K decode (and step graphs for the continuation). */
+static void q8_vs_f32(const char *fixture, const char *file, int chunk) {
+    const double bound = 0.6;
+    const float margin = 0.25f;
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/reference.json", fixture);
+    const char *rp = fixture_path(rel);
+    char *txt = rp ? check_slurp(rp, NULL) : NULL;
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *mp_path = fixture_path(rel);
+    FILE *probe = mp_path ? fopen(mp_path, "rb") : NULL;
+    if (!txt || !probe) {
+        free(txt);
+        if (probe) fclose(probe);
+        SKIP("fixture %s/%s missing", fixture, file);
+    }
+    fclose(probe);
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    tern_model *m[2] = {NULL, NULL}; /* cuda, cpu */
+    for (int d = 0; d < 2; d++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = d ? "cpu" : "cuda";
+        mp.n_threads = 2;
+        CHECK_MSG(tern_model_load(mp_path, &mp, &m[d]) == TERN_OK, "load %s: %s", mp_path, tern_last_error());
+    }
+    if (!m[0] || !m[1]) {
+        tern_model_free(m[0]);
+        tern_model_free(m[1]);
+        cJSON_Delete(ref);
+        return;
+    }
+    const int V = tern_model_get_info(m[0])->n_vocab, NC = 24;
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences");
+    int n_seq = cJSON_GetArraySize(seqs);
+    for (int si = 0; si < n_seq; si++) {
+        size_t T;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, si), "ids"), &T);
+        /* runs: 0 GPU f32, 1 GPU q8_0, 2 CPU q8_0 */
+        float *lg[3], cmargin[24];
+        int32_t cont[3][24];
+        for (int k = 0; k < 3; k++) {
+            tern_session_params sp;
+            tern_session_params_default(&sp);
+            sp.n_ctx = (int)T + NC;
+            sp.n_chunk = chunk;
+            sp.cache_type_k = sp.cache_type_v = k ? TERN_CACHE_Q8_0 : TERN_CACHE_F32;
+            tern_session *s = NULL;
+            lg[k] = calloc(T * (size_t)V, sizeof(float));
+            CHECK_MSG(tern_session_new(m[k == 2], &sp, &s) == TERN_OK, "%s", tern_last_error());
+            if (!s) continue;
+            CHECK(tern_session_cache_type(s, false) == sp.cache_type_k &&
+                  tern_session_cache_type(s, true) == sp.cache_type_v);
+            CHECK_MSG(tern_session_eval(s, ids, T, lg[k]) == TERN_OK, "%s", tern_last_error());
+            for (int i = 0; i < NC; i++) {
+                cont[k][i] = (int32_t)check_argmax(tern_session_logits(s), V);
+                if (k == 0) cmargin[i] = check_top2_margin(tern_session_logits(s), V);
+                if (i + 1 < NC) CHECK(tern_session_eval(s, &cont[k][i], 1, NULL) == TERN_OK);
+            }
+            tern_session_free(s);
+        }
+        const char *what[3] = {"", "cuda q8_0 vs cuda f32", "cuda q8_0 vs cpu q8_0"};
+        for (int k = 1; k < 3; k++) {
+            const float *A = k == 1 ? lg[0] : lg[2]; /* the reference of this comparison */
+            double maxd = 0;
+            int checked = 0, bad = 0, same = 0;
+            for (size_t t = 0; t < T; t++) {
+                const float *a = A + t * V, *b = lg[1] + t * V;
+                for (int i = 0; i < V; i++) {
+                    double d = fabs((double)a[i] - b[i]);
+                    if (!(d <= maxd)) maxd = isnan(d) ? INFINITY : d;
+                }
+                if (check_top2_margin(a, V) > margin) {
+                    checked++;
+                    if (check_argmax(a, V) != check_argmax(b, V)) bad++;
+                }
+            }
+            const int32_t *c0 = k == 1 ? cont[0] : cont[2];
+            while (same < NC && c0[same] == cont[1][same]) same++;
+            CHECK_MSG(maxd < bound, "%s %s chunk %d seq %d: %s max|diff| %g (bound %g)", fixture, file, chunk,
+                      si, what[k], maxd, bound);
+            CHECK_MSG(bad == 0, "%s chunk %d seq %d: %s: %d/%d argmax differ", fixture, chunk, si, what[k], bad,
+                      checked);
+            if (k == 1) /* a divergence only where the f32 path itself was nearly tied */
+                CHECK_MSG(same == NC || cmargin[same] < 2 * bound,
+                          "%s chunk %d seq %d: %s: continuation diverges at step %d (f32 margin %.3f)",
+                          fixture, chunk, si, what[k], same, same < NC ? cmargin[same] : 0.0f);
+            fprintf(stderr, "  %s/%s seq %d chunk %d %s: T %zu, max|diff| %.2e, argmax ok on %d "
+                            "margin>%.2f rows, continuation %d/%d\n", fixture, file, si, chunk, what[k], T,
+                    maxd, checked, margin, same, NC);
+        }
+        for (int k = 0; k < 3; k++) free(lg[k]);
+        free(ids);
+    }
+    tern_model_free(m[0]);
+    tern_model_free(m[1]);
+    cJSON_Delete(ref);
+}
+
+TEST(q8_cache_qwen35) { NEED_GPU(); q8_vs_f32("qwen35-tiny", "model-pq2_0.gguf", 64); }
+TEST(q8_cache_qwen35_token_by_token) { NEED_GPU(); q8_vs_f32("qwen35-tiny", "model-pq2_0.gguf", 1); }
+TEST(q8_cache_qwen3) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 64); }
+TEST(q8_cache_qwen3_token_by_token) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 1); }
+
 /* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
 static void graph_vs_plain(const char *fixture, const char *file) {
@@ -593,6 +711,10 @@ int main(void) {
     RUN(parity_qwen35_f16_cache_token_by_token);
     RUN(parity_qwen3_f16_cache);
     RUN(parity_qwen3_f16_cache_token_by_token);
+    RUN(q8_cache_qwen35);
+    RUN(q8_cache_qwen35_token_by_token);
+    RUN(q8_cache_qwen3);
+    RUN(q8_cache_qwen3_token_by_token);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
     tm_backend_destroy(G);
