@@ -10,6 +10,7 @@
 #include "model_check.h"
 #include "kern_check.h"
 #include "model/backend.h"
+#include "model/session.h" /* tm_session_fill_random, the session's buffers */
 #include "formats/codecs.h"
 
 #include <cjson/cJSON.h>
@@ -616,6 +617,101 @@ TEST(q8_cache_qwen35_token_by_token) { NEED_GPU(); q8_vs_f32("qwen35-tiny", "mod
 TEST(q8_cache_qwen3) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 64); }
 TEST(q8_cache_qwen3_token_by_token) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 1); }
 
+/* The random depth fill (`bench model --depth-fill random`, tm_session_fill_random) on
+ * the GPU: the same seed gives the same bytes as on the CPU back-end in every attention
+ * layer's key and value cache (rows 0..D-1 filled, the rest zero) and the same GDN conv
+ * states and S; decoding 8 tokens from there (the CPU's greedy choices fed to both)
+ * then gives the same logits within the parity bound (0.02; q8_0 0.1: the filled rows
+ * are the same bytes, the 8 new rows may round a value to the neighbouring step). */
+static void fill_vs_cpu(const char *fixture, const char *file, tern_cache_type ct, double bound) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *p = fixture_path(rel);
+    FILE *probe = p ? fopen(p, "rb") : NULL;
+    if (!probe) SKIP("fixture %s missing", rel);
+    fclose(probe);
+    tern_model *m[2] = {NULL, NULL}; /* cuda, cpu */
+    tern_session *s[2] = {NULL, NULL};
+    const int D = 300, N = 8;
+    for (int d = 0; d < 2; d++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = d ? "cpu" : "cuda";
+        mp.n_threads = 2;
+        CHECK_MSG(tern_model_load(p, &mp, &m[d]) == TERN_OK, "%s", tern_last_error());
+        if (!m[d]) break;
+        tern_session_params sp;
+        tern_session_params_default(&sp);
+        sp.n_ctx = D + N + 4;
+        sp.cache_type_k = sp.cache_type_v = ct;
+        CHECK_MSG(tern_session_new(m[d], &sp, &s[d]) == TERN_OK, "%s", tern_last_error());
+        if (!s[d]) break;
+        CHECK_MSG(tm_session_fill_random(s[d], D, 11) == TERN_OK, "%s", tern_last_error());
+        CHECK_EQ_INT(tern_session_pos(s[d]), D);
+    }
+    if (s[0] && s[1]) {
+        const tm_hparams *hp = &m[1]->hp;
+        tm_backend *gb = m[0]->be;
+        /* caches: byte-equal, layer by layer (the whole context: the tail is zero on both) */
+        for (int c = 0; c < 2; c++) {
+            size_t n = (size_t)hp->n_attn_layers * s[1]->n_ctx * (c ? s[1]->v_row : s[1]->k_row);
+            if (!n) continue;
+            uint8_t *g = malloc(n);
+            CHECK(tm_be_download(gb, g, c ? s[0]->vcache : s[0]->kcache, n) == TERN_OK);
+            CHECK_MSG(memcmp(g, c ? s[1]->vcache : s[1]->kcache, n) == 0, "%s %s: filled %s caches differ",
+                      fixture, tern_cache_type_name(ct), c ? "value" : "key");
+            free(g);
+        }
+        if (hp->n_gdn_layers) {
+            const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+            const size_t CS = (size_t)(hp->conv_k - 1) * C, SN = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+            const size_t GG = m[0]->be->vt->gdn_state_floats(m[0]->be, &m[0]->hp);
+            const size_t GC = m[1]->be->vt->gdn_state_floats(m[1]->be, hp);
+            float *g = malloc((CS > GG ? CS : GG) * sizeof(float));
+            for (int l = 0; l < hp->n_gdn_layers; l++) {
+                CHECK(tm_be_download(gb, g, s[0]->conv_state + (size_t)l * CS, CS * 4) == TERN_OK);
+                CHECK_MSG(memcmp(g, s[1]->conv_state + (size_t)l * CS, CS * 4) == 0, "gdn %d conv states differ", l);
+                CHECK(tm_be_download(gb, g, s[0]->ssm_state + (size_t)l * GG, GG * 4) == TERN_OK);
+                CHECK_MSG(memcmp(g, s[1]->ssm_state + (size_t)l * GC, SN * 4) == 0, "gdn %d states differ", l);
+            }
+            free(g);
+        }
+        const int V = hp->n_vocab;
+        int32_t tok = 17;
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            for (int d = 0; d < 2; d++) CHECK_MSG(tern_session_eval(s[d], &tok, 1, NULL) == TERN_OK, "%s", tern_last_error());
+            double e = 0;
+            const float *a = tern_session_logits(s[0]), *b = tern_session_logits(s[1]);
+            for (int j = 0; j < V; j++) {
+                double x = fabs((double)a[j] - b[j]);
+                if (!(x <= e)) e = isnan(x) ? INFINITY : x;
+            }
+            if (!(e <= worst)) worst = e;
+            tok = (int32_t)check_argmax(b, V);
+        }
+        CHECK_MSG(worst < bound, "%s %s: after the fill, cuda vs cpu decode max|diff| %g (bound %g)", fixture,
+                  tern_cache_type_name(ct), worst, bound);
+        fprintf(stderr, "  %s %s: depth %d filled on both, %d decode steps, cuda vs cpu max|diff| %.2e\n", fixture,
+                tern_cache_type_name(ct), D, N, worst);
+    }
+    for (int d = 0; d < 2; d++) {
+        tern_session_free(s[d]);
+        tern_model_free(m[d]);
+    }
+}
+
+TEST(random_fill_qwen35) {
+    NEED_GPU();
+    fill_vs_cpu("qwen35-tiny", "model-pq2_0.gguf", TERN_CACHE_F16, 0.02);
+    fill_vs_cpu("qwen35-tiny", "model-pq2_0.gguf", TERN_CACHE_Q8_0, 0.1);
+}
+TEST(random_fill_qwen3) {
+    NEED_GPU();
+    fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_F16, 0.02);
+    fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_Q8_0, 0.1);
+}
+
 /* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
 static void graph_vs_plain(const char *fixture, const char *file) {
@@ -717,6 +813,8 @@ int main(void) {
     RUN(q8_cache_qwen3_token_by_token);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
+    RUN(random_fill_qwen35);
+    RUN(random_fill_qwen3);
     tm_backend_destroy(G);
     tm_backend_destroy(H);
     return check_summary();
