@@ -146,16 +146,28 @@ static uint64_t mem_available(const tern_model *m) {
  * context that would fit at the chosen cache type (and at q8_0 when that is smaller and
  * the back-end reads it). The KV cache is the part that grows with n_ctx. Sessions of
  * one model count against each other (m->sessions_bytes): pages are backed lazily, so
- * the OS's figure does not yet show what earlier sessions will use. */
+ * the OS's figure does not yet show what earlier sessions will use. On the host the
+ * model's mapped weights come off too (mapped_weights). */
 static int64_t ctx_fitting(uint64_t free_, uint64_t fixed, uint64_t per_pos) {
     int64_t fit = per_pos && free_ > fixed ? (int64_t)((free_ - fixed) / per_pos) : 0;
     if (fit > (1 << 24)) fit = 1 << 24;
     return fit / 256 * 256;
 }
 
+/* Host weights the pass reads from the file mapping (not a copy the model allocated):
+ * MemAvailable counts their pages as reclaimable page cache once read (and not at all
+ * before), but a session that evicts them re-reads the file every token. */
+static uint64_t mapped_weights(const tern_model *m) {
+    if (tm_be_device(m->be)) return 0; /* on the device: already out of its free memory */
+    uint64_t w = m->info.decode_bytes_per_token, a = m->info.alloc_bytes;
+    return w > a ? w - a : 0;
+}
+
 static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt) {
     uint64_t avail = mem_available(m);
     if (!avail) return TERN_OK;
+    const uint64_t mapped = mapped_weights(m);
+    avail = avail > mapped ? avail - mapped : 0;
     uint64_t kv, states, rest;
     session_sizes(m, n_ctx, n_chunk, kt, vt, &kv, &states, &rest);
     uint64_t need = kv + states + rest, held = __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
@@ -175,15 +187,19 @@ static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type
             snprintf(alt, sizeof alt, ", or --cache-type q8_0 --ctx %lld", (long long)fq);
     }
     const double MiB = 1048576.0;
+    char wbuf[64];
+    snprintf(wbuf, sizeof wbuf, "%s the model's %.0f MiB of mapped weights", held ? " and" : " after",
+             mapped / MiB);
     char types[32];
     if (kt == vt) snprintf(types, sizeof types, "%s", kv_name(kt));
     else snprintf(types, sizeof types, "%s keys, %s values", kv_name(kt), kv_name(vt));
     return tern_fail(TERN_ERR_NOMEM,
                      "a context of %d tokens needs %.0f MiB (KV cache %.0f MiB in %s, GDN states %.0f MiB, "
-                     "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s; "
+                     "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s%s; "
                      "%s%lld would fit%s",
                      n_ctx, need / MiB, kv / MiB, types, states / MiB, rest / MiB, free_ / MiB,
                      tm_be_device(m->be) ? "device" : "host", held ? " after this model's other sessions" : "",
+                     mapped ? wbuf : "",
                      fit > 0 ? "--ctx " : "no context: at most ", (long long)(fit > 0 ? fit : 0), alt);
 }
 #define TRY_FIT(m, n_ctx, n_chunk, kt, vt) do { tern_status st_ = check_fit((m), (n_ctx), (n_chunk), (kt), (vt)); if (st_) return st_; } while (0)
