@@ -296,6 +296,46 @@ TEST(head_norm_rope_movers_vs_cpu) {
     gfree(db, M / 2 * 4); gfree(dp, M / 2 * 4); gfree(dcr, rows * 100 * 4);
 }
 
+/* NEOX RoPE at the end of the trained context (positions 262,139..262,143; the 27B's
+ * partial rotary, 64 of 256 dims, theta 1e7) on both back-ends vs float64: an angle
+ * computed in float (an ulp of 262,143 rad is 0.016) would miss by ~1e-2. */
+TEST(rope_long_positions_vs_f64) {
+    NEED_GPU();
+    const size_t rows = 5;
+    const int nh = 3, hd = 256, rot = 64, pos0 = 262139;
+    const double theta = 1e7;
+    size_t stride = (size_t)nh * hd, N = rows * stride;
+    float *x = rand_f(N, 1.0f), *dx = dev_dup(x, N * 4), *hx = malloc(N * 4);
+    double *want = malloc(N * 8);
+    memcpy(hx, x, N * 4);
+    for (size_t i = 0; i < N; i++) want[i] = x[i];
+    for (size_t r = 0; r < rows; r++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < rot / 2; i++) {
+                double ang = (double)(pos0 + (int)r) * pow(theta, -2.0 * i / rot);
+                size_t o = r * stride + (size_t)h * hd;
+                double x0 = x[o + i], x1 = x[o + i + rot / 2];
+                want[o + i] = x0 * cos(ang) - x1 * sin(ang);
+                want[o + i + rot / 2] = x1 * cos(ang) + x0 * sin(ang);
+            }
+    H->ops->rope(H, hx, rows, stride, nh, hd, rot, pos0, (float)theta);
+    G->ops->rope(G, dx, rows, stride, nh, hd, rot, pos0, (float)theta);
+    CHECK(tm_be_sync(G) == TERN_OK);
+    float *g = host_of(dx, N);
+    for (int b = 0; b < 2; b++) {
+        const float *y = b ? hx : g;
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < N; i++) {
+            double d = fabs(y[i] - want[i]);
+            if (!(d <= md)) md = d;
+            if (fabs(want[i]) > mr) mr = fabs(want[i]);
+        }
+        CHECK_MSG(md / mr < 1e-5, "%s rope at %d: max rel %g", b ? "cpu" : "cuda", pos0, md / mr);
+    }
+    free(x); free(hx); free(want); free(g);
+    gfree(dx, N * 4);
+}
+
 /* prefill attention on both back-ends, the caches f32, f16, bf16, q8_0 or mixed (both
  * read the same stored values: the CPU's tern_kv_store wrote them) */
 TEST(attention_gqa_vs_cpu) {
@@ -796,6 +836,7 @@ int main(void) {
     RUN(embed_ternary_vs_cpu_and_range);
     RUN(head_norm_sizes_vs_cpu);
     RUN(head_norm_rope_movers_vs_cpu);
+    RUN(rope_long_positions_vs_f64);
     RUN(attention_gqa_vs_cpu);
     RUN(gdn_two_chunks_vs_cpu);
     RUN(parity_qwen35_pq2_0);
