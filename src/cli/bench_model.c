@@ -186,7 +186,7 @@ int tern_bench_model(int argc, char **argv) {
     double *bt = malloc((size_t)ng * sizeof *bt);
     tern_session **bs = batch ? calloc((size_t)batch, sizeof *bs) : NULL;
     int32_t *btok = batch ? malloc((size_t)batch * sizeof *btok) : NULL;
-    double bt_med = 0;
+    double bt_med = 0, depth_s = 0;
     int rc = 0;
     if (!ids || !pp || !tg || !bt || (batch && (!bs || !btok))) {
         fprintf(stderr, "tern bench model: out of memory\n");
@@ -206,9 +206,10 @@ int tern_bench_model(int argc, char **argv) {
         if (fill_random) st = tm_session_fill_random(s, (int)depth, 0x5EED);
         else st = tern_session_eval(s, ids, (size_t)depth, NULL);
         if (st) goto lib_err;
+        depth_s = tern_now_s() - a;
         if (!json)
             fprintf(stderr, "  depth %lld %s in %.1f s\n", (long long)depth,
-                    fill_random ? "filled with random values" : "prefilled", tern_now_s() - a);
+                    fill_random ? "filled with random values" : "prefilled", depth_s);
     }
     for (int64_t r = 0; r < reps; r++) {
         if (!depth) tern_session_reset(s);
@@ -309,13 +310,13 @@ int tern_bench_model(int argc, char **argv) {
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
                "\"device_bytes\":%llu,\"launches_per_token\":%.0f,\"depth\":%lld,\"tg_pos\":%d,"
                "\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\",\"weight_bytes_per_token\":%.0f,"
-               "\"kv_bytes_per_token\":%.0f,\"depth_fill\":\"%s\"",
+               "\"kv_bytes_per_token\":%.0f,\"depth_fill\":\"%s\",\"depth_s\":%.3f",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
-               ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real");
+               ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
         if (batch)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
