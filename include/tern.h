@@ -262,9 +262,9 @@ TERN_API tern_status tern_model_meta_str(const tern_model *m, const char *key, s
 
 /* KV cache storage type (keys and values chosen separately). f16/bf16 halve the
  * cache of f32, q8_0 (blocks of 32 int8 with an fp16 scale, 34 bytes) takes 0.53 of
- * f16; the attention reads the stored type directly. DEFAULT: f16 where the back-end
- * supports it (CPU), else f32 (CUDA for now, which refuses the others). The GDN
- * recurrent state is always f32. */
+ * f16 (head_dim must be a multiple of 32); the attention reads the stored type
+ * directly. DEFAULT: f16 where the back-end reads it (CPU and CUDA both read all four),
+ * else f32. The GDN recurrent state is always f32. */
 typedef enum tern_cache_type {
     TERN_CACHE_DEFAULT = 0, TERN_CACHE_F32 = 1, TERN_CACHE_F16 = 2, TERN_CACHE_BF16 = 3,
     TERN_CACHE_Q8_0 = 4

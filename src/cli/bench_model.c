@@ -12,7 +12,12 @@
  *   depth     with --depth D (llama-bench's -d): D tokens of context are prefilled once
  *             (untimed) before the measurements; the pp reps then follow one another
  *             (rep r evaluates positions D + r*P ..: the session cannot be rewound, the
- *             GDN state is recurrent) and tg starts after them
+ *             GDN state is recurrent) and tg starts after them; --depth-fill random
+ *             instead fills the D positions of the KV cache (in its stored type) and the
+ *             GDN conv/recurrent states with deterministic pseudo-random values
+ *             (tm_session_fill_random, internal: the CLI links the static library) -
+ *             the cost of a step at depth D depends on the cache length, not its
+ *             contents, and a real 32k prefill of the 27B takes hours on a small CPU
  *   bytes/token  weight bytes read per decoded token (all but the embedding table) plus
  *             the KV cache read at the tg steps' middle position (every key and value row
  *             of every attention layer once, in the cache's stored type)
@@ -31,6 +36,7 @@
 #include "kernels/cuda/cuda.h"
 #endif
 #include "kernels/kernels.h"
+#include "model/session.h" /* tm_session_fill_random (not in tern.h: a benchmark aid) */
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,7 +46,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--batch B] [--depth D] [--cache-type T] [--repack]\n"
+            "                        [--chunk N] [--batch B] [--depth D] [--depth-fill real|random]\n"
+            "                        [--cache-type T] [--repack]\n"
             "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
@@ -54,7 +61,11 @@ static void usage(FILE *f) {
             "  the prefill chunk (default: the back-end's, 64 on the CPU, 512 on a GPU).\n"
             "  --depth D: pp and tg measured after D\n"
             "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
-            "  read too). --cache-type f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
+            "  read too). --depth-fill random: the D positions of the KV cache and the GDN\n"
+            "  states are filled with deterministic pseudo-random values instead of evaluating\n"
+            "  D tokens (seconds instead of hours at 32k on a CPU; a step's cost depends on the\n"
+            "  cache length, not its contents); default real. --cache-type\n"
+            "  f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
             "  --tp N: N tensor-parallel"
             "  shards of --device in this process (docs/multi-gpu.md).\n");
 }
@@ -92,7 +103,7 @@ int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 0, batch = 0, depth = 0, tp = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
-    bool json = false, repack = false, profile = false;
+    bool json = false, repack = false, profile = false, fill_random = false;
     const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -106,12 +117,18 @@ int tern_bench_model(int argc, char **argv) {
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
         if (cr == 2) return 2;
         if (cr == 1) continue;
-        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d --tp"))
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d --tp "
+                              "--depth-fill"))
             return cli_usage_error("bench model", "unknown option '%s'", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--depth-fill")) {
+            if (!strcmp(v, "random")) fill_random = true;
+            else if (!strcmp(v, "real")) fill_random = false;
+            else return cli_usage_error("bench model", "bad --depth-fill '%s' (real or random)", v);
+        }
         else if (!strcmp(a, "--tp")) {
             if (!cli_parse_i64(v, 1, 64, &tp)) return cli_usage_error("bench model", "bad --tp '%s' (1..64 shards)", v);
         }
@@ -171,7 +188,7 @@ int tern_bench_model(int argc, char **argv) {
     double *bt = malloc((size_t)ng * sizeof *bt);
     tern_session **bs = batch ? calloc((size_t)batch, sizeof *bs) : NULL;
     int32_t *btok = batch ? malloc((size_t)batch * sizeof *btok) : NULL;
-    double bt_med = 0;
+    double bt_med = 0, depth_s = 0;
     int rc = 0;
     if (!ids || !pp || !tg || !bt || (batch && (!bs || !btok))) {
         fprintf(stderr, "tern bench model: out of memory\n");
@@ -188,9 +205,13 @@ int tern_bench_model(int argc, char **argv) {
     if (depth) {
         tern_session_reset(s);
         double a = tern_now_s();
-        if ((st = tern_session_eval(s, ids, (size_t)depth, NULL))) goto lib_err;
+        if (fill_random) st = tm_session_fill_random(s, (int)depth, 0x5EED);
+        else st = tern_session_eval(s, ids, (size_t)depth, NULL);
+        if (st) goto lib_err;
+        depth_s = tern_now_s() - a;
         if (!json)
-            fprintf(stderr, "  depth %lld prefilled in %.1f s\n", (long long)depth, tern_now_s() - a);
+            fprintf(stderr, "  depth %lld %s in %.1f s\n", (long long)depth,
+                    fill_random ? "filled with random values" : "prefilled", depth_s);
     }
     for (int64_t r = 0; r < reps; r++) {
         if (!depth) tern_session_reset(s);
@@ -291,13 +312,13 @@ int tern_bench_model(int argc, char **argv) {
                "\"session_bytes\":%llu,\"load_s\":%.3f,\"repack\":%s,\"device\":\"%s\","
                "\"device_bytes\":%llu,\"launches_per_token\":%.0f,\"depth\":%lld,\"tg_pos\":%d,"
                "\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\",\"weight_bytes_per_token\":%.0f,"
-               "\"kv_bytes_per_token\":%.0f",
+               "\"kv_bytes_per_token\":%.0f,\"depth_fill\":\"%s\",\"depth_s\":%.3f",
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                tern_session_chunk(s), (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
                (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
-               ctk, ctv, wbpt, kvbpt);
+               ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
         if (batch)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
@@ -315,8 +336,8 @@ int tern_bench_model(int argc, char **argv) {
             printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
             printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);
         }
-        printf("depth          %lld (tg at positions around %d; KV cache %s/%s)\n", (long long)depth, tg_pos,
-               ctk, ctv);
+        printf("depth          %lld%s (tg at positions around %d; KV cache %s/%s)\n", (long long)depth,
+               depth && fill_random ? " filled with random values" : "", tg_pos, ctk, ctv);
         printf("bytes/token    %.3f GB (weights %.3f GB + KV cache %.3f GB read per decode token)\n",
                bpt / 1e9, wbpt / 1e9, kvbpt / 1e9);
         printf("roofline       %.3f tok/s\n", roof);

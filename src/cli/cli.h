@@ -54,8 +54,8 @@ bool cli_is_help(const char *a);
 int cli_parse_cache_type(const char *cmd, int argc, char **argv, int *i, tern_cache_type *k,
                          tern_cache_type *v);
 #define CLI_CACHE_TYPE_HELP                                                                       \
-    "  --cache-type T           KV cache type: f32, f16 (default), bf16 or q8_0 (CUDA: f32 only\n"  \
-    "                           for now); --cache-type-k/-ctk, --cache-type-v/-ctv: one of them\n"
+    "  --cache-type T           KV cache type: f32, f16 (default), bf16 or q8_0 (CPU and\n"      \
+    "                           CUDA); --cache-type-k/-ctk, --cache-type-v/-ctv: one of them\n"
 /* "KV cache f16: 1.2 MiB now, 512.0 MiB at ctx 32768" for stderr lines. */
 void cli_cache_line(const tern_session *s, char *buf, size_t n);
 

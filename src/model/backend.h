@@ -147,6 +147,10 @@ typedef struct tm_backend_vt {
     unsigned kv_types;
     /* floats of one GDN layer's recurrent state (see above) */
     size_t (*gdn_state_floats)(const tm_backend *be, const tm_hparams *hp);
+    /* Optional: a host copy of one layer's state (gdn_state_floats floats) whose first
+     * n_v*dk*dv hold a state S is made to mean exactly S (the CPU: nothing pending).
+     * NULL: S is all the back-end keeps. Used by tm_session_fill_random. */
+    void (*gdn_state_plain)(const tm_backend *be, const tm_hparams *hp, float *state);
     /* what the back-end keeps per session (graphs...), released with the session */
     void (*session_release)(tm_backend *be, tern_session *s);
     /* Optional: a weight matrix just uploaded (w->data, *bytes in the back-end's memory)

@@ -232,6 +232,15 @@ static size_t cpu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
            (size_t)hp->ssm_n_v * (1 + hp->ssm_dk + hp->ssm_dv);
 }
 
+/* the pending update of every value head empty: pd = 1, pk = pdl = 0 */
+static void cpu_gdn_state_plain(const tm_backend *be, const tm_hparams *hp, float *state) {
+    (void)be;
+    const size_t per = 1 + (size_t)hp->ssm_dk + hp->ssm_dv;
+    float *pend = state + (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    memset(pend, 0, (size_t)hp->ssm_n_v * per * sizeof(float));
+    for (int p = 0; p < hp->ssm_n_v; p++) pend[(size_t)p * per] = 1.0f;
+}
+
 static const tm_backend_vt g_cpu_vt = {
     .name = "cpu",
     .device_memory = false,
@@ -246,6 +255,7 @@ static const tm_backend_vt g_cpu_vt = {
     .mem_available = cpu_mem_available,
     .kv_types = (1u << TERN_KV_F32) | (1u << TERN_KV_F16) | (1u << TERN_KV_BF16) | (1u << TERN_KV_Q8_0),
     .gdn_state_floats = cpu_gdn_state_floats,
+    .gdn_state_plain = cpu_gdn_state_plain,
     .embed = tm_layers_embed,
     .attn_mixer = tm_layers_attn_mixer,
     .gdn_mixer = tm_layers_gdn_mixer,

@@ -147,7 +147,7 @@ static void cu_permute(tm_backend *be, const float *src, float *dst, size_t rows
     (void)be;
     tc_permute_tiled_grouped(src, dst, rows, n_k, n_v, dv);
 }
-/* f32, f16 and bf16 caches (kv_types below; tern_session_new refuses q8_0) */
+/* f32, f16, bf16 and q8_0 caches (kv_types below; TC_KV_* numbering = tern_kv_type) */
 static void cu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
                         const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
     (void)be;
@@ -656,7 +656,8 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
 
 /* the kernels' cache type numbering is tern_kv_type's */
 _Static_assert(TC_KV_F32 == (int)TERN_KV_F32 && TC_KV_F16 == (int)TERN_KV_F16 &&
-                   TC_KV_BF16 == (int)TERN_KV_BF16,
+                   TC_KV_BF16 == (int)TERN_KV_BF16 && TC_KV_Q8_0 == (int)TERN_KV_Q8_0 &&
+                   TC_KV_Q8_BLOCK == TERN_KV_Q8_BLOCK,
                "TC_KV_* must match tern_kv_type");
 
 static const tm_backend_vt g_cuda_vt = {
@@ -672,7 +673,7 @@ static const tm_backend_vt g_cuda_vt = {
     .zero = cu_zero,
     .sync = cu_sync,
     .mem_available = cu_mem_available,
-    .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16, /* default f16 */
+    .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16 | 1u << TERN_KV_Q8_0, /* default f16 */
     .gdn_state_floats = cu_gdn_state_floats,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void tern_session_params_default(tern_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -95,9 +96,9 @@ static tern_status resolve_types(const tern_model *m, const tern_session_params 
                                                       : kv_of(req[i]);
         if (!be_reads(m->be, t))
             return tern_fail(TERN_ERR_UNSUPPORTED,
-                             "the %s back-end keeps its KV cache in f32 only for now: --cache-type %s "
-                             "is not supported there (use --cache-type f32)",
-                             m->be->vt->name, kv_name(t));
+                             "the %s back-end does not read a %s KV cache: --cache-type %s is not "
+                             "supported there (use --cache-type f32)",
+                             m->be->vt->name, kv_name(t), kv_name(t));
         if (t == TERN_KV_Q8_0 && m->hp.head_dim % TERN_KV_Q8_BLOCK)
             return tern_fail(TERN_ERR_UNSUPPORTED,
                              "a q8_0 KV cache needs a head size that is a multiple of %d (this model's is %d)",
@@ -146,16 +147,28 @@ static uint64_t mem_available(const tern_model *m) {
  * context that would fit at the chosen cache type (and at q8_0 when that is smaller and
  * the back-end reads it). The KV cache is the part that grows with n_ctx. Sessions of
  * one model count against each other (m->sessions_bytes): pages are backed lazily, so
- * the OS's figure does not yet show what earlier sessions will use. */
+ * the OS's figure does not yet show what earlier sessions will use. On the host the
+ * model's mapped weights come off too (mapped_weights). */
 static int64_t ctx_fitting(uint64_t free_, uint64_t fixed, uint64_t per_pos) {
     int64_t fit = per_pos && free_ > fixed ? (int64_t)((free_ - fixed) / per_pos) : 0;
     if (fit > (1 << 24)) fit = 1 << 24;
     return fit / 256 * 256;
 }
 
+/* Host weights the pass reads from the file mapping (not a copy the model allocated):
+ * MemAvailable counts their pages as reclaimable page cache once read (and not at all
+ * before), but a session that evicts them re-reads the file every token. */
+static uint64_t mapped_weights(const tern_model *m) {
+    if (tm_be_device(m->be)) return 0; /* on the device: already out of its free memory */
+    uint64_t w = m->info.decode_bytes_per_token, a = m->info.alloc_bytes;
+    return w > a ? w - a : 0;
+}
+
 static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt) {
     uint64_t avail = mem_available(m);
     if (!avail) return TERN_OK;
+    const uint64_t mapped = mapped_weights(m);
+    avail = avail > mapped ? avail - mapped : 0;
     uint64_t kv, states, rest;
     session_sizes(m, n_ctx, n_chunk, kt, vt, &kv, &states, &rest);
     uint64_t need = kv + states + rest, held = __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
@@ -175,15 +188,19 @@ static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type
             snprintf(alt, sizeof alt, ", or --cache-type q8_0 --ctx %lld", (long long)fq);
     }
     const double MiB = 1048576.0;
+    char wbuf[64];
+    snprintf(wbuf, sizeof wbuf, "%s the model's %.0f MiB of mapped weights", held ? " and" : " after",
+             mapped / MiB);
     char types[32];
     if (kt == vt) snprintf(types, sizeof types, "%s", kv_name(kt));
     else snprintf(types, sizeof types, "%s keys, %s values", kv_name(kt), kv_name(vt));
     return tern_fail(TERN_ERR_NOMEM,
                      "a context of %d tokens needs %.0f MiB (KV cache %.0f MiB in %s, GDN states %.0f MiB, "
-                     "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s; "
+                     "scratch and logits %.0f MiB) but %.0f MiB of %s memory are available%s%s; "
                      "%s%lld would fit%s",
                      n_ctx, need / MiB, kv / MiB, types, states / MiB, rest / MiB, free_ / MiB,
                      tm_be_device(m->be) ? "device" : "host", held ? " after this model's other sessions" : "",
+                     mapped ? wbuf : "",
                      fit > 0 ? "--ctx " : "no context: at most ", (long long)(fit > 0 ? fit : 0), alt);
 }
 #define TRY_FIT(m, n_ctx, n_chunk, kt, vt) do { tern_status st_ = check_fit((m), (n_ctx), (n_chunk), (kt), (vt)); if (st_) return st_; } while (0)
@@ -334,6 +351,98 @@ uint64_t tern_session_cache_bytes(const tern_session *s, int n_pos) {
 
 tern_cache_type tern_session_cache_type(const tern_session *s, bool value) {
     return s ? cache_of(value ? s->v_type : s->k_type) : TERN_CACHE_DEFAULT;
+}
+
+/* ------------------------------------------------ random fill (bench model) */
+
+/* splitmix64: the stream of one (seed, what, layer) */
+static uint64_t fill_mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+/* n values of mean 0 and standard deviation sd: the sum of four 16-bit uniforms of one
+ * xorshift64 word (Irwin-Hall, variance 4/12), centred and scaled */
+static void fill_values(uint64_t *st, float *out, size_t n, float sd) {
+    const float k = sd * 1.7320508f / 65536.0f; /* sqrt(3) / 2^16 */
+    uint64_t x = *st;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float u = (float)(x & 0xffff) + (float)((x >> 16) & 0xffff) + (float)((x >> 32) & 0xffff) +
+                  (float)(x >> 48);
+        out[i] = (u - 131070.0f) * k;
+    }
+    *st = x;
+}
+
+tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed) {
+    if (!s) return tern_fail(TERN_ERR_INVALID_ARG, "tm_session_fill_random: NULL session");
+    if (n_pos < 0 || n_pos > s->n_ctx)
+        return tern_fail(TERN_ERR_RANGE, "fill: %d positions outside the context [0, %d]", n_pos, s->n_ctx);
+    tern_model *m = s->m;
+    tm_backend *be = m->be;
+    if (!strcmp(be->vt->name, "tp"))
+        return tern_fail(TERN_ERR_UNSUPPORTED,
+                         "a random depth fill is not supported with tensor parallelism (the shards hold "
+                         "the caches): use a real prefill");
+    const tm_hparams *hp = &m->hp;
+    const size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t rows_per = 256; /* rows generated and uploaded at a time */
+    const size_t row_max = s->k_row > s->v_row ? s->k_row : s->v_row;
+    size_t C = 0, SN = 0, GF = 0, CS = 0;
+    if (hp->n_gdn_layers) {
+        C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+        SN = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+        GF = be->vt->gdn_state_floats(be, hp);
+        CS = (size_t)(hp->conv_k - 1) * C;
+    }
+    size_t nf = rows_per * kvw;
+    if (GF > nf) nf = GF;
+    if (CS > nf) nf = CS;
+    float *f = malloc(nf * sizeof(float));
+    uint8_t *b = malloc(rows_per * (row_max ? row_max : 1));
+    if (!f || !b) {
+        free(f);
+        free(b);
+        return tern_fail(TERN_ERR_NOMEM, "fill: out of memory");
+    }
+    pthread_mutex_lock(&m->eval_mu);
+    tern_session_reset(s); /* rows from n_pos on and the states start empty */
+    tern_status st = TERN_OK;
+    for (int l = 0; l < hp->n_attn_layers && !st; l++) {
+        for (int c = 0; c < 2 && !st; c++) {
+            const tern_kv_type t = c ? s->v_type : s->k_type;
+            const size_t rb = c ? s->v_row : s->k_row;
+            uint8_t *cache = (uint8_t *)(c ? s->vcache : s->kcache) + (size_t)l * s->n_ctx * rb;
+            uint64_t x = fill_mix(seed ^ fill_mix(((uint64_t)l << 8 | (uint64_t)c) + 1)) | 1;
+            for (size_t p0 = 0; p0 < (size_t)n_pos && !st; p0 += rows_per) {
+                size_t r = (size_t)n_pos - p0 < rows_per ? (size_t)n_pos - p0 : rows_per;
+                fill_values(&x, f, r * kvw, 1.0f);
+                tern_kv_store(t, b, rb, f, kvw, r, kvw);
+                st = tm_be_upload(be, cache + p0 * rb, b, r * rb);
+            }
+        }
+    }
+    for (int l = 0; l < hp->n_gdn_layers && !st; l++) {
+        uint64_t x = fill_mix(seed ^ fill_mix(((uint64_t)l << 8 | 2u) + 1)) | 1;
+        fill_values(&x, f, CS, 1.0f);
+        st = tm_be_upload(be, s->conv_state + (size_t)l * CS, f, CS * sizeof(float));
+        if (st) break;
+        fill_values(&x, f, SN, 0.1f);
+        memset(f + SN, 0, (GF - SN) * sizeof(float));
+        if (be->vt->gdn_state_plain) be->vt->gdn_state_plain(be, hp, f);
+        st = tm_be_upload(be, s->ssm_state + (size_t)l * GF, f, GF * sizeof(float));
+    }
+    if (!st) st = tm_be_sync(be);
+    s->pos = st ? 0 : n_pos;
+    pthread_mutex_unlock(&m->eval_mu);
+    if (st) tern_session_reset(s);
+    free(f);
+    free(b);
+    return st;
 }
 
 tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, float *all_logits) {

@@ -86,4 +86,19 @@ void tm_session_stamp(tern_session *s, int pos0, int n);
 tern_status tm_forward_batch(tern_session *w, tern_session *const *s, const int32_t *tokens, int n,
                              float *logits_rows);
 
+/* Benchmark support, not in tern.h (`tern bench model --depth N --depth-fill random`;
+ * the CLI links the static library): make the session look as if n_pos tokens had been
+ * evaluated, without evaluating them. Attention layer l's key and value rows 0..n_pos-1
+ * get deterministic pseudo-random values (unit variance, from seed, l and the row),
+ * stored in the session's cache types by tern_kv_store (what kv_store writes); every GDN
+ * layer's conv state gets unit-variance values and its recurrent state S values of
+ * standard deviation 0.1 (the back-end's extra state, if any, made empty:
+ * gdn_state_plain); pos = n_pos; the logits are zeroed. Rows from n_pos on are
+ * zeroed. The same seed gives the same state on every back-end. The cost of
+ * evaluating at a position depends on the cache length, not on what it holds, so
+ * decode and prefill timed after this equal those after a real prefill of n_pos
+ * tokens. TERN_ERR_RANGE unless 0 <= n_pos <= n_ctx; TERN_ERR_UNSUPPORTED on a
+ * tensor-parallel model (its shards hold the caches). */
+tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed);
+
 #endif

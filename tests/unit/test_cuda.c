@@ -10,6 +10,7 @@
 #include "model_check.h"
 #include "kern_check.h"
 #include "model/backend.h"
+#include "model/session.h" /* tm_session_fill_random, the session's buffers */
 #include "formats/codecs.h"
 
 #include <cjson/cJSON.h>
@@ -296,15 +297,57 @@ TEST(head_norm_rope_movers_vs_cpu) {
     gfree(db, M / 2 * 4); gfree(dp, M / 2 * 4); gfree(dcr, rows * 100 * 4);
 }
 
-/* prefill attention on both back-ends, the caches f32, f16, bf16 or mixed (both read
- * the same stored values) */
+/* NEOX RoPE at the end of the trained context (positions 262,139..262,143; the 27B's
+ * partial rotary, 64 of 256 dims, theta 1e7) on both back-ends vs float64: an angle
+ * computed in float (an ulp of 262,143 rad is 0.016) would miss by ~1e-2. */
+TEST(rope_long_positions_vs_f64) {
+    NEED_GPU();
+    const size_t rows = 5;
+    const int nh = 3, hd = 256, rot = 64, pos0 = 262139;
+    const double theta = 1e7;
+    size_t stride = (size_t)nh * hd, N = rows * stride;
+    float *x = rand_f(N, 1.0f), *dx = dev_dup(x, N * 4), *hx = malloc(N * 4);
+    double *want = malloc(N * 8);
+    memcpy(hx, x, N * 4);
+    for (size_t i = 0; i < N; i++) want[i] = x[i];
+    for (size_t r = 0; r < rows; r++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < rot / 2; i++) {
+                double ang = (double)(pos0 + (int)r) * pow(theta, -2.0 * i / rot);
+                size_t o = r * stride + (size_t)h * hd;
+                double x0 = x[o + i], x1 = x[o + i + rot / 2];
+                want[o + i] = x0 * cos(ang) - x1 * sin(ang);
+                want[o + i + rot / 2] = x1 * cos(ang) + x0 * sin(ang);
+            }
+    H->ops->rope(H, hx, rows, stride, nh, hd, rot, pos0, (float)theta);
+    G->ops->rope(G, dx, rows, stride, nh, hd, rot, pos0, (float)theta);
+    CHECK(tm_be_sync(G) == TERN_OK);
+    float *g = host_of(dx, N);
+    for (int b = 0; b < 2; b++) {
+        const float *y = b ? hx : g;
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < N; i++) {
+            double d = fabs(y[i] - want[i]);
+            if (!(d <= md)) md = d;
+            if (fabs(want[i]) > mr) mr = fabs(want[i]);
+        }
+        CHECK_MSG(md / mr < 1e-5, "%s rope at %d: max rel %g", b ? "cpu" : "cuda", pos0, md / mr);
+    }
+    free(x); free(hx); free(want); free(g);
+    gfree(dx, N * 4);
+}
+
+/* prefill attention on both back-ends, the caches f32, f16, bf16, q8_0 or mixed (both
+ * read the same stored values: the CPU's tern_kv_store wrote them) */
 TEST(attention_gqa_vs_cpu) {
     NEED_GPU();
-    /* nh, nkv, hd, pos0, k type, v type */
+    /* nh, nkv, hd, pos0, k type, v type (0 f32, 1 f16, 2 bf16, 3 q8_0) */
     const int cfg[][6] = {{6, 2, 64, 7, 0, 0}, {4, 1, 256, 0, 0, 0}, {3, 3, 48, 40, 0, 0},
                           {6, 2, 64, 7, 1, 1}, {4, 1, 256, 0, 2, 2}, {3, 3, 48, 40, 1, 2},
-                          {6, 2, 64, 7, 2, 1}, {3, 3, 48, 40, 1, 1}};
-    for (int c = 0; c < 8; c++) {
+                          {6, 2, 64, 7, 2, 1}, {3, 3, 48, 40, 1, 1},
+                          {6, 2, 64, 7, 3, 3}, {4, 1, 256, 0, 3, 3}, {8, 4, 96, 61, 3, 1},
+                          {6, 2, 64, 30, 0, 3}, {4, 2, 128, 3, 3, 2}};
+    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], rows = 5;
         tern_kv_type kt = (tern_kv_type)cfg[c][4], vt = (tern_kv_type)cfg[c][5];
         int L = pos0 + rows;
@@ -499,6 +542,217 @@ TEST(parity_qwen35_f16_cache_token_by_token) { NEED_GPU(); parity("qwen35-tiny",
 TEST(parity_qwen3_f16_cache) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F16); }
 TEST(parity_qwen3_f16_cache_token_by_token) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 1, TERN_CACHE_F16); }
 
+/* A q8_0 cache on the GPU, as test_model's cache_types_vs_f32 checks it on the CPU:
+ * against the same back-end's f32 cache on every reference sequence, all-position
+ * logits within 0.6, argmax equal where the f32 top-2 margin exceeds 0.25, the
+ * 24-token greedy continuation identical except where the f32 path itself was nearly
+ * tied (margin < 2 x bound) - the bounds are the CPU's (about twice the largest
+ * q8_0-vs-f32 difference measured there, 0.31 on qwen3-tiny; a wrong scale, block or
+ * head gives O(1..10)). The f32 GPU run is the parity tests' path above. The same
+ * sequences with a q8_0 cache on the CPU back-end are compared too (same bound): both
+ * store the same bytes for the same inputs (test_cuda_kernels checks the stores bit
+ * for bit), so they differ by the f32 paths' rounding plus the q8_0 roundings that it
+ * tips; the figure is printed. chunk 64: tc_kv_store + prefill attention; chunk 1: the
+ * fused prologue + split-K decode (and step graphs for the continuation). */
+static void q8_vs_f32(const char *fixture, const char *file, int chunk) {
+    const double bound = 0.6;
+    const float margin = 0.25f;
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/reference.json", fixture);
+    const char *rp = fixture_path(rel);
+    char *txt = rp ? check_slurp(rp, NULL) : NULL;
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *mp_path = fixture_path(rel);
+    FILE *probe = mp_path ? fopen(mp_path, "rb") : NULL;
+    if (!txt || !probe) {
+        free(txt);
+        if (probe) fclose(probe);
+        SKIP("fixture %s/%s missing", fixture, file);
+    }
+    fclose(probe);
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    tern_model *m[2] = {NULL, NULL}; /* cuda, cpu */
+    for (int d = 0; d < 2; d++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = d ? "cpu" : "cuda";
+        mp.n_threads = 2;
+        CHECK_MSG(tern_model_load(mp_path, &mp, &m[d]) == TERN_OK, "load %s: %s", mp_path, tern_last_error());
+    }
+    if (!m[0] || !m[1]) {
+        tern_model_free(m[0]);
+        tern_model_free(m[1]);
+        cJSON_Delete(ref);
+        return;
+    }
+    const int V = tern_model_get_info(m[0])->n_vocab, NC = 24;
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences");
+    int n_seq = cJSON_GetArraySize(seqs);
+    for (int si = 0; si < n_seq; si++) {
+        size_t T;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, si), "ids"), &T);
+        /* runs: 0 GPU f32, 1 GPU q8_0, 2 CPU q8_0 */
+        float *lg[3], cmargin[24];
+        int32_t cont[3][24];
+        for (int k = 0; k < 3; k++) {
+            tern_session_params sp;
+            tern_session_params_default(&sp);
+            sp.n_ctx = (int)T + NC;
+            sp.n_chunk = chunk;
+            sp.cache_type_k = sp.cache_type_v = k ? TERN_CACHE_Q8_0 : TERN_CACHE_F32;
+            tern_session *s = NULL;
+            lg[k] = calloc(T * (size_t)V, sizeof(float));
+            CHECK_MSG(tern_session_new(m[k == 2], &sp, &s) == TERN_OK, "%s", tern_last_error());
+            if (!s) continue;
+            CHECK(tern_session_cache_type(s, false) == sp.cache_type_k &&
+                  tern_session_cache_type(s, true) == sp.cache_type_v);
+            CHECK_MSG(tern_session_eval(s, ids, T, lg[k]) == TERN_OK, "%s", tern_last_error());
+            for (int i = 0; i < NC; i++) {
+                cont[k][i] = (int32_t)check_argmax(tern_session_logits(s), V);
+                if (k == 0) cmargin[i] = check_top2_margin(tern_session_logits(s), V);
+                if (i + 1 < NC) CHECK(tern_session_eval(s, &cont[k][i], 1, NULL) == TERN_OK);
+            }
+            tern_session_free(s);
+        }
+        const char *what[3] = {"", "cuda q8_0 vs cuda f32", "cuda q8_0 vs cpu q8_0"};
+        for (int k = 1; k < 3; k++) {
+            const float *A = k == 1 ? lg[0] : lg[2]; /* the reference of this comparison */
+            double maxd = 0;
+            int checked = 0, bad = 0, same = 0;
+            for (size_t t = 0; t < T; t++) {
+                const float *a = A + t * V, *b = lg[1] + t * V;
+                for (int i = 0; i < V; i++) {
+                    double d = fabs((double)a[i] - b[i]);
+                    if (!(d <= maxd)) maxd = isnan(d) ? INFINITY : d;
+                }
+                if (check_top2_margin(a, V) > margin) {
+                    checked++;
+                    if (check_argmax(a, V) != check_argmax(b, V)) bad++;
+                }
+            }
+            const int32_t *c0 = k == 1 ? cont[0] : cont[2];
+            while (same < NC && c0[same] == cont[1][same]) same++;
+            CHECK_MSG(maxd < bound, "%s %s chunk %d seq %d: %s max|diff| %g (bound %g)", fixture, file, chunk,
+                      si, what[k], maxd, bound);
+            CHECK_MSG(bad == 0, "%s chunk %d seq %d: %s: %d/%d argmax differ", fixture, chunk, si, what[k], bad,
+                      checked);
+            if (k == 1) /* a divergence only where the f32 path itself was nearly tied */
+                CHECK_MSG(same == NC || cmargin[same] < 2 * bound,
+                          "%s chunk %d seq %d: %s: continuation diverges at step %d (f32 margin %.3f)",
+                          fixture, chunk, si, what[k], same, same < NC ? cmargin[same] : 0.0f);
+            fprintf(stderr, "  %s/%s seq %d chunk %d %s: T %zu, max|diff| %.2e, argmax ok on %d "
+                            "margin>%.2f rows, continuation %d/%d\n", fixture, file, si, chunk, what[k], T,
+                    maxd, checked, margin, same, NC);
+        }
+        for (int k = 0; k < 3; k++) free(lg[k]);
+        free(ids);
+    }
+    tern_model_free(m[0]);
+    tern_model_free(m[1]);
+    cJSON_Delete(ref);
+}
+
+TEST(q8_cache_qwen35) { NEED_GPU(); q8_vs_f32("qwen35-tiny", "model-pq2_0.gguf", 64); }
+TEST(q8_cache_qwen35_token_by_token) { NEED_GPU(); q8_vs_f32("qwen35-tiny", "model-pq2_0.gguf", 1); }
+TEST(q8_cache_qwen3) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 64); }
+TEST(q8_cache_qwen3_token_by_token) { NEED_GPU(); q8_vs_f32("qwen3-tiny", "model-q2_0.gguf", 1); }
+
+/* The random depth fill (`bench model --depth-fill random`, tm_session_fill_random) on
+ * the GPU: the same seed gives the same bytes as on the CPU back-end in every attention
+ * layer's key and value cache (rows 0..D-1 filled, the rest zero) and the same GDN conv
+ * states and S; decoding 8 tokens from there (the CPU's greedy choices fed to both)
+ * then gives the same logits within the parity bound (0.02; q8_0 0.1: the filled rows
+ * are the same bytes, the 8 new rows may round a value to the neighbouring step). */
+static void fill_vs_cpu(const char *fixture, const char *file, tern_cache_type ct, double bound) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *p = fixture_path(rel);
+    FILE *probe = p ? fopen(p, "rb") : NULL;
+    if (!probe) SKIP("fixture %s missing", rel);
+    fclose(probe);
+    tern_model *m[2] = {NULL, NULL}; /* cuda, cpu */
+    tern_session *s[2] = {NULL, NULL};
+    const int D = 300, N = 8;
+    for (int d = 0; d < 2; d++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = d ? "cpu" : "cuda";
+        mp.n_threads = 2;
+        CHECK_MSG(tern_model_load(p, &mp, &m[d]) == TERN_OK, "%s", tern_last_error());
+        if (!m[d]) break;
+        tern_session_params sp;
+        tern_session_params_default(&sp);
+        sp.n_ctx = D + N + 4;
+        sp.cache_type_k = sp.cache_type_v = ct;
+        CHECK_MSG(tern_session_new(m[d], &sp, &s[d]) == TERN_OK, "%s", tern_last_error());
+        if (!s[d]) break;
+        CHECK_MSG(tm_session_fill_random(s[d], D, 11) == TERN_OK, "%s", tern_last_error());
+        CHECK_EQ_INT(tern_session_pos(s[d]), D);
+    }
+    if (s[0] && s[1]) {
+        const tm_hparams *hp = &m[1]->hp;
+        tm_backend *gb = m[0]->be;
+        /* caches: byte-equal, layer by layer (the whole context: the tail is zero on both) */
+        for (int c = 0; c < 2; c++) {
+            size_t n = (size_t)hp->n_attn_layers * s[1]->n_ctx * (c ? s[1]->v_row : s[1]->k_row);
+            if (!n) continue;
+            uint8_t *g = malloc(n);
+            CHECK(tm_be_download(gb, g, c ? s[0]->vcache : s[0]->kcache, n) == TERN_OK);
+            CHECK_MSG(memcmp(g, c ? s[1]->vcache : s[1]->kcache, n) == 0, "%s %s: filled %s caches differ",
+                      fixture, tern_cache_type_name(ct), c ? "value" : "key");
+            free(g);
+        }
+        if (hp->n_gdn_layers) {
+            const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+            const size_t CS = (size_t)(hp->conv_k - 1) * C, SN = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+            const size_t GG = m[0]->be->vt->gdn_state_floats(m[0]->be, &m[0]->hp);
+            const size_t GC = m[1]->be->vt->gdn_state_floats(m[1]->be, hp);
+            float *g = malloc((CS > GG ? CS : GG) * sizeof(float));
+            for (int l = 0; l < hp->n_gdn_layers; l++) {
+                CHECK(tm_be_download(gb, g, s[0]->conv_state + (size_t)l * CS, CS * 4) == TERN_OK);
+                CHECK_MSG(memcmp(g, s[1]->conv_state + (size_t)l * CS, CS * 4) == 0, "gdn %d conv states differ", l);
+                CHECK(tm_be_download(gb, g, s[0]->ssm_state + (size_t)l * GG, GG * 4) == TERN_OK);
+                CHECK_MSG(memcmp(g, s[1]->ssm_state + (size_t)l * GC, SN * 4) == 0, "gdn %d states differ", l);
+            }
+            free(g);
+        }
+        const int V = hp->n_vocab;
+        int32_t tok = 17;
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            for (int d = 0; d < 2; d++) CHECK_MSG(tern_session_eval(s[d], &tok, 1, NULL) == TERN_OK, "%s", tern_last_error());
+            double e = 0;
+            const float *a = tern_session_logits(s[0]), *b = tern_session_logits(s[1]);
+            for (int j = 0; j < V; j++) {
+                double x = fabs((double)a[j] - b[j]);
+                if (!(x <= e)) e = isnan(x) ? INFINITY : x;
+            }
+            if (!(e <= worst)) worst = e;
+            tok = (int32_t)check_argmax(b, V);
+        }
+        CHECK_MSG(worst < bound, "%s %s: after the fill, cuda vs cpu decode max|diff| %g (bound %g)", fixture,
+                  tern_cache_type_name(ct), worst, bound);
+        fprintf(stderr, "  %s %s: depth %d filled on both, %d decode steps, cuda vs cpu max|diff| %.2e\n", fixture,
+                tern_cache_type_name(ct), D, N, worst);
+    }
+    for (int d = 0; d < 2; d++) {
+        tern_session_free(s[d]);
+        tern_model_free(m[d]);
+    }
+}
+
+TEST(random_fill_qwen35) {
+    NEED_GPU();
+    fill_vs_cpu("qwen35-tiny", "model-pq2_0.gguf", TERN_CACHE_F16, 0.02);
+    fill_vs_cpu("qwen35-tiny", "model-pq2_0.gguf", TERN_CACHE_Q8_0, 0.1);
+}
+TEST(random_fill_qwen3) {
+    NEED_GPU();
+    fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_F16, 0.02);
+    fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_Q8_0, 0.1);
+}
+
 /* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
 static void graph_vs_plain(const char *fixture, const char *file) {
@@ -644,6 +898,7 @@ int main(void) {
     RUN(embed_ternary_vs_cpu_and_range);
     RUN(head_norm_sizes_vs_cpu);
     RUN(head_norm_rope_movers_vs_cpu);
+    RUN(rope_long_positions_vs_f64);
     RUN(attention_gqa_vs_cpu);
     RUN(gdn_two_chunks_vs_cpu);
     RUN(parity_qwen35_pq2_0);
@@ -655,10 +910,16 @@ int main(void) {
     RUN(parity_qwen35_f16_cache_token_by_token);
     RUN(parity_qwen3_f16_cache);
     RUN(parity_qwen3_f16_cache_token_by_token);
+    RUN(q8_cache_qwen35);
+    RUN(q8_cache_qwen35_token_by_token);
+    RUN(q8_cache_qwen3);
+    RUN(q8_cache_qwen3_token_by_token);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
     RUN(snapshot_copy_qwen35);
     RUN(snapshot_copy_qwen3);
+    RUN(random_fill_qwen35);
+    RUN(random_fill_qwen3);
     tm_backend_destroy(G);
     tm_backend_destroy(H);
     return check_summary();

@@ -1251,8 +1251,8 @@ TEST(fwht_reg_vs_shared) {
 TEST(attn_prep_vs_ops) {
     NEED_GPU();
     const int cfg[][6] = {{24, 4, 256, 64, 1, 37}, {8, 2, 128, 128, 0, 0}, {3, 3, 48, 16, 1, 9},
-                          {5, 1, 200, 200, 0, 63}};
-    for (int c = 0; c < 4; c++) {
+                          {5, 1, 200, 200, 0, 63}, {6, 3, 96, 64, 1, 17}};
+    for (int c = 0; c < 5; c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], rot = cfg[c][3], gated = cfg[c][4];
         int pos = cfg[c][5], ctx = 64;
         size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd, qgw = gated ? 2 * qw : qw;
@@ -1301,10 +1301,16 @@ TEST(attn_prep_vs_ops) {
             double e = max_rel(g0, ref, cmp[k].n);
             CHECK_MSG(e < 1e-6, "attn prep cfg %d: %s %g", c, cmp[k].what, e);
         }
-        /* f16 / bf16 caches (K and V of different types): row pos of the prologue's and
-         * of tc_kv_store's typed caches byte-equal to the f32 rows rounded on the host */
-        for (int t = 0; t < 2; t++) {
-            tern_kv_type kt = t ? TERN_KV_BF16 : TERN_KV_F16, vt = t ? TERN_KV_F16 : TERN_KV_BF16;
+        /* f16 / bf16 / q8_0 caches (K and V of different types): row pos of the prologue's
+         * and of tc_kv_store's typed caches byte-equal to the f32 rows stored on the host
+         * by the CPU's tern_kv_store (its rounding; q8_0: its per-block quantiser, where
+         * the head size allows q8_0) */
+        const tern_kv_type pairs[][2] = {{TERN_KV_F16, TERN_KV_BF16}, {TERN_KV_BF16, TERN_KV_F16},
+                                         {TERN_KV_Q8_0, TERN_KV_Q8_0}, {TERN_KV_Q8_0, TERN_KV_F16},
+                                         {TERN_KV_F32, TERN_KV_Q8_0}};
+        for (int t = 0; t < 5; t++) {
+            tern_kv_type kt = pairs[t][0], vt = pairs[t][1];
+            if ((kt == TERN_KV_Q8_0 || vt == TERN_KV_Q8_0) && hd % TERN_KV_Q8_BLOCK) continue;
             size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
             for (int r = 0; r < 2; r++) {
                 void *tkc = tc_malloc((size_t)ctx * kr), *tvc = tc_malloc((size_t)ctx * vr);
@@ -1331,6 +1337,13 @@ TEST(attn_prep_vs_ops) {
                 tc_free(tkc, (size_t)ctx * kr); tc_free(tvc, (size_t)ctx * vr);
             }
         }
+        /* q8_0 with a head size that is not a multiple of 32 is refused */
+        if (hd % TERN_KV_Q8_BLOCK) {
+            tc_attn_prep_args b = a;
+            b.k_type = (int)TERN_KV_Q8_0;
+            tc_attn_prep(&b);
+            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        }
         free(g0); free(g1); free(ref); free(h);
         for (int r = 0; r < 2; r++) {
             tc_free(kc[r], (size_t)ctx * kvw * 4); tc_free(vc[r], (size_t)ctx * kvw * 4);
@@ -1341,9 +1354,9 @@ TEST(attn_prep_vs_ops) {
     }
 }
 
-/* A cache of cap rows of kvw values of type t on the device, from random floats;
- * *h gets the stored values read back as floats (the rounded f16/bf16 ones: the
- * float64 references use those). */
+/* A cache of cap rows of kvw values of type t on the device, from random floats
+ * stored by the CPU's tern_kv_store; *h gets the stored values read back as floats
+ * (the rounded f16/bf16 ones, q8_0's q * d: the float64 references use those). */
 static void *dev_cache(tern_kv_type t, size_t cap, size_t kvw, float **h) {
     size_t n = cap * kvw, rb = tern_kv_row_bytes(t, kvw);
     float *f = malloc(n * 4);
@@ -1358,7 +1371,8 @@ static void *dev_cache(tern_kv_type t, size_t cap, size_t kvw, float **h) {
 }
 
 /* split-K decode attention vs float64 softmax attention, with and without the gate,
- * f32 caches and f16 / bf16 / mixed ones (float64 of the stored values, same bound) */
+ * f32 caches and f16 / bf16 / q8_0 / mixed ones (float64 of the stored values, same
+ * bound: the kernels read what the CPU's tern_kv_store wrote and tern_kv_load reads) */
 TEST(attention_decode_vs_f64) {
     NEED_GPU();
     const int cfg[][7] = {{6, 2, 64, 0, 16, 0, 0},       {4, 1, 256, 6, 7, 0, 0},
@@ -1366,8 +1380,12 @@ TEST(attention_decode_vs_f64) {
                           {2, 1, 128, 511, 512, 0, 0},   {5, 5, 96, 256, 1000, 0, 0},
                           {6, 2, 64, 0, 16, 1, 1},       {8, 2, 128, 1000, 4096, 1, 1},
                           {3, 3, 48, 299, 300, 2, 2},    {4, 1, 256, 6, 7, 2, 2},
-                          {5, 5, 96, 256, 1000, 1, 2},   {2, 1, 128, 511, 512, 2, 0}};
-    for (int c = 0; c < 12; c++) {
+                          {5, 5, 96, 256, 1000, 1, 2},   {2, 1, 128, 511, 512, 2, 0},
+                          /* q8_0 (3), alone and mixed; head sizes multiples of 32 */
+                          {6, 2, 64, 0, 16, 3, 3},       {8, 2, 128, 1000, 4096, 3, 3},
+                          {4, 1, 256, 6, 7, 3, 1},       {5, 5, 96, 256, 1000, 2, 3},
+                          {2, 1, 128, 511, 512, 3, 0},   {24, 4, 256, 70, 300, 3, 3}};
+    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], cap = cfg[c][4];
         tern_kv_type kt = (tern_kv_type)cfg[c][5], vt = (tern_kv_type)cfg[c][6];
         size_t kvw = (size_t)nkv * hd, W = (size_t)nh * hd;
@@ -1411,14 +1429,92 @@ TEST(attention_decode_vs_f64) {
         tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, NULL, dout, cap, cap, nh, nkv, hd,
                             scale); /* pos0 past the cache */
         CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-        tc_attention_decode(dq, dk, dv, (int)TERN_KV_Q8_0, (int)vt, NULL, dout, pos0, cap, nh, nkv, hd,
+        tc_attention_decode(dq, dk, dv, TERN_KV_N_TYPES, (int)vt, NULL, dout, pos0, cap, nh, nkv, hd,
                             scale); /* a type the kernels do not read */
         CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        if (hd % TERN_KV_Q8_BLOCK) { /* q8_0 blocks would straddle heads */
+            tc_attention_decode(dq, dk, dv, (int)kt, (int)TERN_KV_Q8_0, NULL, dout, pos0, cap, nh, nkv,
+                                hd, scale);
+            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+            tc_attention(dq, W, dk, dv, (int)TERN_KV_Q8_0, (int)vt, dout, 1, pos0, nh, nkv, hd, scale);
+            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        }
         tc_free(dq, W * 4); tc_free(dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
         tc_free(dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
         tc_free(dg, W * 4); tc_free(dout, W * 4);
         free(hq); free(hk); free(hv); free(hg); free(got); free(ref); free(sc);
     }
+}
+
+/* tc_kv_store's q8_0 rows byte-equal to the CPU's tern_kv_store on blocks chosen for
+ * the rounding rules: exact ties (d = 1: q = 2.5 -> 2, 3.5 -> 4, ties to even), all
+ * zeros (d = 0), a d that underflows fp16 to 0, subnormal fp16 d, a d rounded down so
+ * far that amax / d > 127.5 (q clamped to 127), a d that overflows fp16 to inf (q = 0),
+ * negative amax, then random rows at scales 1e-3 .. 1e3; keys q8_0 with values f16 and
+ * values q8_0 with keys bf16, several rows at an offset position. */
+TEST(kv_store_q8_vs_cpu) {
+    NEED_GPU();
+    const size_t kvw = 320, rows = 4, ctx = 9; /* 10 blocks per row */
+    const int pos = 3;
+    float *k = malloc(rows * kvw * 4), *v = malloc(rows * kvw * 4);
+    for (size_t i = 0; i < rows * kvw; i++) {
+        k[i] = check_rand_normal() * (float)pow(10.0, (double)(i / 32 % 7) - 3.0);
+        v[i] = check_rand_normal();
+    }
+    float *b = k; /* row 0: crafted blocks */
+    for (int j = 0; j < 32; j++) b[j] = (float)((j % 7) - 3) + 0.5f; /* ties at d = 1 */
+    b[5] = 127.0f;
+    b[6] = -126.5f;
+    for (int j = 32; j < 64; j++) b[j] = 0.0f;
+    for (int j = 64; j < 96; j++) b[j] = 1e-7f * (float)(j - 80); /* d underflows to 0 */
+    for (int j = 96; j < 128; j++) b[j] = 3e-4f * (float)(j - 112) / 16.0f; /* subnormal d */
+    for (int j = 128; j < 160; j++) b[j] = 127.0f * 1.4f * 0x1p-24f * (float)(j - 144) / 16.0f; /* clamp */
+    for (int j = 160; j < 192; j++) b[j] = 1e7f * (float)(j - 176) / 16.0f; /* d = inf */
+    for (int j = 192; j < 224; j++) b[j] = -2.0f + 0.01f * (float)(j - 192); /* amax negative */
+    for (int r = 0; r < 2; r++) {
+        tern_kv_type kt = r ? TERN_KV_BF16 : TERN_KV_Q8_0, vt = r ? TERN_KV_Q8_0 : TERN_KV_F16;
+        size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
+        float *dk = dup_dev(r ? v : k, rows * kvw * 4), *dv = dup_dev(r ? k : v, rows * kvw * 4);
+        void *kc = tc_malloc(ctx * kr), *vc = tc_malloc(ctx * vr);
+        tc_zero(kc, ctx * kr);
+        tc_zero(vc, ctx * vr);
+        tc_kv_store(kc, vc, (int)kt, (int)vt, dk, dv, kvw, rows, pos);
+        CHECK_EQ_INT(tc_sync(), 0);
+        uint8_t *gk = malloc(ctx * kr), *gv = malloc(ctx * vr), *wk = calloc(ctx, kr), *wv = calloc(ctx, vr);
+        CHECK(tc_download(gk, kc, ctx * kr) == 0 && tc_download(gv, vc, ctx * vr) == 0);
+        tern_kv_store(kt, wk + (size_t)pos * kr, kr, r ? v : k, kvw, rows, kvw);
+        tern_kv_store(vt, wv + (size_t)pos * vr, vr, r ? k : v, kvw, rows, kvw);
+        for (size_t p = 0; p < ctx; p++) {
+            CHECK_MSG(memcmp(gk + p * kr, wk + p * kr, kr) == 0, "kv_store types %d/%d: key row %zu differs",
+                      (int)kt, (int)vt, p);
+            CHECK_MSG(memcmp(gv + p * vr, wv + p * vr, vr) == 0, "kv_store types %d/%d: value row %zu differs",
+                      (int)kt, (int)vt, p);
+        }
+        /* the crafted row's blocks mean what they were built to (the CPU reference
+         * itself, read back): ties to even, zeros, clamp, inf scale */
+        const uint8_t *q8 = (r ? gv : gk) + (size_t)pos * (r ? vr : kr);
+        float back[320];
+        tern_kv_load(TERN_KV_Q8_0, q8, kvw, back);
+        CHECK(back[0] == -2.0f && back[1] == -2.0f && back[2] == 0.0f && back[3] == 0.0f);
+        /* -2.5 -> -2, -1.5 -> -2, -0.5 -> 0, 0.5 -> 0 */
+        CHECK(back[4] == 2.0f && back[5] == 127.0f && back[6] == -126.0f && back[7] == -2.0f);
+        for (int j = 32; j < 96; j++) CHECK(back[j] == 0.0f);
+        CHECK(((const int8_t *)q8)[4 * 34 + 2 + 31] == 127);  /* clamped */
+        for (int j = 160; j < 192; j++) CHECK(back[j] == 0.0f || isnan(back[j]));
+        free(gk); free(gv); free(wk); free(wv);
+        tc_free(dk, rows * kvw * 4); tc_free(dv, rows * kvw * 4);
+        tc_free(kc, ctx * kr); tc_free(vc, ctx * vr);
+    }
+    /* kvw not a multiple of 32: q8_0 refused, nothing written */
+    float *dk = dup_dev(k, 48 * 4);
+    void *kc = tc_malloc(34 * 4);
+    tc_kv_store(kc, kc, TC_KV_Q8_0, TC_KV_F32, dk, dk, 48, 1, 0);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_kv_store(kc, kc, TC_KV_F32, TERN_KV_N_TYPES, dk, dk, 32, 1, 0);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_free(dk, 48 * 4);
+    tc_free(kc, 34 * 4);
+    free(k); free(v);
 }
 
 /* Host decode of the integer path's activation (tc_act, downloaded): x_q of input
@@ -1574,11 +1670,13 @@ int main(void) {
     RUN(attention_decode_vs_f64);
     RUN(gemm_tc_vs_f64);
     RUN(attn_prep_vs_ops);
+    RUN(kv_store_q8_vs_cpu);
     return check_summary();
 }
 #else
 int main(void) {
     fprintf(stderr, "SKIP: no CUDA device (built without CUDA)\n");
-    return 0;
+    printf("SKIPPED: built without CUDA\n");
+    return 77;
 }
 #endif

@@ -173,16 +173,19 @@ void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
 void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
              float theta);
 /* KV cache element types (k_type / v_type arguments below): the numbering of
- * kernels.h tern_kv_type; F32, F16 and BF16 are read and written here (rows of
- * n_head_kv*head_dim values, dense), others give TC_ERR_UNSUPPORTED. */
-enum { TC_KV_F32 = 0, TC_KV_F16 = 1, TC_KV_BF16 = 2 };
+ * kernels.h tern_kv_type; all four are read and written here (rows of
+ * n_head_kv*head_dim values, dense; Q8_0 rows are head_dim/32 34-byte blocks per head,
+ * the CPU's layout and rounding, and need head_dim % 32 == 0), other numbers give
+ * TC_ERR_UNSUPPORTED. */
+enum { TC_KV_F32 = 0, TC_KV_F16 = 1, TC_KV_BF16 = 2, TC_KV_Q8_0 = 3, TC_KV_Q8_BLOCK = 32 };
 void tc_attention(const float *q, size_t q_stride, const void *kcache, const void *vcache,
                   int k_type, int v_type, float *out, int rows, int pos0, int n_head,
                   int n_head_kv, int head_dim, float scale);
 
 /* Decode attention for one query row (position pos0, attending 0..pos0) split
- * over the cache (flash-decoding): ceil(max_len / 256) CTAs per head each do an
- * online softmax over their 256 positions (CTAs past pos0 exit), one merge
+ * over the cache (flash-decoding): per head, one CTA per span of 32 positions (the
+ * span doubled until there are at most 2048) does an online softmax over it (CTAs
+ * past pos0 exit), one merge
  * kernel per head combines them and multiplies by sigmoid(gate[h*hd + j]) when
  * gate is not NULL (the attention output gate). max_len (the cache capacity)
  * fixes the grid, so a captured graph serves every position (pos0 read from the
@@ -282,7 +285,8 @@ void tc_gdn_step(const tc_gdn_step_args *a);
 
 void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
 /* KV cache store: kc/vc are the layer's caches [n_ctx][kvw] of types k_type /
- * v_type (TC_KV_*; f16/bf16 rounded to nearest even); float rows k/v go to
+ * v_type (TC_KV_*; f16/bf16 rounded to nearest even, q8_0 quantised per 32 values
+ * like the CPU's tern_kv_store, kvw % 32 == 0); float rows k/v go to
  * positions pos0.. (the device position in a step graph). */
 void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
                  size_t kvw, size_t rows, int pos0);

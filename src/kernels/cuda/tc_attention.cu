@@ -2,12 +2,14 @@
  * tc_attention.cu - the attention mixer's position-dependent ops: NEOX RoPE, the
  * KV-cache store, causal attention (one CTA per query row and head, online
  * softmax) and split-K decode attention (flash-decoding, merge + sigmoid gate).
- * The cache is f32, f16 or bf16 (K and V each; TC_KV_*), read in its stored type
- * and converted to float in registers.
+ * The cache is f32, f16, bf16 or q8_0 (K and V each; TC_KV_*), read in its stored
+ * type and converted to float in registers; the layouts and rounding are the CPU's
+ * (docs/formats.md "KV cache storage", src/kernels/cpu/model_ops.c tern_kv_store).
  */
 #include "kernels/cuda/internal.cuh"
 
 #include <cuda_bf16.h>
+#include <limits.h>
 #include <math.h>
 
 #include <type_traits>
@@ -47,31 +49,70 @@ extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int h
 #define ATT_WARPS 4
 #define ATT_EPL 8 /* head_dim <= 256 */
 
-/* Cache elements (float, __half, __nv_bfloat16: TC_KV_F32/F16/BF16) to and from
- * float in registers; stores round to nearest even like the CPU's tern_kv_store. */
+/* Cache elements (float, __half, __nv_bfloat16, att_q8: TC_KV_F32/F16/BF16/Q8_0).
+ *
+ * Every reader and writer addresses the cache by element index: value i of a layer's
+ * cache [n_ctx][kvw] is i = p * kvw + head * hd + j (att_kv_index). att_kv(cache, i)
+ * reads it as a float, att_store(cache, t, i, x) writes it in type t. */
+
+/* One q8_0 block (formats.md): fp16 scale d, then 32 int8 q; value = q * d. 34 bytes,
+ * 2-byte aligned, so a row of kvw values is kvw / 32 blocks (blocks never straddle
+ * heads: q8_0 needs hd % 32 == 0, checked by att_types_ok). */
+struct att_q8 {
+    unsigned short d; /* fp16 bits */
+    int8_t q[TC_KV_Q8_BLOCK];
+};
+static_assert(sizeof(att_q8) == 34 && alignof(att_q8) == 2, "q8_0 block is 34 bytes");
+
+/* The one place q8_0 element arithmetic lives: the block of element i and its
+ * position in it. Value i of a q8_0 array = blk[i / 32].q[i % 32] * blk[i / 32].d. */
+template <typename B> __device__ __forceinline__ B &att_q8_block(B *blk, size_t i) {
+    return blk[i / TC_KV_Q8_BLOCK]; /* B: att_q8 or const att_q8 */
+}
+__device__ __forceinline__ int att_q8_slot(size_t i) { return (int)(i % TC_KV_Q8_BLOCK); }
+
 __device__ __forceinline__ float att_f(float x) { return x; }
 __device__ __forceinline__ float att_f(__half x) { return __half2float(x); }
 __device__ __forceinline__ float att_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-/* value x stored as element i of a cache of type t (TC_KV_*; t is uniform per launch) */
-__device__ __forceinline__ void att_put(void *__restrict__ cache, int t, size_t i, float x) {
-    if (t == TC_KV_F16)
-        ((__half *)cache)[i] = __float2half_rn(x);
-    else if (t == TC_KV_BF16)
-        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(x);
-    else
-        ((float *)cache)[i] = x;
+/* element i of a cache of element type T, as a float */
+template <typename T> __device__ __forceinline__ float att_kv(const T *__restrict__ c, size_t i) {
+    return att_f(c[i]);
+}
+__device__ __forceinline__ float att_kv(const att_q8 *__restrict__ c, size_t i) {
+    const att_q8 &b = att_q8_block(c, i);
+    return __half2float(__ushort_as_half(b.d)) * (float)b.q[att_q8_slot(i)];
 }
 
-/* Row p of head kvh of a layer's K or V cache ([n_ctx][nkv*hd] of T). The one place
- * the cache is read: a cache of another element type changes this and att_kv. */
-template <typename T>
-__device__ __forceinline__ const T *att_kv_row(const T *__restrict__ cache, int p, size_t kvw,
-                                               int kvh, int hd) {
-    return cache + (size_t)p * kvw + (size_t)kvh * hd;
+/* Index of value 0 of head kvh at position p (rows of kvw values). */
+__device__ __forceinline__ size_t att_kv_index(int p, size_t kvw, int kvh, int hd) {
+    return (size_t)p * kvw + (size_t)kvh * hd;
 }
-template <typename T>
-__device__ __forceinline__ float att_kv(const T *__restrict__ row, int j) { return att_f(row[j]); }
+
+/* x stored as element i of a cache of type t (TC_KV_*; t is uniform per launch).
+ * f16 / bf16 round to nearest even. q8_0: called by all 32 lanes of a warp together,
+ * lane l with element i0 + l, i0 a multiple of 32 (the warp holds one block): the
+ * CPU's q8_block exactly - d = amax / 127 rounded to fp16, q = rint(x * (1 / d)) with
+ * that stored d (0 when d is 0), clamped to [-127, 127]; every step correctly rounded
+ * (__fdiv_rn, __frcp_rn, __fmul_rn, rintf: ties to even like nearbyintf). */
+__device__ __forceinline__ void att_store(void *__restrict__ cache, int t, size_t i, float x) {
+    if (t == TC_KV_Q8_0) {
+        const float amax = tc_warp_max(fabsf(x));
+        const __half dh = __float2half_rn(__fdiv_rn(amax, 127.0f));
+        const float d = __half2float(dh);
+        const float id = d > 0.0f ? __frcp_rn(d) : 0.0f;
+        const float r = fminf(fmaxf(rintf(__fmul_rn(x, id)), -127.0f), 127.0f);
+        att_q8 &b = att_q8_block((att_q8 *)cache, i);
+        if (att_q8_slot(i) == 0) b.d = __half_as_ushort(dh);
+        b.q[att_q8_slot(i)] = (int8_t)__float2int_rn(r);
+    } else if (t == TC_KV_F16) {
+        ((__half *)cache)[i] = __float2half_rn(x);
+    } else if (t == TC_KV_BF16) {
+        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(x);
+    } else {
+        ((float *)cache)[i] = x;
+    }
+}
 
 /* l((KT *)0, (VT *)0) for the element types of TC_KV_* kt, vt; false (nothing
  * called) for another type. */
@@ -80,6 +121,7 @@ template <typename KT, typename L> static bool att_dispatch_v(int vt, L &&l) {
     case TC_KV_F32: l((KT *)0, (float *)0); return true;
     case TC_KV_F16: l((KT *)0, (__half *)0); return true;
     case TC_KV_BF16: l((KT *)0, (__nv_bfloat16 *)0); return true;
+    case TC_KV_Q8_0: l((KT *)0, (att_q8 *)0); return true;
     default: return false;
     }
 }
@@ -88,10 +130,17 @@ template <typename L> static bool att_dispatch(int kt, int vt, L &&l) {
     case TC_KV_F32: return att_dispatch_v<float>(vt, l);
     case TC_KV_F16: return att_dispatch_v<__half>(vt, l);
     case TC_KV_BF16: return att_dispatch_v<__nv_bfloat16>(vt, l);
+    case TC_KV_Q8_0: return att_dispatch_v<att_q8>(vt, l);
     default: return false;
     }
 }
-static bool att_type_ok(int t) { return t == TC_KV_F32 || t == TC_KV_F16 || t == TC_KV_BF16; }
+/* t is a type the kernels read and write, for rows whose heads are hd values
+ * (q8_0: hd a multiple of 32, so a block never straddles heads) */
+static bool att_type_ok(int t, int hd) {
+    return t == TC_KV_F32 || t == TC_KV_F16 || t == TC_KV_BF16 ||
+           (t == TC_KV_Q8_0 && hd > 0 && hd % TC_KV_Q8_BLOCK == 0);
+}
+static bool att_types_ok(int kt, int vt, int hd) { return att_type_ok(kt, hd) && att_type_ok(vt, hd); }
 
 /* One warp's online-softmax state: running max m, sum l, weighted V (element
  * lane + 32e of the head in acc[e]), and its copy of q. */
@@ -118,22 +167,21 @@ __device__ __forceinline__ void att_walk(att_warp &w, const KT *__restrict__ kc,
                                          const VT *__restrict__ vc, int p0, int p1, size_t kvw,
                                          int kvh, int hd, float scale, int lane) {
     for (int p = p0; p < p1; p += ATT_WARPS) {
-        const KT *kp = att_kv_row(kc, p, kvw, kvh, hd);
+        const size_t i0 = att_kv_index(p, kvw, kvh, hd);
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < ATT_EPL; e++) {
             int j = lane + 32 * e;
-            if (j < hd) s = fmaf(w.q[e], att_kv(kp, j), s);
+            if (j < hd) s = fmaf(w.q[e], att_kv(kc, i0 + j), s);
         }
         s = tc_warp_sum(s) * scale;
         float mn = fmaxf(w.m, s);
         float c = expf(w.m - mn), pw = expf(s - mn);
         w.l = w.l * c + pw;
-        const VT *vp = att_kv_row(vc, p, kvw, kvh, hd);
 #pragma unroll
         for (int e = 0; e < ATT_EPL; e++) {
             int j = lane + 32 * e;
-            if (j < hd) w.acc[e] = w.acc[e] * c + pw * att_kv(vp, j);
+            if (j < hd) w.acc[e] = w.acc[e] * c + pw * att_kv(vc, i0 + j);
         }
         w.m = mn;
     }
@@ -196,7 +244,7 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const void *kcache
                              int pos0, int n_head, int n_head_kv, int head_dim, float scale) {
     TC_PROF(TC_FAM_ATTENTION);
     if (rows <= 0) return;
-    if (head_dim > ATT_EPL * 32 || n_head > 65535 || !att_type_ok(k_type) || !att_type_ok(v_type)) {
+    if (head_dim > ATT_EPL * 32 || n_head > 65535 || !att_types_ok(k_type, v_type, head_dim)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
@@ -278,7 +326,7 @@ extern "C" void tc_attention_decode(const float *q, const void *kcache, const vo
                                     int head_dim, float scale) {
     TC_PROF(TC_FAM_ATTENTION);
     if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
-        !att_type_ok(k_type) || !att_type_ok(v_type) ||
+        !att_types_ok(k_type, v_type, head_dim) ||
         n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -312,9 +360,9 @@ __global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt,
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* over rows*kvw */
     if (i >= total) return;
     if (dpos) pos0 = *dpos;
-    size_t o = (size_t)pos0 * kvw + i;
-    att_put(kc, kt, o, k[i]);
-    att_put(vc, vt, o, v[i]);
+    size_t o = (size_t)pos0 * kvw + i; /* q8_0: kvw % 32 == 0, so a warp is one block */
+    att_store(kc, kt, o, k[i]);
+    att_store(vc, vt, o, v[i]);
 }
 
 extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k,
@@ -322,7 +370,9 @@ extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const fl
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * kvw;
     if (!total) return;
-    if (!att_type_ok(k_type) || !att_type_ok(v_type)) {
+    /* whole warps per 32 values (256-thread blocks, total a multiple of 32): the q8_0
+     * store's warp is one block of the row */
+    if (!att_types_ok(k_type, v_type, kvw > (size_t)INT_MAX ? 0 : (int)kvw)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
@@ -382,9 +432,10 @@ __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int
     } else {
         const size_t o = (size_t)pos * kvw + (size_t)kh * hd;
         const float *vs = a.v + (size_t)kh * hd;
+        /* q8_0 (hd % 32 == 0): every lane runs every iteration, block j / 32 */
         for (int j = lane; j < hd; j += 32) {
-            att_put(a.kcache, a.k_type, o + j, sh[j]);
-            att_put(a.vcache, a.v_type, o + j, vs[j]);
+            att_store(a.kcache, a.k_type, o + j, sh[j]);
+            att_store(a.vcache, a.v_type, o + j, vs[j]);
         }
     }
 }
@@ -393,7 +444,7 @@ extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
     TC_PROF(TC_FAM_ROPE);
     if (a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 || a->n_head_kv < 1 ||
         a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
-        !att_type_ok(a->k_type) || !att_type_ok(a->v_type) ||
+        !att_types_ok(a->k_type, a->v_type, a->head_dim) ||
         (!tc_dyn_pos && a->pos0 < 0)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
