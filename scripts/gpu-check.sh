@@ -11,6 +11,7 @@
 #       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab  (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
+#              depth: 27B bench at DEPTHS (0 4096 32768) x f32/f16/q8_0, --depth-fill random -> depth.txt
 #              serve: tern serve --device cuda vs --device cpu, 8 concurrent greedy requests (serve-cuda.log)
 #              ncu: Nsight Compute sections of the decode GEMV (FFN gate/up, batch 1) per NCU_ENVS -> ncu.txt
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
@@ -73,7 +74,7 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     TERN_TEST_DEVICE=cuda timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-      $B/tern eval -m $W/fx/qwen35-tiny/model-pq2_0.gguf --device cuda --ids 1,2,3,4,5,6,7,8,9,10 --chunk 7 \
+      $B/tern eval -m $W/fx/qwen35-tiny/model-pq2_0.gguf --device cuda --ids $(seq -s, 1 70) --chunk 33 \
       --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
     row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E 'ERROR SUMMARY' $OUT/san-$tool.log)"
   done
@@ -173,10 +174,27 @@ if has gdnab; then # GDN prefill: the older walk vs the scan (tc_gdn_chunk.cu), 
   { echo "===== bench kernels --device cuda (the GDN rows)"; sed -n '/^GDN prefill/,$p' $W/gdn-k.txt; } >> $OUT/gdnab.txt
   row "gdn tc_gdn us/call" "$(awk '$1=="walk" || ($1=="scan" && NF==5) {printf "%s %s rows %s; ", $1, $2, $3}' $W/gdn-k.txt)"
   for v in walk scan; do
-    for c in 64 512; do
+    for c in ${GDNAB_CHUNKS:-64 512}; do
       TERN_CUDA_GDN=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile > $W/gdn-$v-$c.txt 2>&1
       { echo "===== TERN_CUDA_GDN=$v bench model bonsai2-27b pp512 chunk $c"; cat $W/gdn-$v-$c.txt; } >> $OUT/gdnab.txt
       row "gdnab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/gdn-$v-$c.txt) tok/s; $(sed -n '/^profile (prefill/,$p' $W/gdn-$v-$c.txt | grep -m1 -i gdn | tr -s ' ')"
+    done
+  done
+fi
+if has depth; then # issue 15: the 27B at depth 0 / 4k / 32k x f32 / f16 / q8_0 (the depth filled at random)
+  m=$W/bonsai2-27b.gguf
+  [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
+  for d in ${DEPTHS:-0 4096 32768}; do
+    for ct in f32 f16 q8_0; do
+      $B/tern bench model -m $m --device cuda --depth $d --depth-fill random -p 64 -n 32 --reps 2 \
+        --cache-type $ct --json > $W/dp.json 2>> "$log"
+      { echo "===== depth $d cache $ct"; cat $W/dp.json; } >> $OUT/depth.txt
+      row "depth $d $ct" "$(python3 -c "
+import json
+try:
+    d=json.loads(open('$W/dp.json').read().strip().splitlines()[-1])
+    print(f\"tg {d['tg_tok_s']:.1f} tok/s ({d['roofline_ratio']:.0%} of roofline, {d['bytes_per_token']/1e9:.2f} GB/tok, kv {d['kv_bytes_per_token']/1e6:.0f} MB) pp {d['pp_tok_s']:.0f}\")
+except Exception as e: print('no result', e)")"
     done
   done
 fi
