@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define TERN_POOL_FUTEX 1
@@ -53,6 +54,11 @@ struct tern_pool {
     _Alignas(64) atomic_uint done;              /* futex word: tasks finished in this run */
     atomic_int caller_waiting;
     double spin_s;
+    /* Contention (another process wants our cores): until this time (tern_now_s)
+     * nobody spins; set when a thread of the pool finds it was preempted. */
+    _Alignas(64) _Atomic double quiet_after;
+    long caller_nivcsw;         /* the caller's involuntary context switches at its last check */
+    unsigned caller_checks;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -85,31 +91,80 @@ static void word_wake(tern_pool *p, atomic_uint *w) {
 }
 #endif
 
-/* Spin until *w != val or spin_s has passed; true when it changed. */
-static bool spin_until_changed(const tern_pool *p, atomic_uint *w, unsigned val) {
-    double t0 = 0.0;
+/* ------------------------------------------------------------ contention
+ * Spinning only pays while nobody else wants the core: a thread that spins
+ * beside another runnable process spends its share of the core on the spin
+ * and is then preempted in the middle of a task, which every other thread of
+ * the run waits for (issue 11: --threads 2 beside one busy process ran below
+ * --threads 1). So a thread that finds it was preempted - a gap of more than
+ * PREEMPT_GAP_S between two clock reads of a spin, or a new involuntary
+ * context switch on Linux - marks the pool contended for CONTENDED_S, and
+ * while it is, waits are futex sleeps right away (a sleeper that wakes is
+ * also the one the scheduler favours over a CPU-bound process). */
+#define PREEMPT_GAP_S 50e-6
+#define CONTENDED_S 0.05
+
+static inline bool pool_contended(tern_pool *p, double now) {
+    return now < atomic_load_explicit(&p->quiet_after, memory_order_relaxed);
+}
+static inline void pool_mark_contended(tern_pool *p, double now) {
+    atomic_store_explicit(&p->quiet_after, now + CONTENDED_S, memory_order_relaxed);
+}
+
+/* Involuntary context switches of the calling thread so far (-1: unknown). */
+static long thread_nivcsw(void) {
+#if defined(TERN_POOL_FUTEX) && defined(RUSAGE_THREAD)
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) return ru.ru_nivcsw;
+#endif
+    return -1;
+}
+/* Mark the pool contended when this thread was preempted since the last call. */
+static void check_preempted(tern_pool *p, long *last) {
+    long v = thread_nivcsw();
+    if (v > *last && *last >= 0) pool_mark_contended(p, tern_now_s());
+    *last = v;
+}
+
+/* The spin budget now: spin_s, or 0 while the pool is contended. */
+static double spin_budget(tern_pool *p) {
+    if (p->spin_s <= 0.0) return 0.0;
+    return pool_contended(p, tern_now_s()) ? 0.0 : p->spin_s;
+}
+
+/* Spin until *w != val or the budget has passed; true when it changed. A gap
+ * between two clock reads means this thread was preempted: give up and mark
+ * the pool contended. */
+static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
+    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
+    if (budget <= 0.0) return atomic_load_explicit(w, memory_order_acquire) != val;
     unsigned spins = 0;
     while (atomic_load_explicit(w, memory_order_acquire) == val) {
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
             if (t0 == 0.0) t0 = now;
-            else if (now - t0 > p->spin_s) return false;
+            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
+            else if (now - t0 > budget) return false;
+            last = now;
         }
     }
     return true;
 }
 
-/* Spin until done == n or spin_s has passed; true when it is. */
-static bool spin_until_done(const tern_pool *p, unsigned n) {
-    double t0 = 0.0;
+/* Spin until done == n or the budget has passed; true when it is. */
+static bool spin_until_done(tern_pool *p, unsigned n) {
+    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
     unsigned spins = 0;
     while (atomic_load_explicit((atomic_uint *)&p->done, memory_order_acquire) != n) {
+        if (budget <= 0.0) return false;
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
             if (t0 == 0.0) t0 = now;
-            else if (now - t0 > p->spin_s) return false;
+            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
+            else if (now - t0 > budget) return false;
+            last = now;
         }
     }
     return true;
@@ -154,6 +209,7 @@ static void pool_work(tern_pool *p, uint32_t g) {
 static void *pool_main(void *arg) {
     tern_pool *p = arg;
     unsigned seen = 0;
+    long nivcsw = thread_nivcsw();
     for (;;) {
         if (!spin_until_changed(p, &p->gen, seen)) {
             atomic_fetch_add(&p->sleeping, 1);
@@ -163,6 +219,7 @@ static void *pool_main(void *arg) {
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
         pool_work(p, seen);
+        check_preempted(p, &nivcsw);
     }
     return NULL;
 }
@@ -179,6 +236,7 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     double us = e && *e ? atof(e) : 100.0;
     if (!(us >= 0.0)) us = 0.0;
     p->spin_s = us * 1e-6;
+    p->caller_nivcsw = -1;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -253,6 +311,9 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->sleeping) > 0) word_wake(p, &p->gen);
     pool_work(p, g);
+    /* The caller's own preemptions count too (checked every 8th run: a
+     * system call). */
+    if ((p->caller_checks++ & 7) == 0) check_preempted(p, &p->caller_nivcsw);
     /* The remaining tasks are running on helpers: spin a while, then sleep
      * until the one that finishes the last task wakes us. */
     unsigned d;
