@@ -96,10 +96,10 @@ static double sample_err(const tern_qmat *w, const float *x, size_t batch, const
                 int code;
                 uint16_t d;
                 if (w->layout == TERN_LAYOUT_R16) { /* kernels.h: 544-byte blocks of 16 rows */
-                    int L = (int)(r % 16), q = (int)(j % 128) / 4;
+                    int L = (int)(r % 16), e = (int)(j % 128);
                     const uint8_t *blk = w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(j / 128) * TERN_R16_BLOCK_BYTES;
                     d = tern_rd16(blk + 2 * L);
-                    code = (blk[TERN_R16_SCALES + 16 * q + 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2] >> (2 * (j % 4))) & 3;
+                    code = (blk[TERN_R16_SCALES + 64 * (e / 16) + 4 * L + e % 4] >> (2 * ((e % 16) / 4))) & 3;
                 } else {
                     const uint8_t *blk = row + (size_t)(j / 128) * TERN_PQ2_0_BYTES;
                     d = tern_rd16(blk);

@@ -31,8 +31,8 @@
 #define TERN_PTQ1_0_D 26
 
 /* TERN_LAYOUT_R16 (kernels.h; made by tern_qmat_repack from PQ2_0 / Q2_0): per group of
- * 16 rows and 128-input block, the 16 fp16 scales then 32 chunks of 16 code bytes:
- * 544 bytes, the same as 16 file blocks. */
+ * 16 rows and 128-input block, the 16 fp16 scales then 8 vectors of 64 code bytes
+ * (lane L = row L, fields transposed: kernels.h): 544 bytes, the same as 16 file blocks. */
 #define TERN_R16_ROWS 16
 #define TERN_R16_SCALES (2 * TERN_R16_ROWS)                      /* 32: code chunks start here */
 #define TERN_R16_BLOCK_BYTES (TERN_R16_ROWS * TERN_PQ2_0_BYTES)  /* 544 */

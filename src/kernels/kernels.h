@@ -46,10 +46,11 @@ typedef struct tern_qmat {
 /* TERN_LAYOUT_R16 (PQ2_0 / Q2_0 only; made by tern_qmat_repack): rows in groups
  * of 16 (the last group padded with zero rows); group g starts at
  * data + g*16*row_bytes and holds, per 128-input block b (544 bytes): the 16
- * rows' fp16 scales (32 B, row order), then 32 chunks of 16 bytes; chunk q
- * holds byte q of each row's block (its elements 4q..4q+3), row L at byte
- * 8*((L/2)%2) + 2*(L/4) + L%2. Same bytes per weight as the file layout; the
- * AVX-512 GEMV then shares one scale epilogue among 16 rows. */
+ * rows' fp16 scales (32 B, row order), then 8 vectors of 64 bytes; lane L
+ * (bytes 4L..4L+3) of vector v holds row L's elements 16v + 4s + j in bits
+ * 2s..2s+1 of byte j (j, s = 0..3). Same bytes per weight as the file layout;
+ * the AVX-512 kernels mask the fields in place (no shifts), 16 rows per vector,
+ * one scale epilogue per 16 rows, at every batch size. */
 #define TERN_LAYOUT_ROWS 0
 #define TERN_LAYOUT_R16 1
 
@@ -65,9 +66,10 @@ tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out);
 void tern_qmat_free_repacked(tern_qmat *w);
 
 /* y[b*y_stride + i] = sum_j W[i,j] * x[b*x_stride + j]   for b < batch, i < n.
- * Any batch >= 0 (0: no work). Kernel choice (cpu_*.c): on AVX-512 the ternary
- * types (PQ2_0, Q2_0 g128 / g64, R16 layout) take the GEMV path for batch < 6
- * (GEMM_MIN in cpu_avx512.c) and the VNNI GEMM from 6; F32/F16/BF16 (k a multiple
+ * Any batch >= 0 (0: no work). Kernel choice (cpu_*.c): on AVX-512 the R16 layout
+ * takes its GEMV at every batch; the file-layout ternary types (PQ2_0, Q2_0 g128 /
+ * g64) the GEMV path for batch < GEMM_MIN (cpu_avx512.c) and the VNNI GEMM from
+ * there; F32/F16/BF16 (k a multiple
  * of 16) and Q1_0 use the AVX-512 GEMM kernel at every batch. AVX2, NEON and the
  * scalar reference have no GEMM: the GEMV row kernel at every batch. */
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride,

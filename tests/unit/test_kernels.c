@@ -93,8 +93,8 @@ static void run_matmul_case(tern_dtype type, int64_t n, int64_t k, size_t batch,
 TEST(matmul_all_types_isas_threads) {
     static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0, TERN_DT_Q2_0_G64, TERN_DT_Q1_0,
                                        TERN_DT_F32, TERN_DT_F16, TERN_DT_BF16};
-    /* 7 / 8: both sides of the AVX-512 GEMV -> GEMM switch (GEMM_MIN 8) */
-    static const size_t batches_full[] = {1, 2, 3, 5, 7, 8, 31, 32, 33, 100, 129};
+    /* 9 / 10: both sides of the AVX-512 file-layout GEMV -> GEMM switch (GEMM_MIN 10) */
+    static const size_t batches_full[] = {1, 2, 3, 5, 7, 8, 9, 10, 31, 32, 33, 100, 129};
     static const size_t batches_small[] = {1, 3, 33};
     const size_t *batches = g_small ? batches_small : batches_full;
     size_t nb = g_small ? 3 : sizeof batches_full / sizeof batches_full[0];
@@ -273,7 +273,8 @@ TEST(multi_mixed_types_equals_separate) {
 
 /* The 16-row layout written from kernels.h's description (independent of
  * tern_qmat_repack): per group of 16 rows and 128-input block, 16 fp16 scales
- * then 32 chunks of 16 bytes, row L of chunk q at 8*((L/2)%2) + 2*(L/4) + L%2. */
+ * then 8 vectors of 64 bytes; row L's element e is in byte 4L + e%4 of vector
+ * e/16, bits 2*((e%16)/4). */
 static uint8_t *pack_r16(const tmat *t, size_t *size) {
     int64_t nb = t->q.k / 128, groups = (t->q.n + 15) / 16;
     size_t rb = (size_t)nb * 34;
@@ -282,11 +283,12 @@ static uint8_t *pack_r16(const tmat *t, size_t *size) {
     for (int64_t r = 0; r < groups * 16; r++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *blk = o + (size_t)(r / 16) * 16 * rb + (size_t)b * 544;
-            int L = (int)(r % 16), pos = 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2;
-            for (int q = 0; q < 32; q++) {
-                uint8_t v = 0x55; /* padding rows: zero weights */
-                if (r < t->q.n) v = t->buf[(size_t)r * t->q.row_bytes + (size_t)b * 34 + 2 + (size_t)q];
-                blk[32 + 16 * q + pos] = v;
+            int L = (int)(r % 16);
+            for (int e = 0; e < 128; e++) {
+                int code = 1; /* padding rows: zero weights */
+                if (r < t->q.n)
+                    code = (t->buf[(size_t)r * t->q.row_bytes + (size_t)b * 34 + 2 + (size_t)(e / 4)] >> (2 * (e % 4))) & 3;
+                blk[32 + 64 * (e / 16) + 4 * L + e % 4] |= (uint8_t)(code << (2 * ((e % 16) / 4)));
             }
             if (r < t->q.n) memcpy(blk + 2 * L, t->buf + (size_t)r * t->q.row_bytes + (size_t)b * 34, 2);
         }

@@ -38,12 +38,14 @@
 #define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
 #endif
 #ifndef TERN_AVX512_PF16
-#define TERN_AVX512_PF16 16384 /* the same for the 16-row layout GEMV (best of 2048..16384) */
+#define TERN_AVX512_PF16 4096  /* the same for the 16-row layout GEMV (3072-6144 best of 0..32768, cold 1 thread) */
 #endif
 #ifndef TERN_AVX512_PF_EVERY
 #define TERN_AVX512_PF_EVERY 2   /* one prefetch per this many 34-byte blocks */
 #endif
-#define GEMM_MIN 8   /* GEMV below: the 16-lane GEMM tile costs as much at 6 as at 16 */
+#ifndef GEMM_MIN
+#define GEMM_MIN 10  /* file layout: GEMV below (hot, per batch row: GEMV 6.4-7.7 cycles per block at 7-9 rows, the 16-lane GEMM 10 at 8 rows, 6.4 at 12) */
+#endif
 
 /* acc += u8 x s8 dot products (vpdpbusd). Inline asm: GCC 12 copies the
  * accumulator of the intrinsic through extra registers and the stack. */
@@ -54,7 +56,7 @@ static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i
 
 /* Permutations: byte p of the A / B code vectors holds element eA(p) / eB(p). */
 static uint8_t g_permA128[64], g_permB128[64], g_perm64[64];
-static __m512i g_ctlA128, g_ctlB128, g_ctl64, g_shl8, g_ctl_r16;
+static __m512i g_ctlA128, g_ctlB128, g_ctl64, g_shl8;
 
 static void init_tables(void) {
     uint8_t ca[64], cb[64], c64[64];
@@ -74,12 +76,6 @@ static void init_tables(void) {
     memcpy(&g_ctlA128, ca, 64);
     memcpy(&g_ctlB128, cb, 64);
     memcpy(&g_ctl64, c64, 64);
-    uint8_t cr[64];
-    for (int p = 0; p < 64; p++) {
-        int m = p / 8, t = p % 8, L = 2 * m + t / 4, j = t % 4;
-        cr[p] = (uint8_t)(8 * (2 * (L / 4) + L % 2) + 2 * j);
-    }
-    memcpy(&g_ctl_r16, cr, 64);
     uint8_t sh[64];
     for (int p = 0; p < 64; p++) sh[p] = (uint8_t)(p % 4 == 0 ? 0x80 : (p % 16) - 1);
     memcpy(&g_shl8, sh, 64);
@@ -693,13 +689,7 @@ static void unpack_codes_r16(const tern_qmat *w, int64_t r, int64_t k0, int64_t 
     for (int64_t e = 0; e < kc; e += 128) {
         int64_t b = (k0 + e) / 128;
         dd[e / 128] = tern_f16_table[tern_r16_scale(w, r, b)];
-        for (int q = 0; q < 32; q++) {
-            uint8_t v = tern_r16_code_byte(w, r, b, q);
-            dst[e + 4 * q] = v & 3;
-            dst[e + 4 * q + 1] = (v >> 2) & 3;
-            dst[e + 4 * q + 2] = (v >> 4) & 3;
-            dst[e + 4 * q + 3] = v >> 6;
-        }
+        for (int q = 0; q < 128; q++) dst[e + q] = (uint8_t)tern_r16_code(w, r, b, q);
     }
 }
 
@@ -783,13 +773,20 @@ static void vnni_rows64(const tern_qmat *w, const void *act, size_t act_stride, 
 }
 
 /* ------------------------------------------------- GEMV, 16-row layout
- * TERN_LAYOUT_R16 (kernels.h): a 16-byte chunk holds 4 codes of each of 16
- * rows, so one multishift + AND gives 16 rows x 4 inputs as bytes, lane L =
- * row L. Each vpdpbusd multiplies them by 4 activation bytes broadcast to all
- * lanes, and the per-block epilogue (combine, convert, FMA with the 16 scales)
- * is shared by the 16 rows. Activation: natural order, same 14-bit hi/lo
- * split as the file-layout GEMV:
- *   [k B hi][k B lo][nb x int32 -sum(x_q)][nseg x float sx]                 */
+ * TERN_LAYOUT_R16 (kernels.h): per 16-row group and 128-input block, 8 vectors
+ * of 64 bytes; lane L (4 bytes) of vector v holds row L's elements 16v + 4s + j
+ * in field s (bits 2s) of byte j. So the four fields of a vector need no shift:
+ * W & (3 << 2s) is 16 rows x 4 inputs as unsigned bytes code * 4^s, and one
+ * vpdpbusd multiplies them by the 4 activation bytes 16v+4s.. broadcast from
+ * memory ({1to16}, natural order). Each field keeps its own accumulator (hi
+ * and lo planes: 8 per batch row), so the block's exact sum is
+ * sum_s (L_s + 128 H_s) >> 2s (every term of field s is a multiple of 4^s),
+ * plus -sum(x_q) seeded into L_0; per block one convert and one FMA with the
+ * 16 rows' scales times the block's sx. Per 128-weight row-block: 4 vpdpbusd
+ * (the Zen 4 floor with 14-bit activations: 1 per cycle), 2 ANDs, half a
+ * load and ~1.3 epilogue ops: vpdpbusd-bound at ~4.1 cycles.
+ * Activation: natural order, 14-bit hi/lo split as the file-layout GEMV:
+ *   [k B hi][k B lo][nb x int32 -sum(x_q)][nb x float sx]                   */
 static size_t r16_act_bytes(int64_t k) {
     return (size_t)k * 2 + (size_t)(k / 128) * 4 + (((size_t)k + SEG - 1) / SEG) * 4;
 }
@@ -814,59 +811,90 @@ static void r16_act_prep(const float *x, int64_t k, void *act) {
     }
 }
 
+/* acc += u8 x (4 s8 bytes at p broadcast to every lane) */
+static inline __attribute__((always_inline)) __m512i dpbusd_b(__m512i acc, __m512i u8, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const int32_t *)p));
+    return acc;
+}
+
+typedef struct r16_act { const uint8_t *hi, *lo; const int32_t *corr; const float *sx; } r16_act;
+
+/* One 16-row group (blocks [0, nb) at grp) x NB batch rows -> out[n][16]. */
+static inline __attribute__((always_inline)) void r16_group(const uint8_t *grp, int64_t nb, const r16_act *a,
+                                                            float (*out)[16], int NB) {
+    const __m512i f0 = _mm512_set1_epi8(0x03), f1 = _mm512_set1_epi8(0x0C);
+    const __m512i f2 = _mm512_set1_epi8(0x30), f3 = _mm512_set1_epi8((char)0xC0);
+    __m512 F[2];
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; n++) F[n] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * TERN_R16_BLOCK_BYTES;
+#if TERN_AVX512_PF16 > 0
+#pragma GCC unroll 9
+        for (int l = 0; l < 9; l++) _mm_prefetch((const char *)blk + TERN_AVX512_PF16 + 64 * l, _MM_HINT_T0);
+#endif
+        __m512i H[2][4], L[2][4];
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; n++) {
+            L[n][0] = _mm512_set1_epi32(a[n].corr[b]);
+            L[n][1] = L[n][2] = L[n][3] = H[n][0] = H[n][1] = H[n][2] = H[n][3] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            __m512i W = _mm512_loadu_si512(blk + TERN_R16_SCALES + 64 * v);
+            __m512i W0 = _mm512_and_si512(W, f0), W1 = _mm512_and_si512(W, f1);
+            __m512i W2 = _mm512_and_si512(W, f2), W3 = _mm512_and_si512(W, f3);
+#pragma GCC unroll 2
+            for (int n = 0; n < NB; n++) {
+                const uint8_t *hp = a[n].hi + 128 * b + 16 * v, *lp = a[n].lo + 128 * b + 16 * v;
+                H[n][0] = dpbusd_b(H[n][0], W0, hp);
+                L[n][0] = dpbusd_b(L[n][0], W0, lp);
+                H[n][1] = dpbusd_b(H[n][1], W1, hp + 4);
+                L[n][1] = dpbusd_b(L[n][1], W1, lp + 4);
+                H[n][2] = dpbusd_b(H[n][2], W2, hp + 8);
+                L[n][2] = dpbusd_b(L[n][2], W2, lp + 8);
+                H[n][3] = dpbusd_b(H[n][3], W3, hp + 12);
+                L[n][3] = dpbusd_b(L[n][3], W3, lp + 12);
+            }
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+#pragma GCC unroll 2
+        for (int n = 0; n < NB; n++) {
+            __m512i T3 = _mm512_add_epi32(L[n][3], _mm512_slli_epi32(H[n][3], 7));
+            __m512i T2 = _mm512_add_epi32(L[n][2], _mm512_slli_epi32(H[n][2], 7));
+            __m512i T1 = _mm512_add_epi32(L[n][1], _mm512_slli_epi32(H[n][1], 7));
+            __m512i T0 = _mm512_add_epi32(L[n][0], _mm512_slli_epi32(H[n][0], 7));
+            __m512i T = _mm512_add_epi32(_mm512_srai_epi32(T3, 2), T2);
+            T = _mm512_add_epi32(_mm512_srai_epi32(T, 2), T1);
+            T = _mm512_add_epi32(_mm512_srai_epi32(T, 2), T0);
+            F[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_mul_ps(d, _mm512_set1_ps(a[n].sx[b])), F[n]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int n = 0; n < NB; n++) _mm512_storeu_ps(out[n], F[n]);
+}
+
 static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
                           size_t ys, int64_t r0, int64_t r1) {
     const int64_t k = w->k, nb = k / 128;
-    const __m512i m3 = _mm512_set1_epi8(3);
-    for (size_t bi = 0; bi < batch; bi++) {
-        const uint8_t *hi = (const uint8_t *)act + bi * act_stride, *lo = hi + k;
-        const int32_t *corr = (const int32_t *)(lo + k);
-        const float *sxs = (const float *)(corr + nb);
-        for (int64_t g = r0 / 16; g * 16 < r1; g++) {
-            const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
-            __m512 Y = _mm512_setzero_ps();
-            for (int64_t b0 = 0, seg = 0; b0 < nb; b0 += SEG / 128, seg++) {
-                int64_t b1 = b0 + SEG / 128 < nb ? b0 + SEG / 128 : nb;
-                __m512 F = _mm512_setzero_ps();
-                for (int64_t b = b0; b < b1; b++) {
-                    const uint8_t *blk = grp + (size_t)b * TERN_R16_BLOCK_BYTES;
-                    const uint8_t *hb = hi + b * 128, *lb = lo + b * 128;
-                    __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, h3 = h0;
-                    /* lanes are rows here: every row gets the -sum(x_q) correction */
-                    __m512i l0 = _mm512_set1_epi32(corr[b]), l1 = h0, l2 = h0, l3 = h0;
-                    for (int q = 0; q < 32; q += 4) {
-                        const uint8_t *c = blk + 32 + 16 * q;
-#if TERN_AVX512_PF16 > 0
-                        _mm_prefetch((const char *)c + TERN_AVX512_PF16, _MM_HINT_T0);
-#endif
-                        __m512i W0 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
-                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)c))), m3);
-                        __m512i W1 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
-                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 16)))), m3);
-                        __m512i W2 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
-                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 32)))), m3);
-                        __m512i W3 = _mm512_and_si512(_mm512_multishift_epi64_epi8(g_ctl_r16,
-                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c + 48)))), m3);
-                        h0 = dpbusd(h0, W0, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q)));
-                        l0 = dpbusd(l0, W0, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q)));
-                        h1 = dpbusd(h1, W1, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 4)));
-                        l1 = dpbusd(l1, W1, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 4)));
-                        h2 = dpbusd(h2, W2, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 8)));
-                        l2 = dpbusd(l2, W2, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 8)));
-                        h3 = dpbusd(h3, W3, _mm512_set1_epi32((int)tern_rd32(hb + 4 * q + 12)));
-                        l3 = dpbusd(l3, W3, _mm512_set1_epi32((int)tern_rd32(lb + 4 * q + 12)));
-                    }
-                    __m512i H = _mm512_add_epi32(_mm512_add_epi32(h0, h1), _mm512_add_epi32(h2, h3));
-                    __m512i L = _mm512_add_epi32(_mm512_add_epi32(l0, l1), _mm512_add_epi32(l2, l3));
-                    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-                    F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(combine_hilo7(L, H)), d, F);
-                }
-                Y = _mm512_fmadd_ps(F, _mm512_set1_ps(sxs[seg]), Y);
+    for (int64_t g = r0 / 16; g * 16 < r1; g++) {
+        const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
+        int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
+        for (size_t b0 = 0; b0 < batch; b0 += 2) {
+            int nbt = batch - b0 < 2 ? (int)(batch - b0) : 2;
+            r16_act a[2];
+            for (int n = 0; n < nbt; n++) {
+                const uint8_t *base = (const uint8_t *)act + (b0 + (size_t)n) * act_stride;
+                a[n].hi = base;
+                a[n].lo = base + k;
+                a[n].corr = (const int32_t *)(base + 2 * k);
+                a[n].sx = (const float *)(a[n].corr + nb);
             }
-            float out[16];
-            _mm512_storeu_ps(out, Y);
-            int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
-            for (int64_t r = rs; r < re; r++) y[bi * ys + (size_t)r] = out[r - g * 16];
+            float out[2][16];
+            if (nbt == 2) r16_group(grp, nb, a, out, 2);
+            else r16_group(grp, nb, a, out, 1);
+            for (int n = 0; n < nbt; n++)
+                for (int64_t r = rs; r < re; r++) y[(b0 + (size_t)n) * ys + (size_t)r] = out[n][r - g * 16];
         }
     }
 }
@@ -997,6 +1025,6 @@ void tern_avx512_fill(tern_kern_table *t) {
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;
     t->mm[TERN_DT_Q2_0_G64] = g64;
-    tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, vnni_rows128, GEMM_MIN, 1, vnni_bytes128, vnni_prep128};
+    tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
     t->mm_r16 = r16;
 }

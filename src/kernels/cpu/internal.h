@@ -108,14 +108,16 @@ void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, fl
 void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
                      const float *signs);
 
-/* TERN_LAYOUT_R16 addressing (blocks.h): the 544-byte block b of row r's group, the
- * position of row r within a 16-byte chunk, and row r's code byte q of block b. */
+/* TERN_LAYOUT_R16 addressing (kernels.h, blocks.h): the 544-byte block b of row r's
+ * group; the byte of block b that holds row r's element e (0..127) and the field
+ * (bits 2*field) it is in: lane L = r % 16 of 64-byte vector e/16, byte e%4 of the
+ * lane's 4, field (e%16)/4; row r's scale of block b. */
 static inline const uint8_t *tern_r16_block(const tern_qmat *w, int64_t r, int64_t b) {
     return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16_BLOCK_BYTES;
 }
-static inline int tern_r16_pos(int L) { return 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2; }
-static inline uint8_t tern_r16_code_byte(const tern_qmat *w, int64_t r, int64_t b, int q) {
-    return tern_r16_block(w, r, b)[TERN_R16_SCALES + 16 * q + tern_r16_pos((int)(r % 16))];
+static inline int tern_r16_byte(int L, int e) { return TERN_R16_SCALES + 64 * (e / 16) + 4 * L + e % 4; }
+static inline int tern_r16_code(const tern_qmat *w, int64_t r, int64_t b, int e) {
+    return (tern_r16_block(w, r, b)[tern_r16_byte((int)(r % 16), e)] >> (2 * ((e % 16) / 4))) & 3;
 }
 static inline uint16_t tern_r16_scale(const tern_qmat *w, int64_t r, int64_t b) {
     return tern_rd16(tern_r16_block(w, r, b) + 2 * (r % 16));

@@ -81,7 +81,7 @@ static float ref_dot_r16(const tern_qmat *w, int64_t r, const float *x) {
         const float *xb = x + b * 128;
         float s = 0.0f;
         for (int j = 0; j < 128; j++) {
-            int code = (tern_r16_code_byte(w, r, b, j / 4) >> (2 * (j % 4))) & 3;
+            int code = tern_r16_code(w, r, b, j);
             s += (float)(code - 1) * xb[j];
         }
         acc += d * s;
