@@ -319,12 +319,27 @@ TEST(layout_r16_every_isa) {
             free(x); free(y);
         }
     }
-    /* where repack is available, it must write exactly these bytes */
+    /* where repack is available, it must write exactly these bytes (partial last
+     * groups, a single row, a whole group, padded rows; large enough for the
+     * huge-page buffer) */
     if (tern_kernels_force(TERN_ISA_AVX512)) {
         tern_qmat rp;
         CHECK(tern_qmat_repack(&t.q, &rp) == TERN_OK);
         CHECK(memcmp(rp.data, buf, sz) == 0);
         tern_qmat_free_repacked(&rp);
+        static const int64_t shapes[][3] = {{1, 128, 0}, {16, 256, 0}, {47, 1024, 7}, {33, 640, 1}, {1300, 4096, 0}};
+        for (int si = 0; si < 5; si++) {
+            if (g_small && shapes[si][0] > 100) continue;
+            tmat u = make_mat(TERN_DT_PQ2_0, shapes[si][0], shapes[si][1], (size_t)shapes[si][2]);
+            size_t usz;
+            uint8_t *ub = pack_r16(&u, &usz);
+            CHECK(tern_qmat_repack(&u.q, &rp) == TERN_OK);
+            CHECK_MSG(memcmp(rp.data, ub, usz) == 0, "repack of %lld x %lld differs from the description",
+                      (long long)shapes[si][0], (long long)shapes[si][1]);
+            tern_qmat_free_repacked(&rp);
+            free(ub);
+            free_mat(&u);
+        }
     }
     free(buf);
     free_mat(&t);

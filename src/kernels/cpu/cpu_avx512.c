@@ -899,6 +899,41 @@ static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride
     }
 }
 
+/* File layout -> TERN_LAYOUT_R16, groups [g0, g1): per 16-row block, 9 gathers
+ * (16 rows' dword v of their code bytes, and their scales) and the 2-bit field
+ * transpose as two vector delta swaps (tern_ref_repack_r16 spells it out). */
+static void r16_repack(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    const size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES;
+    const int64_t nb = w->k / 128;
+    if ((int64_t)w->row_bytes * 16 > INT32_MAX / 2) { tern_ref_repack_r16(w, buf, g0, g1); return; }
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)w->row_bytes));
+    const __m512i m1 = _mm512_set1_epi32(0x00CC00CC), m2 = _mm512_set1_epi32(0x0000F0F0);
+    const __m512i pad = _mm512_set1_epi32(0x55555555);
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t left = w->n - g * 16;
+        __mmask16 valid = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+        const uint8_t *src = w->data + (size_t)g * 16 * w->row_bytes;
+        uint8_t *o = buf + (size_t)g * 16 * rb;
+        for (int64_t b = 0; b < nb; b++, src += TERN_PQ2_0_BYTES, o += TERN_R16_BLOCK_BYTES) {
+            if (b % 2 == 0) /* the 16 row streams, ~8 blocks ahead (one line per 2 blocks) */
+                for (int L = 0; L < 16 && L < left; L++)
+                    _mm_prefetch((const char *)src + (size_t)L * w->row_bytes + 272, _MM_HINT_T0);
+            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, src, 1);
+            _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(d));
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) {
+                __m512i x = _mm512_mask_i32gather_epi32(pad, valid, rows, src + TERN_BLOCK_QS + 4 * v, 1);
+                __m512i t = _mm512_and_si512(_mm512_xor_si512(_mm512_srli_epi32(x, 6), x), m1);
+                x = _mm512_xor_si512(x, _mm512_xor_si512(t, _mm512_slli_epi32(t, 6)));
+                t = _mm512_and_si512(_mm512_xor_si512(_mm512_srli_epi32(x, 12), x), m2);
+                x = _mm512_xor_si512(x, _mm512_xor_si512(t, _mm512_slli_epi32(t, 12)));
+                _mm512_storeu_si512(o + TERN_R16_SCALES + 64 * v, x);
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------- Hadamard, fused sites
  * Blockwise FWHT, block >= 16: the four stages inside a 16-float vector use
  * lane permutes (partner i^1, i^2, i^4, i^8) and a masked subtract; the
@@ -1027,4 +1062,5 @@ void tern_avx512_fill(tern_kern_table *t) {
     t->mm[TERN_DT_Q2_0_G64] = g64;
     tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
     t->mm_r16 = r16;
+    t->repack_r16 = r16_repack;
 }

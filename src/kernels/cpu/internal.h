@@ -79,6 +79,8 @@ typedef struct tern_kern_table {
     tern_attn_head_fn attn_head;
     tern_head_norm_fn head_norm;
     tern_rope_row_fn rope_row;
+    /* Groups [g0, g1) of w (file layout PQ2_0 / Q2_0) into buf in TERN_LAYOUT_R16. */
+    void (*repack_r16)(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1);
 } tern_kern_table;
 
 /* The active table (initialised on first use). */
@@ -107,6 +109,7 @@ void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, fl
                       float *rotated, size_t n, size_t block, const float *signs);
 void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
                      const float *signs);
+void tern_ref_repack_r16(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1);
 
 /* TERN_LAYOUT_R16 addressing (kernels.h, blocks.h): the 544-byte block b of row r's
  * group; the byte of block b that holds row r's element e (0..127) and the field

@@ -73,6 +73,37 @@ static float ref_dot_row(const tern_qmat *w, const uint8_t *row, const float *x)
     return acc;
 }
 
+/* File layout -> TERN_LAYOUT_R16 (kernels.h), groups [g0, g1). */
+void tern_ref_repack_r16(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    const size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES;
+    const int64_t nb = w->k / 128;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = buf + (size_t)g * 16 * rb + (size_t)b * TERN_R16_BLOCK_BYTES;
+            for (int L = 0; L < 16; L++) {
+                int64_t r = g * 16 + L;
+                if (r >= w->n) { /* padding row: scale 0, codes 1 (zero weights) */
+                    memset(o + 2 * L, 0, 2);
+                    for (int v = 0; v < 8; v++) memset(o + tern_r16_byte(L, 16 * v), 0x55, 4);
+                    continue;
+                }
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_PQ2_0_BYTES;
+                memcpy(o + 2 * L, blk, 2);
+                /* file bytes 4v..4v+3 (elements 16v..16v+15, element 4q+t at byte q field t)
+                 * -> lane bytes j = 0..3 holding elements 16v + 4s + j in field s: a
+                 * transpose of the 4 x 4 matrix of 2-bit fields (two delta swaps) */
+                for (int v = 0; v < 8; v++) {
+                    uint32_t x = tern_rd32(blk + TERN_BLOCK_QS + 4 * v), t;
+                    t = ((x >> 6) ^ x) & 0x00CC00CCu;
+                    x ^= t ^ (t << 6);
+                    t = ((x >> 12) ^ x) & 0x0000F0F0u;
+                    x ^= t ^ (t << 12);
+                    memcpy(o + tern_r16_byte(L, 16 * v), &x, 4);
+                }
+            }
+        }
+}
+
 /* The same product for a TERN_LAYOUT_R16 matrix. */
 static float ref_dot_r16(const tern_qmat *w, int64_t r, const float *x) {
     float acc = 0.0f;
@@ -164,6 +195,7 @@ void tern_ref_fill(tern_kern_table *t) {
         t->mm[i].row_tile = 1;
     }
     t->mm_r16 = t->mm[TERN_DT_PQ2_0];
+    t->repack_r16 = tern_ref_repack_r16;
     t->fwht = tern_ref_fwht;
     t->addnorm = tern_ref_addnorm;
     t->swiglu = tern_ref_swiglu;
