@@ -197,6 +197,7 @@ static int bench_kernels(int argc, char **argv) {
     int max_t = thr[n_thr - 1];
     tern_pool *pool = NULL;
     if (tern_pool_new(max_t, &pool) != TERN_OK) return cli_lib_error("bench", TERN_ERR_INTERNAL);
+    tern_pool_set_adaptive(pool, false); /* the kernels' speed on every thread, not the pool's policy */
     if (!json)
         printf("tern bench kernels: isa %s, %d round(s), interleaved medians\n",
                tern_isa_name(tern_kernels_isa()), reps);

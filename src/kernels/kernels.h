@@ -33,6 +33,11 @@ int tern_pool_size(const tern_pool *p);
  * and return when all are done. pool may be NULL (runs inline). Not reentrant. */
 typedef void (*tern_task_fn)(void *ctx, int task, int n_tasks);
 void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks);
+/* Solo mode (on by default; TERN_POOL_ADAPT=0 turns it off): when the helpers
+ * have not been paying for their wake-ups and waits (a shared CPU), runs stay on
+ * the caller's thread for a while. Off: every run is shared (benchmarks of the
+ * kernels, the read ceiling). Returns the previous setting; NULL pool: false. */
+bool tern_pool_set_adaptive(tern_pool *p, bool on);
 
 /* ---------------------------------------------------------------- matrices */
 typedef struct tern_qmat {

@@ -41,6 +41,7 @@ TEST(pool_runs_every_task_once) {
     for (int nt = 1; nt <= 3; nt++) {
         tern_pool *p = NULL;
         CHECK(tern_pool_new(nt, &p) == TERN_OK);
+        tern_pool_set_adaptive(p, false); /* every run shared: the parallel paths under test */
         CHECK_EQ_INT(tern_pool_size(p), nt);
         static int hits[1000];
         for (int rep = 0; rep < 50; rep++) {
@@ -104,6 +105,7 @@ TEST(matmul_all_types_isas_threads) {
         for (int nt = 1; nt <= 3; nt++) {
             tern_pool *pool = NULL;
             CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
             for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
                 int64_t kq = types[ti] == TERN_DT_Q2_0_G64 ? 64 : 128;
                 for (size_t bi = 0; bi < nb; bi++) {
@@ -129,6 +131,7 @@ TEST(matmul_bonsai_like_k_and_big_batch) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         run_matmul_case(TERN_DT_PQ2_0, n, k, 1, pool, tern_isa_name(all_isas[ii]));
         run_matmul_case(TERN_DT_PQ2_0, n, k, g_small ? 33 : 64, pool, tern_isa_name(all_isas[ii]));
         run_matmul_case(TERN_DT_Q2_0_G64, n, k, 4, pool, tern_isa_name(all_isas[ii]));
@@ -202,6 +205,7 @@ TEST(multi_equals_separate_bitwise) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         size_t batches[] = {1, 7, 40};
         for (int bi = 0; bi < 3; bi++) {
             size_t batch = batches[bi];
@@ -238,6 +242,7 @@ TEST(multi_mixed_types_equals_separate) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(3, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         size_t batches[] = {1, 9, 37};
         for (int bi = 0; bi < 3; bi++) {
             size_t batch = batches[bi];
@@ -371,6 +376,7 @@ TEST(repacked_16row_layout) {
         for (int nt = 1; nt <= 3; nt += 2) {
             tern_pool *pool = NULL;
             CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
             size_t batches[] = {1, 2, 7, 40};
             for (int bi = 0; bi < 4; bi++) {
                 size_t batch = batches[bi], xs = 384 + 3, ys = 40;

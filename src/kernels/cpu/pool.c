@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/resource.h>
@@ -59,6 +60,15 @@ struct tern_pool {
     _Alignas(64) _Atomic double quiet_after;
     long caller_nivcsw;         /* the caller's involuntary context switches at its last check */
     unsigned caller_checks;
+    /* Does sharing pay? (caller-only state but helper_ns.) Per run: the tasks'
+     * time on helpers, on the caller, and the run's wall time; summed over a
+     * window, and while the helpers save less than SOLO_MIN_GAIN of it the
+     * caller runs alone (helpers asleep) for solo_s, then tries again. */
+    _Alignas(64) atomic_uint_least64_t helper_ns;
+    bool adapt;
+    int win_runs;
+    double win_work, win_wall;
+    double solo_until, solo_s;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -103,6 +113,12 @@ static void word_wake(tern_pool *p, atomic_uint *w) {
  * also the one the scheduler favours over a CPU-bound process). */
 #define PREEMPT_GAP_S 50e-6
 #define CONTENDED_S 0.05
+/* solo mode (below) */
+#define SOLO_WINDOW_RUNS 32
+#define SOLO_WINDOW_S 0.004
+#define SOLO_MIN_GAIN 0.05
+#define SOLO_FIRST_S 0.05
+#define SOLO_MAX_S 0.8
 
 static inline bool pool_contended(tern_pool *p, double now) {
     return now < atomic_load_explicit(&p->quiet_after, memory_order_relaxed);
@@ -188,7 +204,7 @@ static inline int st_idx(uint64_t s) { return (int)(s & ST_MAX_TASKS); }
 /* Claim and run tasks of generation g until none is left. While the word
  * still shows run g with tasks left, the caller has not started the next run,
  * so fn/ctx read between the load and a successful claim are run g's. */
-static void pool_work(tern_pool *p, uint32_t g) {
+static void pool_work(tern_pool *p, uint32_t g, double *caller_s) {
     g &= ST_GEN_MASK;
     for (;;) {
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
@@ -200,7 +216,11 @@ static void pool_work(tern_pool *p, uint32_t g) {
         if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
+        double t0 = tern_now_s();
         fn(ctx, t, n);
+        double dt = tern_now_s() - t0;
+        if (caller_s) *caller_s += dt;
+        else atomic_fetch_add_explicit(&p->helper_ns, (uint64_t)(dt * 1e9), memory_order_relaxed);
         unsigned d = atomic_fetch_add(&p->done, 1) + 1;
         if (d == (unsigned)n && atomic_load(&p->caller_waiting)) word_wake(p, &p->done);
     }
@@ -218,7 +238,7 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
-        pool_work(p, seen);
+        pool_work(p, seen, NULL);
         check_preempted(p, &nivcsw);
     }
     return NULL;
@@ -237,6 +257,9 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     if (!(us >= 0.0)) us = 0.0;
     p->spin_s = us * 1e-6;
     p->caller_nivcsw = -1;
+    e = getenv("TERN_POOL_ADAPT");
+    p->adapt = !(e && !strcmp(e, "0"));
+    p->solo_s = SOLO_FIRST_S;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -275,6 +298,46 @@ void tern_pool_free(tern_pool *p) {
 
 int tern_pool_size(const tern_pool *p) { return p ? p->n : 1; }
 
+bool tern_pool_set_adaptive(tern_pool *p, bool on) {
+    if (!p) return false;
+    bool was = p->adapt;
+    p->adapt = on;
+    p->solo_until = 0.0;
+    p->solo_s = SOLO_FIRST_S;
+    p->win_runs = 0;
+    p->win_work = p->win_wall = 0.0;
+    return was;
+}
+
+/* ------------------------------------------------------------ solo mode
+ * Sharing a run costs the caller a wake-up and, when a helper is descheduled
+ * with a task in hand, a wait; it pays back the helpers' task time. Summed
+ * over a window of runs: when the helpers' time minus the caller's overhead
+ * (wall time beyond its own task time) is below SOLO_MIN_GAIN of the work,
+ * the caller runs the next runs alone for solo_s (helpers asleep: on a core
+ * shared with another process that is exactly --threads 1), doubling up to
+ * SOLO_MAX_S while the trials keep failing, back to SOLO_FIRST_S when one
+ * pays. On a quiet machine the helpers do about their share and this never
+ * triggers. TERN_POOL_ADAPT=0 turns it off. */
+
+static void pool_judge(tern_pool *p, double t_start, double caller_s) {
+    double now = tern_now_s(), wall = now - t_start;
+    double helper_s = (double)atomic_load_explicit(&p->helper_ns, memory_order_relaxed) * 1e-9;
+    p->win_work += caller_s + helper_s;
+    p->win_wall += wall;
+    if (++p->win_runs < SOLO_WINDOW_RUNS && p->win_wall < SOLO_WINDOW_S) return;
+    /* saved = (work done alone would take win_work) - (it took win_wall) */
+    double saved = p->win_work - p->win_wall;
+    if (saved < SOLO_MIN_GAIN * p->win_work) {
+        p->solo_until = now + p->solo_s;
+        p->solo_s = p->solo_s * 2 < SOLO_MAX_S ? p->solo_s * 2 : SOLO_MAX_S;
+    } else {
+        p->solo_s = SOLO_FIRST_S;
+    }
+    p->win_runs = 0;
+    p->win_work = p->win_wall = 0.0;
+}
+
 /* More tasks than the claim word counts: run them in slices. */
 typedef struct slice_ctx {
     tern_task_fn fn;
@@ -300,6 +363,12 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
         }
         return;
     }
+    /* Running alone for now (helpers did not pay on this machine lately). */
+    double t_start = p->adapt ? tern_now_s() : 0.0;
+    if (p->adapt && t_start < p->solo_until) {
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t, n_tasks);
+        return;
+    }
     /* Publish the run: its data, then the claim word, then the wake word.
      * The gen word (what helpers sleep on) moves in step with the claim word's
      * generation. */
@@ -307,18 +376,22 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->helper_ns, 0, memory_order_relaxed);
     atomic_store(&p->state, st_make(g, (uint32_t)n_tasks));
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->sleeping) > 0) word_wake(p, &p->gen);
-    pool_work(p, g);
+    double caller_s = 0.0;
+    pool_work(p, g, &caller_s);
     /* The caller's own preemptions count too (checked every 8th run: a
      * system call). */
     if ((p->caller_checks++ & 7) == 0) check_preempted(p, &p->caller_nivcsw);
     /* The remaining tasks are running on helpers: spin a while, then sleep
      * until the one that finishes the last task wakes us. */
     unsigned d;
-    if (spin_until_done(p, (unsigned)n_tasks)) return;
-    atomic_store(&p->caller_waiting, 1);
-    while ((d = atomic_load(&p->done)) != (unsigned)n_tasks) word_wait(p, &p->done, d);
-    atomic_store(&p->caller_waiting, 0);
+    if (!spin_until_done(p, (unsigned)n_tasks)) {
+        atomic_store(&p->caller_waiting, 1);
+        while ((d = atomic_load(&p->done)) != (unsigned)n_tasks) word_wait(p, &p->done, d);
+        atomic_store(&p->caller_waiting, 0);
+    }
+    if (p->adapt) pool_judge(p, t_start, caller_s);
 }
