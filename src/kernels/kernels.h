@@ -229,10 +229,13 @@ double tern_linear_pool_read_ceiling_gbps(size_t bytes, int passes);
 
 /* ------------------------------------------------------------ ISA dispatch */
 typedef enum tern_isa {
-    TERN_ISA_SCALAR = 0, TERN_ISA_AVX2 = 1, TERN_ISA_AVX512 = 2, TERN_ISA_NEON = 3
+    TERN_ISA_SCALAR = 0, TERN_ISA_AVX2 = 1, TERN_ISA_AVX512 = 2, TERN_ISA_NEON = 3,
+    TERN_ISA_I8MM = 4   /* aarch64: neon + FEAT_I8MM (SMMLA) products */
 } tern_isa;
-/* Detect once (thread-safe); TERN_ISA=scalar|avx2|avx512|neon forces a lower or
- * equal level (an unsupported request falls back, with a log line). */
+#define TERN_ISA_COUNT 5
+/* Detect once (thread-safe); TERN_ISA=scalar|avx2|avx512|neon|i8mm forces a lower
+ * or equal level (an unsupported request falls back, with a log line). No AMX
+ * level: the VNNI kernels run on AMX machines too (docs/kernels.md). */
 void tern_kernels_init(void);
 tern_isa tern_kernels_isa(void);
 const char *tern_isa_name(tern_isa isa);

@@ -22,11 +22,12 @@
 
 static int g_small;
 
-static const tern_isa all_isas[] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
+static const tern_isa all_isas[] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON, TERN_ISA_I8MM};
+#define N_ISAS (sizeof all_isas / sizeof all_isas[0])
 
 static void restore_best(void) {
     if (!tern_kernels_force(TERN_ISA_AVX512) && !tern_kernels_force(TERN_ISA_AVX2) &&
-        !tern_kernels_force(TERN_ISA_NEON))
+        !tern_kernels_force(TERN_ISA_I8MM) && !tern_kernels_force(TERN_ISA_NEON))
         tern_kernels_force(TERN_ISA_SCALAR);
 }
 
@@ -99,7 +100,7 @@ TEST(matmul_all_types_isas_threads) {
     static const size_t batches_small[] = {1, 3, 33};
     const size_t *batches = g_small ? batches_small : batches_full;
     size_t nb = g_small ? 3 : sizeof batches_full / sizeof batches_full[0];
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         const char *isa = tern_isa_name(all_isas[ii]);
         for (int nt = 1; nt <= 3; nt++) {
@@ -127,7 +128,7 @@ TEST(matmul_all_types_isas_threads) {
 TEST(matmul_bonsai_like_k_and_big_batch) {
     /* A wider K (several Hadamard blocks) with larger activations, every ISA. */
     int64_t k = g_small ? 1024 : 5120, n = g_small ? 19 : 77;
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
@@ -144,7 +145,7 @@ TEST(matmul_outlier_activation) {
     /* Activations with one element 200-300x larger than the rest (un-rotated
      * residual streams have these): the error bound must still hold, on every
      * path (GEMV batch 3, GEMM batch 20, both layouts where available). */
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (int trial = 0; trial < 6; trial++) {
             size_t batch = trial % 2 ? 20 : 3;
@@ -201,7 +202,7 @@ TEST(matmul_zero_batch_and_zero_rows) {
 }
 
 TEST(multi_equals_separate_bitwise) {
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
@@ -238,7 +239,7 @@ TEST(multi_mixed_types_equals_separate) {
     /* matrices of different types share one call: preparations are shared
      * only between matrices that use the same one */
     static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0_G64, TERN_DT_BF16, TERN_DT_Q2_0, TERN_DT_Q1_0};
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(3, &pool) == TERN_OK);
@@ -312,7 +313,7 @@ TEST(layout_r16_every_isa) {
     bad = r;
     bad.layout = 7;
     CHECK(tern_qmat_check(&bad, "r16") == TERN_ERR_INVALID_ARG);
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         size_t batches[] = {1, 3, 17};
         for (int bi = 0; bi < 3; bi++) {
@@ -371,7 +372,7 @@ TEST(repacked_16row_layout) {
     tern_qmat bad;
     CHECK(tern_qmat_repack(&g.q, &bad) == TERN_ERR_UNSUPPORTED);
     free_mat(&g);
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (int nt = 1; nt <= 3; nt += 2) {
             tern_pool *pool = NULL;
@@ -405,7 +406,7 @@ static double had_entry(size_t i, size_t j) { return (__builtin_popcountll(i & j
 
 TEST(hadamard_vs_explicit_matrix_and_inverse) {
     size_t blocks[] = {1, 2, 16, 64, 256, 1024};
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (size_t bi = 0; bi < 6; bi++) {
             size_t blk = blocks[bi];
@@ -445,7 +446,7 @@ TEST(hadamard_vs_explicit_matrix_and_inverse) {
 /* ----------------------------------------------------------- fused sites */
 TEST(fused_sites_match_composition) {
     size_t n = 2048, rows = 3, blk = 1024;
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         const char *isa = tern_isa_name(all_isas[ii]);
         float *r = rand_x(rows * n, 1.0f), *d = rand_x(rows * n, 0.5f), *g = rand_x(n, 1.0f);

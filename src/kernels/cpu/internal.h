@@ -92,6 +92,7 @@ void tern_ref_fill(tern_kern_table *t);
 void tern_avx2_fill(tern_kern_table *t);
 void tern_avx512_fill(tern_kern_table *t);
 void tern_neon_fill(tern_kern_table *t);
+void tern_neon_i8mm_fill(tern_kern_table *t);
 /* The model ops' slots: reference (model_ops.c), then the ISA builds of model_ops.h. */
 void tern_model_ref_fill(tern_kern_table *t);
 void tern_model_avx2_fill(tern_kern_table *t);
