@@ -55,17 +55,20 @@ typedef struct tern_qmat {
  * (bytes 4L..4L+3) of vector v holds row L's elements 16v + 4s + j in bits
  * 2s..2s+1 of byte j (j, s = 0..3). Same bytes per weight as the file layout;
  * the AVX-512 kernels mask the fields in place (no shifts), 16 rows per vector,
- * one scale epilogue per 16 rows, at every batch size. */
+ * one scale epilogue per 16 rows, at every batch size.
+ * Q1_0 in TERN_LAYOUT_R16: per block (288 bytes) the 16 scales, then 4 vectors of
+ * 64 bytes; lane L of vector v holds row L's elements 32v + 4t + j in bit t of
+ * byte j (t = 0..7, j = 0..3). */
 #define TERN_LAYOUT_ROWS 0
 #define TERN_LAYOUT_R16 1
 
 /* Validate type/shape/row_bytes/layout (k multiple of the block; supported type). */
 tern_status tern_qmat_check(const tern_qmat *w, const char *name);
 
-/* Repack a PQ2_0 / Q2_0 matrix (file layout) into TERN_LAYOUT_R16 in a new
+/* Repack a PQ2_0 / Q2_0 / Q1_0 matrix (file layout) into TERN_LAYOUT_R16 in a new
  * 64-byte aligned buffer (*out describes it; free with tern_qmat_free_repacked).
  * Worth it only for the AVX-512 kernels: returns TERN_ERR_UNSUPPORTED when the
- * active ISA is not AVX-512 or the type is not PQ2_0 / Q2_0. Costs a copy of the
+ * active ISA is not AVX-512 or the type is not PQ2_0 / Q2_0 / Q1_0. Costs a copy of the
  * weights (the mapping can then be dropped for that tensor). */
 tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out);
 void tern_qmat_free_repacked(tern_qmat *w);

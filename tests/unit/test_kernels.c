@@ -352,6 +352,71 @@ TEST(layout_r16_every_isa) {
     restore_best();
 }
 
+/* Q1_0 in the 16-row layout, from kernels.h's description: 16 scales, then 4
+ * vectors of 64 bytes; row L's element e in byte 4L + e%4 of vector e/32, bit
+ * (e%32)/4. */
+static uint8_t *pack_r16q1(const tmat *t, size_t *size) {
+    int64_t nb = t->q.k / 128, groups = (t->q.n + 15) / 16;
+    size_t rb = (size_t)nb * 18;
+    *size = (size_t)groups * 16 * rb;
+    uint8_t *o = calloc(*size, 1);
+    for (int64_t r = 0; r < t->q.n; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = o + (size_t)(r / 16) * 16 * rb + (size_t)b * 288;
+            const uint8_t *src = t->buf + (size_t)r * t->q.row_bytes + (size_t)b * 18;
+            int L = (int)(r % 16);
+            memcpy(blk + 2 * L, src, 2);
+            for (int e = 0; e < 128; e++)
+                if ((src[2 + e / 8] >> (e % 8)) & 1) blk[32 + 64 * (e / 32) + 4 * L + e % 4] |= (uint8_t)(1 << ((e % 32) / 4));
+        }
+    return o;
+}
+
+TEST(layout_r16_q1_0) {
+    /* the description's bytes, on every ISA (the reference reads the layout too),
+     * threads 1 and 3, batches 1..40, and tern_qmat_repack's bytes where it exists */
+    static const int64_t shapes[][3] = {{29, 384, 3}, {16, 128, 0}, {1, 256, 0}, {47, 1024, 7}, {700, 2048, 0}};
+    for (int si = 0; si < 5; si++) {
+        if (g_small && shapes[si][0] > 100) continue;
+        tmat t = make_mat(TERN_DT_Q1_0, shapes[si][0], shapes[si][1], (size_t)shapes[si][2]);
+        size_t sz;
+        uint8_t *buf = pack_r16q1(&t, &sz);
+        tern_qmat r = {TERN_DT_Q1_0, t.q.n, t.q.k, buf, (size_t)(t.q.k / 128) * 18, TERN_LAYOUT_R16};
+        CHECK(tern_qmat_check(&r, "r16 q1") == TERN_OK);
+        for (size_t ii = 0; ii < N_ISAS; ii++) {
+            if (!tern_kernels_force(all_isas[ii])) continue;
+            for (int nt = 1; nt <= 3; nt += 2) {
+                tern_pool *pool = NULL;
+                CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+                tern_pool_set_adaptive(pool, false);
+                size_t batches[] = {1, 2, 7, 40};
+                for (int bi = 0; bi < 4; bi++) {
+                    size_t batch = batches[bi], n = (size_t)t.q.n;
+                    if (si == 4 && bi != 0 && all_isas[ii] == TERN_ISA_SCALAR) continue; /* keep it fast */
+                    float *x = rand_x(batch * (size_t)t.q.k, 1.0f), *y = malloc(batch * n * sizeof(float));
+                    tern_matmul(&r, x, batch, (size_t)t.q.k, y, n, pool);
+                    double e = rel_err_vs_f64(&t, x, batch, (size_t)t.q.k, y, n);
+                    CHECK_MSG(e < 1e-3, "%s r16 q1_0 %lld x %lld batch %zu threads %d: max_rel_err %g",
+                              tern_isa_name(all_isas[ii]), (long long)t.q.n, (long long)t.q.k, batch, nt, e);
+                    free(x); free(y);
+                }
+                tern_pool_free(pool);
+            }
+        }
+        if (tern_kernels_force(TERN_ISA_AVX512)) {
+            tern_qmat rp;
+            CHECK(tern_qmat_repack(&t.q, &rp) == TERN_OK);
+            CHECK(rp.layout == TERN_LAYOUT_R16 && rp.type == TERN_DT_Q1_0);
+            CHECK_MSG(memcmp(rp.data, buf, sz) == 0, "q1_0 repack of %lld x %lld differs from the description",
+                      (long long)t.q.n, (long long)t.q.k);
+            tern_qmat_free_repacked(&rp);
+        }
+        free(buf);
+        free_mat(&t);
+    }
+    restore_best();
+}
+
 TEST(repacked_16row_layout) {
     /* tern_qmat_repack: refused off AVX-512; on AVX-512 the repacked matrix
      * gives the same products (within the bound) on every ISA, every path
@@ -549,6 +614,7 @@ int main(void) {
     RUN(multi_mixed_types_equals_separate);
     RUN(layout_r16_every_isa);
     RUN(repacked_16row_layout);
+    RUN(layout_r16_q1_0);
     RUN(hadamard_vs_explicit_matrix_and_inverse);
     RUN(fused_sites_match_composition);
     return check_summary();

@@ -32,6 +32,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <x86intrin.h>
 
 #define SEG 128   /* inputs per activation scale (a block: outliers stay local) */
 #ifndef TERN_AVX512_PF
@@ -899,10 +900,95 @@ static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride
     }
 }
 
+/* ------------------------------------------- GEMV, Q1_0 in the 16-row layout
+ * Lane L (4 bytes) of vector v holds row L's elements 32v + 4t + j in bit t of
+ * byte j: W & (1 << t) is 16 rows x 4 inputs as bytes b * 2^t, multiplied by the
+ * 4 activation bytes 32v + 4t.. broadcast from memory (the ternary R16
+ * activation, natural order). One accumulator per bit and plane; per block
+ * sum(b x_q) = sum_t (L_t + 128 H_t) >> t (exact), and sum((2b-1) x_q) =
+ * 2 sum(b x_q) - sum(x_q). Per 128-weight row-block: 4 vpdpbusd, 2 ANDs and
+ * ~2.3 epilogue ops, as the ternary kernel; 18 bytes instead of 34. */
+static void r16q1_group(const uint8_t *grp, int64_t nb, const r16_act *a, float *out) {
+    __m512 F = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * TERN_R16Q1_BLOCK_BYTES;
+#if TERN_AVX512_PF16 > 0
+#pragma GCC unroll 5
+        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)blk + TERN_AVX512_PF16 + 64 * l, _MM_HINT_T0);
+#endif
+        __m512i H[8], L[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) H[t] = L[t] = _mm512_setzero_si512();
+        const uint8_t *hp = a->hi + 128 * b, *lp = a->lo + 128 * b;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m512i W = _mm512_loadu_si512(blk + TERN_R16_SCALES + 64 * v);
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) {
+                __m512i Wt = _mm512_and_si512(W, _mm512_set1_epi8((char)(1 << t)));
+                H[t] = dpbusd_b(H[t], Wt, hp + 32 * v + 4 * t);
+                L[t] = dpbusd_b(L[t], Wt, lp + 32 * v + 4 * t);
+            }
+        }
+        __m512i T = _mm512_add_epi32(L[7], _mm512_slli_epi32(H[7], 7));
+#pragma GCC unroll 7
+        for (int t = 6; t >= 0; t--)
+            T = _mm512_add_epi32(_mm512_srai_epi32(T, 1), _mm512_add_epi32(L[t], _mm512_slli_epi32(H[t], 7)));
+        T = _mm512_add_epi32(_mm512_slli_epi32(T, 1), _mm512_set1_epi32(a->corr[b]));
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_mul_ps(d, _mm512_set1_ps(a->sx[b])), F);
+    }
+    _mm512_storeu_ps(out, F);
+}
+
+static void r16q1_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
+                            size_t ys, int64_t r0, int64_t r1) {
+    const int64_t k = w->k, nb = k / 128;
+    for (int64_t g = r0 / 16; g * 16 < r1; g++) {
+        const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
+        int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
+        for (size_t bi = 0; bi < batch; bi++) {
+            const uint8_t *base = (const uint8_t *)act + bi * act_stride;
+            r16_act a = {base, base + k, (const int32_t *)(base + 2 * k), (const float *)(base + 2 * k) + nb};
+            float out[16];
+            r16q1_group(grp, nb, &a, out);
+            for (int64_t r = rs; r < re; r++) y[bi * ys + (size_t)r] = out[r - g * 16];
+        }
+    }
+}
+
+/* Q1_0 file layout -> TERN_LAYOUT_R16: per row and 32-element word, the 8 x 4 bit
+ * transpose by four pext (tern_ref_repack_r16 spells it out). */
+static void r16q1_repack(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    const size_t rb = (size_t)w->k / 128 * TERN_Q1_0_BYTES;
+    const int64_t nb = w->k / 128;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = buf + (size_t)g * 16 * rb;
+        for (int64_t b = 0; b < nb; b++, o += TERN_R16Q1_BLOCK_BYTES)
+            for (int L = 0; L < 16; L++) {
+                int64_t r = g * 16 + L;
+                uint32_t *lane = (uint32_t *)(o + TERN_R16_SCALES + 4 * L);
+                if (r >= w->n) {
+                    memset(o + 2 * L, 0, 2);
+                    for (int v = 0; v < 4; v++) lane[16 * v] = 0;
+                    continue;
+                }
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_Q1_0_BYTES;
+                memcpy(o + 2 * L, blk, 2);
+                for (int v = 0; v < 4; v++) {
+                    uint32_t x = tern_rd32(blk + TERN_BLOCK_QS + 4 * v);
+                    lane[16 * v] = _pext_u32(x, 0x11111111u) | _pext_u32(x, 0x22222222u) << 8 |
+                                   _pext_u32(x, 0x44444444u) << 16 | _pext_u32(x, 0x88888888u) << 24;
+                }
+            }
+    }
+}
+
 /* File layout -> TERN_LAYOUT_R16, groups [g0, g1): per 16-row block, 9 gathers
  * (16 rows' dword v of their code bytes, and their scales) and the 2-bit field
  * transpose as two vector delta swaps (tern_ref_repack_r16 spells it out). */
 static void r16_repack(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    if (w->type == TERN_DT_Q1_0) { r16q1_repack(w, buf, g0, g1); return; }
     const size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES;
     const int64_t nb = w->k / 128;
     if ((int64_t)w->row_bytes * 16 > INT32_MAX / 2) { tern_ref_repack_r16(w, buf, g0, g1); return; }
@@ -1062,5 +1148,7 @@ void tern_avx512_fill(tern_kern_table *t) {
     t->mm[TERN_DT_Q2_0_G64] = g64;
     tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
     t->mm_r16 = r16;
+    tern_mm_ops r16q1 = {r16_act_bytes, r16_act_prep, r16q1_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
+    t->mm_r16q1 = r16q1;
     t->repack_r16 = r16_repack;
 }

@@ -70,6 +70,7 @@ typedef struct tern_kern_table {
     tern_isa isa;
     tern_mm_ops mm[TERN_DT_COUNT];
     tern_mm_ops mm_r16;            /* PQ2_0 / Q2_0 in TERN_LAYOUT_R16 */
+    tern_mm_ops mm_r16q1;          /* Q1_0 in TERN_LAYOUT_R16 */
     tern_fwht_fn fwht;
     tern_addnorm_fn addnorm;
     tern_swiglu_fn swiglu;
@@ -79,7 +80,7 @@ typedef struct tern_kern_table {
     tern_attn_head_fn attn_head;
     tern_head_norm_fn head_norm;
     tern_rope_row_fn rope_row;
-    /* Groups [g0, g1) of w (file layout PQ2_0 / Q2_0) into buf in TERN_LAYOUT_R16. */
+    /* Groups [g0, g1) of w (file layout PQ2_0 / Q2_0 / Q1_0) into buf in TERN_LAYOUT_R16. */
     void (*repack_r16)(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1);
 } tern_kern_table;
 
@@ -125,6 +126,17 @@ static inline int tern_r16_code(const tern_qmat *w, int64_t r, int64_t b, int e)
 }
 static inline uint16_t tern_r16_scale(const tern_qmat *w, int64_t r, int64_t b) {
     return tern_rd16(tern_r16_block(w, r, b) + 2 * (r % 16));
+}
+/* Q1_0 in TERN_LAYOUT_R16 (288-byte blocks): the bit of row r's element e of block b. */
+static inline const uint8_t *tern_r16q1_block(const tern_qmat *w, int64_t r, int64_t b) {
+    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16Q1_BLOCK_BYTES;
+}
+static inline int tern_r16q1_byte(int L, int e) { return TERN_R16_SCALES + 64 * (e / 32) + 4 * L + e % 4; }
+static inline int tern_r16q1_bit(const tern_qmat *w, int64_t r, int64_t b, int e) {
+    return (tern_r16q1_block(w, r, b)[tern_r16q1_byte((int)(r % 16), e)] >> ((e % 32) / 4)) & 1;
+}
+static inline uint16_t tern_r16q1_scale(const tern_qmat *w, int64_t r, int64_t b) {
+    return tern_rd16(tern_r16q1_block(w, r, b) + 2 * (r % 16));
 }
 
 /* fp16 -> fp32 table (65536 entries), filled by dispatch before any kernel runs. */

@@ -40,8 +40,8 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
     if (w->layout != TERN_LAYOUT_ROWS) {
         if (w->layout != TERN_LAYOUT_R16)
             return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: unknown layout %d", name, w->layout);
-        if (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: the 16-row layout holds PQ2_0/Q2_0, not %s",
+        if (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0 && w->type != TERN_DT_Q1_0)
+            return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: the 16-row layout holds PQ2_0/Q2_0/Q1_0, not %s",
                              name, tern_dtype_name(w->type));
         if (w->row_bytes != need)
             return tern_fail(TERN_ERR_SHAPE, "matrix %s: 16-row layout needs row_bytes %zu, got %zu", name,
@@ -53,13 +53,15 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
 tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out) {
     tern_status st = tern_qmat_check(w, "repack");
     if (st) return st;
-    if (w->layout != TERN_LAYOUT_ROWS || (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0))
-        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: only PQ2_0/Q2_0 in the file layout (got %s)",
+    if (w->layout != TERN_LAYOUT_ROWS ||
+        (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0 && w->type != TERN_DT_Q1_0))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: only PQ2_0/Q2_0/Q1_0 in the file layout (got %s)",
                          tern_dtype_name(w->type));
     if (tern_kernels_isa() != TERN_ISA_AVX512)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: the 16-row layout only helps the AVX-512 "
                          "kernels (active: %s)", tern_isa_name(tern_kernels_isa()));
-    size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES, groups = ((size_t)w->n + 15) / 16, total;
+    size_t rb = (size_t)w->k / 128 * (w->type == TERN_DT_Q1_0 ? TERN_Q1_0_BYTES : TERN_PQ2_0_BYTES);
+    size_t groups = ((size_t)w->n + 15) / 16, total;
     if (!tern_mul_ok(groups * 16, rb, &total))
         return tern_fail(TERN_ERR_SHAPE, "tern_qmat_repack: matrix too large");
     /* large copies on huge pages (the GEMV streams them: measured ~5% faster cold) */
@@ -248,7 +250,8 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     for (int m = 0; m < n_mats; m++) {
         TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT &&
                     (w[m]->layout == TERN_LAYOUT_ROWS || w[m]->layout == TERN_LAYOUT_R16));
-        const tern_mm_ops *o = w[m]->layout == TERN_LAYOUT_R16 ? &kt->mm_r16 : &kt->mm[w[m]->type];
+        const tern_mm_ops *o = w[m]->layout != TERN_LAYOUT_R16 ? &kt->mm[w[m]->type]
+                               : w[m]->type == TERN_DT_Q1_0 ? &kt->mm_r16q1 : &kt->mm_r16;
         j.w[m] = w[m];
         j.ops[m] = o;
         j.y[m] = y[m];
