@@ -239,12 +239,13 @@ void *tern_alloc_aligned(size_t n) {
 void *tern_alloc_huge(size_t n) {
     if (alloc_should_fail()) return NULL;
     const size_t huge = (size_t)2 << 20;
-    size_t r = (n + huge - 1) & ~(huge - 1);
+    size_t r = (n + 63) & ~(size_t)63;
     if (r < n) return NULL;
-    void *p = aligned_alloc(huge, r ? r : huge);
+    void *p = aligned_alloc(huge, r ? r : 64);
     if (!p) return NULL;
 #if defined(MADV_HUGEPAGE)
-    (void)madvise(p, r ? r : huge, MADV_HUGEPAGE);
+    /* whole huge pages only: the tail stays on small pages (no RSS past n) */
+    if (r >= huge) (void)madvise(p, r & ~(huge - 1), MADV_HUGEPAGE);
 #endif
     acct_add(n);
     return p;

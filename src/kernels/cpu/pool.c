@@ -59,6 +59,7 @@ struct tern_pool {
      * nobody spins; set when a thread of the pool finds it was preempted. */
     _Alignas(64) _Atomic double quiet_after;
     long caller_nivcsw;         /* the caller's involuntary context switches at its last check */
+    double caller_nivcsw_t;     /* and when it last saw one */
     unsigned caller_checks;
     /* Does sharing pay? (caller-only state but helper_ns.) Per run: the tasks'
      * time on helpers, on the caller, and the run's wall time; summed over a
@@ -107,8 +108,8 @@ static void word_wake(tern_pool *p, atomic_uint *w) {
  * and is then preempted in the middle of a task, which every other thread of
  * the run waits for (issue 11: --threads 2 beside one busy process ran below
  * --threads 1). So a thread that finds it was preempted - a gap of more than
- * PREEMPT_GAP_S between two clock reads of a spin, or a new involuntary
- * context switch on Linux - marks the pool contended for CONTENDED_S, and
+ * PREEMPT_GAP_S between two clock reads of a spin, or two involuntary context
+ * switches within PREEMPT_PAIR_S on Linux - marks the pool contended for CONTENDED_S, and
  * while it is, waits are futex sleeps right away (a sleeper that wakes is
  * also the one the scheduler favours over a CPU-bound process). */
 #define PREEMPT_GAP_S 50e-6
@@ -135,10 +136,17 @@ static long thread_nivcsw(void) {
 #endif
     return -1;
 }
-/* Mark the pool contended when this thread was preempted since the last call. */
-static void check_preempted(tern_pool *p, long *last) {
+/* Mark the pool contended when this thread was preempted twice within
+ * PREEMPT_PAIR_S (a stray kernel thread now and then is not contention; a
+ * process sharing the core preempts every few milliseconds). */
+#define PREEMPT_PAIR_S 0.02
+static void check_preempted(tern_pool *p, long *last, double *last_t) {
     long v = thread_nivcsw();
-    if (v > *last && *last >= 0) pool_mark_contended(p, tern_now_s());
+    if (v > *last && *last >= 0) {
+        double now = tern_now_s();
+        if (now - *last_t < PREEMPT_PAIR_S || v > *last + 1) pool_mark_contended(p, now);
+        *last_t = now;
+    }
     *last = v;
 }
 
@@ -230,6 +238,7 @@ static void *pool_main(void *arg) {
     tern_pool *p = arg;
     unsigned seen = 0;
     long nivcsw = thread_nivcsw();
+    double nivcsw_t = -1.0;
     for (;;) {
         if (!spin_until_changed(p, &p->gen, seen)) {
             atomic_fetch_add(&p->sleeping, 1);
@@ -239,7 +248,7 @@ static void *pool_main(void *arg) {
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
         pool_work(p, seen, NULL);
-        check_preempted(p, &nivcsw);
+        check_preempted(p, &nivcsw, &nivcsw_t);
     }
     return NULL;
 }
@@ -257,6 +266,7 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     if (!(us >= 0.0)) us = 0.0;
     p->spin_s = us * 1e-6;
     p->caller_nivcsw = -1;
+    p->caller_nivcsw_t = -1.0;
     e = getenv("TERN_POOL_ADAPT");
     p->adapt = !(e && !strcmp(e, "0"));
     p->solo_s = SOLO_FIRST_S;
@@ -384,7 +394,7 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
     pool_work(p, g, &caller_s);
     /* The caller's own preemptions count too (checked every 8th run: a
      * system call). */
-    if ((p->caller_checks++ & 7) == 0) check_preempted(p, &p->caller_nivcsw);
+    if ((p->caller_checks++ & 7) == 0) check_preempted(p, &p->caller_nivcsw, &p->caller_nivcsw_t);
     /* The remaining tasks are running on helpers: spin a while, then sleep
      * until the one that finishes the last task wakes us. */
     unsigned d;
