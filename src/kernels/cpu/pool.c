@@ -15,6 +15,11 @@
  * that finishes the last task wakes it. Back-to-back kernels of a token thus
  * never make a system call on a quiet machine, and a busy machine never has a
  * thread burning a core while the one it waits for cannot run.
+ *
+ * On a shared CPU (issue 11) a thread that finds itself preempted turns
+ * spinning off for a while (contention, below), and the caller watches whether
+ * sharing its runs pays at all; when it does not, it runs them alone for a
+ * while (solo mode, below; tern_pool_set_adaptive).
  */
 #define _GNU_SOURCE
 #include "kernels/kernels.h"
