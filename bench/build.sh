@@ -16,6 +16,7 @@ for f in src/core/*.c src/kernels/cpu/*.c src/cli/cmd_bench.c src/cli/cli_util.c
     *_avx512.c) [ "$arch" = x86_64 ] || continue
       extra="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi -mavx2 -mfma -mf16c -mbmi2";;
     *_neon.c) [ "$arch" = aarch64 ] || continue; extra="-march=armv8.2-a+dotprod+fp16";;
+    *_neon_i8mm.c) [ "$arch" = aarch64 ] || continue; extra="-march=armv8.2-a+dotprod+fp16+i8mm";;
   esac
   defs=""
   [ "$arch" = x86_64 ] && defs="-DTERN_HAVE_X86=1"

@@ -190,11 +190,13 @@ typedef struct tern_model_params {
     int n_threads;                  /* worker threads for kernels; 0 = all online cores */
     tern_progress_fn progress;      /* load progress (may be NULL) */
     void *progress_user;
-    bool repack;                    /* also copy ternary matrices into the kernels' fastest
-                                       decode layout (AVX-512: 16-row interleave) when one
-                                       exists, used for single-token steps (prefill keeps the
-                                       file layout): a second copy of the weights in RAM,
-                                       counted in alloc_bytes */
+    bool repack;                    /* copy ternary matrices into the kernels' fastest
+                                       layout when one exists (AVX-512: 16-row layout) and use
+                                       it for every product; the file's pages of those
+                                       matrices are then dropped from the mapping, so RAM
+                                       stays about the weights' size (counted in alloc_bytes).
+                                       Default (tern_model_params_default): true, false when
+                                       the environment has TERN_REPACK=0 */
     const char *device;             /* "cpu" (NULL: cpu) or "cuda": where the weights live and
                                        the forward pass runs. "cuda" uploads the weights (same
                                        packed bytes) to GPU 0 at load; sessions then keep their

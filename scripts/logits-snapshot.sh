@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # logits-snapshot.sh TERN_BIN OUTDIR - write the CPU logits of every fixture model and
 # sequence (all positions), for each ISA level, chunk sizes 1/7/64, with and without
-# --repack, plus greedy continuations and the embedded default model. Two snapshots
+# --repack (the file layout: TERN_REPACK=0, which older binaries ignore - they kept
+# the file layout by default), plus greedy continuations and the embedded default model. Two snapshots
 # taken before and after a refactor must be byte-identical (`diff -r A B`): that is
 # how "bit-identical CPU logits" is checked. Fixtures: $TERN_FIXTURES or ../shared/fixtures.
 set -euo pipefail
@@ -19,7 +20,7 @@ for isa in ${TERN_SNAPSHOT_ISAS:-scalar avx2 avx512}; do
       I=$(ids "$ref" $s)
       for c in 1 7 64; do
         for rp in "" "--repack"; do
-          TERN_ISA=$isa "$T" eval -m "$F/$m" --ids "$I" --chunk $c $rp --quiet \
+          TERN_REPACK=$([ -n "$rp" ] && echo 1 || echo 0) TERN_ISA=$isa "$T" eval -m "$F/$m" --ids "$I" --chunk $c $rp --quiet \
             --logits-out "$O/$isa.$tag.s$s.c$c${rp:+.rp}.f32" --continue 8 > "$O/$isa.$tag.s$s.c$c${rp:+.rp}.cont"
         done
       done

@@ -47,14 +47,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B] [--depth D] [--depth-fill real|random]\n"
-            "                        [--cache-type T] [--repack]\n"
+            "                        [--cache-type T] [--no-repack]\n"
             "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
             "  sequences decoding together (one pass per step; aggregate and per-sequence\n"
-            "  tok/s). --repack: weights\n"
-            "  copied into the kernels' fastest layout at load (more RAM). --device cuda:\n"
+            "  tok/s). --no-repack: weights used in the file layout (default: copied into\n"
+            "  the kernels' fastest layout at load where there is one, file pages dropped;\n"
+            "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
             "  counts kernel launches per decode token and, with --profile, times each kernel\n"
             "  family over the prompt's prefill and 8 decode steps run op by op. --chunk N:\n"
@@ -103,7 +104,8 @@ int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 0, batch = 0, depth = 0, tp = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
-    bool json = false, repack = false, profile = false, fill_random = false;
+    bool json = false, profile = false, fill_random = false;
+    int repack = -1; /* -1: the library's default */
     const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -112,7 +114,8 @@ int tern_bench_model(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--repack")) { repack = true; continue; }
+        if (!strcmp(a, "--repack")) { repack = 1; continue; }
+        if (!strcmp(a, "--no-repack")) { repack = 0; continue; }
         if (!strcmp(a, "--profile")) { profile = true; continue; }
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
         if (cr == 2) return 2;
@@ -154,7 +157,7 @@ int tern_bench_model(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
-    mp.repack = repack;
+    if (repack >= 0) mp.repack = repack;
     mp.device = device;
     mp.tp = (int)tp;
     double t0 = tern_now_s();
@@ -316,7 +319,7 @@ int tern_bench_model(int argc, char **argv) {
                model, info->arch, nt, tern_isa_name(tern_kernels_isa()), (long long)np,
                tern_session_chunk(s), (long long)ng, tg_med, pp_med, bpt, ceiling, tg_gbps, roof, ratio, rss,
                (unsigned long long)info->weight_bytes, (unsigned long long)info->alloc_bytes,
-               (unsigned long long)tern_session_memory(s), t_load, repack ? "true" : "false",
+               (unsigned long long)tern_session_memory(s), t_load, mp.repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
                ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
         if (batch)

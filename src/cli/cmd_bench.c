@@ -6,8 +6,9 @@
  *   - the machine's memory read ceiling (GB/s): tern_read_ceiling_gbps() on a
  *     2 GiB buffer (8x the 260 MB L3 of the reference machine), widest loads,
  *     with and without prefetch, 1..T threads, best of several passes;
- *   - ternary GEMV (batch 1) and GEMM (batch 128) on the Bonsai shapes and
- *     mlx_ternary's shapes, PQ2_0 weights, 1 and 2 threads: interleaved medians
+ *   - ternary GEMV (batch 1) and GEMM (batch 128; --batch picks the sizes) on the
+ *     Bonsai shapes and mlx_ternary's shapes, PQ2_0 weights in the file layout and
+ *     (AVX-512) the 16-row layout, 1 and 2 threads: interleaved medians
  *     (every configuration runs once per round, rounds repeat), each call on
  *     another window of a 768 MB weight arena so no call is served from the L3; GB/s = weight bytes / time, and its ratio to the ceiling;
  *     GFLOP/s = 2*batch*K*N / time;
@@ -30,13 +31,16 @@
 
 static void bench_kernels_usage(FILE *f) {
     fprintf(f,
-            "usage: tern bench kernels [--json] [--threads N] [--quick] [--reps N]\n"
+            "usage: tern bench kernels [--json] [--threads N] [--quick] [--reps N] [--batch B,...]\n"
             "  Kernel throughput on the Bonsai and mlx_ternary shapes with the memory\n"
             "  read ceiling measured in the same run. Exit 1 if an error bound breaks.\n"
             "  --threads N   only N threads (default: 1 and 2)\n"
             "  --quick       fewer rounds, smaller ceiling buffer, no head-shape GEMM\n"
             "  --reps N      rounds of the interleaved loop (default 9, quick 5)\n"
-            "  --only X      only gemv (batch 1), gemm (batch 128) or transform\n"
+            "  --only X      only gemv (batch 1), gemm (batch > 1) or transform\n"
+            "  --batch LIST  batch sizes of the products (default 1,128; 1..128), each in\n"
+            "                the file layout (gemv, gemm) and, on AVX-512, the 16-row layout\n"
+            "                of tern_qmat_repack (gemv_r16, gemm_r16)\n"
             "  --hot         no weight rotation (small shapes then run from cache:\n"
             "                the kernels' compute-bound speed, not a memory figure)\n"
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
@@ -96,10 +100,10 @@ static double sample_err(const tern_qmat *w, const float *x, size_t batch, const
                 int code;
                 uint16_t d;
                 if (w->layout == TERN_LAYOUT_R16) { /* kernels.h: 544-byte blocks of 16 rows */
-                    int L = (int)(r % 16), q = (int)(j % 128) / 4;
+                    int L = (int)(r % 16), e = (int)(j % 128);
                     const uint8_t *blk = w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(j / 128) * TERN_R16_BLOCK_BYTES;
                     d = tern_rd16(blk + 2 * L);
-                    code = (blk[TERN_R16_SCALES + 16 * q + 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2] >> (2 * (j % 4))) & 3;
+                    code = (blk[TERN_R16_SCALES + 64 * (e / 16) + 4 * L + e % 4] >> (2 * ((e % 16) / 4))) & 3;
                 } else {
                     const uint8_t *blk = row + (size_t)(j / 128) * TERN_PQ2_0_BYTES;
                     d = tern_rd16(blk);
@@ -170,6 +174,7 @@ static int bench_kernels(int argc, char **argv) {
     bool json = false, quick = false, hot = false;
     const char *only = NULL;
     int only_threads = 0, reps = 0;
+    int batches[16] = {1, 128}, n_batches = 2;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { bench_kernels_usage(stdout); return 0; }
         else if (!strcmp(argv[i], "--json")) json = true;
@@ -184,6 +189,18 @@ static int bench_kernels(int argc, char **argv) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 256, &v)) return cli_usage_error("bench", "bad --threads '%s'", argv[i]);
             only_threads = (int)v;
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            const char *v = argv[++i];
+            n_batches = 0;
+            for (const char *q = v; *q;) {
+                char *end;
+                long b = strtol(q, &end, 10);
+                if (end == q || b < 1 || b > 128 || n_batches == 16 || (*end && *end != ','))
+                    return cli_usage_error("bench", "bad --batch '%s' (up to 16 sizes of 1..128, comma-separated)", v);
+                batches[n_batches++] = (int)b;
+                q = *end ? end + 1 : end;
+            }
+            if (!n_batches) return cli_usage_error("bench", "bad --batch '%s'", v);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 1000, &v)) return cli_usage_error("bench", "bad --reps '%s'", argv[i]);
@@ -197,6 +214,7 @@ static int bench_kernels(int argc, char **argv) {
     int max_t = thr[n_thr - 1];
     tern_pool *pool = NULL;
     if (tern_pool_new(max_t, &pool) != TERN_OK) return cli_lib_error("bench", TERN_ERR_INTERNAL);
+    tern_pool_set_adaptive(pool, false); /* the kernels' speed on every thread, not the pool's policy */
     if (!json)
         printf("tern bench kernels: isa %s, %d round(s), interleaved medians\n",
                tern_isa_name(tern_kernels_isa()), reps);
@@ -238,24 +256,27 @@ static int bench_kernels(int argc, char **argv) {
     for (size_t i = 0; i < xmax; i++) x[i] = rnd_normal();
 
     /* Configurations. */
-    /* batch 1 in the file layout and (AVX-512 only) in the 16-row layout of
-     * tern_qmat_repack, which reads the same bytes per weight; batch 128 */
-    config cfg[N_SHAPES * 3 * 2];
+    /* each batch size in the file layout and (AVX-512 only) in the 16-row layout
+     * of tern_qmat_repack, which reads the same bytes per weight */
+    config *cfg = calloc(N_SHAPES * 16 * 2 * 2, sizeof *cfg);
+    if (!cfg) return cli_usage_error("bench", "out of memory");
     int nc = 0;
-    int batches[3] = {1, 1, 128};
     bool r16_ok = tern_kernels_isa() == TERN_ISA_AVX512;
     for (size_t s = 0; s < N_SHAPES; s++)
-        for (int bi = 0; bi < 3; bi++)
-            for (int ti = 0; ti < n_thr; ti++) {
-                if (bi == 1 && !r16_ok) continue;
-                if (quick && batches[bi] == 128 && g_shapes[s].n > 100000) continue;
-                if (only && (!strcmp(only, "transform") || (batches[bi] == 1) != !strcmp(only, "gemv"))) continue;
-                config *c = &cfg[nc++];
-                memset(c, 0, sizeof *c);
-                c->shape = (int)s; c->batch = batches[bi]; c->threads = thr[ti];
-                c->layout = bi == 1 ? TERN_LAYOUT_R16 : TERN_LAYOUT_ROWS;
-                c->times = calloc((size_t)reps, sizeof(double));
-            }
+        for (int bi = 0; bi < n_batches; bi++)
+            for (int li = 0; li < 2; li++)
+                for (int ti = 0; ti < n_thr; ti++) {
+                    int b = batches[bi];
+                    if (li == 1 && !r16_ok) continue;
+                    if (quick && b > 16 && g_shapes[s].n > 100000) continue;
+                    if (only && (!strcmp(only, "transform") || (b == 1) != !strcmp(only, "gemv"))) continue;
+                    config *c = &cfg[nc++];
+                    memset(c, 0, sizeof *c);
+                    c->shape = (int)s; c->batch = b; c->threads = thr[ti];
+                    c->layout = li == 1 ? TERN_LAYOUT_R16 : TERN_LAYOUT_ROWS;
+                    c->times = calloc((size_t)reps, sizeof(double));
+                }
+
     /* Interleaved rounds; the first round of each config also checks the error. */
     int rot = 0;
     double worst = 0;
@@ -263,7 +284,7 @@ static int bench_kernels(int argc, char **argv) {
         for (int ci = 0; ci < nc; ci++) {
             config *c = &cfg[ci];
             const shape *sh = &g_shapes[c->shape];
-            if (c->batch == 128 && r >= (quick ? 2 : 3) && sh->n > 100000) continue; /* head GEMM: ~1 s each */
+            if (c->batch > 16 && r >= (quick ? 2 : 3) && sh->n > 100000) continue; /* head GEMM: ~1 s each */
             /* the arena's random blocks read as a 16-row-layout matrix are just
              * another random matrix (all scales finite; see sample_err) */
             tern_qmat w = {TERN_DT_PQ2_0, sh->n, sh->k, copies[c->shape][rot++ % n_copies[c->shape]],
@@ -286,7 +307,8 @@ static int bench_kernels(int argc, char **argv) {
         double t = median(c->times, c->n_times);
         double gb = (double)wbytes[c->shape] / t / 1e9;
         double gf = 2.0 * c->batch * (double)sh->k * (double)sh->n / t / 1e9;
-        emit(json, c->batch > 1 ? "gemm" : c->layout == TERN_LAYOUT_R16 ? "gemv_r16" : "gemv", sh->name, sh->k, sh->n, c->batch, c->threads, t * 1e3, gb, gf,
+        bool r16 = c->layout == TERN_LAYOUT_R16;
+        emit(json, c->batch > 1 ? (r16 ? "gemm_r16" : "gemm") : r16 ? "gemv_r16" : "gemv", sh->name, sh->k, sh->n, c->batch, c->threads, t * 1e3, gb, gf,
              ceiling[c->threads], c->err);
         free(c->times);
     }
@@ -323,6 +345,7 @@ static int bench_kernels(int argc, char **argv) {
     tern_free_aligned(a, 17408 * 4 * sizeof(float));
     tern_free_aligned(gain, 17408 * sizeof(float));
     for (size_t s = 0; s < N_SHAPES; s++) free(copies[s]);
+    free(cfg);
     tern_free_aligned(arena, arena_n);
     tern_free_aligned(x, xmax * sizeof(float));
     tern_free_aligned(y, ymax * sizeof(float));

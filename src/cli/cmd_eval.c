@@ -12,12 +12,13 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern eval -m MODEL (--ids 1,2,3 | --ids-file F) --logits-out OUT.f32\n"
-            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--repack]\n"
+            "                 [--chunk N] [--threads N] [--ctx N] [--continue N] [--no-repack]\n"
             "                 [--device cpu|cuda[:N]] [--tp N] [--quiet]\n"
             "  Evaluates the ids (prefill in chunks of N, default 64; 1 = token by token),\n"
             "  writes float32 LE logits [T, vocab] to OUT.f32 ('-' skips writing), then with\n"
-            "  --continue N prints N greedy continuation ids on stdout. --repack copies the\n"
-            "  weights into the kernels' fastest layout (more RAM). --tp N splits the model\n"
+            "  --continue N prints N greedy continuation ids on stdout. --no-repack keeps the\n"
+            "  weights in the file layout (default: the kernels' fastest layout where there\n"
+            "  is one, as --repack; TERN_REPACK=0 = --no-repack). --tp N splits the model\n"
             "  into N tensor-parallel shards of --device in this process (heads, FFN and\n"
             "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n");
 }
@@ -32,7 +33,8 @@ static int argmax(const float *v, int n) {
 int tern_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL, *device = NULL;
     int64_t chunk = 0, threads = 0, ctx = 0, cont = 0, tp = 0;
-    bool quiet = false, repack = false;
+    bool quiet = false;
+    int repack = -1; /* -1: the library's default */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -41,7 +43,8 @@ int tern_cmd_eval(int argc, char **argv) {
         }
         bool has = i + 1 < argc;
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = true;
-        else if (!strcmp(a, "--repack")) repack = true;
+        else if (!strcmp(a, "--repack")) repack = 1;
+        else if (!strcmp(a, "--no-repack")) repack = 0;
         else if (!cli_is_one_of(a, "-m --model --ids --ids-file --logits-out --chunk --threads -t --ctx --continue --device --tp"))
             return cli_usage_error("eval", "unknown option '%s'", a);
         else if (!has) return cli_usage_error("eval", "option %s needs a value", a);
@@ -95,7 +98,7 @@ int tern_cmd_eval(int argc, char **argv) {
     tern_model_params mp;
     tern_model_params_default(&mp);
     mp.n_threads = (int)threads;
-    mp.repack = repack;
+    if (repack >= 0) mp.repack = repack;
     mp.device = device;
     mp.tp = (int)tp;
     tern_model *m = NULL;

@@ -236,6 +236,20 @@ void *tern_alloc_aligned(size_t n) {
     if (p) acct_add(n);
     return p;
 }
+void *tern_alloc_huge(size_t n) {
+    if (alloc_should_fail()) return NULL;
+    const size_t huge = (size_t)2 << 20;
+    size_t r = (n + 63) & ~(size_t)63;
+    if (r < n) return NULL;
+    void *p = aligned_alloc(huge, r ? r : 64);
+    if (!p) return NULL;
+#if defined(MADV_HUGEPAGE)
+    /* whole huge pages only: the tail stays on small pages (no RSS past n) */
+    if (r >= huge) (void)madvise(p, r & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    acct_add(n);
+    return p;
+}
 void *tern_alloc_lazy(size_t n) {
     if (alloc_should_fail()) return NULL;
     void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,

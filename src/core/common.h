@@ -77,6 +77,10 @@ void tern_free_aligned(void *p, size_t n);
  * tern_free_lazy(p, n). tern_zero_lazy gives the pages of [p, p+n) back (they read as
  * zero again) instead of writing zeros over them. */
 void *tern_alloc_lazy(size_t n);
+/* Like tern_alloc_aligned (free with tern_free_aligned), 2 MiB aligned and marked
+ * for transparent huge pages where the system has them (weights streamed by kernels:
+ * fewer TLB misses and page faults). */
+void *tern_alloc_huge(size_t n);
 void tern_free_lazy(void *p, size_t n);
 void tern_zero_lazy(void *p, size_t n);
 void tern_free(void *p, size_t n);

@@ -31,13 +31,17 @@
 #define TERN_PTQ1_0_D 26
 
 /* TERN_LAYOUT_R16 (kernels.h; made by tern_qmat_repack from PQ2_0 / Q2_0): per group of
- * 16 rows and 128-input block, the 16 fp16 scales then 32 chunks of 16 code bytes:
- * 544 bytes, the same as 16 file blocks. */
+ * 16 rows and 128-input block, the 16 fp16 scales then 8 vectors of 64 code bytes
+ * (lane L = row L, fields transposed: kernels.h): 544 bytes, the same as 16 file blocks. */
 #define TERN_R16_ROWS 16
 #define TERN_R16_SCALES (2 * TERN_R16_ROWS)                      /* 32: code chunks start here */
 #define TERN_R16_BLOCK_BYTES (TERN_R16_ROWS * TERN_PQ2_0_BYTES)  /* 544 */
 static_assert(TERN_R16_BLOCK_BYTES == TERN_R16_SCALES + TERN_R16_ROWS * (TERN_QK128 / 4),
               "an R16 block is the 16 scales and 16 rows of codes");
+/* The same layout for Q1_0 (kernels.h): 16 scales then 4 vectors of 64 bytes of bits. */
+#define TERN_R16Q1_BLOCK_BYTES (TERN_R16_ROWS * TERN_Q1_0_BYTES)  /* 288 */
+static_assert(TERN_R16Q1_BLOCK_BYTES == TERN_R16_SCALES + TERN_R16_ROWS * (TERN_QK128 / 8),
+              "an R16 Q1_0 block is the 16 scales and 16 rows of bits");
 
 /* PQ2_0 (ggml 142) and the fork's Q2_0 (ggml 42, 128 per block): 34 bytes.
  * Element j: byte qs[j/4], bits 2*(j%4); code q in {0,1,2} -> (q-1)*d. */

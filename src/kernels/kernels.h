@@ -33,6 +33,11 @@ int tern_pool_size(const tern_pool *p);
  * and return when all are done. pool may be NULL (runs inline). Not reentrant. */
 typedef void (*tern_task_fn)(void *ctx, int task, int n_tasks);
 void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks);
+/* Solo mode (on by default; TERN_POOL_ADAPT=0 turns it off): when the helpers
+ * have not been paying for their wake-ups and waits (a shared CPU), runs stay on
+ * the caller's thread for a while. Off: every run is shared (benchmarks of the
+ * kernels, the read ceiling). Returns the previous setting; NULL pool: false. */
+bool tern_pool_set_adaptive(tern_pool *p, bool on);
 
 /* ---------------------------------------------------------------- matrices */
 typedef struct tern_qmat {
@@ -46,28 +51,33 @@ typedef struct tern_qmat {
 /* TERN_LAYOUT_R16 (PQ2_0 / Q2_0 only; made by tern_qmat_repack): rows in groups
  * of 16 (the last group padded with zero rows); group g starts at
  * data + g*16*row_bytes and holds, per 128-input block b (544 bytes): the 16
- * rows' fp16 scales (32 B, row order), then 32 chunks of 16 bytes; chunk q
- * holds byte q of each row's block (its elements 4q..4q+3), row L at byte
- * 8*((L/2)%2) + 2*(L/4) + L%2. Same bytes per weight as the file layout; the
- * AVX-512 GEMV then shares one scale epilogue among 16 rows. */
+ * rows' fp16 scales (32 B, row order), then 8 vectors of 64 bytes; lane L
+ * (bytes 4L..4L+3) of vector v holds row L's elements 16v + 4s + j in bits
+ * 2s..2s+1 of byte j (j, s = 0..3). Same bytes per weight as the file layout;
+ * the AVX-512 kernels mask the fields in place (no shifts), 16 rows per vector,
+ * one scale epilogue per 16 rows, at every batch size.
+ * Q1_0 in TERN_LAYOUT_R16: per block (288 bytes) the 16 scales, then 4 vectors of
+ * 64 bytes; lane L of vector v holds row L's elements 32v + 4t + j in bit t of
+ * byte j (t = 0..7, j = 0..3). */
 #define TERN_LAYOUT_ROWS 0
 #define TERN_LAYOUT_R16 1
 
 /* Validate type/shape/row_bytes/layout (k multiple of the block; supported type). */
 tern_status tern_qmat_check(const tern_qmat *w, const char *name);
 
-/* Repack a PQ2_0 / Q2_0 matrix (file layout) into TERN_LAYOUT_R16 in a new
+/* Repack a PQ2_0 / Q2_0 / Q1_0 matrix (file layout) into TERN_LAYOUT_R16 in a new
  * 64-byte aligned buffer (*out describes it; free with tern_qmat_free_repacked).
  * Worth it only for the AVX-512 kernels: returns TERN_ERR_UNSUPPORTED when the
- * active ISA is not AVX-512 or the type is not PQ2_0 / Q2_0. Costs a copy of the
+ * active ISA is not AVX-512 or the type is not PQ2_0 / Q2_0 / Q1_0. Costs a copy of the
  * weights (the mapping can then be dropped for that tensor). */
 tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out);
 void tern_qmat_free_repacked(tern_qmat *w);
 
 /* y[b*y_stride + i] = sum_j W[i,j] * x[b*x_stride + j]   for b < batch, i < n.
- * Any batch >= 0 (0: no work). Kernel choice (cpu_*.c): on AVX-512 the ternary
- * types (PQ2_0, Q2_0 g128 / g64, R16 layout) take the GEMV path for batch < 6
- * (GEMM_MIN in cpu_avx512.c) and the VNNI GEMM from 6; F32/F16/BF16 (k a multiple
+ * Any batch >= 0 (0: no work). Kernel choice (cpu_*.c): on AVX-512 the R16 layout
+ * takes its GEMV at every batch; the file-layout ternary types (PQ2_0, Q2_0 g128 /
+ * g64) the GEMV path for batch < GEMM_MIN (cpu_avx512.c) and the VNNI GEMM from
+ * there; F32/F16/BF16 (k a multiple
  * of 16) and Q1_0 use the AVX-512 GEMM kernel at every batch. AVX2, NEON and the
  * scalar reference have no GEMM: the GEMV row kernel at every batch. */
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride,
@@ -222,10 +232,13 @@ double tern_linear_pool_read_ceiling_gbps(size_t bytes, int passes);
 
 /* ------------------------------------------------------------ ISA dispatch */
 typedef enum tern_isa {
-    TERN_ISA_SCALAR = 0, TERN_ISA_AVX2 = 1, TERN_ISA_AVX512 = 2, TERN_ISA_NEON = 3
+    TERN_ISA_SCALAR = 0, TERN_ISA_AVX2 = 1, TERN_ISA_AVX512 = 2, TERN_ISA_NEON = 3,
+    TERN_ISA_I8MM = 4   /* aarch64: neon + FEAT_I8MM (SMMLA) products */
 } tern_isa;
-/* Detect once (thread-safe); TERN_ISA=scalar|avx2|avx512|neon forces a lower or
- * equal level (an unsupported request falls back, with a log line). */
+#define TERN_ISA_COUNT 5
+/* Detect once (thread-safe); TERN_ISA=scalar|avx2|avx512|neon|i8mm forces a lower
+ * or equal level (an unsupported request falls back, with a log line). No AMX
+ * level: the VNNI kernels run on AMX machines too (docs/kernels.md). */
 void tern_kernels_init(void);
 tern_isa tern_kernels_isa(void);
 const char *tern_isa_name(tern_isa isa);

@@ -18,9 +18,11 @@
 
 #include <math.h>
 
-/* The decode-layout copy for single-token steps when the model has one. */
+/* The repacked copy when the model has one (tern_model_params.repack): its kernels
+ * serve every batch size, and the file pages of a repacked matrix are dropped. */
 static inline const tern_qmat *pick(const tern_qmat *file, const tern_qmat *fast, bool decode) {
-    return decode && fast->data ? fast : file;
+    (void)decode;
+    return fast->data ? fast : file;
 }
 
 static inline float *mm_in(const tern_model *m, tern_session *w) {

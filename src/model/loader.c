@@ -12,8 +12,19 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+void tm_drop_host_pages(tern_model *m, const void *p, size_t n) {
+    const tern_gguf *g = m->gguf;
+    if (!g || !g->map.data || !n) return;
+    const uint8_t *lo = g->map.data, *hi = lo + g->map.size, *a = p, *b = a + n;
+    if (a < lo || b > hi) return;
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t s0 = ((uintptr_t)a + ps - 1) & ~(ps - 1), s1 = (uintptr_t)b & ~(ps - 1);
+    if (s1 > s0) (void)madvise((void *)s0, s1 - s0, MADV_DONTNEED);
+}
 
 void *tm_model_alloc(tern_model *m, size_t n) {
     if (m->n_owned == m->cap_owned) {
@@ -49,6 +60,8 @@ const float *tm_model_signs(const tern_model *m, int64_t k) {
 
 void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
+    const char *e = getenv("TERN_REPACK");
+    p->repack = !(e && !strcmp(e, "0"));
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
@@ -235,6 +248,8 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
             }
             m->repacked = true;
             m->info.alloc_bytes += ((uint64_t)fast[i]->n + 15) / 16 * 16 * fast[i]->row_bytes;
+            /* the copy serves every product: the file's pages of this matrix go */
+            tm_drop_host_pages(m, file[i]->data, file[i]->row_bytes * (size_t)file[i]->n);
         }
         free(file);
         free(fast);

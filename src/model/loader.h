@@ -38,5 +38,8 @@ tern_status tm_load_gguf(tern_model *m, const char *path);
 tern_status tm_upload_model(tern_model *m);
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
 int tm_model_mats(tern_model *m, tern_qmat **file, tern_qmat **fast, int cap);
+/* Give the whole pages of [p, p+n) that lie in the model file's mapping back to the
+ * kernel (read-only and file-backed: a later read faults them in again). */
+void tm_drop_host_pages(tern_model *m, const void *p, size_t n);
 
 #endif

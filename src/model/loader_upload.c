@@ -9,23 +9,8 @@
 #include "formats/gguf.h"
 
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------- device upload */
-
-/* The whole pages of [p, p+n) that lie in the model file's mapping are given back to
- * the kernel once uploaded (the mapping is read-only and file-backed: nothing is lost,
- * a later read would fault them in again), so host RSS stays small. */
-static void drop_host_pages(tern_model *m, const void *p, size_t n) {
-    const tern_gguf *g = m->gguf;
-    if (!g || !g->map.data || !n) return;
-    const uint8_t *lo = g->map.data, *hi = lo + g->map.size, *a = p, *b = a + n;
-    if (a < lo || b > hi) return;
-    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t s0 = ((uintptr_t)a + ps - 1) & ~(ps - 1), s1 = (uintptr_t)b & ~(ps - 1);
-    if (s1 > s0) (void)madvise((void *)s0, s1 - s0, MADV_DONTNEED);
-}
 
 /* A device copy of n host bytes at *p (the pointer is replaced; the host bytes stay
  * where they are). Counted in info.device_bytes. */
@@ -49,7 +34,7 @@ static tern_status up_bytes(tern_model *m, const void **p, size_t n) {
     m->dev_n[m->n_dev++] = n;
     m->info.device_bytes += n;
     TRY(tm_be_upload(m->be, d, *p, n));
-    drop_host_pages(m, *p, n);
+    tm_drop_host_pages(m, *p, n);
     *p = d;
     return TERN_OK;
 }

@@ -53,8 +53,8 @@ typedef struct tm_layer {
     /* MLP */
     tern_qmat wgate, wup;         /* [n_ff, n_embd] */
     tern_qmat wdown;              /* [n_embd, n_ff] */
-    /* Optional copies in the kernels' fastest decode layout (tern_model_params.repack),
-     * used for single-token steps; data NULL when absent. */
+    /* Optional copies in the kernels' fastest layout (tern_model_params.repack), used
+     * for every product (the file pages are dropped); data NULL when absent. */
     tern_qmat fast_wq, fast_wk, fast_wv, fast_wo, fast_wqkv, fast_wz, fast_wout;
     tern_qmat fast_wgate, fast_wup, fast_wdown;
 } tm_layer;

@@ -22,11 +22,12 @@
 
 static int g_small;
 
-static const tern_isa all_isas[] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
+static const tern_isa all_isas[] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON, TERN_ISA_I8MM};
+#define N_ISAS (sizeof all_isas / sizeof all_isas[0])
 
 static void restore_best(void) {
     if (!tern_kernels_force(TERN_ISA_AVX512) && !tern_kernels_force(TERN_ISA_AVX2) &&
-        !tern_kernels_force(TERN_ISA_NEON))
+        !tern_kernels_force(TERN_ISA_I8MM) && !tern_kernels_force(TERN_ISA_NEON))
         tern_kernels_force(TERN_ISA_SCALAR);
 }
 
@@ -41,6 +42,7 @@ TEST(pool_runs_every_task_once) {
     for (int nt = 1; nt <= 3; nt++) {
         tern_pool *p = NULL;
         CHECK(tern_pool_new(nt, &p) == TERN_OK);
+        tern_pool_set_adaptive(p, false); /* every run shared: the parallel paths under test */
         CHECK_EQ_INT(tern_pool_size(p), nt);
         static int hits[1000];
         for (int rep = 0; rep < 50; rep++) {
@@ -93,17 +95,18 @@ static void run_matmul_case(tern_dtype type, int64_t n, int64_t k, size_t batch,
 TEST(matmul_all_types_isas_threads) {
     static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0, TERN_DT_Q2_0_G64, TERN_DT_Q1_0,
                                        TERN_DT_F32, TERN_DT_F16, TERN_DT_BF16};
-    /* 7 / 8: both sides of the AVX-512 GEMV -> GEMM switch (GEMM_MIN 8) */
-    static const size_t batches_full[] = {1, 2, 3, 5, 7, 8, 31, 32, 33, 100, 129};
+    /* 9 / 10: both sides of the AVX-512 file-layout GEMV -> GEMM switch (GEMM_MIN 10) */
+    static const size_t batches_full[] = {1, 2, 3, 5, 7, 8, 9, 10, 31, 32, 33, 100, 129};
     static const size_t batches_small[] = {1, 3, 33};
     const size_t *batches = g_small ? batches_small : batches_full;
     size_t nb = g_small ? 3 : sizeof batches_full / sizeof batches_full[0];
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         const char *isa = tern_isa_name(all_isas[ii]);
         for (int nt = 1; nt <= 3; nt++) {
             tern_pool *pool = NULL;
             CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
             for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
                 int64_t kq = types[ti] == TERN_DT_Q2_0_G64 ? 64 : 128;
                 for (size_t bi = 0; bi < nb; bi++) {
@@ -125,10 +128,11 @@ TEST(matmul_all_types_isas_threads) {
 TEST(matmul_bonsai_like_k_and_big_batch) {
     /* A wider K (several Hadamard blocks) with larger activations, every ISA. */
     int64_t k = g_small ? 1024 : 5120, n = g_small ? 19 : 77;
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         run_matmul_case(TERN_DT_PQ2_0, n, k, 1, pool, tern_isa_name(all_isas[ii]));
         run_matmul_case(TERN_DT_PQ2_0, n, k, g_small ? 33 : 64, pool, tern_isa_name(all_isas[ii]));
         run_matmul_case(TERN_DT_Q2_0_G64, n, k, 4, pool, tern_isa_name(all_isas[ii]));
@@ -141,7 +145,7 @@ TEST(matmul_outlier_activation) {
     /* Activations with one element 200-300x larger than the rest (un-rotated
      * residual streams have these): the error bound must still hold, on every
      * path (GEMV batch 3, GEMM batch 20, both layouts where available). */
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (int trial = 0; trial < 6; trial++) {
             size_t batch = trial % 2 ? 20 : 3;
@@ -198,10 +202,11 @@ TEST(matmul_zero_batch_and_zero_rows) {
 }
 
 TEST(multi_equals_separate_bitwise) {
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(2, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         size_t batches[] = {1, 7, 40};
         for (int bi = 0; bi < 3; bi++) {
             size_t batch = batches[bi];
@@ -234,10 +239,11 @@ TEST(multi_mixed_types_equals_separate) {
     /* matrices of different types share one call: preparations are shared
      * only between matrices that use the same one */
     static const tern_dtype types[] = {TERN_DT_PQ2_0, TERN_DT_Q2_0_G64, TERN_DT_BF16, TERN_DT_Q2_0, TERN_DT_Q1_0};
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         tern_pool *pool = NULL;
         CHECK(tern_pool_new(3, &pool) == TERN_OK);
+        tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
         size_t batches[] = {1, 9, 37};
         for (int bi = 0; bi < 3; bi++) {
             size_t batch = batches[bi];
@@ -273,7 +279,8 @@ TEST(multi_mixed_types_equals_separate) {
 
 /* The 16-row layout written from kernels.h's description (independent of
  * tern_qmat_repack): per group of 16 rows and 128-input block, 16 fp16 scales
- * then 32 chunks of 16 bytes, row L of chunk q at 8*((L/2)%2) + 2*(L/4) + L%2. */
+ * then 8 vectors of 64 bytes; row L's element e is in byte 4L + e%4 of vector
+ * e/16, bits 2*((e%16)/4). */
 static uint8_t *pack_r16(const tmat *t, size_t *size) {
     int64_t nb = t->q.k / 128, groups = (t->q.n + 15) / 16;
     size_t rb = (size_t)nb * 34;
@@ -282,11 +289,12 @@ static uint8_t *pack_r16(const tmat *t, size_t *size) {
     for (int64_t r = 0; r < groups * 16; r++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *blk = o + (size_t)(r / 16) * 16 * rb + (size_t)b * 544;
-            int L = (int)(r % 16), pos = 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2;
-            for (int q = 0; q < 32; q++) {
-                uint8_t v = 0x55; /* padding rows: zero weights */
-                if (r < t->q.n) v = t->buf[(size_t)r * t->q.row_bytes + (size_t)b * 34 + 2 + (size_t)q];
-                blk[32 + 16 * q + pos] = v;
+            int L = (int)(r % 16);
+            for (int e = 0; e < 128; e++) {
+                int code = 1; /* padding rows: zero weights */
+                if (r < t->q.n)
+                    code = (t->buf[(size_t)r * t->q.row_bytes + (size_t)b * 34 + 2 + (size_t)(e / 4)] >> (2 * (e % 4))) & 3;
+                blk[32 + 64 * (e / 16) + 4 * L + e % 4] |= (uint8_t)(code << (2 * ((e % 16) / 4)));
             }
             if (r < t->q.n) memcpy(blk + 2 * L, t->buf + (size_t)r * t->q.row_bytes + (size_t)b * 34, 2);
         }
@@ -305,7 +313,7 @@ TEST(layout_r16_every_isa) {
     bad = r;
     bad.layout = 7;
     CHECK(tern_qmat_check(&bad, "r16") == TERN_ERR_INVALID_ARG);
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         size_t batches[] = {1, 3, 17};
         for (int bi = 0; bi < 3; bi++) {
@@ -317,15 +325,98 @@ TEST(layout_r16_every_isa) {
             free(x); free(y);
         }
     }
-    /* where repack is available, it must write exactly these bytes */
+    /* where repack is available, it must write exactly these bytes (partial last
+     * groups, a single row, a whole group, padded rows; large enough for the
+     * huge-page buffer) */
     if (tern_kernels_force(TERN_ISA_AVX512)) {
         tern_qmat rp;
         CHECK(tern_qmat_repack(&t.q, &rp) == TERN_OK);
         CHECK(memcmp(rp.data, buf, sz) == 0);
         tern_qmat_free_repacked(&rp);
+        static const int64_t shapes[][3] = {{1, 128, 0}, {16, 256, 0}, {47, 1024, 7}, {33, 640, 1}, {1300, 4096, 0}};
+        for (int si = 0; si < 5; si++) {
+            if (g_small && shapes[si][0] > 100) continue;
+            tmat u = make_mat(TERN_DT_PQ2_0, shapes[si][0], shapes[si][1], (size_t)shapes[si][2]);
+            size_t usz;
+            uint8_t *ub = pack_r16(&u, &usz);
+            CHECK(tern_qmat_repack(&u.q, &rp) == TERN_OK);
+            CHECK_MSG(memcmp(rp.data, ub, usz) == 0, "repack of %lld x %lld differs from the description",
+                      (long long)shapes[si][0], (long long)shapes[si][1]);
+            tern_qmat_free_repacked(&rp);
+            free(ub);
+            free_mat(&u);
+        }
     }
     free(buf);
     free_mat(&t);
+    restore_best();
+}
+
+/* Q1_0 in the 16-row layout, from kernels.h's description: 16 scales, then 4
+ * vectors of 64 bytes; row L's element e in byte 4L + e%4 of vector e/32, bit
+ * (e%32)/4. */
+static uint8_t *pack_r16q1(const tmat *t, size_t *size) {
+    int64_t nb = t->q.k / 128, groups = (t->q.n + 15) / 16;
+    size_t rb = (size_t)nb * 18;
+    *size = (size_t)groups * 16 * rb;
+    uint8_t *o = calloc(*size, 1);
+    for (int64_t r = 0; r < t->q.n; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = o + (size_t)(r / 16) * 16 * rb + (size_t)b * 288;
+            const uint8_t *src = t->buf + (size_t)r * t->q.row_bytes + (size_t)b * 18;
+            int L = (int)(r % 16);
+            memcpy(blk + 2 * L, src, 2);
+            for (int e = 0; e < 128; e++)
+                if ((src[2 + e / 8] >> (e % 8)) & 1) blk[32 + 64 * (e / 32) + 4 * L + e % 4] |= (uint8_t)(1 << ((e % 32) / 4));
+        }
+    return o;
+}
+
+TEST(layout_r16_q1_0) {
+    /* the description's bytes, on every ISA (the reference reads the layout too),
+     * threads 1 and 3, batches 1..40, and tern_qmat_repack's bytes where it exists */
+    static const int64_t shapes[][3] = {{29, 384, 3}, {16, 128, 0}, {1, 256, 0}, {47, 1024, 7}, {700, 2048, 0}};
+    for (int si = 0; si < 5; si++) {
+        if (g_small && shapes[si][0] > 100) continue;
+        tmat t = make_mat(TERN_DT_Q1_0, shapes[si][0], shapes[si][1], (size_t)shapes[si][2]);
+        size_t sz;
+        uint8_t *buf = pack_r16q1(&t, &sz);
+        tern_qmat r = {TERN_DT_Q1_0, t.q.n, t.q.k, buf, (size_t)(t.q.k / 128) * 18, TERN_LAYOUT_R16};
+        CHECK(tern_qmat_check(&r, "r16 q1") == TERN_OK);
+        /* products only where max|ref| is over enough rows: the bound is relative to
+         * the largest output, and one row of +-1 weights can cancel to near zero
+         * (a 1-row product measured 2.3e-3 in 2 of 60 runs, with 14-bit activations) */
+        for (size_t ii = 0; ii < N_ISAS && t.q.n >= 16; ii++) {
+            if (!tern_kernels_force(all_isas[ii])) continue;
+            for (int nt = 1; nt <= 3; nt += 2) {
+                tern_pool *pool = NULL;
+                CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+                tern_pool_set_adaptive(pool, false);
+                size_t batches[] = {1, 2, 7, 40};
+                for (int bi = 0; bi < 4; bi++) {
+                    size_t batch = batches[bi], n = (size_t)t.q.n;
+                    if (si == 4 && bi != 0 && all_isas[ii] == TERN_ISA_SCALAR) continue; /* keep it fast */
+                    float *x = rand_x(batch * (size_t)t.q.k, 1.0f), *y = malloc(batch * n * sizeof(float));
+                    tern_matmul(&r, x, batch, (size_t)t.q.k, y, n, pool);
+                    double e = rel_err_vs_f64(&t, x, batch, (size_t)t.q.k, y, n);
+                    CHECK_MSG(e < 1e-3, "%s r16 q1_0 %lld x %lld batch %zu threads %d: max_rel_err %g",
+                              tern_isa_name(all_isas[ii]), (long long)t.q.n, (long long)t.q.k, batch, nt, e);
+                    free(x); free(y);
+                }
+                tern_pool_free(pool);
+            }
+        }
+        if (tern_kernels_force(TERN_ISA_AVX512)) {
+            tern_qmat rp;
+            CHECK(tern_qmat_repack(&t.q, &rp) == TERN_OK);
+            CHECK(rp.layout == TERN_LAYOUT_R16 && rp.type == TERN_DT_Q1_0);
+            CHECK_MSG(memcmp(rp.data, buf, sz) == 0, "q1_0 repack of %lld x %lld differs from the description",
+                      (long long)t.q.n, (long long)t.q.k);
+            tern_qmat_free_repacked(&rp);
+        }
+        free(buf);
+        free_mat(&t);
+    }
     restore_best();
 }
 
@@ -349,11 +440,12 @@ TEST(repacked_16row_layout) {
     tern_qmat bad;
     CHECK(tern_qmat_repack(&g.q, &bad) == TERN_ERR_UNSUPPORTED);
     free_mat(&g);
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (int nt = 1; nt <= 3; nt += 2) {
             tern_pool *pool = NULL;
             CHECK(tern_pool_new(nt, &pool) == TERN_OK);
+            tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
             size_t batches[] = {1, 2, 7, 40};
             for (int bi = 0; bi < 4; bi++) {
                 size_t batch = batches[bi], xs = 384 + 3, ys = 40;
@@ -382,7 +474,7 @@ static double had_entry(size_t i, size_t j) { return (__builtin_popcountll(i & j
 
 TEST(hadamard_vs_explicit_matrix_and_inverse) {
     size_t blocks[] = {1, 2, 16, 64, 256, 1024};
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         for (size_t bi = 0; bi < 6; bi++) {
             size_t blk = blocks[bi];
@@ -422,7 +514,7 @@ TEST(hadamard_vs_explicit_matrix_and_inverse) {
 /* ----------------------------------------------------------- fused sites */
 TEST(fused_sites_match_composition) {
     size_t n = 2048, rows = 3, blk = 1024;
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         if (!tern_kernels_force(all_isas[ii])) continue;
         const char *isa = tern_isa_name(all_isas[ii]);
         float *r = rand_x(rows * n, 1.0f), *d = rand_x(rows * n, 0.5f), *g = rand_x(n, 1.0f);
@@ -525,6 +617,7 @@ int main(void) {
     RUN(multi_mixed_types_equals_separate);
     RUN(layout_r16_every_isa);
     RUN(repacked_16row_layout);
+    RUN(layout_r16_q1_0);
     RUN(hadamard_vs_explicit_matrix_and_inverse);
     RUN(fused_sites_match_composition);
     return check_summary();

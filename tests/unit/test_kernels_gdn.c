@@ -266,6 +266,7 @@ TEST(gdn_blocks_match_walk_and_reference) {
     tern_isa isas[4] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
     tern_pool *pool = NULL;
     CHECK(tern_pool_new(2, &pool) == TERN_OK);
+    tern_pool_set_adaptive(pool, false); /* every run shared: the parallel paths under test */
     for (int ii = 0; ii < 4; ii++) {
         if (!tern_kernels_force(isas[ii])) continue;
         g_worst_blocks = g_worst_walk = 0;

@@ -121,6 +121,8 @@ TEST(attention_matches_reference) {
                            {1, 200, 2, 2, 64}};
     tern_pool *pools[3] = {NULL, NULL, NULL};
     CHECK(tern_pool_new(2, &pools[1]) == TERN_OK && tern_pool_new(3, &pools[2]) == TERN_OK);
+    tern_pool_set_adaptive(pools[1], false); /* every run shared: the parallel paths under test */
+    tern_pool_set_adaptive(pools[2], false);
     double worst = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const acase g = cases[c];
@@ -310,6 +312,8 @@ TEST(head_rmsnorm_matches_reference) {
     const tern_isa best = tern_kernels_isa();
     tern_pool *pools[3] = {NULL, NULL, NULL};
     CHECK(tern_pool_new(2, &pools[1]) == TERN_OK && tern_pool_new(3, &pools[2]) == TERN_OK);
+    tern_pool_set_adaptive(pools[1], false); /* every run shared: the parallel paths under test */
+    tern_pool_set_adaptive(pools[2], false);
     const struct { int rows, n_heads, hd; } cases[] = {{1, 1, 1}, {1, 3, 7}, {4, 2, 128},
                                                        {17, 5, 33}, {2, 16, 256}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {

@@ -5,7 +5,8 @@
  * a pause longer than the spin), the caller asleep waiting for a slow helper
  * is woken, and thousands of back-to-back runs with no spin at all (every wait
  * a sleep) finish: a lost wakeup hangs, and the alarm turns a hang into a
- * failure.
+ * failure. Solo mode: runs whose helpers do not pay stay on the caller's thread
+ * (and runs that pay are shared).
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -64,6 +65,8 @@ static void new_pool(int nt, const char *spin_us, tern_pool **p) {
     *p = NULL;
     CHECK(tern_pool_new(nt, p) == TERN_OK);
     unsetenv("TERN_SPIN_US");
+    /* every run shared: these tests are about claims and wake-ups (solo mode has its own) */
+    if (*p) tern_pool_set_adaptive(*p, false);
 }
 
 TEST(every_task_once_with_its_context) {
@@ -187,11 +190,58 @@ TEST(back_to_back_runs_without_spin) {
     }
 }
 
+TEST(solo_mode_when_helpers_do_not_pay) {
+    /* Runs of trivial tasks: the helpers' wake-ups cost more than their share of
+     * the work, so after a window the caller runs alone (every task on its thread)
+     * for a while; with adaptation off every run is shared again, and tasks that
+     * take a while keep being shared with it on. */
+    tern_pool *p;
+    new_pool(2, NULL, &p);
+    if (!p) return;
+    CHECK(tern_pool_set_adaptive(p, true) == false);
+    static atomic_int hits[8];
+    uint64_t me = (uint64_t)1 << (my_tid() & 63);
+    int solo = 0, bad = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        for (int i = 0; i < 8; i++) atomic_store(&hits[i], 0);
+        run_ctx r = {.n = 8, .hits = hits, .slow_task = -1};
+        tern_pool_run(p, task, &r, 8);
+        bad += check_run(&r);
+        if (rep >= 100) solo += atomic_load(&r.tids) == me;
+    }
+    CHECK_MSG(bad == 0, "%d wrong task executions", bad);
+    CHECK_MSG(solo >= 90, "only %d of 100 trivial runs ran on the caller alone", solo);
+    CHECK(tern_pool_set_adaptive(p, false) == true);
+    int spread = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        for (int i = 0; i < 8; i++) atomic_store(&hits[i], 0);
+        run_ctx r = {.n = 8, .hits = hits, .task_us = 2000, .slow_task = -1};
+        tern_pool_run(p, task, &r, 8);
+        bad += check_run(&r);
+        spread += atomic_load(&r.tids) != me;
+    }
+    CHECK_MSG(spread >= 3, "adaptation off: only %d of 5 runs shared", spread);
+    CHECK(tern_pool_set_adaptive(p, true) == false);
+    spread = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < 8; i++) atomic_store(&hits[i], 0);
+        run_ctx r = {.n = 8, .hits = hits, .task_us = 1000, .slow_task = -1};
+        tern_pool_run(p, task, &r, 8);
+        bad += check_run(&r);
+        spread += atomic_load(&r.tids) != me;
+    }
+    CHECK_MSG(spread >= 30, "tasks of 1 ms: only %d of 40 runs shared", spread);
+    CHECK_MSG(bad == 0, "%d wrong task executions", bad);
+    CHECK(tern_pool_set_adaptive(NULL, true) == false);
+    tern_pool_free(p);
+}
+
 int main(void) {
     alarm(300); /* a lost wakeup is a hang: the default SIGALRM action fails the test */
     RUN(every_task_once_with_its_context);
     RUN(sleeping_helpers_are_woken);
     RUN(caller_sleeping_on_a_slow_task_is_woken);
     RUN(back_to_back_runs_without_spin);
+    RUN(solo_mode_when_helpers_do_not_pay);
     return check_summary();
 }

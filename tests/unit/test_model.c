@@ -154,6 +154,7 @@ TEST(parity_repacked) {
     parity_n("qwen35-tiny", "model-pq2_0.gguf", "A", 1);
     parity_n("qwen35-tiny", "mlx-pack", "A", 1);
     parity_n("qwen3-tiny", "model-q2_0.gguf", NULL, 1);
+    parity_n("qwen3-q1-tiny", "model-q1_0.gguf", NULL, 0); /* Q1_0 in the 16-row layout */
     g_repack = false;
 }
 
@@ -167,6 +168,7 @@ TEST(parity_qwen35_mlx_pack) { parity("qwen35-tiny", "mlx-pack", "A"); }
 TEST(parity_qwen35_q2_0_nohadamard) { parity("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C"); }
 TEST(parity_qwen3_q2_0) { parity("qwen3-tiny", "model-q2_0.gguf", NULL); }
 TEST(parity_qwen3_q2_0_g64) { parity("qwen3-tiny", "model-q2_0_g64.gguf", NULL); }
+TEST(parity_qwen3_q1_0) { parity("qwen3-q1-tiny", "model-q1_0.gguf", NULL); }
 
 /* Chunked prefill (chunk 7, 64) vs the token-by-token walk (chunk 1), on the
  * concatenation of every reference sequence (a longer prompt: 165 / 240 ids). */
@@ -584,6 +586,7 @@ int main(void) {
     RUN(load_progress_cancel);
     RUN(parity_qwen3_q2_0);
     RUN(parity_qwen3_q2_0_g64);
+    RUN(parity_qwen3_q1_0);
     RUN(parity_qwen35_pq2_0);
     RUN(parity_qwen35_ptq1_0);
     RUN(parity_qwen35_mlx_pack);

@@ -28,12 +28,14 @@ class Model:
 
     Model(path=None) loads the default model the CLI uses (tern.default_model_path()).
     threads: kernel threads (None: all online cores). n_ctx: KV cache positions
-    (0: min(4096, the model's training context)). cache_type: the KV cache's storage,
+    (0: min(4096, the model's training context)). repack: ternary weights copied into the
+    kernels' fastest layout at load where there is one (AVX-512), file pages dropped; False
+    keeps the file layout. cache_type: the KV cache's storage,
     "f32", "f16", "bf16" or "q8_0" (None: f16 on the CPU). Use as a context manager or call
     close(); any use after close raises tern.Error.
     """
 
-    def __init__(self, path_or_pack=None, device="cpu", threads=None, n_ctx=0, repack=False,
+    def __init__(self, path_or_pack=None, device="cpu", threads=None, n_ctx=0, repack=True,
                  cache_type=None):
         from . import default_model_path
 

@@ -95,6 +95,7 @@ double tern_read_ceiling_gbps(tern_pool *pool, int threads, size_t bytes, int pa
     else if (__builtin_cpu_supports("avx2")) j.width = 256;
 #endif
     double best = 0;
+    bool adapt = tern_pool_set_adaptive(pool, false); /* every pass on every thread */
     for (int p = 0; p < 2 * passes; p++) {
         j.pf = p % 2 ? 4096 : 0;
         size_t chunk = (bytes / (size_t)threads) & ~(size_t)255;
@@ -105,6 +106,7 @@ double tern_read_ceiling_gbps(tern_pool *pool, int threads, size_t bytes, int pa
         double gbps = (double)total / dt / 1e9;
         if (gbps > best) best = gbps;
     }
+    tern_pool_set_adaptive(pool, adapt);
     tern_free_aligned(buf, bytes);
     return best;
 }

@@ -1,6 +1,7 @@
 /*
  * cpu_neon.c - AArch64 NEON kernels (armv8.2-a; the build enables dotprod):
- * ternary matmul for PQ2_0 / Q2_0 (g128) and Q2_0_G64 in fp32, the same
+ * ternary matmul for PQ2_0 / Q2_0 (g128) and Q2_0_G64 in int8 (SDOT, below; Q1_0
+ * too) or, with TERN_NEON_FP32=1, in fp32, the same
  * scheme as cpu_avx2.c: act_prep copies x and appends each block's sum(x), so
  * sum((q-1) x) = sum(q x) - sum(x) and 4 codes become floats with one
  * variable shift, an AND and a conversion. Up to 4 batch rows share an unpack.
@@ -197,6 +198,103 @@ static void dot_rows64(const tern_qmat *w, const void *act, size_t as, size_t ba
     dot_rows_qk(w, act, as, batch, y, ys, r0, r1, 64);
 }
 
+/* ------------------------------------------------------- Q1_0 on SDOT
+ * 1-bit blocks (18 bytes: fp16 d, 16 bytes; element 8p+t = bit t of byte p,
+ * 1 -> +d, 0 -> -d). Same 14-bit hi/lo activation as above. Field t of the 16
+ * code bytes is one CMTST against 1<<t: bytes 0 or -1 (= -b, signed), so
+ * SDOT sums -sum(b x) and sum((2b-1) x) = -2 * (-sum(b x)) - sum(x):
+ * T = corr - 2 * (L + 128 H) with corr = -sum(x_q). Activation per block:
+ * for field t: 16 B hi (byte p = element 8p+t), 16 B lo; then nb x int32
+ * -sum(x_q), nb x float sx (dot_bytes128's size). */
+static inline __attribute__((always_inline)) void q1_prep(const float *x, int64_t k, void *act) {
+    const int64_t nb = k / 128;
+    int8_t *q8 = act;
+    int32_t *corr = (int32_t *)(q8 + (size_t)nb * 256);
+    float *sxs = (float *)(corr + nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + b * 128;
+        float32x4_t mx = vdupq_n_f32(0);
+        for (int e = 0; e < 128; e += 4) mx = vmaxq_f32(mx, vabsq_f32(vld1q_f32(xb + e)));
+        float amax = vmaxvq_f32(mx);
+        float sx = amax / 16256.0f, inv = amax > 0 ? 16256.0f / amax : 0.0f;
+        if (!isfinite(inv) || !(sx > 0)) { sx = 0; inv = 0; }
+        int8_t *o = q8 + (size_t)b * 256;
+        int32_t sum = 0;
+        for (int e = 0; e < 128; e++) {
+            int32_t q = (int32_t)lrintf(xb[e] * inv);
+            if (q > 16256) q = 16256;
+            if (q < -16256) q = -16256;
+            int32_t hi = (q + 64) >> 7, lo = q - 128 * hi;
+            int p = e / 8, t = e % 8;
+            o[32 * t + p] = (int8_t)hi;
+            o[32 * t + 16 + p] = (int8_t)lo;
+            sum += q;
+        }
+        corr[b] = -sum;
+        sxs[b] = sx;
+    }
+}
+static void q1_prep128(const float *x, int64_t k, void *act) { q1_prep(x, k, act); }
+
+static inline __attribute__((always_inline)) void q1_row(const uint8_t *row, int64_t nb, const int8_t *const *acts,
+                                                         int nbt, float *out) {
+    const size_t bb = TERN_Q1_0_BYTES, ab = 256;
+    const int32_t *corr[DOT_NB];
+    const float *sxs[DOT_NB];
+    float32x4_t F[DOT_NB];
+    for (int b = 0; b < DOT_NB; b++) {
+        F[b] = vdupq_n_f32(0);
+        corr[b] = (const int32_t *)(acts[b < nbt ? b : 0] + (size_t)nb * ab);
+        sxs[b] = (const float *)(corr[b] + nb);
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = row + (size_t)i * bb;
+        const float d = tern_f16_table[tern_rd16(blk)];
+        uint8x16_t raw = vld1q_u8(blk + TERN_BLOCK_QS);
+        int8x16_t C[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) C[t] = vreinterpretq_s8_u8(vtstq_u8(raw, vdupq_n_u8((uint8_t)(1u << t))));
+#pragma GCC unroll 4
+        for (int b = 0; b < DOT_NB; b++) {
+            if (b >= nbt) break;
+            const int8_t *a = acts[b] + (size_t)i * ab;
+            int32x4_t H0 = vdupq_n_s32(0), H1 = H0, L0 = H0, L1 = H0;
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t += 2) {
+                H0 = vdotq_s32(H0, C[t], vld1q_s8(a + 32 * t));
+                L0 = vdotq_s32(L0, C[t], vld1q_s8(a + 32 * t + 16));
+                H1 = vdotq_s32(H1, C[t + 1], vld1q_s8(a + 32 * t + 32));
+                L1 = vdotq_s32(L1, C[t + 1], vld1q_s8(a + 32 * t + 48));
+            }
+            int32x4_t T = vaddq_s32(vaddq_s32(L0, L1), vshlq_n_s32(vaddq_s32(H0, H1), 7));
+            int32_t tt = corr[b][i] - 2 * vaddvq_s32(T);
+            F[b] = vfmaq_n_f32(F[b], vsetq_lane_f32((float)tt, vdupq_n_f32(0), 0), d * sxs[b][i]);
+        }
+    }
+    for (int b = 0; b < nbt; b++) out[b] = vaddvq_f32(F[b]);
+}
+
+static void q1_rows128(const tern_qmat *w, const void *act, size_t as, size_t batch, float *y, size_t ys,
+                       int64_t r0, int64_t r1) {
+    const int64_t nb = w->k / 128;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+        for (size_t b0 = 0; b0 < batch; b0 += DOT_NB) {
+            int nbt = batch - b0 < DOT_NB ? (int)(batch - b0) : DOT_NB;
+            const int8_t *acts[DOT_NB];
+            for (int b = 0; b < nbt; b++) acts[b] = (const int8_t *)act + (b0 + (size_t)b) * as;
+            float out[DOT_NB];
+            switch (nbt) {
+            case 1: q1_row(row, nb, acts, 1, out); break;
+            case 2: q1_row(row, nb, acts, 2, out); break;
+            case 3: q1_row(row, nb, acts, 3, out); break;
+            default: q1_row(row, nb, acts, 4, out); break;
+            }
+            for (int b = 0; b < nbt; b++) y[(b0 + (size_t)b) * ys + (size_t)r] = out[b];
+        }
+    }
+}
+
 void tern_neon_fill(tern_kern_table *t) {
     /* TERN_NEON_FP32=1 keeps the fp32 kernels (A/B on a real Arm machine) */
     const char *e = getenv("TERN_NEON_FP32");
@@ -206,6 +304,8 @@ void tern_neon_fill(tern_kern_table *t) {
         t->mm[TERN_DT_PQ2_0] = d128;
         t->mm[TERN_DT_Q2_0] = d128;
         t->mm[TERN_DT_Q2_0_G64] = d64;
+        tern_mm_ops q1 = {dot_bytes128, q1_prep128, q1_rows128, 4, NULL, 0, 1, NULL, NULL};
+        t->mm[TERN_DT_Q1_0] = q1;
         return;
     }
     tern_mm_ops g128 = {act_bytes128, prep128, rows128, 4, NULL, 0, 1, NULL, NULL};

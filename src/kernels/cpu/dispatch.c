@@ -7,8 +7,11 @@
  * (XMM|YMM) and AVX-512 (opmask|ZMM_Hi256|Hi16_ZMM) register state.
  *   avx2   = AVX2 + FMA + F16C + BMI2
  *   avx512 = avx2 + AVX-512 F/BW/VL/DQ + VNNI + VBMI
- * aarch64: neon = armv8.2 dot product (HWCAP_ASIMDDP).
- * TERN_ISA=scalar|avx2|avx512|neon asks for a level; a level the machine does
+ * aarch64: neon = armv8.2 dot product (HWCAP_ASIMDDP); i8mm = neon + the int8
+ *   matrix multiply (HWCAP2_I8MM: SMMLA products, cpu_neon_i8mm.c).
+ * No AMX level: AMX tiles (amx_int8) are not used yet, so an AMX machine runs the
+ * avx512 level (VNNI); there is no AMX kernel to fall back from.
+ * TERN_ISA=scalar|avx2|avx512|neon|i8mm asks for a level; a level the machine does
  * not have falls back to the best one it has (with a log line).
  * TERN_GDN_BLOCKS=N sets the table's GDN block-scan threshold (kernels.h, tern_gdn).
  * Both are read once, here; the table is written only under the pthread_once (and
@@ -27,11 +30,14 @@
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
 #endif
 
 static tern_kern_table g_table;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static bool g_has[4];
+static bool g_has[TERN_ISA_COUNT];
 /* TERN_GDN_BLOCKS=N, read once before the first fill (g_gdn_blocks_set: given). */
 static bool g_gdn_blocks_set;
 static int g_gdn_blocks;
@@ -57,6 +63,7 @@ static void detect(void) {
 #if defined(__aarch64__) && defined(TERN_HAVE_ARM)
 #if defined(__linux__)
     g_has[TERN_ISA_NEON] = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    g_has[TERN_ISA_I8MM] = g_has[TERN_ISA_NEON] && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #endif
 #endif
 }
@@ -76,7 +83,8 @@ static void fill(tern_isa isa) {
     }
 #endif
 #if defined(TERN_HAVE_ARM)
-    if (isa == TERN_ISA_NEON) tern_neon_fill(&t);
+    if (isa == TERN_ISA_NEON || isa == TERN_ISA_I8MM) tern_neon_fill(&t);
+    if (isa == TERN_ISA_I8MM) tern_neon_i8mm_fill(&t);
 #endif
     if (g_gdn_blocks_set) t.gdn_block_min = g_gdn_blocks;
     t.isa = isa;
@@ -86,6 +94,7 @@ static void fill(tern_isa isa) {
 static tern_isa best(void) {
     if (g_has[TERN_ISA_AVX512]) return TERN_ISA_AVX512;
     if (g_has[TERN_ISA_AVX2]) return TERN_ISA_AVX2;
+    if (g_has[TERN_ISA_I8MM]) return TERN_ISA_I8MM;
     if (g_has[TERN_ISA_NEON]) return TERN_ISA_NEON;
     return TERN_ISA_SCALAR;
 }
@@ -107,9 +116,10 @@ static void init_once(void) {
         else if (!strcasecmp(e, "avx2")) want = TERN_ISA_AVX2;
         else if (!strcasecmp(e, "avx512")) want = TERN_ISA_AVX512;
         else if (!strcasecmp(e, "neon")) want = TERN_ISA_NEON;
+        else if (!strcasecmp(e, "i8mm")) want = TERN_ISA_I8MM;
         else known = false;
         if (!known)
-            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s", e,
+            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon|i8mm; using %s", e,
                      tern_isa_name(isa));
         else if (!g_has[want])
             tern_log(TERN_LOG_WARN, "TERN_ISA=%s: this CPU/OS lacks it; using %s", e, tern_isa_name(isa));
@@ -135,13 +145,14 @@ const char *tern_isa_name(tern_isa isa) {
     case TERN_ISA_AVX2: return "avx2";
     case TERN_ISA_AVX512: return "avx512";
     case TERN_ISA_NEON: return "neon";
+    case TERN_ISA_I8MM: return "i8mm";
     }
     return "?";
 }
 
 bool tern_kernels_force(tern_isa isa) {
     tern_kernels_init();
-    if ((unsigned)isa > TERN_ISA_NEON || !g_has[isa]) return false;
+    if ((unsigned)isa >= TERN_ISA_COUNT || !g_has[isa]) return false;
     fill(isa);
     return true;
 }

@@ -70,6 +70,7 @@ typedef struct tern_kern_table {
     tern_isa isa;
     tern_mm_ops mm[TERN_DT_COUNT];
     tern_mm_ops mm_r16;            /* PQ2_0 / Q2_0 in TERN_LAYOUT_R16 */
+    tern_mm_ops mm_r16q1;          /* Q1_0 in TERN_LAYOUT_R16 */
     tern_fwht_fn fwht;
     tern_addnorm_fn addnorm;
     tern_swiglu_fn swiglu;
@@ -79,6 +80,8 @@ typedef struct tern_kern_table {
     tern_attn_head_fn attn_head;
     tern_head_norm_fn head_norm;
     tern_rope_row_fn rope_row;
+    /* Groups [g0, g1) of w (file layout PQ2_0 / Q2_0 / Q1_0) into buf in TERN_LAYOUT_R16. */
+    void (*repack_r16)(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1);
 } tern_kern_table;
 
 /* The active table (initialised on first use). */
@@ -90,6 +93,7 @@ void tern_ref_fill(tern_kern_table *t);
 void tern_avx2_fill(tern_kern_table *t);
 void tern_avx512_fill(tern_kern_table *t);
 void tern_neon_fill(tern_kern_table *t);
+void tern_neon_i8mm_fill(tern_kern_table *t);
 /* The model ops' slots: reference (model_ops.c), then the ISA builds of model_ops.h. */
 void tern_model_ref_fill(tern_kern_table *t);
 void tern_model_avx2_fill(tern_kern_table *t);
@@ -107,18 +111,32 @@ void tern_ref_addnorm(float *r, const float *d, const float *gain, float eps, fl
                       float *rotated, size_t n, size_t block, const float *signs);
 void tern_ref_swiglu(const float *gate, const float *up, float *out, size_t n, size_t block,
                      const float *signs);
+void tern_ref_repack_r16(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1);
 
-/* TERN_LAYOUT_R16 addressing (blocks.h): the 544-byte block b of row r's group, the
- * position of row r within a 16-byte chunk, and row r's code byte q of block b. */
+/* TERN_LAYOUT_R16 addressing (kernels.h, blocks.h): the 544-byte block b of row r's
+ * group; the byte of block b that holds row r's element e (0..127) and the field
+ * (bits 2*field) it is in: lane L = r % 16 of 64-byte vector e/16, byte e%4 of the
+ * lane's 4, field (e%16)/4; row r's scale of block b. */
 static inline const uint8_t *tern_r16_block(const tern_qmat *w, int64_t r, int64_t b) {
     return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16_BLOCK_BYTES;
 }
-static inline int tern_r16_pos(int L) { return 8 * ((L / 2) % 2) + 2 * (L / 4) + L % 2; }
-static inline uint8_t tern_r16_code_byte(const tern_qmat *w, int64_t r, int64_t b, int q) {
-    return tern_r16_block(w, r, b)[TERN_R16_SCALES + 16 * q + tern_r16_pos((int)(r % 16))];
+static inline int tern_r16_byte(int L, int e) { return TERN_R16_SCALES + 64 * (e / 16) + 4 * L + e % 4; }
+static inline int tern_r16_code(const tern_qmat *w, int64_t r, int64_t b, int e) {
+    return (tern_r16_block(w, r, b)[tern_r16_byte((int)(r % 16), e)] >> (2 * ((e % 16) / 4))) & 3;
 }
 static inline uint16_t tern_r16_scale(const tern_qmat *w, int64_t r, int64_t b) {
     return tern_rd16(tern_r16_block(w, r, b) + 2 * (r % 16));
+}
+/* Q1_0 in TERN_LAYOUT_R16 (288-byte blocks): the bit of row r's element e of block b. */
+static inline const uint8_t *tern_r16q1_block(const tern_qmat *w, int64_t r, int64_t b) {
+    return w->data + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)b * TERN_R16Q1_BLOCK_BYTES;
+}
+static inline int tern_r16q1_byte(int L, int e) { return TERN_R16_SCALES + 64 * (e / 32) + 4 * L + e % 4; }
+static inline int tern_r16q1_bit(const tern_qmat *w, int64_t r, int64_t b, int e) {
+    return (tern_r16q1_block(w, r, b)[tern_r16q1_byte((int)(r % 16), e)] >> ((e % 32) / 4)) & 1;
+}
+static inline uint16_t tern_r16q1_scale(const tern_qmat *w, int64_t r, int64_t b) {
+    return tern_rd16(tern_r16q1_block(w, r, b) + 2 * (r % 16));
 }
 
 /* fp16 -> fp32 table (65536 entries), filled by dispatch before any kernel runs. */

@@ -288,7 +288,7 @@ tern_status tern_linear_dequantize(const tern_linear *l, float *out) {
             float v;
             if (l->w.layout == TERN_LAYOUT_R16) {
                 float d = tern_f16_to_f32(tern_r16_scale(&l->w, r, j / 128));
-                v = (float)(((tern_r16_code_byte(&l->w, r, j / 128, (int)(e / 4)) >> (2 * (e % 4))) & 3) - 1) * d;
+                v = (float)(tern_r16_code(&l->w, r, j / 128, (int)e) - 1) * d;
             } else {
                 const uint8_t *blk = l->buf + (size_t)r * l->w.row_bytes + (size_t)(j / g) * bb;
                 float d = tern_f16_to_f32(tern_rd16(blk));

@@ -8,6 +8,7 @@
 #include "kernels/cpu/internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
@@ -39,8 +40,8 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
     if (w->layout != TERN_LAYOUT_ROWS) {
         if (w->layout != TERN_LAYOUT_R16)
             return tern_fail(TERN_ERR_INVALID_ARG, "matrix %s: unknown layout %d", name, w->layout);
-        if (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0)
-            return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: the 16-row layout holds PQ2_0/Q2_0, not %s",
+        if (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0 && w->type != TERN_DT_Q1_0)
+            return tern_fail(TERN_ERR_UNSUPPORTED, "matrix %s: the 16-row layout holds PQ2_0/Q2_0/Q1_0, not %s",
                              name, tern_dtype_name(w->type));
         if (w->row_bytes != need)
             return tern_fail(TERN_ERR_SHAPE, "matrix %s: 16-row layout needs row_bytes %zu, got %zu", name,
@@ -52,34 +53,21 @@ tern_status tern_qmat_check(const tern_qmat *w, const char *name) {
 tern_status tern_qmat_repack(const tern_qmat *w, tern_qmat *out) {
     tern_status st = tern_qmat_check(w, "repack");
     if (st) return st;
-    if (w->layout != TERN_LAYOUT_ROWS || (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0))
-        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: only PQ2_0/Q2_0 in the file layout (got %s)",
+    if (w->layout != TERN_LAYOUT_ROWS ||
+        (w->type != TERN_DT_PQ2_0 && w->type != TERN_DT_Q2_0 && w->type != TERN_DT_Q1_0))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: only PQ2_0/Q2_0/Q1_0 in the file layout (got %s)",
                          tern_dtype_name(w->type));
     if (tern_kernels_isa() != TERN_ISA_AVX512)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tern_qmat_repack: the 16-row layout only helps the AVX-512 "
                          "kernels (active: %s)", tern_isa_name(tern_kernels_isa()));
-    size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES, groups = ((size_t)w->n + 15) / 16, total;
+    size_t rb = (size_t)w->k / 128 * (w->type == TERN_DT_Q1_0 ? TERN_Q1_0_BYTES : TERN_PQ2_0_BYTES);
+    size_t groups = ((size_t)w->n + 15) / 16, total;
     if (!tern_mul_ok(groups * 16, rb, &total))
         return tern_fail(TERN_ERR_SHAPE, "tern_qmat_repack: matrix too large");
-    uint8_t *buf = tern_alloc_aligned(total ? total : 64);
+    /* large copies on huge pages (the GEMV streams them: measured ~5% faster cold) */
+    uint8_t *buf = total >= ((size_t)4 << 20) ? tern_alloc_huge(total) : tern_alloc_aligned(total ? total : 64);
     if (!buf) return tern_fail(TERN_ERR_NOMEM, "tern_qmat_repack: out of memory for %zu bytes", total);
-    int64_t nb = w->k / 128;
-    for (size_t g = 0; g < groups; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = buf + g * 16 * rb + (size_t)b * TERN_R16_BLOCK_BYTES;
-            for (int L = 0; L < 16; L++) {
-                int64_t r = (int64_t)g * 16 + L;
-                int pos = tern_r16_pos(L);
-                if (r >= w->n) { /* padding row: scale 0, codes 1 (zero weights) */
-                    memset(o + 2 * L, 0, 2);
-                    for (int q = 0; q < 32; q++) o[TERN_R16_SCALES + 16 * q + pos] = 0x55;
-                    continue;
-                }
-                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_PQ2_0_BYTES;
-                memcpy(o + 2 * L, blk, 2);
-                for (int q = 0; q < 32; q++) o[TERN_R16_SCALES + 16 * q + pos] = blk[TERN_BLOCK_QS + q];
-            }
-        }
+    tern_kern_get()->repack_r16(w, buf, 0, (int64_t)groups);
     *out = *w;
     out->data = buf;
     out->row_bytes = rb;
@@ -163,9 +151,8 @@ typedef struct mm_job {
     size_t batch;
 } mm_job;
 
-static void mm_task(void *vctx, int task, int n_tasks) {
-    mm_job *j = vctx;
-    int64_t u0 = j->n_units * task / n_tasks, u1 = j->n_units * (task + 1) / n_tasks;
+/* Units [u0, u1) of the job (row tiles, across the matrices of a multi call). */
+static void mm_units(const mm_job *j, int64_t u0, int64_t u1) {
     for (int m = 0; m < j->n_mats && u0 < u1; m++) {
         int64_t s = j->row_start[m], e = j->row_start[m + 1];
         int64_t a = u0 > s ? u0 : s, b = u1 < e ? u1 : e;
@@ -173,6 +160,67 @@ static void mm_task(void *vctx, int task, int n_tasks) {
         int64_t r0 = (a - s) * j->tile, r1 = (b - s) * j->tile;
         if (r1 > j->w[m]->n) r1 = j->w[m]->n;
         j->rows[m](j->w[m], j->act[m], j->act_stride[m], j->batch, j->y[m], j->y_stride[m], r0, r1);
+    }
+}
+
+/* Work distribution (issue 11: a shared CPU must not collapse the pool).
+ * The units are cut into nr contiguous ranges, one per thread, each in chunks
+ * of `chunk` units. A range's chunks are claimed from its front by its owner
+ * and from its back by the others once their own range is empty (one 64-bit
+ * word per range: front and back chunk index, claimed by CAS). So on a quiet
+ * machine every thread streams through its own contiguous rows (measured
+ * 10-25% faster than interleaved chunks), and a thread that runs late - a
+ * helper sharing its core with another process, or still waking up - only
+ * does what is left: the others eat its range from the back, and nobody
+ * waits for more than the one chunk it is running. Pool tasks nr..2nr-1 are
+ * thieves from the start (a helper that wakes after the caller has claimed
+ * every home range can still help). */
+#define MM_MAX_RANGES 64
+typedef struct mm_sched {
+    mm_job *job;
+    int nr;
+    int64_t chunk;                          /* units per chunk */
+    int64_t start[MM_MAX_RANGES + 1];       /* first unit of each range */
+    struct { _Alignas(64) atomic_uint_least64_t fb; } r[MM_MAX_RANGES]; /* front << 32 | back (chunks) */
+} mm_sched;
+
+static inline int64_t rng_chunks(const mm_sched *s, int i) {
+    return (s->start[i + 1] - s->start[i] + s->chunk - 1) / s->chunk;
+}
+/* Claim a chunk of range i from the front (own) or the back (steal); -1 when empty. */
+static int64_t rng_claim(mm_sched *s, int i, bool back) {
+    uint64_t v = atomic_load_explicit(&s->r[i].fb, memory_order_relaxed);
+    for (;;) {
+        uint32_t f = (uint32_t)(v >> 32), b = (uint32_t)v;
+        if (f >= b) return -1;
+        uint64_t nv = back ? (v - 1) : (v + ((uint64_t)1 << 32));
+        if (atomic_compare_exchange_weak_explicit(&s->r[i].fb, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return back ? (int64_t)b - 1 : (int64_t)f;
+    }
+}
+static void rng_run(mm_sched *s, int i, int64_t c) {
+    int64_t u0 = s->start[i] + c * s->chunk, u1 = u0 + s->chunk;
+    if (u1 > s->start[i + 1]) u1 = s->start[i + 1];
+    mm_units(s->job, u0, u1);
+}
+
+static void mm_task(void *vctx, int task, int n_tasks) {
+    (void)n_tasks;
+    mm_sched *s = vctx;
+    if (task < s->nr)
+        for (int64_t c; (c = rng_claim(s, task, false)) >= 0;) rng_run(s, task, c);
+    for (;;) { /* steal from the back of the range with the most left */
+        int best = -1;
+        int64_t most = 0;
+        for (int i = 0; i < s->nr; i++) {
+            uint64_t v = atomic_load_explicit(&s->r[i].fb, memory_order_relaxed);
+            int64_t left = (int64_t)(uint32_t)v - (int64_t)(uint32_t)(v >> 32);
+            if (left > most) { most = left; best = i; }
+        }
+        if (best < 0) return;
+        int64_t c = rng_claim(s, best, true);
+        if (c >= 0) rng_run(s, best, c);
     }
 }
 
@@ -202,7 +250,8 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     for (int m = 0; m < n_mats; m++) {
         TERN_ASSERT(w[m]->k == k && (unsigned)w[m]->type < TERN_DT_COUNT &&
                     (w[m]->layout == TERN_LAYOUT_ROWS || w[m]->layout == TERN_LAYOUT_R16));
-        const tern_mm_ops *o = w[m]->layout == TERN_LAYOUT_R16 ? &kt->mm_r16 : &kt->mm[w[m]->type];
+        const tern_mm_ops *o = w[m]->layout != TERN_LAYOUT_R16 ? &kt->mm[w[m]->type]
+                               : w[m]->type == TERN_DT_Q1_0 ? &kt->mm_r16q1 : &kt->mm_r16;
         j.w[m] = w[m];
         j.ops[m] = o;
         j.y[m] = y[m];
@@ -258,22 +307,33 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     j.n_units = j.row_start[n_mats];
     if (j.n_units == 0) return;
     int nt = tern_pool_size(pool);
-    /* Tasks per thread: 1 for small batches (one contiguous weight stream per
-     * thread measured 10-25% faster than 4 interleaved chunks), 4 for GEMMs
-     * (load balance). TERN_TASKS_PER_THREAD overrides both. */
-    static int tpt_env = -1;
-    if (tpt_env < 0) {
-        const char *e = getenv("TERN_TASKS_PER_THREAD");
-        int v = e ? atoi(e) : 0;
-        tpt_env = v >= 1 && v <= 64 ? v : 0;
-    }
-    int tpt = tpt_env ? tpt_env : batch < 8 ? 1 : 4; /* 8: the AVX-512 GEMM_MIN */
-    int n_tasks = nt == 1 ? 1 : nt * tpt;
+    if (nt > MM_MAX_RANGES) nt = MM_MAX_RANGES;
     /* Small jobs are not worth waking workers for. */
     double work = (double)j.n_units * (double)tile * (double)k * (double)batch;
-    if (work < 65536.0) n_tasks = 1;
-    if (n_tasks > j.n_units) n_tasks = (int)j.n_units;
-    tern_pool_run(n_tasks > 1 ? pool : NULL, mm_task, &j, n_tasks);
+    if (nt == 1 || work < 65536.0) {
+        mm_units(&j, 0, j.n_units);
+        return;
+    }
+    mm_sched s;
+    s.job = &j;
+    s.nr = nt < j.n_units ? nt : (int)j.n_units;
+    for (int i = 0; i <= s.nr; i++) s.start[i] = j.n_units * i / s.nr;
+    /* Chunks of about 2^18 multiply-adds (a few microseconds), at least 4 per
+     * range so a late thread's range can be shared. TERN_MM_CHUNK (units) overrides. */
+    static int chunk_env = -1;
+    if (chunk_env < 0) {
+        const char *e = getenv("TERN_MM_CHUNK");
+        int v = e ? atoi(e) : 0;
+        chunk_env = v >= 1 ? v : 0;
+    }
+    int64_t per_unit = tile * k * (int64_t)batch, range = (j.n_units + s.nr - 1) / s.nr;
+    int64_t chunk = chunk_env ? chunk_env : ((int64_t)1 << 18) / (per_unit > 0 ? per_unit : 1);
+    if (!chunk_env && chunk > (range + 3) / 4) chunk = (range + 3) / 4;
+    if (chunk < 1) chunk = 1;
+    s.chunk = chunk;
+    for (int i = 0; i < s.nr; i++)
+        atomic_init(&s.r[i].fb, (uint64_t)0 << 32 | (uint64_t)rng_chunks(&s, i));
+    tern_pool_run(pool, mm_task, &s, 2 * s.nr);
 }
 
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride, float *y,

@@ -15,6 +15,11 @@
  * that finishes the last task wakes it. Back-to-back kernels of a token thus
  * never make a system call on a quiet machine, and a busy machine never has a
  * thread burning a core while the one it waits for cannot run.
+ *
+ * On a shared CPU (issue 11) a thread that finds itself preempted turns
+ * spinning off for a while (contention, below), and the caller watches whether
+ * sharing its runs pays at all; when it does not, it runs them alone for a
+ * while (solo mode, below; tern_pool_set_adaptive).
  */
 #define _GNU_SOURCE
 #include "kernels/kernels.h"
@@ -24,8 +29,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define TERN_POOL_FUTEX 1
@@ -53,6 +60,21 @@ struct tern_pool {
     _Alignas(64) atomic_uint done;              /* futex word: tasks finished in this run */
     atomic_int caller_waiting;
     double spin_s;
+    /* Contention (another process wants our cores): until this time (tern_now_s)
+     * nobody spins; set when a thread of the pool finds it was preempted. */
+    _Alignas(64) _Atomic double quiet_after;
+    long caller_nivcsw;         /* the caller's involuntary context switches at its last check */
+    double caller_nivcsw_t;     /* and when it last saw one */
+    unsigned caller_checks;
+    /* Does sharing pay? (caller-only state but helper_ns.) Per run: the tasks'
+     * time on helpers, on the caller, and the run's wall time; summed over a
+     * window, and while the helpers save less than SOLO_MIN_GAIN of it the
+     * caller runs alone (helpers asleep) for solo_s, then tries again. */
+    _Alignas(64) atomic_uint_least64_t helper_ns;
+    bool adapt;
+    int win_runs;
+    double win_work, win_wall;
+    double solo_until, solo_s;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -85,31 +107,93 @@ static void word_wake(tern_pool *p, atomic_uint *w) {
 }
 #endif
 
-/* Spin until *w != val or spin_s has passed; true when it changed. */
-static bool spin_until_changed(const tern_pool *p, atomic_uint *w, unsigned val) {
-    double t0 = 0.0;
+/* ------------------------------------------------------------ contention
+ * Spinning only pays while nobody else wants the core: a thread that spins
+ * beside another runnable process spends its share of the core on the spin
+ * and is then preempted in the middle of a task, which every other thread of
+ * the run waits for (issue 11: --threads 2 beside one busy process ran below
+ * --threads 1). So a thread that finds it was preempted - a gap of more than
+ * PREEMPT_GAP_S between two clock reads of a spin, or two involuntary context
+ * switches within PREEMPT_PAIR_S on Linux - marks the pool contended for CONTENDED_S, and
+ * while it is, waits are futex sleeps right away (a sleeper that wakes is
+ * also the one the scheduler favours over a CPU-bound process). */
+#define PREEMPT_GAP_S 50e-6
+#define CONTENDED_S 0.05
+/* solo mode (below) */
+#define SOLO_WINDOW_RUNS 32
+#define SOLO_WINDOW_S 0.004
+#define SOLO_MIN_GAIN 0.05
+#define SOLO_FIRST_S 0.05
+#define SOLO_MAX_S 0.8
+
+static inline bool pool_contended(tern_pool *p, double now) {
+    return now < atomic_load_explicit(&p->quiet_after, memory_order_relaxed);
+}
+static inline void pool_mark_contended(tern_pool *p, double now) {
+    atomic_store_explicit(&p->quiet_after, now + CONTENDED_S, memory_order_relaxed);
+}
+
+/* Involuntary context switches of the calling thread so far (-1: unknown). */
+static long thread_nivcsw(void) {
+#if defined(TERN_POOL_FUTEX) && defined(RUSAGE_THREAD)
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) return ru.ru_nivcsw;
+#endif
+    return -1;
+}
+/* Mark the pool contended when this thread was preempted twice within
+ * PREEMPT_PAIR_S (a stray kernel thread now and then is not contention; a
+ * process sharing the core preempts every few milliseconds). */
+#define PREEMPT_PAIR_S 0.02
+static void check_preempted(tern_pool *p, long *last, double *last_t) {
+    long v = thread_nivcsw();
+    if (v > *last && *last >= 0) {
+        double now = tern_now_s();
+        if (now - *last_t < PREEMPT_PAIR_S || v > *last + 1) pool_mark_contended(p, now);
+        *last_t = now;
+    }
+    *last = v;
+}
+
+/* The spin budget now: spin_s, or 0 while the pool is contended. */
+static double spin_budget(tern_pool *p) {
+    if (p->spin_s <= 0.0) return 0.0;
+    return pool_contended(p, tern_now_s()) ? 0.0 : p->spin_s;
+}
+
+/* Spin until *w != val or the budget has passed; true when it changed. A gap
+ * between two clock reads means this thread was preempted: give up and mark
+ * the pool contended. */
+static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
+    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
+    if (budget <= 0.0) return atomic_load_explicit(w, memory_order_acquire) != val;
     unsigned spins = 0;
     while (atomic_load_explicit(w, memory_order_acquire) == val) {
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
             if (t0 == 0.0) t0 = now;
-            else if (now - t0 > p->spin_s) return false;
+            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
+            else if (now - t0 > budget) return false;
+            last = now;
         }
     }
     return true;
 }
 
-/* Spin until done == n or spin_s has passed; true when it is. */
-static bool spin_until_done(const tern_pool *p, unsigned n) {
-    double t0 = 0.0;
+/* Spin until done == n or the budget has passed; true when it is. */
+static bool spin_until_done(tern_pool *p, unsigned n) {
+    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
     unsigned spins = 0;
     while (atomic_load_explicit((atomic_uint *)&p->done, memory_order_acquire) != n) {
+        if (budget <= 0.0) return false;
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
             if (t0 == 0.0) t0 = now;
-            else if (now - t0 > p->spin_s) return false;
+            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
+            else if (now - t0 > budget) return false;
+            last = now;
         }
     }
     return true;
@@ -133,7 +217,7 @@ static inline int st_idx(uint64_t s) { return (int)(s & ST_MAX_TASKS); }
 /* Claim and run tasks of generation g until none is left. While the word
  * still shows run g with tasks left, the caller has not started the next run,
  * so fn/ctx read between the load and a successful claim are run g's. */
-static void pool_work(tern_pool *p, uint32_t g) {
+static void pool_work(tern_pool *p, uint32_t g, double *caller_s) {
     g &= ST_GEN_MASK;
     for (;;) {
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
@@ -145,7 +229,11 @@ static void pool_work(tern_pool *p, uint32_t g) {
         if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
+        double t0 = tern_now_s();
         fn(ctx, t, n);
+        double dt = tern_now_s() - t0;
+        if (caller_s) *caller_s += dt;
+        else atomic_fetch_add_explicit(&p->helper_ns, (uint64_t)(dt * 1e9), memory_order_relaxed);
         unsigned d = atomic_fetch_add(&p->done, 1) + 1;
         if (d == (unsigned)n && atomic_load(&p->caller_waiting)) word_wake(p, &p->done);
     }
@@ -154,6 +242,8 @@ static void pool_work(tern_pool *p, uint32_t g) {
 static void *pool_main(void *arg) {
     tern_pool *p = arg;
     unsigned seen = 0;
+    long nivcsw = thread_nivcsw();
+    double nivcsw_t = -1.0;
     for (;;) {
         if (!spin_until_changed(p, &p->gen, seen)) {
             atomic_fetch_add(&p->sleeping, 1);
@@ -162,7 +252,8 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
-        pool_work(p, seen);
+        pool_work(p, seen, NULL);
+        check_preempted(p, &nivcsw, &nivcsw_t);
     }
     return NULL;
 }
@@ -179,6 +270,11 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     double us = e && *e ? atof(e) : 100.0;
     if (!(us >= 0.0)) us = 0.0;
     p->spin_s = us * 1e-6;
+    p->caller_nivcsw = -1;
+    p->caller_nivcsw_t = -1.0;
+    e = getenv("TERN_POOL_ADAPT");
+    p->adapt = !(e && !strcmp(e, "0"));
+    p->solo_s = SOLO_FIRST_S;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -217,6 +313,46 @@ void tern_pool_free(tern_pool *p) {
 
 int tern_pool_size(const tern_pool *p) { return p ? p->n : 1; }
 
+bool tern_pool_set_adaptive(tern_pool *p, bool on) {
+    if (!p) return false;
+    bool was = p->adapt;
+    p->adapt = on;
+    p->solo_until = 0.0;
+    p->solo_s = SOLO_FIRST_S;
+    p->win_runs = 0;
+    p->win_work = p->win_wall = 0.0;
+    return was;
+}
+
+/* ------------------------------------------------------------ solo mode
+ * Sharing a run costs the caller a wake-up and, when a helper is descheduled
+ * with a task in hand, a wait; it pays back the helpers' task time. Summed
+ * over a window of runs: when the helpers' time minus the caller's overhead
+ * (wall time beyond its own task time) is below SOLO_MIN_GAIN of the work,
+ * the caller runs the next runs alone for solo_s (helpers asleep: on a core
+ * shared with another process that is exactly --threads 1), doubling up to
+ * SOLO_MAX_S while the trials keep failing, back to SOLO_FIRST_S when one
+ * pays. On a quiet machine the helpers do about their share and this never
+ * triggers. TERN_POOL_ADAPT=0 turns it off. */
+
+static void pool_judge(tern_pool *p, double t_start, double caller_s) {
+    double now = tern_now_s(), wall = now - t_start;
+    double helper_s = (double)atomic_load_explicit(&p->helper_ns, memory_order_relaxed) * 1e-9;
+    p->win_work += caller_s + helper_s;
+    p->win_wall += wall;
+    if (++p->win_runs < SOLO_WINDOW_RUNS && p->win_wall < SOLO_WINDOW_S) return;
+    /* saved = (work done alone would take win_work) - (it took win_wall) */
+    double saved = p->win_work - p->win_wall;
+    if (saved < SOLO_MIN_GAIN * p->win_work) {
+        p->solo_until = now + p->solo_s;
+        p->solo_s = p->solo_s * 2 < SOLO_MAX_S ? p->solo_s * 2 : SOLO_MAX_S;
+    } else {
+        p->solo_s = SOLO_FIRST_S;
+    }
+    p->win_runs = 0;
+    p->win_work = p->win_wall = 0.0;
+}
+
 /* More tasks than the claim word counts: run them in slices. */
 typedef struct slice_ctx {
     tern_task_fn fn;
@@ -242,6 +378,12 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
         }
         return;
     }
+    /* Running alone for now (helpers did not pay on this machine lately). */
+    double t_start = p->adapt ? tern_now_s() : 0.0;
+    if (p->adapt && t_start < p->solo_until) {
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t, n_tasks);
+        return;
+    }
     /* Publish the run: its data, then the claim word, then the wake word.
      * The gen word (what helpers sleep on) moves in step with the claim word's
      * generation. */
@@ -249,15 +391,22 @@ void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks) {
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->helper_ns, 0, memory_order_relaxed);
     atomic_store(&p->state, st_make(g, (uint32_t)n_tasks));
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->sleeping) > 0) word_wake(p, &p->gen);
-    pool_work(p, g);
+    double caller_s = 0.0;
+    pool_work(p, g, &caller_s);
+    /* The caller's own preemptions count too (checked every 8th run: a
+     * system call). */
+    if ((p->caller_checks++ & 7) == 0) check_preempted(p, &p->caller_nivcsw, &p->caller_nivcsw_t);
     /* The remaining tasks are running on helpers: spin a while, then sleep
      * until the one that finishes the last task wakes us. */
     unsigned d;
-    if (spin_until_done(p, (unsigned)n_tasks)) return;
-    atomic_store(&p->caller_waiting, 1);
-    while ((d = atomic_load(&p->done)) != (unsigned)n_tasks) word_wait(p, &p->done, d);
-    atomic_store(&p->caller_waiting, 0);
+    if (!spin_until_done(p, (unsigned)n_tasks)) {
+        atomic_store(&p->caller_waiting, 1);
+        while ((d = atomic_load(&p->done)) != (unsigned)n_tasks) word_wait(p, &p->done, d);
+        atomic_store(&p->caller_waiting, 0);
+    }
+    if (p->adapt) pool_judge(p, t_start, caller_s);
 }

@@ -73,15 +73,84 @@ static float ref_dot_row(const tern_qmat *w, const uint8_t *row, const float *x)
     return acc;
 }
 
+/* File layout -> TERN_LAYOUT_R16 (kernels.h), groups [g0, g1). */
+/* Q1_0: file bytes 4v..4v+3 as a little-endian word hold elements 32v + f at bit f;
+ * lane byte j bit t takes element 32v + 4t + j. */
+static void ref_repack_r16q1(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    const size_t rb = (size_t)w->k / 128 * TERN_Q1_0_BYTES;
+    const int64_t nb = w->k / 128;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = buf + (size_t)g * 16 * rb + (size_t)b * TERN_R16Q1_BLOCK_BYTES;
+            for (int L = 0; L < 16; L++) {
+                int64_t r = g * 16 + L;
+                if (r >= w->n) { /* padding row: scale 0 (the bits do not matter) */
+                    memset(o + 2 * L, 0, 2);
+                    for (int v = 0; v < 4; v++) memset(o + tern_r16q1_byte(L, 32 * v), 0, 4);
+                    continue;
+                }
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_Q1_0_BYTES;
+                memcpy(o + 2 * L, blk, 2);
+                for (int v = 0; v < 4; v++) {
+                    uint32_t x = tern_rd32(blk + TERN_BLOCK_QS + 4 * v), y = 0;
+                    for (int j = 0; j < 4; j++)
+                        for (int t = 0; t < 8; t++) y |= ((x >> (4 * t + j)) & 1u) << (8 * j + t);
+                    memcpy(o + tern_r16q1_byte(L, 32 * v), &y, 4);
+                }
+            }
+        }
+}
+
+void tern_ref_repack_r16(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
+    if (w->type == TERN_DT_Q1_0) { ref_repack_r16q1(w, buf, g0, g1); return; }
+    const size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES;
+    const int64_t nb = w->k / 128;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = buf + (size_t)g * 16 * rb + (size_t)b * TERN_R16_BLOCK_BYTES;
+            for (int L = 0; L < 16; L++) {
+                int64_t r = g * 16 + L;
+                if (r >= w->n) { /* padding row: scale 0, codes 1 (zero weights) */
+                    memset(o + 2 * L, 0, 2);
+                    for (int v = 0; v < 8; v++) memset(o + tern_r16_byte(L, 16 * v), 0x55, 4);
+                    continue;
+                }
+                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_PQ2_0_BYTES;
+                memcpy(o + 2 * L, blk, 2);
+                /* file bytes 4v..4v+3 (elements 16v..16v+15, element 4q+t at byte q field t)
+                 * -> lane bytes j = 0..3 holding elements 16v + 4s + j in field s: a
+                 * transpose of the 4 x 4 matrix of 2-bit fields (two delta swaps) */
+                for (int v = 0; v < 8; v++) {
+                    uint32_t x = tern_rd32(blk + TERN_BLOCK_QS + 4 * v), t;
+                    t = ((x >> 6) ^ x) & 0x00CC00CCu;
+                    x ^= t ^ (t << 6);
+                    t = ((x >> 12) ^ x) & 0x0000F0F0u;
+                    x ^= t ^ (t << 12);
+                    memcpy(o + tern_r16_byte(L, 16 * v), &x, 4);
+                }
+            }
+        }
+}
+
 /* The same product for a TERN_LAYOUT_R16 matrix. */
 static float ref_dot_r16(const tern_qmat *w, int64_t r, const float *x) {
     float acc = 0.0f;
+    if (w->type == TERN_DT_Q1_0) {
+        for (int64_t b = 0; b < w->k / 128; b++) {
+            float d = tern_f16_to_f32(tern_r16q1_scale(w, r, b));
+            const float *xb = x + b * 128;
+            float s = 0.0f;
+            for (int j = 0; j < 128; j++) s += tern_r16q1_bit(w, r, b, j) ? xb[j] : -xb[j];
+            acc += d * s;
+        }
+        return acc;
+    }
     for (int64_t b = 0; b < w->k / 128; b++) {
         float d = tern_f16_to_f32(tern_r16_scale(w, r, b));
         const float *xb = x + b * 128;
         float s = 0.0f;
         for (int j = 0; j < 128; j++) {
-            int code = (tern_r16_code_byte(w, r, b, j / 4) >> (2 * (j % 4))) & 3;
+            int code = tern_r16_code(w, r, b, j);
             s += (float)(code - 1) * xb[j];
         }
         acc += d * s;
@@ -164,6 +233,8 @@ void tern_ref_fill(tern_kern_table *t) {
         t->mm[i].row_tile = 1;
     }
     t->mm_r16 = t->mm[TERN_DT_PQ2_0];
+    t->mm_r16q1 = t->mm[TERN_DT_PQ2_0];
+    t->repack_r16 = tern_ref_repack_r16;
     t->fwht = tern_ref_fwht;
     t->addnorm = tern_ref_addnorm;
     t->swiglu = tern_ref_swiglu;
