@@ -172,11 +172,16 @@ def test_eval_errors_and_context(q3):
         m.eval([1, 2, 3, 4, 5])
         with pytest.raises(tern.ContextFullError):
             m.eval([1, 2, 3, 4], reset=False)
-        # continuing equals evaluating at once
+        # continuing equals evaluating at once, to float order: the last token of a
+        # prompt goes through the prefill products (file layout), a continued single
+        # token through the repacked decode GEMV; both sum exact integers per group but
+        # add the groups' float products in other orders (qwen3-tiny: 2.1e-3 after 28
+        # layers); the logits of the greedy pick agree
         a = m.eval([5, 6, 7])[-1]
         m.eval([5, 6], reset=True)
         b = m.eval([7], reset=False)[-1]
-        np.testing.assert_allclose(a, b, atol=1e-3)
+        np.testing.assert_allclose(a, b, atol=5e-3)
+        assert int(np.argmax(a)) == int(np.argmax(b))
         assert m.pos == 3
 
 
