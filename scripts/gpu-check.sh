@@ -76,7 +76,7 @@ if has sanitize; then
     TERN_TEST_DEVICE=cuda timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
       $B/tern eval -m $W/fx/qwen35-tiny/model-pq2_0.gguf --device cuda --ids $(seq -s, 1 70) --chunk 33 \
       --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
-    row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E 'ERROR SUMMARY' $OUT/san-$tool.log)"
+    row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' $OUT/san-$tool.log)"
   done
 fi
 bench() { # preset [n reps]
