@@ -1370,62 +1370,67 @@ static void *dev_cache(tern_kv_type t, size_t cap, size_t kvw, float **h) {
     return d;
 }
 
-/* split-K decode attention vs float64 softmax attention, with and without the gate,
- * f32 caches and f16 / bf16 / q8_0 / mixed ones (float64 of the stored values, same
- * bound: the kernels read what the CPU's tern_kv_store wrote and tern_kv_load reads) */
-TEST(attention_decode_vs_f64) {
-    NEED_GPU();
-    const int cfg[][7] = {{6, 2, 64, 0, 16, 0, 0},       {4, 1, 256, 6, 7, 0, 0},
-                          {3, 3, 48, 299, 300, 0, 0},    {8, 2, 128, 1000, 4096, 0, 0},
-                          {2, 1, 128, 511, 512, 0, 0},   {5, 5, 96, 256, 1000, 0, 0},
-                          {6, 2, 64, 0, 16, 1, 1},       {8, 2, 128, 1000, 4096, 1, 1},
-                          {3, 3, 48, 299, 300, 2, 2},    {4, 1, 256, 6, 7, 2, 2},
-                          {5, 5, 96, 256, 1000, 1, 2},   {2, 1, 128, 511, 512, 2, 0},
-                          /* q8_0 (3), alone and mixed; head sizes multiples of 32 */
-                          {6, 2, 64, 0, 16, 3, 3},       {8, 2, 128, 1000, 4096, 3, 3},
-                          {4, 1, 256, 6, 7, 3, 1},       {5, 5, 96, 256, 1000, 2, 3},
-                          {2, 1, 128, 511, 512, 3, 0},   {24, 4, 256, 70, 300, 3, 3}};
-    for (int c = 0; c < (int)(sizeof cfg / sizeof cfg[0]); c++) {
-        int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], cap = cfg[c][4];
-        tern_kv_type kt = (tern_kv_type)cfg[c][5], vt = (tern_kv_type)cfg[c][6];
-        size_t kvw = (size_t)nkv * hd, W = (size_t)nh * hd;
-        float *hq = malloc(W * 4), *hg = malloc(W * 4), *hk, *hv;
-        float *dq = dev_rand(hq, W, 1.0f), *dg = dev_rand(hg, W, 1.0f);
-        void *dk = dev_cache(kt, (size_t)cap, kvw, &hk), *dv = dev_cache(vt, (size_t)cap, kvw, &hv);
-        float *dout = tc_malloc(W * 4), *got = malloc(W * 4);
-        double *ref = malloc(W * 8), *sc = malloc((size_t)(pos0 + 1) * 8);
-        float scale = 1.0f / sqrtf((float)hd);
-        for (int h = 0; h < nh; h++) {
-            int kh = h / (nh / nkv);
-            double mx = -INFINITY, sum = 0;
-            for (int p = 0; p <= pos0; p++) {
-                double s = 0;
-                for (int j = 0; j < hd; j++) s += (double)hq[h * hd + j] * hk[(size_t)p * kvw + kh * hd + j];
-                sc[p] = s * scale;
-                if (sc[p] > mx) mx = sc[p];
-            }
-            for (int p = 0; p <= pos0; p++) sum += (sc[p] = exp(sc[p] - mx));
-            for (int j = 0; j < hd; j++) {
-                double o = 0;
-                for (int p = 0; p <= pos0; p++) o += sc[p] * hv[(size_t)p * kvw + kh * hd + j];
-                ref[h * hd + j] = o / sum;
-            }
+/* One decode attention case: the float64 softmax attention of the stored cache values
+ * (what the CPU's tern_kv_store wrote and tern_kv_load reads: the rounded f16 / bf16
+ * values, q8_0's q * d), with and without the gate, vs the GQA kernel (default) and the
+ * old per-query-head kernels (tc_set_attn_old(1)), each within tol of the largest
+ * reference value, and the two within 2 * tol of each other (float summation order
+ * only). gqa: 1 when the GQA kernel must take these arguments (checked with
+ * tc_attn_decode_gqa, so the first pass cannot silently run the old kernels). */
+static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv_type kt,
+                             tern_kv_type vt, double tol, int gqa) {
+    size_t kvw = (size_t)nkv * hd, W = (size_t)nh * hd;
+    float *hq = malloc(W * 4), *hg = malloc(W * 4), *hk, *hv;
+    float *dq = dev_rand(hq, W, 1.0f), *dg = dev_rand(hg, W, 1.0f);
+    void *dk = dev_cache(kt, (size_t)cap, kvw, &hk), *dv = dev_cache(vt, (size_t)cap, kvw, &hv);
+    float *dout = tc_malloc(W * 4), *got[2][2];
+    double *ref = malloc(W * 8), *sc = malloc((size_t)(pos0 + 1) * 8), *want = malloc(W * 8);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < nh; h++) {
+        int kh = h / (nh / nkv);
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p <= pos0; p++) {
+            double sd = 0;
+            for (int j = 0; j < hd; j++) sd += (double)hq[h * hd + j] * hk[(size_t)p * kvw + kh * hd + j];
+            sc[p] = sd * scale;
+            if (sc[p] > mx) mx = sc[p];
         }
+        for (int p = 0; p <= pos0; p++) sum += (sc[p] = exp(sc[p] - mx));
+        for (int j = 0; j < hd; j++) {
+            double o = 0;
+            for (int p = 0; p <= pos0; p++) o += sc[p] * hv[(size_t)p * kvw + kh * hd + j];
+            ref[h * hd + j] = o / sum;
+        }
+    }
+    for (int old = 0; old < 2; old++) {
+        tc_set_attn_old(old);
+        CHECK_EQ_INT(tc_attn_decode_gqa((int)kt, (int)vt, dk, dv, cap, nh, nkv, hd), old ? 0 : gqa);
         for (int gated = 0; gated < 2; gated++) {
+            got[old][gated] = malloc(W * 4);
             tc_launches_reset();
             tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, gated ? dg : NULL, dout, pos0, cap, nh,
                                 nkv, hd, scale);
             CHECK_EQ_INT(tc_sync(), 0);
             CHECK(tc_launches() == 2);
-            CHECK(tc_download(got, dout, W * 4) == 0);
-            double *want = malloc(W * 8);
+            CHECK(tc_download(got[old][gated], dout, W * 4) == 0);
             for (size_t i = 0; i < W; i++)
                 want[i] = gated ? ref[i] / (1 + exp(-(double)hg[i])) : ref[i];
-            double e = max_rel(got, want, W);
-            CHECK_MSG(e < 1e-5, "attention decode nh %d nkv %d hd %d pos0 %d cap %d gate %d kv %d/%d: %g",
-                      nh, nkv, hd, pos0, cap, gated, (int)kt, (int)vt, e);
-            free(want);
+            double e = max_rel(got[old][gated], want, W);
+            CHECK_MSG(e < tol, "attention decode %s nh %d nkv %d hd %d pos0 %d cap %d gate %d kv %d/%d: %g",
+                      old ? "old" : "gqa", nh, nkv, hd, pos0, cap, gated, (int)kt, (int)vt, e);
         }
+    }
+    tc_set_attn_old(-1);
+    for (int gated = 0; gated < 2; gated++) { /* new vs old */
+        for (size_t i = 0; i < W; i++) want[i] = got[1][gated][i];
+        double e = max_rel(got[0][gated], want, W);
+        CHECK_MSG(e < 2 * tol, "attention decode gqa vs old nh %d nkv %d hd %d pos0 %d cap %d gate %d kv %d/%d: %g",
+                  nh, nkv, hd, pos0, cap, gated, (int)kt, (int)vt, e);
+        free(got[0][gated]);
+        free(got[1][gated]);
+    }
+    for (int old = 0; old < 2; old++) { /* refusals on both paths */
+        tc_set_attn_old(old);
         tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, NULL, dout, cap, cap, nh, nkv, hd,
                             scale); /* pos0 past the cache */
         CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
@@ -1439,11 +1444,50 @@ TEST(attention_decode_vs_f64) {
             tc_attention(dq, W, dk, dv, (int)TERN_KV_Q8_0, (int)vt, dout, 1, pos0, nh, nkv, hd, scale);
             CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
         }
-        tc_free(dq, W * 4); tc_free(dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
-        tc_free(dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
-        tc_free(dg, W * 4); tc_free(dout, W * 4);
-        free(hq); free(hk); free(hv); free(hg); free(got); free(ref); free(sc);
     }
+    tc_set_attn_old(-1);
+    tc_free(dq, W * 4); tc_free(dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
+    tc_free(dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
+    tc_free(dg, W * 4); tc_free(dout, W * 4);
+    free(hq); free(hk); free(hv); free(hg); free(ref); free(sc); free(want);
+}
+
+/* split-K decode attention (GQA kernel and old kernels) vs float64 softmax attention
+ * of the stored values, with and without the gate. Bound 1e-5 of the largest value
+ * (fp32 sums; the kernels differ from each other only in summation order); 1e-4 for
+ * the 8,192- and 20,001-position cases (longer fp32 sums). */
+TEST(attention_decode_vs_f64) {
+    NEED_GPU();
+    /* shapes the old kernels alone take (mixed types, head sizes off 32/64/128/256) */
+    const int mix[][7] = {{3, 3, 48, 299, 300, 0, 0},    {5, 5, 96, 256, 1000, 0, 0},
+                          {3, 3, 48, 299, 300, 2, 2},    {5, 5, 96, 256, 1000, 1, 2},
+                          {2, 1, 128, 511, 512, 2, 0},   {4, 1, 256, 6, 7, 3, 1},
+                          {5, 5, 96, 256, 1000, 2, 3},   {2, 1, 128, 511, 512, 3, 0},
+                          {8, 2, 128, 1000, 4096, 1, 3}};
+    for (int c = 0; c < (int)(sizeof mix / sizeof mix[0]); c++)
+        attn_decode_case(mix[c][0], mix[c][1], mix[c][2], mix[c][3], mix[c][4],
+                         (tern_kv_type)mix[c][5], (tern_kv_type)mix[c][6], 1e-5, 0);
+    /* the GQA kernel's shapes: ratios 1, 2, 6 (and 24:4 at 256 as in the 27B), 3 (a
+     * template of 4 heads, 3 used), 9 and 12 (two chunks per group: 5 + 4, 6 + 6), head
+     * sizes 32 / 64 / 128 / 256; every cache type (K and V the same) */
+    const int shp[][3] = {{4, 4, 64},  {4, 2, 128}, {6, 1, 256}, {12, 2, 64}, {24, 4, 256},
+                          {3, 1, 128}, {9, 1, 32},  {12, 1, 64}, {2, 2, 256}};
+    const int pos[] = {0, 1, 31, 32, 33, 1000};
+    for (int t = 0; t < 4; t++)
+        for (int c = 0; c < (int)(sizeof shp / sizeof shp[0]); c++)
+            for (int k = 0; k < (int)(sizeof pos / sizeof pos[0]); k++) {
+                /* caps: exactly pos + 1, or a larger capacity (another grid, more splits
+                 * past the position) */
+                int cap = (k + c) % 2 ? pos[k] + 1 : 2 * pos[k] + 40;
+                attn_decode_case(shp[c][0], shp[c][1], shp[c][2], pos[k], cap, (tern_kv_type)t,
+                                 (tern_kv_type)t, 1e-5, 1);
+            }
+    /* long: 20,001 positions at a small head count (every type), the 27B's shape at
+     * 8,192 (f16, q8_0) */
+    for (int t = 0; t < 4; t++)
+        attn_decode_case(2, 1, 128, 20000, 20001, (tern_kv_type)t, (tern_kv_type)t, 1e-4, 1);
+    attn_decode_case(24, 4, 256, 8191, 8192, TERN_KV_F16, TERN_KV_F16, 1e-4, 1);
+    attn_decode_case(24, 4, 256, 8191, 8192, TERN_KV_Q8_0, TERN_KV_Q8_0, 1e-4, 1);
 }
 
 /* tc_kv_store's q8_0 rows byte-equal to the CPU's tern_kv_store on blocks chosen for

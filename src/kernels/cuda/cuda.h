@@ -183,16 +183,30 @@ void tc_attention(const float *q, size_t q_stride, const void *kcache, const voi
                   int n_head_kv, int head_dim, float scale);
 
 /* Decode attention for one query row (position pos0, attending 0..pos0) split
- * over the cache (flash-decoding): per head, one CTA per span of 32 positions (the
- * span doubled until there are at most 2048) does an online softmax over it (CTAs
- * past pos0 exit), one merge
- * kernel per head combines them and multiplies by sigmoid(gate[h*hd + j]) when
- * gate is not NULL (the attention output gate). max_len (the cache capacity)
- * fixes the grid, so a captured graph serves every position (pos0 read from the
- * graph's device word when capturing). Two launches; head_dim <= 256. */
+ * over the cache (flash-decoding), then a merge that multiplies by
+ * sigmoid(gate[h*hd + j]) when gate is not NULL (the attention output gate).
+ * Default (GQA kernel; k_type == v_type, head_dim 32/64/128/256, 16-byte aligned
+ * f32/f16/bf16 caches): one CTA per (kv head, up to 8 of its query heads, span of
+ * positions) reads each K/V row of the span once for all those query heads; the span
+ * is ceil((pos0 + 1) / splits) rounded up to 16, the splits (<= 1024, ~8 CTAs per SM)
+ * fixed by max_len and the shape. Otherwise, or with TERN_CUDA_ATTN=old
+ * (tc_set_attn_old), the old kernels: per query head, one CTA per span of 32
+ * positions (doubled until there are at most 2048). CTAs past pos0 exit. max_len (the
+ * cache capacity) fixes the grid, so a captured graph serves every position (pos0 read
+ * from the graph's device word when capturing). Two launches; head_dim <= 256. */
 void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
                          int v_type, const float *gate, float *out, int pos0, int max_len,
                          int n_head, int n_head_kv, int head_dim, float scale);
+/* 1 when tc_attention_decode runs the old per-query-head kernels (TERN_CUDA_ATTN=old,
+ * read once); tc_set_attn_old(1 | 0) overrides it, -1 goes back to the variable.
+ * Applies from the next launch (a recorded graph keeps what it recorded). */
+int tc_attn_old(void);
+void tc_set_attn_old(int old);
+/* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
+ * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
+ * 16-byte aligned); 0 when it would run the old kernels or refuse. For tests. */
+int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
+                       int max_len, int n_head, int n_head_kv, int head_dim);
 
 /* The attention mixer's decode prologue for one query row in one launch (a warp
  * per q head and per kv head): q heads split from the gated projection (gated:

@@ -11,6 +11,9 @@
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -320,17 +323,381 @@ __global__ void k_attn_merge(const float *__restrict__ part, const float *__rest
     }
 }
 
-extern "C" void tc_attention_decode(const float *q, const void *kcache, const void *vcache,
-                                    int k_type, int v_type, const float *gate, float *out,
-                                    int pos0, int max_len, int n_head, int n_head_kv,
-                                    int head_dim, float scale) {
-    TC_PROF(TC_FAM_ATTENTION);
-    if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
-        !att_types_ok(k_type, v_type, head_dim) ||
-        n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
-        tc_note(TC_ERR_UNSUPPORTED);
-        return;
+/* ------------------------------------- GQA split-K decode attention (default)
+ *
+ * CTA (kv head kvh, chunk of its query heads, span of positions): the CTA streams the
+ * span's K and V rows of head kvh once and folds them into the online-softmax states of
+ * all the chunk's query heads (GC <= AG_GMAX of them; a group of G = n_head / n_head_kv
+ * heads is cut into hch = ceil(G / AG_GMAX) chunks of ceil(G / hch)), so each row is read
+ * once per group instead of once per query head. Lane layout: a row of one head is
+ * hd / AG_VEC lanes of AG_VEC (8) consecutive values (one 16-byte load for f16 / bf16,
+ * two for f32; q8_0: the lane's 8 bytes and its block's scale), so a warp holds
+ * 32 * 8 / hd rows at once; each such lane group ("walker") keeps its own (m, l, acc)
+ * per query head and walks AG_U consecutive positions per step (the loads of all AG_U
+ * K and V rows issued before any arithmetic). The walkers' states are merged in shared
+ * memory and written as the old kernel's partials (M, L, acc[hd]) per (query head, split).
+ *
+ * The span depends on the position only, not on the grid: span = ceil(np / splits)
+ * rounded up to a multiple of AG_SPAN_MIN (np = pos0 + 1 positions), so every split
+ * below ceil(np / span) has positions and the others exit; the merge recomputes it from
+ * the same device word. The grid (splits) is fixed by max_len and the shape, so a
+ * captured graph replays at any position. */
+#define AG_WARPS 4
+#define AG_VEC 8
+#define AG_GMAX 8
+#define AG_SPAN_MIN 16
+#define AG_MAX_SPLITS 1024
+#define AG_MERGE_THREADS 256
+
+__host__ __device__ __forceinline__ int ag_span(int np, int splits) {
+    int per = (np + splits - 1) / splits;
+    per = (per + AG_SPAN_MIN - 1) / AG_SPAN_MIN * AG_SPAN_MIN;
+    return per < AG_SPAN_MIN ? AG_SPAN_MIN : per;
+}
+
+/* AG_VEC values of one head's row held by a lane: load(c, i) reads values i .. i + 7
+ * (i a multiple of 8; 16-byte aligned for f32 / f16 / bf16), get(f) converts them, d()
+ * is the factor they are multiplied by (the q8_0 block's scale; 1 for the others). */
+template <typename T> struct ag_row;
+template <> struct ag_row<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *__restrict__ c, size_t i) {
+        a = __ldg((const float4 *)(c + i));
+        b = __ldg((const float4 *)(c + i + 4));
     }
+    __device__ __forceinline__ void zero() { a = b = make_float4(0.f, 0.f, 0.f, 0.f); }
+    __device__ __forceinline__ void get(float f[AG_VEC]) const {
+        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+        f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+    }
+    static constexpr bool scaled = false;
+    __device__ __forceinline__ float d() const { return 1.0f; }
+};
+template <> struct ag_row<__half> {
+    uint4 r;
+    __device__ __forceinline__ void load(const __half *__restrict__ c, size_t i) {
+        r = __ldg((const uint4 *)(c + i));
+    }
+    __device__ __forceinline__ void zero() { r = make_uint4(0u, 0u, 0u, 0u); }
+    __device__ __forceinline__ void get(float f[AG_VEC]) const {
+        const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 t = __half22float2(*(const __half2 *)&w[k]);
+            f[2 * k] = t.x;
+            f[2 * k + 1] = t.y;
+        }
+    }
+    static constexpr bool scaled = false;
+    __device__ __forceinline__ float d() const { return 1.0f; }
+};
+template <> struct ag_row<__nv_bfloat16> {
+    uint4 r;
+    __device__ __forceinline__ void load(const __nv_bfloat16 *__restrict__ c, size_t i) {
+        r = __ldg((const uint4 *)(c + i));
+    }
+    __device__ __forceinline__ void zero() { r = make_uint4(0u, 0u, 0u, 0u); }
+    __device__ __forceinline__ void get(float f[AG_VEC]) const {
+        const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) { /* bf16 -> f32 is exact: the bits shifted up */
+            f[2 * k] = __uint_as_float(w[k] << 16);
+            f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    }
+    static constexpr bool scaled = false;
+    __device__ __forceinline__ float d() const { return 1.0f; }
+};
+template <> struct ag_row<att_q8> {
+    unsigned short s;  /* the block's fp16 scale bits */
+    unsigned short w[4]; /* the 8 int8 q, two per 16-bit word (little-endian) */
+    __device__ __forceinline__ void load(const att_q8 *__restrict__ c, size_t i) {
+        const att_q8 *b = &att_q8_block(c, i);
+        s = __ldg(&b->d);
+        const unsigned short *qs = (const unsigned short *)(b->q + att_q8_slot(i)); /* even slot */
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = __ldg(qs + k);
+    }
+    __device__ __forceinline__ void zero() { s = w[0] = w[1] = w[2] = w[3] = 0; }
+    __device__ __forceinline__ void get(float f[AG_VEC]) const {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            f[2 * k] = (float)(int8_t)(w[k] & 0xff);
+            f[2 * k + 1] = (float)(int8_t)(w[k] >> 8);
+        }
+    }
+    static constexpr bool scaled = true;
+    __device__ __forceinline__ float d() const { return __half2float(__ushort_as_half(s)); }
+};
+
+template <typename T> struct ag_unroll { static constexpr int u = 4; };
+template <> struct ag_unroll<float> { static constexpr int u = 2; };
+
+/* part[(h * splits + split) * (hd + 2)]: M, L, acc[hd] (unnormalised), as k_attn_split. */
+template <typename T, int GC>
+__global__ void __launch_bounds__(AG_WARPS * 32) k_attn_gqa(const float *__restrict__ q,
+        const T *__restrict__ kc, const T *__restrict__ vc, float *__restrict__ part, int pos0,
+        const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch) {
+    constexpr int U = ag_unroll<T>::u;
+    constexpr int NWALK_MAX = AG_WARPS * 32 / 4; /* hd >= 32: at least 4 lanes per row */
+    __shared__ float s_acc[GC][AG_WARPS * 32 * AG_VEC];
+    __shared__ float s_m[GC][NWALK_MAX], s_l[GC][NWALK_MAX];
+    __shared__ float s_w[GC][NWALK_MAX], s_L[GC], s_M[GC];
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    if (dpos) pos0 = *dpos;
+    const int np = pos0 + 1, span = ag_span(np, splits), sp = blockIdx.y;
+    const int p0 = sp * span;
+    if (p0 >= np) return; /* CTA-uniform: past the position */
+    const int p1 = min(np, p0 + span);
+    const int kvh = blockIdx.x / hch, ch = blockIdx.x % hch;
+    const int G = nh / nkv, gc = (G + hch - 1) / hch;
+    const int h0 = kvh * G + ch * gc;
+    const int ng = min(gc, (kvh + 1) * G - h0); /* query heads here, <= GC */
+    const int lpr = hd / AG_VEC, rpw = 32 / lpr, nwalk = AG_WARPS * rpw;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lg = lane / lpr, li = lane % lpr;
+    const int walker = warp * rpw + lg;
+    const size_t kvw = (size_t)nkv * hd;
+    const size_t col = (size_t)kvh * hd + (size_t)li * AG_VEC;
+
+    float qr[GC][AG_VEC], acc[GC][AG_VEC], m[GC], l[GC];
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+#pragma unroll
+        for (int e = 0; e < AG_VEC; e++) {
+            qr[g][e] = g < ng ? q[(size_t)(h0 + g) * hd + li * AG_VEC + e] : 0.0f;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    /* warp-uniform trip count (the shuffles below need every lane); a walker whose
+     * first position is past p1 only shuffles */
+    for (int pw = p0 + warp * rpw * U; pw < p1; pw += nwalk * U) {
+        const int pb = pw + lg * U;
+        ag_row<T> kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (pb + u < p1) {
+                const size_t i = (size_t)(pb + u) * kvw + col;
+                kr[u].load(kc, i);
+                vr[u].load(vc, i);
+            } else {
+                kr[u].zero();
+                vr[u].zero();
+            }
+        }
+        float s[U][GC];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float f[AG_VEC];
+            kr[u].get(f);
+            const float kd = kr[u].d();
+#pragma unroll
+            for (int g = 0; g < GC; g++) {
+                float t = 0.0f;
+#pragma unroll
+                for (int e = 0; e < AG_VEC; e++) t = fmaf(qr[g][e], f[e], t);
+                s[u][g] = ag_row<T>::scaled ? t * kd : t;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int g = 0; g < GC; g++)
+                for (int o = lpr >> 1; o > 0; o >>= 1)
+                    s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+        if (pb < p1) { /* lane-group-uniform; position pb is real, so the max is finite */
+#pragma unroll
+            for (int g = 0; g < GC; g++) {
+                float mt = -INFINITY;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    s[u][g] = pb + u < p1 ? s[u][g] * scale : -INFINITY;
+                    mt = fmaxf(mt, s[u][g]);
+                }
+                if (mt > m[g]) {
+                    const float c = expf(m[g] - mt); /* 0 on the first step (m = -inf) */
+                    l[g] *= c;
+#pragma unroll
+                    for (int e = 0; e < AG_VEC; e++) acc[g][e] *= c;
+                    m[g] = mt;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float f[AG_VEC];
+                vr[u].get(f);
+                const float vd = vr[u].d();
+#pragma unroll
+                for (int g = 0; g < GC; g++) {
+                    const float p = expf(s[u][g] - m[g]); /* 0 for positions past p1 */
+                    l[g] += p;
+                    const float pv = ag_row<T>::scaled ? p * vd : p;
+#pragma unroll
+                    for (int e = 0; e < AG_VEC; e++) acc[g][e] = fmaf(pv, f[e], acc[g][e]);
+                }
+            }
+        }
+    }
+    /* the walkers' states merged: value e of lane li of walker w sits at
+     * s_acc[g][w * hd + li * 8 + e] = s_acc[g][threadIdx.x * 8 + e] */
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+#pragma unroll
+        for (int e = 0; e < AG_VEC; e++) s_acc[g][threadIdx.x * AG_VEC + e] = acc[g][e];
+        if (li == 0) {
+            s_m[g][walker] = m[g];
+            s_l[g][walker] = l[g];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < (unsigned)ng) {
+        const int g = threadIdx.x;
+        float M = -INFINITY, L = 0.0f;
+        for (int w = 0; w < nwalk; w++)
+            if (s_l[g][w] > 0) M = fmaxf(M, s_m[g][w]);
+        for (int w = 0; w < nwalk; w++) {
+            const float x = s_l[g][w] > 0 ? expf(s_m[g][w] - M) : 0.0f;
+            s_w[g][w] = x;
+            L += s_l[g][w] * x;
+        }
+        s_M[g] = M;
+        s_L[g] = L;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < ng * hd; idx += blockDim.x) {
+        const int g = idx / hd, j = idx - g * hd;
+        float v = 0.0f;
+        for (int w = 0; w < nwalk; w++)
+            if (s_w[g][w] != 0.0f) v += s_acc[g][w * hd + j] * s_w[g][w];
+        float *pp = part + ((size_t)(h0 + g) * splits + sp) * (size_t)(hd + 2);
+        pp[2 + j] = v;
+        if (j == 0) {
+            pp[0] = s_M[g];
+            pp[1] = s_L[g];
+        }
+    }
+}
+
+__device__ __forceinline__ float ag_block_max(float v, float *red) {
+    v = tc_warp_max(v);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads(); /* red may still be read from a previous call */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = -INFINITY;
+    for (int k = 0; k < nw; k++) r = fmaxf(r, red[k]);
+    return r;
+}
+__device__ __forceinline__ float ag_block_sum(float v, float *red) {
+    v = tc_warp_sum(v);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = 0.0f;
+    for (int k = 0; k < nw; k++) r += red[k];
+    return r;
+}
+
+/* CTA (query head h, 32 columns): the used splits' (M, L, acc) merged, divided by L,
+ * times sigmoid(gate) when gate. 8 warps share the splits, warp r taking r, r + 8, ... */
+__global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float *__restrict__ part,
+        const float *__restrict__ gate, float *__restrict__ out, int pos0,
+        const int *__restrict__ dpos, int hd, int splits) {
+    constexpr int NW = AG_MERGE_THREADS / 32;
+    __shared__ float s_w[AG_MAX_SPLITS];
+    __shared__ float s_red[NW];
+    __shared__ float s_v[NW][33];
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    if (dpos) pos0 = *dpos;
+    const int np = pos0 + 1, span = ag_span(np, splits);
+    const int used = min(splits, (np + span - 1) / span);
+    const int h = blockIdx.x, j = blockIdx.y * 32 + (threadIdx.x & 31), r = threadIdx.x >> 5;
+    const size_t st = (size_t)hd + 2;
+    const float *pp = part + (size_t)h * splits * st;
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < used; s += blockDim.x)
+        if (pp[s * st + 1] > 0) mx = fmaxf(mx, pp[s * st]);
+    const float M = ag_block_max(mx, s_red);
+    float ls = 0.0f;
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        const float *e = pp + s * st;
+        const float w = e[1] > 0 ? expf(e[0] - M) : 0.0f;
+        s_w[s] = w;
+        ls += e[1] * w;
+    }
+    const float L = ag_block_sum(ls, s_red); /* its __syncthreads publish s_w */
+    float v = 0.0f;
+    if (j < hd)
+        for (int s = r; s < used; s += NW)
+            if (s_w[s] != 0.0f) v += pp[s * st + 2 + j] * s_w[s];
+    s_v[r][threadIdx.x & 31] = v;
+    __syncthreads();
+    if (r == 0 && j < hd) {
+        float t = 0.0f;
+        for (int k = 0; k < NW; k++) t += s_v[k][threadIdx.x & 31];
+        t /= L;
+        if (gate) t *= tc_sigmoid(gate[(size_t)h * hd + j]);
+        out[(size_t)h * hd + j] = t;
+    }
+}
+
+static int g_attn_old = -1; /* -1: TERN_CUDA_ATTN not read yet */
+extern "C" int tc_attn_old(void) {
+    if (g_attn_old < 0) {
+        const char *e = getenv("TERN_CUDA_ATTN");
+        g_attn_old = e && !strcmp(e, "old");
+    }
+    return g_attn_old;
+}
+extern "C" void tc_set_attn_old(int old) { g_attn_old = old < 0 ? -1 : old != 0; }
+
+static int ag_sm_count(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0, c = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c < 1)
+            c = 132;
+        n = c;
+    }
+    return n;
+}
+
+/* The GQA kernel's shape: query heads per CTA (*gc, its template size *GC) and chunks
+ * per group (*hch), the splits. 0 when it does not take the call (the old kernels do). */
+static int ag_plan(int k_type, int v_type, const void *kc, const void *vc, int max_len, int n_head,
+                   int n_head_kv, int hd, int *GC, int *hch, int *splits) {
+    if (tc_attn_old() || k_type != v_type) return 0;
+    if (hd != 32 && hd != 64 && hd != 128 && hd != 256) return 0;
+    if (k_type != TC_KV_Q8_0 && (((uintptr_t)kc | (uintptr_t)vc) & 15)) return 0;
+    const int G = n_head / n_head_kv;
+    const int ch = (G + AG_GMAX - 1) / AG_GMAX, gc = (G + ch - 1) / ch;
+    const int gcs[] = {1, 2, 4, 6, 8};
+    int t = 0;
+    while (gcs[t] < gc) t++;
+    if ((long long)n_head_kv * ch > 65535) return 0;
+    const long long ctas = (long long)n_head_kv * ch;
+    long long s = (8LL * ag_sm_count() + ctas - 1) / ctas; /* ~8 CTAs per SM when all spans are used */
+    const long long need = ((long long)max_len + AG_SPAN_MIN - 1) / AG_SPAN_MIN;
+    if (s > need) s = need;
+    if (s > AG_MAX_SPLITS) s = AG_MAX_SPLITS;
+    if (s < 1) s = 1;
+    *GC = gcs[t];
+    *hch = ch;
+    *splits = (int)s;
+    return 1;
+}
+
+/* The old path: k_attn_split per (query head, span of 32 positions doubling up to 2048
+ * splits) + k_attn_merge per head (TERN_CUDA_ATTN=old). */
+static void attn_decode_old(const float *q, const void *kcache, const void *vcache, int k_type,
+                            int v_type, const float *gate, float *out, int pos0, int max_len,
+                            int n_head, int n_head_kv, int head_dim, float scale) {
     int span = ATT_SPAN_MIN;
     while ((max_len + span - 1) / span > ATT_MAX_SPLITS) span *= 2;
     const int splits = (max_len + span - 1) / span;
@@ -350,6 +717,64 @@ extern "C" void tc_attention_decode(const float *q, const void *kcache, const vo
     });
     tc_launch(k_attn_merge, dim3((unsigned)n_head), dim3((head_dim + 31) / 32 * 32), 0, 1,
         part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
+}
+
+extern "C" int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
+                                  int max_len, int n_head, int n_head_kv, int head_dim) {
+    int GC, hch, splits;
+    if (head_dim < 1 || head_dim > ATT_EPL * 32 || n_head < 1 || n_head_kv < 1 || max_len < 1 ||
+        n_head % n_head_kv || !att_types_ok(k_type, v_type, head_dim))
+        return 0;
+    return ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
+                   &splits);
+}
+
+template <typename T>
+static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
+                      float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
+                      int hch) {
+#define AG_L(n)                                                                                   \
+    tc_launch(k_attn_gqa<T, n>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
+              part, pos0, tc_dyn_pos, nh, nkv, hd, scale, splits, hch)
+    switch (GC) {
+    case 1: AG_L(1); break;
+    case 2: AG_L(2); break;
+    case 4: AG_L(4); break;
+    case 6: AG_L(6); break;
+    default: AG_L(8); break;
+    }
+#undef AG_L
+}
+
+extern "C" void tc_attention_decode(const float *q, const void *kcache, const void *vcache,
+                                    int k_type, int v_type, const float *gate, float *out,
+                                    int pos0, int max_len, int n_head, int n_head_kv,
+                                    int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
+    if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
+        !att_types_ok(k_type, v_type, head_dim) ||
+        n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    int GC, hch, splits;
+    if (!ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
+                 &splits)) {
+        attn_decode_old(q, kcache, vcache, k_type, v_type, gate, out, pos0, max_len, n_head,
+                        n_head_kv, head_dim, scale);
+        return;
+    }
+    float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
+    if (!part) return;
+    const dim3 grid((unsigned)(n_head_kv * hch), (unsigned)splits);
+    switch (k_type) {
+    case TC_KV_F32: ag_launch<float>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
+    case TC_KV_F16: ag_launch<__half>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
+    case TC_KV_BF16: ag_launch<__nv_bfloat16>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
+    default: ag_launch<att_q8>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
+    }
+    tc_launch(k_attn_gqa_merge, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32)),
+              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, tc_dyn_pos, head_dim, splits);
 }
 
 __global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt, int vt,
