@@ -15,7 +15,8 @@
  * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
  * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
- * and 8: bench_ops.
+ * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
+ * the GQA kernel vs the old ones): bench_attn_depth.
  * Then (or alone with --gdn) the GDN prefill call at the 27B head shape, scan vs walk:
  * bench_gdn.
  */
@@ -349,6 +350,97 @@ static void ops_free(ops_bufs *b) {
     }
 }
 
+/* Decode attention at the 27B shape (24 q / 4 kv heads of 256, gated) at positions
+ * 1,023 and 32,767, f16 and q8_0 caches, the GQA kernel (default) and the old
+ * per-query-head kernels (tc_set_attn_old(1)): us per call (tc_bench_us, median of
+ * `reps` rounds of 16 calls, one per layer's cache, like the model's 16 attention
+ * layers: 16 caches of 32,768 positions, 2.1 GB f16 / 1.1 GB q8_0, so the K/V rows
+ * come from HBM, not from L2), plain launches and as one graph, and the graph's K/V
+ * bytes read per second against the read ceiling of the same run. Text only; 0 = ok. */
+#define ATT_L 16
+#define ATT_CTX 32768
+typedef struct attn_bench {
+    int k, type, pos;
+    float *q, *g, *out;
+    void *kc[ATT_L], *vc[ATT_L];
+} attn_bench;
+
+static void attn_call(void *p) {
+    attn_bench *a = p;
+    const int l = a->k++ % ATT_L;
+    tc_attention_decode(a->q, a->kc[l], a->vc[l], a->type, a->type, a->g, a->out, a->pos, ATT_CTX, 24,
+                        4, 256, 1.0f / 16.0f);
+}
+
+static int bench_attn_depth(int reps) {
+    const int types[2] = {TC_KV_F16, TC_KV_Q8_0}, posv[2] = {1023, 32767};
+    const size_t rb[2] = {(size_t)KVW27 * 2, (size_t)KVW27 / 32 * 34}; /* bytes per row */
+    const double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 3);
+    printf("\ndecode attention at the 27B shape (24 q / 4 kv heads of 256, gate), %d layers' caches of "
+           "%d positions: us per call, median of %d rounds of %d calls; GB/s of K/V rows read (graph), "
+           "read ceiling %.0f GB/s\n%-8s %-5s %-4s %9s %9s %9s %6s\n",
+           ATT_L, ATT_CTX, reps, ATT_L, ceil_gbps, "pos", "cache", "kern", "stream", "graph", "GB/s",
+           "ceil%");
+    int failed = 0;
+    for (int t = 0; t < 2 && !failed; t++) {
+        attn_bench a;
+        memset(&a, 0, sizeof a);
+        a.type = types[t];
+        const size_t bytes = (size_t)ATT_CTX * rb[t];
+        uint8_t *h = malloc(bytes);
+        a.q = ops_dev(QW27, 1.0f, 0);
+        a.g = ops_dev(QW27, 1.0f, 0);
+        a.out = ops_dev(QW27, 1.0f, 0);
+        int bad = !h || !a.q || !a.g || !a.out;
+        if (h && types[t] == TC_KV_F16) {
+            uint16_t *hh = (uint16_t *)h;
+            for (size_t i = 0; i < bytes / 2; i++)
+                hh[i] = tern_f32_to_f16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5));
+        } else if (h) { /* q8_0 blocks: d in [0.002, 0.006), q in [-127, 127] */
+            for (size_t o = 0; o < bytes; o += 34) {
+                uint16_t d = tern_f32_to_f16(0.002f + (float)(rnd64() % 1000) * 4e-6f);
+                memcpy(h + o, &d, 2);
+                for (int i = 0; i < 32; i++) h[o + 2 + i] = (uint8_t)(int8_t)((int)(rnd64() % 255) - 127);
+            }
+        }
+        for (int l = 0; l < ATT_L && !bad; l++) {
+            a.kc[l] = tc_malloc(bytes);
+            a.vc[l] = tc_malloc(bytes);
+            if (!a.kc[l] || !a.vc[l] || tc_upload(a.kc[l], h, bytes) || tc_upload(a.vc[l], h, bytes))
+                bad = 1;
+        }
+        free(h);
+        if (bad || tc_sync()) {
+            fprintf(stderr, "tern bench: out of device memory for the attention caches\n");
+            failed = 1;
+        }
+        for (int pi = 0; pi < 2 && !failed; pi++)
+            for (int old = 0; old < 2 && !failed; old++) {
+                double us[2];
+                tc_set_attn_old(old);
+                a.pos = posv[pi];
+                for (int m = 0; m < 2; m++) {
+                    us[m] = tc_bench_us(attn_call, &a, ATT_L, reps, m);
+                    if (us[m] < 0 || tc_sync()) failed = 1;
+                }
+                const double gbps = 2.0 * (double)(a.pos + 1) * (double)rb[t] / (us[1] * 1e3);
+                printf("%-8d %-5s %-4s %9.2f %9.2f %9.1f %6.1f\n", a.pos, t ? "q8_0" : "f16",
+                       old ? "old" : "gqa", us[0], us[1], gbps,
+                       ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
+            }
+        tc_set_attn_old(-1);
+        for (int l = 0; l < ATT_L; l++) {
+            if (a.kc[l]) tc_free(a.kc[l], bytes);
+            if (a.vc[l]) tc_free(a.vc[l], bytes);
+        }
+        if (a.q) tc_free(a.q, QW27 * 4);
+        if (a.g) tc_free(a.g, QW27 * 4);
+        if (a.out) tc_free(a.out, QW27 * 4);
+    }
+    if (failed) fprintf(stderr, "tern bench: decode attention: CUDA error\n");
+    return failed;
+}
+
 static int bench_ops(int reps) {
     printf("\ndecode-step ops at the 27B shapes: us per call, median of %d rounds of %d calls "
            "(stream: plain launches; graph: the calls replayed as one CUDA graph; no-pdl: that graph "
@@ -368,6 +460,7 @@ static int bench_ops(int reps) {
             for (int old = 0; old < 2 && !failed; old++) {
                 double us[3];
                 tc_set_ops_old(old);
+                tc_set_attn_old(op == OP_ATTN ? old : -1); /* attn decode: GQA vs old kernels */
                 b.op = op;
                 for (int m = 0; m < 3; m++) {
                     tc_set_pdl(m == 2 ? 0 : 1);
@@ -380,9 +473,11 @@ static int bench_ops(int reps) {
             }
         }
         tc_set_ops_old(-1);
+        tc_set_attn_old(-1);
         ops_free(&b);
     }
     if (failed) fprintf(stderr, "tern bench: decode ops: CUDA error\n");
+    if (!failed) failed = bench_attn_depth(reps);
     return failed;
 }
 
