@@ -16,7 +16,10 @@ TMP=$(mktemp -d)
 SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-"$TERN" serve --port 0 --threads 2 --parallel 1 --ctx 2048 --quiet >"$TMP/out" 2>"$TMP/err" &
+# --repeat-penalty 1: with the embedded model's own defaults (general.sampling.*: repeat
+# penalty 1.3) its greedy story ends in ~60 tokens, before Stop can be pressed; without
+# that penalty it runs to max_tokens, so the Stop check has a reply to stop
+"$TERN" serve --port 0 --threads 2 --parallel 1 --ctx 2048 --quiet --repeat-penalty 1 >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
 for _ in $(seq 1 200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
