@@ -201,6 +201,27 @@ TEST(tiled_gemv_vs_f64) {
                 CHECK_EQ_INT(tc_sync(), 0);
                 CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
+                if (path < 2) { /* the earlier staged loop (TERN_CUDA_TILED_V=1): the same bits */
+                    float *y1 = malloc(B * ys * 4);
+                    const int was = tc_gemv_tiled_config(1);
+                    if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
+                    else {
+                        void *ab = tc_malloc(tc_act_bytes(B, k));
+                        tc_act act = tc_act_view(ab, B, k);
+                        tc_quantize(dx, (size_t)k, &act);
+                        tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
+                        CHECK_EQ_INT(tc_sync(), 0);
+                        tc_free(ab, tc_act_bytes(B, k));
+                    }
+                    tc_gemv_tiled_config(was);
+                    CHECK_EQ_INT(tc_sync(), 0);
+                    CHECK(tc_download(y1, dy, B * ys * 4) == 0);
+                    size_t nd = 0;
+                    for (size_t i = 0; i < B * ys; i++) nd += memcmp(&y[i], &y1[i], 4) != 0;
+                    CHECK_MSG(nd == 0, "tiled loops 2 vs 1 n %lld k %lld batch %zu path %d: %zu differ",
+                              (long long)n, (long long)k, B, path, nd);
+                    free(y1);
+                }
                 double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
                 double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
                 CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),

@@ -156,6 +156,23 @@ __device__ __forceinline__ float tct_ld_f(const float *p) {
     return v;
 }
 
+/* The refill loads of the branch-free loop (SA 2): predicated in the instruction, so
+ * that no branch splits the unrolled tiles (ptxas schedules within a basic block:
+ * the groups' mma chains interleave only if nothing branches between them). The
+ * registers keep their value when p is 0. */
+__device__ __forceinline__ void tct_ld_stream_p(uint4 &v, const void *p, int pr) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
+                 "@q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"(pr));
+}
+__device__ __forceinline__ void tct_ld_stream2_p(uint2 &v, const void *p, int pr) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %3, 0;\n\t"
+                 "@q ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n\t}"
+                 : "+r"(v.x), "+r"(v.y)
+                 : "l"(p), "r"(pr));
+}
+
 /* SA: the activation staged in shared memory (32-bit shared addresses). */
 __device__ __forceinline__ int4 tct_lds4(uint32_t a) {
     int4 v;
@@ -163,6 +180,16 @@ __device__ __forceinline__ int4 tct_lds4(uint32_t a) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(a));
     return v;
+}
+__device__ __forceinline__ int2 tct_lds2(uint32_t a) {
+    int2 v;
+    asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void tct_sts4(uint32_t a, int4 v) {
+    asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
 }
 __device__ __forceinline__ float tct_ldsf(uint32_t a) {
     float v;
@@ -188,6 +215,92 @@ __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
 }
 
 #define TCT_MAX_WARPS 16
+
+/* One 128-input group of a tile (SA 2): the lane's B words from the staged q at qs,
+ * its two output columns' {sx, corr of the group} pairs at x0, x1 (the corr already
+ * summed over the group's four 32-input units, 0 for the hi columns of NB4), the
+ * row scales d from the tile's scale word s2 (e: which half). Same integers and the
+ * same float operations in the same order as the SA 0/1 loop body. */
+/* Both groups of a whole tile (SA 2), their mma chains interleaved in the source
+ * (ptxas keeps them apart otherwise: two dependent chains of four instead of one of
+ * eight per tile); the same operations per group as tct_group_sa2. */
+template <int NB8>
+__device__ __forceinline__ void tct_tile_sa2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
+                                             uint32_t qs, uint32_t x0, uint32_t x1, float f[4]) {
+    int4 h[2][2], l[2][2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        h[e][0] = tct_lds4(qs + 256 * e);
+        h[e][1] = tct_lds4(qs + 256 * e + 16);
+        l[e][0] = l[e][1] = make_int4(0, 0, 0, 0);
+        if (NB8) {
+            l[e][0] = tct_lds4(qs + 256 * e + 32);
+            l[e][1] = tct_lds4(qs + 256 * e + 48);
+        }
+    }
+    int H[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, L[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            uint32_t a[4];
+            tct_a_frag(wg, wh, e, m, a);
+            const int4 hb = h[e][m >> 1], lb = l[e][m >> 1];
+            tct_mma(H[e], a, (m & 1) ? hb.z : hb.x, (m & 1) ? hb.w : hb.y);
+            if (NB8) tct_mma(L[e], a, (m & 1) ? lb.z : lb.x, (m & 1) ? lb.w : lb.y);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int2 c0 = tct_lds2(x0 + 16u * e), c1 = tct_lds2(x1 + 16u * e);
+        const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+        const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
+        int v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            v[i] = (NB8 ? H[e][i] * 128 + L[e][i] : H[e][i]) - ((i & 1) ? c1.y : c0.y);
+        f[0] = fmaf((float)v[0], dg * s0, f[0]);
+        f[1] = fmaf((float)v[1], dg * s1, f[1]);
+        f[2] = fmaf((float)v[2], dh * s0, f[2]);
+        f[3] = fmaf((float)v[3], dh * s1, f[3]);
+    }
+}
+
+template <int NB8>
+__device__ __forceinline__ void tct_group_sa2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
+                                              int e, uint32_t qs, uint32_t x0, uint32_t x1,
+                                              float f[4]) {
+    const int4 h0 = tct_lds4(qs), h1 = tct_lds4(qs + 16);
+    int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
+    if (NB8) {
+        l0 = tct_lds4(qs + 32);
+        l1 = tct_lds4(qs + 48);
+    }
+    int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
+    uint32_t a[4];
+    tct_a_frag(wg, wh, e, 0, a);
+    tct_mma(H, a, h0.x, h0.y);
+    if (NB8) tct_mma(L, a, l0.x, l0.y);
+    tct_a_frag(wg, wh, e, 1, a);
+    tct_mma(H, a, h0.z, h0.w);
+    if (NB8) tct_mma(L, a, l0.z, l0.w);
+    tct_a_frag(wg, wh, e, 2, a);
+    tct_mma(H, a, h1.x, h1.y);
+    if (NB8) tct_mma(L, a, l1.x, l1.y);
+    tct_a_frag(wg, wh, e, 3, a);
+    tct_mma(H, a, h1.z, h1.w);
+    if (NB8) tct_mma(L, a, l1.z, l1.w);
+    const int2 c0 = tct_lds2(x0), c1 = tct_lds2(x1);
+    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+    const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
+    int v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1.y : c0.y);
+    f[0] = fmaf((float)v[0], dg * s0, f[0]);
+    f[1] = fmaf((float)v[1], dg * s1, f[1]);
+    f[2] = fmaf((float)v[2], dh * s0, f[2]);
+    f[3] = fmaf((float)v[3], dh * s1, f[3]);
+}
 
 template <int NB8, int U, int SA>
 __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
@@ -252,9 +365,20 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
             const int b = i / qc, c = i - b * qc;
             tct_cp16(s_q + (uint32_t)(b * RS + 16 * c), q + (size_t)b * (size_t)K * 2 + 16 * (size_t)c);
         }
-        for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) { /* corr: G chunks per row */
-            tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
-            tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+        if (SA == 2) {
+            /* per (batch row, group) 16 bytes: {sx, 0} (the hi columns of NB4) then
+             * {sx, corr summed over the group's 4 units}, at s_c (the corr region,
+             * which is larger) */
+            for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) {
+                const int4 c4 = *(const int4 *)(corr + 4 * (size_t)i);
+                const int xs = __float_as_int(sx[i]);
+                tct_sts4(s_c + 16u * (uint32_t)i, make_int4(xs, 0, xs, (c4.x + c4.y) + (c4.z + c4.w)));
+            }
+        } else {
+            for (int i = threadIdx.x; i < nbr * G; i += blockDim.x) { /* corr: G chunks per row */
+                tct_cp16(s_c + 16u * (uint32_t)i, corr + 4 * (size_t)i);
+                tct_cp4(s_x + 4u * (uint32_t)i, sx + i);
+            }
         }
         asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
         __syncthreads();
@@ -264,8 +388,53 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
         sc0 = s_c + (uint32_t)(((ob0 < batch ? ob0 : 0) * nu + 8 * j0) * 4);
         sc1 = s_c + (uint32_t)(((ob1 < batch ? ob1 : 0) * nu + 8 * j0) * 4);
     }
+    int jj = 0;
+    if (SA == 2) {
+        /* the lane's {sx, corr} pairs: entry (row, group, wantc) */
+        const uint32_t x0 = s_c + (uint32_t)((((ob0 < batch ? ob0 : 0) * G + 2 * j0) * 2 + (wantc ? 1 : 0)) * 8);
+        const uint32_t x1 = s_c + (uint32_t)((((ob1 < batch ? ob1 : 0) * G + 2 * j0) * 2 + (wantc ? 1 : 0)) * 8);
+        /* the whole blocks of U tiles with both groups real: no branch inside */
+        const int nfull = nt - (odd && j1 == KT ? 1 : 0);
 #pragma unroll 1
-    for (int jj = 0; jj < nt; jj += U) {
+        for (; jj + U <= nfull; jj += U) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+                const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
+                const uint2 s2 = sc[u];
+                const uint32_t xo = (uint32_t)((jj + u) * 32);
+                if (NB8) { /* two chains per group already (hi, lo); interleaving spills */
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        tct_group_sa2<NB8>(wg, wh, s2, e, sq + (uint32_t)((jj + u) * 512 + e * 256),
+                                           x0 + xo + 16u * e, x1 + xo + 16u * e, f);
+                } else {
+                    tct_tile_sa2<NB8>(wg, wh, s2, sq + (uint32_t)((jj + u) * 512), x0 + xo, x1 + xo, f);
+                }
+                const int more = jj + u + U < nt;
+                tct_ld_stream_p(wa[u], pw + (size_t)(jj + u + U) * TCT_TILE, more);
+                tct_ld_stream_p(wb[u], pw + (size_t)(jj + u + U) * TCT_TILE + 512, more);
+                tct_ld_stream2_p(sc[u], ps + (size_t)(jj + u + U) * TCT_TILE, more);
+            }
+        }
+        /* the rest (< U whole tiles, and the last tile whose second group is padding):
+         * already loaded, slot u holds tile jj + u */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (jj + u < nt) {
+                const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
+                const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
+                const uint32_t xo = (uint32_t)((jj + u) * 32);
+                tct_group_sa2<NB8>(wg, wh, sc[u], 0, sq + (uint32_t)((jj + u) * 512), x0 + xo, x1 + xo, f);
+                if (jj + u < nfull)
+                    tct_group_sa2<NB8>(wg, wh, sc[u], 1, sq + (uint32_t)((jj + u) * 512 + 256),
+                                       x0 + xo + 16u, x1 + xo + 16u, f);
+            }
+        }
+        jj = nt;
+    }
+#pragma unroll 1
+    for (; jj < nt; jj += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (jj + u < nt) {
@@ -379,6 +548,7 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
 }
 
 static int g_sms;
+static int tct_variant(void);
 
 /* Shared-memory budget of the staged activation (SA); past it (K x batch rows
  * too large: batch 3+ at K 17408) the loop reads the activation from global/L1. */
@@ -425,9 +595,28 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     const unsigned grid = (unsigned)((strips + spc - 1) / spc);
     const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
     const size_t smem = tct_sa_bytes(nbr, m->k);
-    if (smem <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3))
-        launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
-    else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0, grid, ks, spc);
+    if (smem <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3)) {
+        if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
+        else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
+    } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0, grid, ks, spc);
+}
+
+/* The staged-activation loop: 2 (default) the branch-free one (whole blocks of U
+ * tiles, the corr summed per group at staging), 1 the earlier loop with a branch per
+ * tile (TERN_CUDA_TILED_V=1; an A/B, and the tests' reference: both give the same
+ * bits). */
+static int g_tct_v;
+static int tct_variant(void) {
+    if (!g_tct_v) {
+        const char *e = getenv("TERN_CUDA_TILED_V");
+        g_tct_v = e && atoi(e) == 1 ? 1 : 2;
+    }
+    return g_tct_v;
+}
+extern "C" int tc_gemv_tiled_config(int variant) {
+    const int old = tct_variant();
+    if (variant == 1 || variant == 2) g_tct_v = variant;
+    return old;
 }
 
 /* Batch 1..4: NB4; 5..8: NB8; more: chunks of 8 (weights read once per chunk). */
