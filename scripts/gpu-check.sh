@@ -17,6 +17,7 @@
 #              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
 #              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
 #                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
+#              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
 #              gdnab: GDN prefill, TERN_CUDA_GDN=walk vs the scan: the tc_gdn rows of bench kernels
 #                     and bonsai2-27b pp512 at chunk 64 and 512 with --profile -> gdnab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
@@ -156,6 +157,15 @@ if has ncu; then # Nsight Compute on the decode GEMV, FFN gate/up shape, batch 1
         grep -vE '^(tiled|layout|tern bench|==PROF==)' ; } >> $OUT/ncu.txt
     row "ncu $ev" "$(grep -m1 -E 'DRAM Throughput' $OUT/ncu.txt | tail -n 1 | awk '{print $NF"%"}') dram (see ncu.txt)"
   done
+fi
+if has ncusrc; then # the decode GEMV (gate/up, batch 1) sampled per SASS instruction: stall reasons -> ncu-src.csv
+  timeout 240 ncu --clock-control none -k regex:'k_gemv_tiled' --launch-skip 20 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --import-source no -f -o $W/gemv-src \
+    $B/tern bench kernels --device cuda --quick --layout tiled --batch 1 --no-gemm > $W/ncusrc.log 2>&1
+  ncu -i $W/gemv-src.ncu-rep --page source --print-source sass --csv > $OUT/ncu-src.csv 2>> $W/ncusrc.log
+  ncu -i $W/gemv-src.ncu-rep --page details >> $W/ncusrc.log 2>&1
+  cp $W/ncusrc.log $OUT/ncu-src.log
+  row "ncu source (k_gemv_tiled)" "$(wc -l < $OUT/ncu-src.csv) csv lines (see ncu-src.csv)"
 fi
 if has serve; then # tern serve --device cuda vs --device cpu: the same greedy replies, batched on the GPU
   fx=$W/fx/qwen3-tiny/model-q2_0.gguf

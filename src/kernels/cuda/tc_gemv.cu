@@ -173,6 +173,11 @@ __device__ __forceinline__ void tct_ld_stream2_p(uint2 &v, const void *p, int pr
                  : "l"(p), "r"(pr));
 }
 
+/* A bulk prefetch of [p, p + bytes) into L2 (sm_90; p and bytes multiples of 16). */
+__device__ __forceinline__ void tct_prefetch_l2(const void *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 /* SA: the activation staged in shared memory (32-bit shared addresses). */
 __device__ __forceinline__ int4 tct_lds4(uint32_t a) {
     int4 v;
@@ -307,7 +312,7 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
                                                     int KS, const int8_t *__restrict__ q,
                                                     const float *__restrict__ sx,
                                                     const int *__restrict__ corr, int batch,
-                                                    float *__restrict__ y, size_t ys) {
+                                                    float *__restrict__ y, size_t ys, int PF) {
     __shared__ float red[TCT_MAX_WARPS][16][8];
     extern __shared__ __align__(16) uint8_t tsa[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -348,6 +353,10 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
             sc[u] = tct_ld_stream2(ps + u * TCT_TILE);
         }
     }
+    /* PF > 0: the warp's first PF tiles requested into L2 at once by one bulk
+     * prefetch (and, in the SA 2 loop, U more each block): the register loads then
+     * wait on L2, not on HBM, and HBM sees the whole window at the start */
+    if (PF > 0 && lane == 0 && nt > 0) tct_prefetch_l2(pw, (uint32_t)((nt < PF ? nt : PF) * TCT_TILE));
     /* PDL: the weights above depend on no kernel; the activation below does */
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -397,6 +406,10 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
         const int nfull = nt - (odd && j1 == KT ? 1 : 0);
 #pragma unroll 1
         for (; jj + U <= nfull; jj += U) {
+            if (PF > 0 && lane == 0 && jj + PF < nt) {
+                const int pe = jj + PF + U < nt ? jj + PF + U : nt;
+                tct_prefetch_l2(pw + (size_t)(jj + PF) * TCT_TILE, (uint32_t)((pe - jj - PF) * TCT_TILE));
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
@@ -553,6 +566,7 @@ static int tct_variant(void);
 /* Shared-memory budget of the staged activation (SA); past it (K x batch rows
  * too large: batch 3+ at K 17408) the loop reads the activation from global/L1. */
 #define TCT_SA_MAX (100 * 1024)
+#define TCT_PF_DEFAULT 16
 
 template <int NB8, int U, int SA>
 static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
@@ -566,8 +580,13 @@ static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, co
         if (e != cudaSuccess) tc_note((int)e);
     }
     if (SA && attr < 0) return;
+    static int pf = -1; /* TERN_CUDA_TILED_PF: tiles per warp prefetched into L2 (0 off) */
+    if (pf < 0) {
+        const char *e = getenv("TERN_CUDA_TILED_PF");
+        pf = e && atoi(e) >= 0 && atoi(e) <= 256 ? atoi(e) : TCT_PF_DEFAULT;
+    }
     tc_launch(k_gemv_tiled<NB8, U, SA>, dim3(grid), dim3(32 * ks * spc), SA ? smem : 0, 1, m->data,
-              (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys);
+              (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys, pf);
 }
 
 template <int NB8, int U>
