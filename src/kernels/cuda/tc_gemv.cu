@@ -566,12 +566,89 @@ static int tct_variant(void);
 /* Shared-memory budget of the staged activation (SA); past it (K x batch rows
  * too large: batch 3+ at K 17408) the loop reads the activation from global/L1. */
 #define TCT_SA_MAX (100 * 1024)
-#define TCT_PF_DEFAULT 16
+#define TCT_PF_DEFAULT 0
+
+/* The launch shape of the decode GEMV: KS warps split a strip's tiles, SPC strips per
+ * CTA (KS x SPC <= 16 warps). Chosen per matrix shape and kernel instance from the
+ * kernel's real occupancy (registers and shared memory as compiled), so that the grid
+ * is one wave where it can be: a grid one CTA larger than the resident slots runs a
+ * second wave as long as the first (the 106-register kernel at 4 warps per CTA fits
+ * 4 CTAs per SM: 528 slots, and the FFN gate/up grid had 544 CTAs). Estimated cost,
+ * in tile times: waves x (tiles per warp x max(1, W0 / resident warps per SM) + S x
+ * resident CTAs per SM), W0 = 16 warps per SM to cover the HBM latency
+ * (TERN_CUDA_TILED_WARPS), S the activation staging of one CTA (TERN_CUDA_TILED_S,
+ * tile units, default 1). TERN_CUDA_TILED_SHAPE=old: the earlier fixed rule. */
+struct tct_shape {
+    int ks, spc;
+};
+struct tct_occ_entry {
+    int threads, occ;
+    size_t smem;
+};
+static tct_shape tct_shape_old(int64_t strips, int64_t kt, int wps) {
+    int64_t want = (int64_t)g_sms * wps;
+    int ks = (int)((want + strips - 1) / strips);
+    if (ks > TCT_MAX_WARPS) ks = TCT_MAX_WARPS;
+    if (ks > kt) ks = (int)kt;
+    if (ks < 1) ks = 1;
+    return tct_shape{ks, ks >= 4 ? 1 : 4 / ks};
+}
+
+template <int NB8, int U, int SA>
+static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
+    static int wps = 0, old = 0;
+    static double S = 1.0;
+    if (!wps) {
+        const char *e = getenv("TERN_CUDA_TILED_WARPS");
+        wps = e && atoi(e) >= 4 && atoi(e) <= 64 ? atoi(e) : 16;
+        e = getenv("TERN_CUDA_TILED_S");
+        if (e && atof(e) >= 0 && atof(e) <= 64) S = atof(e);
+        e = getenv("TERN_CUDA_TILED_SHAPE");
+        old = e && !strcmp(e, "old");
+    }
+    if (old) return tct_shape_old(strips, kt, wps);
+    static tct_occ_entry oc[96];
+    static int noc = 0;
+    static struct { int64_t strips, kt; size_t smem; tct_shape sh; } memo[16];
+    static int nmemo = 0;
+    for (int i = 0; i < nmemo; i++)
+        if (memo[i].strips == strips && memo[i].kt == kt && memo[i].smem == smem) return memo[i].sh;
+    tct_shape best = tct_shape_old(strips, kt, wps);
+    double bc = 1e300;
+    for (int ks = 1; ks <= TCT_MAX_WARPS && ks <= kt; ks++)
+        for (int spc = 1; ks * spc <= TCT_MAX_WARPS && spc <= strips; spc++) {
+            const int threads = 32 * ks * spc;
+            int occ = -1;
+            for (int i = 0; i < noc; i++)
+                if (oc[i].threads == threads && oc[i].smem == smem) occ = oc[i].occ;
+            if (occ < 0) {
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA>, threads,
+                                                                  SA ? smem : 0) != cudaSuccess)
+                    occ = 0;
+                if (noc < 96) oc[noc++] = tct_occ_entry{threads, occ, smem};
+            }
+            if (occ <= 0) continue;
+            const int64_t blocks = (strips + spc - 1) / spc, slots = (int64_t)occ * g_sms;
+            const int64_t waves = (blocks + slots - 1) / slots;
+            const double res_ctas = (double)(blocks < slots ? blocks : slots) / g_sms;
+            const double res_warps = res_ctas * ks * spc;
+            const double tiles = (double)((kt + ks - 1) / ks);
+            const double c = (double)waves * (tiles * (res_warps < wps ? wps / res_warps : 1.0) + S * res_ctas);
+            if (c < bc * (1 - 1e-9)) {
+                bc = c;
+                best = tct_shape{ks, spc};
+            }
+        }
+    memo[nmemo < 16 ? nmemo++ : (int)(strips % 16)] = {strips, kt, smem, best};
+    if (getenv("TERN_CUDA_TILED_LOG")) /* asked for: the choice, once per shape */
+        fprintf(stderr, "tc_gemv_tiled<%d,%d,%d>: strips %lld tiles %lld smem %zu -> ks %d spc %d (cost %.1f)\n",
+                NB8, U, SA, (long long)strips, (long long)kt, smem, best.ks, best.spc, bc);
+    return best;
+}
 
 template <int NB8, int U, int SA>
 static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                           int batch, float *y, size_t ys, size_t smem, unsigned grid, int ks,
-                           int spc) {
+                           int batch, float *y, size_t ys, size_t smem) {
     static int attr = 0; /* 1 set, -1 failed */
     if (SA && !attr) {
         cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA>,
@@ -585,8 +662,11 @@ static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, co
         const char *e = getenv("TERN_CUDA_TILED_PF");
         pf = e && atoi(e) >= 0 && atoi(e) <= 256 ? atoi(e) : TCT_PF_DEFAULT;
     }
-    tc_launch(k_gemv_tiled<NB8, U, SA>, dim3(grid), dim3(32 * ks * spc), SA ? smem : 0, 1, m->data,
-              (int)m->n, (int)m->k, ks, q, sx, corr, batch, y, ys, pf);
+    const int64_t strips = tct_strips(m->n), kt = tct_ktiles(m->k);
+    const tct_shape sh = tct_pick<NB8, U, SA>(strips, kt, SA ? smem : 0);
+    const unsigned grid = (unsigned)((strips + sh.spc - 1) / sh.spc);
+    tc_launch(k_gemv_tiled<NB8, U, SA>, dim3(grid), dim3(32 * sh.ks * sh.spc), SA ? smem : 0, 1, m->data,
+              (int)m->n, (int)m->k, sh.ks, q, sx, corr, batch, y, ys, pf);
 }
 
 template <int NB8, int U>
@@ -597,27 +677,12 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
         cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0);
         g_sms = v > 0 ? v : 132;
     }
-    const int64_t strips = tct_strips(m->n), kt = tct_ktiles(m->k);
-    /* about 16 warps per SM in all (TERN_CUDA_TILED_WARPS), each with a contiguous run
-     * of >= 1 tiles */
-    static int wps = 0;
-    if (!wps) {
-        const char *e = getenv("TERN_CUDA_TILED_WARPS");
-        wps = e && atoi(e) >= 4 && atoi(e) <= 64 ? atoi(e) : 16;
-    }
-    int64_t want = (int64_t)g_sms * wps;
-    int ks = (int)((want + strips - 1) / strips);
-    if (ks > TCT_MAX_WARPS) ks = TCT_MAX_WARPS;
-    if (ks > kt) ks = (int)kt;
-    if (ks < 1) ks = 1;
-    const int spc = ks >= 4 ? 1 : 4 / ks;
-    const unsigned grid = (unsigned)((strips + spc - 1) / spc);
     const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
     const size_t smem = tct_sa_bytes(nbr, m->k);
     if (smem <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3)) {
-        if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
-        else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem, grid, ks, spc);
-    } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0, grid, ks, spc);
+        if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
+        else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem);
+    } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
 }
 
 /* The staged-activation loop: 2 (default) the branch-free one (whole blocks of U
