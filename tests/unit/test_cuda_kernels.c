@@ -201,9 +201,13 @@ TEST(tiled_gemv_vs_f64) {
                 CHECK_EQ_INT(tc_sync(), 0);
                 CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
-                if (path < 2) { /* the earlier staged loop (TERN_CUDA_TILED_V=1): the same bits */
-                    float *y1 = malloc(B * ys * 4);
-                    const int was = tc_gemv_tiled_config(1);
+                static const int loops[] = {2, 3};
+                for (int vi = 0; vi < 2 && path < 2; vi++) {
+                    const int v = loops[vi];
+                    /* at the fixed launch shape, each loop against the earlier staged one
+                     * (variant 1): the same bits */
+                    float *y1 = malloc(B * ys * 4), *y0 = malloc(B * ys * 4);
+                    const int was = tc_gemv_tiled_config(v, 1);
                     if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
                     else {
                         void *ab = tc_malloc(tc_act_bytes(B, k));
@@ -213,14 +217,27 @@ TEST(tiled_gemv_vs_f64) {
                         CHECK_EQ_INT(tc_sync(), 0);
                         tc_free(ab, tc_act_bytes(B, k));
                     }
-                    tc_gemv_tiled_config(was);
+                    CHECK_EQ_INT(tc_sync(), 0);
+                    CHECK(tc_download(y0, dy, B * ys * 4) == 0);
+                    tc_gemv_tiled_config(1, 1);
+                    if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
+                    else {
+                        void *ab = tc_malloc(tc_act_bytes(B, k));
+                        tc_act act = tc_act_view(ab, B, k);
+                        tc_quantize(dx, (size_t)k, &act);
+                        tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
+                        CHECK_EQ_INT(tc_sync(), 0);
+                        tc_free(ab, tc_act_bytes(B, k));
+                    }
+                    tc_gemv_tiled_config(was, 0);
                     CHECK_EQ_INT(tc_sync(), 0);
                     CHECK(tc_download(y1, dy, B * ys * 4) == 0);
                     size_t nd = 0;
-                    for (size_t i = 0; i < B * ys; i++) nd += memcmp(&y[i], &y1[i], 4) != 0;
-                    CHECK_MSG(nd == 0, "tiled loops 2 vs 1 n %lld k %lld batch %zu path %d: %zu differ",
-                              (long long)n, (long long)k, B, path, nd);
+                    for (size_t i = 0; i < B * ys; i++) nd += memcmp(&y0[i], &y1[i], 4) != 0;
+                    CHECK_MSG(nd == 0, "tiled loop %d vs 1 n %lld k %lld batch %zu path %d: %zu differ",
+                              v, (long long)n, (long long)k, B, path, nd);
                     free(y1);
+                    free(y0);
                 }
                 double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
                 double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */

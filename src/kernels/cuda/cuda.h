@@ -111,9 +111,12 @@ int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
  * call it for TC_TERN128T matrices. TERN_CUDA_GEMV=old (read by the back-end at
  * load) keeps the file layout and the older kernels for A/B. */
 void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
-/* The staged-activation loop of tc_gemv_tiled: 2 branch-free (the default), 1 the
- * earlier loop (TERN_CUDA_TILED_V=1). Returns the previous; other values only read. */
-int tc_gemv_tiled_config(int variant);
+/* The loop of tc_gemv_tiled: 2 branch-free on the staged activation (the default),
+ * 1 the earlier loop (TERN_CUDA_TILED_V=1), 3 branch-free from global memory
+ * (TERN_CUDA_TILED_V=3); shape_old 1: the fixed launch-shape rule instead of the
+ * occupancy-based choice, 0: the choice (-1 unchanged). Returns the previous variant;
+ * other variant values only read. For the tests: equal shapes give equal bits. */
+int tc_gemv_tiled_config(int variant, int shape_old);
 /* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
  * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
  * rows, the tiles of all of them split evenly over the grid's warps (k_gemv_skr:

@@ -221,26 +221,67 @@ __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
 
 #define TCT_MAX_WARPS 16
 
-/* One 128-input group of a tile (SA 2): the lane's B words from the staged q at qs,
- * its two output columns' {sx, corr of the group} pairs at x0, x1 (the corr already
- * summed over the group's four 32-input units, 0 for the hi columns of NB4), the
- * row scales d from the tile's scale word s2 (e: which half). Same integers and the
- * same float operations in the same order as the SA 0/1 loop body. */
-/* Both groups of a whole tile (SA 2), their mma chains interleaved in the source
- * (ptxas keeps them apart otherwise: two dependent chains of four instead of one of
- * eight per tile); the same operations per group as tct_group_sa2. */
+/* Where the branch-free loop reads the activation of one tile: B words at byte
+ * offset off (group e at 256 e), and X(c, e) = {sx bits, corr of group e} of the
+ * lane's output column c (0: 2t, 1: 2t + 1; corr summed over the group's four
+ * 32-input units, 0 for the hi columns of NB4).
+ * tct_src_smem (SA 2): the CTA's staged image (s_c holds the {sx, corr} pairs);
+ * tct_src_glob (SA 3): global memory through L1, no staging and no barrier. */
+struct tct_src_smem {
+    uint32_t q, x0, x1;
+    __device__ __forceinline__ int4 B(uint32_t off) const { return tct_lds4(q + off); }
+    __device__ __forceinline__ int2 X(int c, int e) const { return tct_lds2((c ? x1 : x0) + 16u * (uint32_t)e); }
+};
+struct tct_src_glob {
+    const int8_t *q;
+    const float *s0, *s1;
+    const int *c0, *c1;
+    bool wc;
+    __device__ __forceinline__ int4 B(uint32_t off) const { return tct_ld_act(q + off); }
+    __device__ __forceinline__ int2 X(int c, int e) const {
+        const float sv = tct_ld_f((c ? s1 : s0) + e);
+        int cs = 0;
+        if (wc) {
+            const int4 v = tct_ld_act((c ? c1 : c0) + 4 * e);
+            cs = (v.x + v.y) + (v.z + v.w);
+        }
+        return make_int2(__float_as_int(sv), cs);
+    }
+};
+
+/* The float epilogue of one group: v = (NB8: 128 hi + lo, else the column's plane
+ * sum) - corr, times the row scale d and the column scale sx. The same operations in
+ * the same order as the SA 0/1 loop body (the same bits). */
 template <int NB8>
-__device__ __forceinline__ void tct_tile_sa2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
-                                             uint32_t qs, uint32_t x0, uint32_t x1, float f[4]) {
+__device__ __forceinline__ void tct_epi(const int H[4], const int L[4], int2 c0, int2 c1, uint2 s2,
+                                        int e, float f[4]) {
+    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+    const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
+    int v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1.y : c0.y);
+    f[0] = fmaf((float)v[0], dg * s0, f[0]);
+    f[1] = fmaf((float)v[1], dg * s1, f[1]);
+    f[2] = fmaf((float)v[2], dh * s0, f[2]);
+    f[3] = fmaf((float)v[3], dh * s1, f[3]);
+}
+
+/* Both groups of a whole tile, their mma chains interleaved in the source (ptxas
+ * keeps them apart otherwise: two dependent chains of four instead of one of eight
+ * per tile). NB4 only: at NB8 the interleaving spills (the hi and lo mmas are two
+ * chains per group already). */
+template <int NB8, class Src>
+__device__ __forceinline__ void tct_tile2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
+                                          const Src &sr, float f[4]) {
     int4 h[2][2], l[2][2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        h[e][0] = tct_lds4(qs + 256 * e);
-        h[e][1] = tct_lds4(qs + 256 * e + 16);
+        h[e][0] = sr.B(256u * e);
+        h[e][1] = sr.B(256u * e + 16);
         l[e][0] = l[e][1] = make_int4(0, 0, 0, 0);
         if (NB8) {
-            l[e][0] = tct_lds4(qs + 256 * e + 32);
-            l[e][1] = tct_lds4(qs + 256 * e + 48);
+            l[e][0] = sr.B(256u * e + 32);
+            l[e][1] = sr.B(256u * e + 48);
         }
     }
     int H[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, L[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
@@ -256,30 +297,19 @@ __device__ __forceinline__ void tct_tile_sa2(const uint32_t wg[4], const uint32_
         }
     }
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int2 c0 = tct_lds2(x0 + 16u * e), c1 = tct_lds2(x1 + 16u * e);
-        const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
-        const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
-        int v[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            v[i] = (NB8 ? H[e][i] * 128 + L[e][i] : H[e][i]) - ((i & 1) ? c1.y : c0.y);
-        f[0] = fmaf((float)v[0], dg * s0, f[0]);
-        f[1] = fmaf((float)v[1], dg * s1, f[1]);
-        f[2] = fmaf((float)v[2], dh * s0, f[2]);
-        f[3] = fmaf((float)v[3], dh * s1, f[3]);
-    }
+    for (int e = 0; e < 2; e++) tct_epi<NB8>(H[e], L[e], sr.X(0, e), sr.X(1, e), s2, e, f);
 }
 
-template <int NB8>
-__device__ __forceinline__ void tct_group_sa2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
-                                              int e, uint32_t qs, uint32_t x0, uint32_t x1,
-                                              float f[4]) {
-    const int4 h0 = tct_lds4(qs), h1 = tct_lds4(qs + 16);
+/* One group e of a tile (the tail, and NB8). */
+template <int NB8, class Src>
+__device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
+                                           int e, const Src &sr, float f[4]) {
+    const uint32_t o = 256u * (uint32_t)e;
+    const int4 h0 = sr.B(o), h1 = sr.B(o + 16);
     int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
     if (NB8) {
-        l0 = tct_lds4(qs + 32);
-        l1 = tct_lds4(qs + 48);
+        l0 = sr.B(o + 32);
+        l1 = sr.B(o + 48);
     }
     int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
     uint32_t a[4];
@@ -295,16 +325,7 @@ __device__ __forceinline__ void tct_group_sa2(const uint32_t wg[4], const uint32
     tct_a_frag(wg, wh, e, 3, a);
     tct_mma(H, a, h1.z, h1.w);
     if (NB8) tct_mma(L, a, l1.z, l1.w);
-    const int2 c0 = tct_lds2(x0), c1 = tct_lds2(x1);
-    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
-    const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
-    int v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1.y : c0.y);
-    f[0] = fmaf((float)v[0], dg * s0, f[0]);
-    f[1] = fmaf((float)v[1], dg * s1, f[1]);
-    f[2] = fmaf((float)v[2], dh * s0, f[2]);
-    f[3] = fmaf((float)v[3], dh * s1, f[3]);
+    tct_epi<NB8>(H, L, sr.X(0, e), sr.X(1, e), s2, e, f);
 }
 
 template <int NB8, int U, int SA>
@@ -368,7 +389,7 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
     const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(tsa);
     const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
     uint32_t sq = 0, sx0 = 0, sx1 = 0, sc0 = 0, sc1 = 0;
-    if (SA) {
+    if (SA == 1 || SA == 2) {
         const int qc = K >> 3; /* 16-byte chunks per batch row of q */
         for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
             const int b = i / qc, c = i - b * qc;
@@ -398,10 +419,18 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
         sc1 = s_c + (uint32_t)(((ob1 < batch ? ob1 : 0) * nu + 8 * j0) * 4);
     }
     int jj = 0;
-    if (SA == 2) {
-        /* the lane's {sx, corr} pairs: entry (row, group, wantc) */
+    if (SA >= 2) {
+        /* SA 2: the lane's {sx, corr} pairs in the staged image: entry (row, group, wantc) */
         const uint32_t x0 = s_c + (uint32_t)((((ob0 < batch ? ob0 : 0) * G + 2 * j0) * 2 + (wantc ? 1 : 0)) * 8);
         const uint32_t x1 = s_c + (uint32_t)((((ob1 < batch ? ob1 : 0) * G + 2 * j0) * 2 + (wantc ? 1 : 0)) * 8);
+        /* tile i of the warp's run (i = jj + u) */
+#define TCT_SRC(i)                                                                                 \
+    [&]() {                                                                                        \
+        if constexpr (SA == 2) return tct_src_smem{sq + (uint32_t)((i) * 512), x0 + (uint32_t)((i) * 32), \
+                                                   x1 + (uint32_t)((i) * 32)};                    \
+        else return tct_src_glob{pq + (size_t)(i) * 512, px0 + 2 * (i), px1 + 2 * (i), pc0 + 8 * (i), \
+                                 pc1 + 8 * (i), wantc};                                            \
+    }()
         /* the whole blocks of U tiles with both groups real: no branch inside */
         const int nfull = nt - (odd && j1 == KT ? 1 : 0);
 #pragma unroll 1
@@ -415,14 +444,12 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
                 const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
                 const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
                 const uint2 s2 = sc[u];
-                const uint32_t xo = (uint32_t)((jj + u) * 32);
-                if (NB8) { /* two chains per group already (hi, lo); interleaving spills */
+                const auto sr = TCT_SRC(jj + u);
+                if (NB8) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        tct_group_sa2<NB8>(wg, wh, s2, e, sq + (uint32_t)((jj + u) * 512 + e * 256),
-                                           x0 + xo + 16u * e, x1 + xo + 16u * e, f);
+                    for (int e = 0; e < 2; e++) tct_group2<NB8>(wg, wh, s2, e, sr, f);
                 } else {
-                    tct_tile_sa2<NB8>(wg, wh, s2, sq + (uint32_t)((jj + u) * 512), x0 + xo, x1 + xo, f);
+                    tct_tile2<NB8>(wg, wh, s2, sr, f);
                 }
                 const int more = jj + u + U < nt;
                 tct_ld_stream_p(wa[u], pw + (size_t)(jj + u + U) * TCT_TILE, more);
@@ -437,17 +464,16 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
             if (jj + u < nt) {
                 const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
                 const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
-                const uint32_t xo = (uint32_t)((jj + u) * 32);
-                tct_group_sa2<NB8>(wg, wh, sc[u], 0, sq + (uint32_t)((jj + u) * 512), x0 + xo, x1 + xo, f);
-                if (jj + u < nfull)
-                    tct_group_sa2<NB8>(wg, wh, sc[u], 1, sq + (uint32_t)((jj + u) * 512 + 256),
-                                       x0 + xo + 16u, x1 + xo + 16u, f);
+                const auto sr = TCT_SRC(jj + u);
+                tct_group2<NB8>(wg, wh, sc[u], 0, sr, f);
+                if (jj + u < nfull) tct_group2<NB8>(wg, wh, sc[u], 1, sr, f);
             }
         }
+#undef TCT_SRC
         jj = nt;
     }
 #pragma unroll 1
-    for (; jj < nt; jj += U) {
+    for (; SA < 2 && jj < nt; jj += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (jj + u < nt) {
@@ -578,6 +604,7 @@ static int tct_variant(void);
  * resident CTAs per SM), W0 = 16 warps per SM to cover the HBM latency
  * (TERN_CUDA_TILED_WARPS), S the activation staging of one CTA (TERN_CUDA_TILED_S,
  * tile units, default 1). TERN_CUDA_TILED_SHAPE=old: the earlier fixed rule. */
+static int g_tct_shape_old; /* tc_gemv_tiled_config: the fixed rule (tests) */
 struct tct_shape {
     int ks, spc;
 };
@@ -597,7 +624,7 @@ static tct_shape tct_shape_old(int64_t strips, int64_t kt, int wps) {
 template <int NB8, int U, int SA>
 static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
     static int wps = 0, old = 0;
-    static double S = 1.0;
+    static double S = 4.0;
     if (!wps) {
         const char *e = getenv("TERN_CUDA_TILED_WARPS");
         wps = e && atoi(e) >= 4 && atoi(e) <= 64 ? atoi(e) : 16;
@@ -606,7 +633,7 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
         e = getenv("TERN_CUDA_TILED_SHAPE");
         old = e && !strcmp(e, "old");
     }
-    if (old) return tct_shape_old(strips, kt, wps);
+    if (old || g_tct_shape_old) return tct_shape_old(strips, kt, wps);
     static tct_occ_entry oc[96];
     static int noc = 0;
     static struct { int64_t strips, kt; size_t smem; tct_shape sh; } memo[16];
@@ -615,18 +642,27 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
         if (memo[i].strips == strips && memo[i].kt == kt && memo[i].smem == smem) return memo[i].sh;
     tct_shape best = tct_shape_old(strips, kt, wps);
     double bc = 1e300;
+    auto occ_of = [&](int threads) {
+        int occ = -1;
+        for (int i = 0; i < noc; i++)
+            if (oc[i].threads == threads && oc[i].smem == smem) occ = oc[i].occ;
+        if (occ < 0) {
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA>, threads,
+                                                              SA ? smem : 0) != cudaSuccess)
+                occ = 0;
+            if (noc < 96) oc[noc++] = tct_occ_entry{threads, occ, smem};
+        }
+        return occ;
+    };
+    /* a grid of many waves (the 248,320-row head): the CTA scheduler keeps the SMs
+     * full as CTAs end, and the fixed rule measured best (84% vs 75% of the ceiling) */
+    const int oo = occ_of(32 * best.ks * best.spc);
+    const bool many = oo > 0 && (strips + best.spc - 1) / best.spc >= 3 * (int64_t)oo * g_sms;
+    if (many) bc = -1;
     for (int ks = 1; ks <= TCT_MAX_WARPS && ks <= kt; ks++)
         for (int spc = 1; ks * spc <= TCT_MAX_WARPS && spc <= strips; spc++) {
-            const int threads = 32 * ks * spc;
-            int occ = -1;
-            for (int i = 0; i < noc; i++)
-                if (oc[i].threads == threads && oc[i].smem == smem) occ = oc[i].occ;
-            if (occ < 0) {
-                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA>, threads,
-                                                                  SA ? smem : 0) != cudaSuccess)
-                    occ = 0;
-                if (noc < 96) oc[noc++] = tct_occ_entry{threads, occ, smem};
-            }
+            if (many) break;
+            const int occ = occ_of(32 * ks * spc);
             if (occ <= 0) continue;
             const int64_t blocks = (strips + spc - 1) / spc, slots = (int64_t)occ * g_sms;
             const int64_t waves = (blocks + slots - 1) / slots;
@@ -679,7 +715,12 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     }
     const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
     const size_t smem = tct_sa_bytes(nbr, m->k);
-    if (smem <= TCT_SA_MAX && !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3)) {
+    const bool al = !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3);
+    if (U == 4 && tct_variant() == 3 && al) {
+        launch_tiled_k<NB8, U, U == 4 ? 3 : 0>(m, q, sx, corr, batch, y, ys, 0);
+        return;
+    }
+    if (smem <= TCT_SA_MAX && al) {
         if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
         else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem);
     } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
@@ -688,18 +729,20 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
 /* The staged-activation loop: 2 (default) the branch-free one (whole blocks of U
  * tiles, the corr summed per group at staging), 1 the earlier loop with a branch per
  * tile (TERN_CUDA_TILED_V=1; an A/B, and the tests' reference: both give the same
- * bits). */
+ * bits at the same launch shape), 3 the branch-free loop reading the activation from
+ * global memory through L1 (no staging, no barrier; TERN_CUDA_TILED_V=3). */
 static int g_tct_v;
 static int tct_variant(void) {
     if (!g_tct_v) {
         const char *e = getenv("TERN_CUDA_TILED_V");
-        g_tct_v = e && atoi(e) == 1 ? 1 : 2;
+        g_tct_v = e && (atoi(e) == 1 || atoi(e) == 3) ? atoi(e) : 2;
     }
     return g_tct_v;
 }
-extern "C" int tc_gemv_tiled_config(int variant) {
+extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     const int old = tct_variant();
-    if (variant == 1 || variant == 2) g_tct_v = variant;
+    if (variant >= 1 && variant <= 3) g_tct_v = variant;
+    if (shape_old >= 0) g_tct_shape_old = shape_old;
     return old;
 }
 
