@@ -220,6 +220,13 @@ __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
 }
 
 #define TCT_MAX_WARPS 16
+/* SA 2 (the staged branch-free loop) is compiled for two CTAs of up to 10 warps per
+ * SM (<= 96 registers: 20 resident warps per SM instead of 16 at 106), so that the
+ * launch shape can be one wave more often; SA 4 is the same loop at CTAs of up to 16
+ * warps (106 registers; TERN_CUDA_TILED_V=4, an A/B), the others too. */
+#define TCT_LB_THREADS(sa) ((sa) == 2 ? 320 : 512)
+#define TCT_LB_BLOCKS(sa) ((sa) == 2 ? 2 : 1)
+#define TCT_STAGED2(sa) ((sa) == 2 || (sa) == 4)
 
 /* Where the branch-free loop reads the activation of one tile: B words at byte
  * offset off (group e at 256 e), and X(c, e) = {sx bits, corr of group e} of the
@@ -329,7 +336,7 @@ __device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t 
 }
 
 template <int NB8, int U, int SA>
-__global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
+__global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA)) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
                                                     int KS, const int8_t *__restrict__ q,
                                                     const float *__restrict__ sx,
                                                     const int *__restrict__ corr, int batch,
@@ -389,13 +396,13 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
     const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(tsa);
     const uint32_t s_c = s_q + (uint32_t)(nbr * RS), s_x = s_c + (uint32_t)(nbr * nu * 4);
     uint32_t sq = 0, sx0 = 0, sx1 = 0, sc0 = 0, sc1 = 0;
-    if (SA == 1 || SA == 2) {
+    if (SA == 1 || TCT_STAGED2(SA)) {
         const int qc = K >> 3; /* 16-byte chunks per batch row of q */
         for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
             const int b = i / qc, c = i - b * qc;
             tct_cp16(s_q + (uint32_t)(b * RS + 16 * c), q + (size_t)b * (size_t)K * 2 + 16 * (size_t)c);
         }
-        if (SA == 2) {
+        if (TCT_STAGED2(SA)) {
             /* per (batch row, group) 16 bytes: {sx, 0} (the hi columns of NB4) then
              * {sx, corr summed over the group's 4 units}, at s_c (the corr region,
              * which is larger) */
@@ -426,7 +433,7 @@ __global__ void __launch_bounds__(512) k_gemv_tiled(const uint8_t *__restrict__ 
         /* tile i of the warp's run (i = jj + u) */
 #define TCT_SRC(i)                                                                                 \
     [&]() {                                                                                        \
-        if constexpr (SA == 2) return tct_src_smem{sq + (uint32_t)((i) * 512), x0 + (uint32_t)((i) * 32), \
+        if constexpr (TCT_STAGED2(SA)) return tct_src_smem{sq + (uint32_t)((i) * 512), x0 + (uint32_t)((i) * 32), \
                                                    x1 + (uint32_t)((i) * 32)};                    \
         else return tct_src_glob{pq + (size_t)(i) * 512, px0 + 2 * (i), px1 + 2 * (i), pc0 + 8 * (i), \
                                  pc1 + 8 * (i), wantc};                                            \
@@ -615,7 +622,7 @@ struct tct_occ_entry {
 static tct_shape tct_shape_old(int64_t strips, int64_t kt, int wps) {
     int64_t want = (int64_t)g_sms * wps;
     int ks = (int)((want + strips - 1) / strips);
-    if (ks > TCT_MAX_WARPS) ks = TCT_MAX_WARPS;
+    if (ks > 10) ks = 10; /* every instance takes CTAs of 10 warps (SA 2's bound) */
     if (ks > kt) ks = (int)kt;
     if (ks < 1) ks = 1;
     return tct_shape{ks, ks >= 4 ? 1 : 4 / ks};
@@ -659,8 +666,9 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
     const int oo = occ_of(32 * best.ks * best.spc);
     const bool many = oo > 0 && (strips + best.spc - 1) / best.spc >= 3 * (int64_t)oo * g_sms;
     if (many) bc = -1;
-    for (int ks = 1; ks <= TCT_MAX_WARPS && ks <= kt; ks++)
-        for (int spc = 1; ks * spc <= TCT_MAX_WARPS && spc <= strips; spc++) {
+    const int maxw = TCT_LB_THREADS(SA) / 32;
+    for (int ks = 1; ks <= maxw && ks <= kt; ks++)
+        for (int spc = 1; ks * spc <= maxw && spc <= strips; spc++) {
             if (many) break;
             const int occ = occ_of(32 * ks * spc);
             if (occ <= 0) continue;
@@ -722,6 +730,7 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     }
     if (smem <= TCT_SA_MAX && al) {
         if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
+        else if (tct_variant() == 4) launch_tiled_k<NB8, U, U == 4 ? 4 : 1>(m, q, sx, corr, batch, y, ys, smem);
         else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem);
     } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
 }
@@ -730,18 +739,19 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
  * tiles, the corr summed per group at staging), 1 the earlier loop with a branch per
  * tile (TERN_CUDA_TILED_V=1; an A/B, and the tests' reference: both give the same
  * bits at the same launch shape), 3 the branch-free loop reading the activation from
- * global memory through L1 (no staging, no barrier; TERN_CUDA_TILED_V=3). */
+ * global memory through L1 (no staging, no barrier; TERN_CUDA_TILED_V=3), 4 the
+ * default's loop compiled for CTAs of 16 warps (106 registers; TERN_CUDA_TILED_V=4). */
 static int g_tct_v;
 static int tct_variant(void) {
     if (!g_tct_v) {
         const char *e = getenv("TERN_CUDA_TILED_V");
-        g_tct_v = e && (atoi(e) == 1 || atoi(e) == 3) ? atoi(e) : 2;
+        g_tct_v = e && (atoi(e) == 1 || atoi(e) == 3 || atoi(e) == 4) ? atoi(e) : 2;
     }
     return g_tct_v;
 }
 extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     const int old = tct_variant();
-    if (variant >= 1 && variant <= 3) g_tct_v = variant;
+    if (variant >= 1 && variant <= 4) g_tct_v = variant;
     if (shape_old >= 0) g_tct_shape_old = shape_old;
     return old;
 }
