@@ -3,7 +3,8 @@
  * a model, so it can be unit-tested and fuzzed: the JSON body of
  * /v1/chat/completions and /v1/completions -> srv_request (every field
  * type- and range-checked, every count bounded), the OpenAI response objects,
- * SSE chunks and error bodies, and the streaming reasoning/content splitter.
+ * SSE chunks and error bodies, the streaming reasoning/content splitter, and
+ * the front door's verdict on the first bytes of a connection.
  *
  * Accepted fields (others are ignored, as OpenAI-compatible servers do):
  *   chat:        messages [{role, content: string | null | [{type:"text", text}],
@@ -463,6 +464,35 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+/* ------------------------------------------------------------ request line */
+
+/* RFC 7230 tchar: a method is a token. */
+static bool is_tchar(unsigned char c) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
+    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+srv_reqline srv_request_line_verdict(const char *buf, size_t n) {
+    const unsigned char *b = (const unsigned char *)buf;
+    size_t i = 0;
+    if (n > SRV_REQLINE_PEEK) n = SRV_REQLINE_PEEK;
+    /* undecided with the whole window seen: no target in sight, refuse */
+    srv_reqline more = n == SRV_REQLINE_PEEK ? SRV_REQLINE_INVALID : SRV_REQLINE_PENDING;
+    for (;;) {                      /* empty lines (CRLF or a bare LF) before the request line */
+        if (i < n && b[i] == '\n') i++;
+        else if (i + 1 < n && b[i] == '\r' && b[i + 1] == '\n') i += 2;
+        else break;
+    }
+    if (i + 1 == n && b[i] == '\r') return more;  /* maybe another empty line */
+    size_t m = i;
+    while (i < n && is_tchar(b[i])) i++;
+    if (i == n) return more;
+    if (b[i] != ' ' || i == m) return SRV_REQLINE_INVALID;
+    while (i < n && b[i] == ' ') i++;   /* libmicrohttpd tolerates several spaces */
+    if (i == n) return more;
+    return b[i] == '\r' || b[i] == '\n' ? SRV_REQLINE_INVALID : SRV_REQLINE_VALID;
 }
 
 /* --------------------------------------------------------------- responses */

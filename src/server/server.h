@@ -9,7 +9,9 @@
  *   sched.c    the scheduler loop (tern serve's main thread): owns the model's sessions ("slots") and a
  *              bounded queue; interleaves the active slots token by token.
  *   http.c     libmicrohttpd glue: routing, auth, body limits, waiting on a
- *              job's channel, SSE streaming, client-disconnect detection.
+ *              job's channel, SSE streaming, client-disconnect detection; the
+ *              front door that accepts connections, answers a request line
+ *              without a path with 400 and hands the rest to libmicrohttpd.
  *
  * Data flow: a handler thread parses and tokenizes, creates a srv_job and
  * submits it; the scheduler produces text into the job's channel (mutex +
@@ -85,6 +87,20 @@ void srv_request_free(srv_request *r);
  * filled (empty when the request has none), else 400 with err. constrain.c. */
 int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str *gbnf, const char **root, char *err,
                            size_t en);
+
+/* The start of a request line, as the front door of http.c sees it before
+ * handing a connection to libmicrohttpd (which closes a line without a space,
+ * `GARBAGE` or `GET`, without any reply). buf holds the first n bytes received
+ * (at most SRV_REQLINE_PEEK are looked at). Empty lines before the request line
+ * are skipped, as libmicrohttpd does (RFC 7230 3.5). VALID: a method of token
+ * characters, one or more spaces and a first target byte, all within the first
+ * SRV_REQLINE_PEEK bytes; INVALID: a non-token byte (CR, LF, tab, non-ASCII...)
+ * in the method, an empty method, a line end before the target, or
+ * SRV_REQLINE_PEEK bytes without a target; PENDING: more bytes needed. A
+ * verdict other than PENDING never changes when more bytes are appended. */
+#define SRV_REQLINE_PEEK 33
+typedef enum srv_reqline { SRV_REQLINE_PENDING = 0, SRV_REQLINE_VALID, SRV_REQLINE_INVALID } srv_reqline;
+srv_reqline srv_request_line_verdict(const char *buf, size_t n);
 
 /* ------------------------------------------------------------- responses */
 

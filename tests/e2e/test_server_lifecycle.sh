@@ -4,7 +4,10 @@
 #   - keep-alive: two requests on one connection, no "Connection: close";
 #   - slowloris: 70 connections dripping header bytes; /health still answers
 #     within 2 s, and a dripping connection is cut after --header-timeout-s;
-#   - a malformed request line / header line gets 400; 503 carries Retry-After;
+#   - a malformed request line / header line gets 400, also a line without a
+#     path (GARBAGE, GET: answered by the front door, not libmicrohttpd); a
+#     request line dripped byte by byte still gets 200; empty and silent
+#     connections are closed without disturbing anything; 503 carries Retry-After;
 #   - SIGTERM while one request streams and another waits in the queue: the
 #     queued one gets 503 + Retry-After at once, the stream ends with an error
 #     event and "data: [DONE]" after --grace-s, and the server exits 0.
@@ -43,9 +46,14 @@ def check(name, cond, info=""):
     print(("ok   " if cond else "FAIL ") + name + ("" if cond else f"  [{info}]"), flush=True)
     if not cond: fails += 1
 
-def raw(data, timeout=5):
+def raw(data, timeout=5, drip=0):
     s = socket.create_connection((host, port), timeout=timeout)
-    s.sendall(data)
+    if drip:
+        for i in range(len(data)):
+            s.sendall(data[i:i + 1])
+            time.sleep(drip)
+    else:
+        s.sendall(data)
     buf = b""
     try:
         while True:
@@ -75,9 +83,29 @@ r = raw(b"FOO BAR BAZ\r\n\r\n")
 check("malformed request line -> 400", r.startswith(b"HTTP/1.1 400"), r[:40])
 r = raw(b"GET /health HTTP/1.1\r\nthis is not a header\r\n\r\n")
 check("malformed header line -> 400", r.startswith(b"HTTP/1.1 400"), r[:40])
+def json_error(r):
+    try: return json.loads(r.partition(b"\r\n\r\n")[2])["error"]
+    except (ValueError, KeyError, TypeError): return {}
+for line in (b"GARBAGE", b"GET"):
+    r = raw(line + b"\r\n\r\n")
+    check("request line without a path (%s) -> 400, JSON error, Connection: close" % line.decode(),
+          r.startswith(b"HTTP/1.1 400") and json_error(r).get("code") == "invalid_request" and
+          b"\r\nConnection: close\r\n" in r.partition(b"\r\n\r\n")[0], r[:200])
+r = raw(b"X" * 40)                  # no space in the first 32 bytes, no line end yet
+check("40 bytes without a space -> 400", r.startswith(b"HTTP/1.1 400"), r[:40])
+t0 = time.time()
+r = raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", drip=0.05)
+check("request dripped a byte per 50 ms -> 200", r.startswith(b"HTTP/1.1 200"), f"{r[:40]} {time.time() - t0:.2f}s")
+r = raw(b"\r\nGET /health HTTP/1.1\r\n\r\n")
+check("an empty line before the request line is tolerated -> 200", r.startswith(b"HTTP/1.1 200"), r[:40])
+for _ in range(5):                  # connections closed before sending anything
+    socket.create_connection((host, port), timeout=5).close()
+r = raw(b"GET /health HTTP/1.1\r\n\r\n")
+check("empty connections closed by the client: /health still 200", r.startswith(b"HTTP/1.1 200"), r[:40])
 
-# --- slowloris: 70 connections dripping header bytes
+# --- slowloris: 70 connections dripping header bytes (and one that sends nothing)
 stop = False
+silent = socket.create_connection((host, port), timeout=5)
 socks = []
 for i in range(70):
     s = socket.create_connection((host, port), timeout=5)
@@ -113,6 +141,11 @@ for s in socks:
         cut += 1
 stop = True; th.join()
 check("slowloris: dripping connections cut after --header-timeout-s", cut == 70, f"{cut}/70 cut")
+silent.settimeout(2)
+try: gone = silent.recv(1) == b""
+except OSError: gone = True
+check("a connection that sends nothing is closed after --header-timeout-s", gone)
+silent.close()
 for s in socks: s.close()
 
 # --- SIGTERM while streaming, with a queued request and a full queue

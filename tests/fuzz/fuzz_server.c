@@ -5,7 +5,10 @@
  * consistent request (bounded counts, non-empty stop strings, known roles,
  * sampler values in range); the response and SSE builders must turn its text
  * into valid JSON; the streaming splitter must accept the body as reply text
- * in any two-way split and agree with itself.
+ * in any two-way split and agree with itself. The body's bytes are also the
+ * first bytes of a connection for the front door's request-line verdict: it
+ * decides within SRV_REQLINE_PEEK bytes, and a verdict holds for every longer
+ * prefix.
  */
 #include "server/server.h"
 
@@ -113,6 +116,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *e = srv_json_error(400, err);
     must_parse(e);
     free(e);
+    /* the request-line verdict on every prefix of the body */
+    srv_reqline first = SRV_REQLINE_PENDING;
+    for (size_t k = 0; k <= len && k <= SRV_REQLINE_PEEK + 1; k++) {
+        srv_reqline v = srv_request_line_verdict(body, k);
+        if (v != SRV_REQLINE_PENDING && v != SRV_REQLINE_VALID && v != SRV_REQLINE_INVALID) __builtin_trap();
+        if (first != SRV_REQLINE_PENDING ? v != first : k >= SRV_REQLINE_PEEK && v == SRV_REQLINE_PENDING)
+            __builtin_trap();
+        /* a valid line has its method and a space in the window */
+        if (v == SRV_REQLINE_VALID && !memchr(body, ' ', k < SRV_REQLINE_PEEK ? k : SRV_REQLINE_PEEK)) __builtin_trap();
+        first = v;
+    }
     /* the splitter: the cut point must not matter */
     bool open = data[0] & 2;
     size_t cut = len ? (size_t)data[0] % (len + 1) : 0;

@@ -7,6 +7,8 @@
  *     (parsed back with cJSON);
  *   - the streaming splitter: fed in every two-way split and byte by byte,
  *     its reasoning / content equal tern_chat_parse of the whole text;
+ *   - the front door's request-line verdict on awkward first bytes, and that
+ *     a verdict, once given, holds for every longer prefix;
  *   - the scheduler on the embedded default model: greedy jobs run at the
  *     same time in 2 slots give exactly tern_generate's tokens and text, stop
  *     strings and max_tokens end them as there, a cancelled job frees its slot,
@@ -273,6 +275,66 @@ TEST(logprob_of) {
     }
     srv_logprob_of(lg, NV, 0, 0, &e);
     CHECK_EQ_INT(e.n_top, 0);
+}
+
+TEST(request_line_verdict) {
+    enum { P = SRV_REQLINE_PENDING, V = SRV_REQLINE_VALID, I = SRV_REQLINE_INVALID };
+    char a32[33], a33[34], a31sp[34], a32sp[35], crlf17[35];
+    memset(a32, 'A', 32), a32[32] = 0;
+    memset(a33, 'A', 33), a33[33] = 0;
+    memset(a31sp, 'A', 31), memcpy(a31sp + 31, " /", 3);  /* the target is byte 32: the last one looked at */
+    memset(a32sp, 'A', 32), memcpy(a32sp + 32, " /", 3);  /* byte 33: too far */
+    for (int k = 0; k < 17; k++) memcpy(crlf17 + 2 * k, "\r\n", 2);
+    crlf17[34] = 0;
+#define L(s) s, sizeof s - 1
+    struct { const char *s; size_t n; int want; } t[] = {
+        {L(""), P},
+        {L(" "), I},                        /* no method */
+        {L("   "), I},
+        {L(" / HTTP/1.1"), I},
+        {L("GET\t/ HTTP/1.1"), I},          /* a tab is not a space */
+        {L("GARBAGE\r\n\r\n"), I},
+        {L("GET\r\n\r\n"), I},
+        {L("GET\n"), I},
+        {L("GET"), P},
+        {L("GET "), P},
+        {L("GET   "), P},
+        {L("GET \r\n"), I},                 /* a line end where the target should be */
+        {L("GET /"), V},
+        {L("GET  /health HTTP/1.1"), V},    /* libmicrohttpd tolerates extra spaces */
+        {L("OPTIONS * HTTP/1.1"), V},
+        {L("get /health HTTP/1.1"), V},     /* a token: the handler answers 405 */
+        {L("M-SEARCH * HTTP/1.1"), V},
+        {L("FOO BAR BAZ"), V},              /* a bad version: libmicrohttpd's own 400 */
+        {L("\r\nGET / HTTP/1.1"), V},       /* empty lines before the request line */
+        {L("\n\nGET /"), V},
+        {L("\r"), P},
+        {L("\r\n\r\n"), P},
+        {L("\rGET /"), I},                  /* a bare CR is no line end */
+        {crlf17, 34, I},                    /* empty lines only, past the window */
+        {a32, 32, P},
+        {a33, 33, I},                       /* 33 bytes, no space */
+        {a31sp, 33, V},
+        {a32sp, 34, I},
+        {L("G\xc3\xa9T / HTTP/1.1"), I},    /* non-ASCII in the method */
+        {L("\x16\x03\x01\x02\x00"), I},     /* a TLS ClientHello */
+        {L("GET\0/ HTTP/1.1"), I},
+        {L("GET /\xff\xfe"), V},            /* the target is libmicrohttpd's business */
+    };
+#undef L
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int got = srv_request_line_verdict(t[i].s, t[i].n);
+        CHECK_MSG(got == t[i].want, "case %zu: verdict %d, want %d", i, got, t[i].want);
+        /* every prefix: pending until the verdict, the verdict from then on */
+        int first = P;
+        for (size_t k = 0; k <= t[i].n; k++) {
+            int v = srv_request_line_verdict(t[i].s, k);
+            if (first != P) CHECK_MSG(v == first, "case %zu prefix %zu: verdict %d after %d", i, k, v, first);
+            else if (v != P) CHECK_MSG(v == t[i].want, "case %zu prefix %zu: verdict %d, want %d", i, k, v, t[i].want);
+            if (v != P) first = v;
+        }
+    }
+    CHECK_EQ_INT(SRV_REQLINE_PEEK, 33);     /* the window the cases above are built around */
 }
 
 TEST(builders) {
@@ -1090,6 +1152,7 @@ int main(void) {
     RUN(parse_errors);
     RUN(constraint_grammar);
     RUN(logprob_of);
+    RUN(request_line_verdict);
     RUN(builders);
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);
