@@ -730,7 +730,8 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     }
     if (smem <= TCT_SA_MAX && al) {
         if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
-        else if (tct_variant() == 4) launch_tiled_k<NB8, U, U == 4 ? 4 : 1>(m, q, sx, corr, batch, y, ys, smem);
+        else if (tct_variant() == 4 || (NB8 && tct_variant() == 5))
+            launch_tiled_k<NB8, U, U == 4 ? 4 : 1>(m, q, sx, corr, batch, y, ys, smem);
         else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem);
     } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
 }
@@ -740,18 +741,20 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
  * tile (TERN_CUDA_TILED_V=1; an A/B, and the tests' reference: both give the same
  * bits at the same launch shape), 3 the branch-free loop reading the activation from
  * global memory through L1 (no staging, no barrier; TERN_CUDA_TILED_V=3), 4 the
- * default's loop compiled for CTAs of 16 warps (106 registers; TERN_CUDA_TILED_V=4). */
+ * same loop as 2 compiled for CTAs of 16 warps (106 registers; TERN_CUDA_TILED_V=4),
+ * 5 (the default) 2 at batch 1..4 and 4 at 5..8 (run s: the 96-register build gave
+ * 27B decode 195.0 vs 183.5 tok/s, the 106-register one batch 8 552 vs 533). */
 static int g_tct_v;
 static int tct_variant(void) {
     if (!g_tct_v) {
         const char *e = getenv("TERN_CUDA_TILED_V");
-        g_tct_v = e && (atoi(e) == 1 || atoi(e) == 3 || atoi(e) == 4) ? atoi(e) : 2;
+        g_tct_v = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 5;
     }
     return g_tct_v;
 }
 extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     const int old = tct_variant();
-    if (variant >= 1 && variant <= 4) g_tct_v = variant;
+    if (variant >= 1 && variant <= 5) g_tct_v = variant;
     if (shape_old >= 0) g_tct_shape_old = shape_old;
     return old;
 }
