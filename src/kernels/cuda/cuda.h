@@ -112,9 +112,8 @@ int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
  * load) keeps the file layout and the older kernels for A/B. */
 void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
 /* The loop of tc_gemv_tiled: 2 branch-free on the staged activation (<= 96
- * registers), 1 the earlier loop (TERN_CUDA_TILED_V=1), 3 branch-free from global
- * memory (TERN_CUDA_TILED_V=3), 4 loop 2 at 106 registers (TERN_CUDA_TILED_V=4), 5
- * the default: 2 at batch 1..4, 4 at 5..8;
+ * registers; batch 1..4 only), 1 the earlier loop (TERN_CUDA_TILED_V=1), 4 loop 2 at
+ * 106 registers (TERN_CUDA_TILED_V=4), 5 the default: 2 at batch 1..4, 4 at 5..8;
  * shape_old 1: the fixed launch-shape rule instead of the
  * occupancy-based choice, 0: the choice (-1 unchanged). Returns the previous variant;
  * other variant values only read. For the tests: equal shapes give equal bits. */

@@ -232,28 +232,13 @@ __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
  * offset off (group e at 256 e), and X(c, e) = {sx bits, corr of group e} of the
  * lane's output column c (0: 2t, 1: 2t + 1; corr summed over the group's four
  * 32-input units, 0 for the hi columns of NB4).
- * tct_src_smem (SA 2): the CTA's staged image (s_c holds the {sx, corr} pairs);
- * tct_src_glob (SA 3): global memory through L1, no staging and no barrier. */
+ * tct_src_smem (SA 2, 4): the CTA's staged image (s_c holds the {sx, corr} pairs).
+ * (Reading it from global memory through L1 instead, with no staging and no barrier,
+ * measured slower: 27B decode 163.2 vs 182.3 tok/s, run q.) */
 struct tct_src_smem {
     uint32_t q, x0, x1;
     __device__ __forceinline__ int4 B(uint32_t off) const { return tct_lds4(q + off); }
     __device__ __forceinline__ int2 X(int c, int e) const { return tct_lds2((c ? x1 : x0) + 16u * (uint32_t)e); }
-};
-struct tct_src_glob {
-    const int8_t *q;
-    const float *s0, *s1;
-    const int *c0, *c1;
-    bool wc;
-    __device__ __forceinline__ int4 B(uint32_t off) const { return tct_ld_act(q + off); }
-    __device__ __forceinline__ int2 X(int c, int e) const {
-        const float sv = tct_ld_f((c ? s1 : s0) + e);
-        int cs = 0;
-        if (wc) {
-            const int4 v = tct_ld_act((c ? c1 : c0) + 4 * e);
-            cs = (v.x + v.y) + (v.z + v.w);
-        }
-        return make_int2(__float_as_int(sv), cs);
-    }
 };
 
 /* The float epilogue of one group: v = (NB8: 128 hi + lo, else the column's plane
@@ -433,10 +418,8 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA)) k_gemv_
         /* tile i of the warp's run (i = jj + u) */
 #define TCT_SRC(i)                                                                                 \
     [&]() {                                                                                        \
-        if constexpr (TCT_STAGED2(SA)) return tct_src_smem{sq + (uint32_t)((i) * 512), x0 + (uint32_t)((i) * 32), \
-                                                   x1 + (uint32_t)((i) * 32)};                    \
-        else return tct_src_glob{pq + (size_t)(i) * 512, px0 + 2 * (i), px1 + 2 * (i), pc0 + 8 * (i), \
-                                 pc1 + 8 * (i), wantc};                                            \
+        return tct_src_smem{sq + (uint32_t)((i) * 512), x0 + (uint32_t)((i) * 32),                 \
+                            x1 + (uint32_t)((i) * 32)};                                            \
     }()
         /* the whole blocks of U tiles with both groups real: no branch inside */
         const int nfull = nt - (odd && j1 == KT ? 1 : 0);
@@ -724,37 +707,33 @@ static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, cons
     const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
     const size_t smem = tct_sa_bytes(nbr, m->k);
     const bool al = !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3);
-    if (U == 4 && tct_variant() == 3 && al) {
-        launch_tiled_k<NB8, U, U == 4 ? 3 : 0>(m, q, sx, corr, batch, y, ys, 0);
-        return;
-    }
     if (smem <= TCT_SA_MAX && al) {
         if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
-        else if (tct_variant() == 4 || (NB8 && tct_variant() == 5))
+        else if constexpr (NB8 || U != 4) /* batch 5..8: the 106-register build only */
             launch_tiled_k<NB8, U, U == 4 ? 4 : 1>(m, q, sx, corr, batch, y, ys, smem);
-        else launch_tiled_k<NB8, U, U == 4 ? 2 : 1>(m, q, sx, corr, batch, y, ys, smem);
+        else if (tct_variant() == 4) launch_tiled_k<NB8, U, 4>(m, q, sx, corr, batch, y, ys, smem);
+        else launch_tiled_k<NB8, U, 2>(m, q, sx, corr, batch, y, ys, smem);
     } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
 }
 
 /* The staged-activation loop: 2 (default) the branch-free one (whole blocks of U
  * tiles, the corr summed per group at staging), 1 the earlier loop with a branch per
  * tile (TERN_CUDA_TILED_V=1; an A/B, and the tests' reference: both give the same
- * bits at the same launch shape), 3 the branch-free loop reading the activation from
- * global memory through L1 (no staging, no barrier; TERN_CUDA_TILED_V=3), 4 the
- * same loop as 2 compiled for CTAs of 16 warps (106 registers; TERN_CUDA_TILED_V=4),
- * 5 (the default) 2 at batch 1..4 and 4 at 5..8 (run s: the 96-register build gave
- * 27B decode 195.0 vs 183.5 tok/s, the 106-register one batch 8 552 vs 533). */
+ * bits at the same launch shape), 4 the same loop as 2 compiled for CTAs of 16 warps
+ * (106 registers; TERN_CUDA_TILED_V=4), 5 (the default) 2 at batch 1..4 and 4 at 5..8
+ * (run s: the 96-register build gave 27B decode 195.0 vs 183.5 tok/s, the
+ * 106-register one batch 8 552 vs 533). Batch 5..8 always takes 4 (2 spills there). */
 static int g_tct_v;
 static int tct_variant(void) {
     if (!g_tct_v) {
         const char *e = getenv("TERN_CUDA_TILED_V");
-        g_tct_v = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 5;
+        g_tct_v = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 5;
     }
     return g_tct_v;
 }
 extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     const int old = tct_variant();
-    if (variant >= 1 && variant <= 5) g_tct_v = variant;
+    if (variant == 1 || variant == 2 || variant == 4 || variant == 5) g_tct_v = variant;
     if (shape_old >= 0) g_tct_shape_old = shape_old;
     return old;
 }
