@@ -259,6 +259,9 @@ TERN_API int tern_model_batch_hint(const tern_model *m);
  * integer value, _i64 an integer that fits, _str a string (appended to *out). */
 TERN_API tern_status tern_model_meta_f32(const tern_model *m, const char *key, float *out);
 TERN_API tern_status tern_model_meta_i64(const tern_model *m, const char *key, int64_t *out);
+/* _bool: a BOOL value, e.g. tern.chat.thinking (whether a chat turns the template's
+ * thinking on when the caller does not say; tern run/chat/serve read it). */
+TERN_API tern_status tern_model_meta_bool(const tern_model *m, const char *key, bool *out);
 struct tern_str;                    /* below (text) */
 TERN_API tern_status tern_model_meta_str(const tern_model *m, const char *key, struct tern_str *out);
 

@@ -43,7 +43,8 @@ void gen_opts_help(FILE *f) {
             "  --presence-penalty X     presence penalty (default 0)\n"
             "  --frequency-penalty X    frequency penalty (default 0)\n"
             "  --seed S                 sampling seed (default: random, printed); same seed, same output\n"
-            "  --think | --no-think     thinking on / off (default: on for qwen35, off for qwen3)\n"
+            "  --think | --no-think     thinking on / off (default: the model's tern.chat.thinking key,\n"
+            "                           else on for qwen35, off for qwen3)\n"
             "  --system TEXT            system prompt\n"
             "  --threads N              worker threads (default: all cores)\n"
             "  --device cpu|cuda[:N]    where the model runs (default cpu; `tern --version` lists them)\n"
@@ -116,6 +117,12 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
 #undef NUM_F
 }
 
+bool cli_model_thinking(const tern_model *m, tern_chat_format fmt) {
+    bool v = false;
+    if (tern_model_meta_bool(m, "tern.chat.thinking", &v) == TERN_OK) return v;
+    return fmt == TERN_CHAT_QWEN35;
+}
+
 int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cli_model_sampling *out) {
     out->temp = out->top_p = out->min_p = out->repeat_penalty = -1.0f;
     out->top_k = out->penalty_last_n = -1;
@@ -177,7 +184,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     spp.cache_type_v = o->cache_v;
     if ((st = tern_session_new(g->model, &spp, &g->sess))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->fmt = tern_chat_format_for(g->tok);
-    g->think = o->think < 0 ? g->fmt == TERN_CHAT_QWEN35 : o->think == 1;
+    g->think = o->think < 0 ? cli_model_thinking(g->model, g->fmt) : o->think == 1;
     tern_sampler_params sp = o->sp;
     if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     /* a flag > the model's general.sampling.* key > the Qwen3 model card (thinking

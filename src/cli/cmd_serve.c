@@ -44,8 +44,9 @@ static void usage(FILE *f) {
             "  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (and answer OPTIONS preflights)\n"
             "  --max-tokens N       max_tokens of a request that gives none (default 512; 0 = until the end\n"
             "                       of generation or a full context)\n"
-            "  --think | --no-think thinking on / off by default (default: on for qwen35 templates, off for qwen3;\n"
-            "                       off for the embedded model, a raw-text model)\n"
+            "  --think | --no-think thinking on / off by default (default: the model's tern.chat.thinking key,\n"
+            "                       false in the embedded raw-text model; else on for qwen35 templates,\n"
+            "                       off for qwen3)\n"
             "  --temp T, --top-k N, --top-p P, --min-p P, --repeat-penalty X\n"
             "                       sampling of requests that give none (default: the model's\n"
             "                       general.sampling.* keys, else temp 0.7 / 0.6 thinking, top-p 0.8 / 0.95,\n"
@@ -163,9 +164,6 @@ int tern_cmd_serve(int argc, char **argv) {
             return cli_usage_error("serve", "%s needs a non-empty value", a);
         i++;
     }
-    /* the embedded model is trained on raw text: its template's thinking branch
-     * only makes it spend the reply inside <think> (docs/default-model.md) */
-    if (!model && think < 0) think = 0;
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -202,6 +200,10 @@ int tern_cmd_serve(int argc, char **argv) {
     }
     int n_ctx = 0;
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
+    /* thinking by default: the flag > the model's tern.chat.thinking key (the embedded
+     * raw-text model says false: its template's thinking branch only makes it spend the
+     * reply inside <think>, docs/default-model.md) > the chat format */
+    if (think < 0) think = cli_model_thinking(m, tern_chat_format_for(tok)) ? 1 : 0;
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
     /* sampling defaults: a flag > the model's general.sampling.* keys > built-in
@@ -236,7 +238,7 @@ int tern_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: %s (%s, %d layers, vocab %d) loaded in %.2f s; %d slots x ctx %d, queue %d, "
                         "thinking %s by default\n", model, info->arch, info->n_layers, info->n_vocab,
                 (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, (int)parallel, n_ctx, (int)queue,
-                (think < 0 ? tern_chat_format_for(tok) == TERN_CHAT_QWEN35 : think == 1) ? "on" : "off");
+                think == 1 ? "on" : "off");
     if (!quiet) {
         uint64_t now = 0, max = 0;
         const tern_session *s0 = NULL;

@@ -154,6 +154,14 @@ tern_status tern_model_meta_i64(const tern_model *m, const char *key, int64_t *o
     return tern_gguf_get_i64(m->gguf, key, out);
 }
 
+tern_status tern_model_meta_bool(const tern_model *m, const char *key, bool *out) {
+    const tern_gguf_kv *kv;
+    tern_status st = meta_kv(m, key, &kv);
+    if (st) return st;
+    if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_model_meta_bool: NULL argument");
+    return tern_gguf_get_bool(m->gguf, key, out);
+}
+
 tern_status tern_model_meta_str(const tern_model *m, const char *key, tern_str *out) {
     const tern_gguf_kv *kv;
     tern_status st = meta_kv(m, key, &kv);

@@ -25,7 +25,8 @@ start() {
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
 }
 start cors --parallel 2 --ctx 512 --cors https://example.test --alias mymodel --max-tokens 7
-start plain --parallel 1 --ctx 512
+# the embedded model named explicitly: its defaults come from its keys, not from -m being absent
+start plain --parallel 1 --ctx 512 -m "${TERN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/models/tern-default.gguf"
 TEXT="Hello <|im_start|> wörld"
 "$TERN" tokenize --text "$TEXT" --json >"$TMP/tok.json" || exit 1
 
@@ -73,6 +74,13 @@ st, _, b = req("cors", "GET", "/props")
 p = json.loads(b)
 check("/props", st == 200 and p["total_slots"] == 2 and p["n_ctx"] == 512 and p["model"] == "mymodel", p)
 check("embedded (raw-text) model: thinking off by default", p.get("thinking_default") is False, p)
+pp = json.loads(req("plain", "GET", "/props")[2])
+check("embedded model given with -m: thinking off (its tern.chat.thinking key)", pp.get("thinking_default") is False, pp)
+st, _, b = req("plain", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                                                         "temperature": 0})
+msg = json.loads(b)["choices"][0]["message"] if st == 200 else {}
+check("embedded model given with -m: a plain chat reply is content, not reasoning",
+      st == 200 and msg.get("content") and not msg.get("reasoning_content"), b)
 ds = p.get("default_generation_settings", {})
 check("embedded model: default sampling from its general.sampling keys",
       ds.get("source") == "model" and abs(ds.get("temperature", 0) - 0.8) < 1e-6 and ds.get("top_k") == 40

@@ -1143,6 +1143,13 @@ TEST(model_meta) {
         CHECK(f == 0.95f);
         CHECK_EQ_INT(tern_model_meta_f32(M, "general.sampling.min_p", &f), TERN_OK);
         CHECK(f == 0.05f);
+        /* and says its chat template's thinking is off by default (a raw-text model) */
+        bool b = true;
+        CHECK_EQ_INT(tern_model_meta_bool(M, "tern.chat.thinking", &b), TERN_OK);
+        CHECK(b == false);
+        CHECK_EQ_INT(tern_model_meta_bool(M, "general.sampling.temp", &b), TERN_ERR_FORMAT); /* a float */
+        CHECK_EQ_INT(tern_model_meta_bool(M, "no.such.key", &b), TERN_ERR_NOT_FOUND);
+        CHECK_EQ_INT(tern_model_meta_bool(M, "tern.chat.thinking", NULL), TERN_ERR_INVALID_ARG);
     }
 }
 
