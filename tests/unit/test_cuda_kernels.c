@@ -158,6 +158,22 @@ TEST(repack_multi_vs_file_layout) {
     free_mat(&t);
 }
 
+/* One call of the tiled GEMV: path 0 through tc_matmul_multi (its own quantisation),
+ * 1 through tc_matmul_multi_q with a caller's quantised activation. */
+static void tiled_call(int path, const tc_mat *tm, const float *dx, size_t B, int64_t k, float **dy,
+                       const size_t *ys) {
+    if (path == 0) {
+        tc_matmul_multi(1, tm, dx, B, (size_t)k, dy, ys);
+        return;
+    }
+    void *ab = tc_malloc(tc_act_bytes(B, k));
+    tc_act act = tc_act_view(ab, B, k);
+    tc_quantize(dx, (size_t)k, &act);
+    tc_matmul_multi_q(1, tm, &act, NULL, 0, dy, ys);
+    CHECK_EQ_INT(tc_sync(), 0);
+    tc_free(ab, tc_act_bytes(B, k));
+}
+
 /* The decode GEMV on the tiled layout (tc_repack_tiled, the default at load) vs
  * float64: batch 1..9 and 17 (NB4, NB8, chunks of 8), row counts off the 16-row
  * strips, one row, an odd number of 128-blocks (the zero group of the last tile),
@@ -189,15 +205,8 @@ TEST(tiled_gemv_vs_f64) {
             for (size_t i = 0; i < B * ys; i++) y[i] = 0.0f;
             CHECK(tc_upload(dy, y, B * ys * 4) == 0);
             for (int path = 0; path < 3; path++) {
-                if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
-                else if (path == 1) {
-                    void *ab = tc_malloc(tc_act_bytes(B, k));
-                    tc_act act = tc_act_view(ab, B, k);
-                    tc_quantize(dx, (size_t)k, &act);
-                    tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    tc_free(ab, tc_act_bytes(B, k));
-                } else tc_matmul_multi(1, &src, dx, B, (size_t)k, &dy, &ys); /* file layout */
+                if (path < 2) tiled_call(path, &tm, dx, B, k, &dy, &ys);
+                else tc_matmul_multi(1, &src, dx, B, (size_t)k, &dy, &ys); /* file layout */
                 CHECK_EQ_INT(tc_sync(), 0);
                 CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
@@ -208,27 +217,11 @@ TEST(tiled_gemv_vs_f64) {
                      * (variant 1): the same bits */
                     float *y1 = malloc(B * ys * 4), *y0 = malloc(B * ys * 4);
                     const int was = tc_gemv_tiled_config(v, 1);
-                    if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
-                    else {
-                        void *ab = tc_malloc(tc_act_bytes(B, k));
-                        tc_act act = tc_act_view(ab, B, k);
-                        tc_quantize(dx, (size_t)k, &act);
-                        tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
-                        CHECK_EQ_INT(tc_sync(), 0);
-                        tc_free(ab, tc_act_bytes(B, k));
-                    }
+                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
                     CHECK_EQ_INT(tc_sync(), 0);
                     CHECK(tc_download(y0, dy, B * ys * 4) == 0);
                     tc_gemv_tiled_config(1, 1);
-                    if (path == 0) tc_matmul_multi(1, &tm, dx, B, (size_t)k, &dy, &ys);
-                    else {
-                        void *ab = tc_malloc(tc_act_bytes(B, k));
-                        tc_act act = tc_act_view(ab, B, k);
-                        tc_quantize(dx, (size_t)k, &act);
-                        tc_matmul_multi_q(1, &tm, &act, NULL, 0, &dy, &ys);
-                        CHECK_EQ_INT(tc_sync(), 0);
-                        tc_free(ab, tc_act_bytes(B, k));
-                    }
+                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
                     tc_gemv_tiled_config(was, 0);
                     CHECK_EQ_INT(tc_sync(), 0);
                     CHECK(tc_download(y1, dy, B * ys * 4) == 0);
