@@ -117,9 +117,12 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
 #undef NUM_F
 }
 
-bool cli_model_thinking(const tern_model *m, tern_chat_format fmt) {
+bool cli_model_thinking(const char *cmd, const tern_model *m, tern_chat_format fmt, bool quiet) {
     bool v = false;
-    if (tern_model_meta_bool(m, "tern.chat.thinking", &v) == TERN_OK) return v;
+    tern_status st = tern_model_meta_bool(m, "tern.chat.thinking", &v);
+    if (st == TERN_OK) return v;
+    if (st != TERN_ERR_NOT_FOUND && !quiet) /* e.g. a string where a BOOL belongs */
+        fprintf(stderr, "tern %s: warning: ignoring tern.chat.thinking (%s)\n", cmd, tern_last_error());
     return fmt == TERN_CHAT_QWEN35;
 }
 
@@ -184,7 +187,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     spp.cache_type_v = o->cache_v;
     if ((st = tern_session_new(g->model, &spp, &g->sess))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->fmt = tern_chat_format_for(g->tok);
-    g->think = o->think < 0 ? cli_model_thinking(g->model, g->fmt) : o->think == 1;
+    g->think = o->think < 0 ? cli_model_thinking(cmd, g->model, g->fmt, o->quiet) : o->think == 1;
     tern_sampler_params sp = o->sp;
     if (!o->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     /* a flag > the model's general.sampling.* key > the Qwen3 model card (thinking

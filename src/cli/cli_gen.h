@@ -40,9 +40,10 @@ typedef struct cli_model_sampling {
     bool has_freq, has_present;
 } cli_model_sampling;
 int cli_model_sampling_read(const char *cmd, const tern_model *m, bool quiet, cli_model_sampling *out);
-/* Whether a chat thinks when nobody says: the model's tern.chat.thinking key (BOOL),
- * else on for qwen35 templates and off for qwen3 (the models' cards). */
-bool cli_model_thinking(const tern_model *m, tern_chat_format fmt);
+/* Whether a chat thinks when nobody says: the model's tern.chat.thinking key (BOOL;
+ * another type is ignored with a warning on stderr unless quiet), else on for qwen35
+ * templates and off for qwen3 (the models' cards). */
+bool cli_model_thinking(const char *cmd, const tern_model *m, tern_chat_format fmt, bool quiet);
 /* Try to consume argv[*i] (and its value) as a shared option. Returns 1 if taken,
  * 0 if not a shared option, 2 after printing a usage error (exit code 2). */
 int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i);

@@ -203,7 +203,7 @@ int tern_cmd_serve(int argc, char **argv) {
     /* thinking by default: the flag > the model's tern.chat.thinking key (the embedded
      * raw-text model says false: its template's thinking branch only makes it spend the
      * reply inside <think>, docs/default-model.md) > the chat format */
-    if (think < 0) think = cli_model_thinking(m, tern_chat_format_for(tok)) ? 1 : 0;
+    if (think < 0) think = cli_model_thinking("serve", m, tern_chat_format_for(tok), quiet) ? 1 : 0;
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
     /* sampling defaults: a flag > the model's general.sampling.* keys > built-in

@@ -128,5 +128,15 @@ check "-ctk / -ctv set keys and values apart" grep -q "KV cache f16/q8_0" "$TMP/
 check "a bad --cache-type exits 2 naming the choices" [ $rc -eq 2 ] && grep -q "q8_0" "$TMP/e"
 "$TERN" run -m "$Q3" --raw -p hi -n 1 --quiet --cache-type q8_0 >/dev/null 2>"$TMP/e"
 check "--quiet silences the cache line" [ ! -s "$TMP/e" ]
+# the thinking default: the embedded model's tern.chat.thinking key (false); a key of
+# the wrong type is ignored with a warning naming it, the run still works
+"$TERN" run -p "Hi" -n 1 --temp 0 2>"$TMP/e" >/dev/null
+check "embedded model: thinking off by its tern.chat.thinking key" grep -q "thinking off" "$TMP/e"
+if "$TERN" convert "$SRC/models/tern-default.gguf" "$TMP/badkey.gguf" --to pq2_0 --quiet \
+     --set tern.chat.thinking=str:no; then
+  "$TERN" run -m "$TMP/badkey.gguf" -p "Hi" -n 1 --temp 0 2>"$TMP/e" >/dev/null; rc=$?
+  check "a STRING tern.chat.thinking: warned, ignored, exit 0" \
+    [ $rc -eq 0 ] && grep -q "ignoring tern.chat.thinking.*expected BOOL" "$TMP/e"
+else bad "tern convert --set tern.chat.thinking=str:no"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
