@@ -35,7 +35,7 @@ start() {
   "$TERN" serve --port 0 --threads 2 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   eval "${name}_PID=$!"
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 1200); do
     grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break
     sleep 0.05
   done

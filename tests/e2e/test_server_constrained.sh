@@ -28,7 +28,7 @@ cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null;
 trap cleanup EXIT
 "$TERN" serve --port 0 --threads 2 --quiet --parallel 3 --ctx 1024 >"$TMP/out" 2>"$TMP/err" &
 PID=$!
-for _ in $(seq 1 200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
 
 # under ASan/UBSan on a shared 2-core machine the same requests took over 240 s

@@ -22,7 +22,7 @@ cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/nu
 trap cleanup EXIT
 "$TERN" serve --port 0 --threads 2 --parallel 2 --queue 64 --ctx 128 --quiet --grace-s 1 >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
-for _ in $(seq 1 200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
 cd "$TMP" || exit 1   # schemathesis writes its cache in the working directory
 timeout 150 "$ST" run "$SRC/docs/openapi.yaml" --url "$URL" --max-examples "${TERN_SCHEMATHESIS_EXAMPLES:-5}" \

@@ -21,7 +21,7 @@ trap cleanup EXIT
 # that penalty it runs to max_tokens, so the Stop check has a reply to stop
 "$TERN" serve --port 0 --threads 2 --parallel 1 --ctx 2048 --quiet --repeat-penalty 1 >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
-for _ in $(seq 1 200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
 fail=0
 page=$(curl -s -D "$TMP/h" "$URL/") || { echo "FAIL GET /"; exit 1; }
