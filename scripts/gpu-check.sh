@@ -8,7 +8,8 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab  (default tests,bench)
+#       STEPS: comma list of  tests,sanitize,multi,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
+#              (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              depth: 27B bench at DEPTHS (0 4096 32768) x f32/f16/q8_0, --depth-fill random -> depth.txt
@@ -18,6 +19,8 @@
 #              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
 #                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
+#              multi: test_cuda + test_batch with TERN_CUDA_TILED_MULTI=1 (the matrices of a matmul
+#                     call in one GEMV launch), then the 27B bench without and with it
 #              gdnab: GDN prefill, TERN_CUDA_GDN=walk vs the scan: the tc_gdn rows of bench kernels
 #                     and bonsai2-27b pp512 at chunk 64 and 512 with --profile -> gdnab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
@@ -107,6 +110,16 @@ print(' '.join(f"{k[0]} b{k[1]} {min(v):.0f}-{max(v):.0f}%" for k, v in sorted(r
 PY
 )"
 }
+multi_step() { # TERN_CUDA_TILED_MULTI=1: one GEMV launch per matmul call (parity, then the 27B A/B)
+  for t in test_cuda test_batch; do
+    TERN_CUDA_TILED_MULTI=1 TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t-multi.log 2>&1; rc=$?
+    { echo "===== $t TERN_CUDA_TILED_MULTI=1 (rc=$rc)"; cat $W/$t-multi.log; } >> $OUT/tests.log
+    row "$t (TILED_MULTI=1)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/$t-multi.log) fails; $(tail -n 1 $W/$t-multi.log | cut -c1-60)"
+  done
+  bench bonsai2-27b
+  TERN_CUDA_TILED_MULTI=1 GPU_TAG=-multi bench bonsai2-27b
+}
+if has multi; then multi_step; fi
 if has kbench; then # the decode GEMV: default (stream-K), the old tiled kernel, pipeline shapes
   kb=$OUT/kbench.txt; : > $kb
   { echo "===== default"; $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } >> $kb 2>&1

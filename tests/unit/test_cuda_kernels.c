@@ -259,6 +259,113 @@ TEST(tiled_gemv_vs_f64) {
     }
 }
 
+/* tc_gemv_tiled_multi: up to four tiled matrices of one K in one grid (a CTA's strips
+ * can lie in two matrices): each output vs float64, equal to the per-matrix kernel to
+ * float order (the launch shape is chosen for the whole grid), bitwise run to run, y
+ * padding untouched; batch 1..8 and 11 (NB4, NB8, a chunk of 8 and one of 3); the
+ * loop variants that have no one-grid build (1) fall back to one launch per matrix,
+ * bitwise equal to tc_gemv_tiled. */
+TEST(tiled_gemv_multi) {
+    NEED_GPU();
+    const int64_t sets[][4] = {{1, 16, 0, 0}, {33, 1, 250, 0}, {257, 17, 1000, 40}, {4000, 1024, 1024, 0}, {15, 4097, 0, 0}};
+    const int64_t ks[] = {384, 1152, 5120, 2560, 17408};
+    const size_t batches[] = {1, 2, 4, 5, 8, 11};
+    for (size_t si = 0; si < sizeof ks / sizeof ks[0]; si++) {
+        const int64_t k = ks[si];
+        int nm = 0;
+        tmat t[4];
+        tc_mat src[4], tm[4];
+        uint8_t *base[4];
+        size_t wb[4];
+        for (int i = 0; i < 4 && sets[si][i]; i++, nm++) {
+            t[i] = make_mat(TERN_DT_PQ2_0, sets[si][i], k, 11 + (int)si + i);
+            src[i] = up_mat(&t[i], 0, &base[i], &wb[i]);
+            CHECK_EQ_INT(tc_repack_tiled(&src[i], &tm[i]), 0);
+        }
+        const tc_mat *tw[4] = {&tm[0], &tm[1], &tm[2], &tm[3]};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const size_t B = batches[bi];
+            float *x = rand_x(B * (size_t)k, 1.0f), *dx = dup_dev(x, B * (size_t)k * 4);
+            void *ab = tc_malloc(tc_act_bytes(B, k));
+            tc_act act = tc_act_view(ab, B, k);
+            tc_quantize(dx, (size_t)k, &act);
+            float *dy[4], *y[4], *y2[4];
+            size_t ys[4];
+            for (int i = 0; i < nm; i++) {
+                ys[i] = (size_t)t[i].q.n + 2;
+                dy[i] = tc_malloc(B * ys[i] * 4);
+                y[i] = calloc(B * ys[i], 4);
+                y2[i] = malloc(B * ys[i] * 4);
+                CHECK(tc_upload(dy[i], y[i], B * ys[i] * 4) == 0); /* zero padding */
+            }
+            tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
+            CHECK_EQ_INT(tc_sync(), 0);
+            for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
+            tc_gemv_tiled_multi(nm, tw, &act, dy, ys); /* again: bitwise the same */
+            CHECK_EQ_INT(tc_sync(), 0);
+            for (int i = 0; i < nm; i++) {
+                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi set %zu B %zu mat %d: run to run", si, B, i);
+                for (size_t b = 0; b < B; b++)
+                    for (size_t p = (size_t)t[i].q.n; p < ys[i]; p++) CHECK(y[i][b * ys[i] + p] == 0.0f);
+                const bool f64 = B != 2 && B != 4 && (B < 8 || k <= 5120); /* oracle time */
+                double e = f64 ? rel_err_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
+                double eq = f64 ? qerr_ratio_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
+                CHECK_MSG(eq < 1.0 && (t[i].q.n < 16 || e < 1e-3),
+                          "multi set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", si, i,
+                          (long long)t[i].q.n, (long long)k, B, e, eq);
+                tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
+                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                double md = 0, mr = 0;
+                for (size_t b = 0; b < B; b++)
+                    for (int64_t r = 0; r < t[i].q.n; r++) {
+                        double d = fabs((double)y[i][b * ys[i] + (size_t)r] - y2[i][b * ys[i] + (size_t)r]);
+                        if (!(d <= md)) md = d;
+                        if (fabs(y2[i][b * ys[i] + (size_t)r]) > mr) mr = fabs(y2[i][b * ys[i] + (size_t)r]);
+                    }
+                CHECK_MSG(md <= 1e-5 * mr + 1e-7, "multi vs tiled set %zu mat %d B %zu: %g of %g", si, i, B, md, mr);
+            }
+            /* variant 1 has no one-grid build: one launch per matrix, the same bits */
+            const int was = tc_gemv_tiled_config(1, -1);
+            tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
+            CHECK_EQ_INT(tc_sync(), 0);
+            for (int i = 0; i < nm; i++) {
+                CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
+                tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
+                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi (variant 1) set %zu B %zu mat %d", si, B, i);
+            }
+            tc_gemv_tiled_config(was, -1);
+            for (int i = 0; i < nm; i++) {
+                tc_free(dy[i], B * ys[i] * 4);
+                free(y[i]);
+                free(y2[i]);
+            }
+            tc_free(ab, tc_act_bytes(B, k));
+            tc_free(dx, B * (size_t)k * 4);
+            free(x);
+        }
+        for (int i = 0; i < nm; i++) {
+            tc_free(base[i], wb[i]);
+            tc_free((void *)tm[i].data, tc_tiled_bytes(t[i].q.n, k));
+            free_mat(&t[i]);
+        }
+    }
+    /* refusals: too many matrices, another kind, a K that is not the activation's */
+    const tc_mat bad = {.kind = TC_TERN128, .n = 16, .k = 128}, badk = {.kind = TC_TERN128T, .n = 16, .k = 256};
+    tc_act a1 = {.k = 128, .batch = 1};
+    float *yy[5] = {0};
+    size_t yys[5] = {0};
+    tc_gemv_tiled_multi(5, (const tc_mat *const[]){&bad, &bad, &bad, &bad, &bad}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_gemv_tiled_multi(1, (const tc_mat *const[]){&bad}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_gemv_tiled_multi(1, (const tc_mat *const[]){&badk}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+}
+
 /* The stream-K GEMVs (k_gemv_skr, k_gemv_sk) with several matrices per launch, in
  * several shapes of their pipelines: vs float64, == the per-matrix tiled kernel to float order, run-to-run
  * bitwise equal, and batch-invariant (a batch row's outputs do not depend on the other
@@ -1729,6 +1836,7 @@ int main(void) {
     }
     RUN(file_gemv_vs_f64);
     RUN(tiled_gemv_vs_f64);
+    RUN(tiled_gemv_multi);
     RUN(sk_gemv_multi);
     RUN(tiled_refusals_and_embed);
     RUN(repack_gemv_vs_f64);

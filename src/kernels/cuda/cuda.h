@@ -118,6 +118,16 @@ void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
  * occupancy-based choice, 0: the choice (-1 unchanged). Returns the previous variant;
  * other variant values only read. For the tests: equal shapes give equal bits. */
 int tc_gemv_tiled_config(int variant, int shape_old);
+/* tc_gemv_tiled over nm <= 4 TC_TERN128T matrices of act->k columns in one launch per
+ * 8 batch rows (one grid over the strips of all of them: y[i][b*ys[i] + r]), at batch
+ * 1..8 with the staged loops of the default variants; otherwise one tc_gemv_tiled per
+ * matrix. Each output equals tc_gemv_tiled's integers; its float order depends on the
+ * launch shape, chosen for the whole grid. tc_gemv_tiled_multi_on: whether
+ * tc_matmul_multi(_q) use it (TERN_CUDA_TILED_MULTI=1; off by default until it is
+ * measured on a GPU). */
+void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                         const size_t *ys);
+int tc_gemv_tiled_multi_on(void);
 /* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
  * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
  * rows, the tiles of all of them split evenly over the grid's warps (k_gemv_skr:

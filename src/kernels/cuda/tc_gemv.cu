@@ -320,19 +320,61 @@ __device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t 
     tct_epi<NB8>(H, L, sr.X(0, e), sr.X(1, e), s2, e, f);
 }
 
-template <int NB8, int U, int SA>
-__global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA)) k_gemv_tiled(const uint8_t *__restrict__ W, int n, int K,
-                                                    int KS, const int8_t *__restrict__ q,
-                                                    const float *__restrict__ sx,
-                                                    const int *__restrict__ corr, int batch,
-                                                    float *__restrict__ y, size_t ys, int PF) {
+/* Up to TSK_MAXM tiled matrices of the same K (one input): k_gemv_tiled's MM build
+ * and the stream-K kernels. Strips are numbered matrix after matrix. */
+struct tsk_mats {
+    const uint8_t *w[TSK_MAXM];
+    float *y[TSK_MAXM];
+    size_t ys[TSK_MAXM];
+    int n[TSK_MAXM];         /* rows */
+    int strip_end[TSK_MAXM]; /* strips of matrices 0..i (prefix sums) */
+    int nm;
+};
+
+/* The matrix holding global strip S (S < strip_end[nm - 1]). */
+__device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) {
+    int i = 0;
+#pragma unroll
+    for (int m = 0; m < TSK_MAXM - 1; m++)
+        if (m < M.nm - 1 && S >= M.strip_end[m]) i = m + 1;
+    return i;
+}
+
+/* Matrix mi of M (mi < TSK_MAXM): selected with constant indices (a dynamic index
+ * into a kernel parameter would copy the struct to local memory); s0 = its first
+ * global strip. */
+struct tct_one {
+    const uint8_t *w;
+    float *y;
+    size_t ys;
+    int n, s0;
+};
+__device__ __forceinline__ tct_one tct_mat(const tsk_mats &M, int mi) {
+    tct_one o = {M.w[0], M.y[0], M.ys[0], M.n[0], 0};
+#pragma unroll
+    for (int m = 1; m < TSK_MAXM; m++)
+        if (m == mi) o = tct_one{M.w[m], M.y[m], M.ys[m], M.n[m], M.strip_end[m - 1]};
+    return o;
+}
+
+/* M: the matrices (MM 0: M.w[0] alone, as one launch per matrix always was; MM 1: all
+ * M.nm of them in one grid, a CTA's strips possibly in two matrices). */
+template <int NB8, int U, int SA, int MM>
+__global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
+    k_gemv_tiled(const __grid_constant__ tsk_mats M, int K, int KS, const int8_t *__restrict__ q,
+                 const float *__restrict__ sx, const int *__restrict__ corr, int batch, int PF) {
     __shared__ float red[TCT_MAX_WARPS][16][8];
     extern __shared__ __align__(16) uint8_t tsa[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int spc = (int)(blockDim.x >> 5) / KS;
     const int sl = warp / KS, ks = warp - sl * KS;
-    const int strip = blockIdx.x * spc + sl;
+    const int gstrip = blockIdx.x * spc + sl;
+    const int mi = MM ? tsk_mat_of(M, gstrip) : 0;
+    const tct_one mo = tct_mat(M, mi);
+    const uint8_t *__restrict__ W = mo.w;
+    const int n = mo.n;
+    const int strip = gstrip - mo.s0; /* within matrix mi (past the last: not live) */
     const int G = K >> 7, KT = (G + 1) >> 1, nu = K >> 5;
     const bool live = strip * 16 < n;
     const int j0 = ks * KT / KS, j1 = (ks + 1) * KT / KS;
@@ -550,6 +592,8 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA)) k_gemv_
         for (int i = 0; i < 4; i++) f[i] += __shfl_xor_sync(0xffffffffu, f[i], 2);
     const bool wr = NB8 || t < 2;
     const int row0 = strip * 16 + g, row1 = row0 + 8;
+    float *__restrict__ y = mo.y;
+    const size_t ys = mo.ys;
     if (KS == 1) {
         if (wr) {
             if (row0 < n && ob0 < batch) y[(size_t)ob0 * ys + row0] = f[0];
@@ -568,11 +612,13 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA)) k_gemv_
     __syncthreads();
     for (int idx = threadIdx.x; idx < spc * 128; idx += blockDim.x) {
         const int s = idx >> 7, rr = (idx >> 3) & 15, b = idx & 7;
-        const int row = (blockIdx.x * spc + s) * 16 + rr;
-        if (row >= n || b >= batch) continue;
+        const int gs = blockIdx.x * spc + s;
+        const tct_one o = MM ? tct_mat(M, tsk_mat_of(M, gs)) : mo;
+        const int row = (gs - o.s0) * 16 + rr;
+        if (row >= o.n || b >= batch) continue;
         float v = 0.0f;
         for (int w = 0; w < KS; w++) v += red[s * KS + w][rr][b];
-        y[(size_t)b * ys + row] = v;
+        o.y[(size_t)b * o.ys + row] = v;
     }
 }
 
@@ -611,7 +657,7 @@ static tct_shape tct_shape_old(int64_t strips, int64_t kt, int wps) {
     return tct_shape{ks, ks >= 4 ? 1 : 4 / ks};
 }
 
-template <int NB8, int U, int SA>
+template <int NB8, int U, int SA, int MM>
 static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
     static int wps = 0, old = 0;
     static double S = 4.0;
@@ -637,7 +683,7 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
         for (int i = 0; i < noc; i++)
             if (oc[i].threads == threads && oc[i].smem == smem) occ = oc[i].occ;
         if (occ < 0) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA>, threads,
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA, MM>, threads,
                                                               SA ? smem : 0) != cudaSuccess)
                 occ = 0;
             if (noc < 96) oc[noc++] = tct_occ_entry{threads, occ, smem};
@@ -668,17 +714,18 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
         }
     memo[nmemo < 16 ? nmemo++ : (int)(strips % 16)] = {strips, kt, smem, best};
     if (getenv("TERN_CUDA_TILED_LOG")) /* asked for: the choice, once per shape */
-        fprintf(stderr, "tc_gemv_tiled<%d,%d,%d>: strips %lld tiles %lld smem %zu -> ks %d spc %d (cost %.1f)\n",
-                NB8, U, SA, (long long)strips, (long long)kt, smem, best.ks, best.spc, bc);
+        fprintf(stderr, "tc_gemv_tiled<%d,%d,%d,%d>: strips %lld tiles %lld smem %zu -> ks %d spc %d (cost %.1f)\n",
+                NB8, U, SA, MM, (long long)strips, (long long)kt, smem, best.ks, best.spc, bc);
     return best;
 }
 
-template <int NB8, int U, int SA>
-static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                           int batch, float *y, size_t ys, size_t smem) {
+/* M's y pointers already offset to the batch chunk; strips = M.strip_end[M.nm - 1]. */
+template <int NB8, int U, int SA, int MM>
+static void launch_tiled_k(const tsk_mats &M, int64_t strips, int K, const int8_t *q, const float *sx,
+                           const int *corr, int batch, size_t smem) {
     static int attr = 0; /* 1 set, -1 failed */
     if (SA && !attr) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA>,
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA, MM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, TCT_SA_MAX);
         attr = e == cudaSuccess ? 1 : -1;
         if (e != cudaSuccess) tc_note((int)e);
@@ -689,31 +736,42 @@ static void launch_tiled_k(const tc_mat *m, const int8_t *q, const float *sx, co
         const char *e = getenv("TERN_CUDA_TILED_PF");
         pf = e && atoi(e) >= 0 && atoi(e) <= 256 ? atoi(e) : TCT_PF_DEFAULT;
     }
-    const int64_t strips = tct_strips(m->n), kt = tct_ktiles(m->k);
-    const tct_shape sh = tct_pick<NB8, U, SA>(strips, kt, SA ? smem : 0);
+    const int64_t kt = tct_ktiles(K);
+    const tct_shape sh = tct_pick<NB8, U, SA, MM>(strips, kt, SA ? smem : 0);
     const unsigned grid = (unsigned)((strips + sh.spc - 1) / sh.spc);
-    tc_launch(k_gemv_tiled<NB8, U, SA>, dim3(grid), dim3(32 * sh.ks * sh.spc), SA ? smem : 0, 1, m->data,
-              (int)m->n, (int)m->k, sh.ks, q, sx, corr, batch, y, ys, pf);
+    tc_launch(k_gemv_tiled<NB8, U, SA, MM>, dim3(grid), dim3(32 * sh.ks * sh.spc), SA ? smem : 0, 1, M,
+              K, sh.ks, q, sx, corr, batch, pf);
 }
 
-template <int NB8, int U>
-static void launch_tiled(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                         int batch, float *y, size_t ys) {
+static void tct_sms(void) {
     if (!g_sms) {
         int v = 0;
         cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0);
         g_sms = v > 0 ? v : 132;
     }
-    const int nbr = batch < (NB8 ? 8 : 4) ? batch : (NB8 ? 8 : 4);
-    const size_t smem = tct_sa_bytes(nbr, m->k);
-    const bool al = !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3);
-    if (smem <= TCT_SA_MAX && al) {
-        if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1>(m, q, sx, corr, batch, y, ys, smem);
+}
+static size_t tct_smem_of(int batch, int64_t K) {
+    const int nb8 = batch > 4, nbr = batch < (nb8 ? 8 : 4) ? batch : (nb8 ? 8 : 4);
+    return tct_sa_bytes(nbr, K);
+}
+static bool tct_aligned(const int8_t *q, const float *sx, const int *corr) {
+    return !((uintptr_t)q & 15) && !((uintptr_t)corr & 15) && !((uintptr_t)sx & 3);
+}
+
+/* One matrix (M.nm == 1). */
+template <int NB8, int U>
+static void launch_tiled(const tsk_mats &M, int K, const int8_t *q, const float *sx, const int *corr,
+                         int batch) {
+    tct_sms();
+    const size_t smem = tct_smem_of(batch, K);
+    const int64_t strips = tct_strips(M.n[0]);
+    if (smem <= TCT_SA_MAX && tct_aligned(q, sx, corr)) {
+        if (tct_variant() == 1 || U != 4) launch_tiled_k<NB8, U, 1, 0>(M, strips, K, q, sx, corr, batch, smem);
         else if constexpr (NB8 || U != 4) /* batch 5..8: the 106-register build only */
-            launch_tiled_k<NB8, U, U == 4 ? 4 : 1>(m, q, sx, corr, batch, y, ys, smem);
-        else if (tct_variant() == 4) launch_tiled_k<NB8, U, 4>(m, q, sx, corr, batch, y, ys, smem);
-        else launch_tiled_k<NB8, U, 2>(m, q, sx, corr, batch, y, ys, smem);
-    } else launch_tiled_k<NB8, U, 0>(m, q, sx, corr, batch, y, ys, 0);
+            launch_tiled_k<NB8, U, U == 4 ? 4 : 1, 0>(M, strips, K, q, sx, corr, batch, smem);
+        else if (tct_variant() == 4) launch_tiled_k<NB8, U, 4, 0>(M, strips, K, q, sx, corr, batch, smem);
+        else launch_tiled_k<NB8, U, 2, 0>(M, strips, K, q, sx, corr, batch, smem);
+    } else launch_tiled_k<NB8, U, 0, 0>(M, strips, K, q, sx, corr, batch, 0);
 }
 
 /* The staged-activation loop: 2 (default) the branch-free one (whole blocks of U
@@ -738,32 +796,112 @@ extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     return old;
 }
 
+static bool tct_takes(const tc_mat *m, const tc_act *act) {
+    return m->kind == TC_TERN128T && act && act->k == m->k && m->k % 128 == 0 && m->n > 0 &&
+           m->n <= ((int64_t)1 << 31) - 16 && m->k <= (1 << 24) && !((uintptr_t)m->data & 15);
+}
+/* tiles in flight per lane: 4, or TERN_CUDA_TILED_U=6 (A/B) */
+static int tct_u(void) {
+    static int u = 0;
+    if (!u) {
+        const char *e = getenv("TERN_CUDA_TILED_U");
+        u = e && atoi(e) == 6 ? 6 : 4;
+    }
+    return u;
+}
+
 /* Batch 1..4: NB4; 5..8: NB8; more: chunks of 8 (weights read once per chunk). */
 extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys) {
-    if (m->kind != TC_TERN128T || !act || act->k != m->k || m->k % 128 || m->n <= 0 ||
-        m->n > ((int64_t)1 << 31) - 16 || m->k > (1 << 24) || ((uintptr_t)m->data & 15)) {
+    if (!tct_takes(m, act)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
     const int64_t K = m->k;
+    tsk_mats M;
+    memset(&M, 0, sizeof M);
+    M.nm = 1;
+    M.w[0] = m->data;
+    M.n[0] = (int)m->n;
+    M.ys[0] = ys;
+    M.strip_end[0] = (int)tct_strips(m->n);
+    const int u = tct_u();
     for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
         int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
         const int8_t *q = act->q + b0 * (size_t)K * 2;
         const float *sx = act->sx + b0 * (size_t)(K / 128);
         const int *corr = act->corr + b0 * (size_t)(K / 32);
-        /* tiles in flight per lane: 4, or TERN_CUDA_TILED_U=6 (A/B) */
-        static int u = 0;
-        if (!u) {
-            const char *e = getenv("TERN_CUDA_TILED_U");
-            u = e && atoi(e) == 6 ? 6 : 4;
-        }
+        M.y[0] = y + b0 * ys;
         if (nb <= 4) {
-            if (u == 6) launch_tiled<0, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
-            else launch_tiled<0, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            if (u == 6) launch_tiled<0, 6>(M, (int)K, q, sx, corr, nb);
+            else launch_tiled<0, 4>(M, (int)K, q, sx, corr, nb);
         } else {
-            if (u == 6) launch_tiled<1, 6>(m, q, sx, corr, nb, y + b0 * ys, ys);
-            else launch_tiled<1, 4>(m, q, sx, corr, nb, y + b0 * ys, ys);
+            if (u == 6) launch_tiled<1, 6>(M, (int)K, q, sx, corr, nb);
+            else launch_tiled<1, 4>(M, (int)K, q, sx, corr, nb);
         }
+    }
+}
+
+/* TERN_CUDA_TILED_MULTI=1: the tiled matrices of a tc_matmul_multi(_q) call in one
+ * launch (read once; off by default until measured on the GPU). */
+extern "C" int tc_gemv_tiled_multi_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TERN_CUDA_TILED_MULTI");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
+}
+
+extern "C" void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                                    const size_t *ys) {
+    if (nm < 1 || nm > TSK_MAXM || !act) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    int64_t strips = 0;
+    for (int i = 0; i < nm; i++) {
+        if (!tct_takes(w[i], act)) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+        strips += tct_strips(w[i]->n);
+    }
+    const int64_t K = act->k;
+    /* the one-grid build exists for the default loops (U 4, staged activation); the
+     * A/B variants and activations too large to stage go matrix by matrix */
+    bool one = nm > 1 && strips <= INT32_MAX / 2 && tct_u() == 4 && tct_variant() != 1;
+    for (size_t b0 = 0; one && b0 < act->batch; b0 += 8) {
+        const int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
+        one = tct_smem_of(nb, K) <= TCT_SA_MAX &&
+              tct_aligned(act->q + b0 * (size_t)K * 2, act->sx + b0 * (size_t)(K / 128),
+                          act->corr + b0 * (size_t)(K / 32));
+    }
+    if (!one) {
+        for (int i = 0; i < nm; i++) tc_gemv_tiled(w[i], act, y[i], ys[i]);
+        return;
+    }
+    tct_sms();
+    tsk_mats M;
+    memset(&M, 0, sizeof M);
+    M.nm = nm;
+    int64_t se = 0;
+    for (int i = 0; i < nm; i++) {
+        M.w[i] = w[i]->data;
+        M.n[i] = (int)w[i]->n;
+        M.ys[i] = ys[i];
+        se += tct_strips(w[i]->n);
+        M.strip_end[i] = (int)se;
+    }
+    for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
+        const int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
+        const int8_t *q = act->q + b0 * (size_t)K * 2;
+        const float *sx = act->sx + b0 * (size_t)(K / 128);
+        const int *corr = act->corr + b0 * (size_t)(K / 32);
+        for (int i = 0; i < nm; i++) M.y[i] = y[i] + b0 * ys[i];
+        const size_t smem = tct_smem_of(nb, K);
+        if (nb > 4) launch_tiled_k<1, 4, 4, 1>(M, strips, (int)K, q, sx, corr, nb, smem);
+        else if (tct_variant() == 4) launch_tiled_k<0, 4, 4, 1>(M, strips, (int)K, q, sx, corr, nb, smem);
+        else launch_tiled_k<0, 4, 2, 1>(M, strips, (int)K, q, sx, corr, nb, smem);
     }
 }
 
@@ -782,14 +920,6 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
  * epilogue per group). A strip that one warp covers is written by it; a strip split
  * between warps is summed in a fixed order by the last to arrive (gemv_tiled.h).
  */
-struct tsk_mats {
-    const uint8_t *w[TSK_MAXM];
-    float *y[TSK_MAXM];
-    size_t ys[TSK_MAXM];
-    int n[TSK_MAXM];         /* rows */
-    int strip_end[TSK_MAXM]; /* strips of matrices 0..i (prefix sums) */
-    int nm;
-};
 
 __device__ __forceinline__ uint32_t tsk_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -830,14 +960,6 @@ __device__ __forceinline__ uint64_t tsk_evict_first(void) {
     return pol;
 }
 
-/* The matrix holding global strip S (S < strip_end[nm - 1]). */
-__device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) {
-    int i = 0;
-#pragma unroll
-    for (int m = 0; m < TSK_MAXM - 1; m++)
-        if (m < M.nm - 1 && S >= M.strip_end[m]) i = m + 1;
-    return i;
-}
 
 /* Lane 0: queue chunk c (tiles [a + c*CH, min(a + (c+1)*CH, b))) into the stage at
  * dst, one bulk copy per run of tiles within one matrix, all counted on bar. */

@@ -630,7 +630,8 @@ static void products_one(const tc_mat *m, const tc_act *act, const float *x, siz
 static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
                      size_t xs, float *const *y, const size_t *ys) {
     TC_PROF(TC_FAM_MATMUL);
-    /* decode (batch <= 8): the tiled matrices of the call in one stream-K launch, the
+    /* decode (batch <= 8): the tiled matrices of the call in one stream-K launch
+     * (TERN_CUDA_GEMV=skr|bulk) or one tiled launch (TERN_CUDA_TILED_MULTI=1), the
      * others one by one */
     bool done[8] = {false};
     if (act && batch <= 8 && nm <= 8) {
@@ -648,6 +649,9 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
             }
         if (nt && tc_gemv_sk_ok(nt, tw, act)) {
             tc_gemv_sk(nt, tw, act, ty, tys);
+            for (int i = 0; i < nt; i++) done[idx[i]] = true;
+        } else if (nt > 1 && tc_gemv_tiled_multi_on()) {
+            tc_gemv_tiled_multi(nt, tw, act, ty, tys);
             for (int i = 0; i < nt; i++) done[idx[i]] = true;
         }
     }
