@@ -373,10 +373,81 @@ TEST(stream_k_split) {
     CHECK(cases > 0);
 }
 
+/* k_gemv_tiled's MM build (tc_gemv_tiled_multi): the grid's strips mapped to up to
+ * four matrices by tsk_mat_of / tct_mat, emulated for both epilogues (KS 1: each warp
+ * writes its strip's rows; KS > 1: the CTA's reduction loop over its strips): every
+ * row of every matrix written exactly once, into that matrix's output, from that
+ * matrix's weights; nothing past a matrix's rows. Random row counts (16-row strips
+ * met anywhere in a CTA), 1..4 matrices, 1..5 strips per CTA. */
+TEST(multi_strip_map) {
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int cases = 0, bad = 0;
+    for (int tr = 0; tr < 3000 && !bad; tr++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        tsk_mats M;
+        memset(&M, 0, sizeof M);
+        M.nm = 1 + (int)(rng % TSK_MAXM);
+        int *hits[TSK_MAXM] = {0};
+        int64_t total = 0;
+        for (int i = 0; i < M.nm; i++) {
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            M.n[i] = 1 + (int)(rng % (i & 1 ? 70 : 1100));
+            M.w[i] = (const uint8_t *)(uintptr_t)(0x100000u * (unsigned)(i + 1));
+            hits[i] = calloc((size_t)M.n[i], sizeof(int));
+            M.y[i] = (float *)(uintptr_t)(0x900000u * (unsigned)(i + 1)); /* identifies the matrix */
+            M.ys[i] = (size_t)M.n[i];
+            total += tct_strips(M.n[i]);
+            M.strip_end[i] = (int)total;
+        }
+        const int spc = 1 + (int)((rng >> 17) % 5), KS = 1 + (int)((rng >> 29) % 3);
+        const int64_t grid = (total + spc - 1) / spc;
+        for (int64_t blk = 0; blk < grid; blk++) {
+            for (int sl = 0; sl < spc; sl++) { /* the warps of strip slot sl (their prologue) */
+                const int64_t gstrip = blk * spc + sl;
+                const int mi = tsk_mat_of(&M, gstrip);
+                const tct_one mo = tct_mat(&M, mi);
+                const int64_t strip = gstrip - mo.s0;
+                const bool live = strip * 16 < mo.n;
+                if (live && (gstrip >= total || strip < 0 || mo.w != M.w[mi] ||
+                             (mi && gstrip < M.strip_end[mi - 1]) || gstrip >= M.strip_end[mi]))
+                    bad++;
+                if (KS == 1)
+                    for (int g = 0; g < 16; g++) { /* rows row0 = strip*16 + g, row1 = row0 + 8 */
+                        const int64_t row = strip * 16 + g;
+                        if (row < mo.n) {
+                            if (mo.y != M.y[mi]) bad++;
+                            hits[mi][row]++;
+                        }
+                    }
+            }
+            if (KS > 1)
+                for (int idx = 0; idx < spc * 128; idx++) { /* the reduction loop, batch column 0 */
+                    const int s = idx >> 7, rr = (idx >> 3) & 15, b = idx & 7;
+                    if (b) continue;
+                    const int64_t gs = blk * spc + s;
+                    const int mi = tsk_mat_of(&M, gs);
+                    const tct_one o = tct_mat(&M, mi);
+                    const int64_t row = (gs - o.s0) * 16 + rr;
+                    if (row >= o.n) continue;
+                    if (o.y != M.y[mi] || o.ys != M.ys[mi]) bad++;
+                    hits[mi][row]++;
+                }
+        }
+        for (int i = 0; i < M.nm; i++) {
+            for (int r = 0; r < M.n[i]; r++) bad += hits[i][r] != 1;
+            free(hits[i]);
+        }
+        CHECK_MSG(bad == 0, "nm %d spc %d KS %d: %d faults", M.nm, spc, KS, bad);
+        cases++;
+    }
+    CHECK(cases > 100);
+}
+
 int main(void) {
     RUN(index_rules);
     RUN(emulated_gemv_vs_f64);
     RUN(outlier_bound_well_posed);
     RUN(stream_k_split);
+    RUN(multi_strip_map);
     return check_summary();
 }

@@ -100,6 +100,50 @@ TCT_HD int tct_col_plane(int nb8, int c) { return nb8 ? 0 : (c >> 2); }
  * in order w0..w1 and writes y: the same sum in the same order at every batch size
  * and on every run. */
 #define TSK_MAXM 4
+/* Up to TSK_MAXM tiled matrices of the same K (one input), for one launch: the
+ * stream-K kernels and k_gemv_tiled's MM build. Strips are numbered matrix after
+ * matrix: global strip S is strip S - s0 of the matrix tsk_mat_of gives. */
+typedef struct tsk_mats {
+    const uint8_t *w[TSK_MAXM];
+    float *y[TSK_MAXM];
+    size_t ys[TSK_MAXM];
+    int n[TSK_MAXM];         /* rows */
+    int strip_end[TSK_MAXM]; /* strips of matrices 0..i (prefix sums) */
+    int nm;
+} tsk_mats;
+/* The matrix holding global strip S (S < strip_end[nm - 1]; a strip past the last
+ * gives nm - 1, where its local strip is past n). Constant indices only: a dynamic
+ * index into a kernel parameter would copy the struct to local memory. */
+TCT_HD int tsk_mat_of(const tsk_mats *M, int64_t S) {
+    int i = 0;
+    for (int m = 0; m < TSK_MAXM - 1; m++)
+        if (m < M->nm - 1 && S >= M->strip_end[m]) i = m + 1;
+    return i;
+}
+/* Matrix mi of M (mi < TSK_MAXM), s0 its first global strip. */
+typedef struct tct_one {
+    const uint8_t *w;
+    float *y;
+    size_t ys;
+    int n, s0;
+} tct_one;
+TCT_HD tct_one tct_mat(const tsk_mats *M, int mi) {
+    tct_one o;
+    o.w = M->w[0];
+    o.y = M->y[0];
+    o.ys = M->ys[0];
+    o.n = M->n[0];
+    o.s0 = 0;
+    for (int m = 1; m < TSK_MAXM; m++)
+        if (m == mi) {
+            o.w = M->w[m];
+            o.y = M->y[m];
+            o.ys = M->ys[m];
+            o.n = M->n[m];
+            o.s0 = M->strip_end[m - 1];
+        }
+    return o;
+}
 TCT_HD int64_t tsk_begin(int64_t w, int64_t T, int64_t NW) { return w * T / NW; }
 /* The warp whose range holds tile u (0 <= u < T). */
 TCT_HD int64_t tsk_owner(int64_t u, int64_t T, int64_t NW) {

@@ -320,42 +320,9 @@ __device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t 
     tct_epi<NB8>(H, L, sr.X(0, e), sr.X(1, e), s2, e, f);
 }
 
-/* Up to TSK_MAXM tiled matrices of the same K (one input): k_gemv_tiled's MM build
- * and the stream-K kernels. Strips are numbered matrix after matrix. */
-struct tsk_mats {
-    const uint8_t *w[TSK_MAXM];
-    float *y[TSK_MAXM];
-    size_t ys[TSK_MAXM];
-    int n[TSK_MAXM];         /* rows */
-    int strip_end[TSK_MAXM]; /* strips of matrices 0..i (prefix sums) */
-    int nm;
-};
-
-/* The matrix holding global strip S (S < strip_end[nm - 1]). */
-__device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) {
-    int i = 0;
-#pragma unroll
-    for (int m = 0; m < TSK_MAXM - 1; m++)
-        if (m < M.nm - 1 && S >= M.strip_end[m]) i = m + 1;
-    return i;
-}
-
-/* Matrix mi of M (mi < TSK_MAXM): selected with constant indices (a dynamic index
- * into a kernel parameter would copy the struct to local memory); s0 = its first
- * global strip. */
-struct tct_one {
-    const uint8_t *w;
-    float *y;
-    size_t ys;
-    int n, s0;
-};
-__device__ __forceinline__ tct_one tct_mat(const tsk_mats &M, int mi) {
-    tct_one o = {M.w[0], M.y[0], M.ys[0], M.n[0], 0};
-#pragma unroll
-    for (int m = 1; m < TSK_MAXM; m++)
-        if (m == mi) o = tct_one{M.w[m], M.y[m], M.ys[m], M.n[m], M.strip_end[m - 1]};
-    return o;
-}
+/* tsk_mats, tsk_mat_of, tct_mat: gemv_tiled.h (shared with the CPU test of the index
+ * rules); the reference form for the stream-K kernels below */
+__device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) { return tsk_mat_of(&M, S); }
 
 /* M: the matrices (MM 0: M.w[0] alone, as one launch per matrix always was; MM 1: all
  * M.nm of them in one grid, a CTA's strips possibly in two matrices). */
@@ -370,8 +337,8 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
     const int spc = (int)(blockDim.x >> 5) / KS;
     const int sl = warp / KS, ks = warp - sl * KS;
     const int gstrip = blockIdx.x * spc + sl;
-    const int mi = MM ? tsk_mat_of(M, gstrip) : 0;
-    const tct_one mo = tct_mat(M, mi);
+    const int mi = MM ? tsk_mat_of(&M, gstrip) : 0;
+    const tct_one mo = tct_mat(&M, mi);
     const uint8_t *__restrict__ W = mo.w;
     const int n = mo.n;
     const int strip = gstrip - mo.s0; /* within matrix mi (past the last: not live) */
@@ -613,7 +580,7 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
     for (int idx = threadIdx.x; idx < spc * 128; idx += blockDim.x) {
         const int s = idx >> 7, rr = (idx >> 3) & 15, b = idx & 7;
         const int gs = blockIdx.x * spc + s;
-        const tct_one o = MM ? tct_mat(M, tsk_mat_of(M, gs)) : mo;
+        const tct_one o = MM ? tct_mat(&M, tsk_mat_of(&M, gs)) : mo;
         const int row = (gs - o.s0) * 16 + rr;
         if (row >= o.n || b >= batch) continue;
         float v = 0.0f;
