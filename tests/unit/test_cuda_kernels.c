@@ -259,6 +259,54 @@ TEST(tiled_gemv_vs_f64) {
     }
 }
 
+/* Up to four PQ2_0 matrices of k columns (row counts ns, ending at a 0), uploaded and
+ * repacked to the tiled layout; returns how many. */
+typedef struct {
+    int nm;
+    int64_t k;
+    tmat t[4];
+    tc_mat src[4], tm[4];
+    uint8_t *base[4];
+    size_t wb[4];
+    const tc_mat *tw[4];
+} tiled_set;
+static void tiled_set_make(tiled_set *S, const int64_t *ns, int64_t k, int seed) {
+    S->nm = 0;
+    S->k = k;
+    for (int i = 0; i < 4 && ns[i]; i++, S->nm++) {
+        S->t[i] = make_mat(TERN_DT_PQ2_0, ns[i], k, seed + i);
+        S->src[i] = up_mat(&S->t[i], 0, &S->base[i], &S->wb[i]);
+        CHECK_EQ_INT(tc_repack_tiled(&S->src[i], &S->tm[i]), 0);
+        S->tw[i] = &S->tm[i];
+    }
+}
+static void tiled_set_free(tiled_set *S) {
+    for (int i = 0; i < S->nm; i++) {
+        tc_free(S->base[i], S->wb[i]);
+        tc_free((void *)S->tm[i].data, tc_tiled_bytes(S->t[i].q.n, S->k));
+        free_mat(&S->t[i]);
+    }
+}
+
+/* y (B rows at stride ys, n outputs each) against tc_gemv_tiled of the same matrix and
+ * activation (run here into dy; scratch holds its result): the same integers, so float
+ * summation order only: 1e-5 relative, and 1e-7 absolute for a row whose sum cancels
+ * (n 1: max|y| 2.6e-4, the terms are O(1)). */
+static void same_as_tiled(const tc_mat *tm, const tc_act *act, float *dy, const float *y, float *scratch,
+                          size_t B, size_t ys, int64_t n, const char *label) {
+    tc_gemv_tiled(tm, act, dy, ys);
+    CHECK_EQ_INT(tc_sync(), 0);
+    CHECK(tc_download(scratch, dy, B * ys * 4) == 0);
+    double md = 0, mr = 0;
+    for (size_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < n; r++) {
+            double d = fabs((double)y[b * ys + (size_t)r] - scratch[b * ys + (size_t)r]);
+            if (!(d <= md)) md = d;
+            if (fabs(scratch[b * ys + (size_t)r]) > mr) mr = fabs(scratch[b * ys + (size_t)r]);
+        }
+    CHECK_MSG(md <= 1e-5 * mr + 1e-7, "%s vs tc_gemv_tiled: %g of %g", label, md, mr);
+}
+
 /* tc_gemv_tiled_multi: up to four tiled matrices of one K in one grid (a CTA's strips
  * can lie in two matrices): each output vs float64, equal to the per-matrix kernel to
  * float order (the launch shape is chosen for the whole grid), bitwise run to run, y
@@ -272,17 +320,12 @@ TEST(tiled_gemv_multi) {
     const size_t batches[] = {1, 2, 4, 5, 8, 11};
     for (size_t si = 0; si < sizeof ks / sizeof ks[0]; si++) {
         const int64_t k = ks[si];
-        int nm = 0;
-        tmat t[4];
-        tc_mat src[4], tm[4];
-        uint8_t *base[4];
-        size_t wb[4];
-        for (int i = 0; i < 4 && sets[si][i]; i++, nm++) {
-            t[i] = make_mat(TERN_DT_PQ2_0, sets[si][i], k, 11 + (int)si + i);
-            src[i] = up_mat(&t[i], 0, &base[i], &wb[i]);
-            CHECK_EQ_INT(tc_repack_tiled(&src[i], &tm[i]), 0);
-        }
-        const tc_mat *tw[4] = {&tm[0], &tm[1], &tm[2], &tm[3]};
+        tiled_set S;
+        tiled_set_make(&S, sets[si], k, 11 + (int)si);
+        const int nm = S.nm;
+        tmat *t = S.t;
+        tc_mat *tm = S.tm;
+        const tc_mat *const *tw = S.tw;
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             const size_t B = batches[bi];
             float *x = rand_x(B * (size_t)k, 1.0f), *dx = dup_dev(x, B * (size_t)k * 4);
@@ -314,17 +357,9 @@ TEST(tiled_gemv_multi) {
                 CHECK_MSG(eq < 1.0 && (t[i].q.n < 16 || e < 1e-3),
                           "multi set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", si, i,
                           (long long)t[i].q.n, (long long)k, B, e, eq);
-                tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                double md = 0, mr = 0;
-                for (size_t b = 0; b < B; b++)
-                    for (int64_t r = 0; r < t[i].q.n; r++) {
-                        double d = fabs((double)y[i][b * ys[i] + (size_t)r] - y2[i][b * ys[i] + (size_t)r]);
-                        if (!(d <= md)) md = d;
-                        if (fabs(y2[i][b * ys[i] + (size_t)r]) > mr) mr = fabs(y2[i][b * ys[i] + (size_t)r]);
-                    }
-                CHECK_MSG(md <= 1e-5 * mr + 1e-7, "multi vs tiled set %zu mat %d B %zu: %g of %g", si, i, B, md, mr);
+                char label[96];
+                snprintf(label, sizeof label, "multi set %zu mat %d B %zu", si, i, B);
+                same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
             }
             /* variant 1 has no one-grid build: one launch per matrix, the same bits */
             const int was = tc_gemv_tiled_config(1, -1);
@@ -347,11 +382,7 @@ TEST(tiled_gemv_multi) {
             tc_free(dx, B * (size_t)k * 4);
             free(x);
         }
-        for (int i = 0; i < nm; i++) {
-            tc_free(base[i], wb[i]);
-            tc_free((void *)tm[i].data, tc_tiled_bytes(t[i].q.n, k));
-            free_mat(&t[i]);
-        }
+        tiled_set_free(&S);
     }
     /* refusals: too many matrices, another kind, a K that is not the activation's */
     const tc_mat bad = {.kind = TC_TERN128, .n = 16, .k = 128}, badk = {.kind = TC_TERN128T, .n = 16, .k = 256};
@@ -379,17 +410,12 @@ TEST(sk_gemv_multi) {
     const int64_t ks[] = {17408, 1152, 5120, 640};
     for (size_t si = 0; si < 4; si++) {
         const int64_t k = ks[si];
-        int nm = 0;
-        tmat t[4];
-        tc_mat src[4], tm[4];
-        uint8_t *base[4];
-        size_t wb[4];
-        for (int i = 0; i < 4 && sets[si][i]; i++, nm++) {
-            t[i] = make_mat(TERN_DT_PQ2_0, sets[si][i], k, (int)si + i);
-            src[i] = up_mat(&t[i], 0, &base[i], &wb[i]);
-            CHECK_EQ_INT(tc_repack_tiled(&src[i], &tm[i]), 0);
-        }
-        const tc_mat *tw[4] = {&tm[0], &tm[1], &tm[2], &tm[3]};
+        tiled_set S;
+        tiled_set_make(&S, sets[si], k, (int)si);
+        const int nm = S.nm;
+        tmat *t = S.t;
+        tc_mat *tm = S.tm;
+        const tc_mat *const *tw = S.tw;
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
             CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3]), 0);
             float *single[4][2] = {{0}}; /* the outputs at batch 1 (NB4) and 5 (NB8) */
@@ -423,19 +449,9 @@ TEST(sk_gemv_multi) {
                               "sk cfg %zu set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", c, si, i,
                               (long long)t[i].q.n, (long long)k, B, e, eq);
                     /* the per-matrix tiled kernel: same integers */
-                    tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                    double md = 0, mr = 0;
-                    for (size_t b = 0; b < B; b++)
-                        for (int64_t r = 0; r < t[i].q.n; r++) {
-                            double d = fabs((double)y[i][b * ys[i] + (size_t)r] - y2[i][b * ys[i] + (size_t)r]);
-                            if (!(d <= md)) md = d;
-                            if (fabs(y2[i][b * ys[i] + (size_t)r]) > mr) mr = fabs(y2[i][b * ys[i] + (size_t)r]);
-                        }
-                    /* float summation order only: 1e-5 relative, and 1e-7 absolute for a
-                     * row whose sum cancels (n 1: max|y| 2.6e-4, the terms are O(1)) */
-                    CHECK_MSG(md <= 1e-5 * mr + 1e-7, "sk vs tiled cfg %zu set %zu mat %d B %zu: %g of %g", c, si, i, B, md, mr);
+                    char label[96];
+                    snprintf(label, sizeof label, "sk cfg %zu set %zu mat %d B %zu", c, si, i, B);
+                    same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
                     /* batch invariance: row b of this call == row b of the call with B' in the same group */
                     const size_t b_ref = B <= 4 ? 1 : 5; /* the first batch size of the group */
                     if (B == b_ref) {
@@ -460,11 +476,7 @@ TEST(sk_gemv_multi) {
                 free(single[i][1]);
             }
         }
-        for (int i = 0; i < nm; i++) {
-            tc_free(base[i], wb[i]);
-            tc_free((void *)tm[i].data, tc_tiled_bytes(t[i].q.n, k));
-            free_mat(&t[i]);
-        }
+        tiled_set_free(&S);
     }
     CHECK_EQ_INT(tc_gemv_sk_config(-1, 0, 0, 0), 0);
     CHECK(!tc_gemv_sk_ok(1, (const tc_mat *const[]){&(tc_mat){.kind = TC_TERN128T, .n = 16, .k = 128}},

@@ -763,6 +763,22 @@ extern "C" int tc_gemv_tiled_config(int variant, int shape_old) {
     return old;
 }
 
+/* M over the nm matrices w (ys: their output strides, or NULL; the y pointers are set
+ * per batch chunk); returns their strips. */
+static int64_t tsk_fill(tsk_mats *M, int nm, const tc_mat *const *w, const size_t *ys) {
+    memset(M, 0, sizeof *M);
+    M->nm = nm;
+    int64_t strips = 0;
+    for (int i = 0; i < nm; i++) {
+        M->w[i] = w[i]->data;
+        M->n[i] = (int)w[i]->n;
+        M->ys[i] = ys ? ys[i] : 0;
+        strips += tct_strips(w[i]->n);
+        M->strip_end[i] = (int)strips;
+    }
+    return strips;
+}
+
 static bool tct_takes(const tc_mat *m, const tc_act *act) {
     return m->kind == TC_TERN128T && act && act->k == m->k && m->k % 128 == 0 && m->n > 0 &&
            m->n <= ((int64_t)1 << 31) - 16 && m->k <= (1 << 24) && !((uintptr_t)m->data & 15);
@@ -785,12 +801,7 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
     }
     const int64_t K = m->k;
     tsk_mats M;
-    memset(&M, 0, sizeof M);
-    M.nm = 1;
-    M.w[0] = m->data;
-    M.n[0] = (int)m->n;
-    M.ys[0] = ys;
-    M.strip_end[0] = (int)tct_strips(m->n);
+    tsk_fill(&M, 1, &m, &ys);
     const int u = tct_u();
     for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
         int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
@@ -849,16 +860,7 @@ extern "C" void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act
     }
     tct_sms();
     tsk_mats M;
-    memset(&M, 0, sizeof M);
-    M.nm = nm;
-    int64_t se = 0;
-    for (int i = 0; i < nm; i++) {
-        M.w[i] = w[i]->data;
-        M.n[i] = (int)w[i]->n;
-        M.ys[i] = ys[i];
-        se += tct_strips(w[i]->n);
-        M.strip_end[i] = (int)se;
-    }
+    tsk_fill(&M, nm, w, ys);
     for (size_t b0 = 0; b0 < act->batch; b0 += 8) {
         const int nb = (int)(act->batch - b0 < 8 ? act->batch - b0 : 8);
         const int8_t *q = act->q + b0 * (size_t)K * 2;
@@ -1479,15 +1481,7 @@ extern "C" void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, fl
     }
     const int64_t K = act->k, KT = tct_ktiles(K);
     tsk_mats M;
-    memset(&M, 0, sizeof M);
-    M.nm = nm;
-    int64_t strips = 0;
-    for (int i = 0; i < nm; i++) {
-        M.w[i] = w[i]->data;
-        M.n[i] = (int)w[i]->n;
-        strips += tct_strips(w[i]->n);
-        M.strip_end[i] = (int)strips;
-    }
+    const int64_t strips = tsk_fill(&M, nm, w, ys);
     const int64_t T = strips * KT;
     if (!g_sk_bulk) { /* k_gemv_skr */
         if (T < 8) {
