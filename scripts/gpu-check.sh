@@ -93,7 +93,8 @@ try:
     d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
     r=d['tg_tok_s']*d['bytes_per_token']/1e9/d['ceiling_gbps']
     print(f"tg {d['tg_tok_s']:.1f} tok/s ({r:.0%} of {d['ceiling_gbps']:.0f} GB/s) pp {d['pp_tok_s']:.0f} tok/s"
-          + (f" b8 {d.get('batch_tok_s',0):.0f}" if 'batch_tok_s' in d else "") + (f" launches/tok {d['launches_per_token']}" if 'launches_per_token' in d else ""))
+          + (f" b8 {d.get('batch_tok_s',0):.0f}" if 'batch_tok_s' in d else "") + (f" launches/tok {d['launches_per_token']}" if 'launches_per_token' in d else "")
+          + (f" gap {d['gap_us_per_launch']:.2f} us/launch" if 'gap_us_per_launch' in d else ""))
 except Exception as e: print('no result:', e)
 PY
 )"

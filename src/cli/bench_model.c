@@ -58,7 +58,8 @@ static void usage(FILE *f) {
             "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
             "  counts kernel launches per decode token and, with --profile, times each kernel\n"
-            "  family over the prompt's prefill and 8 decode steps run op by op. --chunk N:\n"
+            "  family over the prompt's prefill and 8 decode steps run op by op, and the gap\n"
+            "  between kernels (the decode step's time less the kernels', per launch). --chunk N:\n"
             "  the prefill chunk (default: the back-end's, 64 on the CPU, 512 on a GPU).\n"
             "  --depth D: pp and tg measured after D\n"
             "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
@@ -247,7 +248,7 @@ int tern_bench_model(int argc, char **argv) {
     if (batch) bt_med = 1.0 / median(bt, (int)ng); /* steps per second */
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
-    double launches = 0;
+    double launches = 0, kernel_ms = 0; /* kernel_ms: the profile's GPU time per decode token */
     char prof[2048] = "", pprof[2048] = "";
     (void)profile;
     (void)pprof;
@@ -275,6 +276,9 @@ int tern_bench_model(int argc, char **argv) {
             }
             launches = (double)tc_launches() / steps;
             if (profile) {
+                tc_profile_entry pe[TC_FAM_N];
+                const int ne = tc_profile_report(pe, TC_FAM_N);
+                for (int i = 0; i < ne; i++) kernel_ms += pe[i].ms / steps;
                 tc_profile_text(prof, sizeof prof);
                 tc_profile_enable(0);
             }
@@ -307,6 +311,10 @@ int tern_bench_model(int argc, char **argv) {
     double tg_gbps = bpt * tg_med / 1e9;
     double roof = ceiling > 0 ? ceiling * 1e9 / bpt : 0;
     double ratio = roof > 0 ? tg_med / roof : 0;
+    /* the decode step's time outside kernels (--profile on a GPU): the graph step's wall
+     * time less the kernels' time measured op by op, per launch */
+    const double step_ms = tg_med > 0 ? 1e3 / tg_med : 0;
+    const double gap_us = kernel_ms > 0 && launches > 0 ? (step_ms - kernel_ms) * 1e3 / launches : 0;
     if (json) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"prompt_tokens\":%lld,"
                "\"chunk\":%d,\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
@@ -326,6 +334,9 @@ int tern_bench_model(int argc, char **argv) {
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
                    (long long)batch, bt_med * (double)batch, bt_med, bt_med * (double)batch / tg_med);
+        if (kernel_ms > 0)
+            printf(",\"step_ms\":%.4f,\"kernel_ms_per_token\":%.4f,\"gap_us_per_launch\":%.3f", step_ms,
+                   kernel_ms, gap_us);
         json_text_field("profile", prof);
         json_text_field("prefill_profile", pprof);
         printf("}\n");
@@ -360,6 +371,10 @@ int tern_bench_model(int argc, char **argv) {
         printf("load           %.2f s\n", t_load);
         if (gpu) printf("launches       %.0f per decode token (graph nodes; op by op)\n", launches);
         if (prof[0]) printf("profile (8 decode steps, op by op):\n%s", prof);
+        if (kernel_ms > 0)
+            printf("kernel gap     %.3f us per launch (decode step %.3f ms at tg, kernels %.3f ms of it "
+                   "op by op, %.0f launches)\n",
+                   gap_us, step_ms, kernel_ms, launches);
         if (pprof[0])
             printf("profile (prefill of %lld tokens, chunk %d, op by op):\n%s", (long long)np,
                    tern_session_chunk(s), pprof);
