@@ -19,8 +19,9 @@
 #              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
 #                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
-#              multi: test_cuda + test_batch with TERN_CUDA_TILED_MULTI=1 (the matrices of a matmul
-#                     call in one GEMV launch), then the 27B bench without and with it
+#              multi: test_cuda, test_batch, test_model with TERN_CUDA_TILED_MULTI=1 (the matrices of a
+#                     matmul call in one GEMV launch) and TERN_CUDA_ATTN_BATCH=1 (a batch step's
+#                     attention in one launch per op), then the 27B bench: default, +multi, +both
 #              gdnab: GDN prefill, TERN_CUDA_GDN=walk vs the scan: the tc_gdn rows of bench kernels
 #                     and bonsai2-27b pp512 at chunk 64 and 512 with --profile -> gdnab.txt
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
@@ -111,14 +112,17 @@ print(' '.join(f"{k[0]} b{k[1]} {min(v):.0f}-{max(v):.0f}%" for k, v in sorted(r
 PY
 )"
 }
-multi_step() { # TERN_CUDA_TILED_MULTI=1: one GEMV launch per matmul call (parity, then the 27B A/B)
-  for t in test_cuda test_batch; do
-    TERN_CUDA_TILED_MULTI=1 TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t-multi.log 2>&1; rc=$?
-    { echo "===== $t TERN_CUDA_TILED_MULTI=1 (rc=$rc)"; cat $W/$t-multi.log; } >> $OUT/tests.log
-    row "$t (TILED_MULTI=1)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/$t-multi.log) fails; $(tail -n 1 $W/$t-multi.log | cut -c1-60)"
+multi_step() { # the opt-in paths written without a GPU: TERN_CUDA_TILED_MULTI=1 (one GEMV launch
+  # per matmul call) and TERN_CUDA_ATTN_BATCH=1 (a batch step's attention in one launch per op):
+  # parity with both on, then the 27B A/B (default, + multi, + both)
+  for t in test_cuda test_batch test_model; do
+    TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t-optin.log 2>&1; rc=$?
+    { echo "===== $t TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 (rc=$rc)"; cat $W/$t-optin.log; } >> $OUT/tests.log
+    row "$t (MULTI+ATTN_BATCH)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/$t-optin.log) fails; $(tail -n 1 $W/$t-optin.log | cut -c1-60)"
   done
   bench bonsai2-27b
   TERN_CUDA_TILED_MULTI=1 GPU_TAG=-multi bench bonsai2-27b
+  TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 GPU_TAG=-multi-attnb bench bonsai2-27b
 }
 if has multi; then multi_step; fi
 if has kbench; then # the decode GEMV: default (stream-K), the old tiled kernel, pipeline shapes

@@ -188,6 +188,12 @@ typedef struct cuda_backend {
     float **ptr_dev, **ptr_pin, **ptr_tmp;
     size_t ptr_n, ptr_used;
     float *const *ptr_cur; /* the table of the step being queued (NULL: none) */
+    /* TERN_CUDA_ATTN_BATCH=1: the sessions' positions and caches of a batch step run
+     * op by op ([n], uploaded per step; attn_cur NULL: attention per session) */
+    tc_attn_seq *attn_dev, *attn_host;
+    size_t attn_cap;
+    const tc_attn_seq *attn_cur;
+    int attn_max_ctx;
 } cuda_backend;
 
 static void cu_destroy(tm_backend *be) {
@@ -196,6 +202,8 @@ static void cu_destroy(tm_backend *be) {
     if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
     free(c->ptr_pin);
     free(c->ptr_tmp);
+    if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+    free(c->attn_host);
     free(be);
 }
 /* One pass reads the weights once for all its rows (docs/performance.md, H200). */
@@ -360,7 +368,23 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     float *y3[3] = {w->big0, w->kbuf, w->vbuf};
     size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
     mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
-    if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0) {
+    if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0 && c->attn_cur &&
+        tc_attention_decode_batch_ok((int)st->ss[0]->k_type, (int)st->ss[0]->v_type, c->attn_max_ctx, NH, NKV, HD)) {
+        /* a batch step (TERN_CUDA_ATTN_BATCH=1): the same two ops for all the sessions
+         * at once, positions and caches from the step's table */
+        tern_session *s0 = st->ss[0];
+        tc_attn_bat bt = {.seqs = c->attn_cur, .kv_index = l->kv_index, .k_row = s0->k_row, .v_row = s0->v_row,
+                          .qg_stride = (size_t)l->wq.n, .kv_stride = (size_t)kvw, .q_stride = (size_t)qw};
+        tc_attn_prep_args pa = {.qg = w->big0, .k = w->kbuf, .v = w->vbuf, .gated = hp->attn_gate,
+                                .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = hp->eps,
+                                .theta = hp->rope_theta, .q_out = w->big1,
+                                .gate_out = hp->attn_gate ? w->big2 : NULL, .n_head = NH, .n_head_kv = NKV,
+                                .head_dim = HD, .rope_dims = hp->rope_dims, .k_type = (int)s0->k_type,
+                                .v_type = (int)s0->v_type};
+        tc_attn_prep_batch(&pa, st->n_seq, &bt);
+        tc_attention_decode_batch(w->big1, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? w->big2 : NULL,
+                                  w->big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+    } else if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0) {
         /* decode: per session the fused prologue (split, q/k norms, RoPE, KV store),
          * then split-K attention with the gate in its merge */
         for (int i = 0; i < st->n_seq; i++) {
@@ -589,11 +613,55 @@ static bool graphs_on(void) {
     return !e || !*e || strcmp(e, "0") != 0;
 }
 
+/* The step's attention table (c->attn_cur) for a batch step run op by op, when
+ * TERN_CUDA_ATTN_BATCH=1 and the sessions can share the batched kernels (same cache
+ * types and rows, 16-byte aligned caches and layer strides for the unquantised types);
+ * else attn_cur stays NULL and attention runs per session. Uploaded synchronously. */
+static void attn_tab(cuda_backend *c, const tm_step *st) {
+    c->attn_cur = NULL;
+    const tern_model *m = st->w->m;
+    if (st->n_seq < 2 || st->R != 1 || !tc_attn_batch_on() || !m->hp.n_attn_layers) return;
+    const tern_session *s0 = st->ss[0];
+    int max_ctx = 0;
+    for (int i = 0; i < st->n_seq; i++) {
+        const tern_session *s = st->ss[i];
+        if (s->k_type != s0->k_type || s->v_type != s0->v_type || s->k_row != s0->k_row || s->v_row != s0->v_row)
+            return;
+        if (s->k_type != TERN_KV_Q8_0 &&
+            (((uintptr_t)s->kcache | (uintptr_t)s->vcache | (s->n_ctx * s->k_row) | (s->n_ctx * s->v_row)) & 15))
+            return;
+        if (s->n_ctx > max_ctx) max_ctx = s->n_ctx;
+    }
+    if ((size_t)st->n_seq > c->attn_cap) {
+        if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+        free(c->attn_host);
+        c->attn_cap = 0;
+        c->attn_dev = tc_malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
+        c->attn_host = malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
+        if (!c->attn_dev || !c->attn_host) {
+            if (c->attn_dev) tc_free(c->attn_dev, (size_t)st->n_seq * sizeof(tc_attn_seq));
+            free(c->attn_host);
+            c->attn_dev = c->attn_host = NULL;
+            return;
+        }
+        c->attn_cap = (size_t)st->n_seq;
+    }
+    for (int i = 0; i < st->n_seq; i++) {
+        const tern_session *s = st->ss[i];
+        c->attn_host[i] = (tc_attn_seq){.kcache = s->kcache, .vcache = s->vcache, .pos0 = s->pos, .n_ctx = s->n_ctx};
+    }
+    if (tc_upload(c->attn_dev, c->attn_host, (size_t)st->n_seq * sizeof(tc_attn_seq))) return;
+    c->attn_cur = c->attn_dev;
+    c->attn_max_ctx = max_ctx;
+}
+
 static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
     cuda_backend *c = (cuda_backend *)be;
     gdn_ptrs(c, st, NULL);
+    attn_tab(c, st);
     tern_status s = layers(be, st);
     c->ptr_cur = NULL;
+    c->attn_cur = NULL;
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
 }

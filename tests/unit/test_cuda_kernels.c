@@ -1602,6 +1602,130 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
     free(hq); free(hk); free(hv); free(hg); free(ref); free(sc); free(want);
 }
 
+/* The batched decode attention (tc_attn_prep_batch + tc_attention_decode_batch, one
+ * launch per op for n sequences, positions and caches from a device table, layer 1 of
+ * two-layer caches) against the per-sequence ops on copies of the same data: q, gate,
+ * output and all the cache bytes bitwise equal. Mixed n_ctx (512 and 1,024 rows): the
+ * layer offsets differ per sequence, and the per-sequence calls are given the batch's
+ * largest n_ctx as their length (the splits follow it; positions stay below 512).
+ * Gated and not, the 27B's 24:4 x 256 shape and smaller ones, f16 / q8_0 / f32. */
+static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, int mixed_ctx) {
+    enum { NS = 5 };
+    const int pos[NS] = {0, 7, 33, 100, 500};
+    int ctx[NS];
+    for (int i = 0; i < NS; i++) ctx[i] = mixed_ctx && (i & 1) ? 512 : 1024;
+    const size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd, qgw = gated ? 2 * qw : qw;
+    const size_t row = tern_kv_row_bytes(t, kvw);
+    float *h = malloc(NS * (qgw + 2 * kvw) * 4 + 2 * (size_t)hd * 4);
+    float *dqg = dev_rand(h, NS * qgw, 1.0f), *dk = dev_rand(h, NS * kvw, 1.0f), *dv = dev_rand(h, NS * kvw, 1.0f);
+    float *qn = dev_rand(h, (size_t)hd, 1.0f), *kn = dev_rand(h, (size_t)hd, 1.0f);
+    void *kc[2][NS], *vc[2][NS]; /* [path][sequence]: two layers of ctx rows */
+    tc_attn_seq tab[NS];
+    for (int i = 0; i < NS; i++) {
+        float *f;
+        kc[0][i] = dev_cache(t, 2 * (size_t)ctx[i], kvw, &f);
+        free(f);
+        vc[0][i] = dev_cache(t, 2 * (size_t)ctx[i], kvw, &f);
+        free(f);
+        kc[1][i] = tc_malloc(2 * (size_t)ctx[i] * row);
+        vc[1][i] = tc_malloc(2 * (size_t)ctx[i] * row);
+        uint8_t *hb = malloc(2 * (size_t)ctx[i] * row);
+        CHECK(tc_download(hb, kc[0][i], 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_upload(kc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_download(hb, vc[0][i], 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_upload(vc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
+        free(hb);
+        tab[i] = (tc_attn_seq){.kcache = kc[1][i], .vcache = vc[1][i], .pos0 = pos[i], .n_ctx = ctx[i]};
+    }
+    tc_attn_seq *dtab = dup_dev(tab, sizeof tab);
+    float *q[2], *g[2], *o[2];
+    for (int r = 0; r < 2; r++) {
+        q[r] = tc_malloc(NS * qw * 4);
+        g[r] = tc_malloc(NS * qw * 4);
+        o[r] = tc_malloc(NS * qw * 4);
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    tc_attn_prep_args a = {.gated = gated, .q_norm = qn, .k_norm = kn, .eps = 1e-6f, .theta = 1e7f,
+                           .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .rope_dims = hd / 2,
+                           .k_type = (int)t, .v_type = (int)t};
+    for (int i = 0; i < NS; i++) { /* per sequence, layer 1 */
+        tc_attn_prep_args b = a;
+        b.qg = dqg + i * qgw;
+        b.k = dk + i * kvw;
+        b.v = dv + i * kvw;
+        b.q_out = q[0] + i * qw;
+        b.gate_out = gated ? g[0] + i * qw : NULL;
+        b.kcache = (uint8_t *)kc[0][i] + (size_t)ctx[i] * row;
+        b.vcache = (uint8_t *)vc[0][i] + (size_t)ctx[i] * row;
+        b.pos0 = pos[i];
+        tc_attn_prep(&b);
+        tc_attention_decode(q[0] + i * qw, b.kcache, b.vcache, (int)t, (int)t, gated ? g[0] + i * qw : NULL,
+                            o[0] + i * qw, pos[i], mixed_ctx ? 1024 : ctx[i], nh, nkv, hd, scale);
+    }
+    CHECK_EQ_INT(tc_sync(), 0);
+    tc_set_attn_batch(1);
+    CHECK(tc_attention_decode_batch_ok((int)t, (int)t, 1024, nh, nkv, hd));
+    tc_attn_bat bt = {.seqs = dtab, .kv_index = 1, .k_row = row, .v_row = row, .qg_stride = qgw,
+                      .kv_stride = kvw, .q_stride = qw};
+    a.qg = dqg;
+    a.k = dk;
+    a.v = dv;
+    a.q_out = q[1];
+    a.gate_out = gated ? g[1] : NULL;
+    tc_launches_reset();
+    tc_attn_prep_batch(&a, NS, &bt);
+    tc_attention_decode_batch(q[1], (int)t, (int)t, gated ? g[1] : NULL, o[1], NS, &bt, 1024, nh, nkv, hd, scale);
+    CHECK_EQ_INT(tc_sync(), 0);
+    CHECK_EQ_INT((int)tc_launches(), 3); /* prologue, attention, merge: for all five */
+    float *x0 = malloc(NS * qw * 4), *x1 = malloc(NS * qw * 4);
+    struct { float *a, *b; const char *what; } cmp[3] = {{q[0], q[1], "q"}, {g[0], g[1], "gate"}, {o[0], o[1], "out"}};
+    for (int k = 0; k < 3; k++) {
+        if (k == 1 && !gated) continue;
+        CHECK(tc_download(x0, cmp[k].a, NS * qw * 4) == 0 && tc_download(x1, cmp[k].b, NS * qw * 4) == 0);
+        CHECK_MSG(memcmp(x0, x1, NS * qw * 4) == 0, "attn batch %d:%d x %d type %d gated %d mixed %d: %s differs",
+                  nh, nkv, hd, (int)t, gated, mixed_ctx, cmp[k].what);
+    }
+    for (int i = 0; i < NS; i++) {
+        const size_t nb = 2 * (size_t)ctx[i] * row;
+        uint8_t *c0 = malloc(nb), *c1 = malloc(nb);
+        CHECK(tc_download(c0, kc[0][i], nb) == 0 && tc_download(c1, kc[1][i], nb) == 0);
+        CHECK_MSG(memcmp(c0, c1, nb) == 0, "attn batch: sequence %d key cache differs", i);
+        CHECK(tc_download(c0, vc[0][i], nb) == 0 && tc_download(c1, vc[1][i], nb) == 0);
+        CHECK_MSG(memcmp(c0, c1, nb) == 0, "attn batch: sequence %d value cache differs", i);
+        free(c0);
+        free(c1);
+        for (int r = 0; r < 2; r++) {
+            tc_free(kc[r][i], nb);
+            tc_free(vc[r][i], nb);
+        }
+    }
+    /* refusals: no table, n 0 */
+    tc_attn_bat none = bt;
+    none.seqs = NULL;
+    tc_attention_decode_batch(q[1], (int)t, (int)t, NULL, o[1], NS, &none, 1024, nh, nkv, hd, scale);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_attn_prep_batch(&a, 0, &bt);
+    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_set_attn_batch(-1);
+    free(x0); free(x1); free(h);
+    for (int r = 0; r < 2; r++) {
+        tc_free(q[r], NS * qw * 4); tc_free(g[r], NS * qw * 4); tc_free(o[r], NS * qw * 4);
+    }
+    tc_free(dtab, sizeof tab);
+    tc_free(dqg, NS * qgw * 4); tc_free(dk, NS * kvw * 4); tc_free(dv, NS * kvw * 4);
+    tc_free(qn, (size_t)hd * 4); tc_free(kn, (size_t)hd * 4);
+}
+
+TEST(attention_batch_vs_single) {
+    NEED_GPU();
+    const tern_kv_type types[] = {TERN_KV_F16, TERN_KV_Q8_0, TERN_KV_F32};
+    for (int ti = 0; ti < 3; ti++) {
+        attn_batch_case(24, 4, 256, types[ti], 1, 0);
+        attn_batch_case(8, 2, 128, types[ti], 0, ti == 0);
+        attn_batch_case(4, 4, 64, types[ti], 1, ti == 1);
+    }
+}
+
 /* split-K decode attention (GQA kernel and old kernels) vs float64 softmax attention
  * of the stored values, with and without the gate. Bound 1e-5 of the largest value
  * (fp32 sums; the kernels differ from each other only in summation order); 1e-4 for
@@ -1865,6 +1989,7 @@ int main(void) {
     RUN(attention_decode_vs_f64);
     RUN(gemm_tc_vs_f64);
     RUN(attn_prep_vs_ops);
+    RUN(attention_batch_vs_single);
     RUN(kv_store_q8_vs_cpu);
     return check_summary();
 }

@@ -246,6 +246,35 @@ typedef struct tc_attn_prep_args {
 } tc_attn_prep_args;
 void tc_attn_prep(const tc_attn_prep_args *a);
 
+/* The decode attention of n sequences in one launch per op (a batch step): sequence i
+ * has its q / gate / output rows at i * q_stride, its projection rows at i * qg_stride
+ * (qg) and i * kv_stride (k, v), and its position and layer-0 caches in the device
+ * table seqs[i]; the layer's cache is kcache + kv_index * n_ctx * k_row (bytes; v the
+ * same with v_row). The caller keeps every cache base and layer stride 16-byte aligned
+ * (f32 / f16 / bf16) and the types the same for all the sequences. part_stride is set
+ * by tc_attention_decode_batch. Opt-in (TERN_CUDA_ATTN_BATCH=1, tc_attn_batch_on)
+ * until it has run on a GPU; tc_attention_decode_batch_ok says whether the GQA
+ * kernels take the shape (max_ctx: the largest n_ctx of the batch). Same kernels and
+ * arithmetic as tc_attn_prep / tc_attention_decode per sequence: equal bits when
+ * every n_ctx is max_ctx. */
+typedef struct tc_attn_seq {
+    void *kcache, *vcache;
+    int pos0, n_ctx;
+} tc_attn_seq;
+typedef struct tc_attn_bat {
+    const tc_attn_seq *seqs; /* device memory, [n] */
+    int kv_index;
+    size_t k_row, v_row;
+    size_t qg_stride, kv_stride, q_stride, part_stride;
+} tc_attn_bat;
+int tc_attn_batch_on(void);
+void tc_set_attn_batch(int on); /* 1 | 0 overrides the variable, -1 goes back to it */
+void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
+int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
+void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out, int n,
+                               const tc_attn_bat *bt, int max_ctx, int n_head, int n_head_kv, int head_dim,
+                               float scale);
+
 typedef struct tc_gdn_args {
     const float *qkv, *z, *a, *b, *conv_w, *ssm_a, *dt_bias, *norm;
     float *conv_state, *state, *out, *work;

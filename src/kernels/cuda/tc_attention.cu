@@ -434,10 +434,14 @@ template <typename T> struct ag_unroll { static constexpr int u = 4; };
 template <> struct ag_unroll<float> { static constexpr int u = 2; };
 
 /* part[(h * splits + split) * (hd + 2)]: M, L, acc[hd] (unnormalised), as k_attn_split. */
-template <typename T, int GC>
+/* B: sequence blockIdx.z of a batch (bt): its position and caches from the device
+ * table, its q and partials at the batch strides (B false: bt unused, the code as it
+ * was). */
+template <typename T, int GC, bool B>
 __global__ void __launch_bounds__(AG_WARPS * 32) k_attn_gqa(const float *__restrict__ q,
         const T *__restrict__ kc, const T *__restrict__ vc, float *__restrict__ part, int pos0,
-        const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch) {
+        const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch,
+        const tc_attn_bat bt) {
     constexpr int U = ag_unroll<T>::u;
     constexpr int NWALK_MAX = AG_WARPS * 32 / 4; /* hd >= 32: at least 4 lanes per row */
     __shared__ float s_acc[GC][AG_WARPS * 32 * AG_VEC];
@@ -445,7 +449,16 @@ __global__ void __launch_bounds__(AG_WARPS * 32) k_attn_gqa(const float *__restr
     __shared__ float s_w[GC][NWALK_MAX], s_L[GC], s_M[GC];
     tc_pdl_trigger();
     tc_pdl_wait();
-    if (dpos) pos0 = *dpos;
+    if (B) {
+        const tc_attn_seq sq = bt.seqs[blockIdx.z];
+        pos0 = sq.pos0;
+        kc = (const T *)((const uint8_t *)sq.kcache + (size_t)bt.kv_index * (size_t)sq.n_ctx * bt.k_row);
+        vc = (const T *)((const uint8_t *)sq.vcache + (size_t)bt.kv_index * (size_t)sq.n_ctx * bt.v_row);
+        q += (size_t)blockIdx.z * bt.q_stride;
+        part += (size_t)blockIdx.z * bt.part_stride;
+    } else if (dpos) {
+        pos0 = *dpos;
+    }
     const int np = pos0 + 1, span = ag_span(np, splits), sp = blockIdx.y;
     const int p0 = sp * span;
     if (p0 >= np) return; /* CTA-uniform: past the position */
@@ -604,16 +617,24 @@ __device__ __forceinline__ float ag_block_sum(float v, float *red) {
 
 /* CTA (query head h, 32 columns): the used splits' (M, L, acc) merged, divided by L,
  * times sigmoid(gate) when gate. 8 warps share the splits, warp r taking r, r + 8, ... */
+template <bool B>
 __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float *__restrict__ part,
         const float *__restrict__ gate, float *__restrict__ out, int pos0,
-        const int *__restrict__ dpos, int hd, int splits) {
+        const int *__restrict__ dpos, int hd, int splits, const tc_attn_bat bt) {
     constexpr int NW = AG_MERGE_THREADS / 32;
     __shared__ float s_w[AG_MAX_SPLITS];
     __shared__ float s_red[NW];
     __shared__ float s_v[NW][33];
     tc_pdl_trigger();
     tc_pdl_wait();
-    if (dpos) pos0 = *dpos;
+    if (B) { /* sequence blockIdx.z of the batch */
+        pos0 = bt.seqs[blockIdx.z].pos0;
+        part += (size_t)blockIdx.z * bt.part_stride;
+        if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
+        out += (size_t)blockIdx.z * bt.q_stride;
+    } else if (dpos) {
+        pos0 = *dpos;
+    }
     const int np = pos0 + 1, span = ag_span(np, splits);
     const int used = min(splits, (np + span - 1) / span);
     const int h = blockIdx.x, j = blockIdx.y * 32 + (threadIdx.x & 31), r = threadIdx.x >> 5;
@@ -729,13 +750,13 @@ extern "C" int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, co
                    &splits);
 }
 
-template <typename T>
+template <typename T, bool B>
 static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                       float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
-                      int hch) {
-#define AG_L(n)                                                                                   \
-    tc_launch(k_attn_gqa<T, n>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
-              part, pos0, tc_dyn_pos, nh, nkv, hd, scale, splits, hch)
+                      int hch, const tc_attn_bat &bt) {
+#define AG_L(n)                                                                                      \
+    tc_launch(k_attn_gqa<T, n, B>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
+              part, pos0, B ? (const int *)NULL : tc_dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
     switch (GC) {
     case 1: AG_L(1); break;
     case 2: AG_L(2); break;
@@ -744,6 +765,23 @@ static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const v
     default: AG_L(8); break;
     }
 #undef AG_L
+}
+
+/* The GQA kernel and its merge over n sequences (B: blockIdx.z, bt; else n = 1). */
+template <bool B>
+static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *q, const void *kcache,
+                   const void *vcache, const float *gate, float *out, float *part, int pos0, int n_head,
+                   int n_head_kv, int head_dim, float scale, const tc_attn_bat &bt) {
+    const dim3 grid((unsigned)(n_head_kv * hch), (unsigned)splits, (unsigned)n);
+    switch (k_type) {
+    case TC_KV_F32: ag_launch<float, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    case TC_KV_F16: ag_launch<__half, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    case TC_KV_BF16: ag_launch<__nv_bfloat16, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    default: ag_launch<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    }
+    tc_launch(k_attn_gqa_merge<B>, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32), (unsigned)n),
+              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, B ? (const int *)NULL : tc_dyn_pos,
+              head_dim, splits, bt);
 }
 
 extern "C" void tc_attention_decode(const float *q, const void *kcache, const void *vcache,
@@ -766,15 +804,39 @@ extern "C" void tc_attention_decode(const float *q, const void *kcache, const vo
     }
     float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
     if (!part) return;
-    const dim3 grid((unsigned)(n_head_kv * hch), (unsigned)splits);
-    switch (k_type) {
-    case TC_KV_F32: ag_launch<float>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
-    case TC_KV_F16: ag_launch<__half>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
-    case TC_KV_BF16: ag_launch<__nv_bfloat16>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
-    default: ag_launch<att_q8>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch); break;
+    ag_run<false>(k_type, GC, hch, splits, 1, q, kcache, vcache, gate, out, part, pos0, n_head, n_head_kv,
+                  head_dim, scale, tc_attn_bat{});
+}
+
+/* The batch's caches are in the device table: the caller checks their alignment
+ * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
+alignas(16) static const uint8_t g_ag_aligned[16] = {0};
+
+extern "C" int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv,
+                                            int head_dim) {
+    return tc_attn_batch_on() &&
+           tc_attn_decode_gqa(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim);
+}
+
+extern "C" void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out,
+                                          int n, const tc_attn_bat *bt, int max_ctx, int n_head,
+                                          int n_head_kv, int head_dim, float scale) {
+    TC_PROF(TC_FAM_ATTENTION);
+    int GC, hch, splits;
+    if (n < 1 || n > 65535 || !bt || !bt->seqs || bt->q_stride < (size_t)n_head * head_dim ||
+        !tc_attention_decode_batch_ok(k_type, v_type, max_ctx, n_head, n_head_kv, head_dim) ||
+        !ag_plan(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim, &GC, &hch,
+                 &splits)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
     }
-    tc_launch(k_attn_gqa_merge, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32)),
-              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, tc_dyn_pos, head_dim, splits);
+    const size_t per = (size_t)n_head * splits * (head_dim + 2);
+    float *part = (float *)tc_workspace(2, (size_t)n * per * sizeof(float));
+    if (!part) return;
+    tc_attn_bat b = *bt;
+    b.part_stride = per;
+    ag_run<true>(k_type, GC, hch, splits, n, q, NULL, NULL, gate, out, part, 0, n_head, n_head_kv, head_dim,
+                 scale, b);
 }
 
 __global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt, int vt,
@@ -810,11 +872,27 @@ extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const fl
 /* Warp h < nh: q head h; else kv head h - nh (k normed and roped into the cache,
  * v copied). The head sits in registers (ATT_EPL per lane) for the norm and in
  * shared memory for RoPE's pairs (i, i + rot/2). */
-__global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int *__restrict__ dpos) {
+template <bool B>
+__global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int *__restrict__ dpos,
+                                                  const tc_attn_bat bt) {
     tc_pdl_trigger();
     tc_pdl_wait();
     __shared__ float sh[ATT_EPL * 32];
-    const int pos = dpos ? *dpos : a.pos0;
+    int pos;
+    if (B) { /* sequence blockIdx.y of the batch */
+        const tc_attn_seq sq = bt.seqs[blockIdx.y];
+        const size_t z = blockIdx.y;
+        pos = sq.pos0;
+        a.kcache = (uint8_t *)sq.kcache + (size_t)bt.kv_index * (size_t)sq.n_ctx * bt.k_row;
+        a.vcache = (uint8_t *)sq.vcache + (size_t)bt.kv_index * (size_t)sq.n_ctx * bt.v_row;
+        a.qg += z * bt.qg_stride;
+        a.k += z * bt.kv_stride;
+        a.v += z * bt.kv_stride;
+        a.q_out += z * bt.q_stride;
+        if (a.gate_out) a.gate_out += z * bt.q_stride;
+    } else {
+        pos = dpos ? *dpos : a.pos0;
+    }
     const int h = blockIdx.x, lane = threadIdx.x, hd = a.head_dim;
     const bool isq = h < a.n_head;
     const int kh = h - a.n_head;
@@ -874,5 +952,30 @@ extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    tc_launch(k_attn_prep, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_dyn_pos);
+    tc_launch(k_attn_prep<false>, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_dyn_pos,
+              tc_attn_bat{});
 }
+
+extern "C" void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt) {
+    TC_PROF(TC_FAM_ROPE);
+    if (n < 1 || n > 65535 || !bt || !bt->seqs || a->head_dim < 1 || a->head_dim > ATT_EPL * 32 ||
+        a->n_head < 1 || a->n_head_kv < 1 || a->rope_dims < 0 || a->rope_dims > a->head_dim ||
+        a->rope_dims % 2 || !att_types_ok(a->k_type, a->v_type, a->head_dim)) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    tc_launch(k_attn_prep<true>, dim3((unsigned)(a->n_head + a->n_head_kv), (unsigned)n), dim3(32), 0, 1, *a,
+              (const int *)NULL, *bt);
+}
+
+/* TERN_CUDA_ATTN_BATCH=1: the decode attention of a batch of sequences in one launch
+ * per op (off by default until it has run on a GPU). */
+static int g_attn_batch = -1; /* -1: TERN_CUDA_ATTN_BATCH not read yet */
+extern "C" int tc_attn_batch_on(void) {
+    if (g_attn_batch < 0) {
+        const char *e = getenv("TERN_CUDA_ATTN_BATCH");
+        g_attn_batch = e && !strcmp(e, "1");
+    }
+    return g_attn_batch;
+}
+extern "C" void tc_set_attn_batch(int on) { g_attn_batch = on < 0 ? -1 : on != 0; }
