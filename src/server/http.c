@@ -624,13 +624,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
         return send_error(conn, cs, 500, "out of memory");
     }
-    int submitted = 0;
-    while (submitted < n && !srv_sched_submit(h->sched, jobs[submitted])) submitted++;
-    if (submitted < n) {
-        for (int k = 0; k < n; k++) {
-            if (k < submitted) srv_job_cancel(jobs[k]);
-            srv_job_unref(jobs[k]);
-        }
+    if (srv_sched_submit_all(h->sched, jobs, n)) {
+        for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
         return send_error(conn, cs, 503, "the server is busy (request queue full); retry later");
     }
     srv_resp_id id;

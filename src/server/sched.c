@@ -738,14 +738,22 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     return TERN_OK;
 }
 
-int srv_sched_submit(srv_sched *s, srv_job *j) {
+int srv_sched_submit(srv_sched *s, srv_job *j) { return srv_sched_submit_all(s, &j, 1); }
+
+int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
     pthread_mutex_lock(&s->mu);
-    if (s->stop || s->draining || s->q_n >= s->p.queue_cap) { pthread_mutex_unlock(&s->mu); return 503; }
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-    s->queue[(s->q_head + s->q_n) % s->p.queue_cap] = j;
-    s->q_n++;
+    if (s->stop || s->draining || n > s->p.queue_cap - s->q_n) {
+        pthread_mutex_unlock(&s->mu);
+        return 503;
+    }
+    for (int k = 0; k < n; k++) {
+        srv_job *j = jobs[k];
+        pthread_mutex_lock(&j->mu);
+        j->refs++;
+        pthread_mutex_unlock(&j->mu);
+        s->queue[(s->q_head + s->q_n) % s->p.queue_cap] = j;
+        s->q_n++;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

@@ -254,6 +254,10 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 void srv_sched_run(srv_sched *s);
 /* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
 int srv_sched_submit(srv_sched *s, srv_job *j);
+/* All n jobs queued together (one lock: the scheduler admits them in the same round,
+ * so the choices of an n > 1 request find choice 0 still evaluating its prompt and copy
+ * it), or none: 503 when the queue cannot take them all or the server is shutting down. */
+int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n);
 /* A snapshot of the slots for /slots; returns how many were written. */
 typedef struct srv_slot_info {
     int id; bool busy; size_t n_prompt; int n_ctx; size_t n_cached;

@@ -628,9 +628,15 @@ static void cancel_client(client *c) {
         usleep(2000);
     }
     srv_job *b = job_for("Hello", &sp, 4, NULL), *cj = job_for("Hello", &sp, 4, NULL);
+    /* srv_sched_submit_all is all or nothing: two jobs do not fit the queue's one free
+     * place, and neither is queued */
+    srv_job *pair[2] = {b, cj};
+    CHECK_EQ_INT(srv_sched_submit_all(s, pair, 2), 503);
+    int busy = 0, queued = 0;
+    srv_sched_stats(s, &busy, &queued, NULL, NULL);
+    CHECK_EQ_INT(queued, 0);
     CHECK_EQ_INT(srv_sched_submit(s, b), 0);
     CHECK_EQ_INT(srv_sched_submit(s, cj), 503);
-    int busy = 0, queued = 0;
     srv_sched_stats(s, &busy, &queued, NULL, NULL);
     CHECK_EQ_INT(busy, 1);
     CHECK_EQ_INT(queued, 1);
@@ -927,7 +933,7 @@ static void n_client(client *c) {
         j[k]->no_cache = true;      /* choice 0 evaluates the whole prompt */
         if (k) srv_job_follow(j[k], j[0]);
     }
-    for (int k = 0; k < SN_N; k++) CHECK_EQ_INT(srv_sched_submit(c->s, j[k]), 0);
+    CHECK_EQ_INT(srv_sched_submit_all(c->s, j, SN_N), 0); /* admitted in one round, as the server does */
     for (int k = 0; k < SN_N; k++) {
         wait_done(j[k]);
         CHECK(j[k]->done);
