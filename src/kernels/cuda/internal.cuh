@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern cudaStream_t tc_stream;
 /* Record err (first one wins) when it is not cudaSuccess. */
@@ -44,6 +46,16 @@ extern const int *tc_dyn_pos;
 extern const int32_t *tc_dyn_ids;
 /* Pinned host staging for embed's ids (grow-only; NULL on failure, error noted). */
 int32_t *tc_pinned_ids(size_t n);
+
+/* A switch read from the environment once: *cached (-1 = not read yet) becomes 1 when
+ * the variable name equals want, else 0. The tc_set_* overrides write *cached. */
+static inline int tc_env_is(int *cached, const char *name, const char *want) {
+    if (*cached < 0) {
+        const char *e = getenv(name);
+        *cached = e && !strcmp(e, want);
+    }
+    return *cached;
+}
 
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 

@@ -668,13 +668,7 @@ __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float
 }
 
 static int g_attn_old = -1; /* -1: TERN_CUDA_ATTN not read yet */
-extern "C" int tc_attn_old(void) {
-    if (g_attn_old < 0) {
-        const char *e = getenv("TERN_CUDA_ATTN");
-        g_attn_old = e && !strcmp(e, "old");
-    }
-    return g_attn_old;
-}
+extern "C" int tc_attn_old(void) { return tc_env_is(&g_attn_old, "TERN_CUDA_ATTN", "old"); }
 extern "C" void tc_set_attn_old(int old) { g_attn_old = old < 0 ? -1 : old != 0; }
 
 static int ag_sm_count(void) {
@@ -971,11 +965,5 @@ extern "C" void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_a
 /* TERN_CUDA_ATTN_BATCH=1: the decode attention of a batch of sequences in one launch
  * per op (off by default until it has run on a GPU). */
 static int g_attn_batch = -1; /* -1: TERN_CUDA_ATTN_BATCH not read yet */
-extern "C" int tc_attn_batch_on(void) {
-    if (g_attn_batch < 0) {
-        const char *e = getenv("TERN_CUDA_ATTN_BATCH");
-        g_attn_batch = e && !strcmp(e, "1");
-    }
-    return g_attn_batch;
-}
+extern "C" int tc_attn_batch_on(void) { return tc_env_is(&g_attn_batch, "TERN_CUDA_ATTN_BATCH", "1"); }
 extern "C" void tc_set_attn_batch(int on) { g_attn_batch = on < 0 ? -1 : on != 0; }

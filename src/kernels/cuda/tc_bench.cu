@@ -10,13 +10,7 @@
 
 static int g_ops_old = -1; /* -1: TERN_CUDA_OPS not read yet */
 
-extern "C" int tc_ops_old(void) {
-    if (g_ops_old < 0) {
-        const char *e = getenv("TERN_CUDA_OPS");
-        g_ops_old = e && !strcmp(e, "old");
-    }
-    return g_ops_old;
-}
+extern "C" int tc_ops_old(void) { return tc_env_is(&g_ops_old, "TERN_CUDA_OPS", "old"); }
 
 extern "C" void tc_set_ops_old(int old) { g_ops_old = old < 0 ? -1 : old != 0; }
 

@@ -823,11 +823,7 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
  * launch (read once; off by default until measured on the GPU). */
 extern "C" int tc_gemv_tiled_multi_on(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("TERN_CUDA_TILED_MULTI");
-        on = e && !strcmp(e, "1");
-    }
-    return on;
+    return tc_env_is(&on, "TERN_CUDA_TILED_MULTI", "1");
 }
 
 extern "C" void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
