@@ -368,10 +368,10 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     float *y3[3] = {w->big0, w->kbuf, w->vbuf};
     size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
     mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
-    if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0 && c->attn_cur &&
-        tc_attention_decode_batch_ok((int)st->ss[0]->k_type, (int)st->ss[0]->v_type, c->attn_max_ctx, NH, NKV, HD)) {
-        /* a batch step (TERN_CUDA_ATTN_BATCH=1): the same two ops for all the sessions
-         * at once, positions and caches from the step's table */
+    const bool dec_ops = R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0;
+    if (dec_ops && c->attn_cur) {
+        /* a batch step (TERN_CUDA_ATTN_BATCH=1, attn_tab took it): the same two ops for
+         * all the sessions at once, positions and caches from the step's table */
         tern_session *s0 = st->ss[0];
         tc_attn_bat bt = {.seqs = c->attn_cur, .kv_index = l->kv_index, .k_row = s0->k_row, .v_row = s0->v_row,
                           .qg_stride = (size_t)l->wq.n, .kv_stride = (size_t)kvw, .q_stride = (size_t)qw};
@@ -384,7 +384,7 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
         tc_attn_prep_batch(&pa, st->n_seq, &bt);
         tc_attention_decode_batch(w->big1, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? w->big2 : NULL,
                                   w->big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
-    } else if (R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0) {
+    } else if (dec_ops) {
         /* decode: per session the fused prologue (split, q/k norms, RoPE, KV store),
          * then split-K attention with the gate in its merge */
         for (int i = 0; i < st->n_seq; i++) {
@@ -614,13 +614,14 @@ static bool graphs_on(void) {
 }
 
 /* The step's attention table (c->attn_cur) for a batch step run op by op, when
- * TERN_CUDA_ATTN_BATCH=1 and the sessions can share the batched kernels (same cache
- * types and rows, 16-byte aligned caches and layer strides for the unquantised types);
- * else attn_cur stays NULL and attention runs per session. Uploaded synchronously. */
+ * TERN_CUDA_ATTN_BATCH=1, the batched kernels take the shape, and the sessions can
+ * share them (same cache types and rows, 16-byte aligned caches and layer strides for
+ * the unquantised types); else attn_cur stays NULL and attention runs per session.
+ * Decided once per step; uploaded synchronously. */
 static void attn_tab(cuda_backend *c, const tm_step *st) {
     c->attn_cur = NULL;
-    const tern_model *m = st->w->m;
-    if (st->n_seq < 2 || st->R != 1 || !tc_attn_batch_on() || !m->hp.n_attn_layers) return;
+    const tm_hparams *hp = &st->w->m->hp;
+    if (st->n_seq < 2 || st->R != 1 || !hp->n_attn_layers) return;
     const tern_session *s0 = st->ss[0];
     int max_ctx = 0;
     for (int i = 0; i < st->n_seq; i++) {
@@ -632,6 +633,9 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
             return;
         if (s->n_ctx > max_ctx) max_ctx = s->n_ctx;
     }
+    if (!tc_attention_decode_batch_ok((int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
+                                      hp->head_dim))
+        return; /* also 0 unless TERN_CUDA_ATTN_BATCH=1 */
     if ((size_t)st->n_seq > c->attn_cap) {
         if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
         free(c->attn_host);

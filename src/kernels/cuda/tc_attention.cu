@@ -734,14 +734,20 @@ static void attn_decode_old(const float *q, const void *kcache, const void *vcac
         part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
 }
 
-extern "C" int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
-                                  int max_len, int n_head, int n_head_kv, int head_dim) {
-    int GC, hch, splits;
+/* ag_plan after the arguments' checks (0 for arguments the kernels do not take). */
+static int ag_plan_checked(int k_type, int v_type, const void *kcache, const void *vcache, int max_len,
+                           int n_head, int n_head_kv, int head_dim, int *GC, int *hch, int *splits) {
     if (head_dim < 1 || head_dim > ATT_EPL * 32 || n_head < 1 || n_head_kv < 1 || max_len < 1 ||
         n_head % n_head_kv || !att_types_ok(k_type, v_type, head_dim))
         return 0;
-    return ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
-                   &splits);
+    return ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, GC, hch, splits);
+}
+
+extern "C" int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
+                                  int max_len, int n_head, int n_head_kv, int head_dim) {
+    int GC, hch, splits;
+    return ag_plan_checked(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
+                           &splits);
 }
 
 template <typename T, bool B>
@@ -818,9 +824,9 @@ extern "C" void tc_attention_decode_batch(const float *q, int k_type, int v_type
     TC_PROF(TC_FAM_ATTENTION);
     int GC, hch, splits;
     if (n < 1 || n > 65535 || !bt || !bt->seqs || bt->q_stride < (size_t)n_head * head_dim ||
-        !tc_attention_decode_batch_ok(k_type, v_type, max_ctx, n_head, n_head_kv, head_dim) ||
-        !ag_plan(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim, &GC, &hch,
-                 &splits)) {
+        !tc_attn_batch_on() ||
+        !ag_plan_checked(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim, &GC,
+                         &hch, &splits)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
