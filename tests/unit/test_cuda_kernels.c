@@ -288,6 +288,29 @@ static void tiled_set_free(tiled_set *S) {
     }
 }
 
+/* Outputs of B rows for each matrix of S at stride n + pad, zeroed on the device (the
+ * padding must stay 0) and on the host (y), with a host scratch y2 each. */
+typedef struct {
+    float *dy[4], *y[4], *y2[4];
+    size_t ys[4];
+} tiled_outs;
+static void tiled_outs_new(const tiled_set *S, size_t B, size_t pad, tiled_outs *o) {
+    for (int i = 0; i < S->nm; i++) {
+        o->ys[i] = (size_t)S->t[i].q.n + pad;
+        o->dy[i] = tc_malloc(B * o->ys[i] * 4);
+        o->y[i] = calloc(B * o->ys[i], 4);
+        o->y2[i] = malloc(B * o->ys[i] * 4);
+        CHECK(tc_upload(o->dy[i], o->y[i], B * o->ys[i] * 4) == 0);
+    }
+}
+static void tiled_outs_free(const tiled_set *S, size_t B, tiled_outs *o) {
+    for (int i = 0; i < S->nm; i++) {
+        tc_free(o->dy[i], B * o->ys[i] * 4);
+        free(o->y[i]);
+        free(o->y2[i]);
+    }
+}
+
 /* y (B rows at stride ys, n outputs each) against tc_gemv_tiled of the same matrix and
  * activation (run here into dy; scratch holds its result): the same integers, so float
  * summation order only: 1e-5 relative, and 1e-7 absolute for a row whose sum cancels
@@ -332,15 +355,10 @@ TEST(tiled_gemv_multi) {
             void *ab = tc_malloc(tc_act_bytes(B, k));
             tc_act act = tc_act_view(ab, B, k);
             tc_quantize(dx, (size_t)k, &act);
-            float *dy[4], *y[4], *y2[4];
-            size_t ys[4];
-            for (int i = 0; i < nm; i++) {
-                ys[i] = (size_t)t[i].q.n + 2;
-                dy[i] = tc_malloc(B * ys[i] * 4);
-                y[i] = calloc(B * ys[i], 4);
-                y2[i] = malloc(B * ys[i] * 4);
-                CHECK(tc_upload(dy[i], y[i], B * ys[i] * 4) == 0); /* zero padding */
-            }
+            tiled_outs O;
+            tiled_outs_new(&S, B, 2, &O);
+            float **dy = O.dy, **y = O.y, **y2 = O.y2;
+            const size_t *ys = O.ys;
             tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
             CHECK_EQ_INT(tc_sync(), 0);
             for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
@@ -373,11 +391,7 @@ TEST(tiled_gemv_multi) {
                 CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi (variant 1) set %zu B %zu mat %d", si, B, i);
             }
             tc_gemv_tiled_config(was, -1);
-            for (int i = 0; i < nm; i++) {
-                tc_free(dy[i], B * ys[i] * 4);
-                free(y[i]);
-                free(y2[i]);
-            }
+            tiled_outs_free(&S, B, &O);
             tc_free(ab, tc_act_bytes(B, k));
             tc_free(dx, B * (size_t)k * 4);
             free(x);
@@ -425,14 +439,10 @@ TEST(sk_gemv_multi) {
                 void *ab = tc_malloc(tc_act_bytes(B, k));
                 tc_act act = tc_act_view(ab, B, k);
                 tc_quantize(dx, (size_t)k, &act);
-                float *dy[4], *y[4], *y2[4];
-                size_t ys[4];
-                for (int i = 0; i < nm; i++) {
-                    ys[i] = (size_t)t[i].q.n + 1;
-                    dy[i] = tc_malloc(B * ys[i] * 4);
-                    y[i] = malloc(B * ys[i] * 4);
-                    y2[i] = malloc(B * ys[i] * 4);
-                }
+                tiled_outs O;
+                tiled_outs_new(&S, B, 1, &O);
+                float **dy = O.dy, **y = O.y, **y2 = O.y2;
+                const size_t *ys = O.ys;
                 CHECK_EQ_INT(tc_gemv_sk_ok(nm, tw, &act), 1);
                 tc_gemv_sk(nm, tw, &act, dy, ys);
                 CHECK_EQ_INT(tc_sync(), 0);
@@ -463,10 +473,8 @@ TEST(sk_gemv_multi) {
                             CHECK_MSG(memcmp(r0 + b * ys[i], y[i] + b * ys[i], (size_t)t[i].q.n * 4) == 0,
                                       "cfg %zu set %zu mat %d: batch %zu row %zu differs from batch %zu", c, si, i, B, b, b_ref);
                     }
-                    tc_free(dy[i], B * ys[i] * 4);
-                    free(y[i]);
-                    free(y2[i]);
                 }
+                tiled_outs_free(&S, B, &O);
                 tc_free(ab, tc_act_bytes(B, k));
             }
             tc_free(dx, 8 * (size_t)k * 4);
