@@ -14,6 +14,20 @@ const char *tern_hf_arch_name(tern_hf_arch a) { return a == TERN_HF_QWEN35 ? "qw
 
 static const cJSON *jget(const cJSON *o, const char *k) { return tern_json_get(o, k); }
 
+tern_status tern_hf_partial_rotary(const cJSON *c, const cJSON *rp, const char *src, double *out) {
+    const cJSON *objs[2] = {c, rp && cJSON_IsObject(rp) ? rp : NULL};
+    for (int i = 0; i < 2; i++) { /* every value present is checked, the last one wins */
+        if (!objs[i] || !tern_json_get(objs[i], "partial_rotary_factor")) continue;
+        double v = 0;
+        tern_status st = tern_json_opt_f64(objs[i], "partial_rotary_factor", src, &v);
+        if (st) return st;
+        if (!(v > 0 && v <= 1))
+            return tern_fail(TERN_ERR_FORMAT, "%s: partial_rotary_factor %g is not in (0, 1]", src, v);
+        *out = v;
+    }
+    return TERN_OK;
+}
+
 tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_hf_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     hp->bos_id = hp->eos_id = hp->pad_id = -1;
@@ -83,11 +97,7 @@ tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_h
         if ((st = tern_json_req_i64(c, "linear_num_value_heads", 1, 1 << 16, src, &hp->ssm_n_v))) return st;
         if ((st = tern_json_req_i64(c, "linear_value_head_dim", 1, 1 << 16, src, &hp->ssm_dv))) return st;
         hp->partial_rotary = 0.25;
-        if ((st = tern_json_opt_f64(c, "partial_rotary_factor", src, &hp->partial_rotary))) return st;
-        if (cJSON_IsObject(rp) && (st = tern_json_opt_f64(rp, "partial_rotary_factor", src, &hp->partial_rotary)))
-            return st;
-        if (!(hp->partial_rotary > 0 && hp->partial_rotary <= 1))
-            return tern_fail(TERN_ERR_FORMAT, "%s: partial_rotary_factor %g is not in (0, 1]", src, hp->partial_rotary);
+        if ((st = tern_hf_partial_rotary(c, rp, src, &hp->partial_rotary))) return st;
         hp->rope_dim = (int64_t)(hp->head_dim * hp->partial_rotary);
         const cJSON *ms = cJSON_IsObject(rp) ? jget(rp, "mrope_section") : NULL;
         for (int i = 0; i < 3 && cJSON_IsArray(ms) && i < cJSON_GetArraySize(ms); i++) {

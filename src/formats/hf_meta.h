@@ -45,6 +45,11 @@ typedef struct tern_hf_hparams {
     uint8_t full_attn[1024];               /* per layer: 1 = full attention */
 } tern_hf_hparams;
 
+/* partial_rotary_factor of a Qwen3.5 text config c, overridden by its rope_parameters
+ * rp (may be NULL): *out keeps its value when neither has the key; TERN_ERR_FORMAT
+ * naming the field when a value present is not in (0, 1] (head_dim x it is the rotary
+ * width: a huge factor would overflow the conversion). */
+tern_status tern_hf_partial_rotary(const cJSON *c, const cJSON *rp, const char *src, double *out);
 tern_status tern_hf_hparams_load(const char *config_path, tern_hf_hparams *hp);
 tern_status tern_hf_hparams_from_json(const cJSON *root, const char *src, tern_hf_hparams *hp);
 /* Read the hyperparameters back from GGUF keys (arch qwen35 / qwen3). */

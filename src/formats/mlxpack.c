@@ -6,6 +6,7 @@
  * Hugging Face text_config onto GGUF hyperparameter names.
  */
 #include "formats/mlxpack.h"
+#include "formats/hf_meta.h"
 #include "formats/json_util.h"
 
 #include <stdio.h>
@@ -374,9 +375,8 @@ tern_status tern_mlxpack_gguf_hparams(const tern_mlxpack *p, const char **arch, 
             snprintf(key, sizeof key, "%s.full_attention_interval", a);
             emit(key, (double)fai, true, user);
         }
-        double prf = 0;
-        if ((st = tern_json_opt_f64(t, "partial_rotary_factor", src, &prf))) return tern_fail_prefix(st, "%s", p->dir);
-        if (rp && cJSON_IsObject(rp) && (st = tern_json_opt_f64(rp, "partial_rotary_factor", src, &prf))) return tern_fail_prefix(st, "%s", p->dir);
+        double prf = 0; /* absent: no rotary width key */
+        if ((st = tern_hf_partial_rotary(t, rp, src, &prf))) return tern_fail_prefix(st, "%s", p->dir);
         if (!tern_json_opt_i64(t, "head_dim", 0, 1 << 20, src, &hd) && hd && prf > 0) {
             snprintf(key, sizeof key, "%s.rope.dimension_count", a);
             emit(key, (double)(int64_t)(hd * prf), true, user);

@@ -264,6 +264,27 @@ TEST(broken_packs) {
         tern_mlxpack_close(p);
         free(c);
     }
+    /* partial_rotary_factor outside (0, 1] (fuzz_json: 5.7e57 overflowed head_dim x it
+     * into an int64 conversion, UB): refused by the hyperparameters, naming the field */
+    static const char *prfs[] = {"5.71111e+57", "0", "-0.5", "1.5"};
+    for (int i = 0; i < 4; i++) {
+        char to[64];
+        snprintf(to, sizeof to, "\"partial_rotary_factor\": %s", prfs[i]);
+        char *c = subst(g_cfg, "\"partial_rotary_factor\": 0.25", to);
+        CHECK(c != NULL);
+        if (!c) continue;
+        p = NULL;
+        CHECK_EQ_INT(try_pack(c, NULL, NULL, &p), TERN_OK);
+        if (p) {
+            static hps h;
+            memset(&h, 0, sizeof h);
+            const char *arch = NULL;
+            CHECK_EQ_INT(tern_mlxpack_gguf_hparams(p, &arch, emit, emit_arr, &h), TERN_ERR_FORMAT);
+            CHECK_MSG(strstr(tern_last_error(), "partial_rotary_factor") != NULL, "%s: %s", prfs[i], tern_last_error());
+            tern_mlxpack_close(p);
+        }
+        free(c);
+    }
     /* hadamard.json naming a tensor the pack lacks */
     char *h = subst(g_had, "language_model.lm_head.weight", "language_model.lm_head2.weight");
     p = NULL;
