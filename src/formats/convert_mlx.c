@@ -30,7 +30,7 @@
 #include "formats/mlxpack.h"
 #include "formats/safetensors.h"
 #include "formats/vorder.h"
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 #include <errno.h>
 #include <math.h>

@@ -13,7 +13,7 @@
 #include "formats/json_util.h"
 #include "formats/safetensors.h"
 #include "formats/vorder.h"
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 #include <dirent.h>
 #include <pthread.h>

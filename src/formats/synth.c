@@ -10,7 +10,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_meta.h"
 #include "formats/quantize.h"
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 #include <math.h>
 #include <stdio.h>

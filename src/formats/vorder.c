@@ -1,10 +1,10 @@
 /*
  * vorder.c - GDN V-head order permutations between grouped (HF/MLX) and tiled
  * (GGUF) order; the rules are in vorder.h, which tensor follows which rule in
- * the architecture tables (model/arch).
+ * the architecture tables (formats/arch).
  */
 #include "formats/vorder.h"
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 /* The rule of a name is its role's (model/arch tables); NONE when no
  * architecture has the name. */

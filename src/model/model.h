@@ -26,7 +26,7 @@
 
 #include "core/common.h"
 #include "kernels/kernels.h"
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 #include <pthread.h>
 

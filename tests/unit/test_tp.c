@@ -1,5 +1,5 @@
 /*
- * test_tp.c - tensor parallel (tern_model_params.tp; src/model/backend_tp.c): the
+ * test_tp.c - tensor parallel (tern_model_params.tp; src/backends/tp/backend_tp.c): the
  * CPU simulation of the sharding must give the unsharded model's logits.
  *
  * Every fixture model (qwen35 PQ2_0 + Hadamard, PTQ1_0, fork Q2_0 without rotation,

@@ -1,7 +1,7 @@
 /*
  * tc_norm.cu - RMSNorm sites: residual add + RMSNorm (+ the forward Hadamard
  * transform and the activation quantisation in the same kernel), and the
- * per-head RMSNorm (q/k norms). Math mirrors src/model/backend_cpu.c.
+ * per-head RMSNorm (q/k norms). Math mirrors src/backends/cpu/backend_cpu.c.
  * Decode (rows <= 16): k_site_reg (the row over a cluster of CTAs, the transform in
  * registers); TERN_CUDA_OPS=old: k_site_cluster; TERN_CUDA_SITE=old: the one-CTA-per-row
  * kernels; more rows: k_add_rmsnorm_fwht.

@@ -3,7 +3,7 @@
  * each format, name -> role, shapes from the hyperparameters. No tensor name is
  * spelled here; only the layer prefixes of the two namespaces.
  */
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * comm.c - the in-memory communicator (comm.h): N ranks in one process, host
  * buffers, the sum taken in rank order and written back to every rank.
  */
-#include "model/comm.h"
+#include "backends/tp/comm.h"
 
 #include <stdlib.h>
 

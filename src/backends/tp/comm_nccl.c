@@ -9,7 +9,7 @@
  * NVLink SHARP (NVLS, multicast) is left off: NCCL_NVLS_ENABLE=0 is set before the
  * communicators are made unless the caller's environment says otherwise.
  */
-#include "model/comm.h"
+#include "backends/tp/comm.h"
 
 #include <stdlib.h>
 

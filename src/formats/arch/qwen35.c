@@ -10,7 +10,7 @@
  * every other ternary matrix has its input width's signs folded in, the
  * embedding stores R e (inverse).
  */
-#include "model/arch/roles.h"
+#include "formats/arch/roles.h"
 
 #define ROLE(var, rid, gg, hfn, lkind, v, kk, nn, h, vok, grp, opt)                        \
     const tm_role var = {.id = rid, .gguf = gg, .hf = hfn, .lk = lkind, .val = v, .k = kk,     \

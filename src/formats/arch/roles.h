@@ -5,7 +5,7 @@
 #ifndef TERN_MODEL_ARCH_ROLES_H
 #define TERN_MODEL_ARCH_ROLES_H
 
-#include "model/arch/arch.h"
+#include "formats/arch/arch.h"
 
 extern const tm_role tm_r_token_embd, tm_r_output, tm_r_output_norm, tm_r_attn_norm;
 extern const tm_role tm_r_attn_q, tm_r_attn_k, tm_r_attn_v, tm_r_attn_output, tm_r_attn_q_norm,

@@ -26,7 +26,7 @@
  * qwen3.c lists the roles it shares by pointer (attention, MLP, norms,
  * embedding and head) and defines only its own (ffn_norm). A new architecture
  * adds one table file that reuses the roles it shares and defines the rest.
- * Nothing outside src/model/arch spells a tensor name.
+ * Nothing outside src/formats/arch spells a tensor name.
  */
 #ifndef TERN_MODEL_ARCH_H
 #define TERN_MODEL_ARCH_H

@@ -4,7 +4,7 @@
  * absent). It shares qwen35's descriptors for the tensors both have (roles.h)
  * and defines only the post-attention norm, which qwen3 files call ffn_norm.
  */
-#include "model/arch/roles.h"
+#include "formats/arch/roles.h"
 
 static const tm_role r_ffn_norm = {
     .id = TM_ROLE_POST_NORM, .gguf = "ffn_norm.weight", .hf = "post_attention_layernorm.weight",

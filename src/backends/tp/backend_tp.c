@@ -44,7 +44,7 @@
  * after the other here (a simulation of the partition, not a speed-up).
  */
 #include "model/backend.h"
-#include "model/comm.h"
+#include "backends/tp/comm.h"
 #include "model/loader.h"
 #include "model/session.h"
 
