@@ -164,7 +164,8 @@ static void put(tern_str *o, const char *fmt, ...) {
     if (n > 0) tern_str_append(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const srv_snap_stats *snap) {
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const srv_snap_stats *snap,
+                         const srv_step_stats *st) {
     tern_str o = {0};
     tern_str_append(&o, "", 0);
     pthread_mutex_lock(&m->mu);
@@ -206,6 +207,39 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
         queued);
     put(&o, "# HELP tern_slots_busy Slots generating.\n# TYPE tern_slots_busy gauge\ntern_slots_busy %d\n", busy);
     put(&o, "# HELP tern_slots_total Slots.\n# TYPE tern_slots_total gauge\ntern_slots_total %d\n", n_slots);
+    if (st) {
+        put(&o, "# HELP tern_sched_rounds_total Scheduler rounds that ran the model.\n"
+                "# TYPE tern_sched_rounds_total counter\ntern_sched_rounds_total %llu\n", st->rounds);
+        put(&o, "# HELP tern_sched_passes_total Model passes (a prefill chunk or a batched decode step).\n"
+                "# TYPE tern_sched_passes_total counter\ntern_sched_passes_total %llu\n", st->passes);
+        put(&o, "# HELP tern_sched_tokens_total Tokens evaluated, by kind of pass.\n# TYPE tern_sched_tokens_total counter\n"
+                "tern_sched_tokens_total{kind=\"prefill\"} %llu\ntern_sched_tokens_total{kind=\"decode\"} %llu\n",
+            st->prefill_tokens, st->decode_tokens);
+        put(&o, "# HELP tern_sched_seconds_total Time in model passes, by kind of pass.\n# TYPE tern_sched_seconds_total counter\n"
+                "tern_sched_seconds_total{kind=\"prefill\"} %.6f\ntern_sched_seconds_total{kind=\"decode\"} %.6f\n",
+            st->prefill_s, st->decode_s);
+        put(&o, "# HELP tern_sched_tokens_per_round Tokens evaluated per scheduler round (all kinds).\n"
+                "# TYPE tern_sched_tokens_per_round gauge\ntern_sched_tokens_per_round %.3f\n",
+            st->rounds ? (double)(st->prefill_tokens + st->decode_tokens) / (double)st->rounds : 0.0);
+        put(&o, "# HELP tern_decode_batch_size Sequences per batched decode pass.\n# TYPE tern_decode_batch_size histogram\n");
+        unsigned long long c = 0;
+        for (int b = 0; b < SRV_BATCH_BUCKETS; b++) {
+            c += st->batch_bucket[b];
+            put(&o, "tern_decode_batch_size_bucket{le=\"%d\"} %llu\n", SRV_BATCH_LE[b], c);
+        }
+        c += st->batch_bucket[SRV_BATCH_BUCKETS];
+        put(&o, "tern_decode_batch_size_bucket{le=\"+Inf\"} %llu\ntern_decode_batch_size_sum %llu\n"
+                "tern_decode_batch_size_count %llu\n", c, st->decode_tokens, c);
+        put(&o, "# HELP tern_sched_prefill_budget_tokens Prompt tokens per round while a slot decodes (--prefill-budget).\n"
+                "# TYPE tern_sched_prefill_budget_tokens gauge\ntern_sched_prefill_budget_tokens %d\n", st->prefill_budget);
+        put(&o, "# HELP tern_sched_decode_batch_max Sequences per decode pass at most (--decode-batch).\n"
+                "# TYPE tern_sched_decode_batch_max gauge\ntern_sched_decode_batch_max %d\n", st->decode_batch);
+    }
+    pthread_mutex_lock(&m->mu);
+    put(&o, "# HELP tern_prefix_cache_hit_ratio Share of prompt tokens taken from the prefix cache.\n"
+            "# TYPE tern_prefix_cache_hit_ratio gauge\ntern_prefix_cache_hit_ratio %.6f\n",
+        m->prompt_tokens ? (double)m->cached_tokens / (double)m->prompt_tokens : 0.0);
+    pthread_mutex_unlock(&m->mu);
     if (snap && snap->used) {
         put(&o, "# HELP tern_prefix_cache_snapshots Recurrent-state snapshots the slots keep for the prefix cache.\n"
                 "# TYPE tern_prefix_cache_snapshots gauge\ntern_prefix_cache_snapshots %d\n", snap->count);

@@ -836,8 +836,10 @@ static enum MHD_Result handle_metrics(srv_http *h, struct MHD_Connection *conn, 
     srv_sched_stats(h->sched, &busy, &queued, &n_slots, NULL);
     srv_snap_stats ss;
     srv_sched_snap_stats(h->sched, &ss);
+    srv_step_stats st;
+    srv_sched_step_stats(h->sched, &st);
     return send_body(conn, cs, 200, "text/plain; version=0.0.4; charset=utf-8",
-                     srv_metrics_render(&h->metrics, busy, queued, n_slots, &ss));
+                     srv_metrics_render(&h->metrics, busy, queued, n_slots, &ss, &st));
 }
 
 static enum MHD_Result handle_tok(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
