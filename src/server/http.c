@@ -104,8 +104,10 @@ typedef struct conn_state {
     size_t n_prompt, n_gen;
     char method[12], path[96];
     char model_id[256];             /* GET /v1/models/{id} */
-    srv_usage usage;                /* generation requests: for /metrics */
+    srv_usage usage;                /* generation requests: for the log line */
     bool has_usage;
+    bool recorded;                  /* counted in /metrics (once: when its reply is published) */
+    struct srv_http *h;
 } conn_state;
 
 static double now_ms(void) {
@@ -113,6 +115,8 @@ static double now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
+
+static void record(conn_state *cs, int status);
 
 /* Has the peer closed its side? (a non-destructive peek, never blocks) */
 static bool client_gone(int fd) {
@@ -143,6 +147,7 @@ static enum MHD_Result send_body(struct MHD_Connection *conn, conn_state *cs, in
     MHD_add_response_header(r, "Content-Type", type);
     add_cors(r);
     cs->status = status;
+    record(cs, status);             /* a client that has its reply sees it counted */
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -160,6 +165,7 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     cs->status = status;
+    record(cs, status);             /* a client that has its reply sees it counted */
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -323,6 +329,7 @@ static void stream_end(stream *s, int k) {
             srv_delta d = {0};
             srv_sse_chunk(&s->id, &d, &s->total, &s->out);
         }
+        record(s->cs, 200);         /* before the client can read [DONE] */
         tern_str_append(&s->out, "data: [DONE]\n\n", 14);
         s->finished = true;
     }
@@ -926,6 +933,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     conn_state *cs = *con_cls;
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        cs->h = h;
         *con_cls = cs;
         __atomic_add_fetch(&h->active, 1, __ATOMIC_RELAXED);
         track_phase(conn, PH_BODY);
@@ -970,6 +978,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return handle_generate(h, conn, cs);
 }
 
+static void record(conn_state *cs, int status) {
+    if (cs->recorded) return;
+    cs->recorded = true;
+    srv_metrics_record(&cs->h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)conn;
     srv_http *h = cls;
@@ -977,8 +991,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!cs) return;
     int status = cs->status;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
-    srv_metrics_record(&h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0,
-                       cs->has_usage ? &cs->usage : NULL);
+    record(cs, status);             /* replies that were never published (a client gone mid-stream) */
     if (!h->c.quiet) {
         fprintf(stderr, "%s %s %d %zu+%zu tokens %.1f ms\n", cs->method, cs->path, status, cs->n_prompt, cs->n_gen,
                 now_ms() - cs->t0);

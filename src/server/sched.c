@@ -313,6 +313,17 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     sl->gen = NULL;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
+    pthread_mutex_lock(&s->snap_mu); /* counted before the client hears of the end */
+    s->steps.evaluated_tokens += u.evaluated_tokens;
+    s->steps.gen_tokens += u.completion_tokens;
+    if (!j->lead) { /* a request's prompt and times once (choice 0), as its usage shows them */
+        s->steps.jobs++;
+        s->steps.prompt_tokens += u.prompt_tokens;
+        s->steps.cached_tokens += u.cached_tokens < u.prompt_tokens ? u.cached_tokens : u.prompt_tokens;
+        s->steps.prompt_s += u.prompt_ms / 1e3;
+        s->steps.gen_s += u.gen_ms / 1e3;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
     sl->info_busy = false;

@@ -301,6 +301,10 @@ typedef struct srv_step_stats {
     double prefill_s, decode_s;
     unsigned long long batch_bucket[SRV_BATCH_BUCKETS + 1];
     size_t max_prefill_decoding;    /* the most prompt tokens one round evaluated while a slot decoded */
+    /* the finished jobs' usage (every choice; cancelled and failed ones with what they
+     * generated), counted before the job's end is published to its request */
+    unsigned long long jobs, prompt_tokens, cached_tokens, evaluated_tokens, gen_tokens;
+    double prompt_s, gen_s;
     int prefill_budget, decode_batch, chunk;  /* the settings in force */
 } srv_step_stats;
 void srv_sched_step_stats(srv_sched *s, srv_step_stats *out);
@@ -346,15 +350,13 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     unsigned long long by_status[6];    /* 1xx..5xx by first digit, [0]: other */
     unsigned long long n_gen_requests;  /* chat + completions answered */
-    unsigned long long prompt_tokens, gen_tokens;
-    unsigned long long cached_tokens;   /* of prompt_tokens: taken from the prefix cache */
-    unsigned long long evaluated_tokens;/* prompt tokens run through the model (every choice) */
-    double prompt_ms, gen_ms;           /* summed over requests */
     unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
     double lat_sum_s;
 } srv_metrics;
 void srv_metrics_init(srv_metrics *m);
-void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u);
+/* one answered request: its status class and, for chat and completions, its wall time (the
+ * token figures come from the scheduler: srv_step_stats) */
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms);
 /* Prometheus text exposition (version 0.0.4); snap: the prefix-cache snapshots (NULL:
  * none shown). malloc'd. */
 struct srv_snap_stats;
