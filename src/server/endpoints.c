@@ -33,7 +33,7 @@ static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
 
 int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
-    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *root = srv_json_parse_whole(body, len, NULL);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "add_special");
@@ -70,7 +70,7 @@ int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, c
 
 int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
-    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *root = srv_json_parse_whole(body, len, NULL);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(t)) { cJSON_Delete(root); return efail(err, en, "'tokens' must be an array of token ids"); }

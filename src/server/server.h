@@ -77,6 +77,9 @@ typedef struct srv_request {
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
  * *out is always safe to pass to srv_request_free afterwards. */
+/* A body that is exactly one JSON value (whitespace around it allowed); NULL otherwise, with
+ * *bad_at (if given) the 1-based byte where something follows the value (0: not JSON). */
+struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at);
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
 void srv_request_free(srv_request *r);

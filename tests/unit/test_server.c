@@ -112,6 +112,8 @@ TEST(parse_errors) {
         {SRV_CHAT, "", "not valid JSON"},
         {SRV_CHAT, "{\"messages\":", "not valid JSON"},
         {SRV_CHAT, "[1,2]", "JSON object"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}xyz", "more after its JSON value (at byte 45)"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\"} {\"prompt\":\"y\"}", "more after its JSON value"},
         {SRV_CHAT, "{}", "'messages' is required"},
         {SRV_CHAT, "{\"messages\":\"hi\"}", "must be an array"},
         {SRV_CHAT, "{\"messages\":[]}", "must not be empty"},
