@@ -476,6 +476,15 @@ static tern_status job_constrain(srv_http *h, srv_job *j, const tern_str *gbnf, 
     if (!t) return TERN_ERR_NOMEM;
     tern_status st = tern_grammar_parse(gbnf->data, gbnf->len, root, &j->grammar);
     if (!st) st = tern_grammar_matcher_new(j->grammar, t, &j->gm);
+    if (!st) { /* the first mask now: a grammar past the engine's limits fails here, before the
+                * request is queued (a 400), not at its first token (a 500); later masks of the
+                * same state come from the matcher's cache */
+        int nv = tern_tokenizer_n_vocab(h->tok), n_allowed = 0;
+        float *l = calloc((size_t)nv, sizeof *l);
+        if (!l) return TERN_ERR_NOMEM;
+        st = tern_grammar_matcher_mask(j->gm, l, nv, &n_allowed);
+        free(l);
+    }
     return st;
 }
 
@@ -621,7 +630,17 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     int n = req.n;
     srv_request_free(&req);
     srv_job *jobs[SRV_MAX_N] = {j};
-    bool ok = !job_constrain(h, j, &gbnf, groot);
+    /* a grammar the constraint engine refuses (too large, too ambiguous: its limits) is
+     * the client's fault: 400 with the engine's reason; only running out of memory is ours */
+    tern_status cst = job_constrain(h, j, &gbnf, groot);
+    if (cst && cst != TERN_ERR_NOMEM) {
+        snprintf(err, sizeof err, "the output constraint (response_format, grammar or tools) was refused: %s",
+                 tern_last_error());
+        tern_str_free(&gbnf);
+        srv_job_unref(j);
+        return send_error(conn, cs, 400, err);
+    }
+    bool ok = !cst;
     for (int k = 1; ok && k < n; k++) {
         ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
         if (ok) srv_job_follow(jobs[k], j); /* choice k copies choice 0's evaluated prompt */
