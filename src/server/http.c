@@ -943,6 +943,29 @@ static bool authorized(srv_http *h, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
+/* A body over --max-body that is still arriving (chunked: no Content-Length to refuse up
+ * front). libmicrohttpd takes no reply before the body has ended, and a client may never
+ * end it, so the 413 is written to the socket here and the connection closed (MHD_NO):
+ * an answer at once, never a wait for the body timeout. */
+static enum MHD_Result reply_413_close(struct MHD_Connection *conn, conn_state *cs) {
+    char *body = srv_json_error(413, "the request body is larger than --max-body");
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "%s%s%sConnection: close\r\n\r\n",
+                      body ? strlen(body) : 0, g_cors ? "Access-Control-Allow-Origin: " : "", g_cors ? g_cors : "",
+                      g_cors ? "\r\n" : "");
+    int fd = conn_fd(conn);
+    if (fd >= 0 && hn > 0 && (size_t)hn < sizeof head) {
+        (void)!send(fd, head, (size_t)hn, MSG_NOSIGNAL);
+        if (body) (void)!send(fd, body, strlen(body), MSG_NOSIGNAL);
+    }
+    free(body);
+    cs->status = 413;
+    record(cs, 413);
+    return MHD_NO;
+}
+
 static void track_phase(struct MHD_Connection *conn, int phase);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -984,8 +1007,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_size) {
         if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
+            /* over the limit while the body still arrives (chunked, no Content-Length to
+             * refuse up front): answer 413 now and close, rather than wait for an end that a
+             * client may never send */
             cs->too_big = true;
             tern_str_free(&cs->body);
+            *upload_size = 0;
+            return reply_413_close(conn, cs);
         }
         if (!cs->too_big && tern_str_append(&cs->body, upload, *upload_size)) cs->too_big = true;
         *upload_size = 0;
