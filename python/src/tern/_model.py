@@ -31,6 +31,12 @@ _MODEL_KEYS = (("general.sampling.temp", "temperature", "float", 0.0, 100.0),
 _CHAT_QWEN35 = 1  # tern_chat_format TERN_CHAT_QWEN35
 
 
+def _f32_short(v):
+    """A float read as float32 by its shortest decimal (0.8, not 0.800000011920929): the
+    same float32 again when handed back to the sampler."""
+    return float(str(np.float32(v))) if isinstance(v, float) else v
+
+
 def _real(name, v, lo, hi, lo_open=False, what=""):
     """A finite number in [lo, hi] (or (lo, hi] with lo_open); ValueError naming the argument."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -156,13 +162,14 @@ class Model:
         """The value of a GGUF metadata key (e.g. "general.sampling.temp",
         "tern.chat.thinking"), None when the model has no such key (MLX packs have none).
         type: None = the key's own type (bool, str, int or float; arrays raise
-        tern.ValueError), or bool / int / float / str to read it as that (float takes an
-        integer value too); a value of another type raises tern.ValueError naming the key."""
+        tern.ValueError), or bool / int / float / str to read it as that (float: a float32
+        given by its shortest decimal; takes an integer value too); a value of another type
+        raises tern.ValueError naming the key."""
         kinds = {None: "", bool: "bool", int: "int", float: "float", str: "str"}
         if type not in kinds:
             raise ValueError("tern: meta type must be bool, int, float, str or None")
         with self._lock:
-            return _tern.model_meta(self._handle(), str(key), kinds[type])
+            return _f32_short(_tern.model_meta(self._handle(), str(key), kinds[type]))
 
     def _read_model_sampling(self):
         out = {}
@@ -177,7 +184,7 @@ class Model:
             if not (lo <= v <= hi):
                 warnings.warn("tern: ignoring %s (out of range)" % key, stacklevel=3)
                 continue
-            out[arg] = v
+            out[arg] = _f32_short(v)
         return out
 
     def _read_thinking(self):
