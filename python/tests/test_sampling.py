@@ -17,6 +17,8 @@ Q3 = ("qwen3-tiny", "model-q2_0.gguf", "q2_0")
 Q35 = ("qwen35-tiny", "model-pq2_0.gguf", "pq2_0")
 EMBEDDED = os.path.join(REPO, "models", "tern-default.gguf")
 PROMPT = "The quick brown fox"
+# the CLI's layout (tern_model_params_default reads $TERN_REPACK), for bit-equal logits
+REPACK = os.environ.get("TERN_REPACK") != "0"
 
 
 def embedded():
@@ -27,7 +29,7 @@ def embedded():
 
 @pytest.fixture(scope="module")
 def q3():
-    with tern.Model(need_fixture("%s/%s" % Q3[:2]), threads=1, n_ctx=512) as m:
+    with tern.Model(need_fixture("%s/%s" % Q3[:2]), threads=1, n_ctx=512, repack=REPACK) as m:
         yield m
 
 
@@ -91,7 +93,7 @@ def test_same_tokens_as_cli(which):
     """Same prompt, seed and sampling flags: the tokens of `tern run --raw` (the embedded
     model carries general.sampling.* keys: left-out flags take them in both)."""
     path = embedded() if which == "embedded" else need_fixture("%s/%s" % Q3[:2])
-    with tern.Model(path, threads=1) as m:
+    with tern.Model(path, threads=1, repack=REPACK) as m:
         for flags, kw in CASES:
             kw = dict(kw)
             seed = kw.pop("seed", 5)
@@ -184,7 +186,7 @@ def test_argument_checks(q3):
 
 def test_model_sampling_keys_are_followed(tmp_path):
     base = need_fixture("%s/%s" % Q3[:2])
-    with tern.Model(base, threads=1) as m:
+    with tern.Model(base, threads=1, repack=REPACK) as m:
         assert m.meta("general.sampling.temp") is None
         assert m.sampling_defaults() == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.0,
                                          "repeat_penalty": 1.0, "presence_penalty": 0.0,
@@ -192,7 +194,7 @@ def test_model_sampling_keys_are_followed(tmp_path):
         m.generate(PROMPT, max_tokens=32, temperature=0)
         greedy = m.last["tokens"]
     cold = convert(tmp_path, Q3, "cold.gguf", "general.sampling.temp=f32:0.0")
-    with tern.Model(cold, threads=1) as m:
+    with tern.Model(cold, threads=1, repack=REPACK) as m:
         assert m.meta("general.sampling.temp") == 0.0
         assert m.sampling_defaults()["temperature"] == 0.0
         for seed in (1, 2):
@@ -211,7 +213,7 @@ def test_model_sampling_keys_are_followed(tmp_path):
                     "general.sampling.top_p=f32:0.9", "general.sampling.min_p=f32:0.02",
                     "general.sampling.penalty_repeat=f32:1.2", "general.sampling.penalty_last_n=i32:16",
                     "general.sampling.penalty_freq=f32:0.25", "general.sampling.penalty_present=f32:0.5")
-    with tern.Model(keyed, threads=1) as m:
+    with tern.Model(keyed, threads=1, repack=REPACK) as m:
         d = m.sampling_defaults()
         assert d["top_k"] == 5 and d["penalty_last_n"] == 16
         for k, v in (("temperature", 1.3), ("top_p", 0.9), ("min_p", 0.02), ("repeat_penalty", 1.2),
@@ -225,13 +227,14 @@ def test_model_sampling_keys_are_followed(tmp_path):
 
     # keys out of range or of another type: ignored with a warning (the CLI warns too)
     odd = convert(tmp_path, Q3, "odd.gguf", "general.sampling.top_p=f32:0", "general.sampling.temp=str:hot",
-                  "general.sampling.top_k=f32:3.5")
+                  "general.sampling.top_k=f32:3.5", "tern.chat.thinking=str:yes")
     with pytest.warns(UserWarning) as w:
-        m = tern.Model(odd, threads=1)
+        m = tern.Model(odd, threads=1, repack=REPACK)
     with m:
         msgs = " ".join(str(x.message) for x in w)
         assert "general.sampling.top_p" in msgs and "general.sampling.temp" in msgs
-        assert "general.sampling.top_k" in msgs
+        assert "general.sampling.top_k" in msgs and "tern.chat.thinking" in msgs
+        assert m.thinking is False  # qwen3's template default
         assert m.sampling_defaults()["top_p"] == 0.8 and m.sampling_defaults()["temperature"] == 0.7
         assert m.meta("general.sampling.temp") == "hot"
         with pytest.raises(ValueError, match="general.sampling.temp"):
@@ -243,7 +246,7 @@ def test_thinking_key_is_followed(tmp_path):
     path = need_fixture("%s/%s" % Q35[:2])
     off = convert(tmp_path, Q35, "nothink.gguf", "tern.chat.thinking=bool:false")
     msgs = [{"role": "user", "content": "Hi"}]
-    with tern.Model(path, threads=1) as m:
+    with tern.Model(path, threads=1, repack=REPACK) as m:
         assert m.meta("tern.chat.thinking") is None and m.thinking is True
         d = m.sampling_defaults()
         assert (d["temperature"], d["top_p"]) == (0.6, 0.95)
@@ -253,7 +256,7 @@ def test_thinking_key_is_followed(tmp_path):
         assert m._thinking_open
         m.chat(msgs, max_tokens=4, temperature=0, thinking=False)
         assert not m._thinking_open and m.last["n_prompt"] != on_prompt
-    with tern.Model(off, threads=1) as m:
+    with tern.Model(off, threads=1, repack=REPACK) as m:
         assert m.meta("tern.chat.thinking") is False and m.thinking is False
         d = m.sampling_defaults()
         assert (d["temperature"], d["top_p"]) == (0.7, 0.8)
@@ -265,7 +268,7 @@ def test_thinking_key_is_followed(tmp_path):
         m.chat(msgs, max_tokens=4, temperature=0, thinking=True)  # the argument wins
         assert m._thinking_open and m.last["n_prompt"] == on_prompt
     # a thinking model in chat mode: same tokens as `tern run` (its 0.6 / 0.95 defaults)
-    with tern.Model(path, threads=1) as m:
+    with tern.Model(path, threads=1, repack=REPACK) as m:
         m.chat(msgs, max_tokens=24, seed=7)
         assert m.last["tokens"] == cli_run(path, "Hi", 24, "--seed", 7, raw=False)["tokens"]
 
@@ -273,7 +276,7 @@ def test_thinking_key_is_followed(tmp_path):
 def test_embedded_model_chat_does_not_think():
     """models/tern-default.gguf says tern.chat.thinking=false: a plain chat must not start
     inside <think> (the documented streaming example looped there)."""
-    with tern.Model(embedded(), threads=1) as m:
+    with tern.Model(embedded(), threads=1, repack=REPACK) as m:
         assert m.meta("tern.chat.thinking") is False and m.thinking is False
         assert m.meta("general.sampling.top_k") == 40 and m.sampling_defaults()["top_k"] == 40
         text = "".join(m.chat([{"role": "user", "content": "Hi"}], max_tokens=48, seed=1, stream=True))
