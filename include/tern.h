@@ -168,9 +168,21 @@ TERN_API tern_status tern_linear_dequantize(const tern_linear *l, float *out);
 /* Threads used by tern_linear_forward (default 1; 0 = all online cores). */
 TERN_API tern_status tern_set_threads(int n_threads);
 TERN_API int tern_get_threads(void);
-/* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
- * the environment variable TERN_ISA can lower it. */
+/* The kernel instruction set in use ("scalar", "avx2", "avx512", "neon", "i8mm"):
+ * the best this CPU and OS support unless tern_set_kernel_isa chose another. */
 TERN_API const char *tern_kernel_isa(void);
+/* Process-wide: run the kernels of the named level (the names above; NULL or "" =
+ * the best). TERN_ERR_INVALID_ARG for an unknown name, TERN_ERR_UNSUPPORTED (naming
+ * what this machine has; the level in use unchanged) for a level this CPU or OS
+ * lacks. Call it before loading models or creating layers, never while any kernel
+ * runs. The CLI maps the environment variable TERN_ISA onto it. */
+TERN_API tern_status tern_set_kernel_isa(const char *name);
+/* Process-wide: how long (microseconds, 0..1000000; default 100) a kernel thread
+ * spins waiting for work, and a caller for its helpers, before sleeping. 0 sleeps
+ * at once (least CPU burnt, a wake-up per kernel). Applies to the thread pools made
+ * afterwards (models loaded later, tern_set_threads to a new count). The CLI maps
+ * the environment variable TERN_SPIN_US onto it. */
+TERN_API tern_status tern_set_spin_us(int us);
 /* One ternary tensor of a GGUF file (PQ2_0, PTQ1_0, Q2_0 g128/g64, Q1_0; 2-D,
  * ne[0] = n_in) as a layer, the matrix as stored (a Hadamard-rotated model's
  * matrices stay rotated); bias float [n_out] or NULL. The file is closed on return.
@@ -195,8 +207,8 @@ typedef struct tern_model_params {
                                        it for every product; the file's pages of those
                                        matrices are then dropped from the mapping, so RAM
                                        stays about the weights' size (counted in alloc_bytes).
-                                       Default (tern_model_params_default): true, false when
-                                       the environment has TERN_REPACK=0 */
+                                       Default (tern_model_params_default): true. The CLI
+                                       maps TERN_REPACK=0 onto false */
     const char *device;             /* "cpu" (NULL: cpu) or "cuda": where the weights live and
                                        the forward pass runs. "cuda" uploads the weights (same
                                        packed bytes) to GPU 0 at load; sessions then keep their

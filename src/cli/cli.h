@@ -71,6 +71,19 @@ void cli_progress_init(cli_progress *p, const char *label, bool quiet);
 bool cli_progress_cb(uint64_t done, uint64_t total, void *user);
 void cli_progress_done(cli_progress *p);
 
+/* The environment variables the CLI maps onto library parameters (cli_env.c):
+ * cli_env_apply (main, before any subcommand) applies the process-wide ones;
+ * cli_model_params_default is tern_model_params_default plus TERN_REPACK. */
+void cli_env_apply(void);
+void cli_model_params_default(tern_model_params *p);
+#define CLI_ENV_HELP                                                                              \
+    "environment (the CLI maps these onto library parameters; the library reads none):\n"       \
+    "  TERN_MODEL=PATH     the model when -m is not given\n"                                    \
+    "  TERN_ISA=LEVEL      kernels of a lower level: scalar, avx2, avx512, neon, i8mm\n"        \
+    "  TERN_REPACK=0       keep ternary matrices in the file layout (as --no-repack)\n"         \
+    "  TERN_SPIN_US=N      microseconds kernel threads spin before sleeping (default 100)\n"    \
+    "  TERN_NEON_FP32=1    NEON fp32 products instead of int8 (Arm A/B runs)\n"
+
 /* The model used when -m is not given: $TERN_MODEL, else the embedded default
  * model installed next to the binary / in the source tree, else NULL. */
 const char *cli_default_model(void);
