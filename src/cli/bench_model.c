@@ -156,7 +156,8 @@ int tern_bench_model(int argc, char **argv) {
     if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
 
     tern_model_params mp;
-    cli_model_params_default(&mp);
+    tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;

@@ -30,6 +30,8 @@ int tern_cmd_perplexity(int argc, char **argv);
 /* `tern bench model ...` (src/cli/bench_model.c); argv[0] is "model".
  * `tern bench` dispatches `bench kernels` itself (cmd_bench.c). */
 int tern_bench_model(int argc, char **argv);
+/* `tern bench gdn ...` (src/cli/bench_gdn.c); argv[0] is "gdn". */
+int tern_bench_gdn(int argc, char **argv);
 
 /* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
@@ -73,9 +75,10 @@ void cli_progress_done(cli_progress *p);
 
 /* The environment variables the CLI maps onto library parameters (cli_env.c):
  * cli_env_apply (main, before any subcommand) applies the process-wide ones;
- * cli_model_params_default is tern_model_params_default plus TERN_REPACK. */
+ * cli_env_model_params the model's (TERN_REPACK) onto params already defaulted
+ * (tern_model_params_default), before the command's options. */
 void cli_env_apply(void);
-void cli_model_params_default(tern_model_params *p);
+void cli_env_model_params(tern_model_params *p);
 #define CLI_ENV_HELP                                                                              \
     "environment (the CLI maps these onto library parameters; the library reads none):\n"       \
     "  TERN_MODEL=PATH     the model when -m is not given\n"                                    \

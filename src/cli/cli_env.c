@@ -32,8 +32,7 @@ void cli_env_apply(void) {
     if ((e = env("TERN_NEON_FP32")) && !strcmp(e, "1")) tern_kernels_set_neon_fp32(true);
 }
 
-void cli_model_params_default(tern_model_params *p) {
-    tern_model_params_default(p);
+void cli_env_model_params(tern_model_params *p) {
     const char *e = env("TERN_REPACK");
     if (e && !strcmp(e, "0")) p->repack = false;
 }

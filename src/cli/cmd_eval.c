@@ -96,7 +96,8 @@ int tern_cmd_eval(int argc, char **argv) {
     }
 
     tern_model_params mp;
-    cli_model_params_default(&mp);
+    tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
