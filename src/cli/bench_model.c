@@ -36,6 +36,7 @@
 #include "kernels/cuda/cuda.h"
 #endif
 #include "kernels/kernels.h"
+#include "lab.h" /* tern_device_read_ceiling_gbps */
 #include "model/session.h" /* tm_session_fill_random (not in tern.h: a benchmark aid) */
 
 #include <math.h>
