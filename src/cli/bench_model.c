@@ -70,7 +70,7 @@ static void usage(FILE *f) {
             "  cache length, not its contents); default real. --cache-type\n"
             "  f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
             "  --tp N: N tensor-parallel"
-            "  shards of --device in this process (docs/multi-gpu.md).\n");
+            "  shards of --device in this process (docs/multi-gpu.md).\n" CLI_ENV_SEE);
 }
 
 /* ------------------------------------------------------------ read ceiling */

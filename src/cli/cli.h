@@ -87,6 +87,9 @@ void cli_env_model_params(tern_model_params *p);
     "  TERN_SPIN_US=N      microseconds kernel threads spin before sleeping (default 100)\n"    \
     "  TERN_NEON_FP32=1    NEON fp32 products instead of int8 (Arm A/B runs)\n"
 
+/* The line subcommands that load a model end their help with. */
+#define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US (see tern --help)\n"
+
 /* The model used when -m is not given: $TERN_MODEL, else the embedded default
  * model installed next to the binary / in the source tree, else NULL. */
 const char *cli_default_model(void);

@@ -51,7 +51,7 @@ void gen_opts_help(FILE *f) {
             "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
-            "  --quiet                  no load/speed lines on stderr\n");
+            "  --quiet                  no load/speed lines on stderr\n" CLI_ENV_SEE);
 }
 
 static bool take(const char *cmd, int argc, char **argv, int *i, const char **v) {

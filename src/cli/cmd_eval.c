@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "  weights in the file layout (default: the kernels' fastest layout where there\n"
             "  is one, as --repack; TERN_REPACK=0 = --no-repack). --tp N splits the model\n"
             "  into N tensor-parallel shards of --device in this process (heads, FFN and\n"
-            "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n");
+            "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n" CLI_ENV_SEE);
 }
 
 static int argmax(const float *v, int n) {

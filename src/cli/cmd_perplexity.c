@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --threads N        worker threads (default: all online cores)\n"
             "  --device cpu|cuda  where the model runs (default cpu)\n"
             "  --json             print one JSON object\n"
-            "  -q, --quiet        no progress on stderr\n");
+            "  -q, --quiet        no progress on stderr\n" CLI_ENV_SEE);
 }
 
 static double now_s(void) {

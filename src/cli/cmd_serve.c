@@ -56,7 +56,7 @@ static void usage(FILE *f) {
             "  --prefix-cache-mib N host memory for the prefix cache's snapshots of recurrent (GDN) state,\n"
             "                       all slots together, least recently used dropped first (default 1024;\n"
             "                       0 = none: a qwen35 request then reuses only a slot's whole sequence)\n"
-            "  --quiet              no load line and no per-request log lines on stderr\n");
+            "  --quiet              no load line and no per-request log lines on stderr\n" CLI_ENV_SEE);
 }
 
 /* The signal thread: SIGINT / SIGTERM stop accepting and end the scheduler's
