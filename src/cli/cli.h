@@ -45,6 +45,8 @@ bool cli_parse_ids(const char *s, int32_t **out, size_t *n);
 /* Read a whole stream into a NUL-terminated malloc'd buffer (free()); the
  * length (without the NUL) in *len when len != NULL. NULL when out of memory. */
 char *cli_read_stream(FILE *f, size_t *len);
+/* Index of the largest of v[0..n) (the first on ties): greedy decoding. */
+int cli_argmax(const float *v, int n);
 /* Is `a` one of the space-separated words in `list`? (option tables) */
 bool cli_is_one_of(const char *a, const char *list);
 /* Is this argument -h/--help? */

@@ -23,13 +23,6 @@ static void usage(FILE *f) {
             "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n" CLI_ENV_SEE);
 }
 
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 int tern_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out = NULL, *device = NULL;
     int64_t chunk = 0, threads = 0, ctx = 0, cont = 0, tp = 0;
@@ -148,7 +141,7 @@ int tern_cmd_eval(int argc, char **argv) {
         fo = NULL;
     }
     if (cont > 0) {
-        int32_t tok = argmax(tern_session_logits(s), (int)V);
+        int32_t tok = cli_argmax(tern_session_logits(s), (int)V);
         for (int64_t i = 0; i < cont; i++) {
             printf(i ? " %d" : "%d", (int)tok);
             if (i + 1 == cont) break;
@@ -158,7 +151,7 @@ int tern_cmd_eval(int argc, char **argv) {
                 rc = cli_lib_error("eval", st);
                 goto done;
             }
-            tok = argmax(tern_session_logits(s), (int)V);
+            tok = cli_argmax(tern_session_logits(s), (int)V);
         }
         printf("\n");
     }

@@ -162,14 +162,14 @@ static double spin_budget(tern_pool *p) {
     return pool_contended(p, tern_now_s()) ? 0.0 : p->spin_s;
 }
 
-/* Spin until *w != val or the budget has passed; true when it changed. A gap
- * between two clock reads means this thread was preempted: give up and mark
- * the pool contended. */
-static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
+/* Spin while (*w == val) == equal, for at most the spin budget; true when that
+ * ended. A gap between two clock reads means this thread was preempted: give up
+ * and mark the pool contended. */
+static bool spin_while(tern_pool *p, atomic_uint *w, unsigned val, bool equal) {
     double budget = spin_budget(p), t0 = 0.0, last = 0.0;
-    if (budget <= 0.0) return atomic_load_explicit(w, memory_order_acquire) != val;
     unsigned spins = 0;
-    while (atomic_load_explicit(w, memory_order_acquire) == val) {
+    while ((atomic_load_explicit(w, memory_order_acquire) == val) == equal) {
+        if (budget <= 0.0) return false;
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
@@ -182,22 +182,12 @@ static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
     return true;
 }
 
-/* Spin until done == n or the budget has passed; true when it is. */
+/* Spin until *w != val; true when it changed. */
+static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) { return spin_while(p, w, val, true); }
+
+/* Spin until done == n; true when it is. */
 static bool spin_until_done(tern_pool *p, unsigned n) {
-    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
-    unsigned spins = 0;
-    while (atomic_load_explicit((atomic_uint *)&p->done, memory_order_acquire) != n) {
-        if (budget <= 0.0) return false;
-        CPU_RELAX();
-        if ((++spins & 63) == 0) {
-            double now = tern_now_s();
-            if (t0 == 0.0) t0 = now;
-            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
-            else if (now - t0 > budget) return false;
-            last = now;
-        }
-    }
-    return true;
+    return spin_while(p, (atomic_uint *)&p->done, n, false);
 }
 
 /* The claim word: generation (28 bits), the run's task count (18 bits) and
