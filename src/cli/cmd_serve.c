@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
             "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
-            "  --quiet              no load line and no per-request log lines on stderr\n");
+            "  --quiet              no load line and no per-request log lines on stderr\n" CLI_ENV_SEE);
 }
 
 /* The signal thread: SIGINT / SIGTERM stop accepting and end the scheduler's
@@ -193,6 +193,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if (st) return cli_lib_error("serve", st);
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }

@@ -60,8 +60,7 @@ const float *tm_model_signs(const tern_model *m, int64_t k) {
 
 void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
-    const char *e = getenv("TERN_REPACK");
-    p->repack = !(e && !strcmp(e, "0"));
+    p->repack = true;
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */

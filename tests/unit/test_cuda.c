@@ -11,6 +11,7 @@
 #include "kern_check.h"
 #include "model/backend.h"
 #include "model/session.h" /* tm_session_fill_random, the session's buffers */
+#include "lab.h"           /* tern_device_read_ceiling_gbps */
 #include "formats/codecs.h"
 
 #include <cjson/cJSON.h>

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "tern.h"
+#include "lab.h" /* tern_device_read_ceiling_gbps (src/lab.h: in libtern.a, not public API) */
 
 #include <string.h>
 

@@ -7,6 +7,7 @@
  * on one stream; errors are sticky in the kernels and come back from sync.
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
+#include "lab.h" /* tern_device_read_ceiling_gbps */
 #include "model/session.h"
 
 #include <math.h>
