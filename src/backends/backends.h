@@ -9,6 +9,7 @@
 #include "model/backend.h"
 
 /* backend_cpu.c, backend_cuda.c */
+tern_pool *tm_backend_cpu_pool(const tm_backend *be); /* NULL for another back-end */
 tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
 bool tm_backend_cuda_present(const char **what);

@@ -220,9 +220,6 @@ static inline void tm_backend_destroy(tm_backend *be) {
     if (be) be->vt->destroy(be);
 }
 
-/* the CPU instance's thread pool (NULL for another back-end) */
-tern_pool *tm_backend_cpu_pool(const tm_backend *be);
-
 /* ------------------------------------------------ memory through a table */
 static inline void *tm_be_alloc(tm_backend *be, size_t n) { return be->vt->alloc(be, n ? n : 1); }
 static inline void tm_be_free(tm_backend *be, void *p, size_t n) {
