@@ -1,18 +1,18 @@
 /*
  * bench_cuda.c - `tern bench kernels --device cuda`: the ternary GEMV on the
- * GPU for each Bonsai shape (K, N), in four rows per shape and batch:
+ * GPU for each Bonsai shape (K, N), in three rows per shape and batch:
  *   tiled   the decode GEMV on the tiled layout (tc_repack_tiled, the default), the
  *           activation quantised beforehand (as the model's fused norm sites give it:
  *           no quantise launch in the timed call);
  *   tiled+q the same with its own quantise launch (the sites without a fused norm);
- *   file    the file layout (the split-K kernel; TERN_CUDA_GEMV=old), with quantise;
- *   rows    the older row repack (tc_repack), with quantise;
+ *   file    the file layout (the split-K kernel; TERN_CUDA_GEMV=t128k), with quantise;
+ * (the older row repack, tc_repack, measured slower and is gone: docs/performance.md);
  * batch 1, 2, 3, 4, 6, 8, in GB/s of weight bytes read (the file's 34 B per 128) and
  * as a share of the device read ceiling measured in the same run
  * (tc_read_ceiling_gbps). Each timing rotates among copies of the matrix totalling
  * more than 256 MB, so the weights come from HBM, not from the 60 MB L2. The error
  * of sampled rows against float64 is printed and must stay below 1e-3.
- * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
+ * --layout tiled|file|all (default all), --batch N (one batch size). Then the
  * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
@@ -153,7 +153,7 @@ static int bench_gemm_tc(int reps) {
  * 4 kv heads of 256, Hadamard blocks of 1024), batch 1 and 8, each timed three ways
  * (tc_bench_us: median of `reps` rounds of 48 calls): plain launches, the 48 calls
  * replayed as one CUDA graph (what a decode step sees), and the same graph without
- * programmatic dependent launch; for the current kernels and for TERN_CUDA_OPS=old's
+ * programmatic dependent launch; for the current kernels and for the fallbacks (tc_set_ops_old)
  * (the A/B in one run). Each of the 48 calls of a round uses its own buffers where the
  * model has one per layer (GDN states: 48 x 3.1 MB per session, from HBM as in a
  * step). Text only; 0 = ok. */
@@ -467,7 +467,7 @@ static int bench_ops(int reps) {
                     us[m] = tc_bench_us(op_call, &b, OPS_L, reps, m > 0);
                     if (us[m] < 0 || tc_sync()) failed = 1;
                 }
-                tc_set_pdl(-1);
+                tc_set_pdl(1);
                 printf("%-32s %5zu %-4s %9.2f %9.2f %9.2f\n", g_op_name[op], b.rows, old ? "old" : "new",
                        us[0], us[1], us[2]);
             }
@@ -483,7 +483,7 @@ static int bench_ops(int reps) {
 
 /* tc_gdn, the GDN prefill call (conv + L2, the delta rule, gated norm), at the 27B head
  * shape (16 k / 48 v heads of 128, conv 4) for 64 and 512 rows: the older walk
- * (TERN_CUDA_GDN=walk), the scan (tc_gdn_chunk.cu) in its default shape and in three
+ * (tc_gdn_config(0, ..)), the scan (tc_gdn_chunk.cu) in its default shape and in three
  * others (rows per thread x warps per CTA). us per call: calls queued back to back (the
  * state carries over), mean of 8*reps after a first call. max_diff: the scan's output
  * against the walk's from the same state, relative to the largest (bound 1e-3; the test
@@ -591,9 +591,8 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
             reps = (int)v;
         } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
             lay_sel = argv[++i];
-            if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file") &&
-                strcmp(lay_sel, "rows"))
-                return cli_usage_error("bench", "--layout takes tiled, file, rows or all");
+            if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file"))
+                return cli_usage_error("bench", "--layout takes tiled, file or all");
         } else if (!strcmp(argv[i], "--ops")) ops_only = true;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = true;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
@@ -607,6 +606,13 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
     if (tc_device_count() <= 0 || tc_init()) {
         fprintf(stderr, "tern bench: no CUDA device\n");
         return 1;
+    }
+    { /* the kernels called directly: the environment's model parameters applied here */
+        tern_model_params mp;
+        cli_model_params_from_env(&mp);
+        tc_mm_set_caps(mp.cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
+                       mp.cuda_matmul ? tc_mm_family_of(mp.cuda_matmul) : TC_MM_NONE);
+        tc_set_pdl(mp.cuda_pdl);
     }
     if (ops_only) {
         printf("tern bench kernels --device cuda --ops: %s\n", tc_device_name());
@@ -634,16 +640,14 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         if (copies < 2) copies = 2;
         uint8_t *h = malloc(fb);
         fill(h, n, k);
-        tc_mat *fm = calloc((size_t)copies, sizeof *fm), *rm = calloc((size_t)copies, sizeof *rm);
+        tc_mat *fm = calloc((size_t)copies, sizeof *fm);
         tc_mat *tm = calloc((size_t)copies, sizeof *tm);
         const bool want_f = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "file");
-        const bool want_r = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "rows");
         const bool want_t = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "tiled");
         for (int c = 0; c < copies && !failed; c++) {
             uint8_t *d = tc_malloc(fb);
             if (!d || tc_upload(d, h, fb)) { failed = 1; break; }
             fm[c] = (tc_mat){.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = (size_t)k / 128 * 34};
-            if (want_r && tc_repack(&fm[c], &rm[c])) failed = 1;
             if (want_t && tc_repack_tiled(&fm[c], &tm[c])) failed = 1;
             if (!want_f) { /* only the file copies the timing needs */
                 tc_free(d, fb);
@@ -661,10 +665,10 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         if (!failed && (!dx || !dy || tc_upload(dx, x, maxb * (size_t)k * 4))) failed = 1;
         void *abuf = tc_malloc(tc_act_bytes(maxb, k));
         if (!abuf) failed = 1;
-        /* lay 0 tiled (prequantised), 1 tiled+q, 2 file, 3 rows */
-        for (int lay = 0; lay < 4 && !failed; lay++) {
-            if ((lay < 2 && !want_t) || (lay == 2 && !want_f) || (lay == 3 && !want_r)) continue;
-            tc_mat *mm = lay < 2 ? tm : lay == 2 ? fm : rm;
+        /* lay 0 tiled (prequantised), 1 tiled+q, 2 file */
+        for (int lay = 0; lay < 3 && !failed; lay++) {
+            if ((lay < 2 && !want_t) || (lay == 2 && !want_f)) continue;
+            tc_mat *mm = lay < 2 ? tm : fm;
             for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
                 size_t B = batches[bi], ys = (size_t)n;
                 if (only_b && B != (size_t)only_b) continue;
@@ -697,7 +701,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                     }
                 double err = mr > 0 ? md / mr : md;
                 if (!(err <= worst)) worst = err;
-                const char *ln = lay == 0 ? "tiled" : lay == 1 ? "tiled+q" : lay == 2 ? "file" : "rows";
+                const char *ln = lay == 0 ? "tiled" : lay == 1 ? "tiled+q" : "file";
                 if (json)
                     printf("%s{\"layout\":\"%s\",\"site\":\"%s\",\"k\":%lld,\"n\":%lld,\"batch\":%zu,"
                            "\"us\":%.2f,\"gbps\":%.1f,\"ceiling_share\":%.3f,\"max_rel_err\":%.3g}",
@@ -712,14 +716,13 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         }
         for (int c = 0; c < copies; c++) {
             if (fm[c].data) tc_free((void *)fm[c].data, fb);
-            if (rm[c].data) tc_free((void *)rm[c].data, tc_repacked_bytes(n, k));
             if (tm[c].data) tc_free((void *)tm[c].data, tc_tiled_bytes(n, k));
         }
         if (abuf) tc_free(abuf, tc_act_bytes(maxb, k));
         free(tm);
         tc_free(dx, maxb * (size_t)k * 4);
         tc_free(dy, maxb * (size_t)n * 4);
-        free(fm); free(rm); free(h); free(x); free(y);
+        free(fm); free(h); free(x); free(y);
     }
     if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
     if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;

@@ -156,7 +156,7 @@ int tern_bench_model(int argc, char **argv) {
     if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
 
     tern_model_params mp;
-    tern_model_params_default(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
@@ -254,12 +254,10 @@ int tern_bench_model(int argc, char **argv) {
     (void)pprof;
 #if defined(TERN_HAVE_CUDA)
     if (info->device_bytes > 0) {
-        const char *g = getenv("TERN_CUDA_GRAPH");
-        char *saved = g ? strdup(g) : NULL;
-        setenv("TERN_CUDA_GRAPH", "0", 1);
         tern_session *ps = NULL;
         const int steps = 8;
         if ((st = tern_session_new(m, &sp, &ps))) goto lib_err;
+        ps->graph_state = -1; /* this session op by op (no step graph): launches counted, profiled */
         if (profile) tc_profile_enable(1); /* the prefill of the prompt, op by op */
         st = tern_session_eval(ps, ids, (size_t)np, NULL);
         if (profile) {
@@ -284,9 +282,6 @@ int tern_bench_model(int argc, char **argv) {
             }
         }
         tern_session_free(ps);
-        if (saved) setenv("TERN_CUDA_GRAPH", saved, 1);
-        else unsetenv("TERN_CUDA_GRAPH");
-        free(saved);
         if (st) goto lib_err;
     }
 #endif

@@ -71,6 +71,24 @@ void cli_progress_init(cli_progress *p, const char *label, bool quiet);
 bool cli_progress_cb(uint64_t done, uint64_t total, void *user);
 void cli_progress_done(cli_progress *p);
 
+/* tern_model_params_default, then the environment variables the CLI maps onto the
+ * model parameters (the library reads none of them; `tern --help` lists them):
+ *   TERN_CUDA_GRAPH=0      cuda_graphs = false (every step op by op)
+ *   TERN_CUDA_PDL=0        cuda_pdl = false (no programmatic dependent launch)
+ *   TERN_CUDA_PROFILE=1    cuda_profile = true (per-op timing)
+ *   TERN_CUDA_TC=int8      cuda_prefill = TERN_CUDA_PREFILL_INT8 (else exact)
+ *   TERN_CUDA_GEMV=NAME    cuda_matmul = NAME (a kernel family forced for A/B runs;
+ *                          "old" is taken as t128, the file layout) */
+void cli_model_params_from_env(tern_model_params *p);
+#define CLI_ENV_HELP                                                                      \
+    "environment (mapped onto the model parameters by the CLI):\n"                         \
+    "  TERN_CUDA_GRAPH=0     CUDA: no step graphs (every step op by op; debug)\n"          \
+    "  TERN_CUDA_PDL=0       CUDA: no programmatic dependent launch (debug)\n"             \
+    "  TERN_CUDA_PROFILE=1   CUDA: per-op timing\n"                                        \
+    "  TERN_CUDA_TC=int8     CUDA: prefill GEMM with 8-bit activations (default exact)\n"  \
+    "  TERN_CUDA_GEMV=NAME   CUDA: force a matmul family for A/B runs (tiled_multi, tiled,\n" \
+    "                        gemm, t128k, t128, generic_sk, generic; old = t128)\n"
+
 /* The model used when -m is not given: $TERN_MODEL, else the embedded default
  * model installed next to the binary / in the source tree, else NULL. */
 const char *cli_default_model(void);

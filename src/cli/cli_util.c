@@ -1,5 +1,6 @@
 /*
- * cli_util.c - argument parsing, error printing and the progress bar.
+ * cli_util.c - argument parsing, error printing, the progress bar and the model
+ * parameters taken from the environment.
  */
 #include "cli/cli.h"
 
@@ -177,4 +178,18 @@ bool cli_progress_cb(uint64_t done, uint64_t total, void *user) {
 void cli_progress_done(cli_progress *p) {
     if (p->quiet) return;
     if (p->last_pct >= 0) fprintf(stderr, "\n");
+}
+
+void cli_model_params_from_env(tern_model_params *p) {
+    tern_model_params_default(p);
+    const char *e = getenv("TERN_CUDA_GRAPH");
+    if (e && !strcmp(e, "0")) p->cuda_graphs = false;
+    e = getenv("TERN_CUDA_PDL");
+    if (e && !strcmp(e, "0")) p->cuda_pdl = false;
+    e = getenv("TERN_CUDA_PROFILE");
+    if (e && *e && strcmp(e, "0") != 0) p->cuda_profile = true;
+    e = getenv("TERN_CUDA_TC");
+    if (e && !strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
+    e = getenv("TERN_CUDA_GEMV");
+    if (e && *e) p->cuda_matmul = !strcmp(e, "old") ? "t128" : e;
 }

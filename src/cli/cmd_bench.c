@@ -46,16 +46,13 @@ static void bench_kernels_usage(FILE *f) {
             "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
             "  --device cuda  the GPU kernels instead (GEMV per layout and batch, then the\n"
             "                tensor-core GEMM, then the decode-step ops: norm sites, GDN\n"
-            "                step, SwiGLU, Hadamard, attention, current vs TERN_CUDA_OPS=old\n"
+            "                step, SwiGLU, Hadamard, attention, current vs fallback\n"
             "                kernels, plain launches and graph replay; decode attention at\n"
             "                positions 1023 and 32767, f16 and q8_0, GQA vs old kernels;\n"
             "                then the GDN prefill\n"
             "                call, scan vs walk), with [--quick] [--reps N] [--json]\n"
-            "                [--layout tiled|file|rows|all] [--batch 1..8] [--no-gemm] (no\n"
-            "                GEMM, no ops, no GDN) [--ops] (only the ops) [--gdn] (only GDN);\n"
-            "                TERN_CUDA_GEMV=tiled|old, TERN_CUDA_SK=W,NS,CH, TERN_CUDA_PDL=0,\n"
-            "                TERN_CUDA_OPS=old, TERN_CUDA_GDN=walk|scan,RPT,WARPS,\n"
-            "                TERN_CUDA_ATTN=old\n"
+            "                [--layout tiled|file|all] [--batch 1..8] [--no-gemm] (no\n"
+            "                GEMM, no ops, no GDN) [--ops] (only the ops) [--gdn] (only GDN)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n");
 }
 

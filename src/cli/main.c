@@ -34,7 +34,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tern <command> [options]    (tern <command> --help for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", g_cmds[i].name, g_cmds[i].summary);
-    fprintf(f, "\n  --version    print the version\n");
+    fprintf(f, "\n  --version    print the version\n\n%s", CLI_ENV_HELP);
 }
 
 int main(int argc, char **argv) {

@@ -62,6 +62,8 @@ void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
     const char *e = getenv("TERN_REPACK");
     p->repack = !(e && !strcmp(e, "0"));
+    p->cuda_graphs = true;
+    p->cuda_pdl = true;
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
@@ -217,7 +219,9 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     m->progress_user = p->progress_user;
     struct stat sb;
     /* the back-end first: a missing device is said before a large file is read */
-    tm_backend_params bp = {.n_threads = p->n_threads};
+    tm_backend_params bp = {.n_threads = p->n_threads, .cuda_prefill = p->cuda_prefill,
+                            .cuda_graphs_off = !p->cuda_graphs, .cuda_pdl_off = !p->cuda_pdl,
+                            .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul};
     const bool tp = p->tp != 0 && p->tp != 1; /* tensor parallel: backend_tp.c */
     tern_status st = tp ? tm_backend_tp_create(p->device, p->tp, &bp, &m->be)
                         : tm_backend_create(p->device, &bp, &m->be);

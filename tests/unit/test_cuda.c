@@ -753,7 +753,7 @@ TEST(random_fill_qwen3) {
     fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_Q8_0, 0.1);
 }
 
-/* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
+/* Decode steps replayed from a step graph (cuda_graphs, the default) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
 static void graph_vs_plain(const char *fixture, const char *file) {
     char rel[256];
@@ -762,17 +762,24 @@ static void graph_vs_plain(const char *fixture, const char *file) {
     FILE *probe = p ? fopen(p, "rb") : NULL;
     if (!probe) SKIP("fixture %s missing", rel);
     fclose(probe);
-    tern_model_params mp;
-    tern_model_params_default(&mp);
-    mp.device = "cuda";
-    tern_model *m = NULL;
-    CHECK_MSG(tern_model_load(p, &mp, &m) == TERN_OK, "%s", tern_last_error());
-    if (!m) return;
-    int V = tern_model_get_info(m)->n_vocab;
+    /* the same file twice: model 0 op by op (cuda_graphs false), model 1 with graphs */
+    tern_model *m[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = "cuda";
+        mp.cuda_graphs = i == 1;
+        CHECK_MSG(tern_model_load(p, &mp, &m[i]) == TERN_OK, "%s", tern_last_error());
+    }
+    if (!m[0] || !m[1]) {
+        tern_model_free(m[0]);
+        tern_model_free(m[1]);
+        return;
+    }
+    int V = tern_model_get_info(m[0])->n_vocab;
     tern_session *s[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
-        setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
-        CHECK(tern_session_new(m, NULL, &s[i]) == TERN_OK);
+        CHECK(tern_session_new(m[i], NULL, &s[i]) == TERN_OK);
         int32_t prompt[3] = {1, 7, 11};
         CHECK(tern_session_eval(s[i], prompt, 3, NULL) == TERN_OK);
     }
@@ -781,20 +788,18 @@ static void graph_vs_plain(const char *fixture, const char *file) {
     for (int step = 0; step < 12; step++) {
         if (step == 6)
             for (int i = 0; i < 2; i++) tern_session_reset(s[i]);
-        for (int i = 0; i < 2; i++) {
-            setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
+        for (int i = 0; i < 2; i++)
             CHECK_MSG(tern_session_eval(s[i], &tok, 1, NULL) == TERN_OK, "%s", tern_last_error());
-        }
         memcpy(l0, tern_session_logits(s[0]), (size_t)V * 4);
         double d = rel_diff(tern_session_logits(s[1]), l0, (size_t)V);
         CHECK_MSG(d < 1e-6, "%s step %d: graph vs plain %g", file, step, d);
         tok = (int32_t)check_argmax(l0, V);
     }
-    unsetenv("TERN_CUDA_GRAPH");
     free(l0);
     tern_session_free(s[0]);
     tern_session_free(s[1]);
-    tern_model_free(m);
+    tern_model_free(m[0]);
+    tern_model_free(m[1]);
 }
 
 TEST(graph_steps_qwen35) { NEED_GPU(); graph_vs_plain("qwen35-tiny", "model-pq2_0.gguf"); }

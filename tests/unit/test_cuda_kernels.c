@@ -1,9 +1,8 @@
 /*
  * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h,
  * no back-end table): the tiled decode layout (tc_repack_tiled) and its tensor-core
- * GEMV vs float64, the repacked ternary layout (tc_repack) and its GEMV vs
- * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
- * file-layout products, embed of repacked rows, the launch counter and the
+ * GEMV vs float64 of the dequantized matrix on awkward sizes and batches, the
+ * file-layout GEMV, embed of tiled rows, the launch counter and the
  * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64,
  * the GDN prefill (tc_gdn: the scan and the older walk) vs float64 and each other. Oracles come from the random trits and scales the test
  * draws (kern_check.h), never from the kernels.
@@ -83,81 +82,6 @@ TEST(file_gemv_vs_f64) {
     }
 }
 
-TEST(repack_gemv_vs_f64) {
-    NEED_GPU();
-    /* (n, k): row counts not multiple of any tile, k from one block up */
-    const int64_t shapes[][2] = {{1, 128}, {37, 384}, {130, 1152}, {257, 5120}, {33, 17408},
-                                 {40000, 256}};
-    const size_t batches[] = {1, 2, 3, 5, 8, 9, 17};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int64_t n = shapes[s][0], k = shapes[s][1];
-        tmat t = make_mat(TERN_DT_PQ2_0, n, k, s & 1 ? 6 : 0); /* padded rows too */
-        uint8_t *base;
-        size_t wb;
-        tc_mat src = up_mat(&t, s & 1 ? 2 : 0, &base, &wb), rp;
-        CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-        CHECK(rp.kind == TC_TERN128R && rp.n == n && rp.k == k && rp.row_bytes == (size_t)k / 4);
-        tc_free(base, wb); /* the repacked copy stands alone */
-        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
-            size_t B = batches[bi];
-            if ((size_t)n * k * B > (size_t)40000 * 256 * 3 && B > 3) continue; /* oracle time */
-            size_t ys = (size_t)n + 5;
-            float *x = rand_x(B * (size_t)k, 1.0f);
-            if (bi == 3) x[k / 3] = 500.0f; /* an outlier stays local to its block */
-            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
-            float *y = malloc(B * ys * 4);
-            tc_matmul_multi(1, &rp, dx, B, (size_t)k, &dy, &ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK(tc_download(y, dy, B * ys * 4) == 0);
-            double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
-            double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
-            CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
-                      "repacked n %lld k %lld batch %zu: rel err %g, err / bound %g", (long long)n,
-                      (long long)k, B, e, eq);
-            for (size_t b = 0; b < B; b++) CHECK(y[b * ys + (size_t)n] == 0.0f); /* padding */
-            free(x); free(y);
-            tc_free(dx, B * (size_t)k * 4);
-            tc_free(dy, B * ys * 4);
-        }
-        tc_free((void *)rp.data, tc_repacked_bytes(n, k));
-        free_mat(&t);
-    }
-}
-
-/* Repacked and file-layout products of the same matrix in one multi call (one
- * activation quantisation) agree to float rounding of the per-block order. */
-TEST(repack_multi_vs_file_layout) {
-    NEED_GPU();
-    tmat t = make_mat(TERN_DT_PQ2_0, 300, 1024, 0);
-    uint8_t *base;
-    size_t wb;
-    tc_mat src = up_mat(&t, 0, &base, &wb), rp;
-    CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-    for (size_t B = 1; B <= 4; B += 3) {
-        float *x = rand_x(B * 1024, 1.0f), *dx = dup_dev(x, B * 1024 * 4);
-        size_t ys[2] = {300, 301};
-        float *dy[2] = {tc_malloc(B * 301 * 4), tc_malloc(B * 301 * 4)};
-        tc_mat both[2] = {src, rp};
-        tc_matmul_multi(2, both, dx, B, 1024, dy, ys);
-        CHECK_EQ_INT(tc_sync(), 0);
-        float *a = malloc(B * 301 * 4), *b = malloc(B * 301 * 4);
-        CHECK(tc_download(a, dy[0], B * 301 * 4) == 0 && tc_download(b, dy[1], B * 301 * 4) == 0);
-        double md = 0, mr = 0;
-        for (size_t r = 0; r < B; r++)
-            for (int i = 0; i < 300; i++) {
-                double d = fabs((double)a[r * 300 + i] - b[r * 301 + i]);
-                if (!(d <= md)) md = isnan(d) ? INFINITY : d;
-                if (fabs(a[r * 300 + i]) > mr) mr = fabs(a[r * 300 + i]);
-            }
-        CHECK_MSG(md <= 1e-5 * mr, "batch %zu: file vs repacked %g of %g", B, md, mr);
-        free(x); free(a); free(b);
-        tc_free(dx, B * 1024 * 4); tc_free(dy[0], B * 301 * 4); tc_free(dy[1], B * 301 * 4);
-    }
-    tc_free(base, wb);
-    tc_free((void *)rp.data, tc_repacked_bytes(300, 1024));
-    free_mat(&t);
-}
-
 /* One call of the tiled GEMV: path 0 through tc_matmul_multi (its own quantisation),
  * 1 through tc_matmul_multi_q with a caller's quantised activation. */
 static void tiled_call(int path, const tc_mat *tm, const float *dx, size_t B, int64_t k, float **dy,
@@ -210,28 +134,6 @@ TEST(tiled_gemv_vs_f64) {
                 CHECK_EQ_INT(tc_sync(), 0);
                 CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
-                static const int loops[] = {2, 4};
-                for (int vi = 0; vi < 2 && path < 2; vi++) {
-                    const int v = loops[vi];
-                    /* at the fixed launch shape, each loop against the earlier staged one
-                     * (variant 1): the same bits */
-                    float *y1 = malloc(B * ys * 4), *y0 = malloc(B * ys * 4);
-                    const int was = tc_gemv_tiled_config(v, 1);
-                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(y0, dy, B * ys * 4) == 0);
-                    tc_gemv_tiled_config(1, 1);
-                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
-                    tc_gemv_tiled_config(was, 0);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(y1, dy, B * ys * 4) == 0);
-                    size_t nd = 0;
-                    for (size_t i = 0; i < B * ys; i++) nd += memcmp(&y0[i], &y1[i], 4) != 0;
-                    CHECK_MSG(nd == 0, "tiled loop %d vs 1 n %lld k %lld batch %zu path %d: %zu differ",
-                              v, (long long)n, (long long)k, B, path, nd);
-                    free(y1);
-                    free(y0);
-                }
                 double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
                 double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
                 CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
@@ -379,18 +281,6 @@ TEST(tiled_gemv_multi) {
                 snprintf(label, sizeof label, "multi set %zu mat %d B %zu", si, i, B);
                 same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
             }
-            /* variant 1 has no one-grid build: one launch per matrix, the same bits */
-            const int was = tc_gemv_tiled_config(1, -1);
-            tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            for (int i = 0; i < nm; i++) {
-                CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
-                tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi (variant 1) set %zu B %zu mat %d", si, B, i);
-            }
-            tc_gemv_tiled_config(was, -1);
             tiled_outs_free(&S, B, &O);
             tc_free(ab, tc_act_bytes(B, k));
             tc_free(dx, B * (size_t)k * 4);
@@ -409,86 +299,6 @@ TEST(tiled_gemv_multi) {
     CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
     tc_gemv_tiled_multi(1, (const tc_mat *const[]){&badk}, &a1, yy, yys);
     CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-}
-
-/* The stream-K GEMVs (k_gemv_skr, k_gemv_sk) with several matrices per launch, in
- * several shapes of their pipelines: vs float64, == the per-matrix tiled kernel to float order, run-to-run
- * bitwise equal, and batch-invariant (a batch row's outputs do not depend on the other
- * rows: bitwise within NB4 (1..4) and within NB8 (5..8)). Shapes make strips split over
- * many warps (n 16, k 17408: one strip, 68 tiles), matrices meeting inside one warp's
- * range, and odd group counts. */
-TEST(sk_gemv_multi) {
-    NEED_GPU();
-    const int cfg[][4] = {{0, 4, 0, 0}, {0, 2, 1, 0}, {1, 8, 4, 2}, {1, 16, 2, 2}, {1, 8, 1, 1}};
-    const int64_t sets[][4] = {{16, 0, 0, 0}, {33, 1, 250, 0}, {257, 17, 1000, 40}, {4000, 64, 0, 0}};
-    const int64_t ks[] = {17408, 1152, 5120, 640};
-    for (size_t si = 0; si < 4; si++) {
-        const int64_t k = ks[si];
-        tiled_set S;
-        tiled_set_make(&S, sets[si], k, (int)si);
-        const int nm = S.nm;
-        tmat *t = S.t;
-        tc_mat *tm = S.tm;
-        const tc_mat *const *tw = S.tw;
-        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3]), 0);
-            float *single[4][2] = {{0}}; /* the outputs at batch 1 (NB4) and 5 (NB8) */
-            float *x = rand_x(8 * (size_t)k, 1.0f); /* the same 8 rows at every batch size */
-            float *dx = dup_dev(x, 8 * (size_t)k * 4);
-            for (size_t B = 1; B <= 8; B++) {
-                void *ab = tc_malloc(tc_act_bytes(B, k));
-                tc_act act = tc_act_view(ab, B, k);
-                tc_quantize(dx, (size_t)k, &act);
-                tiled_outs O;
-                tiled_outs_new(&S, B, 1, &O);
-                float **dy = O.dy, **y = O.y, **y2 = O.y2;
-                const size_t *ys = O.ys;
-                CHECK_EQ_INT(tc_gemv_sk_ok(nm, tw, &act), 1);
-                tc_gemv_sk(nm, tw, &act, dy, ys);
-                CHECK_EQ_INT(tc_sync(), 0);
-                for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
-                tc_gemv_sk(nm, tw, &act, dy, ys); /* again: bitwise the same */
-                CHECK_EQ_INT(tc_sync(), 0);
-                for (int i = 0; i < nm; i++) {
-                    CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                    CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "cfg %zu set %zu B %zu: run to run", c, si, B);
-                    const bool f64 = B == 1 || B == 3 || B == 5 || B == 8; /* oracle time */
-                    double e = f64 ? rel_err_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
-                    double eq = f64 ? qerr_ratio_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
-                    CHECK_MSG(eq < 1.0 && (t[i].q.n < 16 || e < 1e-3),
-                              "sk cfg %zu set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", c, si, i,
-                              (long long)t[i].q.n, (long long)k, B, e, eq);
-                    /* the per-matrix tiled kernel: same integers */
-                    char label[96];
-                    snprintf(label, sizeof label, "sk cfg %zu set %zu mat %d B %zu", c, si, i, B);
-                    same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
-                    /* batch invariance: row b of this call == row b of the call with B' in the same group */
-                    const size_t b_ref = B <= 4 ? 1 : 5; /* the first batch size of the group */
-                    if (B == b_ref) {
-                        single[i][B <= 4 ? 0 : 1] = malloc(B * ys[i] * 4);
-                        memcpy(single[i][B <= 4 ? 0 : 1], y[i], B * ys[i] * 4);
-                    } else {
-                        const float *r0 = single[i][B <= 4 ? 0 : 1];
-                        for (size_t b = 0; r0 && b < b_ref; b++)
-                            CHECK_MSG(memcmp(r0 + b * ys[i], y[i] + b * ys[i], (size_t)t[i].q.n * 4) == 0,
-                                      "cfg %zu set %zu mat %d: batch %zu row %zu differs from batch %zu", c, si, i, B, b, b_ref);
-                    }
-                }
-                tiled_outs_free(&S, B, &O);
-                tc_free(ab, tc_act_bytes(B, k));
-            }
-            tc_free(dx, 8 * (size_t)k * 4);
-            free(x);
-            for (int i = 0; i < nm; i++) {
-                free(single[i][0]);
-                free(single[i][1]);
-            }
-        }
-        tiled_set_free(&S);
-    }
-    CHECK_EQ_INT(tc_gemv_sk_config(-1, 0, 0, 0), 0);
-    CHECK(!tc_gemv_sk_ok(1, (const tc_mat *const[]){&(tc_mat){.kind = TC_TERN128T, .n = 16, .k = 128}},
-                         &(tc_act){.k = 128, .batch = 1}));
 }
 
 /* Tiled refusals; embed of tiled rows == the float64 rows. */
@@ -521,37 +331,6 @@ TEST(tiled_refusals_and_embed) {
     tc_free(dout, 4 * 384 * 4);
     tc_free(base, wb);
     tc_free((void *)tm.data, tc_tiled_bytes(50, 384));
-    free_mat(&t);
-}
-
-TEST(repack_refusals_and_embed) {
-    NEED_GPU();
-    tc_mat bad = {.kind = TC_TERN64, .n = 4, .k = 128}, out;
-    CHECK_EQ_INT(tc_repack(&bad, &out), TC_ERR_UNSUPPORTED);
-    bad.kind = TC_TERN128;
-    bad.k = 192;
-    CHECK_EQ_INT(tc_repack(&bad, &out), TC_ERR_UNSUPPORTED);
-    CHECK(out.data == NULL);
-    /* embed of repacked rows == the float64 rows */
-    tmat t = make_mat(TERN_DT_PQ2_0, 50, 384, 0);
-    uint8_t *base;
-    size_t wb;
-    tc_mat src = up_mat(&t, 2, &base, &wb), rp;
-    CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-    int32_t ids[4] = {49, 0, 7, 49};
-    float *dout = tc_malloc(4 * 384 * 4), *h = malloc(4 * 384 * 4);
-    tc_embed(&rp, ids, 4, dout, 128, NULL);
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK(tc_download(h, dout, 4 * 384 * 4) == 0);
-    int bad_n = 0;
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 384; j++)
-            if (h[i * 384 + j] != (float)t.deq[(size_t)ids[i] * 384 + j]) bad_n++;
-    CHECK_MSG(bad_n == 0, "%d embedded values differ", bad_n);
-    free(h);
-    tc_free(dout, 4 * 384 * 4);
-    tc_free(base, wb);
-    tc_free((void *)rp.data, tc_repacked_bytes(50, 384));
     free_mat(&t);
 }
 
@@ -657,7 +436,7 @@ static double max_rel(const float *g, const double *r, size_t n) {
 }
 
 /* The decode step takes one kernel (k_gdn_step_fused) for dk <= 128, dv <= 128 with
- * dv % 4 == 0, conv_k <= 4, unless TERN_CUDA_OPS=old (tc_set_ops_old); else two. */
+ * dv % 4 == 0, conv_k <= 4, unless tc_set_ops_old(1) forces the fallback; else two. */
 static uint64_t gdn_step_launches(int old, int dk, int dv, int K) {
     return !old && dk <= 128 && dv <= 128 && dv % 4 == 0 && K <= 4 ? 1 : 2;
 }
@@ -761,7 +540,7 @@ TEST(gdn_step_fused_output) {
                           {1, 4, 32, 128, 3, 64, 0},    {2, 8, 32, 48, 4, 16, 1},
                           {2, 6, 64, 128, 4, 0, 1},     {4, 8, 128, 128, 4, 256, 1}};
     const int ncfg = (int)(sizeof cfg / sizeof cfg[0]);
-    for (int c = 0; c < 2 * ncfg; c++) { /* the current kernels, then TERN_CUDA_OPS=old's */
+    for (int c = 0; c < 2 * ncfg; c++) { /* the current kernels, then the fallbacks (tc_set_ops_old) */
         const int old = c >= ncfg;
         tc_set_ops_old(old);
         int nk = cfg[c % ncfg][0], nv = cfg[c % ncfg][1], dk = cfg[c % ncfg][2];
@@ -994,7 +773,7 @@ TEST(gdn_step_fused_vs_two_kernels) {
 }
 
 /* The residual add + RMSNorm (+ Hadamard) site vs float64: r += d, normed, rotated,
- * with the current kernels and TERN_CUDA_OPS=old's. Shapes of k_site_reg (a row over
+ * with the current kernels and the fallbacks (tc_set_ops_old). Shapes of k_site_reg (a row over
  * 1..8 CTAs of 256..2048 inputs: the 27B's 5120 / 1024 at batch 1, 3, 8; one CTA;
  * blocks 256 and 2048; no transform), of the old cluster kernel (block 128 or 64) and
  * of the one-CTA kernel (17 rows); the first layer's site (no d), no gain, no normed
@@ -1136,7 +915,7 @@ TEST(gdn_chunk_vs_f64_and_walk) {
         tc_free(nm, (size_t)dv * 4);
         free(hw); free(ha); free(hdt); free(hn); free(tmp); free(rcs); free(rst);
     }
-    CHECK_EQ_INT(tc_gdn_config(-1, 0, 0), 0); /* back to TERN_CUDA_GDN's choice */
+    CHECK_EQ_INT(tc_gdn_config(-1, 0, 0), 0); /* back to the default (the scan) */
 }
 
 /* The residual add + RMSNorm (+ Hadamard) site vs float64, on the shapes of the
@@ -1277,7 +1056,7 @@ TEST(fused_quantize_sites) {
             uint8_t *base;
             size_t wb;
             tc_mat m = up_mat(&t, 0, &base, &wb), rp;
-            CHECK_EQ_INT(tc_repack(&m, &rp), 0);
+            CHECK_EQ_INT(tc_repack_tiled(&m, &rp), 0);
             tc_mat both[2] = {m, rp};
             size_t ys[2] = {45, 45};
             float *y1[2] = {tc_malloc(rows * 45 * 4), tc_malloc(rows * 45 * 4)};
@@ -1294,7 +1073,7 @@ TEST(fused_quantize_sites) {
                 tc_free(y2[i], rows * 45 * 4);
             }
             tc_free(base, wb);
-            tc_free((void *)rp.data, tc_repacked_bytes(45, (int64_t)n));
+            tc_free((void *)rp.data, tc_tiled_bytes(45, (int64_t)n));
             free_mat(&t);
             free(g1); free(g2); free(o1); free(o2);
         }
@@ -1330,7 +1109,7 @@ static void had_ref(const double *x, double *y, size_t rows, size_t n, size_t B,
 }
 
 /* The register-block transform (k_fwht_reg: blocks 256..2048) writes the same floats
- * as the shared-memory one (k_fwht, TERN_CUDA_OPS=old), bit for bit, forward and
+ * as the shared-memory one (k_fwht, the fallback; tc_set_ops_old), bit for bit, forward and
  * inverse, with SwiGLU in the load and the quantised activation (bytes equal too),
  * batches 1, 3, 8; both within 1e-5 of float64; tc_hadamard_q's activation equals
  * tc_quantize of its output; a row offset by one float takes the old kernel (same
@@ -1671,7 +1450,6 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
                             o[0] + i * qw, pos[i], mixed_ctx ? 1024 : ctx[i], nh, nkv, hd, scale);
     }
     CHECK_EQ_INT(tc_sync(), 0);
-    tc_set_attn_batch(1);
     CHECK(tc_attention_decode_batch_ok((int)t, (int)t, 1024, nh, nkv, hd));
     tc_attn_bat bt = {.seqs = dtab, .kv_index = 1, .k_row = row, .v_row = row, .qg_stride = qgw,
                       .kv_stride = kvw, .q_stride = qw};
@@ -1714,7 +1492,6 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
     CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
     tc_attn_prep_batch(&a, 0, &bt);
     CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_set_attn_batch(-1);
     free(x0); free(x1); free(h);
     for (int r = 0; r < 2; r++) {
         tc_free(q[r], NS * qw * 4); tc_free(g[r], NS * qw * 4); tc_free(o[r], NS * qw * 4);
@@ -1981,11 +1758,7 @@ int main(void) {
     RUN(file_gemv_vs_f64);
     RUN(tiled_gemv_vs_f64);
     RUN(tiled_gemv_multi);
-    RUN(sk_gemv_multi);
     RUN(tiled_refusals_and_embed);
-    RUN(repack_gemv_vs_f64);
-    RUN(repack_multi_vs_file_layout);
-    RUN(repack_refusals_and_embed);
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
     RUN(gdn_step_fused_output);

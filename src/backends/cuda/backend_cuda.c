@@ -3,7 +3,7 @@
  * wraps the extern "C" launchers of src/kernels/cuda (cuda.h), whose layer-sized
  * operations are layers.c's over those ops, whose head brings the logits home once per
  * step, and whose run_step records and replays single-token steps as CUDA graphs
- * (off with TERN_CUDA_GRAPH=0). Every pointer is device memory, except token ids. Work is queued
+ * (off with the model parameter cuda_graphs = false). Every pointer is device memory, except token ids. Work is queued
  * on one stream; errors are sticky in the kernels and come back from sync.
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
@@ -34,17 +34,12 @@ static int kind_of(tern_dtype t) {
     }
 }
 
-/* tern_qmat.layout of a matrix repacked on the device (tc_repack, TC_TERN128R;
- * tc_repack_tiled, TC_TERN128T) */
-#define CU_LAYOUT_R 0x43
+/* tern_qmat.layout of a matrix repacked on the device (tc_repack_tiled, TC_TERN128T) */
 #define CU_LAYOUT_T 0x54
 
 static tc_mat to_mat(const tern_qmat *w) {
-    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_R ||
-                w->layout == CU_LAYOUT_T);
-    tc_mat m = {.kind = w->layout == CU_LAYOUT_R   ? TC_TERN128R
-                        : w->layout == CU_LAYOUT_T ? TC_TERN128T
-                                                   : kind_of(w->type),
+    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_T);
+    tc_mat m = {.kind = w->layout == CU_LAYOUT_T ? TC_TERN128T : kind_of(w->type),
                 .data = w->data, .n = w->n, .k = w->k, .row_bytes = w->row_bytes};
     return m;
 }
@@ -177,6 +172,8 @@ static const tm_ops g_cuda_ops = {
 typedef struct cuda_backend {
     tm_backend base;
     int device;
+    bool graphs;      /* the model parameter cuda_graphs */
+    tc_mm_caps mm;    /* the matmul chooser's caps (prefill mode, forced family) */
     bool recording;   /* a step is being recorded into a graph: no download, no sync */
     /* the quantised activation of one site, shared by the matmuls reading it
      * (grow-only; sized by a step run op by op before any graph is recorded) */
@@ -188,7 +185,7 @@ typedef struct cuda_backend {
     float **ptr_dev, **ptr_pin, **ptr_tmp;
     size_t ptr_n, ptr_used;
     float *const *ptr_cur; /* the table of the step being queued (NULL: none) */
-    /* TERN_CUDA_ATTN_BATCH=1: the sessions' positions and caches of a batch step run
+    /* the sessions' positions and caches of a batch step run
      * op by op ([n], uploaded per step; attn_cur NULL: attention per session) */
     tc_attn_seq *attn_dev, *attn_host;
     size_t attn_cap;
@@ -272,23 +269,21 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
 
 /* Weights: a 128-group ternary matrix is repacked on the device into the decode GEMV's
  * tiled layout (tc_repack_tiled: 16-row strips in mma fragment order; same bytes) and the
- * uploaded copy freed. TERN_CUDA_GEMV=old keeps the file layout (the split-K and older
- * kernels, for A/B); TERN_CUDA_REPACK=1 the older row repack (TC_TERN128R). */
+ * uploaded copy freed, as the matmul chooser says (tc_mm_repack_tiled: not when a
+ * file-layout family is forced for an A/B run). */
 static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes) {
-    (void)be;
-    const char *old = getenv("TERN_CUDA_GEMV"), *on = getenv("TERN_CUDA_REPACK");
-    const bool rows = on && !strcmp(on, "1");
-    if (old && !strcmp(old, "old") && !rows) return TERN_OK;
-    if (w->layout != TERN_LAYOUT_ROWS || kind_of(w->type) != TC_TERN128 || w->k % 128) return TERN_OK;
+    cuda_backend *c = (cuda_backend *)be;
+    if (w->layout != TERN_LAYOUT_ROWS || !tc_mm_repack_tiled(kind_of(w->type), w->n, w->k, &c->mm))
+        return TERN_OK;
     tc_mat src = to_mat(w), dst;
-    int e = rows ? tc_repack(&src, &dst) : tc_repack_tiled(&src, &dst);
+    int e = tc_repack_tiled(&src, &dst);
     if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
     if (e) return cu_status(e, "repacking a matrix on the device");
     tc_free((void *)w->data, *bytes);
-    *bytes = rows ? tc_repacked_bytes(w->n, w->k) : tc_tiled_bytes(w->n, w->k);
+    *bytes = tc_tiled_bytes(w->n, w->k);
     w->data = dst.data;
     w->row_bytes = dst.row_bytes;
-    w->layout = rows ? CU_LAYOUT_R : CU_LAYOUT_T;
+    w->layout = CU_LAYOUT_T;
     return TERN_OK;
 }
 
@@ -302,7 +297,7 @@ static bool dense_rows(const tern_qmat *w) {
 
 static bool all_int(int n, const tern_qmat *const *w) {
     for (int i = 0; i < n; i++)
-        if (w[i]->layout != CU_LAYOUT_R && w[i]->layout != CU_LAYOUT_T) return false;
+        if (w[i]->layout != CU_LAYOUT_T) return false;
     return true;
 }
 
@@ -370,7 +365,7 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
     const bool dec_ops = R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0;
     if (dec_ops && c->attn_cur) {
-        /* a batch step (TERN_CUDA_ATTN_BATCH=1, attn_tab took it): the same two ops for
+        /* a batch step (attn_tab took it): the same two ops for
          * all the sessions at once, positions and caches from the step's table */
         tern_session *s0 = st->ss[0];
         tc_attn_bat bt = {.seqs = c->attn_cur, .kv_index = l->kv_index, .k_row = s0->k_row, .v_row = s0->v_row,
@@ -581,7 +576,7 @@ static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
     mm(2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
     const tern_qmat *wd = pickw(&l->wdown, &l->fast_wdown, dec);
     tc_act view2;
-    const tc_act *act2 = (wd->layout == CU_LAYOUT_R || wd->layout == CU_LAYOUT_T) ? act_for(c, (size_t)T, F, &view2) : NULL;
+    const tc_act *act2 = (wd->layout == CU_LAYOUT_T) ? act_for(c, (size_t)T, F, &view2) : NULL;
     tc_swiglu_hadamard_q(w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
                          tm_model_signs(m, F), act2);
     float *yd[1] = {w->delta};
@@ -607,14 +602,12 @@ static tern_status cu_head(tm_backend *be, const tm_step *st) {
     return s;
 }
 
-/* Step graphs are on unless TERN_CUDA_GRAPH=0 (they passed parity on the H200). */
-static bool graphs_on(void) {
-    const char *e = getenv("TERN_CUDA_GRAPH");
-    return !e || !*e || strcmp(e, "0") != 0;
-}
+/* Step graphs are on unless the model parameter cuda_graphs is false (they passed
+ * parity on the H200). */
+static bool graphs_on(const cuda_backend *c) { return c->graphs; }
 
 /* The step's attention table (c->attn_cur) for a batch step run op by op, when
- * TERN_CUDA_ATTN_BATCH=1, the batched kernels take the shape, and the sessions can
+ * the batched kernels take the shape (the default since 2026-12-03), and the sessions can
  * share them (same cache types and rows, 16-byte aligned caches and layer strides for
  * the unquantised types); else attn_cur stays NULL and attention runs per session.
  * Decided once per step; uploaded synchronously. */
@@ -635,7 +628,7 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
     }
     if (!tc_attention_decode_batch_ok((int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
                                       hp->head_dim))
-        return; /* also 0 unless TERN_CUDA_ATTN_BATCH=1 */
+        return;
     if ((size_t)st->n_seq > c->attn_cap) {
         if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
         free(c->attn_host);
@@ -670,7 +663,7 @@ static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers)
     return s ? s : ss;
 }
 
-/* Single-token steps of a session (unless TERN_CUDA_GRAPH=0): the first runs op by op (it
+/* Single-token steps of a session (unless cuda_graphs is false): the first runs op by op (it
  * sizes the workspaces), the second is recorded into a graph (position and token read
  * from device words the graph fills; the GDN state pointers from the graph's own
  * table), every later one replays it with no host-to-device copy; a stale graph is
@@ -678,7 +671,7 @@ static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers)
 static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
     cuda_backend *c = (cuda_backend *)be;
     tern_session *s = st->w;
-    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on() || s->graph_state < 0)
+    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on(c) || s->graph_state < 0)
         return plain(be, st, layers);
     const size_t V = (size_t)s->m->hp.n_vocab;
     const int32_t token = st->tokens[0];
@@ -774,6 +767,13 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     if (dev != 0)
         return tern_fail(TERN_ERR_UNSUPPORTED, "CUDA: device %d: this build drives GPU 0 only (%d present)",
                          dev, n);
+    int force = TC_MM_NONE;
+    if (p && p->cuda_matmul && *p->cuda_matmul && (force = tc_mm_family_of(p->cuda_matmul)) <= TC_MM_NONE)
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "CUDA: cuda_matmul '%s': not a kernel family (tiled_multi, tiled, gemm, t128k, "
+                         "t128, generic_sk, generic)", p->cuda_matmul);
+    if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
+        return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
     tern_status st = cu_status(tc_init(), "initialising device 0");
     if (st) return st;
     cuda_backend *c = calloc(1, sizeof *c);
@@ -781,6 +781,15 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     c->base.vt = &g_cuda_vt;
     c->base.ops = &g_cuda_ops;
     c->device = dev;
+    c->graphs = !(p && p->cuda_graphs_off);
+    c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
+                         .force = force};
+    /* process-wide in the kernels for now (one device context per process) */
+    tc_mm_set_caps(c->mm.gemm_mode, c->mm.force);
+    tc_set_pdl(!(p && p->cuda_pdl_off));
+    if (p && p->cuda_profile) tc_profile_enable(1);
+    if (force != TC_MM_NONE)
+        tern_log(TERN_LOG_INFO, "CUDA: matmul family forced to %s (cuda_matmul, an A/B run)", tc_mm_name(force));
     *out = &c->base;
     return TERN_OK;
 }

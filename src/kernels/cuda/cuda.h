@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/mm_choose.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,7 +32,7 @@ typedef enum tc_kind {
     TC_F32 = 3,
     TC_F16 = 4,
     TC_BF16 = 5,
-    TC_TERN128R = 6, /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
+    /* 6: the row repack (TC_TERN128R), deleted: slower than the tiled layout */
     TC_TERN128T = 7  /* TERN128 tiled on the device (tc_repack_tiled): the decode GEMV's layout */
 } tc_kind;
 
@@ -81,21 +83,6 @@ void tc_quantize(const float *x, size_t xs, const tc_act *out);
 void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
                        float *const *y, const size_t *ys);
 
-/* Load-time repack of a TC_TERN128 matrix (file layout, any alignment) into
- * TC_TERN128R, a new device buffer of tc_repacked_bytes(n, k) bytes from tc_malloc:
- *   codes  [n][k/4] bytes at data (row_bytes = k/4, rows 16-byte aligned): block b
- *          of row r is the 32 code bytes of the file's block b (same bit order);
- *   scales [n][k/128] fp16 at data + n*k/4.
- * The GEMV reads it with 128-bit streaming loads (ternary GEMV at the HBM
- * roofline, batch 1..8); same bytes per weight as the file (34 per 128).
- * dst is filled (kind, data, n, k, row_bytes); free dst->data with
- * tc_free(dst->data, tc_repacked_bytes(n, k)). The caller frees the source when
- * it likes (device bytes in use peak at source + repacked for one matrix).
- * TC_ERR_UNSUPPORTED unless src is TC_TERN128 with k % 128 == 0; cudaErrorMemoryAllocation
- * when the buffer cannot be had. Synchronous (returns when the repack is done). */
-size_t tc_repacked_bytes(int64_t n, int64_t k);
-int tc_repack(const tc_mat *src, tc_mat *dst);
-
 /* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
  * strips of 256-input tiles in the order the tensor-core GEMV's lanes load them
  * (src/kernels/cuda/gemv_tiled.h says byte by byte), a new device buffer of
@@ -108,43 +95,16 @@ int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
 /* The decode GEMV on a TC_TERN128T matrix: y[b*ys + i] = sum_j W[i,j] x_b[j] for
  * the act->batch rows of the quantised activation (tensor-core integer products;
  * batch 1..8 in one pass over the weights, more in chunks of 8). tc_matmul_multi(_q)
- * call it for TC_TERN128T matrices. TERN_CUDA_GEMV=old (read by the back-end at
- * load) keeps the file layout and the older kernels for A/B. */
+ * call it for TC_TERN128T matrices as the chooser says (mm_choose.h). */
 void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
-/* The loop of tc_gemv_tiled: 2 branch-free on the staged activation (<= 96
- * registers; batch 1..4 only), 1 the earlier loop (TERN_CUDA_TILED_V=1), 4 loop 2 at
- * 106 registers (TERN_CUDA_TILED_V=4), 5 the default: 2 at batch 1..4, 4 at 5..8;
- * shape_old 1: the fixed launch-shape rule instead of the
- * occupancy-based choice, 0: the choice (-1 unchanged). Returns the previous variant;
- * other variant values only read. For the tests: equal shapes give equal bits. */
-int tc_gemv_tiled_config(int variant, int shape_old);
 /* tc_gemv_tiled over nm <= 4 TC_TERN128T matrices of act->k columns in one launch per
  * 8 batch rows (one grid over the strips of all of them: y[i][b*ys[i] + r]), at batch
  * 1..8 with the staged loops of the default variants; otherwise one tc_gemv_tiled per
  * matrix. Each output equals tc_gemv_tiled's integers; its float order depends on the
- * launch shape, chosen for the whole grid. tc_gemv_tiled_multi_on: whether
- * tc_matmul_multi(_q) use it (TERN_CUDA_TILED_MULTI=1; off by default until it is
- * measured on a GPU). */
+ * launch shape, chosen for the whole grid. tc_matmul_multi(_q) use it for the tiled
+ * matrices of a decode call (TC_MM_TILED_MULTI). */
 void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                          const size_t *ys);
-int tc_gemv_tiled_multi_on(void);
-/* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
- * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
- * rows, the tiles of all of them split evenly over the grid's warps (k_gemv_skr:
- * register streaming; k_gemv_sk: bulk copies). Opt-in (TERN_CUDA_GEMV=skr or bulk):
- * on the H200 both measured slower than tc_gemv_tiled (docs/performance.md), which
- * stays the default; tc_gemv_sk_ok says whether it takes the call. Results
- * equal tc_gemv_tiled's integers; the float sums of a strip split between warps are
- * added in a fixed order (the same at every batch size and on every run). */
-int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act);
-void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y, const size_t *ys);
-/* Its kernel and shape, for tests and benchmarks: bulk -1 = off (tc_gemv_sk_ok says
- * no: k_gemv_tiled, the default), bulk 0 = k_gemv_skr (register
- * streaming; p0 = U tiles in flight per lane, 2 or 4; p1 = CTAs per SM left free,
- * 0..8; default 4,0 or TERN_CUDA_SKR="U,DROP"), bulk 1 = k_gemv_sk (bulk copies;
- * p0 = W warps per CTA, 8 or 16; p1 = NS stages of p2 = CH tiles per warp, 1..8;
- * default 8,4,2 or TERN_CUDA_SK; TERN_CUDA_GEMV=bulk selects it). */
-int tc_gemv_sk_config(int bulk, int p0, int p1, int p2);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
 void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);
@@ -154,11 +114,8 @@ void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float 
  * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
  * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
  * Returns 1 when launched, 0 when the shape is not handled (the caller falls
- * back). tc_gemm_tc_mode(): TERN_CUDA_TC=0 -> 0 (off), =int8 -> TC_GEMM_INT8,
- * else TC_GEMM_EXACT. The matmul dispatch uses it for batch > 8. */
-#define TC_GEMM_EXACT 1
-#define TC_GEMM_INT8 2
-int tc_gemm_tc_mode(void);
+ * back). The matmul chooser takes it for batch > 8 in the model's prefill mode
+ * (TC_GEMM_EXACT, TC_GEMM_INT8: mm_choose.h). */
 int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
 int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
 
@@ -206,17 +163,17 @@ void tc_attention(const float *q, size_t q_stride, const void *kcache, const voi
  * f32/f16/bf16 caches): one CTA per (kv head, up to 8 of its query heads, span of
  * positions) reads each K/V row of the span once for all those query heads; the span
  * is ceil((pos0 + 1) / splits) rounded up to 16, the splits (<= 1024, ~8 CTAs per SM)
- * fixed by max_len and the shape. Otherwise, or with TERN_CUDA_ATTN=old
- * (tc_set_attn_old), the old kernels: per query head, one CTA per span of 32
+ * fixed by max_len and the shape. Otherwise, or after tc_set_attn_old(1) (the
+ * reference for tests and benches), the old kernels: per query head, one CTA per span of 32
  * positions (doubled until there are at most 2048). CTAs past pos0 exit. max_len (the
  * cache capacity) fixes the grid, so a captured graph serves every position (pos0 read
  * from the graph's device word when capturing). Two launches; head_dim <= 256. */
 void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
                          int v_type, const float *gate, float *out, int pos0, int max_len,
                          int n_head, int n_head_kv, int head_dim, float scale);
-/* 1 when tc_attention_decode runs the old per-query-head kernels (TERN_CUDA_ATTN=old,
- * read once); tc_set_attn_old(1 | 0) overrides it, -1 goes back to the variable.
- * Applies from the next launch (a recorded graph keeps what it recorded). */
+/* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
+ * the oracle for tests and benches; 0 or -1: the default). Applies from the next
+ * launch (a recorded graph keeps what it recorded). */
 int tc_attn_old(void);
 void tc_set_attn_old(int old);
 /* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
@@ -252,8 +209,8 @@ void tc_attn_prep(const tc_attn_prep_args *a);
  * table seqs[i]; the layer's cache is kcache + kv_index * n_ctx * k_row (bytes; v the
  * same with v_row). The caller keeps every cache base and layer stride 16-byte aligned
  * (f32 / f16 / bf16) and the types the same for all the sequences. part_stride is set
- * by tc_attention_decode_batch. Opt-in (TERN_CUDA_ATTN_BATCH=1, tc_attn_batch_on)
- * until it has run on a GPU; tc_attention_decode_batch_ok says whether the GQA
+ * by tc_attention_decode_batch. The default for batch steps since 2026-12-03 (H200:
+ * batch 8 577 vs 530 tok/s, parity passed); tc_attention_decode_batch_ok says whether the GQA
  * kernels take the shape (max_ctx: the largest n_ctx of the batch). Same kernels and
  * arithmetic as tc_attn_prep / tc_attention_decode per sequence: equal bits when
  * every n_ctx is max_ctx. */
@@ -267,8 +224,6 @@ typedef struct tc_attn_bat {
     size_t k_row, v_row;
     size_t qg_stride, kv_stride, q_stride, part_stride;
 } tc_attn_bat;
-int tc_attn_batch_on(void);
-void tc_set_attn_batch(int on); /* 1 | 0 overrides the variable, -1 goes back to it */
 void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
 int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
 void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out, int n,
@@ -284,15 +239,15 @@ typedef struct tc_gdn_args {
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
  * Two launches (tc_gdn_chunk.cu: conv + L2 parallel over tokens, then the walk split
- * over value columns with the rows staged in shared memory), or with TERN_CUDA_GDN=walk
- * the older three (tc_gdn.cu: conv serial per channel, one CTA per value head). */
+ * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
+ * (the reference) the older three (tc_gdn.cu: conv serial per channel, one CTA per value head). */
 void tc_gdn(const tc_gdn_args *a);
 /* The two-launch path alone: 1 when it took the call (queued), 0 when the walk is
  * selected or the shape is not one it handles (dk <= 256, n_v a multiple of n_k, at
  * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
 int tc_gdn_scan(const tc_gdn_args *a);
-/* tc_gdn's path: 0 the older walk, 1 the two-launch scan, -1 as TERN_CUDA_GDN says
- * (unset or "scan": the scan; "walk"; "scan,RPT,WARPS"); rpt = state rows per thread
+/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, -1 the
+ * default (the scan); rpt = state rows per thread
  * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
  * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
  * other values (nothing changed). */
@@ -361,16 +316,19 @@ void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k
 void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
                    const tc_act *act);
 
-/* ------------------------------------------------- A/B switches, op timing
- * TERN_CUDA_OPS=old (read once) runs the decode-step ops' previous kernels (norm
- * sites: k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and
- * SwiGLU: k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize) for
- * an A/B; tc_set_ops_old(1 | 0) overrides it, -1 goes back to the variable.
- * tc_set_pdl(1 | 0 | -1) likewise overrides TERN_CUDA_PDL (programmatic dependent
- * launch). Both apply from the next launch (a recorded graph keeps what it recorded). */
+/* ------------------------------------------------- switches, op timing
+ * tc_set_ops_old(1) runs the decode-step ops' fallback kernels (norm sites:
+ * k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and SwiGLU:
+ * k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize), which serve
+ * the shapes the fast ones refuse, for tests and benches (0 or -1: the default).
+ * tc_set_pdl(1 | 0): programmatic dependent launch (the model parameter cuda_pdl).
+ * Both apply from the next launch (a recorded graph keeps what it recorded).
+ * tc_mm_set_caps: the matmul chooser's prefill mode (TC_GEMM_EXACT, TC_GEMM_INT8: the
+ * model parameter cuda_prefill) and forced family (TC_MM_NONE: the chooser decides). */
 int tc_ops_old(void);
 void tc_set_ops_old(int old);
 void tc_set_pdl(int on);
+void tc_mm_set_caps(int gemm_mode, int force);
 /* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
  * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
  * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
@@ -385,9 +343,8 @@ double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
  * attention, kv_store) read the position, and embed the token id, from device
  * words that the graph's first nodes copy from pinned host memory, so the same
  * graph serves every position. The graph's last node copies the logits row to a
- * pinned buffer. A graph is stale once the workspace was reallocated.
- * TERN_CUDA_GRAPH=1 turns graphs on (off by default until measured). */
-int tc_graph_enabled(void);
+ * pinned buffer. A graph is stale once the workspace was reallocated. The back-end
+ * records them unless the model parameter cuda_graphs is false. */
 typedef struct tc_graph tc_graph;
 /* Allocate the graph's pinned buffers, set the step's values, begin capturing. */
 int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out);
@@ -404,7 +361,7 @@ void tc_graph_free(tc_graph *g);
  * tc_launches(): kernel launches and async copies queued since the last
  * tc_launches_reset() (always counted; one add per launch). While a decode graph
  * is captured, the nodes are counted too (so a captured step reports its node count).
- * Profiling (off by default; TERN_CUDA_PROFILE=1 turns it on at tc_init): every
+ * Profiling (off by default; the model parameter cuda_profile turns it on): every
  * top-level launcher is bracketed by a cudaEvent pair keyed by its family; nested
  * launches count toward the outer family; nothing is recorded while capturing a
  * graph. tc_profile_report syncs the stream and folds the pending pairs.

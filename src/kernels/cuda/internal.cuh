@@ -6,6 +6,7 @@
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/mm_choose.h"
 #include "formats/blocks.h"
 
 #include <cuda_fp16.h>
@@ -47,21 +48,11 @@ extern const int32_t *tc_dyn_ids;
 /* Pinned host staging for embed's ids (grow-only; NULL on failure, error noted). */
 int32_t *tc_pinned_ids(size_t n);
 
-/* A switch read from the environment once: *cached (-1 = not read yet) becomes 1 when
- * the variable name equals want, else 0. The tc_set_* overrides write *cached. */
-static inline int tc_env_is(int *cached, const char *name, const char *want) {
-    if (*cached < 0) {
-        const char *e = getenv(name);
-        *cached = e && !strcmp(e, want);
-    }
-    return *cached;
-}
-
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
 /* Programmatic dependent launch (PDL, sm_90). A kernel launched by tc_launch may start
- * while the kernel before it in the stream is still running (TERN_CUDA_PDL=0 turns
- * this off: plain stream order). Such a kernel must call tc_pdl_wait() before it
+ * while the kernel before it in the stream is still running (the model parameter
+ * cuda_pdl = false turns this off: plain stream order). Such a kernel must call tc_pdl_wait() before it
  * reads anything an earlier kernel wrote and before it writes anything at all; what
  * comes before the wait may only read data that no kernel of the step writes (the
  * weights) or touch its own shared memory. tc_pdl_trigger() lets the next kernel be
@@ -77,8 +68,12 @@ __device__ __forceinline__ void tc_pdl_trigger(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-/* 1 when PDL launches are on (TERN_CUDA_PDL unset or not "0"; read once). */
+/* 1 when PDL launches are on (tc_set_pdl: the model parameter cuda_pdl, default on). */
 int tc_pdl_on(void);
+/* Streaming multiprocessors of the device (132 until tc_init has read them). */
+int tc_sm_count(void);
+/* The matmul chooser's caps now (tc_mm_set_caps and the SM count). */
+tc_mm_caps tc_mm_caps_now(void);
 /* Launch kern<<<grid, block, smem, tc_stream>>>(args...) with the PDL attribute when
  * tc_pdl_on() (and, when cluster > 1, a cluster of that many CTAs along x); counted
  * and checked like tc_check_launch. The kernel must follow the tc_pdl_wait rule. */

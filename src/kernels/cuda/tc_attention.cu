@@ -667,9 +667,9 @@ __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float
     }
 }
 
-static int g_attn_old = -1; /* -1: TERN_CUDA_ATTN not read yet */
-extern "C" int tc_attn_old(void) { return tc_env_is(&g_attn_old, "TERN_CUDA_ATTN", "old"); }
-extern "C" void tc_set_attn_old(int old) { g_attn_old = old < 0 ? -1 : old != 0; }
+static int g_attn_old; /* tc_set_attn_old: the old kernels as the oracle (tests, benches) */
+extern "C" int tc_attn_old(void) { return g_attn_old; }
+extern "C" void tc_set_attn_old(int old) { g_attn_old = old > 0; }
 
 static int ag_sm_count(void) {
     static int n = 0;
@@ -709,7 +709,7 @@ static int ag_plan(int k_type, int v_type, const void *kc, const void *vc, int m
 }
 
 /* The old path: k_attn_split per (query head, span of 32 positions doubling up to 2048
- * splits) + k_attn_merge per head (TERN_CUDA_ATTN=old). */
+ * splits) + k_attn_merge per head (tc_set_attn_old, the reference for tests). */
 static void attn_decode_old(const float *q, const void *kcache, const void *vcache, int k_type,
                             int v_type, const float *gate, float *out, int pos0, int max_len,
                             int n_head, int n_head_kv, int head_dim, float scale) {
@@ -814,8 +814,7 @@ alignas(16) static const uint8_t g_ag_aligned[16] = {0};
 
 extern "C" int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv,
                                             int head_dim) {
-    return tc_attn_batch_on() &&
-           tc_attn_decode_gqa(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim);
+    return tc_attn_decode_gqa(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim);
 }
 
 extern "C" void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out,
@@ -824,7 +823,6 @@ extern "C" void tc_attention_decode_batch(const float *q, int k_type, int v_type
     TC_PROF(TC_FAM_ATTENTION);
     int GC, hch, splits;
     if (n < 1 || n > 65535 || !bt || !bt->seqs || bt->q_stride < (size_t)n_head * head_dim ||
-        !tc_attn_batch_on() ||
         !ag_plan_checked(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim, &GC,
                          &hch, &splits)) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -967,9 +965,3 @@ extern "C" void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_a
     tc_launch(k_attn_prep<true>, dim3((unsigned)(a->n_head + a->n_head_kv), (unsigned)n), dim3(32), 0, 1, *a,
               (const int *)NULL, *bt);
 }
-
-/* TERN_CUDA_ATTN_BATCH=1: the decode attention of a batch of sequences in one launch
- * per op (off by default until it has run on a GPU). */
-static int g_attn_batch = -1; /* -1: TERN_CUDA_ATTN_BATCH not read yet */
-extern "C" int tc_attn_batch_on(void) { return tc_env_is(&g_attn_batch, "TERN_CUDA_ATTN_BATCH", "1"); }
-extern "C" void tc_set_attn_batch(int on) { g_attn_batch = on < 0 ? -1 : on != 0; }

@@ -1,5 +1,5 @@
 /*
- * tc_bench.cu - the decode ops' A/B switch (TERN_CUDA_OPS=old, tc_set_ops_old) and
+ * tc_bench.cu - the decode ops' fallback switch for tests and benches (tc_set_ops_old) and
  * tc_bench_us, the event timing `tern bench kernels --device cuda --ops` uses
  * (plain launches or the same launches replayed as one CUDA graph).
  */
@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_ops_old = -1; /* -1: TERN_CUDA_OPS not read yet */
+static int g_ops_old; /* tc_set_ops_old: the fallback kernels forced (tests, benches) */
 
-extern "C" int tc_ops_old(void) { return tc_env_is(&g_ops_old, "TERN_CUDA_OPS", "old"); }
+extern "C" int tc_ops_old(void) { return g_ops_old; }
 
-extern "C" void tc_set_ops_old(int old) { g_ops_old = old < 0 ? -1 : old != 0; }
+extern "C" void tc_set_ops_old(int old) { g_ops_old = old > 0; }
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -26,17 +26,24 @@ static int *g_step_pin;        /* the pinned host copy the node reads */
 const int *tc_dyn_pos;
 const int32_t *tc_dyn_ids;
 
-static int g_pdl = -1; /* -1: TERN_CUDA_PDL not read yet */
-int tc_pdl_on(void) {
-    if (g_pdl < 0) {
-        const char *e = getenv("TERN_CUDA_PDL");
-        g_pdl = !(e && !strcmp(e, "0"));
-    }
-    return g_pdl;
-}
+static int g_pdl = 1; /* the model parameter cuda_pdl (tc_set_pdl) */
+int tc_pdl_on(void) { return g_pdl; }
+extern "C" void tc_set_pdl(int on) { g_pdl = on != 0; }
 
-/* the bench's A/B switch (1 on, 0 off, -1 back to TERN_CUDA_PDL) */
-extern "C" void tc_set_pdl(int on) { g_pdl = on < 0 ? -1 : on != 0; }
+static int g_sms; /* streaming multiprocessors of the device (tc_init) */
+int tc_sm_count(void) { return g_sms > 0 ? g_sms : 132; }
+
+/* The matmul chooser's device caps and the model parameters it reads. */
+static tc_mm_caps g_mm_caps = {0, TC_GEMM_EXACT, TC_MM_NONE};
+extern "C" void tc_mm_set_caps(int gemm_mode, int force) {
+    g_mm_caps.gemm_mode = gemm_mode == TC_GEMM_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT;
+    g_mm_caps.force = force > TC_MM_NONE && force < TC_MM_N ? force : TC_MM_NONE;
+}
+tc_mm_caps tc_mm_caps_now(void) {
+    tc_mm_caps c = g_mm_caps;
+    c.sms = tc_sm_count();
+    return c;
+}
 
 void tc_note(int err) {
     if (err && !g_err) g_err = err;
@@ -68,8 +75,7 @@ extern "C" int tc_init(void) {
                 return TC_ERR_OLD_GPU;
             }
             g_init = true;
-            const char *pe = getenv("TERN_CUDA_PROFILE");
-            if (pe && *pe && strcmp(pe, "0") != 0) tc_prof_on = 1;
+            g_sms = p.multiProcessorCount;
         }
         if (err) cudaGetLastError();
     }
@@ -206,11 +212,6 @@ struct tc_graph {
     float *logits_pin;  /* [n_vocab] pinned */
     size_t n_vocab;
 };
-
-extern "C" int tc_graph_enabled(void) {
-    const char *e = getenv("TERN_CUDA_GRAPH");
-    return e && *e && strcmp(e, "0") != 0;
-}
 
 extern "C" void tc_graph_free(tc_graph *g) {
     if (!g) return;

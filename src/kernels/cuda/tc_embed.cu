@@ -1,6 +1,6 @@
 /*
- * tc_embed.cu - embedding gather (any matrix kind, and the repacked ternary
- * layout), then the inverse Hadamard transform when the model is rotated.
+ * tc_embed.cu - embedding gather (any matrix kind in the file layout), then the
+ * inverse Hadamard transform when the model is rotated.
  */
 #include "kernels/cuda/internal.cuh"
 
@@ -16,21 +16,6 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
          j += (int64_t)gridDim.x * blockDim.x)
         out[(size_t)blockIdx.y * K + j] = tc_elem(kind, row, j);
-}
-
-/* TC_TERN128R rows: codes [n][K/4], then fp16 scales [n][K/128]. */
-__global__ void k_embed_r(const uint8_t *__restrict__ codes, const unsigned short *__restrict__ sc,
-                          int64_t K, const int32_t *__restrict__ ids, float *__restrict__ out) {
-    tc_pdl_trigger();
-    tc_pdl_wait();
-    const size_t row = (size_t)ids[blockIdx.y];
-    const uint8_t *cr = codes + row * (size_t)(K >> 2);
-    const unsigned short *sr = sc + row * (size_t)(K >> 7);
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
-         j += (int64_t)gridDim.x * blockDim.x) {
-        int c = (cr[j >> 2] >> (2 * (j & 3))) & 3;
-        out[(size_t)blockIdx.y * K + j] = (float)(c - 1) * __half2float(__ushort_as_half(sr[j >> 7]));
-    }
 }
 
 extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
@@ -52,13 +37,8 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
-        if (emb->kind == TC_TERN128R)
-            tc_launch(k_embed_r, grid, dim3(256), 0, 1, emb->data,
-                      (const unsigned short *)(emb->data + (size_t)emb->n * (size_t)(emb->k / 4)),
-                      emb->k, ids + i0, out + i0 * (size_t)emb->k);
-        else
-            tc_launch(k_embed, grid, dim3(256), 0, 1, emb->kind, emb->data, emb->row_bytes, emb->k,
-                      ids + i0, out + i0 * (size_t)emb->k);
+        tc_launch(k_embed, grid, dim3(256), 0, 1, emb->kind, emb->data, emb->row_bytes, emb->k, ids + i0,
+                  out + i0 * (size_t)emb->k);
     }
     if (signs) tc_fwht(out, NULL, out, n, (size_t)emb->k, block, signs, 1, NULL);
 }

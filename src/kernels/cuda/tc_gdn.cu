@@ -2,7 +2,7 @@
  * tc_gdn.cu - the Gated DeltaNet block: chunk path (conv + SiLU, L2 norms, fp32
  * delta rule with the state column of each thread in registers, gated RMSNorm)
  * and the fused decode step for n sessions: one kernel (k_gdn_step_fused) where
- * the shape allows, else (and with TERN_CUDA_OPS=old) two (k_gdn_step_conv +
+ * the shape allows, else (and with tc_set_ops_old, for tests) two (k_gdn_step_conv +
  * k_gdn_step_rec).
  */
 #include "kernels/cuda/internal.cuh"
@@ -130,7 +130,7 @@ static void gdn_rec(const tc_gdn_args *a, int C) {
 extern "C" void tc_gdn(const tc_gdn_args *a) {
     TC_PROF(TC_FAM_GDN);
     if (a->rows <= 0) return;
-    if (tc_gdn_scan(a)) return; /* tc_gdn_chunk.cu; TERN_CUDA_GDN=walk: the kernels below */
+    if (tc_gdn_scan(a)) return; /* tc_gdn_chunk.cu; tc_gdn_config(0, ..): the walk below */
     const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
         tc_note(TC_ERR_UNSUPPORTED);

@@ -1,7 +1,7 @@
 /*
  * tc_gdn_chunk.cu - the GDN chunk path (tc_gdn, prefill: rows >= 1) in two launches,
- * the default since 2026-12 (TERN_CUDA_GDN=walk, or tc_gdn_config(0, ..), keeps the
- * kernels of tc_gdn.cu for A/B):
+ * the default since 2026-12 (tc_gdn_config(0, ..), a lab function, runs the walk of
+ * tc_gdn.cu, the reference):
  *
  *   k_gdn_conv_l2   causal depthwise conv over (conv state ++ rows) + SiLU, parallel
  *                   over tokens (CTA = one q head, one k head or 128 value channels,
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
 
 /* ------------------------------------------------------------------ host */
 
-static int g_path = -1; /* -1: not read yet; 0 walk (tc_gdn.cu); 1 scan */
+static int g_path = 1; /* 0 the walk (tc_gdn.cu, the oracle); 1 the scan (tc_gdn_config) */
 static int g_rpt, g_wpc;
 
 static bool gs_valid(int rpt, int wpc) {
@@ -397,25 +397,9 @@ static bool gs_valid(int rpt, int wpc) {
            (wpc == 0 || wpc == 1 || wpc == 2 || wpc == 4 || wpc == 8);
 }
 
-static void gs_env(void) {
-    g_path = 1;
-    g_rpt = g_wpc = 0;
-    const char *e = getenv("TERN_CUDA_GDN");
-    if (!e) return;
-    int r = 0, w = 0;
-    if (!strcmp(e, "walk")) g_path = 0;
-    else if (sscanf(e, "scan,%d,%d", &r, &w) == 2 && gs_valid(r, w)) g_rpt = r, g_wpc = w;
-}
-
 extern "C" int tc_gdn_config(int path, int rpt, int warps) {
     if (path < -1 || path > 1 || !gs_valid(rpt, warps)) return -1;
-    if (path < 0) {
-        gs_env();
-        if (rpt) g_rpt = rpt;
-        if (warps) g_wpc = warps;
-        return 0;
-    }
-    g_path = path;
+    g_path = path < 0 ? 1 : path; /* -1: the default, the scan */
     g_rpt = rpt;
     g_wpc = warps;
     return 0;
@@ -465,7 +449,6 @@ static void gs_launch(const tc_gdn_args *a, int C, int wpc, int cs, int vec) {
 }
 
 extern "C" int tc_gdn_scan(const tc_gdn_args *a) {
-    if (g_path < 0) gs_env();
     int rpt, L, wpc, cs;
     if (!g_path || !gs_plan(a, &rpt, &L, &wpc, &cs)) return 0;
     const int nk = a->n_k, dk = a->dk, T = a->rows;

@@ -375,17 +375,6 @@ void launch_pl(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, in
 
 } // namespace
 
-extern "C" int tc_gemm_tc_mode(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_TC");
-        if (e && !strcmp(e, "0")) v = 0;
-        else if (e && !strcmp(e, "int8")) v = TC_GEMM_INT8;
-        else v = TC_GEMM_EXACT;
-    }
-    return v;
-}
-
 extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
     if (m->kind == TC_TERN128T) /* tiled: 16-byte aligned strips of k/256 whole tiles */
         return act && act->k == m->k && m->k > 0 && m->k % kStageK == 0 && m->k <= (1 << 24) &&

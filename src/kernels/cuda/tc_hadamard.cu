@@ -3,7 +3,7 @@
  * SwiGLU can be fused into its load and the activation quantisation into its
  * store (tc_fwht, used by the norm, SwiGLU and embedding sites too). Blocks of
  * 256..2048 (the models' 1024) take k_fwht_reg, the block in registers
- * (fwht_reg.cuh); other sizes (and TERN_CUDA_OPS=old) k_fwht, the block in shared
+ * (fwht_reg.cuh); other sizes (and tc_set_ops_old, for tests) k_fwht, the block in shared
  * memory. Both give the same floats. Math mirrors src/backends/cpu/backend_cpu.c.
  */
 #include "kernels/cuda/fwht_reg.cuh"

@@ -22,6 +22,7 @@
  */
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
+#include "kernels/cuda/mm_choose.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -147,220 +148,6 @@ __global__ void __launch_bounds__(128) k_gemv_t128(const uint8_t *__restrict__ W
     }
 }
 
-/* ---------------------------------------------------- repacked layout GEMV
- * TC_TERN128R (tc_repack): a warp computes R rows for NB batch rows. Lane l walks
- * 64-weight chunks c = l, l+32, ... of the rows (16 code bytes = one 128-bit
- * streaming load per row, L1 bypassed, 256-byte L2 prefetch), U chunks in flight
- * per row before any arithmetic. The chunk's 4 code words are not shifted: the
- * four 2-bit fields are masked in place (0x03, 0x0C, 0x30, 0xC0 per byte), so
- * field s contributes 4^s * code, and one unsigned x signed dp4a per field and
- * activation plane accumulates into eight integer sums (hi, lo x 4 fields); per
- * chunk they combine as 64*sum = ((S0*4 + S1)*4 + S2)*4 + S3 (three LEAs per
- * plane), T64 = 128*H + L - 64*corr, one convert and one FMA with d*sx/64.
- * Same activation layout as k_gemv_t128 (q[K/32][64], sx, corr): chunk c is
- * units 2c, 2c+1 = 128 contiguous bytes (8 L1-cached 128-bit loads, shared by
- * the R rows). Exact integer arithmetic: |T64| < 64 * 64 * 2 * 16256 < 2^31. */
-__device__ __forceinline__ int tc_dp4a_us(uint32_t a, int b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-__device__ __forceinline__ uint4 tc_ld_stream(const uint4 *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-/* Activation words: volatile so that the loads of one (chunk, batch row) are not
- * hoisted above the previous one's arithmetic (register pressure, occupancy). */
-__device__ __forceinline__ int4 tc_ld_act(const int4 *p) {
-    int4 v;
-    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-/* One code word (16 weights) against its activation words: hh/ll are the hi/lo
- * int4 of the word's 16 inputs (component s = field s). */
-#define TC_WORD(wd, hh, ll)                                                   \
-    do {                                                                      \
-        const uint32_t m0_ = (wd) & 0x03030303u, m1_ = (wd) & 0x0C0C0C0Cu;    \
-        const uint32_t m2_ = (wd) & 0x30303030u, m3_ = (wd) & 0xC0C0C0C0u;    \
-        H0 = tc_dp4a_us(m0_, (hh).x, H0); L0 = tc_dp4a_us(m0_, (ll).x, L0); \
-        H1 = tc_dp4a_us(m1_, (hh).y, H1); L1 = tc_dp4a_us(m1_, (ll).y, L1); \
-        H2 = tc_dp4a_us(m2_, (hh).z, H2); L2 = tc_dp4a_us(m2_, (ll).z, L2); \
-        H3 = tc_dp4a_us(m3_, (hh).w, H3); L3 = tc_dp4a_us(m3_, (ll).w, L3); \
-    } while (0)
-
-template <int R, int NB, int U>
-__global__ void __launch_bounds__(128, NB == 1 ? 5 : 2) k_gemv_r(const uint8_t *__restrict__ codes,
-                                                const __half *__restrict__ scales, int64_t n,
-                                                int K, const int8_t *__restrict__ q,
-                                                const float *__restrict__ sx,
-                                                const int *__restrict__ corr, int batch,
-                                                float *__restrict__ y, size_t ys) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
-    if (r0 >= n) return;
-    const int nch = K >> 6, nb = K >> 7, nu = K >> 5;
-    const uint4 *wrow[R];
-    const __half *srow[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        int64_t row = r0 + r < n ? r0 + r : n - 1;
-        wrow[r] = (const uint4 *)(codes + (size_t)row * (size_t)(K >> 2));
-        srow[r] = scales + (size_t)row * nb;
-    }
-#pragma unroll 1
-    for (int b0 = 0; b0 < batch; b0 += NB) {
-        float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
-#pragma unroll 1
-        for (int c0 = lane; c0 < nch; c0 += 32 * U) {
-            uint4 w[U][R];
-            float d[U][R];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + 32 * u;
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (c < nch) {
-                        w[u][r] = tc_ld_stream(wrow[r] + c);
-                        d[u][r] = __half2float(srow[r][c >> 1]);
-                    } else {
-                        w[u][r] = make_uint4(0, 0, 0, 0);
-                        d[u][r] = 0.0f;
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + 32 * u;
-                if (c >= nch) break;
-#pragma unroll
-                for (int j = 0; j < NB; j++) {
-                    const int b = b0 + j < batch ? b0 + j : batch - 1;
-                    const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)c * 128);
-                    const int4 h0 = tc_ld_act(qp), h1 = tc_ld_act(qp + 1), l0 = tc_ld_act(qp + 2),
-                               l1 = tc_ld_act(qp + 3), h2 = tc_ld_act(qp + 4),
-                               h3 = tc_ld_act(qp + 5), l2 = tc_ld_act(qp + 6),
-                               l3 = tc_ld_act(qp + 7);
-                    const float s64 = __ldg(sx + (size_t)b * nb + (c >> 1)) * (1.0f / 64.0f);
-                    const int2 cc = __ldg((const int2 *)(corr + (size_t)b * nu) + c);
-                    const int cr64 = (cc.x + cc.y) * 64;
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        int H0 = 0, H1 = 0, H2 = 0, H3 = 0, L0 = 0, L1 = 0, L2 = 0, L3 = 0;
-                        TC_WORD(w[u][r].x, h0, l0);
-                        TC_WORD(w[u][r].y, h1, l1);
-                        TC_WORD(w[u][r].z, h2, l2);
-                        TC_WORD(w[u][r].w, h3, l3);
-                        const int H = ((H0 * 4 + H1) * 4 + H2) * 4 + H3;
-                        const int L = ((L0 * 4 + L1) * 4 + L2) * 4 + L3;
-                        const int T = H * 128 + L - cr64;
-                        acc[r][j] = fmaf((float)T, d[u][r] * s64, acc[r][j]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) {
-                float v = tc_warp_sum(acc[r][j]);
-                if (lane == 0 && r0 + r < n && b0 + j < batch)
-                    y[(size_t)(b0 + j) * ys + (size_t)(r0 + r)] = v;
-            }
-    }
-}
-#undef TC_WORD
-
-template <int R, int NB, int U>
-static void launch_r(const tc_mat *w, const int8_t *q, const float *sx, const int *corr, int batch,
-                     float *y, size_t ys) {
-    const int warps = 4;
-    int64_t rows_per_cta = (int64_t)warps * R;
-    unsigned grid = (unsigned)((w->n + rows_per_cta - 1) / rows_per_cta);
-    const __half *sc = (const __half *)(w->data + (size_t)w->n * (size_t)(w->k >> 2));
-    k_gemv_r<R, NB, U><<<grid, warps * 32, 0, tc_stream>>>(w->data, sc, w->n, (int)w->k, q, sx,
-                                                          corr, batch, y, ys);
-    tc_check_launch();
-}
-
-/* Batch 1: two (four for the head-sized matrices) rows per warp, four (two)
- * chunks in flight per row. Batch >= 2: one row per warp, batch rows two at a
- * time; the warp re-reads its rows for each pair right after the first pass, so
- * the passes after the first hit L2 (wider NB spills registers). */
-static void gemv_r(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                   size_t batch, float *y, size_t ys) {
-    if (batch == 1) {
-        if (m->n >= 32768) launch_r<4, 1, 2>(m, q, sx, corr, 1, y, ys);
-        else launch_r<2, 1, 4>(m, q, sx, corr, 1, y, ys);
-        return;
-    }
-    for (size_t b0 = 0; b0 < batch; b0 += 65536) { /* batch fits an int per launch */
-        size_t nb = batch - b0 < 65536 ? batch - b0 : 65536;
-        launch_r<1, 2, 2>(m, q + b0 * (size_t)m->k * 2, sx + b0 * (size_t)(m->k / 128),
-                          corr + b0 * (size_t)(m->k / 32), (int)nb, y + b0 * ys, ys);
-    }
-}
-
-/* One thread per (row, block): strip the scale off, codes to their row, scale to
- * the scale table. Byte loads (the source may have any alignment; load time only). */
-__global__ void k_repack_t128(const uint8_t *__restrict__ src, size_t rb, int64_t n, int K,
-                              uint8_t *__restrict__ codes, unsigned short *__restrict__ scales) {
-    const int nb = K >> 7;
-    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (size_t)n * nb) return;
-    size_t row = id / nb;
-    int blk = (int)(id % nb);
-    const uint8_t *b = src + row * rb + (size_t)blk * 34;
-    scales[id] = (unsigned short)(b[0] | (b[1] << 8));
-    uint32_t *o = (uint32_t *)(codes + row * (size_t)(K >> 2) + (size_t)blk * 32);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        o[i] = (uint32_t)b[2 + 4 * i] | ((uint32_t)b[3 + 4 * i] << 8) |
-               ((uint32_t)b[4 + 4 * i] << 16) | ((uint32_t)b[5 + 4 * i] << 24);
-}
-
-extern "C" size_t tc_repacked_bytes(int64_t n, int64_t k) {
-    return (size_t)n * (size_t)(k / 4) + (size_t)n * (size_t)(k / 128) * 2;
-}
-
-extern "C" int tc_repack(const tc_mat *src, tc_mat *dst) {
-    TC_PROF(TC_FAM_REPACK);
-    memset(dst, 0, sizeof *dst);
-    if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) || src->n <= 0)
-        return TC_ERR_UNSUPPORTED;
-    size_t bytes = tc_repacked_bytes(src->n, src->k);
-    uint8_t *d = (uint8_t *)tc_malloc(bytes);
-    if (!d) return (int)cudaErrorMemoryAllocation;
-    size_t total = (size_t)src->n * (size_t)(src->k / 128);
-    k_repack_t128<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(
-        src->data, src->row_bytes, src->n, (int)src->k, d,
-        (unsigned short *)(d + (size_t)src->n * (size_t)(src->k / 4)));
-    tc_check_launch();
-    int e = (int)cudaStreamSynchronize(tc_stream);
-    if (!e) e = (int)cudaGetLastError();
-    if (e) {
-        tc_free(d, bytes);
-        return e;
-    }
-    dst->kind = TC_TERN128R;
-    dst->data = d;
-    dst->n = src->n;
-    dst->k = src->k;
-    dst->row_bytes = (size_t)(src->k / 4);
-    return 0;
-}
-
 /* Plain fp32 path: one warp per row, every batch row. */
 __global__ void k_gemv_generic(int kind, const uint8_t *__restrict__ W, int64_t n, int64_t K,
                                size_t rb, const float *__restrict__ x, size_t xs, int batch,
@@ -425,6 +212,16 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
     k_gemv_t128<R, NB><<<grid, warps * 32, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
                                                           q, sx, corr, batch, y, ys);
     tc_check_launch();
+}
+
+/* Activation words: volatile so that the loads of one (chunk, batch row) are not
+ * hoisted above the previous one's arithmetic (register pressure, occupancy). */
+__device__ __forceinline__ int4 tc_ld_act(const int4 *p) {
+    int4 v;
+    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
 
 /* ---------------------------------------------- file layout, split-K GEMV
@@ -549,123 +346,124 @@ static void launch_t128k(const tc_mat *w, const int8_t *q, const float *sx, cons
     tc_check_launch();
 }
 
-/* TERN_CUDA_GEMV=old: the one-warp-per-rows kernel for every batch (A/B). */
-static int gemv_old(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_GEMV");
-        v = e && !strcmp(e, "old");
-    }
-    return v;
-}
-
-static void gemv_t128(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                      size_t batch, float *y, size_t ys) {
-    if (!gemv_old() && batch <= 8) {
-        switch (batch) {
+/* File-layout TERN128 (c: t128k or t128, the build as the chooser says). */
+static void gemv_t128(const tc_mat *m, const tc_mm_choice &c, const int8_t *q, const float *sx,
+                      const int *corr, size_t batch, float *y, size_t ys) {
+    if (c.family == TC_MM_T128K) {
+        switch (c.nb) {
         case 1: launch_t128k<4, 1>(m, q, sx, corr, 1, y, ys); return;
         case 2: launch_t128k<4, 2>(m, q, sx, corr, 2, y, ys); return;
         case 3: launch_t128k<4, 3>(m, q, sx, corr, 3, y, ys); return;
         case 4: launch_t128k<2, 4>(m, q, sx, corr, 4, y, ys); return;
-        case 5: case 6: launch_t128k<2, 6>(m, q, sx, corr, (int)batch, y, ys); return;
+        case 6: launch_t128k<2, 6>(m, q, sx, corr, (int)batch, y, ys); return;
         default: launch_t128k<2, 8>(m, q, sx, corr, (int)batch, y, ys); return;
         }
     }
-    if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y, ys);
+    if (c.nb == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y, ys);
     else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y, ys);
 }
 
-/* One matrix of a call (every kind). */
-static void products_one(const tc_mat *m, const tc_act *act, const float *x, size_t batch,
-                         size_t xs, float *y, size_t ys) {
-    const int8_t *q = act ? act->q : NULL;
-    const float *sx = act ? act->sx : NULL;
-    const int *corr = act ? act->corr : NULL;
-    if (m->kind == TC_TERN128T) {
-        if (!act) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        /* prefill: the tensor-core GEMM on the tiled layout (weights read once per
-         * 32..128-token tile); TERN_CUDA_TC=0, or a shape it does not take: the GEMV
-         * in chunks of 8 */
-        if (batch > 8 && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) return;
-        const tc_mat *one[1] = {m};
-        float *const yy[1] = {y};
-        if (tc_gemv_sk_ok(1, one, act)) tc_gemv_sk(1, one, act, yy, &ys);
-        else tc_gemv_tiled(m, act, y, ys);
-    } else if (m->kind == TC_TERN128R) {
-        if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        gemv_r(m, q, sx, corr, batch, y, ys);
-    } else if (batch > 8 && act && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) {
-        /* tensor-core GEMM (tc_gemm_tc.cu); TERN_CUDA_TC=0 turns it off */
-    } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
-               ((uintptr_t)m->data & 1) == 0) {
-        gemv_t128(m, q, sx, corr, batch, y, ys);
-    } else {
-        if (!x) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        if (m->n < 4096 && batch <= (size_t)65535 * TC_GEN_SK_MAXB) { /* few rows: split K per row */
-            const unsigned gy = (unsigned)((batch + TC_GEN_SK_MAXB - 1) / TC_GEN_SK_MAXB);
-            k_gemv_generic_sk<<<dim3((unsigned)m->n, gy), 256, 0, tc_stream>>>(
-                m->kind, m->data, m->k, m->row_bytes, x, xs, (int)batch, y, ys);
-            tc_check_launch();
-            return;
-        }
-        const int warps = 8;
-        for (size_t b0 = 0; b0 < batch; b0 += 65535) {
-            int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
-            k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
-                m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
-            tc_check_launch();
-        }
+/* The fp32-input kernels (any kind). */
+static void gemv_generic(const tc_mat *m, int family, const float *x, size_t batch, size_t xs, float *y,
+                         size_t ys) {
+    if (!x) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
     }
+    if (family == TC_MM_GENERIC_SK && batch <= (size_t)65535 * TC_GEN_SK_MAXB) { /* few rows: split K per row */
+        const unsigned gy = (unsigned)((batch + TC_GEN_SK_MAXB - 1) / TC_GEN_SK_MAXB);
+        k_gemv_generic_sk<<<dim3((unsigned)m->n, gy), 256, 0, tc_stream>>>(m->kind, m->data, m->k, m->row_bytes,
+                                                                          x, xs, (int)batch, y, ys);
+        tc_check_launch();
+        return;
+    }
+    const int warps = 8;
+    for (size_t b0 = 0; b0 < batch; b0 += 65535) {
+        int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
+        k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
+            m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
+        tc_check_launch();
+    }
+}
+
+/* One matrix of a call, the family c (tc_mm_choose) with its fallbacks: a GEMM the
+ * tensor-core kernel refuses runs the GEMV (tiled: in chunks of 8; file layout:
+ * k_gemv_t128); a file-layout matrix that is not 2-byte aligned, the fp32 path. */
+static void products_one(const tc_mat *m, const tc_mm_choice &c, const tc_act *act, const float *x,
+                         size_t batch, size_t xs, float *y, size_t ys) {
+    if (c.family == TC_MM_NONE) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    if (c.family == TC_MM_GENERIC || c.family == TC_MM_GENERIC_SK) {
+        gemv_generic(m, c.family, x, batch, xs, y, ys);
+        return;
+    }
+    if (!act) { /* the integer families read the quantised activation */
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    if (c.family == TC_MM_GEMM && tc_gemm_tc(m, act, y, ys, c.gemm_mode)) return;
+    if (m->kind == TC_TERN128T) {
+        tc_gemv_tiled(m, act, y, ys);
+        return;
+    }
+    if ((m->row_bytes & 1) || ((uintptr_t)m->data & 1)) {
+        gemv_generic(m, m->n < 4096 ? TC_MM_GENERIC_SK : TC_MM_GENERIC, x, batch, xs, y, ys);
+        return;
+    }
+    tc_mm_choice f = c;
+    if (f.family == TC_MM_GEMM) { /* refused: the one-warp kernel at any batch */
+        f.family = TC_MM_T128;
+        f.nb = batch == 1 ? 1 : 4;
+    }
+    gemv_t128(m, f, act->q, act->sx, act->corr, batch, y, ys);
 }
 
 static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
                      size_t xs, float *const *y, const size_t *ys) {
     TC_PROF(TC_FAM_MATMUL);
-    /* decode (batch <= 8): the tiled matrices of the call in one stream-K launch
-     * (TERN_CUDA_GEMV=skr|bulk) or one tiled launch (TERN_CUDA_TILED_MULTI=1), the
-     * others one by one */
+    const tc_mm_caps caps = tc_mm_caps_now();
+    tc_mm_choice c[8];
+    /* decode: the call's tiled matrices in one grid (TC_MM_TILED_MULTI), the others
+     * one by one */
     bool done[8] = {false};
-    if (act && batch <= 8 && nm <= 8) {
-        const tc_mat *tw[TSK_MAXM];
-        float *ty[TSK_MAXM];
-        size_t tys[TSK_MAXM];
-        int nt = 0, idx[TSK_MAXM];
-        for (int i = 0; i < nm && nt < TSK_MAXM; i++)
-            if (w[i].kind == TC_TERN128T) {
-                idx[nt] = i;
-                tw[nt] = &w[i];
-                ty[nt] = y[i];
-                tys[nt] = ys[i];
-                nt++;
-            }
-        if (nt && tc_gemv_sk_ok(nt, tw, act)) {
-            tc_gemv_sk(nt, tw, act, ty, tys);
-            for (int i = 0; i < nt; i++) done[idx[i]] = true;
-        } else if (nt > 1 && tc_gemv_tiled_multi_on()) {
-            tc_gemv_tiled_multi(nt, tw, act, ty, tys);
-            for (int i = 0; i < nt; i++) done[idx[i]] = true;
+    const tc_mat *tw[TSK_MAXM];
+    float *ty[TSK_MAXM];
+    size_t tys[TSK_MAXM];
+    int nt = 0, idx[TSK_MAXM];
+    for (int i = 0; i < nm; i++) {
+        c[i] = tc_mm_choose(w[i].kind, w[i].n, w[i].k, batch, &caps);
+        if (c[i].family == TC_MM_TILED_MULTI && act && nt < TSK_MAXM) {
+            idx[nt] = i;
+            tw[nt] = &w[i];
+            ty[nt] = y[i];
+            tys[nt] = ys[i];
+            nt++;
         }
     }
+    if (nt > 1) {
+        tc_gemv_tiled_multi(nt, tw, act, ty, tys);
+        for (int i = 0; i < nt; i++) done[idx[i]] = true;
+    }
     for (int i = 0; i < nm; i++)
-        if (!(i < 8 && done[i])) products_one(&w[i], act, x, batch, xs, y[i], ys[i]);
+        if (!done[i]) products_one(&w[i], c[i], act, x, batch, xs, y[i], ys[i]);
 }
 
 extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                                 float *const *y, const size_t *ys) {
     if (!batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
     const int64_t K = w[0].k;
+    const tc_mm_caps caps = tc_mm_caps_now();
     bool any_int = false;
-    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R ||
-                                          w[i].kind == TC_TERN128T;
+    for (int i = 0; i < nm; i++) {
+        const int f = tc_mm_choose(w[i].kind, w[i].n, w[i].k, batch, &caps).family;
+        any_int |= f != TC_MM_GENERIC && f != TC_MM_GENERIC_SK && f != TC_MM_NONE;
+    }
     tc_act act;
     if (any_int) { /* one quantisation for every integer-path matrix of the call */
         TC_PROF(TC_FAM_ACTQ);
@@ -680,6 +478,10 @@ extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t 
 extern "C" void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x,
                                   size_t xs, float *const *y, const size_t *ys) {
     if (!act || !act->batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
     for (int i = 0; i < nm; i++)
         if (w[i].k != act->k) {
             tc_note(TC_ERR_UNSUPPORTED);

@@ -3,8 +3,8 @@
  * transform and the activation quantisation in the same kernel), and the
  * per-head RMSNorm (q/k norms). Math mirrors src/backends/cpu/backend_cpu.c.
  * Decode (rows <= 16): k_site_reg (the row over a cluster of CTAs, the transform in
- * registers); TERN_CUDA_OPS=old: k_site_cluster; TERN_CUDA_SITE=old: the one-CTA-per-row
- * kernels; more rows: k_add_rmsnorm_fwht.
+ * registers); shapes it does not take (and tc_set_ops_old, for the tests): k_site_cluster;
+ * then the one-CTA-per-row kernels; more rows: k_add_rmsnorm_fwht.
  */
 #include "kernels/cuda/fwht_reg.cuh"
 
@@ -133,15 +133,6 @@ __global__ void __launch_bounds__(1024) k_add_rmsnorm_fwht(float *__restrict__ r
  * chunk's blocks (chunk % block == 0) and the quantised activation as in
  * k_add_rmsnorm_fwht. Without signs the normalised chunk is written to out (and
  * quantised). One CTA per row is too little parallelism at batch 1. */
-/* TERN_CUDA_SITE=old: the one-CTA-per-row kernels (A/B) */
-static bool getenv_site_off(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_SITE");
-        v = e && !strcmp(e, "old");
-    }
-    return v == 1;
-}
 
 #define SITE_THREADS 256
 #define SITE_MAX_CHUNK 8192
@@ -247,7 +238,6 @@ static int site_split(size_t rows, size_t n, size_t block, bool rot, bool act, i
 static bool site_cluster(float *r, const float *d, const float *gain, float eps, float *normed,
                          float *rotated, size_t rows, size_t n, size_t block, const float *signs,
                          const tc_act *act) {
-    if (getenv_site_off()) return false;
     int chunk = 0;
     const int cs = site_split(rows, n, block, signs != NULL, act != NULL, &chunk);
     if (!cs) return false;
@@ -396,7 +386,7 @@ static void launch_site_reg(int cs, float *r, const float *d, const float *gain,
 static bool site_reg(float *r, const float *d, const float *gain, float eps, float *normed,
                      float *rotated, size_t rows, size_t n, size_t block, const float *signs,
                      const tc_act *act) {
-    if (tc_ops_old() || getenv_site_off()) return false;
+    if (tc_ops_old()) return false;
     int M = 0;
     const bool rot = signs != NULL;
     const int cs = site_reg_split(rows, n, block, rot, &M);
