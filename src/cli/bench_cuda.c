@@ -28,7 +28,7 @@
 #include <time.h>
 
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 #include "kernels/kernels.h"
 
 

@@ -33,7 +33,7 @@
  */
 #include "cli/cli.h"
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 #endif
 #include "kernels/kernels.h"
 #include "model/session.h" /* tm_session_fill_random (not in tern.h: a benchmark aid) */

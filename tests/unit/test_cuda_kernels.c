@@ -1,5 +1,5 @@
 /*
- * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h,
+ * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h and lab.h,
  * no back-end table): the tiled decode layout (tc_repack_tiled) and its tensor-core
  * GEMV vs float64 of the dequantized matrix on awkward sizes and batches, the
  * file-layout GEMV, embed of tiled rows, the launch counter and the
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 
 static int g_gpu;
 #define NEED_GPU() do { if (!g_gpu) SKIP("no CUDA device"); } while (0)

@@ -1,7 +1,7 @@
 /*
- * cuda.h - the C boundary of the CUDA kernels (src/kernels/cuda, sm_90).
- * Plain C types only: the model code (backend_cuda.c) calls these launchers;
- * nothing here includes the library's C headers.
+ * cuda.h - the C boundary of the CUDA kernels (src/kernels/cuda, sm_90): the
+ * launchers the back-end (backend_cuda.c) calls. Plain C types only; nothing here
+ * includes the library's C headers. Tests and benches also use lab.h.
  *
  * Every launcher queues work on one stream (the library's) and returns at once;
  * pointers are device memory unless named _host. A launch or copy that fails
@@ -54,7 +54,6 @@ int tc_upload(void *dst, const void *src_host, size_t n);
 int tc_download(void *dst_host, const void *src, size_t n);
 int tc_zero(void *p, size_t n);
 int tc_sync(void);                  /* waits for the stream; first error since the last sync */
-size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
 size_t tc_mem_free(void);           /* free device memory now (cudaMemGetInfo; 0 on error) */
 
 /* ---------------------------------------------------------------- products */
@@ -77,7 +76,6 @@ typedef struct tc_act {
 } tc_act;
 size_t tc_act_bytes(size_t batch, int64_t k);
 tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_bytes */
-void tc_quantize(const float *x, size_t xs, const tc_act *out);
 /* tc_matmul_multi with the integer path's activation given: x (fp32 rows, for
  * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
 void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
@@ -92,32 +90,9 @@ void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *
  * Synchronous; TC_ERR_UNSUPPORTED for another kind or shape, cudaErrorMemoryAllocation. */
 size_t tc_tiled_bytes(int64_t n, int64_t k);
 int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
-/* The decode GEMV on a TC_TERN128T matrix: y[b*ys + i] = sum_j W[i,j] x_b[j] for
- * the act->batch rows of the quantised activation (tensor-core integer products;
- * batch 1..8 in one pass over the weights, more in chunks of 8). tc_matmul_multi(_q)
- * call it for TC_TERN128T matrices as the chooser says (mm_choose.h). */
-void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
-/* tc_gemv_tiled over nm <= 4 TC_TERN128T matrices of act->k columns in one launch per
- * 8 batch rows (one grid over the strips of all of them: y[i][b*ys[i] + r]), at batch
- * 1..8 with the staged loops of the default variants; otherwise one tc_gemv_tiled per
- * matrix. Each output equals tc_gemv_tiled's integers; its float order depends on the
- * launch shape, chosen for the whole grid. tc_matmul_multi(_q) use it for the tiled
- * matrices of a decode call (TC_MM_TILED_MULTI). */
-void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
-                         const size_t *ys);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
 void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);
-/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
- * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
- * k % 256 == 0) or a TC_TERN128T one (tiled, k % 256 == 0: same results). mode TC_GEMM_EXACT: both activation planes, the same integers
- * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
- * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
- * Returns 1 when launched, 0 when the shape is not handled (the caller falls
- * back). The matmul chooser takes it for batch > 8 in the model's prefill mode
- * (TC_GEMM_EXACT, TC_GEMM_INT8: mm_choose.h). */
-int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
-int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
 
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
@@ -171,16 +146,6 @@ void tc_attention(const float *q, size_t q_stride, const void *kcache, const voi
 void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
                          int v_type, const float *gate, float *out, int pos0, int max_len,
                          int n_head, int n_head_kv, int head_dim, float scale);
-/* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
- * the oracle for tests and benches; 0 or -1: the default). Applies from the next
- * launch (a recorded graph keeps what it recorded). */
-int tc_attn_old(void);
-void tc_set_attn_old(int old);
-/* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
- * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
- * 16-byte aligned); 0 when it would run the old kernels or refuse. For tests. */
-int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
-                       int max_len, int n_head, int n_head_kv, int head_dim);
 
 /* The attention mixer's decode prologue for one query row in one launch (a warp
  * per q head and per kv head): q heads split from the gated projection (gated:
@@ -238,20 +203,10 @@ typedef struct tc_gdn_args {
     float eps;
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
- * Two launches (tc_gdn_chunk.cu: conv + L2 parallel over tokens, then the walk split
+ * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
  * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
- * (the reference) the older three (tc_gdn.cu: conv serial per channel, one CTA per value head). */
+ * (the reference) the older three (tc_gdn_walk.cu: conv serial per channel, one CTA per value head). */
 void tc_gdn(const tc_gdn_args *a);
-/* The two-launch path alone: 1 when it took the call (queued), 0 when the walk is
- * selected or the shape is not one it handles (dk <= 256, n_v a multiple of n_k, at
- * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
-int tc_gdn_scan(const tc_gdn_args *a);
-/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, -1 the
- * default (the scan); rpt = state rows per thread
- * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
- * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
- * other values (nothing changed). */
-int tc_gdn_config(int path, int rpt, int warps);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:
@@ -316,26 +271,14 @@ void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k
 void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
                    const tc_act *act);
 
-/* ------------------------------------------------- switches, op timing
- * tc_set_ops_old(1) runs the decode-step ops' fallback kernels (norm sites:
- * k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and SwiGLU:
- * k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize), which serve
- * the shapes the fast ones refuse, for tests and benches (0 or -1: the default).
- * tc_set_pdl(1 | 0): programmatic dependent launch (the model parameter cuda_pdl).
- * Both apply from the next launch (a recorded graph keeps what it recorded).
- * tc_mm_set_caps: the matmul chooser's prefill mode (TC_GEMM_EXACT, TC_GEMM_INT8: the
- * model parameter cuda_prefill) and forced family (TC_MM_NONE: the chooser decides). */
-int tc_ops_old(void);
-void tc_set_ops_old(int old);
+/* ------------------------------------------------------------- switches
+ * tc_set_pdl(1 | 0): programmatic dependent launch (the model parameter cuda_pdl);
+ * from the next launch (a recorded graph keeps what it recorded). tc_mm_set_caps: the
+ * matmul chooser's prefill mode (TC_GEMM_EXACT, TC_GEMM_INT8: the model parameter
+ * cuda_prefill) and forced family (TC_MM_NONE: the chooser decides; cuda_matmul).
+ * Tests and benches have more (lab.h). */
 void tc_set_pdl(int on);
 void tc_mm_set_caps(int gemm_mode, int force);
-/* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
- * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
- * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
- * and each round replays it, so launch costs are those of a decode-step graph.
- * -1 on a CUDA error (noted for tc_sync). Not while a graph is being captured. */
-typedef void (*tc_bench_fn)(void *ctx);
-double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
 
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for
@@ -357,14 +300,11 @@ void tc_graphs_invalidate(void);
 int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
 
-/* ------------------------------------------------- profiling, launch count
- * tc_launches(): kernel launches and async copies queued since the last
- * tc_launches_reset() (always counted; one add per launch). While a decode graph
- * is captured, the nodes are counted too (so a captured step reports its node count).
+/* ------------------------------------------------------------- profiling
  * Profiling (off by default; the model parameter cuda_profile turns it on): every
  * top-level launcher is bracketed by a cudaEvent pair keyed by its family; nested
  * launches count toward the outer family; nothing is recorded while capturing a
- * graph. tc_profile_report syncs the stream and folds the pending pairs.
+ * graph. tc_profile_report (lab.h) syncs the stream and folds the pending pairs.
  * Disabled cost: one branch per launcher. */
 typedef enum tc_family {
     TC_FAM_MATMUL = 0,   /* the ternary / dense products (GEMV and GEMM kernels) */
@@ -380,22 +320,7 @@ typedef enum tc_family {
     TC_FAM_REPACK,       /* load-time weight repacks */
     TC_FAM_N
 } tc_family;
-typedef struct tc_profile_entry {
-    const char *family;  /* static name */
-    double ms;           /* GPU time between the pair's events, summed */
-    uint64_t calls;
-} tc_profile_entry;
-uint64_t tc_launches(void);
-void tc_launches_reset(void);
 void tc_profile_enable(int on);  /* also resets the accumulated figures */
-int tc_profile_enabled(void);
-void tc_profile_reset(void);
-/* Fills out[0..TC_FAM_N) (families in enum order, zero calls included); returns the
- * number written (min(max, TC_FAM_N)) or -1 on a CUDA error. */
-int tc_profile_report(tc_profile_entry *out, int max);
-/* The same as text, one "family calls ms us/call share" line per family with calls,
- * then a total; returns the length it wanted (snprintf rules). */
-int tc_profile_text(char *buf, size_t n);
 
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */

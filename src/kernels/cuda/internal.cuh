@@ -6,6 +6,7 @@
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 #include "kernels/cuda/mm_choose.h"
 #include "formats/blocks.h"
 
@@ -105,6 +106,16 @@ static inline void tc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
     tc_check_launch();
 }
 
+/* The matmul's pieces in their own files (tc_actq.cu, tc_gemv_file.cu): the quantised
+ * activation of rows x (o->k) (no checks; tc_quantize checks), the file-layout
+ * ternary GEMV in the chooser's build (c.family TC_MM_T128K or TC_MM_T128; q, sx, corr
+ * the activation's planes), and the fp32-input kernels (family TC_MM_GENERIC_SK or
+ * TC_MM_GENERIC; x NULL: TC_ERR_UNSUPPORTED noted). */
+void tc_quantize_rows(const float *x, size_t xs, const tc_act *o);
+void tc_gemv_file(const tc_mat *m, const tc_mm_choice &c, const int8_t *q, const float *sx, const int *corr,
+                  size_t batch, float *y, size_t ys);
+void tc_gemv_fp32(const tc_mat *m, int family, const float *x, size_t batch, size_t xs, float *y, size_t ys);
+
 /* Blockwise Hadamard of rows x n (tc_hadamard.cu): dst = H(src*signs) forward or
  * signs*H(src) inverse, scaled by 1/sqrt(block); up: SwiGLU in the load (silu(src)*up);
  * act: the forward output quantised in the same kernel (block % 128 == 0). src may
@@ -169,32 +180,6 @@ __device__ __forceinline__ float tc_elem(int kind, const uint8_t *row, int64_t j
     }
 }
 
-/* Quantise one 128-input block held 4 per lane (v[s] = input 4*lane + s of the
- * block) into the activation layout of tc_matmul.cu (row base q, block blk). */
-#define TC_QMAX 16256.0f
-__device__ __forceinline__ void tc_actq_block(const float v[4], int lane, int8_t *qrow,
-                                              float *sx_row, int *corr_row, int blk) {
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = tc_warp_max(amax);
-    float inv = amax > 0 ? TC_QMAX / amax : 0.0f;
-    int u = lane >> 3, l8 = lane & 7;
-    int i = l8 >> 2, k = l8 & 3;
-    int8_t *ub = qrow + ((size_t)blk * 4 + u) * 64;
-    int sum = 0;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        int xq = __float2int_rn(v[s] * inv);
-        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
-        int p = i * 16 + s * 4 + k;
-        ub[p] = (int8_t)hi;
-        ub[32 + p] = (int8_t)lo;
-        sum += xq;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    if (l8 == 0) corr_row[(size_t)blk * 4 + u] = sum;
-    if (lane == 0) sx_row[blk] = amax / TC_QMAX;
-}
+#include "kernels/cuda/act.cuh"
 
 #endif

@@ -1,8 +1,9 @@
 /*
- * tc_embed.cu - embedding gather (any matrix kind in the file layout), then the
- * inverse Hadamard transform when the model is rotated.
+ * tc_embed.cu - embedding gather (any matrix kind in the file layout, and the tiled
+ * layout: tc_embed_tiled), then the inverse Hadamard transform when the model is rotated.
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gemv_tiled.h"
 
 #include <math.h>
 
@@ -41,4 +42,47 @@ extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, f
                   out + i0 * (size_t)emb->k);
     }
     if (signs) tc_fwht(out, NULL, out, n, (size_t)emb->k, block, signs, 1, NULL);
+}
+
+/* ------------------------------------------------------------ tiled rows */
+
+__global__ void k_embed_tiled(const uint8_t *__restrict__ W, int64_t K,
+                              const int32_t *__restrict__ ids, float *__restrict__ out) {
+    const int64_t r = ids[blockIdx.y], kt = tct_ktiles(K);
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        int c = (W[tct_code_byte(r, j, kt)] >> (2 * (j & 3))) & 3;
+        float d = __half2float(__ushort_as_half(*(const unsigned short *)(W + tct_scale_byte(r, j >> 7, kt))));
+        out[(size_t)blockIdx.y * K + j] = (float)(c - 1) * d;
+    }
+}
+
+extern "C" void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+                               size_t block, const float *signs) {
+    TC_PROF(TC_FAM_EMBED);
+    if (!n) return;
+    if (emb->kind != TC_TERN128T) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
+    if (!ids || n != 1) {
+        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
+        int32_t *pin = tc_pinned_ids(n);
+        if (!dids || !pin) return;
+        memcpy(pin, ids_host, n * sizeof(int32_t));
+        tc_launch_count++;
+        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     tc_stream));
+        ids = dids;
+    }
+    for (size_t i0 = 0; i0 < n; i0 += 65535) {
+        unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
+        unsigned bx = tc_blocks((size_t)emb->k, 256);
+        dim3 grid(bx < 64 ? bx : 64, m);
+        k_embed_tiled<<<grid, 256, 0, tc_stream>>>(emb->data, emb->k, ids + i0,
+                                                   out + i0 * (size_t)emb->k);
+        tc_check_launch();
+    }
+    if (signs) tc_hadamard(out, n, (size_t)emb->k, block, signs, 1);
 }

@@ -21,185 +21,11 @@
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
 #include "kernels/cuda/mm_choose.h"
+#include "kernels/cuda/ptx.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------ repack */
-
-/* One thread per (row of the padded strips, group, code byte): byte loads from the
- * file layout (any alignment; load time only). Pads stay zero (tc_malloc zeroes). */
-__global__ void k_repack_tiled(const uint8_t *__restrict__ src, size_t rb, int64_t n, int K,
-                               uint8_t *__restrict__ dst) {
-    const int G = K >> 7;
-    const int64_t kt = tct_ktiles(K);
-    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (size_t)n * (size_t)G * 32) return;
-    const int cb = (int)(id & 31);
-    const size_t rg = id >> 5;
-    const int64_t r = (int64_t)(rg / (size_t)G);
-    const int grp = (int)(rg % (size_t)G);
-    const uint8_t *b = src + (size_t)r * rb + (size_t)grp * TERN_PQ2_0_BYTES;
-    dst[tct_code_byte(r, (int64_t)grp * 128 + 4 * cb, kt)] = b[TERN_BLOCK_QS + cb];
-    if (cb < 2) dst[tct_scale_byte(r, grp, kt) + cb] = b[cb];
-}
-
-extern "C" size_t tc_tiled_bytes(int64_t n, int64_t k) { return tct_bytes(n, k); }
-
-extern "C" int tc_repack_tiled(const tc_mat *src, tc_mat *dst) {
-    TC_PROF(TC_FAM_REPACK);
-    memset(dst, 0, sizeof *dst);
-    if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) ||
-        src->n <= 0 || src->n > ((int64_t)1 << 31) - 16)
-        return TC_ERR_UNSUPPORTED;
-    size_t bytes = tct_bytes(src->n, src->k);
-    uint8_t *d = (uint8_t *)tc_malloc(bytes);
-    if (!d) return (int)cudaErrorMemoryAllocation;
-    size_t total = (size_t)src->n * (size_t)(src->k / 128) * 32;
-    k_repack_tiled<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src->data, src->row_bytes, src->n,
-                                                                (int)src->k, d);
-    tc_check_launch();
-    int e = (int)cudaStreamSynchronize(tc_stream);
-    if (!e) e = (int)cudaGetLastError();
-    if (e) {
-        tc_free(d, bytes);
-        return e;
-    }
-    dst->kind = TC_TERN128T;
-    dst->data = d;
-    dst->n = src->n;
-    dst->k = src->k;
-    dst->row_bytes = (size_t)tct_ktiles(src->k) * TCT_TILE; /* bytes per 16-row strip */
-    return 0;
-}
-
-/* ------------------------------------------------------------------- embed */
-
-__global__ void k_embed_tiled(const uint8_t *__restrict__ W, int64_t K,
-                              const int32_t *__restrict__ ids, float *__restrict__ out) {
-    const int64_t r = ids[blockIdx.y], kt = tct_ktiles(K);
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < K;
-         j += (int64_t)gridDim.x * blockDim.x) {
-        int c = (W[tct_code_byte(r, j, kt)] >> (2 * (j & 3))) & 3;
-        float d = __half2float(__ushort_as_half(*(const unsigned short *)(W + tct_scale_byte(r, j >> 7, kt))));
-        out[(size_t)blockIdx.y * K + j] = (float)(c - 1) * d;
-    }
-}
-
-extern "C" void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
-                               size_t block, const float *signs) {
-    TC_PROF(TC_FAM_EMBED);
-    if (!n) return;
-    if (emb->kind != TC_TERN128T) {
-        tc_note(TC_ERR_UNSUPPORTED);
-        return;
-    }
-    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
-    if (!ids || n != 1) {
-        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
-        int32_t *pin = tc_pinned_ids(n);
-        if (!dids || !pin) return;
-        memcpy(pin, ids_host, n * sizeof(int32_t));
-        tc_launch_count++;
-        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     tc_stream));
-        ids = dids;
-    }
-    for (size_t i0 = 0; i0 < n; i0 += 65535) {
-        unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
-        unsigned bx = tc_blocks((size_t)emb->k, 256);
-        dim3 grid(bx < 64 ? bx : 64, m);
-        k_embed_tiled<<<grid, 256, 0, tc_stream>>>(emb->data, emb->k, ids + i0,
-                                                   out + i0 * (size_t)emb->k);
-        tc_check_launch();
-    }
-    if (signs) tc_hadamard(out, n, (size_t)emb->k, block, signs, 1);
-}
-
-/* -------------------------------------------------------------------- GEMV */
-
-__device__ __forceinline__ void tct_mma(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint4 tct_ld_stream(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint2 tct_ld_stream2(const void *p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "l"(p));
-    return v;
-}
-
-/* Activation words: volatile so that the loads of one group are not hoisted above
- * the previous group's arithmetic (register pressure). L1-cached (shared by all the
- * warps of an SM that work on the same inputs). */
-__device__ __forceinline__ int4 tct_ld_act(const void *p) {
-    int4 v;
-    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float tct_ld_f(const float *p) {
-    float v;
-    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-
-/* The refill loads of the branch-free loop (SA 2): predicated in the instruction, so
- * that no branch splits the unrolled tiles (ptxas schedules within a basic block:
- * the groups' mma chains interleave only if nothing branches between them). The
- * registers keep their value when p is 0. */
-__device__ __forceinline__ void tct_ld_stream_p(uint4 &v, const void *p, int pr) {
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-                 "@q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "l"(p), "r"(pr));
-}
-__device__ __forceinline__ void tct_ld_stream2_p(uint2 &v, const void *p, int pr) {
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %3, 0;\n\t"
-                 "@q ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n\t}"
-                 : "+r"(v.x), "+r"(v.y)
-                 : "l"(p), "r"(pr));
-}
-
-/* A bulk prefetch of [p, p + bytes) into L2 (sm_90; p and bytes multiples of 16). */
-__device__ __forceinline__ void tct_prefetch_l2(const void *p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-/* SA: the activation staged in shared memory (32-bit shared addresses). */
-__device__ __forceinline__ int4 tct_lds4(uint32_t a) {
-    int4 v;
-    asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(a));
-    return v;
-}
-__device__ __forceinline__ int2 tct_lds2(uint32_t a) {
-    int2 v;
-    asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ void tct_sts4(uint32_t a, int4 v) {
-    asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w)
-                 : "memory");
-}
-__device__ __forceinline__ void tct_cp16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
 
 /* Shared-memory image of the activation rows a CTA reads (SA): nbr batch rows of
  * q at row stride 2K + 16 (the 16 bytes put batch rows b and b+1 of a warp's B
@@ -385,7 +211,7 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
         const int qc = K >> 3; /* 16-byte chunks per batch row of q */
         for (int i = threadIdx.x; i < nbr * qc; i += blockDim.x) {
             const int b = i / qc, c = i - b * qc;
-            tct_cp16(s_q + (uint32_t)(b * RS + 16 * c), q + (size_t)b * (size_t)K * 2 + 16 * (size_t)c);
+            cp_async16(s_q + (uint32_t)(b * RS + 16 * c), q + (size_t)b * (size_t)K * 2 + 16 * (size_t)c);
         }
         /* per (batch row, group) 16 bytes: {sx, 0} (the hi columns of NB4) then
          * {sx, corr summed over the group's 4 units}, at s_c */
@@ -463,12 +289,12 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
                 for (int e = 0; e < 2; e++) {
                     if (e == 1 && odd && last && j1 == KT) break;
                     const int4 *qp = (const int4 *)(pq + u * 512 + e * 256);
-                    const int4 h0 = tct_ld_act(qp);
-                    const int4 h1 = tct_ld_act(qp + 1);
+                    const int4 h0 = tc_ld_act(qp);
+                    const int4 h1 = tc_ld_act(qp + 1);
                     int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
                     if (NB8) {
-                        l0 = tct_ld_act(qp + 2);
-                        l1 = tct_ld_act(qp + 3);
+                        l0 = tc_ld_act(qp + 2);
+                        l1 = tc_ld_act(qp + 3);
                     }
                     int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
                     uint32_t a[4];
@@ -486,8 +312,8 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
                     if (NB8) tct_mma(L, a, l1.z, l1.w);
                     int c0 = 0, c1 = 0;
                     if (wantc) {
-                        const int4 ca = tct_ld_act(pc0 + 8 * u + 4 * e);
-                        const int4 cb = tct_ld_act(pc1 + 8 * u + 4 * e);
+                        const int4 ca = tc_ld_act(pc0 + 8 * u + 4 * e);
+                        const int4 cb = tc_ld_act(pc1 + 8 * u + 4 * e);
                         c0 = (ca.x + ca.y) + (ca.z + ca.w);
                         c1 = (cb.x + cb.y) + (cb.z + cb.w);
                     }

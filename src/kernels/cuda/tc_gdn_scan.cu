@@ -1,7 +1,7 @@
 /*
- * tc_gdn_chunk.cu - the GDN chunk path (tc_gdn, prefill: rows >= 1) in two launches,
+ * tc_gdn_scan.cu - the GDN chunk path (tc_gdn, prefill: rows >= 1) in two launches,
  * the default since 2026-12 (tc_gdn_config(0, ..), a lab function, runs the walk of
- * tc_gdn.cu, the reference):
+ * tc_gdn_walk.cu, the reference):
  *
  *   k_gdn_conv_l2   causal depthwise conv over (conv state ++ rows) + SiLU, parallel
  *                   over tokens (CTA = one q head, one k head or 128 value channels,
@@ -30,7 +30,7 @@
  *   of column j0 + jc in registers (RPT of them; rows >= dk are zero);
  *   per token: s = S*decay (stored), partial kv and sq over its rows (4 chains), xor-
  *   shuffle sums over the L lanes (all lanes get the same bits), d, S += k d, o.
- * fp32 throughout, as the walk of tc_gdn.cu: only the summation order of kv, sq and k.q
+ * fp32 throughout, as the walk of tc_gdn_walk.cu: only the summation order of kv, sq and k.q
  * differs (rounding level; test_cuda_kernels gdn_chunk_vs_f64_and_walk bounds it).
  * Latency: no global access inside the token loop. The chunk's rows are staged in
  * sub-chunks of GS_TS tokens by cp.async into a double buffer (q, k of the key head,
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
 
 /* ------------------------------------------------------------------ host */
 
-static int g_path = 1; /* 0 the walk (tc_gdn.cu, the oracle); 1 the scan (tc_gdn_config) */
+static int g_path = 1; /* 0 the walk (tc_gdn_walk.cu, the oracle); 1 the scan (tc_gdn_config) */
 static int g_rpt, g_wpc;
 
 static bool gs_valid(int rpt, int wpc) {
