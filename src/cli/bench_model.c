@@ -253,32 +253,33 @@ int tern_bench_model(int argc, char **argv) {
     (void)profile;
     (void)pprof;
 #if defined(TERN_HAVE_CUDA)
-    if (info->device_bytes > 0) {
+    if (info->device_bytes > 0 && tm_backend_cuda_ctx(m->be)) {
         tern_session *ps = NULL;
         const int steps = 8;
+        tc_ctx *tc = tm_backend_cuda_ctx(m->be); /* the model's device context */
         if ((st = tern_session_new(m, &sp, &ps))) goto lib_err;
         ps->graph_state = -1; /* this session op by op (no step graph): launches counted, profiled */
-        if (profile) tc_profile_enable(1); /* the prefill of the prompt, op by op */
+        if (profile) tc_profile_enable(tc, 1); /* the prefill of the prompt, op by op */
         st = tern_session_eval(ps, ids, (size_t)np, NULL);
         if (profile) {
-            if (!st) tc_profile_text(pprof, sizeof pprof);
-            tc_profile_enable(0);
+            if (!st) tc_profile_text(tc, pprof, sizeof pprof);
+            tc_profile_enable(tc, 0);
         }
         if (!st) {
             int32_t pt = (int32_t)argmax(tern_session_logits(ps), V);
-            if (profile) tc_profile_enable(1);
-            tc_launches_reset();
+            if (profile) tc_profile_enable(tc, 1);
+            tc_launches_reset(tc);
             for (int i = 0; i < steps && !st; i++) {
                 st = tern_session_eval(ps, &pt, 1, NULL);
                 pt = (int32_t)argmax(tern_session_logits(ps), V);
             }
-            launches = (double)tc_launches() / steps;
+            launches = (double)tc_launches(tc) / steps;
             if (profile) {
                 tc_profile_entry pe[TC_FAM_N];
-                const int ne = tc_profile_report(pe, TC_FAM_N);
+                const int ne = tc_profile_report(tc, pe, TC_FAM_N);
                 for (int i = 0; i < ne; i++) kernel_ms += pe[i].ms / steps;
-                tc_profile_text(prof, sizeof prof);
-                tc_profile_enable(0);
+                tc_profile_text(tc, prof, sizeof prof);
+                tc_profile_enable(tc, 0);
             }
         }
         tern_session_free(ps);

@@ -209,6 +209,9 @@ tern_pool *tm_backend_cpu_pool(const tm_backend *be);
 /* the entries' constructors (backend_cpu.c, backend_cuda.c) */
 tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
+/* The CUDA back-end's device context (kernels/cuda/cuda.h), for benchmarks that call the
+ * kernel layer beside a model (launch counts, profiles); NULL for another back-end. */
+struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be);
 bool tm_backend_cuda_present(const char **what);
 const char *tm_backend_cuda_device(void); /* the GPU's name ("" when none) */
 /* Tensor parallel (backend_tp.c): n shards of back-end `spec`; after the model is

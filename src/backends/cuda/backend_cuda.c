@@ -10,11 +10,15 @@
 #include "model/session.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #if defined(TERN_HAVE_CUDA)
 
 #include "kernels/cuda/cuda.h"
+
+/* the back-end's CUDA context (every launcher takes it first) */
+static tc_ctx *tcx(const tm_backend *be);
 
 static tern_status cu_status(int err, const char *what) {
     if (!err) return TERN_OK;
@@ -48,7 +52,7 @@ static void cu_matmul(tm_backend *be, const tern_qmat *w, const float *x, size_t
                       size_t xs, float *y, size_t ys) {
     (void)be;
     tc_mat m = to_mat(w);
-    tc_matmul_multi(1, &m, x, batch, xs, &y, &ys);
+    tc_matmul_multi(tcx(be), 1, &m, x, batch, xs, &y, &ys);
 }
 
 static void cu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, const float *x,
@@ -58,26 +62,26 @@ static void cu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, co
     TERN_ASSERT(n > 0 && n <= 8);
     for (int i = 0; i < n; i++) m[i] = to_mat(w[i]);
     /* the integer path quantises the activation once for all matrices of one kind */
-    tc_matmul_multi(n, m, x, batch, xs, y, ys);
+    tc_matmul_multi(tcx(be), n, m, x, batch, xs, y, ys);
 }
 
 static void cu_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                         const float *signs) {
     (void)be;
-    tc_hadamard(x, rows, n, block, signs, 0);
+    tc_hadamard(tcx(be), x, rows, n, block, signs, 0);
 }
 
 static void cu_add_rmsnorm_hadamard(tm_backend *be, float *r, const float *d, const float *gain,
                                     float eps, float *normed, float *rotated, size_t rows,
                                     size_t n, size_t block, const float *signs) {
     (void)be;
-    tc_add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs);
+    tc_add_rmsnorm_hadamard(tcx(be), r, d, gain, eps, normed, rotated, rows, n, block, signs);
 }
 
 static void cu_swiglu_hadamard(tm_backend *be, const float *gate, const float *up, float *out,
                                size_t rows, size_t n, size_t block, const float *signs) {
     (void)be;
-    tc_swiglu_hadamard(gate, up, out, rows, n, block, signs);
+    tc_swiglu_hadamard(tcx(be), gate, up, out, rows, n, block, signs);
 }
 
 static tern_status cu_embed(tm_backend *be, const tern_qmat *emb, const int32_t *ids, size_t n,
@@ -88,26 +92,26 @@ static tern_status cu_embed(tm_backend *be, const tern_qmat *emb, const int32_t 
             return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %lld)", (int)ids[i],
                              (long long)emb->n);
     tc_mat m = to_mat(emb);
-    if (m.kind == TC_TERN128T) tc_embed_tiled(&m, ids, n, out, block, signs);
-    else tc_embed(&m, ids, n, out, block, signs);
+    if (m.kind == TC_TERN128T) tc_embed_tiled(tcx(be), &m, ids, n, out, block, signs);
+    else tc_embed(tcx(be), &m, ids, n, out, block, signs);
     return TERN_OK;
 }
 
 static void cu_head_rmsnorm(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads,
                             int hd, const float *gain, float eps) {
     (void)be;
-    tc_head_rmsnorm(x, rows, stride, n_heads, hd, gain, eps);
+    tc_head_rmsnorm(tcx(be), x, rows, stride, n_heads, hd, gain, eps);
 }
 
 static void cu_rope(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads, int hd,
                     int rot, int pos0, float theta) {
     (void)be;
-    tc_rope(x, rows, stride, n_heads, hd, rot, pos0, theta);
+    tc_rope(tcx(be), x, rows, stride, n_heads, hd, rot, pos0, theta);
 }
 
 static void cu_attention(tm_backend *be, const tm_attn_args *a) {
     (void)be;
-    tc_attention(a->q, a->q_stride, a->kcache, a->vcache, (int)a->k_type, (int)a->v_type, a->out,
+    tc_attention(tcx(be), a->q, a->q_stride, a->kcache, a->vcache, (int)a->k_type, (int)a->v_type, a->out,
                  a->rows, a->pos0, a->n_head, a->n_head_kv, a->head_dim, a->scale);
 }
 
@@ -120,33 +124,33 @@ static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
                      .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                      .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
                      .eps = a->eps};
-    tc_gdn(&g);
+    tc_gdn(tcx(be), &g);
 }
 
 static void cu_copy_rows(tm_backend *be, float *dst, size_t ds, const float *src, size_t ss,
                          size_t rows, size_t n) {
     (void)be;
-    tc_copy_rows(dst, ds, src, ss, rows, n);
+    tc_copy_rows(tcx(be), dst, ds, src, ss, rows, n);
 }
 static void cu_split_heads(tm_backend *be, const float *src, size_t rows, int n_heads, int hd,
                            float *a, float *b) {
     (void)be;
-    tc_split_heads(src, rows, n_heads, hd, a, b);
+    tc_split_heads(tcx(be), src, rows, n_heads, hd, a, b);
 }
 static void cu_mul_sigmoid(tm_backend *be, float *x, const float *g, size_t rows, size_t n) {
     (void)be;
-    tc_mul_sigmoid(x, g, rows, n);
+    tc_mul_sigmoid(tcx(be), x, g, rows, n);
 }
 static void cu_permute(tm_backend *be, const float *src, float *dst, size_t rows, int n_k, int n_v,
                        int dv) {
     (void)be;
-    tc_permute_tiled_grouped(src, dst, rows, n_k, n_v, dv);
+    tc_permute_tiled_grouped(tcx(be), src, dst, rows, n_k, n_v, dv);
 }
 /* f32, f16, bf16 and q8_0 caches (kv_types below; TC_KV_* numbering = tern_kv_type) */
 static void cu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
                         const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
     (void)be;
-    tc_kv_store(kc, vc, (int)kt, (int)vt, k, v, kvw, rows, pos0);
+    tc_kv_store(tcx(be), kc, vc, (int)kt, (int)vt, k, v, kvw, rows, pos0);
 }
 
 static const tm_ops g_cuda_ops = {
@@ -171,6 +175,7 @@ static const tm_ops g_cuda_ops = {
 
 typedef struct cuda_backend {
     tm_backend base;
+    tc_ctx *tc;       /* the device's context: stream, error, workspaces, caches */
     int device;
     bool graphs;      /* the model parameter cuda_graphs */
     tc_mm_caps mm;    /* the matmul chooser's caps (prefill mode, forced family) */
@@ -193,14 +198,17 @@ typedef struct cuda_backend {
     int attn_max_ctx;
 } cuda_backend;
 
+static tc_ctx *tcx(const tm_backend *be) { return ((const cuda_backend *)be)->tc; }
+
 static void cu_destroy(tm_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
-    if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
-    if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
+    if (c->act_buf) tc_free(tcx(be), c->act_buf, c->act_bytes);
+    if (c->ptr_dev) tc_free(tcx(be), c->ptr_dev, c->ptr_n * sizeof(float *));
     free(c->ptr_pin);
     free(c->ptr_tmp);
-    if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+    if (c->attn_dev) tc_free(tcx(be), c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
     free(c->attn_host);
+    tc_ctx_free(c->tc);
     free(be);
 }
 /* One pass reads the weights once for all its rows (docs/performance.md, H200). */
@@ -216,31 +224,31 @@ static int cu_chunk_hint(const tm_backend *be) {
 }
 static void *cu_alloc(tm_backend *be, size_t n) {
     (void)be;
-    return tc_malloc(n);
+    return tc_malloc(tcx(be), n);
 }
 static void cu_free(tm_backend *be, void *p, size_t n) {
     (void)be;
-    tc_free(p, n);
+    tc_free(tcx(be), p, n);
 }
 static tern_status cu_upload(tm_backend *be, void *dst, const void *src, size_t n) {
     (void)be;
-    return cu_status(tc_upload(dst, src, n), "upload");
+    return cu_status(tc_upload(tcx(be), dst, src, n), "upload");
 }
 static tern_status cu_download(tm_backend *be, void *dst, const void *src, size_t n) {
     (void)be;
-    return cu_status(tc_download(dst, src, n), "download");
+    return cu_status(tc_download(tcx(be), dst, src, n), "download");
 }
 static tern_status cu_zero(tm_backend *be, void *p, size_t n) {
     (void)be;
-    return cu_status(tc_zero(p, n), "memset");
+    return cu_status(tc_zero(tcx(be), p, n), "memset");
 }
 static uint64_t cu_mem_available(const tm_backend *be) {
     (void)be;
-    return tc_mem_free();
+    return tc_mem_free(tcx(be));
 }
 static tern_status cu_sync(tm_backend *be) {
     (void)be;
-    return cu_status(tc_sync(), "forward pass");
+    return cu_status(tc_sync(tcx(be)), "forward pass");
 }
 /* the state is kept fully applied: nothing beside S */
 static size_t cu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
@@ -254,16 +262,16 @@ typedef struct cu_graph {
     size_t ptr_bytes;
 } cu_graph;
 
-static void cu_graph_free(cu_graph *cg) {
+static void cu_graph_free(tc_ctx *tc, cu_graph *cg) {
     if (!cg) return;
     if (cg->g) tc_graph_free(cg->g);
-    if (cg->ptrs) tc_free(cg->ptrs, cg->ptr_bytes);
+    if (cg->ptrs) tc_free(tc, cg->ptrs, cg->ptr_bytes);
     free(cg);
 }
 
 static void cu_session_release(tm_backend *be, tern_session *s) {
     (void)be;
-    cu_graph_free(s->graph);
+    cu_graph_free(tcx(be), s->graph);
     s->graph = NULL;
 }
 
@@ -276,10 +284,10 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
     if (w->layout != TERN_LAYOUT_ROWS || !tc_mm_repack_tiled(kind_of(w->type), w->n, w->k, &c->mm))
         return TERN_OK;
     tc_mat src = to_mat(w), dst;
-    int e = tc_repack_tiled(&src, &dst);
+    int e = tc_repack_tiled(tcx(be), &src, &dst);
     if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
     if (e) return cu_status(e, "repacking a matrix on the device");
-    tc_free((void *)w->data, *bytes);
+    tc_free(tcx(be), (void *)w->data, *bytes);
     *bytes = tc_tiled_bytes(w->n, w->k);
     w->data = dst.data;
     w->row_bytes = dst.row_bytes;
@@ -308,9 +316,9 @@ static const tc_act *act_for(cuda_backend *c, size_t rows, int64_t k, tc_act *vi
     size_t need = tc_act_bytes(rows, k);
     if (need > c->act_bytes) {
         if (c->recording) return NULL;
-        if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
-        tc_graphs_invalidate(); /* recorded graphs hold the old address */
-        c->act_buf = tc_malloc(need);
+        if (c->act_buf) tc_free(c->tc, c->act_buf, c->act_bytes);
+        tc_graphs_invalidate(c->tc); /* recorded graphs hold the old address */
+        c->act_buf = tc_malloc(c->tc, need);
         c->act_bytes = c->act_buf ? need : 0;
         if (!c->act_buf) return NULL;
     }
@@ -332,18 +340,18 @@ static const tc_act *cu_site(cuda_backend *c, const tm_step *st, const float *ga
     const tern_model *m = w->m;
     const size_t E = (size_t)m->hp.n_embd;
     const tc_act *act = act_for(c, (size_t)st->T, (int64_t)E, view);
-    tc_add_rmsnorm_hadamard_q(w->x, first ? NULL : w->delta, gain, m->hp.eps, w->normed, w->rot,
+    tc_add_rmsnorm_hadamard_q(c->tc, w->x, first ? NULL : w->delta, gain, m->hp.eps, w->normed, w->rot,
                               (size_t)st->T, E, (size_t)m->had_block, tm_model_signs(m, (int64_t)E),
                               act);
     return act;
 }
 
-static void mm(int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
+static void mm(cuda_backend *c, int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
                size_t xs, float *const *y, const size_t *ys) {
     tc_mat mt[8];
     for (int i = 0; i < n; i++) mt[i] = to_mat(w[i]);
-    if (act && all_int(n, w)) tc_matmul_multi_q(n, mt, act, x, xs, y, ys);
-    else tc_matmul_multi(n, mt, x, batch, xs, y, ys);
+    if (act && all_int(n, w)) tc_matmul_multi_q(c->tc, n, mt, act, x, xs, y, ys);
+    else tc_matmul_multi(c->tc, n, mt, x, batch, xs, y, ys);
 }
 
 static void attn_ops(const tm_step *st, const tm_layer *l);
@@ -362,7 +370,7 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
                               pickw(&l->wv, &l->fast_wv, dec)};
     float *y3[3] = {w->big0, w->kbuf, w->vbuf};
     size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
-    mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
+    mm(c, 3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
     const bool dec_ops = R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0;
     if (dec_ops && c->attn_cur) {
         /* a batch step (attn_tab took it): the same two ops for
@@ -376,8 +384,8 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
                                 .gate_out = hp->attn_gate ? w->big2 : NULL, .n_head = NH, .n_head_kv = NKV,
                                 .head_dim = HD, .rope_dims = hp->rope_dims, .k_type = (int)s0->k_type,
                                 .v_type = (int)s0->v_type};
-        tc_attn_prep_batch(&pa, st->n_seq, &bt);
-        tc_attention_decode_batch(w->big1, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? w->big2 : NULL,
+        tc_attn_prep_batch(tcx(be), &pa, st->n_seq, &bt);
+        tc_attention_decode_batch(tcx(be), w->big1, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? w->big2 : NULL,
                                   w->big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
     } else if (dec_ops) {
         /* decode: per session the fused prologue (split, q/k norms, RoPE, KV store),
@@ -394,8 +402,8 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
                                     .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
                                     .n_head_kv = NKV, .head_dim = HD, .rope_dims = hp->rope_dims,
                                     .k_type = (int)s->k_type, .v_type = (int)s->v_type};
-            tc_attn_prep(&pa);
-            tc_attention_decode(qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+            tc_attn_prep(tcx(be), &pa);
+            tc_attention_decode(tcx(be), qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
     } else {
@@ -405,10 +413,10 @@ static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) 
     const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
     tc_act oview;
     const tc_act *oact = all_int(1, &wo) ? act_for(c, (size_t)T, (int64_t)qw, &oview) : NULL;
-    tc_hadamard_q(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), oact);
+    tc_hadamard_q(tcx(be), w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), oact);
     float *yo[1] = {w->delta};
     size_t yso[1] = {(size_t)E};
-    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)qw, yo, yso);
+    mm(c, 1, &wo, oact, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
 /* the attention mixer's middle op by op (prefill chunks; decode shapes the fused
@@ -421,33 +429,33 @@ static void attn_ops(const tm_step *st, const tm_layer *l) {
     const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
     float *q = w->big0, *gate = NULL;
     if (hp->attn_gate) {
-        tc_split_heads(w->big0, (size_t)T, NH, HD, w->big1, w->big2);
+        tc_split_heads(tcx(st->w->m->be), w->big0, (size_t)T, NH, HD, w->big1, w->big2);
         q = w->big1;
         gate = w->big2;
     }
-    tc_head_rmsnorm(q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, hp->eps);
-    tc_head_rmsnorm(w->kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, hp->eps);
+    tc_head_rmsnorm(tcx(st->w->m->be), q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, hp->eps);
+    tc_head_rmsnorm(tcx(st->w->m->be), w->kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, hp->eps);
     bool gated = false;
     for (int i = 0; i < st->n_seq; i++) {
         tern_session *s = st->ss[i];
         const int pos0 = s->pos;
         float *qi = q + (size_t)i * qw, *ki = w->kbuf + (size_t)i * kvw, *vi = w->vbuf + (size_t)i * kvw;
-        tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
-        tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
+        tc_rope(tcx(st->w->m->be), qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
+        tc_rope(tcx(st->w->m->be), ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
         uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
         uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
         const int kt = (int)s->k_type, vt = (int)s->v_type;
-        tc_kv_store(kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
+        tc_kv_store(tcx(st->w->m->be), kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
         float *oi = w->big3 + (size_t)i * qw;
         if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */
-            tc_attention_decode(qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
+            tc_attention_decode(tcx(st->w->m->be), qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
                                 NH, NKV, HD, 1.0f / sqrtf((float)HD));
             gated = true;
         } else {
-            tc_attention(qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+            tc_attention(tcx(st->w->m->be), qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
         }
     }
-    if (gate && !gated) tc_mul_sigmoid(w->big3, gate, (size_t)T, (size_t)qw);
+    if (gate && !gated) tc_mul_sigmoid(tcx(st->w->m->be), w->big3, gate, (size_t)T, (size_t)qw);
 }
 
 /* The GDN state pointers of a step's sessions, [n_gdn][2][n], as a device table for
@@ -465,11 +473,11 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     size_t n = (size_t)st->n_seq, L = (size_t)hp->n_gdn_layers, need = L * 2 * n;
     if (!c->ptr_dev) {
         size_t cap = L * 2 * CU_MAX_SEQ;
-        c->ptr_dev = tc_malloc(cap * sizeof(float *));
+        c->ptr_dev = tc_malloc(c->tc, cap * sizeof(float *));
         c->ptr_pin = malloc(cap * sizeof(float *));
         c->ptr_tmp = malloc(cap * sizeof(float *));
         if (!c->ptr_dev || !c->ptr_pin || !c->ptr_tmp) {
-            if (c->ptr_dev) tc_free(c->ptr_dev, cap * sizeof(float *));
+            if (c->ptr_dev) tc_free(c->tc, c->ptr_dev, cap * sizeof(float *));
             free(c->ptr_pin);
             free(c->ptr_tmp);
             c->ptr_dev = c->ptr_pin = c->ptr_tmp = NULL;
@@ -489,16 +497,16 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
         }
     const size_t bytes = need * sizeof(float *);
     if (own) {
-        own->ptrs = tc_malloc(bytes);
+        own->ptrs = tc_malloc(c->tc, bytes);
         if (!own->ptrs) return false;
         own->ptr_bytes = bytes;
-        if (tc_upload(own->ptrs, t, bytes)) return false;
+        if (tc_upload(c->tc, own->ptrs, t, bytes)) return false;
         c->ptr_cur = own->ptrs;
         return true;
     }
     if (c->ptr_used != need || memcmp(c->ptr_pin, t, bytes)) {
         c->ptr_used = 0;
-        if (tc_upload(c->ptr_dev, t, bytes)) return false;
+        if (tc_upload(c->tc, c->ptr_dev, t, bytes)) return false;
         memcpy(c->ptr_pin, t, bytes);
         c->ptr_used = need;
     }
@@ -524,7 +532,7 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     const tern_qmat *w2[2] = {pickw(&l->wqkv, &l->fast_wqkv, dec), pickw(&l->wz, &l->fast_wz, dec)};
     float *y2[2] = {w->big0, w->big1};
     size_t ys2[2] = {(size_t)C, (size_t)VW};
-    mm(2, w2, act, mm_in(m, w), (size_t)T, (size_t)E, y2, ys2);
+    mm(c, 2, w2, act, mm_in(m, w), (size_t)T, (size_t)E, y2, ys2);
     float *a = w->ab, *b = w->ab + (size_t)T * nv;
     const tern_qmat *wab[2] = {&l->wa, &l->wb};
     /* dense a/b gates (f32/f16/bf16): projected inside the step's kernel (ab_w below);
@@ -533,7 +541,7 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
     if (!ab_dense) {
         float *yab[2] = {a, b};
         size_t ysab[2] = {(size_t)nv, (size_t)nv};
-        mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
+        mm(c, 2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
     }
     const size_t n = (size_t)st->n_seq, g = (size_t)l->gdn_index;
     /* the output's permute, transform and quantisation in the step's second kernel */
@@ -555,11 +563,11 @@ static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
         ga.ab_x = w->normed;
         ga.ab_x_stride = (size_t)E;
     }
-    tc_gdn_step(&ga);
+    tc_gdn_step(tcx(be), &ga);
     const tern_qmat *wo = pickw(&l->wout, &l->fast_wout, dec);
     float *yo[1] = {w->delta};
     size_t yso[1] = {(size_t)E};
-    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)VW, yo, yso);
+    mm(c, 1, &wo, oact, w->big3, (size_t)T, (size_t)VW, yo, yso);
 }
 
 static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
@@ -573,15 +581,15 @@ static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
     const tern_qmat *wgu[2] = {pickw(&l->wgate, &l->fast_wgate, dec), pickw(&l->wup, &l->fast_wup, dec)};
     float *ygu[2] = {w->big0, w->big1};
     size_t ysgu[2] = {(size_t)F, (size_t)F};
-    mm(2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
+    mm(c, 2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
     const tern_qmat *wd = pickw(&l->wdown, &l->fast_wdown, dec);
     tc_act view2;
     const tc_act *act2 = (wd->layout == CU_LAYOUT_T) ? act_for(c, (size_t)T, F, &view2) : NULL;
-    tc_swiglu_hadamard_q(w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
+    tc_swiglu_hadamard_q(tcx(be), w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
                          tm_model_signs(m, F), act2);
     float *yd[1] = {w->delta};
     size_t ysd[1] = {(size_t)E};
-    mm(1, &wd, act2, w->big2, (size_t)T, (size_t)F, yd, ysd);
+    mm(c, 1, &wd, act2, w->big2, (size_t)T, (size_t)F, yd, ysd);
 }
 
 /* The logits land in the session's device rows and come home once per step. */
@@ -626,17 +634,17 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
             return;
         if (s->n_ctx > max_ctx) max_ctx = s->n_ctx;
     }
-    if (!tc_attention_decode_batch_ok((int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
+    if (!tc_attention_decode_batch_ok(c->tc, (int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
                                       hp->head_dim))
         return;
     if ((size_t)st->n_seq > c->attn_cap) {
-        if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+        if (c->attn_dev) tc_free(c->tc, c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
         free(c->attn_host);
         c->attn_cap = 0;
-        c->attn_dev = tc_malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
+        c->attn_dev = tc_malloc(c->tc, (size_t)st->n_seq * sizeof(tc_attn_seq));
         c->attn_host = malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
         if (!c->attn_dev || !c->attn_host) {
-            if (c->attn_dev) tc_free(c->attn_dev, (size_t)st->n_seq * sizeof(tc_attn_seq));
+            if (c->attn_dev) tc_free(c->tc, c->attn_dev, (size_t)st->n_seq * sizeof(tc_attn_seq));
             free(c->attn_host);
             c->attn_dev = c->attn_host = NULL;
             return;
@@ -647,7 +655,7 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
         const tern_session *s = st->ss[i];
         c->attn_host[i] = (tc_attn_seq){.kcache = s->kcache, .vcache = s->vcache, .pos0 = s->pos, .n_ctx = s->n_ctx};
     }
-    if (tc_upload(c->attn_dev, c->attn_host, (size_t)st->n_seq * sizeof(tc_attn_seq))) return;
+    if (tc_upload(c->tc, c->attn_dev, c->attn_host, (size_t)st->n_seq * sizeof(tc_attn_seq))) return;
     c->attn_cur = c->attn_dev;
     c->attn_max_ctx = max_ctx;
 }
@@ -679,9 +687,9 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     tern_status e;
     if (s->graph) {
         cu_graph *cg = s->graph;
-        e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
+        e = cu_status(tc_graph_run(tcx(be), cg->g, s->pos, token, s->logits, &ran), "graph replay");
         if (e || ran) return e;
-        cu_graph_free(cg); /* stale: record again */
+        cu_graph_free(tcx(be), cg); /* stale: record again */
         s->graph = NULL;
     } else if (s->graph_state == 0) {
         s->graph_state = 1;
@@ -693,12 +701,12 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     if (need_ptrs && !gdn_ptrs(c, st, cg)) {
         e = tern_fail(TERN_ERR_INTERNAL, "CUDA: GDN state table for a step graph");
     } else {
-        e = cu_status(tc_graph_begin(s->pos, token, V, &cg->g), "graph capture");
+        e = cu_status(tc_graph_begin(tcx(be), s->pos, token, V, &cg->g), "graph capture");
         if (!e) {
             c->recording = true;
             e = layers(be, st);
             c->recording = false;
-            tern_status e2 = cu_status(tc_graph_end(cg->g, s->dlogits), "graph capture");
+            tern_status e2 = cu_status(tc_graph_end(tcx(be), cg->g, s->dlogits), "graph capture");
             if (e2) cg->g = NULL; /* freed by tc_graph_end */
             if (!e) e = e2;
         } else {
@@ -707,14 +715,14 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     }
     c->ptr_cur = NULL;
     if (e) {
-        cu_graph_free(cg);
+        cu_graph_free(tcx(be), cg);
         tern_log(TERN_LOG_WARN, "step graphs off for this session: %s", tern_last_error());
         tern_clear_error();
         s->graph_state = -1;
         return plain(be, st, layers);
     }
     s->graph = cg;
-    e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
+    e = cu_status(tc_graph_run(tcx(be), cg->g, s->pos, token, s->logits, &ran), "graph replay");
     if (e || ran) return e;
     return plain(be, st, layers);
 }
@@ -751,11 +759,12 @@ static const tm_backend_vt g_cuda_vt = {
 };
 
 bool tm_backend_cuda_present(const char **what) {
+    static _Thread_local char name[256];
     if (tc_device_count() < 1) {
         if (what) *what = "no CUDA device";
         return false;
     }
-    if (what) *what = tc_init() == 0 ? tc_device_name() : "CUDA device not usable";
+    if (what) *what = tc_device_describe(0, name, sizeof name) == 0 ? name : "CUDA device not usable";
     return true;
 }
 
@@ -764,9 +773,17 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     int dev = p ? p->device_index : 0;
     int n = tc_device_count();
     if (n < 1) return tern_fail(TERN_ERR_UNSUPPORTED, "CUDA: no CUDA device found");
-    if (dev != 0)
-        return tern_fail(TERN_ERR_UNSUPPORTED, "CUDA: device %d: this build drives GPU 0 only (%d present)",
-                         dev, n);
+    if (dev < 0 || dev >= n) { /* name the devices there are */
+        char list[1024] = "", one[300];
+        for (int i = 0; i < n && i < 16; i++) {
+            char nm[256];
+            tc_device_describe(i, nm, sizeof nm);
+            snprintf(one, sizeof one, "%scuda:%d %s", i ? ", " : "", i, nm);
+            strncat(list, one, sizeof list - strlen(list) - 1);
+        }
+        return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: device cuda:%d: this machine has %d CUDA device%s: %s", dev, n,
+                         n == 1 ? "" : "s", list);
+    }
     int force = TC_MM_NONE;
     if (p && p->cuda_matmul && *p->cuda_matmul && (force = tc_mm_family_of(p->cuda_matmul)) <= TC_MM_NONE)
         return tern_fail(TERN_ERR_INVALID_ARG,
@@ -774,32 +791,50 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
                          "t128, generic_sk, generic)", p->cuda_matmul);
     if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
         return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
-    tern_status st = cu_status(tc_init(), "initialising device 0");
+    tc_ctx *tc = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "initialising device cuda:%d", dev);
+    tern_status st = cu_status(tc_ctx_new(dev, &tc), what);
     if (st) return st;
     cuda_backend *c = calloc(1, sizeof *c);
-    if (!c) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    if (!c) {
+        tc_ctx_free(tc);
+        return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    }
     c->base.vt = &g_cuda_vt;
     c->base.ops = &g_cuda_ops;
+    c->tc = tc;
     c->device = dev;
     c->graphs = !(p && p->cuda_graphs_off);
     c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
                          .force = force};
-    /* process-wide in the kernels for now (one device context per process) */
-    tc_mm_set_caps(c->mm.gemm_mode, c->mm.force);
-    tc_set_pdl(!(p && p->cuda_pdl_off));
-    if (p && p->cuda_profile) tc_profile_enable(1);
+    tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);
+    tc_set_pdl(c->tc, !(p && p->cuda_pdl_off));
+    if (p && p->cuda_profile) tc_profile_enable(c->tc, 1);
     if (force != TC_MM_NONE)
         tern_log(TERN_LOG_INFO, "CUDA: matmul family forced to %s (cuda_matmul, an A/B run)", tc_mm_name(force));
     *out = &c->base;
     return TERN_OK;
 }
 
-const char *tm_backend_cuda_device(void) { return tc_device_name(); }
+const char *tm_backend_cuda_device(void) {
+    static _Thread_local char name[256];
+    return tc_device_describe(0, name, sizeof name) == 0 ? name : "";
+}
+
+struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
+    return be && be->vt == &g_cuda_vt ? ((cuda_backend *)be)->tc : NULL;
+}
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
     if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
     if (!device || strncmp(device, "cuda", 4) || tc_device_count() < 1) return 0;
-    return tc_read_ceiling_gbps(bytes, passes);
+    int dev = device[4] == ':' ? atoi(device + 5) : 0;
+    tc_ctx *tc = NULL;
+    if (tc_ctx_new(dev, &tc)) return 0;
+    double g = tc_read_ceiling_gbps(tc, bytes, passes);
+    tc_ctx_free(tc);
+    return g;
 }
 
 #else
@@ -818,6 +853,11 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
 }
 
 const char *tm_backend_cuda_device(void) { return ""; }
+
+struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
+    (void)be;
+    return NULL;
+}
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
     if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);

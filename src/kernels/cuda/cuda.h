@@ -3,7 +3,7 @@
  * launchers the back-end (backend_cuda.c) calls. Plain C types only; nothing here
  * includes the library's C headers. Tests and benches also use lab.h.
  *
- * Every launcher queues work on one stream (the library's) and returns at once;
+ * Every launcher queues work on its context's stream and returns at once;
  * pointers are device memory unless named _host. A launch or copy that fails
  * records the first error (sticky), which tc_sync() returns and clears.
  * Return codes: 0 = OK, otherwise a cudaError_t value (or TC_ERR_UNSUPPORTED);
@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define TC_ERR_UNSUPPORTED 100000 /* a shape the kernels do not handle */
-#define TC_ERR_OLD_GPU 100001     /* tc_init: the GPU is older than sm_90 */
+#define TC_ERR_OLD_GPU 100001     /* tc_ctx_new: the GPU is older than sm_90 */
 
 /* Matrix kinds (the loader's dtypes, as the kernels see them). */
 typedef enum tc_kind {
@@ -43,22 +43,35 @@ typedef struct tc_mat {
     size_t row_bytes;
 } tc_mat;
 
-/* ---------------------------------------------------------------- device */
+/* ---------------------------------------------------------------- device
+ * A context per device (tc_ctx: the device, its stream, sticky error, workspaces,
+ * step-graph words, switches, occupancy and launch-shape caches, profile), made by
+ * the back-end and passed to every launcher that touches the device. A context is
+ * driven by one thread at a time; contexts are independent (two models on one GPU
+ * from two threads, or one model per GPU). */
+typedef struct tc_ctx tc_ctx;
 int tc_device_count(void);          /* 0 when there is no driver or no device */
-int tc_init(void);                  /* device 0, the stream; idempotent */
-const char *tc_device_name(void);
+/* "NAME (sm_XY, N SMs, G GiB)" of device i into buf; 0, TC_ERR_OLD_GPU (older than
+ * sm_90) or a cudaError_t. */
+int tc_device_describe(int device, char *buf, size_t n);
+/* A context on device (0..tc_device_count()-1): the device set, a non-blocking stream.
+ * cudaErrorInvalidDevice for another index, TC_ERR_OLD_GPU before sm_90. */
+int tc_ctx_new(int device, tc_ctx **out);
+void tc_ctx_free(tc_ctx *cx);      /* waits for its stream, frees what it holds */
+int tc_device(tc_ctx *cx);          /* its device index */
+const char *tc_device_name(tc_ctx *cx);
 const char *tc_error_string(int err);
-void *tc_malloc(size_t n);          /* device memory (zeroed); NULL on failure */
-void tc_free(void *p, size_t n);   /* n: the size given to tc_malloc */
-int tc_upload(void *dst, const void *src_host, size_t n);
-int tc_download(void *dst_host, const void *src, size_t n);
-int tc_zero(void *p, size_t n);
-int tc_sync(void);                  /* waits for the stream; first error since the last sync */
-size_t tc_mem_free(void);           /* free device memory now (cudaMemGetInfo; 0 on error) */
+void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL on failure */
+void tc_free(tc_ctx *cx, void *p, size_t n);   /* n: the size given to tc_malloc */
+int tc_upload(tc_ctx *cx, void *dst, const void *src_host, size_t n);
+int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n);
+int tc_zero(tc_ctx *cx, void *p, size_t n);
+int tc_sync(tc_ctx *cx);                  /* waits for the stream; first error since the last sync */
+size_t tc_mem_free(tc_ctx *cx);           /* free device memory now (cudaMemGetInfo; 0 on error) */
 
 /* ---------------------------------------------------------------- products */
 /* y[b*ys + i] = sum_j W[i,j] x[b*xs + j] for each of the nm matrices (same k). */
-void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+void tc_matmul_multi(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                      float *const *y, const size_t *ys);
 
 /* A quantised activation (the integer path's input: 14-bit hi/lo planes, one
@@ -78,7 +91,7 @@ size_t tc_act_bytes(size_t batch, int64_t k);
 tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_bytes */
 /* tc_matmul_multi with the integer path's activation given: x (fp32 rows, for
  * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
-void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
                        float *const *y, const size_t *ys);
 
 /* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
@@ -89,37 +102,37 @@ void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *
  * dst->row_bytes = bytes per strip. Free with tc_free(dst->data, tc_tiled_bytes()).
  * Synchronous; TC_ERR_UNSUPPORTED for another kind or shape, cudaErrorMemoryAllocation. */
 size_t tc_tiled_bytes(int64_t n, int64_t k);
-int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
+int tc_repack_tiled(tc_ctx *cx, const tc_mat *src, tc_mat *dst);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
-void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+void tc_embed_tiled(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);
 
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
  * x <- signs*FWHT(x)/sqrt(block). rows of n contiguous floats. */
-void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse);
+void tc_hadamard(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse);
 /* r += d (d may be NULL); out = rmsnorm(r)*gain, where out is normed (or rotated if
  * normed is NULL); rotated = H(out) when rotated && signs. */
-void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+void tc_add_rmsnorm_hadamard(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                              float *normed, float *rotated, size_t rows, size_t n,
                              size_t block, const float *signs);
-void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
+void tc_swiglu_hadamard(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows, size_t n,
                         size_t block, const float *signs);
 /* The same, also writing act (rows x n) = quantised final output (rotated, or
  * out / normed without signs); quantised in the FWHT kernel when block % 128 == 0,
  * else by one tc_quantize launch. act may be NULL (= the plain launcher). */
-void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+void tc_add_rmsnorm_hadamard_q(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                                float *normed, float *rotated, size_t rows, size_t n,
                                size_t block, const float *signs, const tc_act *act);
-void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows, size_t n,
+void tc_swiglu_hadamard_q(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows, size_t n,
                           size_t block, const float *signs, const tc_act *act);
 /* out[i] = row ids_host[i] of emb (ids already range-checked), then the inverse
  * transform when signs. */
-void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
+void tc_embed(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
               const float *signs);
-void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+void tc_head_rmsnorm(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd,
                      const float *gain, float eps);
-void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
+void tc_rope(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
              float theta);
 /* KV cache element types (k_type / v_type arguments below): the numbering of
  * kernels.h tern_kv_type; all four are read and written here (rows of
@@ -127,7 +140,7 @@ void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
  * the CPU's layout and rounding, and need head_dim % 32 == 0), other numbers give
  * TC_ERR_UNSUPPORTED. */
 enum { TC_KV_F32 = 0, TC_KV_F16 = 1, TC_KV_BF16 = 2, TC_KV_Q8_0 = 3, TC_KV_Q8_BLOCK = 32 };
-void tc_attention(const float *q, size_t q_stride, const void *kcache, const void *vcache,
+void tc_attention(tc_ctx *cx, const float *q, size_t q_stride, const void *kcache, const void *vcache,
                   int k_type, int v_type, float *out, int rows, int pos0, int n_head,
                   int n_head_kv, int head_dim, float scale);
 
@@ -143,7 +156,7 @@ void tc_attention(const float *q, size_t q_stride, const void *kcache, const voi
  * positions (doubled until there are at most 2048). CTAs past pos0 exit. max_len (the
  * cache capacity) fixes the grid, so a captured graph serves every position (pos0 read
  * from the graph's device word when capturing). Two launches; head_dim <= 256. */
-void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
+void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache, int k_type,
                          int v_type, const float *gate, float *out, int pos0, int max_len,
                          int n_head, int n_head_kv, int head_dim, float scale);
 
@@ -166,7 +179,7 @@ typedef struct tc_attn_prep_args {
     int pos0, n_head, n_head_kv, head_dim, rope_dims;
     int k_type, v_type; /* TC_KV_* */
 } tc_attn_prep_args;
-void tc_attn_prep(const tc_attn_prep_args *a);
+void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a);
 
 /* The decode attention of n sequences in one launch per op (a batch step): sequence i
  * has its q / gate / output rows at i * q_stride, its projection rows at i * qg_stride
@@ -189,9 +202,9 @@ typedef struct tc_attn_bat {
     size_t k_row, v_row;
     size_t qg_stride, kv_stride, q_stride, part_stride;
 } tc_attn_bat;
-void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
-int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
-void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out, int n,
+void tc_attn_prep_batch(tc_ctx *cx, const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
+int tc_attention_decode_batch_ok(tc_ctx *cx, int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
+void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type, int v_type, const float *gate, float *out, int n,
                                const tc_attn_bat *bt, int max_ctx, int n_head, int n_head_kv, int head_dim,
                                float scale);
 
@@ -206,7 +219,7 @@ typedef struct tc_gdn_args {
  * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
  * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
  * (the reference) the older three (tc_gdn_walk.cu: conv serial per channel, one CTA per value head). */
-void tc_gdn(const tc_gdn_args *a);
+void tc_gdn(tc_ctx *cx, const tc_gdn_args *a);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:
@@ -251,24 +264,24 @@ typedef struct tc_gdn_step_args {
     const float *ab_x;
     size_t ab_x_stride;
 } tc_gdn_step_args;
-void tc_gdn_step(const tc_gdn_step_args *a);
+void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 
-void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
+void tc_copy_rows(tc_ctx *cx, float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
 /* KV cache store: kc/vc are the layer's caches [n_ctx][kvw] of types k_type /
  * v_type (TC_KV_*; f16/bf16 rounded to nearest even, q8_0 quantised per 32 values
  * like the CPU's tern_kv_store, kvw % 32 == 0); float rows k/v go to
  * positions pos0.. (the device position in a step graph). */
-void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
+void tc_kv_store(tc_ctx *cx, void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
                  size_t kvw, size_t rows, int pos0);
-void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
-void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
-void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
+void tc_split_heads(tc_ctx *cx, const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
+void tc_mul_sigmoid(tc_ctx *cx, float *x, const float *g, size_t rows, size_t n);
+void tc_permute_tiled_grouped(tc_ctx *cx, const float *src, float *dst, size_t rows, int n_k, int n_v,
                               int dv);
 
 /* The forward tc_hadamard that also writes act (rows x n): the quantised output, in
  * the transform's kernel when block % 128 == 0 (else one tc_quantize launch). act NULL:
  * tc_hadamard. Lets the matmul after it take the activation (tc_matmul_multi_q). */
-void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
+void tc_hadamard_q(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs,
                    const tc_act *act);
 
 /* ------------------------------------------------------------- switches
@@ -277,8 +290,8 @@ void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *s
  * matmul chooser's prefill mode (TC_GEMM_EXACT, TC_GEMM_INT8: the model parameter
  * cuda_prefill) and forced family (TC_MM_NONE: the chooser decides; cuda_matmul).
  * Tests and benches have more (lab.h). */
-void tc_set_pdl(int on);
-void tc_mm_set_caps(int gemm_mode, int force);
+void tc_set_pdl(tc_ctx *cx, int on);
+void tc_mm_set_caps(tc_ctx *cx, int gemm_mode, int force);
 
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for
@@ -290,14 +303,14 @@ void tc_mm_set_caps(int gemm_mode, int force);
  * records them unless the model parameter cuda_graphs is false. */
 typedef struct tc_graph tc_graph;
 /* Allocate the graph's pinned buffers, set the step's values, begin capturing. */
-int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out);
+int tc_graph_begin(tc_ctx *cx, int pos0, int32_t token, size_t n_vocab, tc_graph **out);
 /* Queue the logits copy, end capturing, instantiate. On error the graph is freed. */
-int tc_graph_end(tc_graph *g, const float *dlogits);
+int tc_graph_end(tc_ctx *cx, tc_graph *g, const float *dlogits);
 /* Mark every recorded graph stale (a buffer they read was reallocated). */
-void tc_graphs_invalidate(void);
+void tc_graphs_invalidate(tc_ctx *cx);
 /* Run one step: 0 and *ran = 1 when replayed (logits_host filled); *ran = 0 when the
  * graph is stale (the caller captures again). */
-int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
+int tc_graph_run(tc_ctx *cx, tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
 
 /* ------------------------------------------------------------- profiling
@@ -320,11 +333,11 @@ typedef enum tc_family {
     TC_FAM_REPACK,       /* load-time weight repacks */
     TC_FAM_N
 } tc_family;
-void tc_profile_enable(int on);  /* also resets the accumulated figures */
+void tc_profile_enable(tc_ctx *cx, int on);  /* also resets the accumulated figures */
 
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
-double tc_read_ceiling_gbps(size_t bytes, int passes);
+double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /*
- * internal.cuh - shared by the CUDA kernel files: the library's stream, the
- * sticky error, a grow-only device workspace, and small device helpers.
+ * internal.cuh - shared by the CUDA kernel files: the context (stream, sticky error,
+ * grow-only workspaces, caches), launch helpers, and small device helpers.
  */
 #ifndef TERN_KERNELS_CUDA_INTERNAL_CUH
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
@@ -16,24 +16,90 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern cudaStream_t tc_stream;
+/* ------------------------------------------------------------ the context
+ * tc_ctx (cuda.h: opaque): everything the kernels keep per device, owned by the
+ * back-end that made it (tc_ctx_new) and passed to every launcher. A launcher makes it
+ * the thread's current context for its duration (TC_CTX: tc_cur, thread-local, the
+ * previous one restored on return), so the internal helpers below (tc_note,
+ * tc_workspace, tc_launch...) need no argument. One context is driven by one thread
+ * at a time (the model's evaluation lock); two contexts, on one device or two, by two
+ * threads at once. Nothing of it is process-global. */
+#define TC_PROF_SLOTS 4096
+#define TC_MEMO 64
+struct tc_ctx {
+    int device;
+    cudaStream_t stream;
+    int err;                     /* the first error since the last tc_sync */
+    char name[256];              /* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" */
+    int sms;
+    size_t bytes;                /* bytes held through tc_malloc */
+    void *ws[4];                 /* tc_workspace slots (grow-only) */
+    size_t ws_n[4];
+    unsigned ws_gen;             /* bumped when a workspace moves: graphs are then stale */
+    int32_t *pin_ids;            /* pinned staging for embed's ids */
+    size_t pin_ids_n;
+    int *step_dev, *step_pin;    /* a graph's step words: [0] position, [1] token */
+    const int *dyn_pos;          /* while capturing a step graph: the device words */
+    const int32_t *dyn_ids;
+    int pdl;                     /* programmatic dependent launch (tc_set_pdl) */
+    tc_mm_caps mm;               /* the matmul chooser's caps (tc_mm_set_caps) */
+    int ops_old, attn_old;       /* lab switches (tc_set_ops_old, tc_set_attn_old) */
+    int gdn_path, gdn_rpt, gdn_wpc; /* tc_gdn_config */
+    int *gdn_cnt;                /* the GDN step's cluster counters (tc_gdn_step.cu) */
+    uint64_t launches;           /* launches and async copies queued (tc_launches) */
+    /* per-device caches: kernels whose attributes are set, occupancy and launch shapes */
+    struct { const void *fn; long long v; } attr[TC_MEMO];
+    int n_attr;
+    struct { const void *fn; int threads; size_t smem; int occ; } occ[4 * TC_MEMO];
+    int n_occ;
+    struct { const void *fn; long long a, b; size_t smem; int x, y; } shape[TC_MEMO];
+    int n_shape;
+    /* profiling (tc_profile_*) */
+    int prof_on, prof_depth, pn, pmade;
+    cudaEvent_t pev[TC_PROF_SLOTS][2];
+    int pfam[TC_PROF_SLOTS];
+    double pms[TC_FAM_N];
+    uint64_t pcalls[TC_FAM_N];
+};
+extern thread_local tc_ctx *tc_cur;
+struct tc_ctx_scope {
+    tc_ctx *prev;
+    explicit tc_ctx_scope(tc_ctx *c) : prev(tc_cur) {
+        tc_cur = c;
+        int d = -1;
+        if (c && prev != c && (cudaGetDevice(&d) != cudaSuccess || d != c->device)) cudaSetDevice(c->device);
+    }
+    ~tc_ctx_scope() { tc_cur = prev; }
+};
+#define TC_CTX(cx) tc_ctx_scope tc_ctx_s_(cx)
+/* The context's memo of kernel attributes: 1 the first time fn is asked with value v
+ * (the caller then sets it), 0 after (cudaFuncSetAttribute is per device). */
+static inline bool tc_attr_once(const void *fn, long long v) {
+    tc_ctx *c = tc_cur;
+    for (int i = 0; i < c->n_attr; i++)
+        if (c->attr[i].fn == fn && c->attr[i].v >= v) return false;
+    if (c->n_attr < TC_MEMO) {
+        c->attr[c->n_attr].fn = fn;
+        c->attr[c->n_attr].v = v;
+        c->n_attr++;
+    }
+    return true;
+}
+
 /* Record err (first one wins) when it is not cudaSuccess. */
 void tc_note(int err);
-/* Launches (and async copies) queued: tc_launches(). */
-extern uint64_t tc_launch_count;
 /* Check the last launch (and count it). */
 static inline void tc_check_launch(void) {
-    tc_launch_count++;
+    tc_cur->launches++;
     tc_note((int)cudaGetLastError());
 }
 /* Profiling: TC_PROF(TC_FAM_x) at the top of a launcher brackets the rest of the
  * function with an event pair (only when enabled, at nesting depth 0, not capturing). */
-extern int tc_prof_on;
 int tc_prof_start(int fam); /* slot >= 0, or -1: nested / capturing (depth counted) */
 void tc_prof_stop(int slot);
 struct tc_prof_guard {
     int slot; /* -2: profiling was off at entry */
-    explicit tc_prof_guard(int fam) : slot(tc_prof_on ? tc_prof_start(fam) : -2) {}
+    explicit tc_prof_guard(int fam) : slot(tc_cur->prof_on ? tc_prof_start(fam) : -2) {}
     ~tc_prof_guard() {
         if (slot != -2) tc_prof_stop(slot);
     }
@@ -42,10 +108,6 @@ struct tc_prof_guard {
 /* Scratch of at least n bytes for the stream's current work (slot 0..3, grow-only;
  * growing waits for the stream first). NULL on failure (error noted). */
 void *tc_workspace(int slot, size_t n);
-/* Step values while capturing a decode graph (NULL otherwise): device words the
- * graph fills at each replay. */
-extern const int *tc_dyn_pos;
-extern const int32_t *tc_dyn_ids;
 /* Pinned host staging for embed's ids (grow-only; NULL on failure, error noted). */
 int32_t *tc_pinned_ids(size_t n);
 
@@ -70,12 +132,16 @@ __device__ __forceinline__ void tc_pdl_trigger(void) {
 #endif
 }
 /* 1 when PDL launches are on (tc_set_pdl: the model parameter cuda_pdl, default on). */
-int tc_pdl_on(void);
-/* Streaming multiprocessors of the device (132 until tc_init has read them). */
-int tc_sm_count(void);
+static inline int tc_pdl_on(void) { return tc_cur->pdl; }
+/* Streaming multiprocessors of the context's device. */
+static inline int tc_sm_count(void) { return tc_cur->sms > 0 ? tc_cur->sms : 132; }
 /* The matmul chooser's caps now (tc_mm_set_caps and the SM count). */
-tc_mm_caps tc_mm_caps_now(void);
-/* Launch kern<<<grid, block, smem, tc_stream>>>(args...) with the PDL attribute when
+static inline tc_mm_caps tc_mm_caps_now(void) {
+    tc_mm_caps c = tc_cur->mm;
+    c.sms = tc_sm_count();
+    return c;
+}
+/* Launch kern<<<grid, block, smem, tc_cur->stream>>>(args...) with the PDL attribute when
  * tc_pdl_on() (and, when cluster > 1, a cluster of that many CTAs along x); counted
  * and checked like tc_check_launch. The kernel must follow the tc_pdl_wait rule. */
 template <typename... KArgs, typename... Args>
@@ -85,7 +151,7 @@ static inline void tc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = tc_stream;
+    cfg.stream = tc_cur->stream;
     cudaLaunchAttribute at[2];
     unsigned n = 0;
     if (tc_pdl_on()) {

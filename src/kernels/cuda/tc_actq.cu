@@ -37,12 +37,13 @@ extern "C" tc_act tc_act_view(void *buf, size_t batch, int64_t k) {
 void tc_quantize_rows(const float *x, size_t xs, const tc_act *o) {
     size_t warps = o->batch * (size_t)(o->k / 128);
     if (!warps) return;
-    k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)o->k, o->batch, o->q,
+    k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_cur->stream>>>(x, xs, (int)o->k, o->batch, o->q,
                                                                  o->sx, o->corr);
     tc_check_launch();
 }
 
-extern "C" void tc_quantize(const float *x, size_t xs, const tc_act *out) {
+extern "C" void tc_quantize(tc_ctx *cx, const float *x, size_t xs, const tc_act *out) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ACTQ);
     if (out->k % 128) {
         tc_note(TC_ERR_UNSUPPORTED);

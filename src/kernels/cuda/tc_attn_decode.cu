@@ -412,27 +412,15 @@ __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float
     }
 }
 
-static int g_attn_old; /* tc_set_attn_old: the old kernels as the oracle (tests, benches) */
-extern "C" int tc_attn_old(void) { return g_attn_old; }
-extern "C" void tc_set_attn_old(int old) { g_attn_old = old > 0; }
-
-static int ag_sm_count(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0, c = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c < 1)
-            c = 132;
-        n = c;
-    }
-    return n;
-}
+/* tc_set_attn_old: the old kernels as the oracle (tests, benches); per context */
+extern "C" int tc_attn_old(tc_ctx *cx) { return cx->attn_old; }
+extern "C" void tc_set_attn_old(tc_ctx *cx, int old) { cx->attn_old = old > 0; }
 
 /* The GQA kernel's shape: query heads per CTA (*gc, its template size *GC) and chunks
  * per group (*hch), the splits. 0 when it does not take the call (the old kernels do). */
 static int ag_plan(int k_type, int v_type, const void *kc, const void *vc, int max_len, int n_head,
                    int n_head_kv, int hd, int *GC, int *hch, int *splits) {
-    if (tc_attn_old() || k_type != v_type) return 0;
+    if (tc_attn_old(tc_cur) || k_type != v_type) return 0;
     if (hd != 32 && hd != 64 && hd != 128 && hd != 256) return 0;
     if (k_type != TC_KV_Q8_0 && (((uintptr_t)kc | (uintptr_t)vc) & 15)) return 0;
     const int G = n_head / n_head_kv;
@@ -442,7 +430,7 @@ static int ag_plan(int k_type, int v_type, const void *kc, const void *vc, int m
     while (gcs[t] < gc) t++;
     if ((long long)n_head_kv * ch > 65535) return 0;
     const long long ctas = (long long)n_head_kv * ch;
-    long long s = (8LL * ag_sm_count() + ctas - 1) / ctas; /* ~8 CTAs per SM when all spans are used */
+    long long s = (8LL * tc_sm_count() + ctas - 1) / ctas; /* ~8 CTAs per SM when all spans are used */
     const long long need = ((long long)max_len + AG_SPAN_MIN - 1) / AG_SPAN_MIN;
     if (s > need) s = need;
     if (s > AG_MAX_SPLITS) s = AG_MAX_SPLITS;
@@ -472,11 +460,11 @@ static void attn_decode_old(const float *q, const void *kcache, const void *vcac
         using KT = typename std::remove_pointer<decltype(k0)>::type;
         using VT = typename std::remove_pointer<decltype(v0)>::type;
         tc_launch(k_attn_split<KT, VT>, grid, dim3(ATT_WARPS * 32), 0, 1,
-            q, (const KT *)kcache, (const VT *)vcache, part, pos0, tc_dyn_pos, n_head, n_head_kv,
+            q, (const KT *)kcache, (const VT *)vcache, part, pos0, tc_cur->dyn_pos, n_head, n_head_kv,
             head_dim, scale, splits, span);
     });
     tc_launch(k_attn_merge, dim3((unsigned)n_head), dim3((head_dim + 31) / 32 * 32), 0, 1,
-        part, gate, out, pos0, tc_dyn_pos, head_dim, splits, span);
+        part, gate, out, pos0, tc_cur->dyn_pos, head_dim, splits, span);
 }
 
 /* ag_plan after the arguments' checks (0 for arguments the kernels do not take). */
@@ -488,8 +476,9 @@ static int ag_plan_checked(int k_type, int v_type, const void *kcache, const voi
     return ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, GC, hch, splits);
 }
 
-extern "C" int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
+extern "C" int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void *kcache, const void *vcache,
                                   int max_len, int n_head, int n_head_kv, int head_dim) {
+    TC_CTX(cx);
     int GC, hch, splits;
     return ag_plan_checked(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
                            &splits);
@@ -501,7 +490,7 @@ static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const v
                       int hch, const tc_attn_bat &bt) {
 #define AG_L(n)                                                                                      \
     tc_launch(k_attn_gqa<T, n, B>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
-              part, pos0, B ? (const int *)NULL : tc_dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
+              part, pos0, B ? (const int *)NULL : tc_cur->dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
     switch (GC) {
     case 1: AG_L(1); break;
     case 2: AG_L(2); break;
@@ -525,18 +514,19 @@ static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *
     default: ag_launch<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
     }
     tc_launch(k_attn_gqa_merge<B>, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32), (unsigned)n),
-              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, B ? (const int *)NULL : tc_dyn_pos,
+              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, B ? (const int *)NULL : tc_cur->dyn_pos,
               head_dim, splits, bt);
 }
 
-extern "C" void tc_attention_decode(const float *q, const void *kcache, const void *vcache,
+extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
                                     int k_type, int v_type, const float *gate, float *out,
                                     int pos0, int max_len, int n_head, int n_head_kv,
                                     int head_dim, float scale) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ATTENTION);
     if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
         !att_types_ok(k_type, v_type, head_dim) ||
-        n_head % n_head_kv || max_len < 1 || (!tc_dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
+        n_head % n_head_kv || max_len < 1 || (!tc_cur->dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
@@ -557,14 +547,16 @@ extern "C" void tc_attention_decode(const float *q, const void *kcache, const vo
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
 alignas(16) static const uint8_t g_ag_aligned[16] = {0};
 
-extern "C" int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv,
+extern "C" int tc_attention_decode_batch_ok(tc_ctx *cx, int k_type, int v_type, int max_ctx, int n_head, int n_head_kv,
                                             int head_dim) {
-    return tc_attn_decode_gqa(k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim);
+    TC_CTX(cx);
+    return tc_attn_decode_gqa(tc_cur, k_type, v_type, g_ag_aligned, g_ag_aligned, max_ctx, n_head, n_head_kv, head_dim);
 }
 
-extern "C" void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out,
+extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type, int v_type, const float *gate, float *out,
                                           int n, const tc_attn_bat *bt, int max_ctx, int n_head,
                                           int n_head_kv, int head_dim, float scale) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ATTENTION);
     int GC, hch, splits;
     if (n < 1 || n > 65535 || !bt || !bt->seqs || bt->q_stride < (size_t)n_head * head_dim ||

@@ -23,9 +23,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attention(const float *__res
     att_merge_warps(w, hd, out + (size_t)i * nh * hd + (size_t)h * hd, true, NULL, NULL);
 }
 
-extern "C" void tc_attention(const float *q, size_t q_stride, const void *kcache,
+extern "C" void tc_attention(tc_ctx *cx, const float *q, size_t q_stride, const void *kcache,
                              const void *vcache, int k_type, int v_type, float *out, int rows,
                              int pos0, int n_head, int n_head_kv, int head_dim, float scale) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ATTENTION);
     if (rows <= 0) return;
     if (head_dim > ATT_EPL * 32 || n_head > 65535 || !att_types_ok(k_type, v_type, head_dim)) {
@@ -37,7 +38,7 @@ extern "C" void tc_attention(const float *q, size_t q_stride, const void *kcache
         using KT = typename std::remove_pointer<decltype(k0)>::type;
         using VT = typename std::remove_pointer<decltype(v0)>::type;
         tc_launch(k_attention<KT, VT>, grid, dim3(ATT_WARPS * 32), 0, 1,
-            q, q_stride, (const KT *)kcache, (const VT *)vcache, out, pos0, tc_dyn_pos, n_head,
+            q, q_stride, (const KT *)kcache, (const VT *)vcache, out, pos0, tc_cur->dyn_pos, n_head,
             n_head_kv, head_dim, scale);
     });
 }

@@ -81,20 +81,22 @@ __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int
     }
 }
 
-extern "C" void tc_attn_prep(const tc_attn_prep_args *a) {
+extern "C" void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ROPE);
     if (a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 || a->n_head_kv < 1 ||
         a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
         !att_types_ok(a->k_type, a->v_type, a->head_dim) ||
-        (!tc_dyn_pos && a->pos0 < 0)) {
+        (!tc_cur->dyn_pos && a->pos0 < 0)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    tc_launch(k_attn_prep<false>, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_dyn_pos,
+    tc_launch(k_attn_prep<false>, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_cur->dyn_pos,
               tc_attn_bat{});
 }
 
-extern "C" void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt) {
+extern "C" void tc_attn_prep_batch(tc_ctx *cx, const tc_attn_prep_args *a, int n, const tc_attn_bat *bt) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ROPE);
     if (n < 1 || n > 65535 || !bt || !bt->seqs || a->head_dim < 1 || a->head_dim > ATT_EPL * 32 ||
         a->n_head < 1 || a->n_head_kv < 1 || a->rope_dims < 0 || a->rope_dims > a->head_dim ||

@@ -19,20 +19,21 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
         out[(size_t)blockIdx.y * K + j] = tc_elem(kind, row, j);
 }
 
-extern "C" void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+extern "C" void tc_embed(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                          size_t block, const float *signs) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_EMBED);
     if (!n) return;
-    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
+    const int32_t *ids = tc_cur->dyn_ids; /* capturing a step graph: the token is a device word */
     if (!ids || n != 1) {
         int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
         int32_t *pin = tc_pinned_ids(n);
         if (!dids || !pin) return;
         /* the previous chunk ended with a sync: nothing still reads the pinned ids */
         memcpy(pin, ids_host, n * sizeof(int32_t));
-        tc_launch_count++;
+        tc_cur->launches++;
         tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     tc_stream));
+                                     tc_cur->stream));
         ids = dids;
     }
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
@@ -57,32 +58,33 @@ __global__ void k_embed_tiled(const uint8_t *__restrict__ W, int64_t K,
     }
 }
 
-extern "C" void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+extern "C" void tc_embed_tiled(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                                size_t block, const float *signs) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_EMBED);
     if (!n) return;
     if (emb->kind != TC_TERN128T) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    const int32_t *ids = tc_dyn_ids; /* capturing a step graph: the token is a device word */
+    const int32_t *ids = tc_cur->dyn_ids; /* capturing a step graph: the token is a device word */
     if (!ids || n != 1) {
         int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
         int32_t *pin = tc_pinned_ids(n);
         if (!dids || !pin) return;
         memcpy(pin, ids_host, n * sizeof(int32_t));
-        tc_launch_count++;
+        tc_cur->launches++;
         tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     tc_stream));
+                                     tc_cur->stream));
         ids = dids;
     }
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         unsigned bx = tc_blocks((size_t)emb->k, 256);
         dim3 grid(bx < 64 ? bx : 64, m);
-        k_embed_tiled<<<grid, 256, 0, tc_stream>>>(emb->data, emb->k, ids + i0,
+        k_embed_tiled<<<grid, 256, 0, tc_cur->stream>>>(emb->data, emb->k, ids + i0,
                                                    out + i0 * (size_t)emb->k);
         tc_check_launch();
     }
-    if (signs) tc_hadamard(out, n, (size_t)emb->k, block, signs, 1);
+    if (signs) tc_hadamard(tc_cur, out, n, (size_t)emb->k, block, signs, 1);
 }

@@ -229,7 +229,8 @@ static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
  * output stage), the last-CTA flag. dk <= 128, dv <= 128 with dv % 4 == 0, conv_k <= 4.
  */
 #define GDN_CNT 16384 /* sessions x key heads the counter buffer covers */
-static int *g_gdn_cnt;
+/* the counters: the context's gdn_cnt (GDN_CNT ints, zeroed, allocated at the first
+ * step that is not being captured, kept with the context) */
 
 /* conv of one channel: K-1 state values st and their weights wt (K <= 4), the
  * input x and its weight wl, then SiLU; the sums of k_gdn_step_conv in the same order */
@@ -493,15 +494,12 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
 template <int KMAX, bool XF, bool AB>
 static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
     if (AB) {
-        static bool attr;
-        if (!attr) {
-            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, GDN_AB_SMEM);
-            attr = true;
-        }
+        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB>, GDN_AB_SMEM))
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 GDN_AB_SMEM);
     }
     tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
-              smem, cs, *a, C, g_gdn_cnt);
+              smem, cs, *a, C, tc_cur->gdn_cnt);
 }
 
 /* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the
@@ -522,18 +520,18 @@ static void launch_fused(const tc_gdn_step_args *a, int C, int cs, bool ab) {
 /* the one-kernel step takes the shape, and its counters exist (allocated, zeroed, at
  * the first call that is not being captured into a graph) */
 static bool fused_ok(const tc_gdn_step_args *a) {
-    if (tc_ops_old() || a->dk > 128 || a->dv > 128 || a->dv % 4 || a->conv_k > 4 ||
+    if (tc_ops_old(tc_cur) || a->dk > 128 || a->dv > 128 || a->dv % 4 || a->conv_k > 4 ||
         (size_t)a->n * (size_t)a->n_k > GDN_CNT)
         return false;
-    if (!g_gdn_cnt) {
+    if (!tc_cur->gdn_cnt) {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(tc_stream, &cap) != cudaSuccess ||
+        if (cudaStreamIsCapturing(tc_cur->stream, &cap) != cudaSuccess ||
             cap != cudaStreamCaptureStatusNone) {
             cudaGetLastError();
             return false;
         }
-        g_gdn_cnt = (int *)tc_malloc(GDN_CNT * sizeof(int)); /* zeroed; kept for the process */
-        if (!g_gdn_cnt) return false;
+        tc_cur->gdn_cnt = (int *)tc_malloc(tc_cur, GDN_CNT * sizeof(int)); /* zeroed; freed with the context */
+        if (!tc_cur->gdn_cnt) return false;
     }
     return true;
 }
@@ -560,7 +558,8 @@ static int xf_cluster(const tc_gdn_step_args *a) {
     return B / dv;
 }
 
-extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
+extern "C" void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_GDN);
     if (a->n <= 0) return;
     const int VW = a->n_v * a->dv;
@@ -585,7 +584,7 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     if (ab_in && !ab_k) { /* the projections first, into a and b */
         float *y[2] = {(float *)a->a, (float *)a->b};
         const size_t ys[2] = {a->ab_stride, a->ab_stride};
-        tc_matmul_multi(2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
+        tc_matmul_multi(tc_cur, 2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
     }
     if (fused) {
         if (a->dk <= 32) launch_fused<32>(&b, C, b.signs ? cs : 0, ab_k);
@@ -604,8 +603,8 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
                                        (size_t)a->block, a->signs);
         tc_fwht(a->out, NULL, a->out, (size_t)a->n, (size_t)VW, (size_t)a->block, a->signs, 0,
                 fq ? &a->act : NULL);
-        if (a->act.q && !fq) tc_quantize(a->out, (size_t)VW, &a->act);
+        if (a->act.q && !fq) tc_quantize(tc_cur, a->out, (size_t)VW, &a->act);
     } else if (a->act.q && !act_in) {
-        tc_quantize(a->out, a->out_stride, &a->act);
+        tc_quantize(tc_cur, a->out, a->out_stride, &a->act);
     }
 }

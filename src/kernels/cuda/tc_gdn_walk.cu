@@ -126,10 +126,11 @@ static void gdn_rec(const tc_gdn_args *a, int C) {
     tc_launch(k_gdn_rec<KMAX>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
 }
 
-extern "C" void tc_gdn(const tc_gdn_args *a) {
+extern "C" void tc_gdn(tc_ctx *cx, const tc_gdn_args *a) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_GDN);
     if (a->rows <= 0) return;
-    if (tc_gdn_scan(a)) return; /* tc_gdn_scan.cu; tc_gdn_config(0, ..): the walk below */
+    if (tc_gdn_scan(tc_cur, a)) return; /* tc_gdn_scan.cu; tc_gdn_config(0, ..): the walk below */
     const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
     if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
         tc_note(TC_ERR_UNSUPPORTED);

@@ -322,16 +322,16 @@ __global__ void __launch_bounds__(256, 1)
 template <int PL, int NT, int TL>
 void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys) {
     typedef cfg<PL, NT> C;
-    static int attr = 0; /* 1 set, -1 failed */
-    if (!attr) {
+    if (tc_attr_once((const void *)k_gemm_t128_tc<PL, NT, TL>, C::SMEM)) {
         cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT, TL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-        attr = e == cudaSuccess ? 1 : -1;
-        if (e != cudaSuccess) tc_note((int)e);
+        if (e != cudaSuccess) {
+            tc_note((int)e);
+            return;
+        }
     }
-    if (attr < 0) return;
     dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows));
-    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_stream>>>(W, mis, m->row_bytes, (int)m->n,
+    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_cur->stream>>>(W, mis, m->row_bytes, (int)m->n,
                                                               (int)m->k, act->q, act->sx, M, y, ys);
     tc_check_launch();
 }
@@ -360,7 +360,8 @@ extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
            ((uintptr_t)act->q & 15) == 0 && ((uintptr_t)act->sx & 7) == 0;
 }
 
-extern "C" int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
+extern "C" int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
+    TC_CTX(cx);
     if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
     if (!tc_gemm_tc_supported(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);

@@ -402,10 +402,6 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
 struct tct_shape {
     int ks, spc;
 };
-struct tct_occ_entry {
-    int threads, occ;
-    size_t smem;
-};
 static tct_shape tct_shape_fixed(int sms, int64_t strips, int64_t kt) {
     int64_t want = (int64_t)sms * TCT_W0;
     int ks = (int)((want + strips - 1) / strips);
@@ -418,23 +414,28 @@ static tct_shape tct_shape_fixed(int sms, int64_t strips, int64_t kt) {
 template <int NB8, int U, int SA, int MM>
 static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
     const int sms = tc_sm_count();
-    static tct_occ_entry oc[96];
-    static int noc = 0;
-    static struct { int64_t strips, kt; size_t smem; tct_shape sh; } memo[16];
-    static int nmemo = 0;
-    for (int i = 0; i < nmemo; i++)
-        if (memo[i].strips == strips && memo[i].kt == kt && memo[i].smem == smem) return memo[i].sh;
+    tc_ctx *cx = tc_cur; /* the launch shapes and occupancies are cached per context (device) */
+    const void *fn = (const void *)k_gemv_tiled<NB8, U, SA, MM>;
+    for (int i = 0; i < cx->n_shape; i++)
+        if (cx->shape[i].fn == fn && cx->shape[i].a == strips && cx->shape[i].b == kt && cx->shape[i].smem == smem)
+            return tct_shape{cx->shape[i].x, cx->shape[i].y};
     tct_shape best = tct_shape_fixed(sms, strips, kt);
     double bc = 1e300;
     auto occ_of = [&](int threads) {
         int occ = -1;
-        for (int i = 0; i < noc; i++)
-            if (oc[i].threads == threads && oc[i].smem == smem) occ = oc[i].occ;
+        for (int i = 0; i < cx->n_occ; i++)
+            if (cx->occ[i].fn == fn && cx->occ[i].threads == threads && cx->occ[i].smem == smem) occ = cx->occ[i].occ;
         if (occ < 0) {
             if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_gemv_tiled<NB8, U, SA, MM>, threads,
                                                               SA ? smem : 0) != cudaSuccess)
                 occ = 0;
-            if (noc < 96) oc[noc++] = tct_occ_entry{threads, occ, smem};
+            if (cx->n_occ < 4 * TC_MEMO) {
+                cx->occ[cx->n_occ].fn = fn;
+                cx->occ[cx->n_occ].threads = threads;
+                cx->occ[cx->n_occ].smem = smem;
+                cx->occ[cx->n_occ].occ = occ;
+                cx->n_occ++;
+            }
         }
         return occ;
     };
@@ -461,7 +462,13 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
                 best = tct_shape{ks, spc};
             }
         }
-    memo[nmemo < 16 ? nmemo++ : (int)(strips % 16)] = {strips, kt, smem, best};
+    const int slot = cx->n_shape < TC_MEMO ? cx->n_shape++ : (int)(strips % TC_MEMO);
+    cx->shape[slot].fn = fn;
+    cx->shape[slot].a = strips;
+    cx->shape[slot].b = kt;
+    cx->shape[slot].smem = smem;
+    cx->shape[slot].x = best.ks;
+    cx->shape[slot].y = best.spc;
     return best;
 }
 
@@ -469,14 +476,14 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
 template <int NB8, int U, int SA, int MM>
 static void launch_tiled_k(const tsk_mats &M, int64_t strips, int K, const int8_t *q, const float *sx,
                            const int *corr, int batch, size_t smem) {
-    static int attr = 0; /* 1 set, -1 failed */
-    if (SA && !attr) {
+    if (SA && tc_attr_once((const void *)k_gemv_tiled<NB8, U, SA, MM>, TC_MM_STAGE_MAX)) {
         cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA, MM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
-        attr = e == cudaSuccess ? 1 : -1;
-        if (e != cudaSuccess) tc_note((int)e);
+        if (e != cudaSuccess) {
+            tc_note((int)e);
+            return;
+        }
     }
-    if (SA && attr < 0) return;
     const int64_t kt = tct_ktiles(K);
     const tct_shape sh = tct_pick<NB8, U, SA, MM>(strips, kt, SA ? smem : 0);
     const unsigned grid = (unsigned)((strips + sh.spc - 1) / sh.spc);
@@ -529,7 +536,8 @@ static bool tct_takes(const tc_mat *m, const tc_act *act) {
 }
 
 /* Batch 1..4: NB4; 5..8: NB8; more: chunks of 8 (weights read once per chunk). */
-extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+extern "C" void tc_gemv_tiled(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+    TC_CTX(cx);
     if (!tct_takes(m, act)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -545,8 +553,9 @@ extern "C" void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size
     }
 }
 
-extern "C" void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+extern "C" void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                                     const size_t *ys) {
+    TC_CTX(cx);
     if (nm < 1 || nm > TSK_MAXM || !act) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -571,7 +580,7 @@ extern "C" void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act
                                      act->corr + b0 * (size_t)(K / 32));
     }
     if (!one) {
-        for (int i = 0; i < nm; i++) tc_gemv_tiled(w[i], act, y[i], ys[i]);
+        for (int i = 0; i < nm; i++) tc_gemv_tiled(tc_cur, w[i], act, y[i], ys[i]);
         return;
     }
     tsk_mats M;

@@ -149,7 +149,7 @@ static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const
     const int warps = 4;
     int64_t rows_per_cta = (int64_t)warps * R;
     unsigned grid = (unsigned)((w->n + rows_per_cta - 1) / rows_per_cta);
-    k_gemv_t128<R, NB><<<grid, warps * 32, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
+    k_gemv_t128<R, NB><<<grid, warps * 32, 0, tc_cur->stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
                                                           q, sx, corr, batch, y, ys);
     tc_check_launch();
 }
@@ -271,7 +271,7 @@ static void launch_t128k(const tc_mat *w, const int8_t *q, const float *sx, cons
     int per = (nu + U * it - 1) / (U * it);
     int threads = ((per + 31) / 32) * 32;
     unsigned grid = (unsigned)((w->n + R - 1) / R);
-    k_gemv_t128k<R, NB, U><<<grid, threads, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
+    k_gemv_t128k<R, NB, U><<<grid, threads, 0, tc_cur->stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
                                                             q, sx, corr, batch, y, ys);
     tc_check_launch();
 }
@@ -302,7 +302,7 @@ void tc_gemv_fp32(const tc_mat *m, int family, const float *x, size_t batch, siz
     }
     if (family == TC_MM_GENERIC_SK && batch <= (size_t)65535 * TC_GEN_SK_MAXB) { /* few rows: split K per row */
         const unsigned gy = (unsigned)((batch + TC_GEN_SK_MAXB - 1) / TC_GEN_SK_MAXB);
-        k_gemv_generic_sk<<<dim3((unsigned)m->n, gy), 256, 0, tc_stream>>>(m->kind, m->data, m->k, m->row_bytes,
+        k_gemv_generic_sk<<<dim3((unsigned)m->n, gy), 256, 0, tc_cur->stream>>>(m->kind, m->data, m->k, m->row_bytes,
                                                                           x, xs, (int)batch, y, ys);
         tc_check_launch();
         return;
@@ -310,7 +310,7 @@ void tc_gemv_fp32(const tc_mat *m, int family, const float *x, size_t batch, siz
     const int warps = 8;
     for (size_t b0 = 0; b0 < batch; b0 += 65535) {
         int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
-        k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
+        k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_cur->stream>>>(
             m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
         tc_check_launch();
     }

@@ -18,8 +18,9 @@ __global__ void k_kv_store(void *__restrict__ kc, void *__restrict__ vc, int kt,
     att_store(vc, vt, o, v[i]);
 }
 
-extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k,
+extern "C" void tc_kv_store(tc_ctx *cx, void *kc, void *vc, int k_type, int v_type, const float *k,
                             const float *v, size_t kvw, size_t rows, int pos0) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * kvw;
     if (!total) return;
@@ -30,5 +31,5 @@ extern "C" void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const fl
         return;
     }
     tc_launch(k_kv_store, dim3(tc_blocks(total, 256)), dim3(256), 0, 1, kc, vc, k_type, v_type, k, v,
-              kvw, total, pos0, tc_dyn_pos);
+              kvw, total, pos0, tc_cur->dyn_pos);
 }

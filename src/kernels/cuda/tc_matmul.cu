@@ -27,9 +27,9 @@ static void products_one(const tc_mat *m, const tc_mm_choice &c, const tc_act *a
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    if (c.family == TC_MM_GEMM && tc_gemm_tc(m, act, y, ys, c.gemm_mode)) return;
+    if (c.family == TC_MM_GEMM && tc_gemm_tc(tc_cur, m, act, y, ys, c.gemm_mode)) return;
     if (m->kind == TC_TERN128T) {
-        tc_gemv_tiled(m, act, y, ys);
+        tc_gemv_tiled(tc_cur, m, act, y, ys);
         return;
     }
     if ((m->row_bytes & 1) || ((uintptr_t)m->data & 1)) {
@@ -67,15 +67,16 @@ static void products(int nm, const tc_mat *w, const tc_act *act, const float *x,
         }
     }
     if (nt > 1) {
-        tc_gemv_tiled_multi(nt, tw, act, ty, tys);
+        tc_gemv_tiled_multi(tc_cur, nt, tw, act, ty, tys);
         for (int i = 0; i < nt; i++) done[idx[i]] = true;
     }
     for (int i = 0; i < nm; i++)
         if (!done[i]) products_one(&w[i], c[i], act, x, batch, xs, y[i], ys[i]);
 }
 
-extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+extern "C" void tc_matmul_multi(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                                 float *const *y, const size_t *ys) {
+    TC_CTX(cx);
     if (!batch || nm <= 0) return;
     if (nm > 8) {
         tc_note(TC_ERR_UNSUPPORTED);
@@ -99,8 +100,9 @@ extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t 
     products(nm, w, any_int ? &act : NULL, x, batch, xs, y, ys);
 }
 
-extern "C" void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x,
+extern "C" void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x,
                                   size_t xs, float *const *y, const size_t *ys) {
+    TC_CTX(cx);
     if (!act || !act->batch || nm <= 0) return;
     if (nm > 8) {
         tc_note(TC_ERR_UNSUPPORTED);

@@ -24,23 +24,24 @@ __global__ void k_repack_tiled(const uint8_t *__restrict__ src, size_t rb, int64
 
 extern "C" size_t tc_tiled_bytes(int64_t n, int64_t k) { return tct_bytes(n, k); }
 
-extern "C" int tc_repack_tiled(const tc_mat *src, tc_mat *dst) {
+extern "C" int tc_repack_tiled(tc_ctx *cx, const tc_mat *src, tc_mat *dst) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_REPACK);
     memset(dst, 0, sizeof *dst);
     if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) ||
         src->n <= 0 || src->n > ((int64_t)1 << 31) - 16)
         return TC_ERR_UNSUPPORTED;
     size_t bytes = tct_bytes(src->n, src->k);
-    uint8_t *d = (uint8_t *)tc_malloc(bytes);
+    uint8_t *d = (uint8_t *)tc_malloc(tc_cur, bytes);
     if (!d) return (int)cudaErrorMemoryAllocation;
     size_t total = (size_t)src->n * (size_t)(src->k / 128) * 32;
-    k_repack_tiled<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(src->data, src->row_bytes, src->n,
+    k_repack_tiled<<<tc_blocks(total, 256), 256, 0, tc_cur->stream>>>(src->data, src->row_bytes, src->n,
                                                                 (int)src->k, d);
     tc_check_launch();
-    int e = (int)cudaStreamSynchronize(tc_stream);
+    int e = (int)cudaStreamSynchronize(tc_cur->stream);
     if (!e) e = (int)cudaGetLastError();
     if (e) {
-        tc_free(d, bytes);
+        tc_free(tc_cur, d, bytes);
         return e;
     }
     dst->kind = TC_TERN128T;

@@ -27,11 +27,12 @@ __global__ void k_rope(float *__restrict__ x, size_t rows, size_t stride, int nh
     }
 }
 
-extern "C" void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
+extern "C" void tc_rope(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
                         int pos0, float theta) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_ROPE);
     size_t total = rows * (size_t)(rot / 2);
     if (!total) return;
     tc_launch(k_rope, dim3(tc_blocks(total, 128)), dim3(128), 0, 1, x, rows, stride, n_heads, hd, rot,
-              pos0, tc_dyn_pos, theta);
+              pos0, tc_cur->dyn_pos, theta);
 }
