@@ -19,23 +19,28 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
         out[(size_t)blockIdx.y * K + j] = tc_elem(kind, row, j);
 }
 
+/* The ids on the device: while capturing a step graph, the graph's token word (n 1);
+ * else staged through pinned memory into workspace 1 (the previous chunk ended with a
+ * sync: nothing still reads the pinned ids). NULL on failure (error noted). */
+static const int32_t *embed_ids(const int32_t *ids_host, size_t n) {
+    const int32_t *ids = tc_cur->dyn_ids;
+    if (ids && n == 1) return ids;
+    int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
+    int32_t *pin = tc_pinned_ids(n);
+    if (!dids || !pin) return NULL;
+    memcpy(pin, ids_host, n * sizeof(int32_t));
+    tc_cur->launches++;
+    tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice, tc_cur->stream));
+    return dids;
+}
+
 extern "C" void tc_embed(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                          size_t block, const float *signs) {
     TC_CTX(cx);
     TC_PROF(TC_FAM_EMBED);
     if (!n) return;
-    const int32_t *ids = tc_cur->dyn_ids; /* capturing a step graph: the token is a device word */
-    if (!ids || n != 1) {
-        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
-        int32_t *pin = tc_pinned_ids(n);
-        if (!dids || !pin) return;
-        /* the previous chunk ended with a sync: nothing still reads the pinned ids */
-        memcpy(pin, ids_host, n * sizeof(int32_t));
-        tc_cur->launches++;
-        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     tc_cur->stream));
-        ids = dids;
-    }
+    const int32_t *ids = embed_ids(ids_host, n);
+    if (!ids) return;
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         dim3 grid(tc_blocks((size_t)emb->k, 256) < 64 ? tc_blocks((size_t)emb->k, 256) : 64, m);
@@ -67,17 +72,8 @@ extern "C" void tc_embed_tiled(tc_ctx *cx, const tc_mat *emb, const int32_t *ids
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    const int32_t *ids = tc_cur->dyn_ids; /* capturing a step graph: the token is a device word */
-    if (!ids || n != 1) {
-        int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
-        int32_t *pin = tc_pinned_ids(n);
-        if (!dids || !pin) return;
-        memcpy(pin, ids_host, n * sizeof(int32_t));
-        tc_cur->launches++;
-        tc_note((int)cudaMemcpyAsync(dids, pin, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     tc_cur->stream));
-        ids = dids;
-    }
+    const int32_t *ids = embed_ids(ids_host, n);
+    if (!ids) return;
     for (size_t i0 = 0; i0 < n; i0 += 65535) {
         unsigned m = (unsigned)(n - i0 < 65535 ? n - i0 : 65535);
         unsigned bx = tc_blocks((size_t)emb->k, 256);
