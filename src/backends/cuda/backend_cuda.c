@@ -281,8 +281,14 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
  * file-layout family is forced for an A/B run). */
 static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes) {
     cuda_backend *c = (cuda_backend *)be;
-    if (w->layout != TERN_LAYOUT_ROWS || !tc_mm_repack_tiled(kind_of(w->type), w->n, w->k, &c->mm))
-        return TERN_OK;
+    if (w->layout != TERN_LAYOUT_ROWS) return TERN_OK;
+    const int kind = kind_of(w->type);
+    /* the matmul's quantised activation for a whole prefill chunk, sized now (workspace
+     * 0 then does not move under a recorded step graph) */
+    if (kind == TC_TERN128 && w->k % 128 == 0 &&
+        tc_ctx_reserve(c->tc, 0, tc_act_bytes((size_t)cu_chunk_hint(be), w->k)))
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the activation workspace");
+    if (!tc_mm_repack_tiled(kind, w->n, w->k, &c->mm)) return TERN_OK;
     tc_mat src = to_mat(w), dst;
     int e = tc_repack_tiled(tcx(be), &src, &dst);
     if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
@@ -809,6 +815,12 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
                          .force = force};
     tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);
+    /* embed's ids for a whole prefill chunk (workspace 1, sized up front) */
+    if (tc_ctx_reserve(c->tc, 1, (size_t)cu_chunk_hint(&c->base) * sizeof(int32_t))) {
+        tc_ctx_free(c->tc);
+        free(c);
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the ids workspace");
+    }
     tc_set_pdl(c->tc, !(p && p->cuda_pdl_off));
     if (p && p->cuda_profile) tc_profile_enable(c->tc, 1);
     if (force != TC_MM_NONE)

@@ -59,6 +59,10 @@ int tc_device_describe(int device, char *buf, size_t n);
 int tc_ctx_new(int device, tc_ctx **out);
 void tc_ctx_free(tc_ctx *cx);      /* waits for its stream, frees what it holds */
 int tc_device(tc_ctx *cx);          /* its device index */
+/* Workspace slot (0: the matmul's activation, 1: embed's ids, 2: attention partials)
+ * grown now to at least bytes, outside any capture, so that later steps do not move it
+ * (a move makes recorded step graphs stale). 0 or a cudaError_t. */
+int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes);
 const char *tc_device_name(tc_ctx *cx);
 const char *tc_error_string(int err);
 void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL on failure */

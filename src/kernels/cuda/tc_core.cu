@@ -90,6 +90,15 @@ extern "C" void tc_ctx_free(tc_ctx *cx) {
 }
 
 extern "C" const char *tc_device_name(tc_ctx *cx) { return cx->name; }
+
+extern "C" int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes) {
+    if (slot < 0 || slot > 3) return TC_ERR_UNSUPPORTED;
+    TC_CTX(cx);
+    if (tc_workspace(slot, bytes)) return 0;
+    const int e = cx->err ? cx->err : (int)cudaErrorMemoryAllocation;
+    cx->err = 0;
+    return e;
+}
 extern "C" int tc_device(tc_ctx *cx) { return cx->device; }
 
 extern "C" const char *tc_error_string(int err) {
