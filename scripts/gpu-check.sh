@@ -22,6 +22,10 @@
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
 #              gdnab: GDN prefill, the walk vs the scan: the tc_gdn rows of bench kernels, and
 #                     bonsai2-27b pp512 (the scan) at chunk 64 and 512 with --profile -> gdnab.txt
+#              base: after each bench step, the same bench with bin/tern-base (packed when
+#                    TERN_BASE_BIN names a tern binary built from an earlier commit): an A/B in one call
+#              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
+#                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt
 #       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -37,6 +41,7 @@ if [ "$mode" = pack ]; then
   cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_cuda_kernels test_batch test_model >/dev/null
   rm -rf $P; mkdir -p $P/bin $P/lib
   cp build-gpu/tern build-gpu/test_cuda build-gpu/test_cuda_kernels build-gpu/test_batch build-gpu/test_model $P/bin/
+  if [ -n "${TERN_BASE_BIN:-}" ]; then cp "$TERN_BASE_BIN" $P/bin/tern-base; echo "${TERN_BASE_REV:-base}" > $P/base; fi
   ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
     while read -r l; do cp -L "$l" $P/lib/; done
   F=${TERN_FIXTURES:-../shared/fixtures}
@@ -82,11 +87,18 @@ if has sanitize; then
       --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
     row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' $OUT/san-$tool.log)"
   done
+  # two models driven from two threads on one GPU (a context each), under the sanitizers
+  for tool in memcheck racecheck synccheck; do
+    TERN_TEST_ONLY=two_models TERN_TEST_DEVICE=cuda timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/test_cuda > $W/san2-$tool.log 2>&1; rc=$?
+    cat $W/san2-$tool.log >> $OUT/san-$tool.log
+    row "sanitizer $tool two_models" "rc=$rc $(grep -m1 -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' $W/san2-$tool.log) $(tail -n 1 $W/san2-$tool.log | cut -c1-40)"
+  done
 fi
 bench() { # preset [n reps]
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
+  ${TB:-$B/tern} bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
   row "bench $1${GPU_TAG:-}" "$(python3 - $OUT/bench-$1${GPU_TAG:-}.json <<'PY'
 import json,sys
 try:
@@ -210,8 +222,25 @@ except Exception as e: print('no result', e)")"
     done
   done
 fi
-has bench && bench bonsai2-27b
-has benchq2 && bench ternary-bonsai-27b 64 2
-has bench8b && bench ternary-bonsai-8b 64 2
-echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)"
+if has servebench; then # issue 26: tern serve --device cuda on the 27B synth under load (scripts/serve_bench.py)
+  m=$W/${SB_PRESET:-ternary-bonsai-27b}.gguf
+  [ -s $m ] || $B/tern synth --preset ${SB_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
+  for db in ${SB_BATCHES:-0 64}; do
+    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
+    for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18090/health')" 2>/dev/null && break; sleep 0.5; done
+    timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
+      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} \
+      --json-out $OUT/servebench-$db.json > $W/sb-$db.txt 2>&1; rc=$?
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snapshots_taken)' >> $W/sb-$db.txt
+    kill $sp 2>/dev/null; wait $sp 2>/dev/null
+    cat $W/sb-$db.txt >> $OUT/servebench.txt
+    row "servebench decode-batch $db" "rc=$rc $(grep -E '^ +c=' $W/sb-$db.txt | awk '{printf "%s %s tok/s itl99 %s; ", $1, $5, $11}')"
+  done
+fi
+# base: each bench again with the packed earlier build, right after (an A/B in one call)
+bench_ab() { bench "$@"; if has base && [ -x $B/tern-base ]; then TB=$B/tern-base GPU_TAG=-base bench "$@"; fi; }
+has bench && bench_ab bonsai2-27b
+has benchq2 && bench_ab ternary-bonsai-27b 64 2
+has bench8b && bench_ab ternary-bonsai-8b 64 2
+echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)$([ -s $P/base ] && echo ", base $(cat $P/base)")"
 for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"
