@@ -22,6 +22,7 @@
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
 #              gdnab: GDN prefill, the walk vs the scan: the tc_gdn rows of bench kernels, and
 #                     bonsai2-27b pp512 (the scan) at chunk 64 and 512 with --profile -> gdnab.txt
+#              (sanitize: SAN_TOOLS picks the compute-sanitizer tools, default all)
 #              base: after each bench step, the same bench with bin/tern-base (packed when
 #                    TERN_BASE_BIN names a tern binary built from an earlier commit): an A/B in one call
 #              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
@@ -81,14 +82,14 @@ if has tests; then
   done
 fi
 if has sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     TERN_TEST_DEVICE=cuda timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
       $B/tern eval -m $W/fx/qwen35-tiny/model-pq2_0.gguf --device cuda --ids $(seq -s, 1 70) --chunk 33 \
       --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
     row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' $OUT/san-$tool.log)"
   done
   # two models driven from two threads on one GPU (a context each), under the sanitizers
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
     TERN_TEST_ONLY=two_models TERN_TEST_DEVICE=cuda timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
       $B/test_cuda > $W/san2-$tool.log 2>&1; rc=$?
     cat $W/san2-$tool.log >> $OUT/san-$tool.log

@@ -352,6 +352,16 @@ static tern_status cu_session_init(tm_backend *be, tern_session *s) {
         cs->act_bytes = need;
         s->bytes += need;
     }
+    /* what the kernels would otherwise allocate at the first step (then inside a graph
+     * capture, which cannot allocate): the decode attention's partials for this session's
+     * context, the pinned ids of a prefill chunk */
+    const tm_hparams *hp = &s->m->hp;
+    if (hp->n_head > 0 && hp->n_head_kv > 0 && hp->head_dim > 0 &&
+        tc_ctx_reserve(tcc, 2, tc_attention_decode_ws_bytes(tcc, (int)s->k_type, (int)s->v_type, s->n_ctx, hp->n_head,
+                                                             hp->n_head_kv, hp->head_dim)))
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the attention workspace (n_ctx %d)", s->n_ctx);
+    if (tc_ctx_reserve_ids(tcc, (size_t)s->n_chunk))
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of pinned host memory for %d token ids", s->n_chunk);
     return TERN_OK;
 }
 

@@ -63,6 +63,13 @@ int tc_device(tc_ctx *cx);          /* its device index */
  * grown now to at least bytes, outside any capture, so that later steps do not move it
  * (a move makes recorded step graphs stale). 0 or a cudaError_t. */
 int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes);
+/* The pinned host buffer of token ids (embedding) for n ids, sized now (a step recorded
+ * into a graph must not allocate it). 0 or a CUDA error. */
+int tc_ctx_reserve_ids(tc_ctx *cx, size_t n);
+/* Bytes of the decode attention's partials workspace (slot 2) for one sequence over a cache
+ * of max_len positions (reserve them with tc_ctx_reserve(cx, 2, ..)). */
+size_t tc_attention_decode_ws_bytes(tc_ctx *cx, int k_type, int v_type, int max_len, int n_head, int n_head_kv,
+                                    int head_dim);
 const char *tc_device_name(tc_ctx *cx);
 const char *tc_error_string(int err);
 void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL on failure */

@@ -547,6 +547,22 @@ extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcac
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
 alignas(16) static const uint8_t g_ag_aligned[16] = {0};
 
+/* Bytes of the partials workspace (slot 2) one sequence's decode attention over a cache of
+ * max_len positions takes: the back-end reserves them when a session is made, so no step
+ * (the first, recorded into a graph, among them) grows the workspace. */
+extern "C" size_t tc_attention_decode_ws_bytes(tc_ctx *cx, int k_type, int v_type, int max_len, int n_head,
+                                               int n_head_kv, int head_dim) {
+    TC_CTX(cx);
+    int GC, hch, splits;
+    if (!ag_plan_checked(k_type, v_type, g_ag_aligned, g_ag_aligned, max_len, n_head, n_head_kv, head_dim, &GC,
+                         &hch, &splits)) { /* the old kernels' splits (attn_decode_old) */
+        int span = ATT_SPAN_MIN;
+        while ((max_len + span - 1) / span > ATT_MAX_SPLITS) span *= 2;
+        splits = (max_len + span - 1) / span;
+    }
+    return (size_t)n_head * (size_t)splits * (size_t)(head_dim + 2) * sizeof(float);
+}
+
 extern "C" int tc_attention_decode_batch_ok(tc_ctx *cx, int k_type, int v_type, int max_ctx, int n_head, int n_head_kv,
                                             int head_dim) {
     TC_CTX(cx);

@@ -99,6 +99,13 @@ extern "C" int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes) {
     cx->err = 0;
     return e;
 }
+extern "C" int tc_ctx_reserve_ids(tc_ctx *cx, size_t n) {
+    TC_CTX(cx);
+    if (tc_pinned_ids(n)) return 0;
+    const int e = cx->err ? cx->err : (int)cudaErrorMemoryAllocation;
+    cx->err = 0;
+    return e;
+}
 extern "C" int tc_device(tc_ctx *cx) { return cx->device; }
 
 extern "C" const char *tc_error_string(int err) {
