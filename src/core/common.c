@@ -3,7 +3,7 @@
  * conversion, accounted allocation, file mapping, timers.
  */
 #include "core/common.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 #include <errno.h>
 #include <fcntl.h>

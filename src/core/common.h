@@ -1,7 +1,7 @@
 /*
  * common.h - internal helpers shared by every module: error reporting,
  * logging, checked size arithmetic, fp16/bf16 conversion, allocation with
- * accounting, file mapping and timers. Nothing here is public API.
+ * accounting, file mapping, growable strings and timers. Nothing here is public API.
  */
 #ifndef TERN_CORE_COMMON_H
 #define TERN_CORE_COMMON_H
@@ -103,6 +103,10 @@ tern_status tern_map_open(const char *path, tern_map *out);
 void tern_map_close(tern_map *m);
 /* Read a whole (small) file into a NUL-terminated buffer (JSON configs). */
 tern_status tern_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
+
+/* ---- strings (str.c; tern_str and tern_tokens are in tern.h): make room for `extra`
+ * more bytes plus the NUL, growing by doubling. */
+tern_status tern_str_reserve(tern_str *s, size_t extra);
 
 /* ---- time. */
 double tern_now_s(void);        /* monotonic seconds */

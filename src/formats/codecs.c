@@ -1,7 +1,7 @@
 /*
  * codecs.c - lossless ternary row codecs (PQ2_0 / fork Q2_0, mainline Q2_0 g64,
  * PTQ1_0 base-3 trits, MLX affine 2-bit words) and row dequantisation.
- * Layout rules are in codecs.h and blocks.h; this file is their only encoder.
+ * Layout rules are in codecs.h and core/blocks.h; this file is their only encoder.
  */
 #include "formats/codecs.h"
 

@@ -6,7 +6,7 @@
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
 
 #include "kernels/cuda/cuda.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
