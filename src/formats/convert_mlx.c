@@ -23,6 +23,7 @@
 #include "formats/convert.h"
 
 #include "formats/codecs.h"
+#include "formats/convert_internal.h"
 #include "formats/gguf.h"
 #include "formats/hadamard.h"
 #include "formats/hf_meta.h"
@@ -38,8 +39,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *out_dir, const tern_convert_opts *o);
-tern_status tern_convert_mlx_to_gguf(const char *in_dir, const char *out, const tern_convert_opts *o);
 
 /* ------------------------------------------------------------ names */
 
@@ -736,7 +735,7 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
         name = base;
     }
     if ((st = tern_gguf_writer_new(&w))) goto out;
-    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tern_convert_file_type(tt), tok))) goto out;
+    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tt, tok))) goto out;
     if (h) {
         st = tern_gguf_w_set_u32(w, "prism.hadamard.version", h->version);
         if (!st) st = tern_gguf_w_set_u32(w, "prism.hadamard.block_size", h->block_size);

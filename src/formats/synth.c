@@ -6,7 +6,6 @@
 #include "formats/synth.h"
 
 #include "formats/codecs.h"
-#include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/hf_meta.h"
 #include "formats/quantize.h"
@@ -262,7 +261,7 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
     char name[96];
     snprintf(name, sizeof name, "synth-%s-seed%llu", pr->name, (unsigned long long)o->seed);
     if ((st = tern_gguf_writer_new(&w))) goto out;
-    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tern_convert_file_type(tt), tok))) goto out;
+    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tt, tok))) goto out;
     if (had) {
         /* widths: hidden, attention-out / GDN value, intermediate (seed 000 sec. 4.1) */
         uint64_t widths[3] = {E, q35 ? (uint64_t)(hp.ssm_n_v * hp.ssm_dv) : (uint64_t)hp.n_head * HD, F};
