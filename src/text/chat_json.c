@@ -201,7 +201,7 @@ static tern_status py_float_repr(sv lit, tern_str *out) {
 
 static tern_status py_int(sv lit, tern_str *out) {
     if (lit.n == 2 && !memcmp(lit.p, "-0", 2)) { APP(out, "0"); return TERN_OK; }
-    APPV(out, lit);
+    APPSV(out, lit);
     return TERN_OK;
 }
 
