@@ -228,6 +228,18 @@ void *tern_realloc(void *p, size_t old_n, size_t n) {
     if (q) { acct_sub(p ? old_n : 0); acct_add(n); }
     return q;
 }
+bool tern_grow(void *pp, size_t *cap, size_t n, size_t elem, size_t first) {
+    if (n < *cap) return true;
+    size_t nc = *cap ? *cap * 2 : first, bytes;
+    if (nc <= n || !tern_mul_ok(nc, elem, &bytes)) return false;
+    void *p;
+    memcpy(&p, pp, sizeof p);
+    void *q = tern_realloc(p, *cap * elem, bytes);
+    if (!q) return false;
+    memcpy(pp, &q, sizeof q);
+    *cap = nc;
+    return true;
+}
 void *tern_alloc_aligned(size_t n) {
     if (alloc_should_fail()) return NULL;
     size_t r = (n + 63) & ~(size_t)63;

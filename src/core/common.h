@@ -69,6 +69,11 @@ static inline uint64_t tern_rd64(const void *p) { uint64_t v; memcpy(&v, p, 8); 
 void *tern_malloc(size_t n);
 void *tern_calloc(size_t n, size_t size);
 void *tern_realloc(void *p, size_t old_n, size_t n);
+/* Room for one more element in a growable array: pp points at the array pointer
+ * (tern_realloc'd, *cap elements of elem bytes, n in use); when n == *cap the array
+ * doubles (to `first` elements when empty). false when out of memory, the array
+ * unchanged. Usage: if (!tern_grow(&v->items, &v->cap, v->n, sizeof *v->items, 64)) ... */
+bool tern_grow(void *pp, size_t *cap, size_t n, size_t elem, size_t first);
 /* 64-byte aligned allocation (kernels, KV caches); free with tern_free_aligned. */
 void *tern_alloc_aligned(size_t n);
 void tern_free_aligned(void *p, size_t n);

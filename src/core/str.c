@@ -64,12 +64,8 @@ void tern_tokens_free(tern_tokens *t) {
 }
 
 tern_status tern_tokens_push(tern_tokens *t, int32_t id) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        int32_t *d = tern_realloc(t->ids, t->cap * sizeof *d, cap * sizeof *d);
-        if (!d) return tern_fail(TERN_ERR_NOMEM, "text: out of memory (token array)");
-        t->ids = d; t->cap = cap;
-    }
+    if (!tern_grow(&t->ids, &t->cap, t->n, sizeof *t->ids, 64))
+        return tern_fail(TERN_ERR_NOMEM, "text: out of memory (token array)");
     t->ids[t->n++] = id;
     return TERN_OK;
 }

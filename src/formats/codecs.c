@@ -33,8 +33,10 @@ static tern_status bad_k(const char *tensor, uint64_t K, unsigned mult) {
                      TN(tensor), (unsigned long long)K, mult);
 }
 
-static tern_status check_codes(const uint8_t *codes, uint64_t K, const char *tensor,
+/* What every encoder checks first: K a multiple of the group, every code 0..2. */
+static tern_status check_codes(const uint8_t *codes, uint64_t K, unsigned group, const char *tensor,
                                uint64_t row) {
+    if (K % group) return bad_k(tensor, K, group);
     for (uint64_t j = 0; j < K; j++)
         if (TERN_UNLIKELY(codes[j] > 2)) return bad_code(tensor, row, j, codes[j]);
     return TERN_OK;
@@ -97,17 +99,22 @@ static tern_status unpack2(const uint8_t *q, size_t n, uint8_t *c, const char *t
     return TERN_OK;
 }
 
-tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
-                                  const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
+/* 2-bit blocks of `group` codes after their fp16 scale (one scale per 128 codes in d). */
+static tern_status encode_2bit(const uint8_t *codes, const uint16_t *d, uint64_t K, unsigned group,
+                               size_t block_bytes, void *dst, const char *tensor, uint64_t row) {
+    tern_status st = check_codes(codes, K, 128, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 128; b++, o += TERN_PQ2_0_BYTES) {
-        memcpy(o, &d[b], 2);
-        pack2(codes + b * 128, 128, o + TERN_BLOCK_QS);
+    for (uint64_t b = 0; b < K / group; b++, o += block_bytes) {
+        memcpy(o, &d[b * group / 128], 2);
+        pack2(codes + b * group, group, o + TERN_BLOCK_QS);
     }
     return TERN_OK;
+}
+
+tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
+                                  const char *tensor, uint64_t row) {
+    return encode_2bit(codes, d, K, 128, TERN_PQ2_0_BYTES, dst, tensor, row);
 }
 
 tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
@@ -124,15 +131,7 @@ tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, u
 
 tern_status tern_encode_q2_0_g64_row(const uint8_t *codes, const uint16_t *d, uint64_t K,
                                      void *dst, const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
-    if (st) return st;
-    uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 64; b++, o += TERN_Q2_0_G64_BYTES) {
-        memcpy(o, &d[b / 2], 2);
-        pack2(codes + b * 64, 64, o + TERN_BLOCK_QS);
-    }
-    return TERN_OK;
+    return encode_2bit(codes, d, K, 64, TERN_Q2_0_G64_BYTES, dst, tensor, row);
 }
 
 tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
@@ -165,8 +164,7 @@ static inline uint8_t ptq_byte(unsigned v) { return (uint8_t)((v * 256 + 242) / 
 
 tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
                                    const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
+    tern_status st = check_codes(codes, K, 128, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
     for (uint64_t b = 0; b < K / 128; b++, o += TERN_PTQ1_0_BYTES) {
@@ -207,8 +205,7 @@ tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, 
 
 tern_status tern_encode_mlx_row(const uint8_t *codes, uint64_t K, uint32_t *words,
                                 const char *tensor, uint64_t row) {
-    if (K % 16) return bad_k(tensor, K, 16);
-    tern_status st = check_codes(codes, K, tensor, row);
+    tern_status st = check_codes(codes, K, 16, tensor, row);
     if (st) return st;
     for (uint64_t i = 0; i < K / 16; i++) {
         uint32_t w = 0;

@@ -141,13 +141,7 @@ typedef struct plan {
 
 static tern_status add(plan *p, const char *name, skind k, tern_dtype type, uint64_t ne0, uint64_t ne1,
                        uint64_t seed) {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? p->cap * 2 : 256;
-        sjob *q = tern_realloc(p->jobs, p->cap * sizeof *q, nc * sizeof *q);
-        if (!q) return tern_fail(TERN_ERR_NOMEM, "synth: out of memory");
-        p->jobs = q;
-        p->cap = nc;
-    }
+    if (!tern_grow(&p->jobs, &p->cap, p->n, sizeof *p->jobs, 256)) return tern_fail(TERN_ERR_NOMEM, "synth: out of memory");
     sjob *j = &p->jobs[p->n++];
     memset(j, 0, sizeof *j);
     snprintf(j->name, sizeof j->name, "%s", name);

@@ -107,13 +107,7 @@ static void w_record(chat_w *w, size_t a) {
     size_t b = w->out->len;
     if (!w->record || a >= b) return;
     if (w->n && w->r[w->n - 1][1] == a) { w->r[w->n - 1][1] = b; return; }
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 32;
-        void *p = tern_realloc(w->r, w->cap * sizeof *w->r, cap * sizeof *w->r);
-        if (!p) { w->failed = true; return; }
-        w->r = p;
-        w->cap = cap;
-    }
+    if (!tern_grow(&w->r, &w->cap, w->n, sizeof *w->r, 32)) { w->failed = true; return; }
     w->r[w->n][0] = a;
     w->r[w->n][1] = b;
     w->n++;

@@ -371,12 +371,8 @@ static inline bool cand_less(const bpe_cand *a, const bpe_cand *b) {
 }
 
 static tern_status heap_push(enc_scratch *sc, bpe_cand c) {
-    if (sc->heap_n == sc->heap_cap) {
-        size_t cap = sc->heap_cap ? sc->heap_cap * 2 : 256;
-        bpe_cand *h = tern_realloc(sc->heap, sc->heap_cap * sizeof *h, cap * sizeof *h);
-        if (!h) return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
-        sc->heap = h; sc->heap_cap = cap;
-    }
+    if (!tern_grow(&sc->heap, &sc->heap_cap, sc->heap_n, sizeof *sc->heap, 256))
+        return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
     size_t i = sc->heap_n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
