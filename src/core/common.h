@@ -112,6 +112,8 @@ tern_status tern_read_file(const char *path, size_t max_bytes, char **out, size_
 /* ---- strings (str.c; tern_str and tern_tokens are in tern.h): make room for `extra`
  * more bytes plus the NUL, growing by doubling. */
 tern_status tern_str_reserve(tern_str *s, size_t extra);
+/* Write code point cp (< 0x110000) as UTF-8 at o (room for 4 bytes); returns the length. */
+size_t tern_utf8_put(uint32_t cp, char *o);
 
 /* ---- time. */
 double tern_now_s(void);        /* monotonic seconds */

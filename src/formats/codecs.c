@@ -238,30 +238,32 @@ tern_status tern_mlx_check_biases(const uint16_t *scales, const uint16_t *biases
 
 /* ----------------------------------------------------------------- generic */
 
+/* The per-layout row codecs (PQ2_0 and the fork's Q2_0 share one layout). */
+static const struct {
+    tern_status (*decode)(const void *src, uint64_t K, uint8_t *codes, uint16_t *d, const char *tensor, uint64_t row);
+    tern_status (*encode)(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst, const char *tensor,
+                          uint64_t row);
+} g_row_codec[TERN_DT_COUNT] = {
+    [TERN_DT_PQ2_0] = {tern_decode_pq2_0_row, tern_encode_pq2_0_row},
+    [TERN_DT_Q2_0] = {tern_decode_pq2_0_row, tern_encode_pq2_0_row},
+    [TERN_DT_PTQ1_0] = {tern_decode_ptq1_0_row, tern_encode_ptq1_0_row},
+    [TERN_DT_Q2_0_G64] = {tern_decode_q2_0_g64_row, tern_encode_q2_0_g64_row},
+};
+
 tern_status tern_decode_row(tern_dtype t, const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
                             const char *tensor, uint64_t row) {
-    switch (t) {
-    case TERN_DT_PQ2_0:
-    case TERN_DT_Q2_0: return tern_decode_pq2_0_row(src, K, codes, d, tensor, row);
-    case TERN_DT_PTQ1_0: return tern_decode_ptq1_0_row(src, K, codes, d, tensor, row);
-    case TERN_DT_Q2_0_G64: return tern_decode_q2_0_g64_row(src, K, codes, d, tensor, row);
-    default:
+    if ((unsigned)t >= TERN_DT_COUNT || !g_row_codec[t].decode)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': type %s is not a ternary layout",
                          TN(tensor), tern_dtype_name(t));
-    }
+    return g_row_codec[t].decode(src, K, codes, d, tensor, row);
 }
 
 tern_status tern_encode_row(tern_dtype t, const uint8_t *codes, const uint16_t *d, uint64_t K,
                             void *dst, const char *tensor, uint64_t row) {
-    switch (t) {
-    case TERN_DT_PQ2_0:
-    case TERN_DT_Q2_0: return tern_encode_pq2_0_row(codes, d, K, dst, tensor, row);
-    case TERN_DT_PTQ1_0: return tern_encode_ptq1_0_row(codes, d, K, dst, tensor, row);
-    case TERN_DT_Q2_0_G64: return tern_encode_q2_0_g64_row(codes, d, K, dst, tensor, row);
-    default:
+    if ((unsigned)t >= TERN_DT_COUNT || !g_row_codec[t].encode)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': cannot encode type %s",
                          TN(tensor), tern_dtype_name(t));
-    }
+    return g_row_codec[t].encode(codes, d, K, dst, tensor, row);
 }
 
 tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to, void *dst,

@@ -239,6 +239,17 @@ static const char *k_qwen2_regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /* tokenizer.json + tokenizer_config.json + special_tokens_map.json from the GGUF keys. */
+
+/* An added token's fields: tokenizer.json lists them in the tokenizers order,
+ * tokenizer_config.json's added_tokens_decoder sorted by name. */
+static void added_token(cJSON *o, const char *content, bool special, bool sorted) {
+    static const char *const hf[4] = {"single_word", "lstrip", "rstrip", "normalized"};
+    static const char *const cfg[4] = {"lstrip", "normalized", "rstrip", "single_word"};
+    cJSON_AddStringToObject(o, "content", content);
+    for (int k = 0; k < 4; k++) cJSON_AddBoolToObject(o, (sorted ? cfg : hf)[k], false);
+    cJSON_AddBoolToObject(o, "special", special);
+}
+
 static tern_status write_tokenizer(const tern_gguf *g, const char *dir) {
     const tern_gguf_kv *toks = tern_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const tern_gguf_kv *types = tern_gguf_find_kv(g, "tokenizer.ggml.token_type");
@@ -297,22 +308,11 @@ static tern_status write_tokenizer(const tern_gguf *g, const char *dir) {
         if (ty == 3 || ty == 4) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
-            cJSON_AddStringToObject(a, "content", s);
-            cJSON_AddBoolToObject(a, "single_word", false);
-            cJSON_AddBoolToObject(a, "lstrip", false);
-            cJSON_AddBoolToObject(a, "rstrip", false);
-            cJSON_AddBoolToObject(a, "normalized", false);
-            cJSON_AddBoolToObject(a, "special", ty == 3);
+            added_token(a, s, ty == 3, false);
             cJSON_AddItemToArray(added, a);
             char idb[32];
             snprintf(idb, sizeof idb, "%llu", (unsigned long long)i);
-            cJSON *b = cJSON_AddObjectToObject(atd, idb);
-            cJSON_AddStringToObject(b, "content", s);
-            cJSON_AddBoolToObject(b, "lstrip", false);
-            cJSON_AddBoolToObject(b, "normalized", false);
-            cJSON_AddBoolToObject(b, "rstrip", false);
-            cJSON_AddBoolToObject(b, "single_word", false);
-            cJSON_AddBoolToObject(b, "special", ty == 3);
+            added_token(cJSON_AddObjectToObject(atd, idb), s, ty == 3, true);
         } else if (ty != 5) {
             cJSON_AddNumberToObject(vocab, s, (double)i);
         }

@@ -342,6 +342,19 @@ static bool span_fits(uint64_t bytes, uint64_t span, uint64_t align, bool last) 
     return span == pad_up(bytes, align);
 }
 
+/* A table of n entries (zeroed, stored through arrp, count set) and its name index of
+ * cap_for(n) slots. */
+static tern_status alloc_indexed(const char *name, const char *what, uint64_t n, size_t elem, void *arrp,
+                                 uint64_t *count, uint32_t **slots, size_t *cap) {
+    void *arr = tern_calloc(n, elem);
+    if (!arr) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu %s)", name, (unsigned long long)n, what);
+    memcpy(arrp, &arr, sizeof arr);
+    *count = n;
+    *cap = cap_for(n);
+    if (!(*slots = tern_calloc(*cap, sizeof **slots))) { *cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    return TERN_OK;
+}
+
 static tern_status parse(tern_gguf *g, const char *name) {
     rd r = {g->map.data, g->map.size, 0, name};
     tern_status st;
@@ -365,12 +378,8 @@ static tern_status parse(tern_gguf *g, const char *name) {
         return tern_fail(TERN_ERR_FORMAT, "%s: tensor count %llu at offset 8 cannot fit in a %zu-byte file",
                          name, (unsigned long long)nt, r.size);
     gidx *ix = g->index;
-    g->kv = tern_calloc(nkv, sizeof *g->kv);
-    if (!g->kv) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu kvs)", name, (unsigned long long)nkv);
-    g->n_kv = nkv;
-    ix->kv_cap = cap_for(nkv);
-    ix->kv_slots = tern_calloc(ix->kv_cap, sizeof *ix->kv_slots);
-    if (!ix->kv_slots) { ix->kv_cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    if ((st = alloc_indexed(name, "kvs", nkv, sizeof *g->kv, &g->kv, &g->n_kv, &ix->kv_slots, &ix->kv_cap)))
+        return st;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < nkv; i++) {
         tern_gguf_kv *kv = &g->kv[i];
@@ -391,12 +400,9 @@ static tern_status parse(tern_gguf *g, const char *name) {
             g->alignment = (uint32_t)a;
         }
     }
-    g->tensors = tern_calloc(nt, sizeof *g->tensors);
-    if (!g->tensors) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu tensors)", name, (unsigned long long)nt);
-    g->n_tensors = nt;
-    ix->t_cap = cap_for(nt);
-    ix->t_slots = tern_calloc(ix->t_cap, sizeof *ix->t_slots);
-    if (!ix->t_slots) { ix->t_cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    if ((st = alloc_indexed(name, "tensors", nt, sizeof *g->tensors, &g->tensors, &g->n_tensors, &ix->t_slots,
+                            &ix->t_cap)))
+        return st;
     for (uint64_t i = 0; i < nt; i++) {
         tern_gguf_tensor *t = &g->tensors[i];
         size_t at = r.pos;

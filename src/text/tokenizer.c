@@ -52,16 +52,6 @@ static void byte_map_init(void) {
     pthread_once(&once, byte_map_build);
 }
 
-static size_t utf8_put(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); return 4;
-}
 
 /* Length of a valid UTF-8 sequence starting at s (n bytes available), 0 if invalid/incomplete. */
 static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
@@ -266,7 +256,7 @@ tern_status tern_tok_finish(tern_tokenizer *t, const char *name) {
     if (!t->map && (st = build_map(t))) return st;
     for (int b = 0; b < 256; b++) {
         char u[4];
-        size_t n = utf8_put(g_byte_to_cp[b], u);
+        size_t n = tern_utf8_put(g_byte_to_cp[b], u);
         t->byte_id[b] = map_find(t, u, n);
     }
     /* added tokens, longest first (leftmost-longest matching) */
