@@ -238,6 +238,14 @@ tern_status tern_mlx_check_biases(const uint16_t *scales, const uint16_t *biases
 
 /* ----------------------------------------------------------------- generic */
 
+bool tern_codec_type_parse(const char *s, tern_dtype *out) {
+    static const struct { const char *name; tern_dtype t; } names[] = {
+        {"pq2_0", TERN_DT_PQ2_0}, {"ptq1_0", TERN_DT_PTQ1_0}, {"q2_0", TERN_DT_Q2_0}, {"q2_0_g64", TERN_DT_Q2_0_G64}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) { *out = names[i].t; return true; }
+    return false;
+}
+
 /* The per-layout row codecs (PQ2_0 and the fork's Q2_0 share one layout). */
 static const struct {
     tern_status (*decode)(const void *src, uint64_t K, uint8_t *codes, uint16_t *d, const char *tensor, uint64_t row);

@@ -34,6 +34,9 @@
 /* True for the ternary g128/g64 layouts the codecs transcode between
  * (PQ2_0, PTQ1_0, Q2_0, Q2_0_G64). */
 bool tern_codec_is_ternary(tern_dtype t);
+/* A ternary layout by its command-line name: pq2_0, ptq1_0, q2_0 (g128) or q2_0_g64.
+ * false when unknown. */
+bool tern_codec_type_parse(const char *s, tern_dtype *out);
 /* Bytes of one row of K elements in `t` (0 when K is not a multiple of the block). */
 size_t tern_codec_row_bytes(tern_dtype t, uint64_t K);
 

@@ -80,6 +80,12 @@ typedef struct srv_request {
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
 void srv_request_free(srv_request *r);
+/* A client fault: the reason (printf-style) into err (en bytes, may be NULL); returns 400. */
+int srv_fail(char *err, size_t en, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 
 /* The GBNF text and start rule of a request's constraint for chat format fmt
