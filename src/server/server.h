@@ -9,9 +9,10 @@
  *   sched.c    the scheduler loop (tern serve's main thread): owns the model's sessions ("slots") and a
  *              bounded queue; interleaves the active slots token by token.
  *   http.c     libmicrohttpd glue: routing, auth, body limits, waiting on a
- *              job's channel, SSE streaming, client-disconnect detection; the
- *              front door that accepts connections, answers a request line
- *              without a path with 400 and hands the rest to libmicrohttpd.
+ *              job's channel, SSE streaming, client-disconnect detection;
+ *              http_conn.c: the front door that accepts connections, answers a
+ *              request line without a path with 400 and hands the rest to
+ *              libmicrohttpd, the deadline watcher, start and stop.
  *
  * Data flow: a handler thread parses and tokenizes, creates a srv_job and
  * submits it; the scheduler produces text into the job's channel (mutex +
