@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/tern-kbench}
 tmp=$(mktemp -d)
-CFLAGS="${EXTRA_CFLAGS:-} -DTERN_VERSION_STRING=\"kbench\" -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc -DTERN_BUILDING_LIB"
+CFLAGS="${EXTRA_CFLAGS:-} -DTERN_VERSION_STRING=\"kbench\" -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc -DTERN_BUILDING_LIB -ffunction-sections -fdata-sections"
 arch=$(uname -m)
 objs=()
-for f in src/core/*.c src/kernels/cpu/*.c src/cli/cmd_bench.c src/cli/cli_util.c bench/bench_main.c; do
+for f in src/core/*.c src/kernels/cpu/*.c src/cli/cmd_bench.c src/cli/bench_gdn.c src/cli/cli_util.c src/cli/cli_env.c bench/bench_main.c; do
   extra=""
   case "$f" in
     *_avx2.c) [ "$arch" = x86_64 ] || continue; extra="-mavx2 -mfma -mf16c -mbmi2";;
@@ -26,6 +26,6 @@ for f in src/core/*.c src/kernels/cpu/*.c src/cli/cmd_bench.c src/cli/cli_util.c
   objs+=("$o")
 done
 wait
-gcc -o "$out" "${objs[@]}" -lpthread -lm
+gcc -Wl,--gc-sections -o "$out" "${objs[@]}" -lpthread -lm
 rm -rf "$tmp"
 echo "built $out"

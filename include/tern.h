@@ -14,6 +14,52 @@
  *    allocates (tern_model_memory()).
  *
  * Sections: core, formats, kernels (ternary linear layers), model, text.
+ *
+ * A first program: open a model and its tokenizer (a GGUF file holds both), make
+ * a session, evaluate a prompt, then sample greedily and evaluate each sampled
+ * token (tern_generate does this loop with stop rules and streaming). The tests
+ * compile and run this exact text.
+ *
+ *     #include <stdio.h>
+ *     #include <string.h>
+ *     #include "tern.h"
+ *
+ *     int main(int argc, char **argv) {
+ *         const char *path = argc > 1 ? argv[1] : "model.gguf";
+ *         const char *prompt = "The capital of France is";
+ *         tern_model *m = NULL;
+ *         tern_tokenizer *tok = NULL;
+ *         tern_session *s = NULL;
+ *         tern_sampler *smp = NULL;
+ *         tern_tokens ids = {0};
+ *         tern_str text = {0};
+ *         tern_model_params mp;
+ *         tern_model_params_default(&mp);
+ *         tern_sampler_params sp;
+ *         tern_sampler_params_default(&sp);
+ *         sp.temperature = 0;                                  // greedy
+ *         tern_status st = tern_model_load(path, &mp, &m);
+ *         if (st == TERN_OK) st = tern_tokenizer_load(path, &tok);
+ *         if (st == TERN_OK) st = tern_session_new(m, NULL, &s);  // NULL: default params
+ *         if (st == TERN_OK) st = tern_sampler_new(&sp, tern_model_get_info(m)->n_vocab, &smp);
+ *         if (st == TERN_OK) st = tern_tokenize(tok, prompt, strlen(prompt), false, &ids);
+ *         if (st == TERN_OK) st = tern_session_eval(s, ids.ids, ids.n, NULL);
+ *         for (int i = 0; st == TERN_OK && i < 16; i++) {
+ *             int32_t id = tern_sampler_sample(smp, tern_session_logits(s));
+ *             if (tern_token_is_eog(tok, id)) break;
+ *             st = tern_detokenize(tok, &id, 1, &text);
+ *             if (st == TERN_OK) st = tern_session_eval(s, &id, 1, NULL);
+ *         }
+ *         if (st == TERN_OK) printf("%s%s\n", prompt, text.data ? text.data : "");
+ *         else fprintf(stderr, "%s: %s\n", tern_status_str(st), tern_last_error());
+ *         tern_str_free(&text);
+ *         tern_tokens_free(&ids);
+ *         tern_sampler_free(smp);
+ *         tern_session_free(s);
+ *         tern_tokenizer_free(tok);
+ *         tern_model_free(m);
+ *         return st == TERN_OK ? 0 : 1;
+ *     }
  */
 #ifndef TERN_H
 #define TERN_H
@@ -105,9 +151,6 @@ TERN_API size_t tern_dtype_block_bytes(tern_dtype t);
 /* True for the ternary/binary packed types (PQ2_0, PTQ1_0, Q2_0, Q2_0_G64, Q1_0). */
 TERN_API bool tern_dtype_is_packed_ternary(tern_dtype t);
 
-/* --- formats: section owned by the formats module (GGUF, safetensors, MLX pack,
- *     codecs). Declarations below. */
-
 /* Lossless conversion of a ternary model (`tern convert`): IN and OUT are GGUF
  * files or MLX pack directories; to is "pq2_0", "ptq1_0", "q2_0" (fork g128),
  * "q2_0_g64" (mainline) or "mlx"; name sets general.name (NULL: keep). */
@@ -125,8 +168,6 @@ TERN_API tern_status tern_synth_model(const char *preset, uint64_t seed, int n_l
 
 /* ================================================================== kernels */
 
-/* --- kernels: ternary linear layers (the mlx_ternary equivalent), ISA info,
- *     thread settings. Declarations below. */
 /* A ternary linear layer y = x W^T + b, W [n_out, n_in] with one fp16 scale per
  * group of 64 or 128 inputs (W[i,j] = trit * scale). The layer keeps its own
  * packed copy (PQ2_0 bytes for group 128, mainline Q2_0 for group 64; Q1_0 for
@@ -168,9 +209,21 @@ TERN_API tern_status tern_linear_dequantize(const tern_linear *l, float *out);
 /* Threads used by tern_linear_forward (default 1; 0 = all online cores). */
 TERN_API tern_status tern_set_threads(int n_threads);
 TERN_API int tern_get_threads(void);
-/* The kernel instruction set chosen at start ("scalar", "avx2", "avx512", "neon");
- * the environment variable TERN_ISA can lower it. */
+/* The kernel instruction set in use ("scalar", "avx2", "avx512", "neon", "i8mm"):
+ * the best this CPU and OS support unless tern_set_kernel_isa chose another. */
 TERN_API const char *tern_kernel_isa(void);
+/* Process-wide: run the kernels of the named level (the names above; NULL or "" =
+ * the best). TERN_ERR_INVALID_ARG for an unknown name, TERN_ERR_UNSUPPORTED (naming
+ * what this machine has; the level in use unchanged) for a level this CPU or OS
+ * lacks. Call it before loading models or creating layers, never while any kernel
+ * runs. The CLI maps the environment variable TERN_ISA onto it. */
+TERN_API tern_status tern_set_kernel_isa(const char *name);
+/* Process-wide: how long (microseconds, 0..1000000; default 100) a kernel thread
+ * spins waiting for work, and a caller for its helpers, before sleeping. 0 sleeps
+ * at once (least CPU burnt, a wake-up per kernel). Applies to the thread pools made
+ * afterwards (models loaded later, tern_set_threads to a new count). The CLI maps
+ * the environment variable TERN_SPIN_US onto it. */
+TERN_API tern_status tern_set_spin_us(int us);
 /* One ternary tensor of a GGUF file (PQ2_0, PTQ1_0, Q2_0 g128/g64, Q1_0; 2-D,
  * ne[0] = n_in) as a layer, the matrix as stored (a Hadamard-rotated model's
  * matrices stay rotated); bias float [n_out] or NULL. The file is closed on return.
@@ -181,8 +234,6 @@ TERN_API tern_status tern_linear_from_gguf(const char *path, const char *tensor,
 
 /* ==================================================================== model */
 
-/* --- model: loading, sessions, evaluation (owned by the model module). */
-
 typedef struct tern_model tern_model;
 typedef struct tern_session tern_session;
 
@@ -191,12 +242,12 @@ typedef struct tern_model_params {
     tern_progress_fn progress;      /* load progress (may be NULL) */
     void *progress_user;
     bool repack;                    /* copy ternary matrices into the kernels' fastest
-                                       layout when one exists (AVX-512: 16-row layout) and use
+                                       layout when one exists (on AVX-512 CPUs) and use
                                        it for every product; the file's pages of those
                                        matrices are then dropped from the mapping, so RAM
                                        stays about the weights' size (counted in alloc_bytes).
-                                       Default (tern_model_params_default): true, false when
-                                       the environment has TERN_REPACK=0 */
+                                       Default (tern_model_params_default): true. The CLI
+                                       maps TERN_REPACK=0 onto false */
     const char *device;             /* "cpu" (NULL: cpu) or "cuda": where the weights live and
                                        the forward pass runs. "cuda" uploads the weights (same
                                        packed bytes) to GPU 0 at load; sessions then keep their
@@ -235,11 +286,6 @@ typedef struct tern_model_info {
     const char *weight_type;        /* type of the ternary matrices as loaded (layer 0's FFN
                                        gate: "PQ2_0", "Q2_0_G64", "Q1_0", ...) */
 } tern_model_info;
-/* Memory read bandwidth of the device's own memory in GB/s ("cuda": GPU 0, a
- * `bytes` buffer read with 16-byte loads, best of `passes`; "cpu": host memory
- * read by the tern_set_threads kernel threads, as `tern bench` measures it); 0
- * when there is no such device or the build lacks it. */
-TERN_API double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes);
 /* The back-ends this library knows, i in [0, tern_backend_count()): its name (the
  * `device` of tern_model_params, "cuda" also as "cuda:N"), whether it is compiled in,
  * whether it is present on this machine, and a description ("avx512", "NVIDIA H200",
@@ -250,7 +296,7 @@ TERN_API tern_status tern_backend_describe(int i, const char **name, bool *compi
 TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
 /* How many sessions one tern_session_eval_batch() call should advance on this
  * model's back-end (a server's decode group): 5 on the CPU (the largest batch that
- * stays bit-identical to stepping alone, docs/architecture.md), 16 on CUDA; 1 for NULL. */
+ * stays bit-identical to stepping alone), 16 on CUDA; 1 for NULL. */
 TERN_API int tern_model_batch_hint(const tern_model *m);
 /* The model file's metadata (GGUF key/value pairs; an MLX pack has none), e.g. the
  * recommended sampling of llama.cpp's general.sampling.* keys. TERN_ERR_NOT_FOUND
@@ -260,7 +306,7 @@ TERN_API int tern_model_batch_hint(const tern_model *m);
 TERN_API tern_status tern_model_meta_f32(const tern_model *m, const char *key, float *out);
 TERN_API tern_status tern_model_meta_i64(const tern_model *m, const char *key, int64_t *out);
 /* _bool: a BOOL value, e.g. tern.chat.thinking (whether a chat turns the template's
- * thinking on when the caller does not say; tern run/chat/serve read it). */
+ * thinking on when the caller does not say). */
 TERN_API tern_status tern_model_meta_bool(const tern_model *m, const char *key, bool *out);
 struct tern_str;                    /* below (text) */
 TERN_API tern_status tern_model_meta_str(const tern_model *m, const char *key, struct tern_str *out);
@@ -370,8 +416,6 @@ TERN_API uint64_t tern_session_cache_bytes(const tern_session *s, int n_pos);
 TERN_API tern_cache_type tern_session_cache_type(const tern_session *s, bool value);
 
 /* ===================================================================== text */
-
-/* --- text: tokenizer, chat template, sampling. Declarations below. */
 
 /* A growable byte string (always NUL-terminated when data != NULL) and a growable
  * token array. The text API appends to them; zero-initialise before first use,
@@ -517,7 +561,7 @@ TERN_API void tern_sampler_accept(tern_sampler *s, int32_t id);
 TERN_API void tern_sampler_reset(tern_sampler *s);   /* history cleared, rng reseeded */
 
 /* ---- constrained output: GBNF grammars (llama.cpp's grammar format) applied
- * as a token mask at sampling time (src/text/grammar.c, docs/server.md). */
+ * as a token mask at sampling time. */
 typedef struct tern_grammar tern_grammar;
 /* Parse grammar text; root: the start rule (NULL: "root"). TERN_ERR_FORMAT names
  * the line of the first error; left recursion is refused. */
@@ -525,7 +569,7 @@ TERN_API tern_status tern_grammar_parse(const char *text, size_t len, const char
 TERN_API void tern_grammar_free(tern_grammar *g);
 /* JSON Schema (a subset: type, properties, required, additionalProperties, enum,
  * const, items, prefixItems, min/maxItems, min/maxLength, anyOf/oneOf, $ref to
- * #/$defs or #/definitions; src/text/json_schema.c) -> GBNF text appended to *gbnf.
+ * #/$defs or #/definitions) -> GBNF text appended to *gbnf.
  * root (NULL: "root") names the start rule and prefixes every other rule, so
  * several conversions can share one grammar. Empty schema text: any JSON value.
  * TERN_ERR_UNSUPPORTED names the first keyword that is not supported. */

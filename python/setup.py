@@ -69,7 +69,7 @@ setup(
         Extension(
             "tern._tern",
             sources=["src/tern/_tern.c"],
-            include_dirs=[os.path.join(SRC, "include")],
+            include_dirs=[os.path.join(SRC, "include"), os.path.join(SRC, "src")],  # src: lab.h
             extra_objects=[lib],
             library_dirs=dirs,
             libraries=libs + cuda + ["pthread", "m"],

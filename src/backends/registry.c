@@ -1,9 +1,10 @@
 /*
- * backend_registry.c - the back-ends this library knows, by name: which are compiled
+ * registry.c - the back-ends this library knows, by name: which are compiled
  * in, which are present on this machine, and how to make an instance ("cpu",
- * "cuda", "cuda:N"). `tern --version` and `--device` list them from here.
+ * "cuda", "cuda:N"; tensor parallel over N of them when asked). `tern --version` and
+ * `--device` list them from here. Adding a back-end: its folder and one line here.
  */
-#include "model/backend.h"
+#include "backends/backends.h"
 
 #include <stdlib.h>
 
@@ -34,6 +35,11 @@ tern_status tm_backend_create(const char *spec, const tm_backend_params *p, tm_b
     if (!spec || !*spec) spec = "cpu";
     tm_backend_params q = {0};
     if (p) q = *p;
+    if (q.tp != 0 && q.tp != 1) { /* tensor parallel over q.tp instances of `spec` (tp/) */
+        int n = q.tp;
+        q.tp = 0;
+        return tm_backend_tp_create(spec, n, &q, out);
+    }
     size_t len = strcspn(spec, ":");
     if (spec[len] == ':') {
         char *end = NULL;

@@ -36,6 +36,7 @@
 #include "kernels/cuda/cuda.h"
 #endif
 #include "kernels/kernels.h"
+#include "lab.h" /* tern_device_read_ceiling_gbps */
 #include "model/session.h" /* tm_session_fill_random (not in tern.h: a benchmark aid) */
 
 #include <math.h>
@@ -69,7 +70,7 @@ static void usage(FILE *f) {
             "  cache length, not its contents); default real. --cache-type\n"
             "  f32|f16|bf16|q8_0 (-ctk/-ctv): the KV cache type.\n"
             "  --tp N: N tensor-parallel"
-            "  shards of --device in this process (docs/multi-gpu.md).\n");
+            "  shards of --device in this process (docs/multi-gpu.md).\n" CLI_ENV_SEE);
 }
 
 /* ------------------------------------------------------------ read ceiling */
@@ -92,13 +93,6 @@ static void json_text_field(const char *key, const char *text) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 int tern_bench_model(int argc, char **argv) {
@@ -157,6 +151,7 @@ int tern_bench_model(int argc, char **argv) {
 
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
@@ -230,20 +225,20 @@ int tern_bench_model(int argc, char **argv) {
     for (int64_t b = 0; b < batch; b++) {
         if ((st = tern_session_new(m, &sp, &bs[b]))) goto lib_err;
         if ((st = tern_session_eval(bs[b], ids, (size_t)np, NULL))) goto lib_err;
-        btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
+        btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
     }
-    int32_t tok = (int32_t)argmax(tern_session_logits(s), V);
+    int32_t tok = (int32_t)cli_argmax(tern_session_logits(s), V);
     const int tg_pos = tern_session_pos(s) + (int)(ng / 2); /* the tg steps' middle position */
     for (int64_t i = 0; i < ng; i++) {
         double a = tern_now_s();
         if ((st = tern_session_eval(s, &tok, 1, NULL))) goto lib_err;
         tg[i] = tern_now_s() - a;
-        tok = (int32_t)argmax(tern_session_logits(s), V);
+        tok = (int32_t)cli_argmax(tern_session_logits(s), V);
         if (!batch) continue;
         a = tern_now_s();
         if ((st = tern_session_eval_batch(bs, btok, (size_t)batch, NULL))) goto lib_err;
         bt[i] = tern_now_s() - a;
-        for (int64_t b = 0; b < batch; b++) btok[b] = (int32_t)argmax(tern_session_logits(bs[b]), V);
+        for (int64_t b = 0; b < batch; b++) btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
     }
     if (batch) bt_med = 1.0 / median(bt, (int)ng); /* steps per second */
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
@@ -267,12 +262,12 @@ int tern_bench_model(int argc, char **argv) {
             tc_profile_enable(0);
         }
         if (!st) {
-            int32_t pt = (int32_t)argmax(tern_session_logits(ps), V);
+            int32_t pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
             if (profile) tc_profile_enable(1);
             tc_launches_reset();
             for (int i = 0; i < steps && !st; i++) {
                 st = tern_session_eval(ps, &pt, 1, NULL);
-                pt = (int32_t)argmax(tern_session_logits(ps), V);
+                pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
             }
             launches = (double)tc_launches() / steps;
             if (profile) {

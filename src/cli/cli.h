@@ -30,6 +30,8 @@ int tern_cmd_perplexity(int argc, char **argv);
 /* `tern bench model ...` (src/cli/bench_model.c); argv[0] is "model".
  * `tern bench` dispatches `bench kernels` itself (cmd_bench.c). */
 int tern_bench_model(int argc, char **argv);
+/* `tern bench gdn ...` (src/cli/bench_gdn.c); argv[0] is "gdn". */
+int tern_bench_gdn(int argc, char **argv);
 
 /* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
@@ -43,6 +45,8 @@ bool cli_parse_ids(const char *s, int32_t **out, size_t *n);
 /* Read a whole stream into a NUL-terminated malloc'd buffer (free()); the
  * length (without the NUL) in *len when len != NULL. NULL when out of memory. */
 char *cli_read_stream(FILE *f, size_t *len);
+/* Index of the largest of v[0..n) (the first on ties): greedy decoding. */
+int cli_argmax(const float *v, int n);
 /* Is `a` one of the space-separated words in `list`? (option tables) */
 bool cli_is_one_of(const char *a, const char *list);
 /* Is this argument -h/--help? */
@@ -70,6 +74,23 @@ typedef struct cli_progress {
 void cli_progress_init(cli_progress *p, const char *label, bool quiet);
 bool cli_progress_cb(uint64_t done, uint64_t total, void *user);
 void cli_progress_done(cli_progress *p);
+
+/* The environment variables the CLI maps onto library parameters (cli_env.c):
+ * cli_env_apply (main, before any subcommand) applies the process-wide ones;
+ * cli_env_model_params the model's (TERN_REPACK) onto params already defaulted
+ * (tern_model_params_default), before the command's options. */
+void cli_env_apply(void);
+void cli_env_model_params(tern_model_params *p);
+#define CLI_ENV_HELP                                                                              \
+    "environment (the CLI maps these onto library parameters; the library reads none):\n"       \
+    "  TERN_MODEL=PATH     the model when -m is not given\n"                                    \
+    "  TERN_ISA=LEVEL      kernels of a lower level: scalar, avx2, avx512, neon, i8mm\n"        \
+    "  TERN_REPACK=0       keep ternary matrices in the file layout (as --no-repack)\n"         \
+    "  TERN_SPIN_US=N      microseconds kernel threads spin before sleeping (default 100)\n"    \
+    "  TERN_NEON_FP32=1    NEON fp32 products instead of int8 (Arm A/B runs)\n"
+
+/* The line subcommands that load a model end their help with. */
+#define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US (see tern --help)\n"
 
 /* The model used when -m is not given: $TERN_MODEL, else the embedded default
  * model installed next to the binary / in the source tree, else NULL. */

@@ -51,7 +51,7 @@ void gen_opts_help(FILE *f) {
             "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
-            "  --quiet                  no load/speed lines on stderr\n");
+            "  --quiet                  no load/speed lines on stderr\n" CLI_ENV_SEE);
 }
 
 static bool take(const char *cmd, int argc, char **argv, int *i, const char **v) {
@@ -175,6 +175,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     if (st) return cli_lib_error(cmd, st);
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = o->threads;
     mp.device = o->device;
     mp.tp = o->tp;

@@ -48,6 +48,13 @@ bool cli_parse_f64(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
+int cli_argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
 bool cli_parse_ids(const char *s, int32_t **out, size_t *n) {
     size_t cap = 64, len = 0;
     int32_t *a = malloc(cap * sizeof *a);

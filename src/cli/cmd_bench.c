@@ -1,6 +1,6 @@
 /*
- * cmd_bench.c - `tern bench kernels` (this file) and `tern bench model`
- * (tern_bench_model, in bench_model.c).
+ * cmd_bench.c - `tern bench kernels` (this file), `tern bench model`
+ * (tern_bench_model, in bench_model.c) and `tern bench gdn` (bench_gdn.c).
  *
  * bench kernels measures, in one run:
  *   - the machine's memory read ceiling (GB/s): tern_read_ceiling_gbps() on a
@@ -43,7 +43,7 @@ static void bench_kernels_usage(FILE *f) {
             "                of tern_qmat_repack (gemv_r16, gemm_r16)\n"
             "  --hot         no weight rotation (small shapes then run from cache:\n"
             "                the kernels' compute-bound speed, not a memory figure)\n"
-            "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best)\n"
+            "  TERN_ISA=scalar|avx2|avx512 selects the kernels (default: best; tern --help)\n"
             "  --device cuda  the GPU kernels instead (GEMV per layout and batch, then the\n"
             "                tensor-core GEMM, then the decode-step ops: norm sites, GDN\n"
             "                step, SwiGLU, Hadamard, attention, current vs TERN_CUDA_OPS=old\n"
@@ -56,7 +56,8 @@ static void bench_kernels_usage(FILE *f) {
             "                TERN_CUDA_GEMV=tiled|old, TERN_CUDA_SK=W,NS,CH, TERN_CUDA_PDL=0,\n"
             "                TERN_CUDA_OPS=old, TERN_CUDA_GDN=walk|scan,RPT,WARPS,\n"
             "                TERN_CUDA_ATTN=old\n"
-            "usage: tern bench model ...   (see tern bench model --help)\n");
+            "usage: tern bench model ...   (see tern bench model --help)\n"
+            "usage: tern bench gdn ...     (the CPU GDN scans; see tern bench gdn --help)\n");
 }
 
 /* ----------------------------------------------------------- test weights */
@@ -373,5 +374,6 @@ int tern_cmd_bench(int argc, char **argv) {
         return bench_kernels(argc - 1, argv + 1);
     }
     if (!strcmp(argv[1], "model")) return tern_bench_model(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark '%s' (kernels or model)", argv[1]);
+    if (!strcmp(argv[1], "gdn")) return tern_bench_gdn(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown benchmark '%s' (kernels, model or gdn)", argv[1]);
 }

@@ -20,14 +20,7 @@ static void usage(FILE *f) {
             "  weights in the file layout (default: the kernels' fastest layout where there\n"
             "  is one, as --repack; TERN_REPACK=0 = --no-repack). --tp N splits the model\n"
             "  into N tensor-parallel shards of --device in this process (heads, FFN and\n"
-            "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n");
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
+            "  vocabulary; docs/multi-gpu.md); a dimension that does not split is an error.\n" CLI_ENV_SEE);
 }
 
 int tern_cmd_eval(int argc, char **argv) {
@@ -97,6 +90,7 @@ int tern_cmd_eval(int argc, char **argv) {
 
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
@@ -147,7 +141,7 @@ int tern_cmd_eval(int argc, char **argv) {
         fo = NULL;
     }
     if (cont > 0) {
-        int32_t tok = argmax(tern_session_logits(s), (int)V);
+        int32_t tok = cli_argmax(tern_session_logits(s), (int)V);
         for (int64_t i = 0; i < cont; i++) {
             printf(i ? " %d" : "%d", (int)tok);
             if (i + 1 == cont) break;
@@ -157,7 +151,7 @@ int tern_cmd_eval(int argc, char **argv) {
                 rc = cli_lib_error("eval", st);
                 goto done;
             }
-            tok = argmax(tern_session_logits(s), (int)V);
+            tok = cli_argmax(tern_session_logits(s), (int)V);
         }
         printf("\n");
     }

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --threads N        worker threads (default: all online cores)\n"
             "  --device cpu|cuda  where the model runs (default cpu)\n"
             "  --json             print one JSON object\n"
-            "  -q, --quiet        no progress on stderr\n");
+            "  -q, --quiet        no progress on stderr\n" CLI_ENV_SEE);
 }
 
 static double now_s(void) {
@@ -129,6 +129,7 @@ int tern_cmd_perplexity(int argc, char **argv) {
 
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
     st = tern_model_load(model_path, &mp, &model);

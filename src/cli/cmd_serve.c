@@ -56,7 +56,12 @@ static void usage(FILE *f) {
             "  --prefix-cache-mib N host memory for the prefix cache's snapshots of recurrent (GDN) state,\n"
             "                       all slots together, least recently used dropped first (default 1024;\n"
             "                       0 = none: a qwen35 request then reuses only a slot's whole sequence)\n"
-            "  --quiet              no load line and no per-request log lines on stderr\n");
+            "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
+            "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
+            "                       prompts wait their turn in chunks, so the streams keep flowing\n"
+            "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
+            "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
+            "  --quiet              no load line and no per-request log lines on stderr\n" CLI_ENV_SEE);
 }
 
 /* The signal thread: SIGINT / SIGTERM stop accepting and end the scheduler's
@@ -95,7 +100,7 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
-    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024;
+    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
@@ -116,7 +121,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -146,6 +151,8 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--top-k")) { num = &top_k; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
+        else if (!strcmp(a, "--prefill-budget")) { num = &prefill_budget; lo = 0; hi = 1 << 22; }
+        else if (!strcmp(a, "--decode-batch")) { num = &decode_batch; lo = 0; hi = 4096; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
@@ -186,11 +193,12 @@ int tern_cmd_serve(int argc, char **argv) {
     if (st) return cli_lib_error("serve", st);
     tern_model_params mp;
     tern_model_params_default(&mp);
+    cli_env_model_params(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
-                           (uint64_t)snap_mib << 20};
+                           (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         int rc = cli_lib_error("serve", st);

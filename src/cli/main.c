@@ -34,7 +34,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tern <command> [options]    (tern <command> --help for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", g_cmds[i].name, g_cmds[i].summary);
-    fprintf(f, "\n  --version    print the version\n");
+    fprintf(f, "\n  --version    print the version\n\n%s", CLI_ENV_HELP);
 }
 
 int main(int argc, char **argv) {
@@ -57,6 +57,7 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    cli_env_apply();
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "tern: unknown command '%s'\n", argv[1]);

@@ -25,7 +25,8 @@
 
 /* ------------------------------------------------------------ thread pool */
 typedef struct tern_pool tern_pool;
-/* n_threads >= 1 (the caller's thread counts as one worker). */
+/* n_threads >= 1 (the caller's thread counts as one worker). Waits spin for
+ * tern_set_spin_us() microseconds (tern.h; the value at creation), then sleep. */
 tern_status tern_pool_new(int n_threads, tern_pool **out);
 void tern_pool_free(tern_pool *p);
 int tern_pool_size(const tern_pool *p);
@@ -33,7 +34,7 @@ int tern_pool_size(const tern_pool *p);
  * and return when all are done. pool may be NULL (runs inline). Not reentrant. */
 typedef void (*tern_task_fn)(void *ctx, int task, int n_tasks);
 void tern_pool_run(tern_pool *p, tern_task_fn fn, void *ctx, int n_tasks);
-/* Solo mode (on by default; TERN_POOL_ADAPT=0 turns it off): when the helpers
+/* Solo mode (on by default): when the helpers
  * have not been paying for their wake-ups and waits (a shared CPU), runs stay on
  * the caller's thread for a while. Off: every run is shared (benchmarks of the
  * kernels, the read ceiling). Returns the previous setting; NULL pool: false. */
@@ -189,8 +190,8 @@ void tern_attention(const tern_attn_args *a, tern_pool *pool);
  *      at fp32 level (~1e-6 relative here; test_kernels_gdn bounds both at 1e-4 against
  *      float64).
  * tern_gdn takes the block scan for calls of >= tern_gdn_block_min() rows (8 with the
- * AVX2 / AVX-512 tables, never with the reference, where blocks measured slower;
- * TERN_GDN_BLOCKS=N, read once when the table is filled, overrides it: N <= 0 never).
+ * AVX2 / AVX-512 tables, never with the reference, where blocks measured slower:
+ * docs/performance.md; tern_gdn_with chooses a scan for tests and benches).
  * Limits: dv <= 512 (the walk's stack rows); the block scan needs dk, dv <= 512 and
  * falls back to the walk otherwise. One task per value head (conv and norms are split
  * too for > 4 rows). */
@@ -236,12 +237,20 @@ typedef enum tern_isa {
     TERN_ISA_I8MM = 4   /* aarch64: neon + FEAT_I8MM (SMMLA) products */
 } tern_isa;
 #define TERN_ISA_COUNT 5
-/* Detect once (thread-safe); TERN_ISA=scalar|avx2|avx512|neon|i8mm forces a lower
- * or equal level (an unsupported request falls back, with a log line). No AMX
- * level: the VNNI kernels run on AMX machines too (docs/kernels.md). */
+/* Detect once (thread-safe) and fill the table for the best level the CPU and OS
+ * have; tern_set_kernel_isa (tern.h) lowers it. No AMX level: the VNNI kernels run
+ * on AMX machines too (docs/kernels.md). */
 void tern_kernels_init(void);
 tern_isa tern_kernels_isa(void);
 const char *tern_isa_name(tern_isa isa);
+/* The inverse of tern_isa_name (case-insensitive); false for an unknown name. */
+bool tern_isa_parse(const char *name, tern_isa *out);
+/* The best level this machine has. */
+tern_isa tern_kernels_best(void);
+/* Lab knob (A/B on an Arm machine): the NEON levels' products in fp32 (the AVX2
+ * scheme) instead of int8 SDOT. Refills the table at the current level; like
+ * tern_kernels_force, not while kernels run. No effect off aarch64. */
+void tern_kernels_set_neon_fp32(bool on);
 /* Tests/benchmarks: force an ISA (returns false if the CPU lacks it). Refills the
  * table: never call it while kernels run in another thread. */
 bool tern_kernels_force(tern_isa isa);

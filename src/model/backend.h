@@ -8,15 +8,18 @@
  * work is split, queued, graphed and read back.
  *
  * Two levels:
- *   tm_backend_vt  layer-sized operations, what forward.c calls: embed, a whole attention
- *                  mixer, a whole GDN mixer, the FFN block, the head; plus how one step is
- *                  run (run_step: a back-end may record and replay it as a graph), memory,
- *                  per-session state and the batch size it prefers. forward.c only
- *                  sequences layers.
+ *   tm_backend_vt  the instance: memory, per-session state, and `exec`, which runs one
+ *                  step of the model's plan (plan.h: the ordered ops of the
+ *                  architecture, built once at load); `run_step` may graph it.
+ *                  forward.c only builds the step and calls run_step / exec.
  *   tm_ops         op-sized building blocks (matmul, Hadamard sites, norms, RoPE,
- *                  attention, GDN, movers). layers.c writes the layer-sized operations
- *                  once on top of them (tm_layers_generic); the CPU back-end uses exactly
- *                  that, a GPU back-end overrides what it fuses.
+ *                  attention, GDN, movers): what one plan op runs on. The generic
+ *                  walker (tm_plan_run_op, tm_plan_exec) runs every op through them; the
+ *                  CPU back-end uses exactly that, a GPU back-end matches runs of plan
+ *                  ops to its fused code and walks the rest (tm_plan_match).
+ * Adding a back-end: a folder src/backends/<name>/ with its table and one line in
+ * src/backends/registry.c; nothing outside src/backends/ names it (capabilities and
+ * hooks above instead).
  *
  * Memory: every pointer the table gets (weights, activations, caches, states) is the
  * back-end's memory (alloc/upload; host memory for the CPU), except token ids and the
@@ -34,6 +37,7 @@
 #define TERN_MODEL_BACKEND_H
 
 #include "model/model.h"
+#include "model/plan.h"
 
 typedef struct tm_backend tm_backend;
 typedef struct tm_step tm_step;
@@ -119,11 +123,21 @@ struct tm_step {
     float *rows_out;       /* host [T][n_vocab] or NULL: only the last row, into w->logits */
 };
 
-typedef tern_status (*tm_layers_fn)(tm_backend *be, const tm_step *st);
+/* Capabilities (tm_backend_vt.caps). */
+enum {
+    /* weights stay in host memory in the file's layout, which the loader may copy into
+     * the CPU kernels' fastest layout (tern_model_params.repack) */
+    TM_CAP_HOST_REPACK = 1u << 0,
+    /* the sessions' caches and states live in the back-end's own per-session state
+     * (be_state), not in the session's buffers: snapshots, truncation of states and
+     * the random depth fill are refused */
+    TM_CAP_PRIVATE_STATE = 1u << 1,
+};
 
 typedef struct tm_backend_vt {
     const char *name;
     bool device_memory;    /* the table's pointers are not host memory */
+    unsigned caps;         /* TM_CAP_* */
     void (*destroy)(tm_backend *be);
     /* Rows a batched decode step should hold for the best aggregate speed. */
     int (*batch_hint)(const tm_backend *be);
@@ -151,25 +165,29 @@ typedef struct tm_backend_vt {
      * n_v*dk*dv hold a state S is made to mean exactly S (the CPU: nothing pending).
      * NULL: S is all the back-end keeps. Used by tm_session_fill_random. */
     void (*gdn_state_plain)(const tm_backend *be, const tm_hparams *hp, float *state);
-    /* what the back-end keeps per session (graphs...), released with the session */
+    /* Optional: what the back-end keeps per session (s->be_state: graphs, activation
+     * buffers sized from the plan, shard sessions): made once the session's memory is
+     * (session_init; an error fails tern_session_new), released with the session
+     * (session_release). */
+    tern_status (*session_init)(tm_backend *be, tern_session *s);
     void (*session_release)(tm_backend *be, tern_session *s);
     /* Optional: a weight matrix just uploaded (w->data, *bytes in the back-end's memory)
      * may be replaced by a layout of the back-end's (it frees the old bytes, sets w and
      * *bytes); TERN_OK leaving w as it is means "used as stored". */
     tern_status (*prepare_matrix)(tm_backend *be, tern_qmat *w, size_t *bytes);
-    /* layer-sized operations */
-    tern_status (*embed)(tm_backend *be, const tm_step *st);
-    /* r += delta; site-1 norm; the whole mixer; delta = its output projection */
-    void (*attn_mixer)(tm_backend *be, const tm_step *st, const tm_layer *l);
-    void (*gdn_mixer)(tm_backend *be, const tm_step *st, const tm_layer *l);
-    /* r += delta; site-2 norm; gate/up, SwiGLU (+ transform), down -> delta */
-    void (*ffn)(tm_backend *be, const tm_step *st, const tm_layer *l);
-    /* r += delta; output norm; logits; rows to the host (st->rows_out / sessions' logits) */
-    tern_status (*head)(tm_backend *be, const tm_step *st);
-    /* Run one step: call layers(be, st) (which queues embed .. head) and finish it; a
-     * back-end may instead replay a recorded graph of an earlier identical step. NULL:
-     * layers, then sync. */
-    tern_status (*run_step)(tm_backend *be, const tm_step *st, tm_layers_fn layers);
+    /* Optional: the model is loaded (uploaded when device_memory) and its plan built;
+     * the back-end may derive what it runs from it (tensor parallel: the shards). */
+    tern_status (*model_loaded)(tm_backend *be, tern_model *m);
+    /* Optional: the device this instance drives ("NVIDIA H200 ..."; NULL: ""). */
+    const char *(*device_name)(const tm_backend *be);
+    /* Queue one step: every op of the model's plan (m->plan, plan.h) over st's rows, and
+     * the logits where the step says (st->rows_out and every member's `logits`, or the
+     * last row into st->w->logits); how (op by op, fused, sharded) is the back-end's.
+     * NULL: tm_plan_exec (be->ops op by op; host-memory back-ends). */
+    tern_status (*exec)(tm_backend *be, const tm_step *st);
+    /* Optional: run one step and finish it; a back-end may record the step into a graph
+     * and replay it for a later identical step. NULL: exec, then sync. */
+    tern_status (*run_step)(tm_backend *be, const tm_step *st);
 } tm_backend_vt;
 
 struct tm_backend {
@@ -182,6 +200,7 @@ struct tm_backend {
 typedef struct tm_backend_params {
     int n_threads;         /* CPU: <= 0 = one per online core */
     int device_index;      /* CUDA: GPU ordinal */
+    int tp;                /* 0, 1: one instance; else tensor parallel over tp (2..64) */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {
@@ -194,28 +213,12 @@ typedef struct tm_backend_entry {
 
 /* The entries compiled in or not, in a fixed order; n set to their count. */
 const tm_backend_entry *tm_backends(int *n);
-/* "cuda:1" -> the cuda entry with device_index 1. Errors name what exists. */
+/* "cuda:1" -> the cuda entry with device_index 1; p->tp other than 0 and 1: that many under
+ * the tensor-parallel back-end. Errors name what exists. */
 tern_status tm_backend_create(const char *spec, const tm_backend_params *p, tm_backend **out);
 static inline void tm_backend_destroy(tm_backend *be) {
     if (be) be->vt->destroy(be);
 }
-
-/* the CPU instance's thread pool (NULL for another back-end) */
-tern_pool *tm_backend_cpu_pool(const tm_backend *be);
-/* the entries' constructors (backend_cpu.c, backend_cuda.c) */
-tern_status tm_backend_cpu_create(const tm_backend_params *p, tm_backend **out);
-tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out);
-bool tm_backend_cuda_present(const char **what);
-const char *tm_backend_cuda_device(void); /* the GPU's name ("" when none) */
-/* Tensor parallel (backend_tp.c): n shards of back-end `spec`; after the model is
- * loaded on the host, tm_tp_shard splits it (errors name the dimension that does not
- * split). */
-tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_params *p,
-                                 tm_backend **out);
-tern_status tm_tp_shard(tern_model *m);
-bool tm_backend_is_tp(const tm_backend *be);
-int tm_backend_tp_size(const tm_backend *be);
-
 
 /* ------------------------------------------------ memory through a table */
 static inline void *tm_be_alloc(tm_backend *be, size_t n) { return be->vt->alloc(be, n ? n : 1); }
@@ -233,18 +236,5 @@ static inline tern_status tm_be_zero(tm_backend *be, void *p, size_t n) {
 }
 static inline tern_status tm_be_sync(tm_backend *be) { return be->vt->sync(be); }
 static inline bool tm_be_device(const tm_backend *be) { return be->vt->device_memory; }
-
-/* ----------------------------------------------- layers.c: written once */
-/* The layer-sized operations on top of be->ops (the CPU back-end's, and the default of
- * any back-end for what it does not fuse). */
-tern_status tm_layers_embed(tm_backend *be, const tm_step *st);
-void tm_layers_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l);
-void tm_layers_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l);
-void tm_layers_ffn(tm_backend *be, const tm_step *st, const tm_layer *l);
-/* The head into `logits` (be memory, rows of n_vocab): all T rows, or the last only. */
-void tm_layers_head_rows(tm_backend *be, const tm_step *st, float *logits, bool all_rows);
-
-/* host helpers for host-memory back-ends: host head (logits straight into place) */
-tern_status tm_layers_head_host(tm_backend *be, const tm_step *st);
 
 #endif

@@ -60,8 +60,7 @@ const float *tm_model_signs(const tern_model *m, int64_t k) {
 
 void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
-    const char *e = getenv("TERN_REPACK");
-    p->repack = !(e && !strcmp(e, "0"));
+    p->repack = true;
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
@@ -108,6 +107,7 @@ void tern_model_free(tern_model *m) {
     if (m->gguf) tern_gguf_close(m->gguf);
     if (m->mlx) tm_mlx_close(m->mlx);
     pthread_mutex_destroy(&m->eval_mu);
+    tm_plan_free(&m->plan);
     free(m->layers);
     free(m->signs);
     free(m->path);
@@ -217,16 +217,14 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     m->progress_user = p->progress_user;
     struct stat sb;
     /* the back-end first: a missing device is said before a large file is read */
-    tm_backend_params bp = {.n_threads = p->n_threads};
-    const bool tp = p->tp != 0 && p->tp != 1; /* tensor parallel: backend_tp.c */
-    tern_status st = tp ? tm_backend_tp_create(p->device, p->tp, &bp, &m->be)
-                        : tm_backend_create(p->device, &bp, &m->be);
+    tm_backend_params bp = {.n_threads = p->n_threads, .tp = p->tp};
+    tern_status st = tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);
         return st;
     }
     m->be->m = m;
-    const bool cuda = tm_be_device(m->be);
+    const tm_backend_vt *vt = m->be->vt;
     if (stat(path, &sb) != 0) {
         st = tern_fail(TERN_ERR_IO, "%s: cannot open (no such file or directory)", path);
     } else if (S_ISDIR(sb.st_mode)) {
@@ -234,9 +232,10 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     } else {
         st = tm_load_gguf(m, path);
     }
-    if (!st && cuda) st = tm_upload_model(m);
-    if (!st && tp) st = tm_tp_shard(m);
-    if (!st && p->repack && !cuda && !tp) {
+    if (!st && vt->device_memory) st = tm_upload_model(m);
+    if (!st) st = tm_plan_build(m, &m->plan);
+    if (!st && vt->model_loaded) st = vt->model_loaded(m->be, m);
+    if (!st && p->repack && (vt->caps & TM_CAP_HOST_REPACK)) {
         /* decode-layout copies; UNSUPPORTED = no faster layout on this CPU */
         int cap = m->hp.n_layer * 10 + 1;
         tern_qmat **file = malloc((size_t)cap * sizeof *file), **fast = malloc((size_t)cap * sizeof *fast);
@@ -269,7 +268,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     }
     tm_fill_info(m);
     m->info.device = m->be->vt->name;
-    m->info.device_name = cuda ? tm_backend_cuda_device() : "";
+    m->info.device_name = vt->device_name ? vt->device_name(m->be) : "";
     m->progress = NULL;
     *out = m;
     return TERN_OK;

@@ -21,7 +21,7 @@ tm_dims tm_model_dims(const tern_model *m) {
 const tm_arch_desc *tm_model_arch(const tern_model *m) { return tm_arch_get(m->hp.arch); }
 
 /* The field a role binds to (l NULL: top level). */
-static tern_qmat *mat_slot(tern_model *m, tm_layer *l, tm_role_id id) {
+tern_qmat *tm_model_mat_slot(tern_model *m, tm_layer *l, tm_role_id id) {
     switch (id) {
     case TM_ROLE_TOKEN_EMBD: return &m->tok_embd;
     case TM_ROLE_OUTPUT: return &m->output;
@@ -45,7 +45,7 @@ static tern_qmat *mat_slot(tern_model *m, tm_layer *l, tm_role_id id) {
     }
 }
 
-static const float **vec_slot(tern_model *m, tm_layer *l, tm_role_id id) {
+const float **tm_model_vec_slot(tern_model *m, tm_layer *l, tm_role_id id) {
     if (id == TM_ROLE_OUTPUT_NORM) return &m->output_norm;
     if (!l) return NULL;
     switch (id) {
@@ -65,11 +65,11 @@ static tern_status bind(tern_model *m, const tm_src *s, tm_layer *l, const tm_ro
     int64_t k, n;
     tm_role_shape(r, d, &k, &n);
     if (r->val == TM_VAL_TERNARY || r->val == TM_VAL_DENSE) {
-        tern_qmat *q = mat_slot(m, l, r->id);
+        tern_qmat *q = tm_model_mat_slot(m, l, r->id);
         if (!q) return tern_fail(TERN_ERR_INTERNAL, "%s: role %d has no matrix slot", s->path, (int)r->id);
         return s->mat(s->u, r, il, k, n, q);
     }
-    const float **v = vec_slot(m, l, r->id);
+    const float **v = tm_model_vec_slot(m, l, r->id);
     if (!v) return tern_fail(TERN_ERR_INTERNAL, "%s: role %d has no vector slot", s->path, (int)r->id);
     return s->vec(s->u, r, il, k * n, v);
 }

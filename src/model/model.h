@@ -27,6 +27,7 @@
 #include "core/common.h"
 #include "kernels/kernels.h"
 #include "formats/arch/arch.h"
+#include "model/plan.h"
 
 #include <pthread.h>
 
@@ -109,6 +110,7 @@ struct tern_model {
     pthread_mutex_t eval_mu;      /* serialises evaluation: the pool is not reentrant */
     uint64_t sessions_bytes;      /* bytes of this model's live sessions (atomic) */
     struct tm_backend *be;        /* the back-end instance (owned; backend.h) */
+    tm_plan plan;                 /* the step plan (plan.h), built once the model is bound */
     /* device copies (be->alloc), freed with be->free at the end */
     void **dev;
     size_t *dev_n;
@@ -127,6 +129,9 @@ tern_status tm_hparams_load(tern_model *m, tm_key_get get, void *u, const char *
 void tm_fill_info(tern_model *m);
 /* The architecture table of the model (arch/arch.h). */
 const tm_arch_desc *tm_model_arch(const tern_model *m);
+/* The field role `id` binds to in layer l (l NULL: the top-level tensors), or NULL. */
+tern_qmat *tm_model_mat_slot(tern_model *m, tm_layer *l, tm_role_id id);
+const float **tm_model_vec_slot(tern_model *m, tm_layer *l, tm_role_id id);
 /* Report layer il of n loaded; TERN_ERR_CANCELLED when the callback says stop. */
 tern_status tm_load_progress(tern_model *m, int il, int n);
 

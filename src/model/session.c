@@ -40,8 +40,6 @@ void tern_session_free(tern_session *s) {
     free(s);
 }
 
-static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
-
 /* ------------------------------------------------------------ cache types */
 
 static const char *const g_cache_names[] = {"default", "f32", "f16", "bf16", "q8_0"};
@@ -114,27 +112,43 @@ static uint64_t kv_per_pos(const tern_model *m, tern_kv_type kt, tern_kv_type vt
     return (uint64_t)m->hp.n_attn_layers * (tern_kv_row_bytes(kt, kvw) + tern_kv_row_bytes(vt, kvw));
 }
 
+/* The arena of a session (session.h): each plan buffer, the attention scores and, on a
+ * device, the chunk's logits at 256-byte aligned offsets (off[b] for b < TM_BUF_COUNT,
+ * off[TM_BUF_COUNT] the scores, off[TM_BUF_COUNT + 1] dlogits; SIZE_MAX: none);
+ * returns the bytes. */
+#define ARENA_ALIGN 256
+static size_t arena_layout(const tern_model *m, int n_ctx, int n_chunk, size_t off[TM_BUF_COUNT + 2]) {
+    const size_t T = (size_t)n_chunk;
+    size_t at = 0;
+    for (int b = 0; b < TM_BUF_COUNT + 2; b++) {
+        size_t floats = b < TM_BUF_COUNT           ? T * (size_t)m->plan.buf_width[b]
+                        : b == TM_BUF_COUNT        ? (size_t)m->hp.n_head * (size_t)n_ctx
+                        : tm_be_device(m->be)      ? T * (size_t)m->hp.n_vocab
+                                                   : 0;
+        if (!floats) {
+            off[b] = SIZE_MAX;
+            continue;
+        }
+        at = (at + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+        off[b] = at;
+        at += floats * sizeof(float);
+    }
+    return at ? at : ARENA_ALIGN;
+}
+
 /* Bytes a session of n_ctx positions and n_chunk-row scratch takes (what
- * tern_session_new allocates, to the float): KV cache, GDN states, scratch, logits. */
+ * tern_session_new allocates, to the float): KV cache, GDN states, arena and logits. */
 static void session_sizes(const tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt,
                           uint64_t *kv, uint64_t *states, uint64_t *rest) {
     const tm_hparams *hp = &m->hp;
-    uint64_t T = (uint64_t)n_chunk, E = (uint64_t)hp->n_embd, HD = (uint64_t)hp->head_dim;
-    uint64_t qw = (uint64_t)hp->n_head * HD, kvw = (uint64_t)hp->n_head_kv * HD;
-    uint64_t qrows = qw * (hp->attn_gate ? 2 : 1), C = 0, VW = 0, nv = (uint64_t)hp->ssm_n_v;
-    if (hp->n_gdn_layers) {
-        C = 2 * (uint64_t)hp->ssm_n_k * hp->ssm_dk + nv * hp->ssm_dv;
-        VW = nv * hp->ssm_dv;
-    }
-    uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
+    uint64_t C = 0;
+    if (hp->n_gdn_layers) C = 2 * (uint64_t)hp->ssm_n_k * hp->ssm_dk + (uint64_t)hp->ssm_n_v * hp->ssm_dv;
     *kv = (uint64_t)n_ctx * kv_per_pos(m, kt, vt);
     *states = hp->n_gdn_layers ? (uint64_t)hp->n_gdn_layers *
                                      ((uint64_t)(hp->conv_k - 1) * C + m->be->vt->gdn_state_floats(m->be, hp)) * 4
                                : 0;
-    uint64_t sc = T * (4 * E + maxz(maxz(qrows, C), F) + maxz(maxz(qw, VW), F) + maxz(maxz(qw, C), F) +
-                       maxz(qw, VW) + 2 * kvw + 2 * (nv ? nv : 1));
-    sc += (uint64_t)hp->n_head * (uint64_t)n_ctx + V + (tm_be_device(m->be) ? T * V : 0);
-    *rest = sc * 4;
+    size_t off[TM_BUF_COUNT + 2];
+    *rest = arena_layout(m, n_ctx, n_chunk, off) + (uint64_t)hp->n_vocab * 4;
 }
 
 /* Memory the back-end can still give: host MemAvailable, or the device's free memory. */
@@ -233,15 +247,8 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
     s->n_chunk = n_chunk;
     s->k_type = kt;
     s->v_type = vt;
-    size_t T = (size_t)n_chunk, E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim;
-    size_t qw = (size_t)hp->n_head * HD, kvw = (size_t)hp->n_head_kv * HD;
-    size_t qrows = qw * (hp->attn_gate ? 2 : 1);
-    size_t C = 0, VW = 0, nv = (size_t)hp->ssm_n_v;
-    if (hp->n_gdn_layers) {
-        C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + nv * hp->ssm_dv;
-        VW = nv * hp->ssm_dv;
-    }
-    size_t F = (size_t)hp->n_ff;
+    size_t kvw = (size_t)hp->n_head_kv * hp->head_dim, C = 0;
+    if (hp->n_gdn_layers) C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
     s->k_row = tern_kv_row_bytes(kt, kvw);
     s->v_row = tern_kv_row_bytes(vt, kvw);
     const size_t kv_pos = (size_t)hp->n_attn_layers * n_ctx; /* rows per cache */
@@ -255,21 +262,23 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         A(s->conv_state, (size_t)hp->n_gdn_layers * (hp->conv_k - 1) * C);
         A(s->ssm_state, (size_t)hp->n_gdn_layers * m->be->vt->gdn_state_floats(m->be, hp));
     }
-    A(s->x, T * E);
-    A(s->delta, T * E);
-    A(s->normed, T * E);
-    A(s->rot, T * E);
-    A(s->big0, T * maxz(maxz(qrows, C), F));
-    A(s->big1, T * maxz(maxz(qw, VW), F));
-    A(s->big2, T * maxz(maxz(qw, C), F));
-    A(s->big3, T * maxz(qw, VW));
-    A(s->kbuf, T * kvw);
-    A(s->vbuf, T * kvw);
-    A(s->ab, 2 * T * (nv ? nv : 1));
-    A(s->att_scratch, (size_t)hp->n_head * n_ctx);
+    /* the per-step scratch: one arena sized from the plan, carved once (stable
+     * pointers for recorded graphs and a persistent kernel) */
+    size_t off[TM_BUF_COUNT + 2];
+    const size_t ab = arena_layout(m, n_ctx, n_chunk, off);
+    float *arena = NULL;
+    A(arena, ab / sizeof(float));
+    if (ok) {
+        s->arena = arena;
+        s->arena_bytes = ab;
+        for (int b = 0; b < TM_BUF_COUNT; b++)
+            s->buf[b] = off[b] == SIZE_MAX ? NULL : (float *)((char *)arena + off[b]);
+        s->att_scratch = off[TM_BUF_COUNT] == SIZE_MAX ? NULL : (float *)((char *)arena + off[TM_BUF_COUNT]);
+        s->dlogits = off[TM_BUF_COUNT + 1] == SIZE_MAX ? NULL : (float *)((char *)arena + off[TM_BUF_COUNT + 1]);
+    }
     if (tm_be_device(m->be)) {
-        /* logits of a whole chunk on the device; the host copy of the last row apart */
-        A(s->dlogits, T * (size_t)hp->n_vocab);
+        /* logits of a whole chunk on the device (in the arena); the host copy of the
+         * last row apart */
         size_t lb = (size_t)hp->n_vocab * sizeof(float);
         if (ok && (s->logits = tern_alloc_aligned(lb))) {
             memset(s->logits, 0, lb);
@@ -288,6 +297,13 @@ tern_status tern_session_new(tern_model *m, const tern_session_params *p, tern_s
         ok = false;
     static uint64_t next_id;
     s->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+    if (ok && m->be->vt->session_init) {
+        tern_status is = m->be->vt->session_init(m->be, s);
+        if (is) {
+            tern_session_free(s);
+            return is;
+        }
+    }
     if (!ok) {
         uint64_t b = s->bytes;
         tern_session_free(s);
@@ -384,10 +400,10 @@ tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed) {
         return tern_fail(TERN_ERR_RANGE, "fill: %d positions outside the context [0, %d]", n_pos, s->n_ctx);
     tern_model *m = s->m;
     tm_backend *be = m->be;
-    if (!strcmp(be->vt->name, "tp"))
+    if (be->vt->caps & TM_CAP_PRIVATE_STATE)
         return tern_fail(TERN_ERR_UNSUPPORTED,
-                         "a random depth fill is not supported with tensor parallelism (the shards hold "
-                         "the caches): use a real prefill");
+                         "a random depth fill is not supported on the %s back-end (it holds the caches "
+                         "itself, e.g. in tensor-parallel shards): use a real prefill", be->vt->name);
     const tm_hparams *hp = &m->hp;
     const size_t kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t rows_per = 256; /* rows generated and uploaded at a time */
@@ -587,10 +603,10 @@ static size_t ssm_state_bytes(const tern_model *m) {
     return (size_t)hp->n_gdn_layers * m->be->vt->gdn_state_floats(m->be, hp) * sizeof(float);
 }
 
-/* Sessions of a tensor-parallel model keep their caches and states in shard sessions
- * of their own (backend_tp.c); those are not reachable here. */
+/* A back-end that keeps the caches and states itself (TM_CAP_PRIVATE_STATE: the
+ * tensor-parallel shards) has none here to copy. */
 static tern_status refuse_tp(const tern_session *s, const char *fn) {
-    if (tm_backend_is_tp(s->m->be))
+    if (s->m->be->vt->caps & TM_CAP_PRIVATE_STATE)
         return tern_fail(TERN_ERR_UNSUPPORTED, "%s: not supported on a tensor-parallel model (--tp)", fn);
     return TERN_OK;
 }

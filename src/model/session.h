@@ -10,7 +10,9 @@
  *   conv_state      [n_gdn_layers][conv_k-1][conv_ch]
  *   ssm_state       [n_gdn_layers][gdn_state_floats]: the back-end's GDN state of each
  *                   layer (backend.h; the CPU keeps a pending rank-1 update beside S)
- *   scratch buffers sized for n_chunk rows of the widest activation
+ *   the arena: one allocation holding every scratch buffer the plan names
+ *                   (n_chunk rows of buf_width[b] floats each, 256-byte aligned), the
+ *                   attention scores [n_head][n_ctx] and, on a device, dlogits
  *   logits          [n_vocab] (last evaluated row; always host memory)
  *   dlogits         [n_chunk][n_vocab] (back-ends with their own memory only: the
  *                   chunk's logits there, downloaded once per chunk)
@@ -37,17 +39,9 @@ struct tern_session {
     tern_kv_type k_type, v_type;
     size_t k_row, v_row;  /* bytes of one position's row (all KV heads of one layer) */
     float *conv_state, *ssm_state; /* ssm_state: n_gdn_layers x be->vt->gdn_state_floats() */
-    /* scratch, each [n_chunk][width] */
-    float *x;        /* residual stream [n_embd] */
-    float *delta;    /* pending residual update [n_embd] */
-    float *normed;   /* normed, un-rotated [n_embd] */
-    float *rot;      /* normed, rotated [n_embd] */
-    float *big0;     /* [max(q rows, qkv, n_ff)] */
-    float *big1;     /* [max(n_head*hd, n_v*dv, n_ff)] */
-    float *big2;     /* [max(n_head*hd, n_v*dv)] */
-    float *big3;     /* [max(n_head*hd, n_v*dv)] */
-    float *kbuf, *vbuf; /* [n_head_kv*hd] */
-    float *ab;       /* [2][n_v] */
+    /* scratch: buffer b (plan.h tm_buf) is [n_chunk][m->plan.buf_width[b]], carved with
+     * att_scratch and dlogits from one arena (arena, arena_bytes) */
+    float *buf[TM_BUF_COUNT];
     float *att_scratch; /* [n_head][n_ctx] */
     float *logits;   /* [n_vocab] host */
     float *dlogits;  /* [n_chunk][n_vocab] device (NULL on the CPU) */
@@ -55,9 +49,10 @@ struct tern_session {
     float *blogits;  /* [blogits_rows][n_vocab] host, batched steps (NULL: none yet) */
     int blogits_rows;
     bool batch_mark; /* set while tern_session_eval_batch checks for duplicates */
-    /* the back-end's own per-session state (released by vt->session_release) */
-    void *graph;     /* CUDA: single-token step graph (NULL: none yet) */
-    int graph_state; /* CUDA: 0 no step yet, 1 stepped once (record next), -1 graphs off */
+    /* the back-end's own per-session state (vt->session_init / session_release) */
+    void *be_state;
+    void *arena;     /* the scratch (back-end memory) */
+    size_t arena_bytes;
     /* snapshots (tern_session_snapshot_*): a process-unique id, and for each position
      * the value of `stamp` when its KV row was last written (host; rows [0, pos) are the
      * session's current history, so a row before pos rewritten since a snapshot implies

@@ -23,7 +23,7 @@ static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
 
 int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
-    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *root = srv_json_parse_whole(body, len, NULL);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return srv_fail(err, en, "the body must be a JSON object"); }
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "add_special");
@@ -60,7 +60,7 @@ int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, c
 
 int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
-    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *root = srv_json_parse_whole(body, len, NULL);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return srv_fail(err, en, "the body must be a JSON object"); }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(t)) { cJSON_Delete(root); return srv_fail(err, en, "'tokens' must be an array of token ids"); }
@@ -122,7 +122,7 @@ void srv_metrics_init(srv_metrics *m) {
     pthread_mutex_init(&m->mu, NULL);
 }
 
-void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u) {
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms) {
     pthread_mutex_lock(&m->mu);
     int d = status / 100;
     m->by_status[d >= 1 && d <= 5 ? d : 0]++;
@@ -133,14 +133,6 @@ void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall
         while (b < SRV_LAT_BUCKETS && s > lat_le[b]) b++;
         m->lat_bucket[b]++;
         m->lat_sum_s += s;
-        if (u) {
-            m->prompt_tokens += u->prompt_tokens;
-            m->cached_tokens += u->cached_tokens < u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
-            m->evaluated_tokens += u->evaluated_tokens;
-            m->gen_tokens += u->completion_tokens;
-            m->prompt_ms += u->prompt_ms;
-            m->gen_ms += u->gen_ms;
-        }
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -154,33 +146,36 @@ static void put(tern_str *o, const char *fmt, ...) {
     if (n > 0) tern_str_append(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const srv_snap_stats *snap) {
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const srv_snap_stats *snap,
+                         const srv_step_stats *st) {
     tern_str o = {0};
     tern_str_append(&o, "", 0);
     pthread_mutex_lock(&m->mu);
     put(&o, "# HELP tern_requests_total HTTP requests answered, by status class.\n# TYPE tern_requests_total counter\n");
     static const char *cls[6] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (int i = 0; i < 6; i++) put(&o, "tern_requests_total{status=\"%s\"} %llu\n", cls[i], m->by_status[i]);
+    /* token figures: the scheduler's, counted when a job ends, before its request hears of it */
+    const srv_step_stats z = {0}, *t = st ? st : &z;
     put(&o, "# HELP tern_prompt_tokens_total Prompt tokens of the requests (cached ones included).\n"
-            "# TYPE tern_prompt_tokens_total counter\ntern_prompt_tokens_total %llu\n", m->prompt_tokens);
+            "# TYPE tern_prompt_tokens_total counter\ntern_prompt_tokens_total %llu\n", t->prompt_tokens);
     put(&o, "# HELP tern_prompt_tokens_cached_total Prompt tokens taken from a slot's prefix cache.\n"
-            "# TYPE tern_prompt_tokens_cached_total counter\ntern_prompt_tokens_cached_total %llu\n", m->cached_tokens);
+            "# TYPE tern_prompt_tokens_cached_total counter\ntern_prompt_tokens_cached_total %llu\n", t->cached_tokens);
     put(&o, "# HELP tern_prompt_tokens_evaluated_total Prompt tokens run through the model (each choice of n > 1 "
             "that evaluated the prompt itself counts).\n"
             "# TYPE tern_prompt_tokens_evaluated_total counter\ntern_prompt_tokens_evaluated_total %llu\n",
-        m->evaluated_tokens);
-    put(&o, "# HELP tern_generated_tokens_total Tokens generated.\n# TYPE tern_generated_tokens_total counter\n"
-            "tern_generated_tokens_total %llu\n", m->gen_tokens);
+        t->evaluated_tokens);
+    put(&o, "# HELP tern_generated_tokens_total Tokens generated (requests that were cancelled or failed included).\n"
+            "# TYPE tern_generated_tokens_total counter\ntern_generated_tokens_total %llu\n", t->gen_tokens);
     put(&o, "# HELP tern_prompt_seconds_total Time spent on prompts.\n# TYPE tern_prompt_seconds_total counter\n"
-            "tern_prompt_seconds_total %.6f\n", m->prompt_ms / 1e3);
+            "tern_prompt_seconds_total %.6f\n", t->prompt_s);
     put(&o, "# HELP tern_generation_seconds_total Time spent generating.\n# TYPE tern_generation_seconds_total counter\n"
-            "tern_generation_seconds_total %.6f\n", m->gen_ms / 1e3);
+            "tern_generation_seconds_total %.6f\n", t->gen_s);
     put(&o, "# HELP tern_prompt_tokens_per_second Prompt tokens per second over all requests.\n"
             "# TYPE tern_prompt_tokens_per_second gauge\ntern_prompt_tokens_per_second %.3f\n",
-        m->prompt_ms > 0 ? m->evaluated_tokens / (m->prompt_ms / 1e3) : 0.0);
+        t->prompt_s > 0 ? t->evaluated_tokens / t->prompt_s : 0.0);
     put(&o, "# HELP tern_generated_tokens_per_second Generated tokens per second over all requests.\n"
             "# TYPE tern_generated_tokens_per_second gauge\ntern_generated_tokens_per_second %.3f\n",
-        m->gen_ms > 0 ? m->gen_tokens / (m->gen_ms / 1e3) : 0.0);
+        t->gen_s > 0 ? t->gen_tokens / t->gen_s : 0.0);
     put(&o, "# HELP tern_request_duration_seconds Wall time of chat and completion requests.\n"
             "# TYPE tern_request_duration_seconds histogram\n");
     unsigned long long cum = 0;
@@ -196,6 +191,37 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
         queued);
     put(&o, "# HELP tern_slots_busy Slots generating.\n# TYPE tern_slots_busy gauge\ntern_slots_busy %d\n", busy);
     put(&o, "# HELP tern_slots_total Slots.\n# TYPE tern_slots_total gauge\ntern_slots_total %d\n", n_slots);
+    if (st) {
+        put(&o, "# HELP tern_sched_rounds_total Scheduler rounds that ran the model.\n"
+                "# TYPE tern_sched_rounds_total counter\ntern_sched_rounds_total %llu\n", st->rounds);
+        put(&o, "# HELP tern_sched_passes_total Model passes (a prefill chunk or a batched decode step).\n"
+                "# TYPE tern_sched_passes_total counter\ntern_sched_passes_total %llu\n", st->passes);
+        put(&o, "# HELP tern_sched_tokens_total Tokens evaluated, by kind of pass.\n# TYPE tern_sched_tokens_total counter\n"
+                "tern_sched_tokens_total{kind=\"prefill\"} %llu\ntern_sched_tokens_total{kind=\"decode\"} %llu\n",
+            st->prefill_tokens, st->decode_tokens);
+        put(&o, "# HELP tern_sched_seconds_total Time in model passes, by kind of pass.\n# TYPE tern_sched_seconds_total counter\n"
+                "tern_sched_seconds_total{kind=\"prefill\"} %.6f\ntern_sched_seconds_total{kind=\"decode\"} %.6f\n",
+            st->prefill_s, st->decode_s);
+        put(&o, "# HELP tern_sched_tokens_per_round Tokens evaluated per scheduler round (all kinds).\n"
+                "# TYPE tern_sched_tokens_per_round gauge\ntern_sched_tokens_per_round %.3f\n",
+            st->rounds ? (double)(st->prefill_tokens + st->decode_tokens) / (double)st->rounds : 0.0);
+        put(&o, "# HELP tern_decode_batch_size Sequences per batched decode pass.\n# TYPE tern_decode_batch_size histogram\n");
+        unsigned long long c = 0;
+        for (int b = 0; b < SRV_BATCH_BUCKETS; b++) {
+            c += st->batch_bucket[b];
+            put(&o, "tern_decode_batch_size_bucket{le=\"%d\"} %llu\n", SRV_BATCH_LE[b], c);
+        }
+        c += st->batch_bucket[SRV_BATCH_BUCKETS];
+        put(&o, "tern_decode_batch_size_bucket{le=\"+Inf\"} %llu\ntern_decode_batch_size_sum %llu\n"
+                "tern_decode_batch_size_count %llu\n", c, st->decode_tokens, c);
+        put(&o, "# HELP tern_sched_prefill_budget_tokens Prompt tokens per round while a slot decodes (--prefill-budget).\n"
+                "# TYPE tern_sched_prefill_budget_tokens gauge\ntern_sched_prefill_budget_tokens %d\n", st->prefill_budget);
+        put(&o, "# HELP tern_sched_decode_batch_max Sequences per decode pass at most (--decode-batch).\n"
+                "# TYPE tern_sched_decode_batch_max gauge\ntern_sched_decode_batch_max %d\n", st->decode_batch);
+    }
+    put(&o, "# HELP tern_prefix_cache_hit_ratio Share of prompt tokens taken from the prefix cache.\n"
+            "# TYPE tern_prefix_cache_hit_ratio gauge\ntern_prefix_cache_hit_ratio %.6f\n",
+        t->prompt_tokens ? (double)t->cached_tokens / (double)t->prompt_tokens : 0.0);
     if (snap && snap->used) {
         put(&o, "# HELP tern_prefix_cache_snapshots Recurrent-state snapshots the slots keep for the prefix cache.\n"
                 "# TYPE tern_prefix_cache_snapshots gauge\ntern_prefix_cache_snapshots %d\n", snap->count);

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -54,9 +55,13 @@ typedef struct conn_state {
     size_t n_prompt, n_gen;
     char method[12], path[96];
     char model_id[256];             /* GET /v1/models/{id} */
-    srv_usage usage;                /* generation requests: for /metrics */
+    srv_usage usage;                /* generation requests: for the log line */
     bool has_usage;
+    bool recorded;                  /* counted in /metrics (once: when its reply is published) */
+    struct srv_http *h;
 } conn_state;
+
+static void record(conn_state *cs, int status);
 
 /* Has the peer closed its side? (a non-destructive peek, never blocks) */
 static bool client_gone(int fd) {
@@ -82,6 +87,7 @@ static enum MHD_Result send_body(struct MHD_Connection *conn, conn_state *cs, in
     MHD_add_response_header(r, "Content-Type", type);
     add_cors(r);
     cs->status = status;
+    record(cs, status);             /* a client that has its reply sees it counted */
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -99,6 +105,7 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     cs->status = status;
+    record(cs, status);             /* a client that has its reply sees it counted */
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -262,6 +269,7 @@ static void stream_end(stream *s, int k) {
             srv_delta d = {0};
             srv_sse_chunk(&s->id, &d, &s->total, &s->out);
         }
+        record(s->cs, 200);         /* before the client can read [DONE] */
         tern_str_append(&s->out, "data: [DONE]\n\n", 14);
         s->finished = true;
     }
@@ -408,6 +416,15 @@ static tern_status job_constrain(srv_http *h, srv_job *j, const tern_str *gbnf, 
     if (!t) return TERN_ERR_NOMEM;
     tern_status st = tern_grammar_parse(gbnf->data, gbnf->len, root, &j->grammar);
     if (!st) st = tern_grammar_matcher_new(j->grammar, t, &j->gm);
+    if (!st) { /* the first mask now: a grammar past the engine's limits fails here, before the
+                * request is queued (a 400), not at its first token (a 500); later masks of the
+                * same state come from the matcher's cache */
+        int nv = tern_tokenizer_n_vocab(h->tok), n_allowed = 0;
+        float *l = calloc((size_t)nv, sizeof *l);
+        if (!l) return TERN_ERR_NOMEM;
+        st = tern_grammar_matcher_mask(j->gm, l, nv, &n_allowed);
+        free(l);
+    }
     return st;
 }
 
@@ -553,7 +570,17 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     int n = req.n;
     srv_request_free(&req);
     srv_job *jobs[SRV_MAX_N] = {j};
-    bool ok = !job_constrain(h, j, &gbnf, groot);
+    /* a grammar the constraint engine refuses (too large, too ambiguous: its limits) is
+     * the client's fault: 400 with the engine's reason; only running out of memory is ours */
+    tern_status cst = job_constrain(h, j, &gbnf, groot);
+    if (cst && cst != TERN_ERR_NOMEM) {
+        snprintf(err, sizeof err, "the output constraint (response_format, grammar or tools) was refused: %s",
+                 tern_last_error());
+        tern_str_free(&gbnf);
+        srv_job_unref(j);
+        return send_error(conn, cs, 400, err);
+    }
+    bool ok = !cst;
     for (int k = 1; ok && k < n; k++) {
         ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
         if (ok) srv_job_follow(jobs[k], j); /* choice k copies choice 0's evaluated prompt */
@@ -775,8 +802,10 @@ static enum MHD_Result handle_metrics(srv_http *h, struct MHD_Connection *conn, 
     srv_sched_stats(h->sched, &busy, &queued, &n_slots, NULL);
     srv_snap_stats ss;
     srv_sched_snap_stats(h->sched, &ss);
+    srv_step_stats st;
+    srv_sched_step_stats(h->sched, &st);
     return send_body(conn, cs, 200, "text/plain; version=0.0.4; charset=utf-8",
-                     srv_metrics_render(&h->metrics, busy, queued, n_slots, &ss));
+                     srv_metrics_render(&h->metrics, busy, queued, n_slots, &ss, &st));
 }
 
 static enum MHD_Result handle_tok(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
@@ -854,6 +883,29 @@ static bool authorized(srv_http *h, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
+/* A body over --max-body that is still arriving (chunked: no Content-Length to refuse up
+ * front). libmicrohttpd takes no reply before the body has ended, and a client may never
+ * end it, so the 413 is written to the socket here and the connection closed (MHD_NO):
+ * an answer at once, never a wait for the body timeout. */
+static enum MHD_Result reply_413_close(struct MHD_Connection *conn, conn_state *cs) {
+    char *body = srv_json_error(413, "the request body is larger than --max-body");
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "%s%s%sConnection: close\r\n\r\n",
+                      body ? strlen(body) : 0, srv_http_cors ? "Access-Control-Allow-Origin: " : "", srv_http_cors ? srv_http_cors : "",
+                      srv_http_cors ? "\r\n" : "");
+    int fd = conn_fd(conn);
+    if (fd >= 0 && hn > 0 && (size_t)hn < sizeof head) {
+        (void)!send(fd, head, (size_t)hn, MSG_NOSIGNAL);
+        if (body) (void)!send(fd, body, strlen(body), MSG_NOSIGNAL);
+    }
+    free(body);
+    cs->status = 413;
+    record(cs, 413);
+    return MHD_NO;
+}
+
 
 enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                     const char *version, const char *upload, size_t *upload_size, void **con_cls) {
@@ -862,6 +914,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     conn_state *cs = *con_cls;
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        cs->h = h;
         *con_cls = cs;
         __atomic_add_fetch(&h->active, 1, __ATOMIC_RELAXED);
         srv_http_track_phase(conn, PH_BODY);
@@ -893,8 +946,13 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     }
     if (*upload_size) {
         if (!cs->too_big && cs->body.len + *upload_size > h->c.max_body) {
+            /* over the limit while the body still arrives (chunked, no Content-Length to
+             * refuse up front): answer 413 now and close, rather than wait for an end that a
+             * client may never send */
             cs->too_big = true;
             tern_str_free(&cs->body);
+            *upload_size = 0;
+            return reply_413_close(conn, cs);
         }
         if (!cs->too_big && tern_str_append(&cs->body, upload, *upload_size)) cs->too_big = true;
         *upload_size = 0;
@@ -906,6 +964,12 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     return handle_generate(h, conn, cs);
 }
 
+static void record(conn_state *cs, int status) {
+    if (cs->recorded) return;
+    cs->recorded = true;
+    srv_metrics_record(&cs->h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0);
+}
+
 void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)conn;
     srv_http *h = cls;
@@ -913,8 +977,7 @@ void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     if (!cs) return;
     int status = cs->status;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
-    srv_metrics_record(&h->metrics, status, cs->route == R_CHAT || cs->route == R_COMPLETIONS, now_ms() - cs->t0,
-                       cs->has_usage ? &cs->usage : NULL);
+    record(cs, status);             /* replies that were never published (a client gone mid-stream) */
     if (!h->c.quiet) {
         fprintf(stderr, "%s %s %d %zu+%zu tokens %.1f ms\n", cs->method, cs->path, status, cs->n_prompt, cs->n_gen,
                 now_ms() - cs->t0);

@@ -396,6 +396,21 @@ static int reject_unsupported(const cJSON *root, char *err, size_t en) {
     return 0;
 }
 
+cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at) {
+    const char *end = NULL;
+    if (bad_at) *bad_at = 0;
+    cJSON *root = body ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+    if (!root) return NULL;
+    size_t k = end ? (size_t)(end - body) : len;
+    while (k < len && (body[k] == ' ' || body[k] == '\t' || body[k] == '\n' || body[k] == '\r')) k++;
+    if (k < len) { /* a value, then more: `{...}xyz` is not one JSON document */
+        cJSON_Delete(root);
+        if (bad_at) *bad_at = k + 1;
+        return NULL;
+    }
+    return root;
+}
+
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *r, char *err, size_t en) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -403,7 +418,9 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     tern_sampler_params_default(&r->sp);
     if (err && en) err[0] = 0;
     if (!body) return srv_fail(err, en, "empty body");
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    size_t bad_at = 0;
+    cJSON *root = srv_json_parse_whole(body, len, &bad_at);
+    if (!root && bad_at) return srv_fail(err, en, "the body has more after its JSON value (at byte %zu)", bad_at);
     if (!root) return srv_fail(err, en, "the body is not valid JSON");
     int rc = 0;
     double v;

@@ -152,7 +152,9 @@ struct srv_sched {
     tern_model *model;
     const tern_tokenizer *tok;
     int n_vocab, chunk;
-    int batch;                      /* decode group size: tern_model_batch_hint() */
+    int batch;                      /* decode group size: p.decode_batch or tern_model_batch_hint() */
+    int budget;                     /* prompt tokens per round while a slot decodes (>= chunk) */
+    srv_step_stats steps;           /* for /metrics (scheduler thread; read under snap_mu) */
     srv_sched_params p;
     slot *slots;
     pthread_mutex_t mu;
@@ -309,6 +311,17 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     sl->gen = NULL;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
+    pthread_mutex_lock(&s->snap_mu); /* counted before the client hears of the end */
+    s->steps.evaluated_tokens += u.evaluated_tokens;
+    s->steps.gen_tokens += u.completion_tokens;
+    if (!j->lead) { /* a request's prompt and times once (choice 0), as its usage shows them */
+        s->steps.jobs++;
+        s->steps.prompt_tokens += u.prompt_tokens;
+        s->steps.cached_tokens += u.cached_tokens < u.prompt_tokens ? u.cached_tokens : u.prompt_tokens;
+        s->steps.prompt_s += u.prompt_ms / 1e3;
+        s->steps.gen_s += u.gen_ms / 1e3;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
     pthread_mutex_lock(&s->mu);     /* the slot is free before the client hears of the end */
     s->busy--;
     sl->info_busy = false;
@@ -562,21 +575,67 @@ static void eval_group(srv_sched *s, slot **g, tern_gen **gens, int n) {
         for (int k = 0; k < n; k++) slot_eval_alone(g[k]);
 }
 
+const int SRV_BATCH_LE[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+static void count_pass(srv_sched *s, bool prefill, size_t tokens, double ms) {
+    pthread_mutex_lock(&s->snap_mu);
+    s->steps.passes++;
+    if (prefill) {
+        s->steps.prefill_tokens += tokens;
+        s->steps.prefill_s += ms / 1e3;
+    } else {
+        int b = 0;
+        while (b < SRV_BATCH_BUCKETS && (int)tokens > SRV_BATCH_LE[b]) b++;
+        s->steps.batch_bucket[b]++;
+        s->steps.decode_tokens += tokens;
+        s->steps.decode_s += ms / 1e3;
+    }
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
 static void sched_forward(srv_sched *s, slot **act, int n, slot **g, tern_gen **gens) {
     int ng = 0;
     for (int i = 0; i < n; i++) {
-        if (act[i]->phase != SLOT_DECODE) { slot_eval_alone(act[i]); continue; }
+        if (act[i]->phase != SLOT_DECODE) {
+            double t0 = now_ms();
+            slot_eval_alone(act[i]);
+            count_pass(s, true, act[i]->n_in, now_ms() - t0);
+            continue;
+        }
         g[ng++] = act[i];
-        if (ng == s->batch) { eval_group(s, g, gens, ng); ng = 0; }
+        if (ng == s->batch) {
+            double t0 = now_ms();
+            eval_group(s, g, gens, ng);
+            count_pass(s, false, (size_t)ng, now_ms() - t0);
+            ng = 0;
+        }
     }
-    if (ng) eval_group(s, g, gens, ng);
+    if (ng) {
+        double t0 = now_ms();
+        eval_group(s, g, gens, ng);
+        count_pass(s, false, (size_t)ng, now_ms() - t0);
+    }
+}
+
+void srv_sched_step_stats(srv_sched *s, srv_step_stats *out) {
+    pthread_mutex_lock(&s->snap_mu);
+    *out = s->steps;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* prefill slots, longest-waiting first (admission time, then slot id) */
+static int by_admission(const void *a, const void *b) {
+    const slot *x = *(slot *const *)a, *y = *(slot *const *)b;
+    if (x->t_start != y->t_start) return x->t_start < y->t_start ? -1 : 1;
+    return x->id - y->id;
 }
 
 void srv_sched_run(srv_sched *s) {
     int N = s->p.n_parallel;
     slot **act = calloc((size_t)N, sizeof *act), **grp = calloc((size_t)s->batch, sizeof *grp);
+    slot **pre = calloc((size_t)N, sizeof *pre);
     tern_gen **gens = calloc((size_t)s->batch, sizeof *gens);
-    if (!act || !grp || !gens) { srv_sched_stop(s); N = 0; }
+    if (!act || !grp || !gens || !pre) { srv_sched_stop(s); N = 0; }
     for (;;) {
         pthread_mutex_lock(&s->mu);
         if (s->draining && !s->stop) {
@@ -608,7 +667,8 @@ void srv_sched_run(srv_sched *s) {
             if (s->slots[i].job && s->slots[i].phase == SLOT_IDLE) slot_finish(s, &s->slots[i], SRV_FINISH_ERROR, s->slots[i].err);
         for (int i = 0; i < N; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_DECODE) slot_sample(s, &s->slots[i]);
-        int n = 0;
+        int n = 0, n_pre = 0;
+        bool decoding = false;
         for (int i = 0; i < N; i++) {
             slot *sl = &s->slots[i];
             if (!sl->job) continue;
@@ -618,15 +678,37 @@ void srv_sched_run(srv_sched *s) {
             }
             if (sl->phase == SLOT_PREFILL) {
                 if (atomic_load_explicit(&sl->job->cancel, memory_order_relaxed)) { slot_finish(s, sl, SRV_FINISH_CANCELLED, NULL); continue; }
-                /* chunks end at multiples of the chunk size (as one tern_session_eval from
-                 * position 0 splits), so a prompt resumed from a snapshot at such a
-                 * boundary is evaluated in the same pieces as from scratch */
-                size_t rem = sl->job->prompt.n - sl->n_fed, room = (size_t)s->chunk - sl->n_fed % (size_t)s->chunk;
-                sl->in = sl->job->prompt.ids + sl->n_fed;
-                sl->n_in = rem < room ? rem : room;
+                pre[n_pre++] = sl;
+                continue;
             }
+            if (sl->n_in) {
+                act[n++] = sl;
+                decoding = true;
+            }
+        }
+        /* Prefill beside decode: while a slot decodes, the round evaluates at most
+         * s->budget prompt tokens (at least one chunk), the longest-waiting prompts
+         * first, so a long prompt delays each stream by a bounded amount; with nobody
+         * decoding every prompt takes a chunk. Chunks end at multiples of the chunk
+         * size (as one tern_session_eval from position 0 splits), so a prompt resumed
+         * from a snapshot at such a boundary is evaluated in the same pieces as from
+         * scratch. */
+        if (n_pre > 1) qsort(pre, (size_t)n_pre, sizeof *pre, by_admission);
+        size_t spent = 0;
+        for (int k = 0; k < n_pre; k++) {
+            slot *sl = pre[k];
+            size_t rem = sl->job->prompt.n - sl->n_fed, room = (size_t)s->chunk - sl->n_fed % (size_t)s->chunk;
+            size_t take = rem < room ? rem : room;
+            if (decoding && spent && spent + take > (size_t)s->budget) break;
+            sl->in = sl->job->prompt.ids + sl->n_fed;
+            sl->n_in = take;
+            spent += take;
             if (sl->n_in) act[n++] = sl;
         }
+        pthread_mutex_lock(&s->snap_mu);
+        s->steps.rounds++;
+        if (decoding && spent > s->steps.max_prefill_decoding) s->steps.max_prefill_decoding = spent;
+        pthread_mutex_unlock(&s->snap_mu);
         sched_forward(s, act, n, grp, gens);
         for (int i = 0; i < n; i++) {
             slot *sl = act[i];
@@ -670,6 +752,7 @@ void srv_sched_run(srv_sched *s) {
     }
     pthread_mutex_unlock(&s->mu);
     free(act);
+    free(pre);
     free(grp);
     free(gens);
 }
@@ -709,7 +792,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->queue_cap, sizeof *s->queue);
     if (!s->slots || !s->queue) { sched_free(s); return TERN_ERR_NOMEM; }
-    s->batch = tern_model_batch_hint(m);
+    s->batch = p->decode_batch > 0 ? p->decode_batch : tern_model_batch_hint(m);
     if (s->batch < 1) s->batch = 1;
     tern_session_params sp;
     tern_session_params_default(&sp);
@@ -730,8 +813,17 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
         tern_session_snapshot_free(p0);
     }
     s->p.n_ctx = tern_session_n_ctx(s->slots[0].sess);
-    /* prefill steps of the session's own chunk size: the same splits as one eval call */
-    s->chunk = s->p.n_ctx < 64 ? s->p.n_ctx : 64;
+    /* prefill steps of the session's own chunk size (the back-end's: 64 on the CPU, 512 on
+     * CUDA, where the tensor-core GEMM reads each weight once per chunk): the same splits
+     * as one eval call */
+    s->chunk = tern_session_chunk(s->slots[0].sess);
+    if (s->chunk < 1 || s->chunk > s->p.n_ctx) s->chunk = s->p.n_ctx;
+    /* a decode pass holds at most the lead session's chunk rows (tern_session_eval_batch) */
+    if (s->batch > s->chunk) s->batch = s->chunk;
+    s->budget = p->prefill_budget > s->chunk ? p->prefill_budget : s->chunk;
+    s->steps.prefill_budget = s->budget;
+    s->steps.decode_batch = s->batch;
+    s->steps.chunk = s->chunk;
     *out = s;
     return TERN_OK;
 }

@@ -78,6 +78,9 @@ typedef struct srv_request {
 /* Parse a JSON body of `len` bytes for endpoint `kind`. Returns 0 on success,
  * else an HTTP status (400) with a one-line reason in err (err_len bytes).
  * *out is always safe to pass to srv_request_free afterwards. */
+/* A body that is exactly one JSON value (whitespace around it allowed); NULL otherwise, with
+ * *bad_at (if given) the 1-based byte where something follows the value (0: not JSON). */
+struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at);
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
 void srv_request_free(srv_request *r);
@@ -250,6 +253,10 @@ typedef struct srv_sched_params {
     bool no_prefix_cache;           /* never continue a slot's session (--no-prefix-cache) */
     uint64_t snapshot_budget;       /* bytes of GDN state snapshots kept for the prefix cache, all
                                      * slots together (LRU; 0: none). Models with recurrent state only */
+    int prefill_budget;             /* prompt tokens evaluated per round while any slot decodes (at
+                                     * least one chunk; 0: one chunk), so a long prompt does not stall
+                                     * the streams; with no slot decoding every prefill slot takes a chunk */
+    int decode_batch;               /* decoding slots per batched pass (0: tern_model_batch_hint) */
 } srv_sched_params;
 
 /* Create the slots (sessions). */
@@ -293,6 +300,24 @@ typedef struct srv_snap_stats {
     uint64_t each;                  /* bytes of one snapshot (0 until the first is taken) */
 } srv_snap_stats;
 void srv_sched_snap_stats(srv_sched *s, srv_snap_stats *out);
+/* The scheduler's rounds since start, for /metrics: model passes, the tokens and time of
+ * prefill chunks and of decode passes, and the decode passes by batch size (bucket b counts
+ * passes of at most SRV_BATCH_LE[b] rows; the last bucket is everything larger). */
+#define SRV_BATCH_BUCKETS 9
+extern const int SRV_BATCH_LE[SRV_BATCH_BUCKETS];
+typedef struct srv_step_stats {
+    unsigned long long rounds, passes;
+    unsigned long long prefill_tokens, decode_tokens;
+    double prefill_s, decode_s;
+    unsigned long long batch_bucket[SRV_BATCH_BUCKETS + 1];
+    size_t max_prefill_decoding;    /* the most prompt tokens one round evaluated while a slot decoded */
+    /* the finished jobs' usage (every choice; cancelled and failed ones with what they
+     * generated), counted before the job's end is published to its request */
+    unsigned long long jobs, prompt_tokens, cached_tokens, evaluated_tokens, gen_tokens;
+    double prompt_s, gen_s;
+    int prefill_budget, decode_batch, chunk;  /* the settings in force */
+} srv_step_stats;
+void srv_sched_step_stats(srv_sched *s, srv_step_stats *out);
 /* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */
 void srv_sched_cache(srv_sched *s, uint64_t *now, uint64_t *max, const tern_session **slot0);
 
@@ -335,19 +360,19 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     unsigned long long by_status[6];    /* 1xx..5xx by first digit, [0]: other */
     unsigned long long n_gen_requests;  /* chat + completions answered */
-    unsigned long long prompt_tokens, gen_tokens;
-    unsigned long long cached_tokens;   /* of prompt_tokens: taken from the prefix cache */
-    unsigned long long evaluated_tokens;/* prompt tokens run through the model (every choice) */
-    double prompt_ms, gen_ms;           /* summed over requests */
     unsigned long long lat_bucket[SRV_LAT_BUCKETS + 1];   /* cumulative at render time; +Inf last */
     double lat_sum_s;
 } srv_metrics;
 void srv_metrics_init(srv_metrics *m);
-void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms, const srv_usage *u);
+/* one answered request: its status class and, for chat and completions, its wall time (the
+ * token figures come from the scheduler: srv_step_stats) */
+void srv_metrics_record(srv_metrics *m, int status, bool generation, double wall_ms);
 /* Prometheus text exposition (version 0.0.4); snap: the prefix-cache snapshots (NULL:
  * none shown). malloc'd. */
 struct srv_snap_stats;
-char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const struct srv_snap_stats *snap);
+struct srv_step_stats;
+char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, const struct srv_snap_stats *snap,
+                         const struct srv_step_stats *steps);
 /* /tokenize {"content": str, "add_special"?: bool (match added tokens), "with_pieces"?: bool}
  * -> {"tokens": [ids] | [{"id","piece"}]}; /detokenize {"tokens": [ids]} -> {"content": str}.
  * 0 and a malloc'd JSON body in *out, else 400 with err. */

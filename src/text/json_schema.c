@@ -394,7 +394,8 @@ tern_status tern_json_schema_to_grammar(const char *schema, size_t len, const ch
     if (!c.st) { /* a $ref cycle that consumes nothing (e.g. {"$ref":"#"}) is left recursion */
         tern_grammar *G = NULL;
         if (tern_grammar_parse(gbnf->data, gbnf->len, root, &G) != TERN_OK)
-            c.st = tern_fail(TERN_ERR_FORMAT, "json schema: unsupported $ref cycle (%s)", tern_last_error());
+            c.st = tern_fail(TERN_ERR_FORMAT, "json schema: unsupported $ref cycle: a definition reaches itself "
+                                              "through $ref before matching any character");
         tern_grammar_free(G);
     }
     return c.st;

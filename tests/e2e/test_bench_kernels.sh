@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_bench_kernels.sh TERN - `tern bench kernels`: usage errors exit 2, and a
+# test_bench_kernels.sh TERN - `tern bench kernels` (and `bench gdn`): usage errors exit 2, and a
 # quick transform-only run prints one JSON object per measurement with the
 # fields the issue asks for (op, K, N, batch, threads, ms, gbps, gflops,
 # ceiling_gbps, max_rel_err) and exits 0. (The full benchmark takes minutes
@@ -28,6 +28,20 @@ for r in rows:
     assert need <= set(r), (r, need - set(r))
     assert r["ms"] > 0 and r["gbps"] > 0, r
 print("json ok:", len(rows), "rows")
+PY
+check [ $? -eq 0 ]
+# bench gdn: usage error exits 2; a quick run gives both ops with positive times
+"$tern" bench gdn --reps 0 >/dev/null 2>&1; check [ $? -eq 2 ]
+"$tern" bench gdn --quick --reps 1 --json >"$out"; rc=$?
+check [ $rc -eq 0 ]
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert {r["op"] for r in rows} == {"gdn_call", "gdn_heads"}, rows
+for r in rows:
+    assert r["walk_us_per_token_head"] > 0 and r["blocks_us_per_token_head"] > 0, r
+    assert r["op"] != "gdn_call" or r["max_rel_diff"] <= 1e-3, r
+print("gdn json ok:", len(rows), "rows")
 PY
 check [ $? -eq 0 ]
 rm -f "$out"

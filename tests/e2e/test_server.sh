@@ -215,6 +215,22 @@ err("max_tokens negative", 400, "/v1/completions", {"prompt": "x", "max_tokens":
 err("n = 9 (over the limit of 8)", 400, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 9})
 err("prompt longer than the context", 400, "/v1/completions", {"prompt": "word " * 2000})
 err("body over --max-body", 413, "/v1/completions", raw=b'{"prompt":"' + b"a" * 100000 + b'"}')
+# a chunked body over --max-body whose final chunk never comes: 413 at once, then the
+# server closes (no wait for --body-timeout-s)
+cs_ = socket.create_connection(hp(url), timeout=20)
+cs_.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % 70000 + b"a" * 70000 + b"\r\n")
+t0_, got_ = time.time(), b""
+try:
+    while True:
+        d_ = cs_.recv(65536)
+        if not d_: break
+        got_ += d_
+except (socket.timeout, ConnectionResetError):
+    pass
+cs_.close()
+check("chunked body over --max-body, never ended -> 413 and close within 5 s",
+      got_.startswith(b"HTTP/1.1 413") and b'"error"' in got_ and time.time() - t0_ < 5, (round(time.time() - t0_, 1), got_[:120]))
 err("unknown path", 404, "/v1/nothing", method="GET")
 err("GET on a POST endpoint", 405, "/v1/chat/completions", method="GET")
 err("POST on a GET endpoint", 405, "/v1/models", raw=b"{}")

@@ -166,6 +166,19 @@ check("n=3 streamed equals non-streamed", acc == want and ev[-1] == "[DONE]", (a
 st, ev = stream("/v1/chat/completions", chat("Hi", n=2, max_tokens=8, temperature=0.9, seed=3))
 idx = sorted({ch["index"] for e in ev if e != "[DONE]" for ch in json.loads(e).get("choices", [])})
 check("n=2 chat stream has choices 0 and 1", st == 200 and idx == [0, 1], (st, ev[:4]))
+# constraints past the engine's limits are the client's fault: 400 with the reason, never 500
+alts = " | ".join(f'"w{i}"' for i in range(4097))
+for name, body, why in [
+        ("a 4,097-alternative grammar", {"prompt": "x", "max_tokens": 2, "grammar": "root ::= " + alts}, "too many"),
+        ("a nested repeat grammar", {"prompt": "x", "max_tokens": 2, "grammar": 'root ::= ("a"{0,1000}){0,1000}'}, "too many"),
+        ("a 5,000-value enum", {"prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema",
+            "json_schema": {"name": "e", "schema": {"enum": list(range(5000))}}}}, "too many"),
+        ("a $ref cycle", {"prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema",
+            "json_schema": {"name": "c", "schema": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}}}},
+         "$ref cycle: a definition reaches itself")]:
+    st, data = post("/v1/completions", body)
+    msg = json.loads(data).get("error", {}).get("message", "") if data.startswith(b"{") else ""
+    check(f"{name}: 400 naming why", st == 400 and why in msg, (st, data[:300]))
 print(f"{fails} failed")
 sys.exit(1 if fails else 0)
 PY

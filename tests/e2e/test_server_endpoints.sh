@@ -34,7 +34,7 @@ TEXT="Hello <|im_start|> wörld"
 # 2026-12-02 took 258-297 s for what takes 10 s on a quiet one): more time there
 LIMIT=120; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
 timeout $LIMIT python3 - "$TMP" "$TEXT" <<'PY'
-import http.client, json, re, sys
+import http.client, json, re, sys, time
 tmp, TEXT = sys.argv[1], sys.argv[2]
 def hp(name):
     h, p = open(f"{tmp}/{name}.url").read().split()[0].replace("http://", "").rsplit(":", 1)
@@ -110,6 +110,8 @@ check("/metrics is Prometheus text", st == 200 and h["content-type"].startswith(
       "# TYPE tern_request_duration_seconds histogram" in m0 and metric(m0, "tern_queue_depth") == 0, m0[:300])
 st, _, b = req("cors", "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 5, "temperature": 0})
 u = json.loads(b)["usage"]
+# a client that has its reply sees it counted (the server records a request before it
+# publishes the reply): read once, no waiting
 st, _, b = req("cors", "GET", "/metrics")
 m1 = b.decode()
 check("/metrics counts tokens", metric(m1, "tern_generated_tokens_total") - (metric(m0, "tern_generated_tokens_total") or 0)
@@ -224,5 +226,29 @@ st, h, _ = req("plain", "GET", "/health")
 check("no CORS header without --cors", "access-control-allow-origin" not in h, h)
 st, h, _ = req("plain", "OPTIONS", "/v1/completions")
 check("OPTIONS without --cors -> 204, Allow", st == 204 and "POST" in h.get("allow", ""), (st, h))
+
+# a client gone mid-stream: what was generated for it is counted all the same
+def gen_total():
+    return metric(req("plain", "GET", "/metrics")[2].decode(), "tern_generated_tokens_total") or 0
+g0 = gen_total()
+c = http.client.HTTPConnection(*hp("plain"), timeout=60)
+c.request("POST", "/v1/completions", body=json.dumps({"prompt": "The Linux kernel", "max_tokens": 400, "temperature": 0,
+          "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
+resp = c.getresponse()
+events = 0
+while events < 5:
+    line = resp.fp.readline()
+    if not line:
+        break
+    events += line.startswith(b"data: {")
+c.sock.shutdown(2)
+c.close()
+g1 = g0
+for _ in range(300):        # the scheduler cancels the job at its next round: wait for that state
+    g1 = gen_total()
+    if g1 > g0:
+        break
+    time.sleep(0.1)
+check("a stream closed by its client: its tokens are counted", events == 5 and 5 <= g1 - g0 < 400, (events, g0, g1))
 sys.exit(1 if fails else 0)
 PY

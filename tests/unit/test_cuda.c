@@ -9,8 +9,9 @@
 #include "check.h"
 #include "model_check.h"
 #include "kern_check.h"
-#include "model/backend.h"
+#include "backends/backends.h" /* tm_backend_cuda_device */
 #include "model/session.h" /* tm_session_fill_random, the session's buffers */
+#include "lab.h"           /* tern_device_read_ceiling_gbps */
 #include "formats/codecs.h"
 
 #include <cjson/cJSON.h>

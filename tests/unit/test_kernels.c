@@ -583,17 +583,34 @@ TEST(fused_sites_match_composition) {
     restore_best();
 }
 
-TEST(isa_names_and_env) {
+TEST(isa_names_and_setter) {
     tern_kernels_init();
+    CHECK(tern_kernels_isa() == tern_kernels_best());
     CHECK_STR(tern_isa_name(TERN_ISA_SCALAR), "scalar");
+    for (int i = 0; i < TERN_ISA_COUNT; i++) {
+        tern_isa back = TERN_ISA_COUNT;
+        CHECK(tern_isa_parse(tern_isa_name((tern_isa)i), &back) && back == (tern_isa)i);
+    }
     CHECK(tern_kernels_force(TERN_ISA_SCALAR));
     CHECK(tern_kernels_isa() == TERN_ISA_SCALAR);
 #if defined(__x86_64__)
     CHECK(!tern_kernels_force(TERN_ISA_NEON));
+    CHECK(tern_set_kernel_isa("neon") == TERN_ERR_UNSUPPORTED);
+    CHECK(tern_kernels_isa() == TERN_ISA_SCALAR); /* unchanged */
 #endif
 #if defined(__aarch64__)
     CHECK(!tern_kernels_force(TERN_ISA_AVX2));
+    CHECK(tern_set_kernel_isa("avx2") == TERN_ERR_UNSUPPORTED);
 #endif
+    /* the public setter: names case-insensitive, NULL / "" = the best */
+    CHECK(tern_set_kernel_isa("fast") == TERN_ERR_INVALID_ARG);
+    CHECK(tern_set_kernel_isa("SCALAR") == TERN_OK);
+    CHECK_STR(tern_kernel_isa(), "scalar");
+    CHECK(tern_set_kernel_isa(NULL) == TERN_OK);
+    CHECK(tern_kernels_isa() == tern_kernels_best());
+    CHECK(tern_set_kernel_isa("scalar") == TERN_OK);
+    CHECK(tern_set_kernel_isa("") == TERN_OK);
+    CHECK(tern_kernels_isa() == tern_kernels_best());
     restore_best();
     fprintf(stderr, "  best ISA here: %s\n", tern_isa_name(tern_kernels_isa()));
 }
@@ -607,7 +624,7 @@ int main(void) {
 #endif
     RUN(pool_runs_every_task_once);
     RUN(qmat_check_rejects_bad_shapes);
-    RUN(isa_names_and_env);
+    RUN(isa_names_and_setter);
     RUN(matmul_all_types_isas_threads);
     RUN(matmul_bonsai_like_k_and_big_batch);
     RUN(matmul_outlier_activation);

@@ -1,7 +1,7 @@
 /*
  * test_kernels_gdn.c - the kernel library's GDN call (kernels.h tern_gdn: conv + SiLU,
  * L2 norms, delta-rule recurrence, gated norm) by its two scans: the block-wise one
- * (one call over all rows, TERN_GDN_BLOCKS so even 1 and 5 rows take it) and the token
+ * (one call over all rows, the scan TERN_GDN_BLOCKS so even 1 and 5 rows take it) and the token
  * walk (one call per row, TERN_GDN_WALK), both against a float64 scalar reference of
  * the sequential recurrence written here, for every ISA this CPU has (the NEON build
  * runs it under qemu).
@@ -19,9 +19,7 @@
  * A, the sign of e_i in R, a missing E_{n-1,j}, a decay product off by one token) gave
  * 1.6e-2 .. 2.8 and failed most of the 36 cases per ISA.
  *
- * TERN_GDN_BENCH=1 also times one call of each scan on the shapes of the embedded
- * model and of Bonsai 27B, and the per-head loops alone for every ISA (prints only; no
- * timing is asserted).
+ * The timing of both scans is a bench: `tern bench gdn` (src/cli/bench_gdn.c).
  */
 #include "check.h"
 #include "kernels/kernels.h"
@@ -305,110 +303,8 @@ TEST(gdn_default_threshold_mixed_calls) {
     input_free(&in);
 }
 
-/* ------------------------------------------------------------------ timing */
-
-static double time_call(const ginput *in, int rows, tern_gdn_scan scan, float *work, float *out,
-                        float *state, float *pend, float *cs) {
-    const gcase g = in->g;
-    const size_t st_n = (size_t)g.nv * g.dk * g.dv, pe_n = (size_t)g.nv * (1 + g.dk + g.dv);
-    memcpy(state, in->state, sizeof(float) * st_n);
-    memcpy(pend, in->pending, sizeof(float) * pe_n);
-    memcpy(cs, in->conv_state, sizeof(float) * (in->K - 1) * in->C);
-    tern_gdn_args a = {.qkv = in->qkv, .z = in->z, .a = in->a, .b = in->b, .conv_w = in->conv_w,
-                     .ssm_a = in->ssm_a, .dt_bias = in->dt_bias, .norm = in->norm,
-                     .conv_state = cs, .state = state, .pending = pend, .out = out,
-                     .work = work, .rows = rows, .n_k = g.nk, .n_v = g.nv, .dk = g.dk,
-                     .dv = g.dv, .conv_k = in->K, .v_tiled = g.v_tiled, .eps = 1e-6f};
-    double t0 = tern_now_s();
-    tern_gdn_with(&a, scan, NULL);
-    return tern_now_s() - t0;
-}
-
-TEST(gdn_bench) {
-    const char *e = getenv("TERN_GDN_BENCH");
-    if (!e || !*e || !strcmp(e, "0")) return;
-    tern_kernels_init();
-    const struct { const char *name; int nk, nv; } models[] = {{"embedded (nv 8)", 4, 8},
-                                                                {"27B (nv 48)", 16, 48}};
-    const int rows[] = {2, 4, 8, 16, 32, 64, 128, 512};
-    for (int m = 0; m < 2; m++) {
-        gcase g = {512, models[m].nk, models[m].nv, 128, 128, true, 2, true};
-        ginput in;
-        input_new(&in, g);
-        float *work = malloc(sizeof(float) * 512 * in.C);
-        float *out = malloc(sizeof(float) * 512 * g.nv * g.dv);
-        float *state = malloc(sizeof(float) * g.nv * g.dk * g.dv);
-        float *pend = malloc(sizeof(float) * g.nv * (1 + g.dk + g.dv));
-        float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
-        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
-            double best[2] = {1e9, 1e9};
-            for (int rep = 0; rep < 7; rep++)
-                for (int v = 0; v < 2; v++) { /* interleaved: walk, blocks */
-                    double t = time_call(&in, rows[r], v ? TERN_GDN_BLOCKS : TERN_GDN_WALK,
-                                         work, out, state, pend, cs);
-                    if (t < best[v]) best[v] = t;
-                }
-            fprintf(stderr, "  %-16s rows %4d: walk %8.1f us, blocks %8.1f us (%.2fx), "
-                            "%.2f / %.2f us per token-head, 1 thread\n",
-                    models[m].name, rows[r], best[0] * 1e6, best[1] * 1e6, best[0] / best[1],
-                    best[0] * 1e6 / rows[r] / g.nv, best[1] * 1e6 / rows[r] / g.nv);
-        }
-        free(work), free(out), free(state), free(pend), free(cs);
-        input_free(&in);
-    }
-}
-
-/* The per-head loops alone (no conv / L2 norms): each ISA's walk and block scan over the
- * value heads of one call, on work rows prepared once by the back-end. */
-TEST(gdn_bench_heads) {
-    const char *e = getenv("TERN_GDN_BENCH");
-    if (!e || !*e || !strcmp(e, "0")) return;
-    tern_kernels_init();
-    tern_isa best = tern_kernels_isa();
-    const tern_isa v[4] = {TERN_ISA_SCALAR, TERN_ISA_AVX2, TERN_ISA_AVX512, TERN_ISA_NEON};
-    const int rows = 64;
-    gcase g = {rows, 16, 48, 128, 128, true, 2, true};
-    ginput in;
-    input_new(&in, g);
-    const size_t st_n = (size_t)g.nv * g.dk * g.dv, pe_n = (size_t)g.nv * (1 + g.dk + g.dv);
-    float *work = malloc(sizeof(float) * rows * in.C), *out = malloc(sizeof(float) * rows * g.nv * g.dv);
-    float *state = malloc(sizeof(float) * st_n), *pend = malloc(sizeof(float) * pe_n);
-    float *cs = malloc(sizeof(float) * (in.K - 1) * in.C);
-    float *work0 = malloc(sizeof(float) * rows * in.C);
-    time_call(&in, rows, TERN_GDN_WALK, work0, out, state, pend, cs); /* conv + L2 norms */
-    tern_gdn_args a = {.qkv = in.qkv, .z = in.z, .a = in.a, .b = in.b, .conv_w = in.conv_w,
-                     .ssm_a = in.ssm_a, .dt_bias = in.dt_bias, .norm = in.norm, .conv_state = cs,
-                     .state = state, .pending = pend, .out = out, .work = work, .rows = rows,
-                     .n_k = g.nk, .n_v = g.nv, .dk = g.dk, .dv = g.dv, .conv_k = in.K,
-                     .v_tiled = g.v_tiled, .eps = 1e-6f};
-    for (int i = 0; i < 4; i++) {
-        if (!tern_kernels_force(v[i])) continue;
-        const tern_gdn_head_fn walk = tern_kern_get()->gdn_head, blocks = tern_kern_get()->gdn_blocks;
-        double bt[2] = {1e9, 1e9};
-        for (int rep = 0; rep < 9; rep++)
-            for (int k = 0; k < 2; k++) {
-                memcpy(work, work0, sizeof(float) * rows * in.C);
-                memcpy(state, in.state, sizeof(float) * st_n);
-                memcpy(pend, in.pending, sizeof(float) * pe_n);
-                double t0 = tern_now_s();
-                for (int p = 0; p < g.nv; p++) (k ? blocks : walk)(&a, in.C, p);
-                double t = tern_now_s() - t0;
-                if (t < bt[k]) bt[k] = t;
-            }
-        fprintf(stderr, "  heads only, %-6s 48 heads x %d rows: walk %.2f, blocks %.2f us per "
-                        "token-head (%.2fx), 1 thread\n",
-                tern_isa_name(v[i]), rows, bt[0] * 1e6 / rows / g.nv,
-                bt[1] * 1e6 / rows / g.nv, bt[0] / bt[1]);
-    }
-    tern_kernels_force(best);
-    free(work), free(work0), free(out), free(state), free(pend), free(cs);
-    input_free(&in);
-}
-
 int main(void) {
     RUN(gdn_blocks_match_walk_and_reference);
     RUN(gdn_default_threshold_mixed_calls);
-    RUN(gdn_bench);
-    RUN(gdn_bench_heads);
     return check_summary();
 }

@@ -59,12 +59,12 @@ static int check_run(run_ctx *r) {
     return bad;
 }
 
-static void new_pool(int nt, const char *spin_us, tern_pool **p) {
-    if (spin_us) setenv("TERN_SPIN_US", spin_us, 1);
-    else unsetenv("TERN_SPIN_US");
+/* spin_us < 0: the default (100). */
+static void new_pool(int nt, int spin_us, tern_pool **p) {
+    CHECK(tern_set_spin_us(spin_us < 0 ? 100 : spin_us) == TERN_OK);
     *p = NULL;
     CHECK(tern_pool_new(nt, p) == TERN_OK);
-    unsetenv("TERN_SPIN_US");
+    tern_set_spin_us(100);
     /* every run shared: these tests are about claims and wake-ups (solo mode has its own) */
     if (*p) tern_pool_set_adaptive(*p, false);
 }
@@ -73,7 +73,7 @@ TEST(every_task_once_with_its_context) {
     static atomic_int hits[2][2000];
     for (int nt = 1; nt <= 4; nt++) {
         tern_pool *p;
-        new_pool(nt, NULL, &p);
+        new_pool(nt, -1, &p);
         if (!p) return;
         CHECK_EQ_INT(tern_pool_size(p), nt);
         for (int i = 0; i < 2000; i++) atomic_store(&hits[0][i], 0), atomic_store(&hits[1][i], 0);
@@ -102,6 +102,8 @@ TEST(every_task_once_with_its_context) {
     tern_pool *p = NULL;
     CHECK(tern_pool_new(0, &p) != TERN_OK && p == NULL);
     CHECK(tern_pool_new(1025, &p) != TERN_OK && p == NULL);
+    CHECK(tern_set_spin_us(-1) == TERN_ERR_INVALID_ARG);
+    CHECK(tern_set_spin_us(1000001) == TERN_ERR_INVALID_ARG);
     /* NULL pool runs inline */
     static atomic_int h[5];
     run_ctx r = {.n = 5, .hits = h, .slow_task = -1};
@@ -114,7 +116,7 @@ TEST(sleeping_helpers_are_woken) {
      * a run of tasks that take a while must still spread over the threads. */
     for (int nt = 2; nt <= 4; nt++) {
         tern_pool *p;
-        new_pool(nt, "50", &p);
+        new_pool(nt, 50, &p);
         if (!p) return;
         int spread = 0, bad = 0;
         for (int rep = 0; rep < 5; rep++) {
@@ -138,7 +140,7 @@ TEST(caller_sleeping_on_a_slow_task_is_woken) {
      * before it has. */
     for (int nt = 2; nt <= 4; nt++) {
         tern_pool *p;
-        new_pool(nt, "20", &p);
+        new_pool(nt, 20, &p);
         if (!p) return;
         int bad = 0;
         for (int rep = 0; rep < 4; rep++) {
@@ -156,13 +158,13 @@ TEST(caller_sleeping_on_a_slow_task_is_woken) {
 }
 
 TEST(back_to_back_runs_without_spin) {
-    /* TERN_SPIN_US=0: every wait is a futex sleep, so a lost wakeup on either
+    /* spin 0 (tern_set_spin_us): every wait is a futex sleep, so a lost wakeup on either
      * side (helper waiting for a run, caller waiting for the last task) hangs. */
     static atomic_int hits[8];
     for (int nt = 2; nt <= 4; nt++) {
         for (int spin = 0; spin < 2; spin++) {
             tern_pool *p;
-            new_pool(nt, spin ? "5" : "0", &p);
+            new_pool(nt, spin ? 5 : 0, &p);
             if (!p) return;
             int bad = 0;
             for (int rep = 0; rep < 20000; rep++) {
@@ -178,9 +180,9 @@ TEST(back_to_back_runs_without_spin) {
     }
     /* a pool freed while its helpers sleep, and one freed right after a run */
     tern_pool *p;
-    new_pool(3, "0", &p);
+    new_pool(3, 0, &p);
     if (p) { sleep_us(5000); tern_pool_free(p); }
-    new_pool(3, NULL, &p);
+    new_pool(3, -1, &p);
     if (p) {
         run_ctx r = {.n = 3, .hits = hits, .slow_task = -1};
         for (int i = 0; i < 3; i++) atomic_store(&hits[i], 0);
@@ -196,7 +198,7 @@ TEST(solo_mode_when_helpers_do_not_pay) {
      * for a while; with adaptation off every run is shared again, and tasks that
      * take a while keep being shared with it on. */
     tern_pool *p;
-    new_pool(2, NULL, &p);
+    new_pool(2, -1, &p);
     if (!p) return;
     CHECK(tern_pool_set_adaptive(p, true) == false);
     static atomic_int hits[8];

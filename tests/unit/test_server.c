@@ -112,6 +112,8 @@ TEST(parse_errors) {
         {SRV_CHAT, "", "not valid JSON"},
         {SRV_CHAT, "{\"messages\":", "not valid JSON"},
         {SRV_CHAT, "[1,2]", "JSON object"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}xyz", "more after its JSON value (at byte 45)"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\"} {\"prompt\":\"y\"}", "more after its JSON value"},
         {SRV_CHAT, "{}", "'messages' is required"},
         {SRV_CHAT, "{\"messages\":\"hi\"}", "must be an array"},
         {SRV_CHAT, "{\"messages\":[]}", "must not be empty"},
@@ -610,6 +612,79 @@ TEST(sched_equals_generate) {
     with_sched(2, 512, 4, eq_client);
     for (int k = 0; k < N_EQ; k++) tern_gen_result_free(&refs[k]);
     tern_gen_result_free(&ref_stop);
+}
+
+/* Prefill beside decode: while one slot decodes, two long prompts arriving together are
+ * evaluated at most --prefill-budget tokens per round (default one chunk), oldest first;
+ * every reply still equals tern_generate's; decode passes never exceed --decode-batch. */
+static tern_gen_result bud_ref[3];
+static char bud_long[2][4096];
+static int bud_budget;
+static void budget_client(client *c) {
+    tern_sampler_params sp;
+    tern_sampler_params_default(&sp);
+    sp.temperature = 0;
+    /* a's short prompt is done in the first round; it then decodes (the reference
+     * shows it generates >= 16 tokens) while b and c are still prefilling */
+    srv_job *a = job_for("The Linux kernel provides", &sp, 48, NULL), *b[2];
+    for (int k = 0; k < 2; k++) b[k] = job_for(bud_long[k], &sp, 4, NULL);
+    srv_job *all[3] = {a, b[0], b[1]};
+    CHECK_EQ_INT(srv_sched_submit_all(c->s, all, 3), 0);
+    wait_done(a);
+    CHECK_STR(a->text.data, bud_ref[0].text.data);
+    for (int k = 0; k < 2; k++) {
+        wait_done(b[k]);
+        CHECK_MSG(b[k]->done && !strcmp(b[k]->text.data, bud_ref[1 + k].text.data), "long prompt %d: [%s] vs [%s]", k,
+                  b[k]->text.data, bud_ref[1 + k].text.data);
+        CHECK(b[k]->usage.prompt_tokens > 256);
+        srv_job_unref(b[k]);
+    }
+    srv_job_unref(a);
+    srv_step_stats st;
+    srv_sched_step_stats(c->s, &st);
+    CHECK_EQ_INT(st.chunk, 64);
+    CHECK_EQ_INT(st.prefill_budget, bud_budget > 64 ? bud_budget : 64);
+    CHECK_EQ_INT(st.decode_batch, 2);
+    CHECK_MSG(st.max_prefill_decoding > 0 && st.max_prefill_decoding <= (size_t)st.prefill_budget,
+              "a round evaluated %zu prompt tokens beside decoding (budget %d)", st.max_prefill_decoding, st.prefill_budget);
+    unsigned long long passes = 0;
+    for (int k = 0; k <= SRV_BATCH_BUCKETS; k++) passes += st.batch_bucket[k];
+    CHECK(passes > 0 && st.batch_bucket[0] + st.batch_bucket[1] == passes); /* <= 2 rows each */
+    CHECK(st.prefill_tokens >= 2 * 256 && st.decode_tokens >= 16 && st.rounds > 0 && st.passes >= passes);
+    srv_metrics mm;
+    srv_metrics_init(&mm);
+    char *text = srv_metrics_render(&mm, 0, 0, 3, NULL, &st);
+    CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}"));
+    free(text);
+}
+
+TEST(sched_prefill_budget) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    tern_sampler_params sp;
+    tern_sampler_params_default(&sp);
+    sp.temperature = 0;
+    for (int k = 0; k < 2; k++) {
+        bud_long[k][0] = 0;
+        for (int i = 0; i < 64; i++) strcat(bud_long[k], k ? "Python lists keep their order. " : "The scheduler admits a job. ");
+    }
+    reference("The Linux kernel provides", &sp, 48, NULL, 0, &bud_ref[0]);
+    CHECK(bud_ref[0].tokens.n >= 16);
+    for (int k = 0; k < 2; k++) reference(bud_long[k], &sp, 4, NULL, 0, &bud_ref[1 + k]);
+    for (int r = 0; r < 2; r++) {
+        bud_budget = r ? 128 : 0;
+        srv_sched_params p = {3, 1024, 4};
+        p.prefill_budget = bud_budget;
+        p.decode_batch = 2;
+        client c = {NULL, budget_client};
+        CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
+        if (!c.s) break;
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, client_main, &c) == 0);
+        srv_sched_run(c.s);
+        pthread_join(th, NULL);
+        srv_sched_free(c.s);
+    }
+    for (int k = 0; k < 3; k++) tern_gen_result_free(&bud_ref[k]);
 }
 
 static void cancel_client(client *c) {
@@ -1172,6 +1247,7 @@ int main(void) {
     RUN(builders);
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);
+    RUN(sched_prefill_budget);
     RUN(sched_cancel_queue_stop);
     RUN(sched_prefix_cache_qwen35);
     RUN(sched_prefix_cache_qwen3);

@@ -1,15 +1,62 @@
 """tern.Model: a loaded model with its tokenizer, one session (KV cache) and sampling."""
 import codecs
 import json
+import math
+import operator
 import os
 import queue
 import threading
+import warnings
 
 import numpy as np
 
 from . import _tern
 
-_UNSET = object()
+# Sampling, as `tern run` / `tern chat` / `tern serve` choose it (src/cli/cli_gen.c):
+# an explicit argument > the model's general.sampling.* key > the built-in default (the
+# Qwen3 model card: temperature 0.7, top-p 0.8, or 0.6 / 0.95 when thinking; top-k 20).
+_BUILTIN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.0, "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "penalty_last_n": 0}
+_THINKING = {"temperature": 0.6, "top_p": 0.95}
+# llama.cpp's general.sampling.* GGUF keys: (key, argument, reader, lo, hi), the CLI's ranges;
+# a key of another type or out of its range is ignored with a warning, as the CLI does
+_MODEL_KEYS = (("general.sampling.temp", "temperature", "float", 0.0, 100.0),
+               ("general.sampling.top_p", "top_p", "float", 1e-6, 1.0),
+               ("general.sampling.min_p", "min_p", "float", 0.0, 1.0),
+               ("general.sampling.penalty_repeat", "repeat_penalty", "float", 1e-3, 100.0),
+               ("general.sampling.top_k", "top_k", "int", 0, 1 << 24),
+               ("general.sampling.penalty_last_n", "penalty_last_n", "int", 0, 1 << 24),
+               ("general.sampling.penalty_freq", "frequency_penalty", "float", -2.0, 2.0),
+               ("general.sampling.penalty_present", "presence_penalty", "float", -2.0, 2.0))
+_CHAT_QWEN35 = 1  # tern_chat_format TERN_CHAT_QWEN35
+
+
+def _f32_short(v):
+    """A float read as float32 by its shortest decimal (0.8, not 0.800000011920929): the
+    same float32 again when handed back to the sampler."""
+    return float(str(np.float32(v))) if isinstance(v, float) else v
+
+
+def _real(name, v, lo, hi, lo_open=False, what=""):
+    """A finite number in [lo, hi] (or (lo, hi] with lo_open); ValueError naming the argument."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError("tern: %s must be a number, got %s" % (name, type(v).__name__))
+    f = float(v)
+    if not math.isfinite(f) or f > hi or f < lo or (lo_open and f == lo):
+        raise ValueError("tern: %s must be in %s%g, %g]%s, got %r" % (name, "(" if lo_open else "[", lo, hi, what, v))
+    return f
+
+
+def _integer(name, v, lo, hi, what=""):
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError("tern: %s must be an integer, got bool" % name)
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError("tern: %s must be an integer, got %s" % (name, type(v).__name__)) from None
+    if i < lo or i > hi:
+        raise ValueError("tern: %s must be an integer in [%d, %d]%s, got %d" % (name, lo, hi, what, i))
+    return i
 
 
 def _ids(ids, name="ids"):
@@ -51,6 +98,9 @@ class Model:
         self._h = _tern.model_load(self.path, device or "cpu", 0 if threads is None else int(threads),
                                    int(n_ctx), bool(repack), cache_type or "")
         self._info = _tern.model_info(self._h)
+        self._format = _tern.chat_format(self._h)
+        self._model_sampling = self._read_model_sampling()
+        self._thinking = self._read_thinking()
         self.last = None  # details of the last generate/chat: tokens, stop_reason, n_prompt, timings
 
     # ------------------------------------------------------------ lifetime
@@ -108,6 +158,62 @@ class Model:
         with self._lock:
             return _tern.chat_template(self._handle())
 
+    def meta(self, key, type=None):
+        """The value of a GGUF metadata key (e.g. "general.sampling.temp",
+        "tern.chat.thinking"), None when the model has no such key (MLX packs have none).
+        type: None = the key's own type (bool, str, int or float; arrays raise
+        tern.ValueError), or bool / int / float / str to read it as that (float: a float32
+        given by its shortest decimal; takes an integer value too); a value of another type
+        raises tern.ValueError naming the key."""
+        kinds = {None: "", bool: "bool", int: "int", float: "float", str: "str"}
+        if type not in kinds:
+            raise ValueError("tern: meta type must be bool, int, float, str or None")
+        with self._lock:
+            return _f32_short(_tern.model_meta(self._handle(), str(key), kinds[type]))
+
+    def _read_model_sampling(self):
+        out = {}
+        for key, arg, kind, lo, hi in _MODEL_KEYS:
+            try:
+                v = _tern.model_meta(self._h, key, kind)
+            except ValueError as e:
+                warnings.warn("tern: ignoring %s (%s)" % (key, e), stacklevel=3)
+                continue
+            if v is None:
+                continue
+            if not (lo <= v <= hi):
+                warnings.warn("tern: ignoring %s (out of range)" % key, stacklevel=3)
+                continue
+            out[arg] = _f32_short(v)
+        return out
+
+    def _read_thinking(self):
+        try:
+            v = _tern.model_meta(self._h, "tern.chat.thinking", "bool")
+        except ValueError as e:  # e.g. a string where a BOOL belongs
+            warnings.warn("tern: ignoring tern.chat.thinking (%s)" % e, stacklevel=3)
+            v = None
+        return v if v is not None else self._format == _CHAT_QWEN35
+
+    @property
+    def thinking(self):
+        """Whether chat() thinks when thinking=None: the model's tern.chat.thinking key,
+        else the template's default (on for qwen35, off for qwen3), as the CLI and server."""
+        return self._thinking
+
+    def sampling_defaults(self, thinking=None):
+        """The sampling generate() and chat() use for arguments left at None: the model's
+        general.sampling.* keys, else the built-in defaults (temperature 0.7, top_p 0.8, or
+        0.6 / 0.95 when thinking; top_k 20; min_p 0; penalties off). thinking=None: the
+        model's default (self.thinking). penalty_last_n 0 = a window of 64 tokens."""
+        if thinking is None:
+            thinking = self._thinking
+        d = dict(_BUILTIN)
+        if thinking:
+            d.update(_THINKING)
+        d.update(self._model_sampling)
+        return d
+
     # ------------------------------------------------------------ text
     def tokenize(self, text, special=True):
         """Token ids of text (no BOS added). special=True: added tokens such as <|im_start|>
@@ -150,8 +256,9 @@ class Model:
             return _tern.pos(self._handle())
 
     # ------------------------------------------------------------ generation
-    def _gen_args(self, prompt_ids, reset, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, seed,
-                  stop):
+    def _gen_args(self, prompt_ids, reset, max_tokens, sampling, thinking, seed, stop):
+        """The extension's generate arguments; sampling: the caller's arguments (None =
+        the default, sampling_defaults(thinking)), checked with ValueErrors naming them."""
         if stop is None:
             stop = ()
         elif isinstance(stop, (str, bytes)):
@@ -163,12 +270,22 @@ class Model:
             raise ValueError("tern: a stop string contains NUL")
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
-        if not (0 <= int(seed) < 2 ** 64):
-            raise ValueError("tern: seed must be in [0, 2**64)")
-        if max_tokens is None:
-            max_tokens = 0
-        return (prompt_ids, bool(reset), int(max_tokens), float(temperature), float(top_p), int(top_k),
-                float(min_p), float(repeat_penalty), int(seed), stops)
+        seed = _integer("seed", seed, 0, 2 ** 64 - 1)
+        max_tokens = 0 if max_tokens is None else _integer("max_tokens", max_tokens, 0, 1 << 24, " (0 = no limit)")
+        d = self.sampling_defaults(thinking)
+        for k, v in sampling.items():
+            if v is not None:
+                d[k] = v
+        # the ranges of `tern run` (src/cli/cli_gen.c); top_p 0 is refused there too
+        t = _real("temperature", d["temperature"], 0.0, 100.0, what=" (0 = greedy)")
+        top_p = _real("top_p", d["top_p"], 0.0, 1.0, lo_open=True, what=" (1 = off; temperature=0 is greedy)")
+        top_k = _integer("top_k", d["top_k"], 0, 1 << 24, " (0 = off)")
+        min_p = _real("min_p", d["min_p"], 0.0, 1.0, what=" (0 = off)")
+        rp = _real("repeat_penalty", d["repeat_penalty"], 0.0, 100.0, lo_open=True, what=" (1 = off)")
+        pp = _real("presence_penalty", d["presence_penalty"], -100.0, 100.0, what=" (0 = off)")
+        fp = _real("frequency_penalty", d["frequency_penalty"], -100.0, 100.0, what=" (0 = off)")
+        last_n = _integer("penalty_last_n", d["penalty_last_n"], 0, 1 << 24)
+        return (prompt_ids, bool(reset), max_tokens, t, top_p, top_k, min_p, rp, pp, fp, last_n, seed, stops)
 
     def _finish(self, r):
         text, ids, reason, n_prompt, prompt_s, gen_s = r
@@ -228,30 +345,43 @@ class Model:
                     _tern.cancel(h)
                 t.join()
 
-    def generate(self, prompt, max_tokens=256, temperature=0.7, top_p=0.8, top_k=20, min_p=0.0, seed=None,
-                 stop=None, stream=False, repeat_penalty=1.0, reset=True):
+    def generate(self, prompt, max_tokens=256, temperature=None, top_p=None, top_k=None, min_p=None, seed=None,
+                 stop=None, stream=False, repeat_penalty=None, reset=True, presence_penalty=None,
+                 frequency_penalty=None):
         """Continue `prompt` (text, tokenized with special tokens parsed, or a list of ids)
-        as is, without a chat template (as `tern run --raw`). temperature 0: greedy.
+        as is, without a chat template (as `tern run --raw`). Sampling arguments left at
+        None take the model's general.sampling.* keys, else the built-in defaults, as
+        `tern run --raw` does (sampling_defaults()). temperature 0: greedy; top_p in (0, 1]
+        (1 = off); top_k >= 0 (0 = off); min_p in [0, 1]; seed None: a random one.
+        The same prompt, seed and sampling give the same tokens as `tern run --raw`.
         Returns the text (a stop string is not included); with stream=True an iterator
         of text pieces (complete UTF-8 characters) whose concatenation is that text.
         Details (tokens, stop_reason, ...) are in self.last afterwards."""
+        sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+                    "repeat_penalty": repeat_penalty, "presence_penalty": presence_penalty,
+                    "frequency_penalty": frequency_penalty}
         ids = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
         if not ids:
             raise ValueError("tern: the prompt is empty")
-        args = self._gen_args(_ids(ids, "prompt"), reset, max_tokens, temperature, top_p, top_k, min_p,
-                              repeat_penalty, seed, stop)
+        args = self._gen_args(_ids(ids, "prompt"), reset, max_tokens, sampling, None, seed, stop)
         return self._run(args, stream)
 
     # ------------------------------------------------------------ chat
-    def chat(self, messages, tools=None, thinking=None, max_tokens=512, temperature=_UNSET, top_p=_UNSET,
-             top_k=20, min_p=0.0, seed=None, stop=None, stream=False, repeat_penalty=1.0):
+    def chat(self, messages, tools=None, thinking=None, max_tokens=512, temperature=None, top_p=None,
+             top_k=None, min_p=None, seed=None, stop=None, stream=False, repeat_penalty=None,
+             presence_penalty=None, frequency_penalty=None):
         """Reply to `messages` (dicts with role, content, optional reasoning_content and
         tool_calls) through the model's chat template (Qwen3 / Qwen3.5 ChatML). tools: a
         list of tool definitions (JSON-able) or a JSON string. thinking: None = the model's
-        default (on for qwen35, off for qwen3). Sampling defaults follow the CLI (temperature
-        0.7 / top-p 0.8, or 0.6 / 0.95 when thinking). Returns a dict: content, reasoning,
-        tool_calls [{name, arguments}], text, stop_reason; with stream=True an iterator of
-        the raw reply text pieces (parse with parse_reply afterwards if wanted)."""
+        default (self.thinking: its tern.chat.thinking key, else on for qwen35, off for
+        qwen3). Sampling arguments left at None follow the CLI: the model's
+        general.sampling.* keys, else temperature 0.7 / top-p 0.8 (0.6 / 0.95 when
+        thinking), top-k 20. Returns a dict: content, reasoning, tool_calls [{name,
+        arguments}], text, stop_reason; with stream=True an iterator of the raw reply text
+        pieces (parse with parse_reply afterwards if wanted)."""
+        sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+                    "repeat_penalty": repeat_penalty, "presence_penalty": presence_penalty,
+                    "frequency_penalty": frequency_penalty}
         msgs = []
         for m in messages:
             if not isinstance(m, dict) or "role" not in m:
@@ -266,16 +396,10 @@ class Model:
                          m.get("reasoning_content"), calls))
         if tools is not None and not isinstance(tools, str):
             tools = json.dumps(tools, ensure_ascii=False)
-        th = -1 if thinking is None else int(bool(thinking))
+        think = self._thinking if thinking is None else bool(thinking)
         with self._lock:
-            ids, thinking_open, fmt = _tern.chat_tokenize(self._handle(), msgs, tools, th)
-        think_on = (fmt == 1 and th < 0) or th == 1
-        if temperature is _UNSET:
-            temperature = 0.6 if think_on else 0.7
-        if top_p is _UNSET:
-            top_p = 0.95 if think_on else 0.8
-        args = self._gen_args(_ids(ids, "prompt"), True, max_tokens, temperature, top_p, top_k, min_p,
-                              repeat_penalty, seed, stop)
+            ids, thinking_open, fmt = _tern.chat_tokenize(self._handle(), msgs, tools, int(think))
+        args = self._gen_args(_ids(ids, "prompt"), True, max_tokens, sampling, think, seed, stop)
         self._thinking_open = thinking_open
         if stream:
             return self._run(args, True)

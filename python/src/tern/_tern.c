@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "tern.h"
+#include "lab.h" /* tern_device_read_ceiling_gbps (src/lab.h: in libtern.a, not public API) */
 
 #include <string.h>
 
@@ -358,15 +359,18 @@ static bool gen_on_text(const char *text, size_t len, void *user) {
     return ok;
 }
 /* generate(model, prompt int32, reset, max_tokens, temp, top_p, top_k, min_p, repeat_penalty,
- *          seed, stops (tuple of bytes), callback or None) -> (text bytes, ids list, reason, n_prompt) */
+ *          presence_penalty, frequency_penalty, penalty_last_n, seed, stops (tuple of bytes),
+ *          callback or None) -> (text bytes, ids list, reason, n_prompt, prompt_s, gen_s).
+ * The Python layer (tern/_model.py) checks the ranges and fills the defaults; the
+ * sampler checks them again (tern.ValueError). */
 static PyObject *py_generate(PyObject *self, PyObject *args) {
     PyObject *mo, *stops, *cb;
     Py_buffer ids;
-    int reset, max_tokens, top_k;
-    float temp, top_p, min_p, rp;
+    int reset, max_tokens, top_k, last_n;
+    float temp, top_p, min_p, rp, presence, freq;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "Oy*pifpiffKO!O", &mo, &ids, &reset, &max_tokens, &temp, &top_p, &top_k,
-                          &min_p, &rp, &seed, &PyTuple_Type, &stops, &cb))
+    if (!PyArg_ParseTuple(args, "Oy*piffiffffiKO!O", &mo, &ids, &reset, &max_tokens, &temp, &top_p, &top_k,
+                          &min_p, &rp, &presence, &freq, &last_n, &seed, &PyTuple_Type, &stops, &cb))
         return NULL;
     ModelObj *o = model_of(mo);
     if (!o) { PyBuffer_Release(&ids); return NULL; }
@@ -385,7 +389,8 @@ static PyObject *py_generate(PyObject *self, PyObject *args) {
     tern_sampler_params sp;
     tern_sampler_params_default(&sp);
     sp.temperature = temp; sp.top_p = top_p; sp.top_k = top_k; sp.min_p = min_p;
-    sp.repeat_penalty = rp; sp.seed = seed;
+    sp.repeat_penalty = rp; sp.presence_penalty = presence; sp.frequency_penalty = freq;
+    sp.penalty_last_n = last_n; sp.seed = seed;
     tern_sampler *smp = NULL;
     tern_status st = tern_sampler_new(&sp, tern_model_get_info(o->m)->n_vocab, &smp);
     if (st) { PyMem_Free(sv); PyBuffer_Release(&ids); return fail(st); }
@@ -422,7 +427,8 @@ static PyObject *py_cancel(PyObject *self, PyObject *mo) {
 }
 
 /* chat_tokenize(model, messages: list of (role, content|None, reasoning|None, [(name, args)]),
- *               tools_json or None, thinking (-1 default, 0, 1)) -> (ids, thinking_open, format) */
+ *               tools_json or None, thinking (0 or 1; the Python layer resolves the default:
+ *               tern.chat.thinking, else the format's)) -> (ids, thinking_open, format) */
 static PyObject *py_chat_tokenize(PyObject *self, PyObject *args) {
     PyObject *mo, *msgs;
     const char *tools;
@@ -457,7 +463,7 @@ static PyObject *py_chat_tokenize(PyObject *self, PyObject *args) {
         }
     }
     tern_chat_format fmt = tern_chat_format_for(o->tok);
-    bool think = thinking < 0 ? fmt == TERN_CHAT_QWEN35 : thinking == 1;
+    bool think = thinking == 1;
     tern_chat_opts co = {tools, true, think};
     tern_tokens ids = {0};
     tern_status st;
@@ -500,6 +506,55 @@ static PyObject *py_chat_parse(PyObject *self, PyObject *args) {
     tern_chat_reply_free(&rep);
     return r;
 }
+static PyObject *py_chat_format(PyObject *self, PyObject *mo) {
+    ModelObj *o = model_of(mo);
+    return o ? PyLong_FromLong((long)tern_chat_format_for(o->tok)) : NULL;
+}
+/* model_meta(model, key, kind) -> the value of a GGUF metadata key, None when absent.
+ * kind: "bool", "int" (tern_model_meta_i64), "float" (_f32: a float or an integer
+ * value), "str", or "" = the key's own type (tried as bool, str, int, float; arrays
+ * raise). A value of another type than kind raises tern.ValueError naming the key. */
+static PyObject *py_model_meta(PyObject *self, PyObject *args) {
+    PyObject *mo;
+    const char *key, *kind;
+    if (!PyArg_ParseTuple(args, "Oss", &mo, &key, &kind)) return NULL;
+    ModelObj *o = model_of(mo);
+    if (!o) return NULL;
+    bool any = !*kind;
+    if (!any && strcmp(kind, "bool") && strcmp(kind, "int") && strcmp(kind, "float") && strcmp(kind, "str"))
+        return PyErr_Format(PyExc_ValueError, "tern: meta type must be bool, int, float, str or None, not '%s'", kind);
+    tern_status st = TERN_ERR_FORMAT;
+    if (any || !strcmp(kind, "bool")) {
+        bool b = false;
+        st = tern_model_meta_bool(o->m, key, &b);
+        if (st == TERN_OK) return PyBool_FromLong(b);
+        if (st == TERN_ERR_NOT_FOUND) Py_RETURN_NONE;
+        if (!any) return fail(st);
+    }
+    if (any || !strcmp(kind, "str")) {
+        tern_str v = {0};
+        st = tern_model_meta_str(o->m, key, &v);
+        PyObject *r = NULL;
+        if (st == TERN_OK) r = PyUnicode_DecodeUTF8(v.data ? v.data : "", (Py_ssize_t)v.len, "replace");
+        tern_str_free(&v);
+        if (st == TERN_OK) return r;
+        if (st == TERN_ERR_NOT_FOUND) Py_RETURN_NONE;
+        if (!any) return fail(st);
+    }
+    if (any || !strcmp(kind, "int")) {
+        int64_t i = 0;
+        st = tern_model_meta_i64(o->m, key, &i);
+        if (st == TERN_OK) return PyLong_FromLongLong((long long)i);
+        if (st == TERN_ERR_NOT_FOUND) Py_RETURN_NONE;
+        if (!any) return fail(st);
+    }
+    float f = 0;
+    st = tern_model_meta_f32(o->m, key, &f);
+    if (st == TERN_OK) return PyFloat_FromDouble((double)f);
+    if (st == TERN_ERR_NOT_FOUND) Py_RETURN_NONE;
+    if (any) return PyErr_Format(g_err_value, "tern: metadata key '%s' is not a bool, string or number", key);
+    return fail(st);
+}
 static PyObject *py_chat_template(PyObject *self, PyObject *mo) {
     ModelObj *o = model_of(mo);
     if (!o) return NULL;
@@ -533,6 +588,8 @@ static PyMethodDef methods[] = {
     {"chat_tokenize", py_chat_tokenize, METH_VARARGS, NULL},
     {"chat_parse", py_chat_parse, METH_VARARGS, NULL},
     {"chat_template", py_chat_template, METH_O, NULL},
+    {"chat_format", py_chat_format, METH_O, NULL},
+    {"model_meta", py_model_meta, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "tern._tern", "libtern bindings", -1, methods};

@@ -3,12 +3,12 @@
  * whose op table is the kernel library's (kernels.h): ternary matmuls, Hadamard and
  * fused sites, and the model ops (tern_attention, tern_gdn, tern_rope,
  * tern_head_rmsnorm; math and layouts documented there, per-ISA loops in
- * src/kernels/cpu/model_ops*, chosen once through the kernel table). Its layer-sized
- * operations are layers.c's. Here: the embedding lookup, the small data movers, host
+ * src/kernels/cpu/model_ops*, chosen once through the kernel table). It runs a step
+ * by walking the model's plan op by op through that table (tm_plan_exec). Here: the embedding lookup, the small data movers, host
  * memory (large buffers backed lazily) and the GDN state layout: S then the pending
  * rank-1 update the CPU scan keeps apart (tern_gdn_args.pending).
  */
-#include "model/backend.h"
+#include "backends/backends.h"
 #include "formats/codecs.h"
 
 #include <math.h>
@@ -244,6 +244,7 @@ static void cpu_gdn_state_plain(const tm_backend *be, const tm_hparams *hp, floa
 static const tm_backend_vt g_cpu_vt = {
     .name = "cpu",
     .device_memory = false,
+    .caps = TM_CAP_HOST_REPACK,
     .destroy = cpu_destroy,
     .batch_hint = cpu_batch_hint,
     .alloc = cpu_alloc,
@@ -256,11 +257,7 @@ static const tm_backend_vt g_cpu_vt = {
     .kv_types = (1u << TERN_KV_F32) | (1u << TERN_KV_F16) | (1u << TERN_KV_BF16) | (1u << TERN_KV_Q8_0),
     .gdn_state_floats = cpu_gdn_state_floats,
     .gdn_state_plain = cpu_gdn_state_plain,
-    .embed = tm_layers_embed,
-    .attn_mixer = tm_layers_attn_mixer,
-    .gdn_mixer = tm_layers_gdn_mixer,
-    .ffn = tm_layers_ffn,
-    .head = tm_layers_head_host,
+    .exec = tm_plan_exec, /* the plan op by op through g_cpu_ops */
 };
 
 tern_pool *tm_backend_cpu_pool(const tm_backend *be) {

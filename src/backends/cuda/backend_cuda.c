@@ -1,12 +1,17 @@
 /*
  * backend_cuda.c - the CUDA back-end (backend.h): an instance on GPU 0 whose op table
- * wraps the extern "C" launchers of src/kernels/cuda (cuda.h), whose layer-sized
- * operations are layers.c's over those ops, whose head brings the logits home once per
- * step, and whose run_step records and replays single-token steps as CUDA graphs
+ * wraps the extern "C" launchers of src/kernels/cuda (cuda.h), whose exec walks the
+ * model's plan (plan.h) matching runs of ops to its fused kernels (site norm + matmul
+ * input quantisation, the attention prologue + decode attention, the GDN step, SwiGLU
+ * + down's quantisation, transform + out_proj; tm_plan_match) and the rest op by op
+ * through that table, whose head brings the logits home once per step, and whose
+ * run_step records and replays single-token steps as CUDA graphs
  * (off with TERN_CUDA_GRAPH=0). Every pointer is device memory, except token ids. Work is queued
  * on one stream; errors are sticky in the kernels and come back from sync.
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
+#include "backends/backends.h"
+#include "lab.h" /* tern_device_read_ceiling_gbps */
 #include "model/session.h"
 
 #include <math.h>
@@ -178,10 +183,6 @@ typedef struct cuda_backend {
     tm_backend base;
     int device;
     bool recording;   /* a step is being recorded into a graph: no download, no sync */
-    /* the quantised activation of one site, shared by the matmuls reading it
-     * (grow-only; sized by a step run op by op before any graph is recorded) */
-    void *act_buf;
-    size_t act_bytes;
     /* device tables of the GDN state pointers of a step's sessions, [n_gdn][2][n]:
      * ptr_dev serves steps run op by op and is uploaded only when its contents
      * change (ptr_pin: what it holds); a recorded graph has its own (cu_graph) */
@@ -198,7 +199,6 @@ typedef struct cuda_backend {
 
 static void cu_destroy(tm_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
-    if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
     if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
     free(c->ptr_pin);
     free(c->ptr_tmp);
@@ -264,12 +264,6 @@ static void cu_graph_free(cu_graph *cg) {
     free(cg);
 }
 
-static void cu_session_release(tm_backend *be, tern_session *s) {
-    (void)be;
-    cu_graph_free(s->graph);
-    s->graph = NULL;
-}
-
 /* Weights: a 128-group ternary matrix is repacked on the device into the decode GEMV's
  * tiled layout (tc_repack_tiled: 16-row strips in mma fragment order; same bytes) and the
  * uploaded copy freed. TERN_CUDA_GEMV=old keeps the file layout (the split-K and older
@@ -292,7 +286,50 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
     return TERN_OK;
 }
 
-/* ---------------------------------------------------- layer-sized operations */
+/* ------------------------------------------------------------ the plan, fused */
+
+/* What a session keeps here (s->be_state): its step graph and the quantised
+ * activation buffer of its steps, sized from the plan when the session is made. */
+typedef struct cu_sess {
+    cu_graph *graph;  /* single-token step graph (NULL: none yet) */
+    int graph_state;  /* 0 none tried yet, 1 record at the next step, -1 graphs off */
+    void *act_buf;    /* the quantised activation of one site, shared by the matmuls
+                       * reading it: tc_act_bytes(n_chunk, k) for the widest matmul input k */
+    size_t act_bytes;
+} cu_sess;
+
+static tern_status cu_session_init(tm_backend *be, tern_session *s) {
+    (void)be;
+    cu_sess *cs = calloc(1, sizeof *cs);
+    if (!cs) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    s->be_state = cs;
+    const tm_plan *p = &s->m->plan;
+    size_t need = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        const tm_plan_op *op = &p->ops[i];
+        if (op->kind != TM_OP_MATMUL || op->width % 128) continue;
+        size_t b = tc_act_bytes((size_t)s->n_chunk, op->width);
+        if (b > need) need = b;
+    }
+    if (need) {
+        cs->act_buf = tc_malloc(need);
+        if (!cs->act_buf)
+            return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for a %zu-byte activation buffer", need);
+        cs->act_bytes = need;
+        s->bytes += need;
+    }
+    return TERN_OK;
+}
+
+static void cu_session_release(tm_backend *be, tern_session *s) {
+    (void)be;
+    cu_sess *cs = s->be_state;
+    if (!cs) return;
+    cu_graph_free(cs->graph);
+    if (cs->act_buf) tc_free(cs->act_buf, cs->act_bytes);
+    free(cs);
+    s->be_state = NULL;
+}
 
 /* a dense matrix in the file's row layout (f32, f16, bf16) */
 static bool dense_rows(const tern_qmat *w) {
@@ -306,40 +343,31 @@ static bool all_int(int n, const tern_qmat *const *w) {
     return true;
 }
 
-/* The activation view for rows x k (NULL: no room yet, or k not in 128-blocks). Grows
- * only outside a recording. */
-static const tc_act *act_for(cuda_backend *c, size_t rows, int64_t k, tc_act *view) {
-    if (k % 128) return NULL;
-    size_t need = tc_act_bytes(rows, k);
-    if (need > c->act_bytes) {
-        if (c->recording) return NULL;
-        if (c->act_buf) tc_free(c->act_buf, c->act_bytes);
-        tc_graphs_invalidate(); /* recorded graphs hold the old address */
-        c->act_buf = tc_malloc(need);
-        c->act_bytes = c->act_buf ? need : 0;
-        if (!c->act_buf) return NULL;
-    }
-    *view = tc_act_view(c->act_buf, rows, k);
+/* The activation view for rows x k in the step's session buffer (NULL: k not in
+ * 128-blocks). Sized up front (cu_session_init): it never moves. */
+static const tc_act *act_for(const tm_step *st, size_t rows, int64_t k, tc_act *view) {
+    const cu_sess *cs = st->w->be_state;
+    if (k % 128 || !cs || tc_act_bytes(rows, k) > cs->act_bytes) return NULL;
+    *view = tc_act_view(cs->act_buf, rows, k);
     return view;
 }
 
-static inline float *mm_in(const tern_model *m, tern_session *w) {
-    return m->hadamard ? w->rot : w->normed;
-}
-static inline const tern_qmat *pickw(const tern_qmat *file, const tern_qmat *fast, bool d) {
-    return d && fast->data ? fast : file;
+#define CU_TRY(x) do { tern_status e_ = (x); if (e_) return e_; } while (0)
+
+static inline float *B(const tm_step *st, int b) { return tm_step_buf(st, b); }
+static inline const tern_qmat *matw(const tm_step *st, tm_mat_id id) {
+    return tm_plan_mat(st->w->m, id, st->dec);
 }
 
 /* site norm (+ transform) with the matmul input quantised inside the kernel */
-static const tc_act *cu_site(cuda_backend *c, const tm_step *st, const float *gain, bool first,
-                             tc_act *view) {
+static const tc_act *cu_site(const tm_step *st, const tm_plan_op *op, tc_act *view) {
     tern_session *w = st->w;
     const tern_model *m = w->m;
-    const size_t E = (size_t)m->hp.n_embd;
-    const tc_act *act = act_for(c, (size_t)st->T, (int64_t)E, view);
-    tc_add_rmsnorm_hadamard_q(w->x, first ? NULL : w->delta, gain, m->hp.eps, w->normed, w->rot,
-                              (size_t)st->T, E, (size_t)m->had_block, tm_model_signs(m, (int64_t)E),
-                              act);
+    const size_t E = (size_t)op->width;
+    const tc_act *act = act_for(st, (size_t)st->T, (int64_t)E, view);
+    tc_add_rmsnorm_hadamard_q(B(st, op->in), B(st, op->in2), tm_plan_vec(m, op->vec), op->eps, B(st, op->out),
+                              B(st, op->out2), (size_t)st->T, E, (size_t)m->had_block,
+                              tm_model_signs(m, (int64_t)E), act);
     return act;
 }
 
@@ -351,99 +379,98 @@ static void mm(int n, const tern_qmat *const *w, const tc_act *act, const float 
     else tc_matmul_multi(n, mt, x, batch, xs, y, ys);
 }
 
-static void attn_ops(const tm_step *st, const tm_layer *l);
+/* a MATMUL op through mm (act: its input already quantised, or NULL) */
+static void mm_op(const tm_step *st, const tm_plan_op *op, const tc_act *act) {
+    const tern_qmat *w[TM_PLAN_MAX_MATS];
+    float *y[TM_PLAN_MAX_MATS];
+    size_t ys[TM_PLAN_MAX_MATS];
+    for (int i = 0; i < op->n_mat; i++) {
+        w[i] = matw(st, op->mat[i]);
+        y[i] = B(st, op->out_buf[i]);
+        ys[i] = (size_t)op->out_w[i];
+    }
+    mm(op->n_mat, w, act, B(st, op->in), (size_t)st->T, (size_t)op->width, y, ys);
+}
 
-static void cu_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    cuda_backend *c = (cuda_backend *)be;
+/* The attention core (plan ops [SPLIT_HEADS] .. ATTENTION [MUL_SIGMOID]): decode rows
+ * run the fused prologue (split, q/k norms, RoPE, KV store) and split-K attention with
+ * the gate in its merge, for all sessions at once when the step has a batch table;
+ * prefill chunks the ops one by one (attn_ops). */
+static void attn_ops(const tm_step *st, const tm_plan_op *a, int gate_buf);
+
+static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *first, const tm_plan_op *a) {
     tern_session *w = st->w;
     const tern_model *m = w->m;
     const tm_hparams *hp = &m->hp;
-    const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
-    const bool dec = st->dec;
-    tc_act view;
-    const tc_act *act = cu_site(c, st, l->attn_norm, l == &m->layers[0], &view);
-    const tern_qmat *w3[3] = {pickw(&l->wq, &l->fast_wq, dec), pickw(&l->wk, &l->fast_wk, dec),
-                              pickw(&l->wv, &l->fast_wv, dec)};
-    float *y3[3] = {w->big0, w->kbuf, w->vbuf};
-    size_t ys3[3] = {(size_t)l->wq.n, (size_t)kvw, (size_t)kvw};
-    mm(3, w3, act, mm_in(m, w), (size_t)T, (size_t)E, y3, ys3);
-    const bool dec_ops = R == 1 && HD <= 256 && hp->rope_dims <= HD && hp->rope_dims % 2 == 0;
+    const tm_layer *l = &m->layers[a->layer];
+    const int HD = a->head_dim, NH = a->n_head, NKV = a->n_head_kv;
+    const int R = st->R, qw = NH * HD, kvw = NKV * HD;
+    const bool gated = first->kind == TM_OP_SPLIT_HEADS;
+    float *big0 = B(st, gated ? first->in : a->in), *kbuf = B(st, TM_BUF_K), *vbuf = B(st, TM_BUF_V);
+    float *qo = B(st, a->out2), *go = gated ? B(st, first->out2) : NULL, *big3 = B(st, a->out);
+    const bool dec_ops = R == 1 && HD <= 256 && a->rope_dims <= HD && a->rope_dims % 2 == 0;
     if (dec_ops && c->attn_cur) {
         /* a batch step (TERN_CUDA_ATTN_BATCH=1, attn_tab took it): the same two ops for
          * all the sessions at once, positions and caches from the step's table */
         tern_session *s0 = st->ss[0];
         tc_attn_bat bt = {.seqs = c->attn_cur, .kv_index = l->kv_index, .k_row = s0->k_row, .v_row = s0->v_row,
                           .qg_stride = (size_t)l->wq.n, .kv_stride = (size_t)kvw, .q_stride = (size_t)qw};
-        tc_attn_prep_args pa = {.qg = w->big0, .k = w->kbuf, .v = w->vbuf, .gated = hp->attn_gate,
-                                .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = hp->eps,
-                                .theta = hp->rope_theta, .q_out = w->big1,
-                                .gate_out = hp->attn_gate ? w->big2 : NULL, .n_head = NH, .n_head_kv = NKV,
-                                .head_dim = HD, .rope_dims = hp->rope_dims, .k_type = (int)s0->k_type,
+        tc_attn_prep_args pa = {.qg = big0, .k = kbuf, .v = vbuf, .gated = hp->attn_gate,
+                                .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = a->eps,
+                                .theta = a->theta, .q_out = qo,
+                                .gate_out = hp->attn_gate ? go : NULL, .n_head = NH, .n_head_kv = NKV,
+                                .head_dim = HD, .rope_dims = a->rope_dims, .k_type = (int)s0->k_type,
                                 .v_type = (int)s0->v_type};
         tc_attn_prep_batch(&pa, st->n_seq, &bt);
-        tc_attention_decode_batch(w->big1, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? w->big2 : NULL,
-                                  w->big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+        tc_attention_decode_batch(qo, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? go : NULL,
+                                  big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
     } else if (dec_ops) {
-        /* decode: per session the fused prologue (split, q/k norms, RoPE, KV store),
-         * then split-K attention with the gate in its merge */
         for (int i = 0; i < st->n_seq; i++) {
             tern_session *s = st->ss[i];
             uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
             uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
-            float *qi = w->big1 + (size_t)i * qw, *gi = hp->attn_gate ? w->big2 + (size_t)i * qw : NULL;
-            tc_attn_prep_args pa = {.qg = w->big0 + (size_t)i * l->wq.n, .k = w->kbuf + (size_t)i * kvw,
-                                    .v = w->vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
-                                    .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = hp->eps,
-                                    .theta = hp->rope_theta, .q_out = qi, .gate_out = gi,
+            float *qi = qo + (size_t)i * qw, *gi = hp->attn_gate ? go + (size_t)i * qw : NULL;
+            tc_attn_prep_args pa = {.qg = big0 + (size_t)i * l->wq.n, .k = kbuf + (size_t)i * kvw,
+                                    .v = vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
+                                    .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = a->eps,
+                                    .theta = a->theta, .q_out = qi, .gate_out = gi,
                                     .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
-                                    .n_head_kv = NKV, .head_dim = HD, .rope_dims = hp->rope_dims,
+                                    .n_head_kv = NKV, .head_dim = HD, .rope_dims = a->rope_dims,
                                     .k_type = (int)s->k_type, .v_type = (int)s->v_type};
             tc_attn_prep(&pa);
-            tc_attention_decode(qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, w->big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+            tc_attention_decode(qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
     } else {
-        attn_ops(st, l);
+        if (gated) tc_split_heads(big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
+        attn_ops(st, a, gated ? first->out2 : TM_BUF_NONE);
     }
-    /* the transform quantises o_proj's input in its kernel (no quantise launch in mm) */
-    const tern_qmat *wo = pickw(&l->wo, &l->fast_wo, dec);
-    tc_act oview;
-    const tc_act *oact = all_int(1, &wo) ? act_for(c, (size_t)T, (int64_t)qw, &oview) : NULL;
-    tc_hadamard_q(w->big3, (size_t)T, (size_t)qw, (size_t)m->had_block, tm_model_signs(m, qw), oact);
-    float *yo[1] = {w->delta};
-    size_t yso[1] = {(size_t)E};
-    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)qw, yo, yso);
 }
 
-/* the attention mixer's middle op by op (prefill chunks; decode shapes the fused
- * prologue does not take) */
-static void attn_ops(const tm_step *st, const tm_layer *l) {
+/* the attention core's ops after the split, one by one (prefill chunks; decode
+ * shapes the fused prologue does not take) */
+static void attn_ops(const tm_step *st, const tm_plan_op *a, int gate_buf) {
     tern_session *w = st->w;
     const tern_model *m = w->m;
-    const tm_hparams *hp = &m->hp;
-    const int HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const tm_layer *l = &m->layers[a->layer];
+    const int HD = a->head_dim, NH = a->n_head, NKV = a->n_head_kv;
     const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
-    float *q = w->big0, *gate = NULL;
-    if (hp->attn_gate) {
-        tc_split_heads(w->big0, (size_t)T, NH, HD, w->big1, w->big2);
-        q = w->big1;
-        gate = w->big2;
-    }
-    tc_head_rmsnorm(q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, hp->eps);
-    tc_head_rmsnorm(w->kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, hp->eps);
+    float *q = B(st, a->in), *gate = gate_buf >= 0 ? B(st, gate_buf) : NULL;
+    float *kbuf = B(st, TM_BUF_K), *vbuf = B(st, TM_BUF_V), *big3 = B(st, a->out);
+    tc_head_rmsnorm(q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, a->eps);
+    tc_head_rmsnorm(kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, a->eps);
     bool gated = false;
     for (int i = 0; i < st->n_seq; i++) {
         tern_session *s = st->ss[i];
         const int pos0 = s->pos;
-        float *qi = q + (size_t)i * qw, *ki = w->kbuf + (size_t)i * kvw, *vi = w->vbuf + (size_t)i * kvw;
-        tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, hp->rope_dims, pos0, hp->rope_theta);
-        tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, hp->rope_dims, pos0, hp->rope_theta);
+        float *qi = q + (size_t)i * qw, *ki = kbuf + (size_t)i * kvw, *vi = vbuf + (size_t)i * kvw;
+        tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, a->rope_dims, pos0, a->theta);
+        tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, a->rope_dims, pos0, a->theta);
         uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
         uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
         const int kt = (int)s->k_type, vt = (int)s->v_type;
         tc_kv_store(kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
-        float *oi = w->big3 + (size_t)i * qw;
+        float *oi = big3 + (size_t)i * qw;
         if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */
             tc_attention_decode(qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
                                 NH, NKV, HD, 1.0f / sqrtf((float)HD));
@@ -452,7 +479,31 @@ static void attn_ops(const tm_step *st, const tm_layer *l) {
             tc_attention(qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
         }
     }
-    if (gate && !gated) tc_mul_sigmoid(w->big3, gate, (size_t)T, (size_t)qw);
+    if (gate && !gated) tc_mul_sigmoid(big3, gate, (size_t)T, (size_t)qw);
+}
+
+/* HADAMARD + the projection reading it: the transform quantises the matmul's input in
+ * its kernel (no quantise launch in mm) */
+static void cu_had_mm(const tm_step *st, const tm_plan_op *h, const tm_plan_op *op) {
+    const tern_model *m = st->w->m;
+    const tern_qmat *wo = matw(st, op->mat[0]);
+    tc_act oview;
+    const tc_act *oact = all_int(1, &wo) ? act_for(st, (size_t)st->T, (int64_t)h->width, &oview) : NULL;
+    tc_hadamard_q(B(st, h->in), (size_t)st->T, (size_t)h->width, (size_t)m->had_block,
+                  tm_model_signs(m, h->had), oact);
+    mm_op(st, op, oact);
+}
+
+/* SwiGLU (+ transform) + down: the activation quantises down's input in its kernel */
+static void cu_act_mm(const tm_step *st, const tm_plan_op *a, const tm_plan_op *op) {
+    const tern_model *m = st->w->m;
+    const tern_qmat *wd = matw(st, op->mat[0]);
+    const size_t T = (size_t)st->T, F = (size_t)a->width;
+    tc_act view2;
+    const tc_act *act2 = (wd->layout == CU_LAYOUT_R || wd->layout == CU_LAYOUT_T) ? act_for(st, T, (int64_t)F, &view2) : NULL;
+    tc_swiglu_hadamard_q(B(st, a->in), B(st, a->in2), B(st, a->out), T, F, (size_t)m->had_block,
+                         tm_model_signs(m, a->had), act2);
+    mm_op(st, op, act2);
 }
 
 /* The GDN state pointers of a step's sessions, [n_gdn][2][n], as a device table for
@@ -511,100 +562,123 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     return true;
 }
 
-static void cu_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    cuda_backend *c = (cuda_backend *)be;
-    const tern_model *m = st->w->m;
-    const tm_hparams *hp = &m->hp;
-    if (st->R != 1 || hp->ssm_dk > 128 || hp->ssm_dv > 256 || !c->ptr_cur) {
-        tm_layers_gdn_mixer(be, st, l);
-        return;
-    }
+/* May this step run the GDN mixers fused (decode rows, the kernels' head sizes, the
+ * state table made)? Otherwise their ops run one by one from the site on. */
+static bool gdn_fused(const cuda_backend *c, const tm_step *st) {
+    const tm_hparams *hp = &st->w->m->hp;
+    return st->R == 1 && hp->ssm_dk <= 128 && hp->ssm_dv <= 256 && c->ptr_cur;
+}
+
+/* The GDN core (plan ops MATMUL(a|b) GDN [PERMUTE] HADAMARD MATMUL(out)): the two
+ * kernels of tc_gdn_step (conv + delta rule + gated norm, then the output's permute,
+ * transform and quantisation), then out_proj from the quantised rows. */
+static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab, const tm_plan_op *g,
+                        const tm_plan_op *out) {
     tern_session *w = st->w;
-    const int E = hp->n_embd, T = st->T;
-    const bool dec = st->dec;
-    const int nk = hp->ssm_n_k, nv = hp->ssm_n_v, dk = hp->ssm_dk, dv = hp->ssm_dv;
+    const tern_model *m = w->m;
+    const tm_layer *l = &m->layers[g->layer];
+    const int E = ab->width, T = st->T;
+    const int nk = g->n_head, nv = g->n_head_kv, dk = g->head_dim, dv = g->dv;
     const int C = 2 * nk * dk + nv * dv, VW = nv * dv;
-    tc_act view;
-    const tc_act *act = cu_site(c, st, l->attn_norm, l == &m->layers[0], &view);
-    const tern_qmat *w2[2] = {pickw(&l->wqkv, &l->fast_wqkv, dec), pickw(&l->wz, &l->fast_wz, dec)};
-    float *y2[2] = {w->big0, w->big1};
-    size_t ys2[2] = {(size_t)C, (size_t)VW};
-    mm(2, w2, act, mm_in(m, w), (size_t)T, (size_t)E, y2, ys2);
-    float *a = w->ab, *b = w->ab + (size_t)T * nv;
-    const tern_qmat *wab[2] = {&l->wa, &l->wb};
+    float *a = B(st, ab->out_buf[0]), *b = B(st, ab->out_buf[1]);
+    const tern_qmat *wab[2] = {matw(st, ab->mat[0]), matw(st, ab->mat[1])};
     /* dense a/b gates (f32/f16/bf16): projected inside the step's kernel (ab_w below);
      * otherwise by the matmul here */
-    const bool ab_dense = dense_rows(&l->wa) && dense_rows(&l->wb);
+    const bool ab_dense = dense_rows(wab[0]) && dense_rows(wab[1]);
     if (!ab_dense) {
         float *yab[2] = {a, b};
         size_t ysab[2] = {(size_t)nv, (size_t)nv};
-        mm(2, wab, NULL, w->normed, (size_t)T, (size_t)E, yab, ysab);
+        mm(2, wab, NULL, B(st, ab->in), (size_t)T, (size_t)E, yab, ysab);
     }
-    const size_t n = (size_t)st->n_seq, g = (size_t)l->gdn_index;
+    const size_t n = (size_t)st->n_seq, gi = (size_t)g->cache;
     /* the output's permute, transform and quantisation in the step's second kernel */
     tc_act oview;
-    const tc_act *oact = act_for(c, (size_t)T, (int64_t)VW, &oview);
-    tc_gdn_step_args ga = {.n = (int)n, .qkv = w->big0, .z = w->big1, .a = a, .b = b,
+    const tc_act *oact = act_for(st, (size_t)T, (int64_t)VW, &oview);
+    tc_gdn_step_args ga = {.n = (int)n, .qkv = B(st, g->in), .z = B(st, g->in2), .a = a, .b = b,
                            .qkv_stride = (size_t)C, .z_stride = (size_t)VW, .ab_stride = (size_t)nv,
                            .out_stride = (size_t)VW, .conv_w = l->conv, .ssm_a = l->ssm_a,
                            .dt_bias = l->dt_bias, .norm = l->ssm_norm,
-                           .conv_state = c->ptr_cur + (g * 2 + 0) * n,
-                           .state = c->ptr_cur + (g * 2 + 1) * n, .out = w->big3, .work = w->big2,
-                           .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = hp->conv_k,
-                           .v_tiled = m->v_tiled, .eps = hp->eps, .out_grouped = m->out_permute,
+                           .conv_state = c->ptr_cur + (gi * 2 + 0) * n,
+                           .state = c->ptr_cur + (gi * 2 + 1) * n, .out = B(st, g->out), .work = B(st, g->out2),
+                           .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = g->conv_k,
+                           .v_tiled = m->v_tiled, .eps = g->eps, .out_grouped = m->out_permute,
                            .signs = tm_model_signs(m, VW), .block = m->had_block};
     if (oact) ga.act = *oact;
     if (ab_dense) {
-        ga.ab_w[0] = to_mat(&l->wa);
-        ga.ab_w[1] = to_mat(&l->wb);
-        ga.ab_x = w->normed;
+        ga.ab_w[0] = to_mat(wab[0]);
+        ga.ab_w[1] = to_mat(wab[1]);
+        ga.ab_x = B(st, ab->in);
         ga.ab_x_stride = (size_t)E;
     }
     tc_gdn_step(&ga);
-    const tern_qmat *wo = pickw(&l->wout, &l->fast_wout, dec);
-    float *yo[1] = {w->delta};
-    size_t yso[1] = {(size_t)E};
-    mm(1, &wo, oact, w->big3, (size_t)T, (size_t)VW, yo, yso);
-}
-
-static void cu_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    cuda_backend *c = (cuda_backend *)be;
-    tern_session *w = st->w;
-    const tern_model *m = w->m;
-    const int E = m->hp.n_embd, F = m->hp.n_ff, T = st->T;
-    const bool dec = st->dec;
-    tc_act view;
-    const tc_act *act = cu_site(c, st, l->post_norm, false, &view);
-    const tern_qmat *wgu[2] = {pickw(&l->wgate, &l->fast_wgate, dec), pickw(&l->wup, &l->fast_wup, dec)};
-    float *ygu[2] = {w->big0, w->big1};
-    size_t ysgu[2] = {(size_t)F, (size_t)F};
-    mm(2, wgu, act, mm_in(m, w), (size_t)T, (size_t)E, ygu, ysgu);
-    const tern_qmat *wd = pickw(&l->wdown, &l->fast_wdown, dec);
-    tc_act view2;
-    const tc_act *act2 = (wd->layout == CU_LAYOUT_R || wd->layout == CU_LAYOUT_T) ? act_for(c, (size_t)T, F, &view2) : NULL;
-    tc_swiglu_hadamard_q(w->big0, w->big1, w->big2, (size_t)T, (size_t)F, (size_t)m->had_block,
-                         tm_model_signs(m, F), act2);
-    float *yd[1] = {w->delta};
-    size_t ysd[1] = {(size_t)E};
-    mm(1, &wd, act2, w->big2, (size_t)T, (size_t)F, yd, ysd);
+    const tern_qmat *wo = matw(st, out->mat[0]);
+    float *yo[1] = {B(st, out->out_buf[0])};
+    size_t yso[1] = {(size_t)out->out_w[0]};
+    mm(1, &wo, oact, B(st, g->out), (size_t)T, (size_t)VW, yo, yso);
 }
 
 /* The logits land in the session's device rows and come home once per step. */
-static tern_status cu_head(tm_backend *be, const tm_step *st) {
-    cuda_backend *c = (cuda_backend *)be;
+static tern_status cu_head(cuda_backend *c, const tm_step *st, const tm_plan_op *op) {
+    tm_backend *be = &c->base;
     tern_session *w = st->w;
     const size_t V = (size_t)w->m->hp.n_vocab;
     if (!st->rows_out) {
         TERN_ASSERT(st->n_seq == 1 && st->ss[0] == w);
-        tm_layers_head_rows(be, st, w->dlogits, false);
+        CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, false));
         if (c->recording) return TERN_OK; /* graph_end adds the copy */
         return tm_be_download(be, w->logits, w->dlogits, V * sizeof(float));
     }
-    tm_layers_head_rows(be, st, w->dlogits, true);
+    CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, true));
     tern_status s = tm_be_download(be, st->rows_out, w->dlogits, (size_t)st->T * V * sizeof(float));
     for (int i = 0; i < st->n_seq && !s; i++)
         memcpy(st->ss[i]->logits, st->rows_out + (size_t)(i + st->R - 1) * V, V * sizeof(float));
     return s;
+}
+
+/* One step of the plan: runs of ops matched to the fused code above, the rest op by
+ * op through g_cuda_ops (tm_plan_run_op). A GDN mixer this step cannot fuse runs op by
+ * op from its site to its output projection. */
+static tern_status cu_exec(tm_backend *be, const tm_step *st) {
+    cuda_backend *c = (cuda_backend *)be;
+    const tern_model *m = st->w->m;
+    const tm_plan *p = &m->plan;
+    int plain_to = -1; /* ops up to this index run one by one */
+    for (int i = 0; i < p->n_ops;) {
+        const tm_plan_op *op = &p->ops[i];
+        int n = 0;
+        if (i <= plain_to) {
+            CU_TRY(tm_plan_run_op(be, st, op, NULL, false));
+            i++;
+            continue;
+        }
+        if (op->kind == TM_OP_SITE && op->layer >= 0 && !m->layers[op->layer].is_attn &&
+            tm_mat_role(op->vec) == TM_ROLE_ATTN_NORM && !gdn_fused(c, st)) {
+            for (plain_to = i; plain_to < p->n_ops; plain_to++) /* to the mixer's out_proj */
+                if (p->ops[plain_to].kind == TM_OP_MATMUL && p->ops[plain_to].out == TM_BUF_DELTA) break;
+            continue;
+        }
+        if ((n = tm_plan_match(p, i, TM_FUSE_SITE_MATMUL))) {
+            tc_act view;
+            const tc_act *act = cu_site(st, op, &view);
+            mm_op(st, op + 1, act);
+        } else if ((n = tm_plan_match(p, i, TM_FUSE_ATTN_CORE))) {
+            cu_attn_core(c, st, op, &p->ops[i + n - 1 - (p->ops[i + n - 1].kind == TM_OP_MUL_SIGMOID)]);
+        } else if ((n = tm_plan_match(p, i, TM_FUSE_GDN_CORE))) {
+            cu_gdn_core(c, st, op, op + 1, &p->ops[i + n - 1]);
+        } else if ((n = tm_plan_match(p, i, TM_FUSE_HAD_MATMUL))) {
+            cu_had_mm(st, op, op + 1);
+        } else if ((n = tm_plan_match(p, i, TM_FUSE_ACT_MATMUL))) {
+            cu_act_mm(st, op, op + 1);
+        } else if (op->kind == TM_OP_LOGITS) {
+            CU_TRY(cu_head(c, st, op));
+            n = 1;
+        } else {
+            CU_TRY(tm_plan_run_op(be, st, op, NULL, false));
+            n = 1;
+        }
+        i += n;
+    }
+    return TERN_OK;
 }
 
 /* Step graphs are on unless TERN_CUDA_GRAPH=0 (they passed parity on the H200). */
@@ -659,40 +733,41 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
     c->attn_max_ctx = max_ctx;
 }
 
-static tern_status plain(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
+static tern_status plain(tm_backend *be, const tm_step *st) {
     cuda_backend *c = (cuda_backend *)be;
     gdn_ptrs(c, st, NULL);
     attn_tab(c, st);
-    tern_status s = layers(be, st);
+    tern_status s = cu_exec(be, st);
     c->ptr_cur = NULL;
     c->attn_cur = NULL;
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
 }
 
-/* Single-token steps of a session (unless TERN_CUDA_GRAPH=0): the first runs op by op (it
- * sizes the workspaces), the second is recorded into a graph (position and token read
- * from device words the graph fills; the GDN state pointers from the graph's own
- * table), every later one replays it with no host-to-device copy; a stale graph is
- * recorded again; a failure to record turns graphs off for the session. */
-static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn layers) {
+/* Single-token steps of a session (unless TERN_CUDA_GRAPH=0) are recorded into a graph
+ * from the first (the session's buffers are all made by then: the arena and the
+ * activation buffer are sized from the plan), with the position and token read from
+ * device words the graph fills and the GDN state pointers from the graph's own table;
+ * every later step replays it with no host-to-device copy; a stale graph is recorded
+ * again. A recording that fails runs the step op by op; the first failure (a kernel
+ * workspace that grew while capturing) records again at the next step, a second turns
+ * graphs off for the session. */
+static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     cuda_backend *c = (cuda_backend *)be;
     tern_session *s = st->w;
-    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on() || s->graph_state < 0)
-        return plain(be, st, layers);
+    cu_sess *cs = s->be_state;
+    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on() || !cs || cs->graph_state < 0)
+        return plain(be, st);
     const size_t V = (size_t)s->m->hp.n_vocab;
     const int32_t token = st->tokens[0];
     int ran = 0;
     tern_status e;
-    if (s->graph) {
-        cu_graph *cg = s->graph;
+    if (cs->graph) {
+        cu_graph *cg = cs->graph;
         e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
         if (e || ran) return e;
         cu_graph_free(cg); /* stale: record again */
-        s->graph = NULL;
-    } else if (s->graph_state == 0) {
-        s->graph_state = 1;
-        return plain(be, st, layers);
+        cs->graph = NULL;
     }
     cu_graph *cg = calloc(1, sizeof *cg);
     if (!cg) return tern_fail(TERN_ERR_NOMEM, "out of memory");
@@ -703,7 +778,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
         e = cu_status(tc_graph_begin(s->pos, token, V, &cg->g), "graph capture");
         if (!e) {
             c->recording = true;
-            e = layers(be, st);
+            e = cu_exec(be, st);
             c->recording = false;
             tern_status e2 = cu_status(tc_graph_end(cg->g, s->dlogits), "graph capture");
             if (e2) cg->g = NULL; /* freed by tc_graph_end */
@@ -715,15 +790,19 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st, tm_layers_fn l
     c->ptr_cur = NULL;
     if (e) {
         cu_graph_free(cg);
-        tern_log(TERN_LOG_WARN, "step graphs off for this session: %s", tern_last_error());
+        if (cs->graph_state == 0) {
+            cs->graph_state = 1; /* again at the next step */
+        } else {
+            tern_log(TERN_LOG_WARN, "step graphs off for this session: %s", tern_last_error());
+            cs->graph_state = -1;
+        }
         tern_clear_error();
-        s->graph_state = -1;
-        return plain(be, st, layers);
+        return plain(be, st);
     }
-    s->graph = cg;
+    cs->graph = cg;
     e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
     if (e || ran) return e;
-    return plain(be, st, layers);
+    return plain(be, st);
 }
 
 /* the kernels' cache type numbering is tern_kv_type's */
@@ -731,6 +810,11 @@ _Static_assert(TC_KV_F32 == (int)TERN_KV_F32 && TC_KV_F16 == (int)TERN_KV_F16 &&
                    TC_KV_BF16 == (int)TERN_KV_BF16 && TC_KV_Q8_0 == (int)TERN_KV_Q8_0 &&
                    TC_KV_Q8_BLOCK == TERN_KV_Q8_BLOCK,
                "TC_KV_* must match tern_kv_type");
+
+static const char *cu_device_name(const tm_backend *be) {
+    (void)be;
+    return tc_device_name();
+}
 
 static const tm_backend_vt g_cuda_vt = {
     .name = "cuda",
@@ -747,13 +831,11 @@ static const tm_backend_vt g_cuda_vt = {
     .mem_available = cu_mem_available,
     .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16 | 1u << TERN_KV_Q8_0, /* default f16 */
     .gdn_state_floats = cu_gdn_state_floats,
+    .session_init = cu_session_init,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,
-    .embed = tm_layers_embed,
-    .attn_mixer = cu_attn_mixer,
-    .gdn_mixer = cu_gdn_mixer,
-    .ffn = cu_ffn,
-    .head = cu_head,
+    .device_name = cu_device_name,
+    .exec = cu_exec,
     .run_step = cu_run_step,
 };
 

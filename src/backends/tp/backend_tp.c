@@ -3,8 +3,10 @@
  * child back-ends ("shards"), each with its own slice of the weights (a shard model)
  * and its own slice of every session's caches and states (shard sessions), and runs
  * each layer-sized operation as N shard operations followed by one all-reduce of the
- * residual update (comm.h). forward.c and layers.c are unchanged: the shards run
- * layers.c's operations over a shard model whose hyper-parameters are the local ones.
+ * residual update (comm.h). It executes the model's plan (plan.h): op i of the plan is
+ * op i of each shard model's plan (the same rules over the shard's local widths), run
+ * through the generic walker on the shard's op table; after every matmul into the
+ * residual update the shards' partial sums are all-reduced.
  * docs/multi-gpu.md has the plan; this is its CPU simulation (`--tp N --device cpu`).
  *
  * Partition (shard r of N):
@@ -34,7 +36,7 @@
  * transforms that, and multiplies by the hull's columns. By linearity
  * sum_r W[:,hull_r] H(pad_r(o_r)) = W H(sum_r pad(o_r)) = W H(o): exact, at the cost of
  * the extra columns. The shard's op table (the sh_* wrappers below) does this around
- * layers.c's hadamard/swiglu_hadamard + matmul pairs, and resolves each Hadamard site
+ * the plan's HADAMARD/ACT + MATMUL pairs, and resolves each Hadamard site
  * by the op that names it (embed and norms: n_embd; hadamard: the mixer output;
  * swiglu_hadamard: the FFN), never by width, since local widths may collide.
  *
@@ -43,7 +45,7 @@
  * (the NCCL communicator, comm_nccl.c, is ready for when they can). The shards run one
  * after the other here (a simulation of the partition, not a speed-up).
  */
-#include "model/backend.h"
+#include "backends/backends.h"
 #include "backends/tp/comm.h"
 #include "model/loader.h"
 #include "model/session.h"
@@ -68,7 +70,7 @@ typedef struct tp_site {
 } tp_site;
 
 typedef struct tp_shard {
-    tm_backend base;     /* what layers.c sees: vt g_shard_vt, ops g_shard_ops */
+    tm_backend base;     /* what the plan walker sees: vt g_shard_vt, ops g_shard_ops */
     tp_backend *tp;
     int rank;
     tm_backend *child;   /* the shard's back-end (sm->be) */
@@ -86,7 +88,7 @@ typedef struct tp_shard {
     int v0, nv;          /* vocabulary rows */
 } tp_shard;
 
-/* What a main session keeps (in its `graph` slot, which this back-end owns). */
+/* What a main session keeps (its be_state). */
 typedef struct tp_sess {
     int pos;             /* the position the next pass should find (reset detection) */
     tern_session *sh[];  /* [n] shard sessions */
@@ -160,7 +162,7 @@ static void pad_site(tp_shard *s, const tp_site *site, const float *x, size_t ro
     s->pending_x = x;
 }
 
-/* layers.c calls hadamard only on a mixer's output (attention or GDN), before its
+/* The plan's HADAMARD ops are only on a mixer's output (attention or GDN), before its
  * output projection. */
 static void sh_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                         const float *signs) {
@@ -272,7 +274,7 @@ static const tm_ops g_shard_ops = {
     .kv_store = sh_kv_store,
 };
 
-/* layers.c asks the shard's table only for the GDN state size. */
+/* The walker asks the shard's table only for the GDN state size (and its name). */
 static size_t sh_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
     const tp_shard *s = (const tp_shard *)be;
     return s->child->vt->gdn_state_floats(s->child, hp);
@@ -293,7 +295,7 @@ static void sess_free(tp_backend *tp, tp_sess *t) {
 
 /* The shard sessions of s (made at its first pass), reset when s was. */
 static tern_status sess_of(tp_backend *tp, tern_session *s, tp_sess **out) {
-    tp_sess *t = s->graph;
+    tp_sess *t = s->be_state;
     if (!t) {
         t = calloc(1, sizeof *t + (size_t)tp->n * sizeof t->sh[0]);
         if (!t) return tern_fail(TERN_ERR_NOMEM, "out of memory");
@@ -307,7 +309,7 @@ static tern_status sess_of(tp_backend *tp, tern_session *s, tp_sess **out) {
                 return tern_fail_prefix(st, "tp: shard %d of %d", r, tp->n);
             }
         }
-        s->graph = t;
+        s->be_state = t;
     } else if (s->pos == 0 && t->pos != 0) {
         for (int r = 0; r < tp->n; r++) tern_session_reset(t->sh[r]);
     }
@@ -343,51 +345,17 @@ static tern_status build_steps(tp_backend *tp, const tm_step *st) {
     return TERN_OK;
 }
 
-/* ------------------------------------------------ layer-sized operations */
-
-static tern_status tp_embed(tm_backend *be, const tm_step *st) {
-    tp_backend *tp = TP(be);
-    tp->err = TERN_OK;
-    tp->cur = NULL;
-    TRY(build_steps(tp, st));
-    for (int r = 0; r < tp->n; r++) TRY(tm_layers_embed(&tp->sh[r].base, &tp->steps[r]));
-    return TERN_OK;
-}
+/* ------------------------------------------------ the plan, sharded */
 
 static void allreduce_delta(tp_backend *tp, const tm_step *st) {
     float *bufs[TP_MAX];
-    for (int r = 0; r < tp->n; r++) bufs[r] = tp->steps[r].w->delta;
+    for (int r = 0; r < tp->n; r++) bufs[r] = tp->steps[r].w->buf[TM_BUF_DELTA];
     tp_err(tp, tern_comm_allreduce_sum(tp->comm, bufs, (size_t)st->T * tp->base.m->hp.n_embd));
 }
 
-typedef void (*layer_fn)(tm_backend *be, const tm_step *st, const tm_layer *l);
-
-static void run_layer(tm_backend *be, const tm_step *st, const tm_layer *l, layer_fn fn) {
-    tp_backend *tp = TP(be);
-    TERN_ASSERT(tp->cur == st);
-    ptrdiff_t il = l - tp->base.m->layers;
-    for (int r = 0; r < tp->n; r++) {
-        tp_shard *s = &tp->sh[r];
-        s->mixer = l->is_attn ? &s->att : &s->gdn;
-        fn(&s->base, &tp->steps[r], &s->sm->layers[il]);
-        s->mixer = NULL;
-    }
-    allreduce_delta(tp, st);
-}
-
-static void tp_attn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    run_layer(be, st, l, tm_layers_attn_mixer);
-}
-static void tp_gdn_mixer(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    run_layer(be, st, l, tm_layers_gdn_mixer);
-}
-static void tp_ffn(tm_backend *be, const tm_step *st, const tm_layer *l) {
-    run_layer(be, st, l, tm_layers_ffn);
-}
-
-/* Each shard's vocabulary rows, gathered by columns into the host rows. */
-static tern_status tp_head(tm_backend *be, const tm_step *st) {
-    tp_backend *tp = TP(be);
+/* Each shard's vocabulary rows (op i of its plan, LOGITS), gathered by columns into the
+ * host rows. */
+static tern_status tp_head(tp_backend *tp, const tm_step *st, int i) {
     TERN_ASSERT(tp->cur == st);
     const size_t V = (size_t)tp->base.m->hp.n_vocab;
     const bool all = st->rows_out != NULL;
@@ -403,7 +371,7 @@ static tern_status tp_head(tm_backend *be, const tm_step *st) {
             s->lbuf_n = s->lbuf ? need : 0;
             if (!s->lbuf) return tern_fail(TERN_ERR_NOMEM, "tp: shard %d: out of memory for logits", r);
         }
-        tm_layers_head_rows(&s->base, &tp->steps[r], s->lbuf, all);
+        TRY(tm_plan_run_op(&s->base, &tp->steps[r], &s->sm->plan.ops[i], s->lbuf, all));
         const float *src = s->lbuf;
         if (tm_be_device(s->child)) {
             if (need > tp->host_n) {
@@ -420,8 +388,40 @@ static tern_status tp_head(tm_backend *be, const tm_step *st) {
             memcpy(dst + t * V + s->v0, src + t * s->nv, (size_t)s->nv * sizeof(float));
     }
     if (all)
-        for (int i = 0; i < st->n_seq; i++)
-            memcpy(st->ss[i]->logits, st->rows_out + (size_t)(i + st->R - 1) * V, V * sizeof(float));
+        for (int k = 0; k < st->n_seq; k++)
+            memcpy(st->ss[k]->logits, st->rows_out + (size_t)(k + st->R - 1) * V, V * sizeof(float));
+    return TERN_OK;
+}
+
+/* The step: op i of the model's plan is op i of every shard's plan (the same rules
+ * over the shard's local widths), run on each shard through its op table (the sh_*
+ * wrappers: padded K-split sites); after every matmul into the residual update (an
+ * output projection or down) the shards' partial sums are all-reduced; the head
+ * gathers vocabulary slices. */
+static tern_status tp_exec(tm_backend *be, const tm_step *st) {
+    tp_backend *tp = TP(be);
+    const tern_model *m = tp->base.m;
+    const tm_plan *p = &m->plan;
+    tp->err = TERN_OK;
+    tp->cur = NULL;
+    TRY(build_steps(tp, st));
+    for (int i = 0; i < p->n_ops; i++) {
+        const tm_plan_op *op = &p->ops[i];
+        if (op->kind == TM_OP_LOGITS) {
+            TRY(tp_head(tp, st, i));
+            continue;
+        }
+        for (int r = 0; r < tp->n; r++) {
+            tp_shard *s = &tp->sh[r];
+            const tm_plan *sp = &s->sm->plan;
+            TERN_ASSERT(sp->n_ops == p->n_ops && sp->ops[i].kind == op->kind);
+            s->mixer = op->layer < 0 ? NULL : m->layers[op->layer].is_attn ? &s->att : &s->gdn;
+            tern_status e = tm_plan_run_op(&s->base, &tp->steps[r], &sp->ops[i], NULL, false);
+            s->mixer = NULL;
+            TRY(e);
+        }
+        if (op->kind == TM_OP_MATMUL && op->out == TM_BUF_DELTA) allreduce_delta(tp, st);
+    }
     return tp->err;
 }
 
@@ -484,8 +484,8 @@ static int tp_chunk_hint(const tm_backend *be) {
     return c->vt->chunk_hint ? c->vt->chunk_hint(c) : 64;
 }
 static void tp_session_release(tm_backend *be, tern_session *s) {
-    sess_free(TP(be), s->graph);
-    s->graph = NULL;
+    sess_free(TP(be), s->be_state);
+    s->be_state = NULL;
 }
 
 static void shard_free(tp_shard *s) {
@@ -511,9 +511,12 @@ static void tp_destroy(tm_backend *be) {
     free(tp);
 }
 
+static tern_status tp_model_loaded(tm_backend *be, tern_model *m);
+
 static const tm_backend_vt g_tp_vt = {
     .name = "tp",
     .device_memory = false,
+    .caps = TM_CAP_PRIVATE_STATE,
     .destroy = tp_destroy,
     .batch_hint = tp_batch_hint,
     .chunk_hint = tp_chunk_hint,
@@ -526,20 +529,9 @@ static const tm_backend_vt g_tp_vt = {
     .mem_available = tp_mem_available,
     .gdn_state_floats = tp_gdn_state_floats,
     .session_release = tp_session_release,
-    .embed = tp_embed,
-    .attn_mixer = tp_attn_mixer,
-    .gdn_mixer = tp_gdn_mixer,
-    .ffn = tp_ffn,
-    .head = tp_head,
+    .model_loaded = tp_model_loaded,
+    .exec = tp_exec,
 };
-
-bool tm_backend_is_tp(const tm_backend *be) {
-    return be && be->vt->destroy == tp_destroy;
-}
-
-int tm_backend_tp_size(const tm_backend *be) {
-    return tm_backend_is_tp(be) ? ((const tp_backend *)be)->n : 1;
-}
 
 tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_params *p,
                                  tm_backend **out) {
@@ -858,7 +850,7 @@ static tern_status shard_model(tern_model *m, tp_shard *s, int N) {
     }
     site_make(m, &s->ffn, hp->n_ff, u0 * 128, sh->n_ff, ROLE_QB(m, wdown), tm_model_signs(m, hp->n_ff));
     s->signs_e = tm_model_signs(m, E);
-    /* the shard model's sign table: one entry per local width, so layers.c's lookups
+    /* the shard model's sign table: one entry per local width, so the walker's lookups
      * find a vector (the wrappers above use the sites' own). */
     if (m->hadamard) {
         int widths[4] = {E, s->att.own, s->gdn.own, s->ffn.own};
@@ -885,6 +877,7 @@ static tern_status shard_model(tern_model *m, tp_shard *s, int N) {
     TRY(rows_gather(sm, &m->output, &pvoc, 1, &sm->output, "output.weight"));
     sm->output_norm = m->output_norm;
     if (tm_be_device(s->child)) TRY(tm_upload_model(sm));
+    TRY(tm_plan_build(sm, &sm->plan)); /* the same rules over the local widths */
     tp_site *sites[3] = {&s->att, &s->gdn, &s->ffn};
     for (int i = 0; i < 3; i++)
         TRY(child_vec(s->child, &sites[i]->signs, (size_t)sites[i]->hull, &sites[i]->signs_n));
@@ -892,9 +885,9 @@ static tern_status shard_model(tern_model *m, tp_shard *s, int N) {
     return TERN_OK;
 }
 
-tern_status tm_tp_shard(tern_model *m) {
-    tp_backend *tp = TP(m->be);
-    TERN_ASSERT(tm_backend_is_tp(m->be));
+static tern_status tp_model_loaded(tm_backend *be, tern_model *m) {
+    tp_backend *tp = TP(be);
+    TERN_ASSERT(m->be == be);
     tern_status st = check_split(m, tp->n);
     for (int r = 0; r < tp->n && !st; r++) {
         st = shard_model(m, &tp->sh[r], tp->n);

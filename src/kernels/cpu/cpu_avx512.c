@@ -1,5 +1,7 @@
 /*
- * cpu_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI + VBMI) kernels.
+ * cpu_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI + VBMI) products on the file layout.
+ * The 16-row layout's products and repack are in cpu_r16_avx512.c, the Hadamard
+ * transform and fused sites in model_ops_avx512.c, what they share in avx512.h.
  *
  * GEMV (batch < GEMM_MIN) for PQ2_0 / Q2_0 (g128) and Q2_0_G64:
  *   int8 VNNI on the packed codes in place. The activation is quantised ONCE
@@ -28,18 +30,12 @@
  *   [nb blocks x 256 B: hiA 64 | hiB 64 | loA 64 | loB 64][nb x int32 sum(x_q)]
  *   [nseg x float sx]
  */
-#include "kernels/cpu/internal.h"
+#include "kernels/cpu/avx512.h"
 
-#include <immintrin.h>
-#include <math.h>
 #include <x86intrin.h>
 
-#define SEG 128   /* inputs per activation scale (a block: outliers stay local) */
 #ifndef TERN_AVX512_PF
 #define TERN_AVX512_PF 4096   /* software prefetch distance in bytes (measured best of 0..8192) */
-#endif
-#ifndef TERN_AVX512_PF16
-#define TERN_AVX512_PF16 4096  /* the same for the 16-row layout GEMV (3072-6144 best of 0..32768, cold 1 thread) */
 #endif
 #ifndef TERN_AVX512_PF_EVERY
 #define TERN_AVX512_PF_EVERY 2   /* one prefetch per this many 34-byte blocks */
@@ -92,20 +88,6 @@ static size_t act_layout(int64_t k, int qk, size_t *off_corr, size_t *off_sx) {
 }
 static size_t act_bytes64(int64_t k) { size_t a, b; return act_layout(k, 64, &a, &b); }
 
-/* Quantise 16 floats with inverse scale inv: x_q = round(x*inv), split as
- * x_q = 2^sh * hi + lo with hi, lo signed bytes. The GEMV uses sh = 7
- * (|x_q| <= QMAX7, combined with vpdpwssd on port 0, where it measured faster),
- * the GEMM sh = 8 (|x_q| <= QMAX8, combined with a byte shuffle on port 5,
- * which is idle there). */
-#define QMAX7 16256.0f
-#define QMAX8 16000.0f
-static inline __m512i quant16(__m512 v, __m512 inv, __m512i *hi32, __m512i *lo32, int sh) {
-    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));  /* round to nearest even */
-    __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(1 << (sh - 1))), sh);
-    *hi32 = h;
-    *lo32 = _mm512_sub_epi32(q, _mm512_slli_epi32(h, sh));
-    return q;
-}
 
 /* lo + 128*hi with |hi| < 2^15 (hi as int16 pairs (value, sign) is exact). */
 static inline __m512i combine_hilo7(__m512i lo, __m512i hi) {
@@ -118,18 +100,6 @@ static inline __m512i combine_hilo8(__m512i lo, __m512i hi) {
     return _mm512_add_epi32(lo, _mm512_shuffle_epi8(hi, g_shl8));
 }
 
-/* Activation scale of x[s0, s1): stores sx = max|x| / QMAX7 (0 for an all-zero
- * or non-finite segment) and returns 1/sx (0 likewise). */
-static inline float seg_scale(const float *x, int64_t s0, int64_t s1, float *sx_out) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    __m512 mx = _mm512_setzero_ps();
-    for (int64_t j = s0; j < s1; j += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + j), absmask));
-    float amax = _mm512_reduce_max_ps(mx);
-    float sx = amax / QMAX7, iv = amax > 0 ? QMAX7 / amax : 0.0f;
-    if (!isfinite(iv) || !(sx > 0)) { sx = 0; iv = 0; }
-    *sx_out = sx;
-    return iv;
-}
 
 static inline __attribute__((always_inline)) void act_prep_qk(const float *x, int64_t k, void *act, int qk) {
     size_t off_corr, off_sx;
@@ -773,365 +743,9 @@ static void vnni_rows64(const tern_qmat *w, const void *act, size_t act_stride, 
     vnni_rows(w, act, batch, y, ys, r0, r1, 64);
 }
 
-/* ------------------------------------------------- GEMV, 16-row layout
- * TERN_LAYOUT_R16 (kernels.h): per 16-row group and 128-input block, 8 vectors
- * of 64 bytes; lane L (4 bytes) of vector v holds row L's elements 16v + 4s + j
- * in field s (bits 2s) of byte j. So the four fields of a vector need no shift:
- * W & (3 << 2s) is 16 rows x 4 inputs as unsigned bytes code * 4^s, and one
- * vpdpbusd multiplies them by the 4 activation bytes 16v+4s.. broadcast from
- * memory ({1to16}, natural order). Each field keeps its own accumulator (hi
- * and lo planes: 8 per batch row), so the block's exact sum is
- * sum_s (L_s + 128 H_s) >> 2s (every term of field s is a multiple of 4^s),
- * plus -sum(x_q) seeded into L_0; per block one convert and one FMA with the
- * 16 rows' scales times the block's sx. Per 128-weight row-block: 4 vpdpbusd
- * (the Zen 4 floor with 14-bit activations: 1 per cycle), 2 ANDs, half a
- * load and ~1.3 epilogue ops: vpdpbusd-bound at ~4.1 cycles.
- * Activation: natural order, 14-bit hi/lo split as the file-layout GEMV:
- *   [k B hi][k B lo][nb x int32 -sum(x_q)][nb x float sx]                   */
-static size_t r16_act_bytes(int64_t k) {
-    return (size_t)k * 2 + (size_t)(k / 128) * 4 + (((size_t)k + SEG - 1) / SEG) * 4;
-}
-
-static void r16_act_prep(const float *x, int64_t k, void *act) {
-    uint8_t *hi = act, *lo = hi + k;
-    int32_t *corr = (int32_t *)(lo + k);
-    float *sxs = (float *)(corr + k / 128);
-    for (int64_t s0 = 0, seg = 0; s0 < k; s0 += SEG, seg++) {
-        int64_t s1 = s0 + SEG < k ? s0 + SEG : k;
-        __m512 inv = _mm512_set1_ps(seg_scale(x, s0, s1, &sxs[seg]));
-        for (int64_t b0 = s0; b0 < s1; b0 += 128) {
-            __m512i csum = _mm512_setzero_si512();
-            for (int j = 0; j < 128; j += 16) {
-                __m512i h, l;
-                csum = _mm512_add_epi32(csum, quant16(_mm512_loadu_ps(x + b0 + j), inv, &h, &l, 7));
-                _mm_storeu_si128((__m128i *)(hi + b0 + j), _mm512_cvtepi32_epi8(h));
-                _mm_storeu_si128((__m128i *)(lo + b0 + j), _mm512_cvtepi32_epi8(l));
-            }
-            corr[b0 / 128] = -_mm512_reduce_add_epi32(csum);
-        }
-    }
-}
-
-/* acc += u8 x (4 s8 bytes at p broadcast to every lane) */
-static inline __attribute__((always_inline)) __m512i dpbusd_b(__m512i acc, __m512i u8, const uint8_t *p) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const int32_t *)p));
-    return acc;
-}
-
-typedef struct r16_act { const uint8_t *hi, *lo; const int32_t *corr; const float *sx; } r16_act;
-
-/* One 16-row group (blocks [0, nb) at grp) x NB batch rows -> out[n][16]. */
-static inline __attribute__((always_inline)) void r16_group(const uint8_t *grp, int64_t nb, const r16_act *a,
-                                                            float (*out)[16], int NB) {
-    const __m512i f0 = _mm512_set1_epi8(0x03), f1 = _mm512_set1_epi8(0x0C);
-    const __m512i f2 = _mm512_set1_epi8(0x30), f3 = _mm512_set1_epi8((char)0xC0);
-    __m512 F[2];
-#pragma GCC unroll 2
-    for (int n = 0; n < NB; n++) F[n] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * TERN_R16_BLOCK_BYTES;
-#if TERN_AVX512_PF16 > 0
-#pragma GCC unroll 9
-        for (int l = 0; l < 9; l++) _mm_prefetch((const char *)blk + TERN_AVX512_PF16 + 64 * l, _MM_HINT_T0);
-#endif
-        __m512i H[2][4], L[2][4];
-#pragma GCC unroll 2
-        for (int n = 0; n < NB; n++) {
-            L[n][0] = _mm512_set1_epi32(a[n].corr[b]);
-            L[n][1] = L[n][2] = L[n][3] = H[n][0] = H[n][1] = H[n][2] = H[n][3] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v++) {
-            __m512i W = _mm512_loadu_si512(blk + TERN_R16_SCALES + 64 * v);
-            __m512i W0 = _mm512_and_si512(W, f0), W1 = _mm512_and_si512(W, f1);
-            __m512i W2 = _mm512_and_si512(W, f2), W3 = _mm512_and_si512(W, f3);
-#pragma GCC unroll 2
-            for (int n = 0; n < NB; n++) {
-                const uint8_t *hp = a[n].hi + 128 * b + 16 * v, *lp = a[n].lo + 128 * b + 16 * v;
-                H[n][0] = dpbusd_b(H[n][0], W0, hp);
-                L[n][0] = dpbusd_b(L[n][0], W0, lp);
-                H[n][1] = dpbusd_b(H[n][1], W1, hp + 4);
-                L[n][1] = dpbusd_b(L[n][1], W1, lp + 4);
-                H[n][2] = dpbusd_b(H[n][2], W2, hp + 8);
-                L[n][2] = dpbusd_b(L[n][2], W2, lp + 8);
-                H[n][3] = dpbusd_b(H[n][3], W3, hp + 12);
-                L[n][3] = dpbusd_b(L[n][3], W3, lp + 12);
-            }
-        }
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-#pragma GCC unroll 2
-        for (int n = 0; n < NB; n++) {
-            __m512i T3 = _mm512_add_epi32(L[n][3], _mm512_slli_epi32(H[n][3], 7));
-            __m512i T2 = _mm512_add_epi32(L[n][2], _mm512_slli_epi32(H[n][2], 7));
-            __m512i T1 = _mm512_add_epi32(L[n][1], _mm512_slli_epi32(H[n][1], 7));
-            __m512i T0 = _mm512_add_epi32(L[n][0], _mm512_slli_epi32(H[n][0], 7));
-            __m512i T = _mm512_add_epi32(_mm512_srai_epi32(T3, 2), T2);
-            T = _mm512_add_epi32(_mm512_srai_epi32(T, 2), T1);
-            T = _mm512_add_epi32(_mm512_srai_epi32(T, 2), T0);
-            F[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_mul_ps(d, _mm512_set1_ps(a[n].sx[b])), F[n]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int n = 0; n < NB; n++) _mm512_storeu_ps(out[n], F[n]);
-}
-
-static void r16_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
-                          size_t ys, int64_t r0, int64_t r1) {
-    const int64_t k = w->k, nb = k / 128;
-    for (int64_t g = r0 / 16; g * 16 < r1; g++) {
-        const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
-        int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
-        for (size_t b0 = 0; b0 < batch; b0 += 2) {
-            int nbt = batch - b0 < 2 ? (int)(batch - b0) : 2;
-            r16_act a[2];
-            for (int n = 0; n < nbt; n++) {
-                const uint8_t *base = (const uint8_t *)act + (b0 + (size_t)n) * act_stride;
-                a[n].hi = base;
-                a[n].lo = base + k;
-                a[n].corr = (const int32_t *)(base + 2 * k);
-                a[n].sx = (const float *)(a[n].corr + nb);
-            }
-            float out[2][16];
-            if (nbt == 2) r16_group(grp, nb, a, out, 2);
-            else r16_group(grp, nb, a, out, 1);
-            for (int n = 0; n < nbt; n++)
-                for (int64_t r = rs; r < re; r++) y[(b0 + (size_t)n) * ys + (size_t)r] = out[n][r - g * 16];
-        }
-    }
-}
-
-/* ------------------------------------------- GEMV, Q1_0 in the 16-row layout
- * Lane L (4 bytes) of vector v holds row L's elements 32v + 4t + j in bit t of
- * byte j: W & (1 << t) is 16 rows x 4 inputs as bytes b * 2^t, multiplied by the
- * 4 activation bytes 32v + 4t.. broadcast from memory (the ternary R16
- * activation, natural order). One accumulator per bit and plane; per block
- * sum(b x_q) = sum_t (L_t + 128 H_t) >> t (exact), and sum((2b-1) x_q) =
- * 2 sum(b x_q) - sum(x_q). Per 128-weight row-block: 4 vpdpbusd, 2 ANDs and
- * ~2.3 epilogue ops, as the ternary kernel; 18 bytes instead of 34. */
-static void r16q1_group(const uint8_t *grp, int64_t nb, const r16_act *a, float *out) {
-    __m512 F = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * TERN_R16Q1_BLOCK_BYTES;
-#if TERN_AVX512_PF16 > 0
-#pragma GCC unroll 5
-        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)blk + TERN_AVX512_PF16 + 64 * l, _MM_HINT_T0);
-#endif
-        __m512i H[8], L[8];
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) H[t] = L[t] = _mm512_setzero_si512();
-        const uint8_t *hp = a->hi + 128 * b, *lp = a->lo + 128 * b;
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            __m512i W = _mm512_loadu_si512(blk + TERN_R16_SCALES + 64 * v);
-#pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) {
-                __m512i Wt = _mm512_and_si512(W, _mm512_set1_epi8((char)(1 << t)));
-                H[t] = dpbusd_b(H[t], Wt, hp + 32 * v + 4 * t);
-                L[t] = dpbusd_b(L[t], Wt, lp + 32 * v + 4 * t);
-            }
-        }
-        __m512i T = _mm512_add_epi32(L[7], _mm512_slli_epi32(H[7], 7));
-#pragma GCC unroll 7
-        for (int t = 6; t >= 0; t--)
-            T = _mm512_add_epi32(_mm512_srai_epi32(T, 1), _mm512_add_epi32(L[t], _mm512_slli_epi32(H[t], 7)));
-        T = _mm512_add_epi32(_mm512_slli_epi32(T, 1), _mm512_set1_epi32(a->corr[b]));
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_mul_ps(d, _mm512_set1_ps(a->sx[b])), F);
-    }
-    _mm512_storeu_ps(out, F);
-}
-
-static void r16q1_gemv_rows(const tern_qmat *w, const void *act, size_t act_stride, size_t batch, float *y,
-                            size_t ys, int64_t r0, int64_t r1) {
-    const int64_t k = w->k, nb = k / 128;
-    for (int64_t g = r0 / 16; g * 16 < r1; g++) {
-        const uint8_t *grp = w->data + (size_t)g * 16 * w->row_bytes;
-        int64_t rs = g * 16 > r0 ? g * 16 : r0, re = g * 16 + 16 < r1 ? g * 16 + 16 : r1;
-        for (size_t bi = 0; bi < batch; bi++) {
-            const uint8_t *base = (const uint8_t *)act + bi * act_stride;
-            r16_act a = {base, base + k, (const int32_t *)(base + 2 * k), (const float *)(base + 2 * k) + nb};
-            float out[16];
-            r16q1_group(grp, nb, &a, out);
-            for (int64_t r = rs; r < re; r++) y[bi * ys + (size_t)r] = out[r - g * 16];
-        }
-    }
-}
-
-/* Q1_0 file layout -> TERN_LAYOUT_R16: per row and 32-element word, the 8 x 4 bit
- * transpose by four pext (tern_ref_repack_r16 spells it out). */
-static void r16q1_repack(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
-    const size_t rb = (size_t)w->k / 128 * TERN_Q1_0_BYTES;
-    const int64_t nb = w->k / 128;
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = buf + (size_t)g * 16 * rb;
-        for (int64_t b = 0; b < nb; b++, o += TERN_R16Q1_BLOCK_BYTES)
-            for (int L = 0; L < 16; L++) {
-                int64_t r = g * 16 + L;
-                uint32_t *lane = (uint32_t *)(o + TERN_R16_SCALES + 4 * L);
-                if (r >= w->n) {
-                    memset(o + 2 * L, 0, 2);
-                    for (int v = 0; v < 4; v++) lane[16 * v] = 0;
-                    continue;
-                }
-                const uint8_t *blk = w->data + (size_t)r * w->row_bytes + (size_t)b * TERN_Q1_0_BYTES;
-                memcpy(o + 2 * L, blk, 2);
-                for (int v = 0; v < 4; v++) {
-                    uint32_t x = tern_rd32(blk + TERN_BLOCK_QS + 4 * v);
-                    lane[16 * v] = _pext_u32(x, 0x11111111u) | _pext_u32(x, 0x22222222u) << 8 |
-                                   _pext_u32(x, 0x44444444u) << 16 | _pext_u32(x, 0x88888888u) << 24;
-                }
-            }
-    }
-}
-
-/* File layout -> TERN_LAYOUT_R16, groups [g0, g1): per 16-row block, 9 gathers
- * (16 rows' dword v of their code bytes, and their scales) and the 2-bit field
- * transpose as two vector delta swaps (tern_ref_repack_r16 spells it out). */
-static void r16_repack(const tern_qmat *w, uint8_t *buf, int64_t g0, int64_t g1) {
-    if (w->type == TERN_DT_Q1_0) { r16q1_repack(w, buf, g0, g1); return; }
-    const size_t rb = (size_t)w->k / 128 * TERN_PQ2_0_BYTES;
-    const int64_t nb = w->k / 128;
-    if ((int64_t)w->row_bytes * 16 > INT32_MAX / 2) { tern_ref_repack_r16(w, buf, g0, g1); return; }
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)w->row_bytes));
-    const __m512i m1 = _mm512_set1_epi32(0x00CC00CC), m2 = _mm512_set1_epi32(0x0000F0F0);
-    const __m512i pad = _mm512_set1_epi32(0x55555555);
-    for (int64_t g = g0; g < g1; g++) {
-        int64_t left = w->n - g * 16;
-        __mmask16 valid = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-        const uint8_t *src = w->data + (size_t)g * 16 * w->row_bytes;
-        uint8_t *o = buf + (size_t)g * 16 * rb;
-        for (int64_t b = 0; b < nb; b++, src += TERN_PQ2_0_BYTES, o += TERN_R16_BLOCK_BYTES) {
-            if (b % 2 == 0) /* the 16 row streams, ~8 blocks ahead (one line per 2 blocks) */
-                for (int L = 0; L < 16 && L < left; L++)
-                    _mm_prefetch((const char *)src + (size_t)L * w->row_bytes + 272, _MM_HINT_T0);
-            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, rows, src, 1);
-            _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(d));
-#pragma GCC unroll 8
-            for (int v = 0; v < 8; v++) {
-                __m512i x = _mm512_mask_i32gather_epi32(pad, valid, rows, src + TERN_BLOCK_QS + 4 * v, 1);
-                __m512i t = _mm512_and_si512(_mm512_xor_si512(_mm512_srli_epi32(x, 6), x), m1);
-                x = _mm512_xor_si512(x, _mm512_xor_si512(t, _mm512_slli_epi32(t, 6)));
-                t = _mm512_and_si512(_mm512_xor_si512(_mm512_srli_epi32(x, 12), x), m2);
-                x = _mm512_xor_si512(x, _mm512_xor_si512(t, _mm512_slli_epi32(t, 12)));
-                _mm512_storeu_si512(o + TERN_R16_SCALES + 64 * v, x);
-            }
-        }
-    }
-}
-
-/* ---------------------------------------------------- Hadamard, fused sites
- * Blockwise FWHT, block >= 16: the four stages inside a 16-float vector use
- * lane permutes (partner i^1, i^2, i^4, i^8) and a masked subtract; the
- * stages h >= 16 are plain vector butterflies over the block (in L1). The sign
- * flip is fused into the first pass and the 1/sqrt(block) scale into the last. */
-static inline __m512 fwht16(__m512 x) {
-    __m512 p = _mm512_permute_ps(x, 0xB1);
-    x = _mm512_mask_sub_ps(_mm512_add_ps(x, p), 0xAAAA, p, x);
-    p = _mm512_permute_ps(x, 0x4E);
-    x = _mm512_mask_sub_ps(_mm512_add_ps(x, p), 0xCCCC, p, x);
-    p = _mm512_shuffle_f32x4(x, x, 0xB1);
-    x = _mm512_mask_sub_ps(_mm512_add_ps(x, p), 0xF0F0, p, x);
-    p = _mm512_shuffle_f32x4(x, x, 0x4E);
-    return _mm512_mask_sub_ps(_mm512_add_ps(x, p), 0xFF00, p, x);
-}
-
-static void fwht512(float *x, size_t n, size_t block, const float *signs, bool inverse) {
-    if (block < 16) { tern_ref_fwht(x, n, block, signs, inverse); return; }
-    const __m512 sc = _mm512_set1_ps(1.0f / sqrtf((float)block));
-    for (size_t o = 0; o < n; o += block) {
-        float *b = x + o;
-        const float *sg = signs ? signs + o : NULL;
-        for (size_t i = 0; i < block; i += 16) {
-            __m512 v = _mm512_loadu_ps(b + i);
-            if (sg && !inverse) v = _mm512_mul_ps(v, _mm512_loadu_ps(sg + i));
-            v = fwht16(v);
-            if (block == 16) {
-                v = _mm512_mul_ps(v, sc);
-                if (sg && inverse) v = _mm512_mul_ps(v, _mm512_loadu_ps(sg + i));
-            }
-            _mm512_storeu_ps(b + i, v);
-        }
-        for (size_t h = 16; h < block; h <<= 1) {
-            bool last = 2 * h == block;
-            for (size_t i = 0; i < block; i += 2 * h)
-                for (size_t j = i; j < i + h; j += 16) {
-                    __m512 a = _mm512_loadu_ps(b + j), c = _mm512_loadu_ps(b + j + h);
-                    __m512 s0 = _mm512_add_ps(a, c), s1 = _mm512_sub_ps(a, c);
-                    if (last) {
-                        s0 = _mm512_mul_ps(s0, sc);
-                        s1 = _mm512_mul_ps(s1, sc);
-                        if (sg && inverse) {
-                            s0 = _mm512_mul_ps(s0, _mm512_loadu_ps(sg + j));
-                            s1 = _mm512_mul_ps(s1, _mm512_loadu_ps(sg + j + h));
-                        }
-                    }
-                    _mm512_storeu_ps(b + j, s0);
-                    _mm512_storeu_ps(b + j + h, s1);
-                }
-        }
-    }
-}
-
-static void addnorm512(float *r, const float *d, const float *gain, float eps, float *normed, float *rotated,
-                       size_t n, size_t block, const float *signs) {
-    if (n % 16) { tern_ref_addnorm(r, d, gain, eps, normed, rotated, n, block, signs); return; }
-    __m512d ss0 = _mm512_setzero_pd(), ss1 = _mm512_setzero_pd();
-    for (size_t i = 0; i < n; i += 16) {
-        __m512 v = _mm512_loadu_ps(r + i);
-        if (d) { v = _mm512_add_ps(v, _mm512_loadu_ps(d + i)); _mm512_storeu_ps(r + i, v); }
-        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        ss0 = _mm512_fmadd_pd(lo, lo, ss0);
-        ss1 = _mm512_fmadd_pd(hi, hi, ss1);
-    }
-    double ss = _mm512_reduce_add_pd(_mm512_add_pd(ss0, ss1));
-    __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
-    bool rot = rotated && signs;
-    float *out = normed ? normed : (rot ? rotated : NULL);
-    if (!out) return;
-    for (size_t i = 0; i < n; i += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(r + i), inv);
-        if (gain) v = _mm512_mul_ps(v, _mm512_loadu_ps(gain + i));
-        _mm512_storeu_ps(out + i, v);
-        if (rot && rotated != out) _mm512_storeu_ps(rotated + i, v);
-    }
-    if (rot) fwht512(rotated, n, block, signs, false);
-}
-
-/* exp(x) for x in float range, ~1 ulp (Cephes-style polynomial, scalef for 2^n). */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.5f)), _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
-static void swiglu512(const float *gate, const float *up, float *out, size_t n, size_t block, const float *signs) {
-    if (n % 16) { tern_ref_swiglu(gate, up, out, n, block, signs); return; }
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (size_t i = 0; i < n; i += 16) {
-        __m512 g = _mm512_loadu_ps(gate + i);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
-    }
-    if (signs) fwht512(out, n, block, signs, false);
-}
-
 void tern_avx512_fill(tern_kern_table *t) {
     init_tables();
     gq_init_tables();
-    t->fwht = fwht512;
-    t->addnorm = addnorm512;
-    t->swiglu = swiglu512;
     for (int i = 0; i < TERN_DT_COUNT; i++) {
         bool dense = i == TERN_DT_F32 || i == TERN_DT_F16 || i == TERN_DT_BF16;
         if (dense || i == TERN_DT_Q1_0) {
@@ -1146,9 +760,5 @@ void tern_avx512_fill(tern_kern_table *t) {
     t->mm[TERN_DT_PQ2_0] = g128;
     t->mm[TERN_DT_Q2_0] = g128;
     t->mm[TERN_DT_Q2_0_G64] = g64;
-    tern_mm_ops r16 = {r16_act_bytes, r16_act_prep, r16_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
-    t->mm_r16 = r16;
-    tern_mm_ops r16q1 = {r16_act_bytes, r16_act_prep, r16q1_gemv_rows, 16, NULL, 0, 1, NULL, NULL};
-    t->mm_r16q1 = r16q1;
-    t->repack_r16 = r16_repack;
+    tern_avx512_r16_fill(t);
 }

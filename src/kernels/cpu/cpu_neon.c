@@ -1,7 +1,7 @@
 /*
  * cpu_neon.c - AArch64 NEON kernels (armv8.2-a; the build enables dotprod):
  * ternary matmul for PQ2_0 / Q2_0 (g128) and Q2_0_G64 in int8 (SDOT, below; Q1_0
- * too) or, with TERN_NEON_FP32=1, in fp32, the same
+ * too) or, with tern_kernels_set_neon_fp32 (a lab knob), in fp32, the same
  * scheme as cpu_avx2.c: act_prep copies x and appends each block's sum(x), so
  * sum((q-1) x) = sum(q x) - sum(x) and 4 codes become floats with one
  * variable shift, an AND and a conversion. Up to 4 batch rows share an unpack.
@@ -295,10 +295,9 @@ static void q1_rows128(const tern_qmat *w, const void *act, size_t as, size_t ba
     }
 }
 
-void tern_neon_fill(tern_kern_table *t) {
-    /* TERN_NEON_FP32=1 keeps the fp32 kernels (A/B on a real Arm machine) */
-    const char *e = getenv("TERN_NEON_FP32");
-    if (!(e && *e == '1')) {
+void tern_neon_fill(tern_kern_table *t, bool fp32) {
+    /* fp32 keeps the fp32 kernels (A/B on a real Arm machine) */
+    if (!fp32) {
         tern_mm_ops d128 = {dot_bytes128, dot_prep128, dot_rows128, 4, NULL, 0, 1, NULL, NULL};
         tern_mm_ops d64 = {dot_bytes64, dot_prep64, dot_rows64, 4, NULL, 0, 1, NULL, NULL};
         t->mm[TERN_DT_PQ2_0] = d128;

@@ -11,11 +11,9 @@
  *   matrix multiply (HWCAP2_I8MM: SMMLA products, cpu_neon_i8mm.c).
  * No AMX level: AMX tiles (amx_int8) are not used yet, so an AMX machine runs the
  * avx512 level (VNNI); there is no AMX kernel to fall back from.
- * TERN_ISA=scalar|avx2|avx512|neon|i8mm asks for a level; a level the machine does
- * not have falls back to the best one it has (with a log line).
- * TERN_GDN_BLOCKS=N sets the table's GDN block-scan threshold (kernels.h, tern_gdn).
- * Both are read once, here; the table is written only under the pthread_once (and
- * by tern_kernels_force, a test hook).
+ * The table is written under the pthread_once and afterwards only by
+ * tern_kernels_force (tern_set_kernel_isa, tests, benches) and the NEON fp32 lab
+ * knob, never while kernels run.
  */
 #include "kernels/cpu/internal.h"
 
@@ -38,9 +36,8 @@
 static tern_kern_table g_table;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_has[TERN_ISA_COUNT];
-/* TERN_GDN_BLOCKS=N, read once before the first fill (g_gdn_blocks_set: given). */
-static bool g_gdn_blocks_set;
-static int g_gdn_blocks;
+/* tern_kernels_set_neon_fp32: the NEON levels' fp32 products (lab knob). */
+static bool g_neon_fp32;
 
 static void detect(void) {
     g_has[TERN_ISA_SCALAR] = true;
@@ -83,10 +80,9 @@ static void fill(tern_isa isa) {
     }
 #endif
 #if defined(TERN_HAVE_ARM)
-    if (isa == TERN_ISA_NEON || isa == TERN_ISA_I8MM) tern_neon_fill(&t);
+    if (isa == TERN_ISA_NEON || isa == TERN_ISA_I8MM) tern_neon_fill(&t, g_neon_fp32);
     if (isa == TERN_ISA_I8MM) tern_neon_i8mm_fill(&t);
 #endif
-    if (g_gdn_blocks_set) t.gdn_block_min = g_gdn_blocks;
     t.isa = isa;
     g_table = t;
 }
@@ -102,30 +98,7 @@ static tern_isa best(void) {
 static void init_once(void) {
     for (uint32_t h = 0; h < 65536; h++) tern_f16_table[h] = tern_f16_to_f32((uint16_t)h);
     detect();
-    const char *gb = getenv("TERN_GDN_BLOCKS");
-    if (gb && *gb) {
-        g_gdn_blocks_set = true;
-        g_gdn_blocks = atoi(gb);
-    }
     tern_isa isa = best();
-    const char *e = getenv("TERN_ISA");
-    if (e && *e) {
-        tern_isa want = isa;
-        bool known = true;
-        if (!strcasecmp(e, "scalar")) want = TERN_ISA_SCALAR;
-        else if (!strcasecmp(e, "avx2")) want = TERN_ISA_AVX2;
-        else if (!strcasecmp(e, "avx512")) want = TERN_ISA_AVX512;
-        else if (!strcasecmp(e, "neon")) want = TERN_ISA_NEON;
-        else if (!strcasecmp(e, "i8mm")) want = TERN_ISA_I8MM;
-        else known = false;
-        if (!known)
-            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon|i8mm; using %s", e,
-                     tern_isa_name(isa));
-        else if (!g_has[want])
-            tern_log(TERN_LOG_WARN, "TERN_ISA=%s: this CPU/OS lacks it; using %s", e, tern_isa_name(isa));
-        else
-            isa = want;
-    }
     fill(isa);
     tern_log(TERN_LOG_INFO, "kernels: %s", tern_isa_name(isa));
 }
@@ -148,6 +121,26 @@ const char *tern_isa_name(tern_isa isa) {
     case TERN_ISA_I8MM: return "i8mm";
     }
     return "?";
+}
+
+bool tern_isa_parse(const char *name, tern_isa *out) {
+    for (int i = 0; name && i < TERN_ISA_COUNT; i++)
+        if (!strcasecmp(name, tern_isa_name((tern_isa)i))) {
+            *out = (tern_isa)i;
+            return true;
+        }
+    return false;
+}
+
+tern_isa tern_kernels_best(void) {
+    tern_kernels_init();
+    return best();
+}
+
+void tern_kernels_set_neon_fp32(bool on) {
+    tern_kernels_init();
+    g_neon_fp32 = on;
+    fill(g_table.isa);
 }
 
 bool tern_kernels_force(tern_isa isa) {

@@ -92,7 +92,10 @@ void tern_ref_fill(tern_kern_table *t);
 /* ISA fills (only defined when compiled for the architecture). */
 void tern_avx2_fill(tern_kern_table *t);
 void tern_avx512_fill(tern_kern_table *t);
-void tern_neon_fill(tern_kern_table *t);
+/* The 16-row layout's products and repack (cpu_r16_avx512.c; called by tern_avx512_fill). */
+void tern_avx512_r16_fill(tern_kern_table *t);
+/* fp32: the fp32 products (tern_kernels_set_neon_fp32) instead of int8 SDOT. */
+void tern_neon_fill(tern_kern_table *t, bool fp32);
 void tern_neon_i8mm_fill(tern_kern_table *t);
 /* The model ops' slots: reference (model_ops.c), then the ISA builds of model_ops.h. */
 void tern_model_ref_fill(tern_kern_table *t);

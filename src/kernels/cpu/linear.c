@@ -59,6 +59,18 @@ double tern_linear_pool_read_ceiling_gbps(size_t bytes, int passes) {
 
 const char *tern_kernel_isa(void) { return tern_isa_name(tern_kernels_isa()); }
 
+tern_status tern_set_kernel_isa(const char *name) {
+    tern_isa isa = tern_kernels_best();
+    if (name && *name && !tern_isa_parse(name, &isa))
+        return tern_fail(TERN_ERR_INVALID_ARG, "kernel ISA '%s' is not one of scalar|avx2|avx512|neon|i8mm",
+                         name);
+    if (!tern_kernels_force(isa))
+        return tern_fail(TERN_ERR_UNSUPPORTED, "kernel ISA '%s': this CPU/OS lacks it (best here: %s)", name,
+                         tern_isa_name(tern_kernels_best()));
+    tern_log(TERN_LOG_INFO, "kernels: %s", tern_isa_name(isa));
+    return TERN_OK;
+}
+
 /* ------------------------------------------------------------ creation */
 static tern_status lin_alloc(tern_dtype type, int64_t n, int64_t k, const float *bias,
                              tern_linear **out) {

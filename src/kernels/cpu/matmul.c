@@ -319,16 +319,10 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     s.nr = nt < j.n_units ? nt : (int)j.n_units;
     for (int i = 0; i <= s.nr; i++) s.start[i] = j.n_units * i / s.nr;
     /* Chunks of about 2^18 multiply-adds (a few microseconds), at least 4 per
-     * range so a late thread's range can be shared. TERN_MM_CHUNK (units) overrides. */
-    static int chunk_env = -1;
-    if (chunk_env < 0) {
-        const char *e = getenv("TERN_MM_CHUNK");
-        int v = e ? atoi(e) : 0;
-        chunk_env = v >= 1 ? v : 0;
-    }
+     * range so a late thread's range can be shared. */
     int64_t per_unit = tile * k * (int64_t)batch, range = (j.n_units + s.nr - 1) / s.nr;
-    int64_t chunk = chunk_env ? chunk_env : ((int64_t)1 << 18) / (per_unit > 0 ? per_unit : 1);
-    if (!chunk_env && chunk > (range + 3) / 4) chunk = (range + 3) / 4;
+    int64_t chunk = ((int64_t)1 << 18) / (per_unit > 0 ? per_unit : 1);
+    if (chunk > (range + 3) / 4) chunk = (range + 3) / 4;
     if (chunk < 1) chunk = 1;
     s.chunk = chunk;
     for (int i = 0; i < s.nr; i++)

@@ -9,7 +9,8 @@
  * CPU where a helper is descheduled, the caller simply runs its tasks itself.
  *
  * Waiting is spin-then-sleep on both sides. A helper spins on the generation
- * for at most TERN_SPIN_US microseconds (default 100) after its last run, then
+ * for at most tern_set_spin_us() microseconds (default 100; the value when the
+ * pool was made) after its last run, then
  * sleeps on a futex (Linux) or a condition variable (elsewhere); the caller
  * spins as long for the last tasks to finish, then sleeps until the helper
  * that finishes the last task wakes it. Back-to-back kernels of a token thus
@@ -161,14 +162,14 @@ static double spin_budget(tern_pool *p) {
     return pool_contended(p, tern_now_s()) ? 0.0 : p->spin_s;
 }
 
-/* Spin until *w != val or the budget has passed; true when it changed. A gap
- * between two clock reads means this thread was preempted: give up and mark
- * the pool contended. */
-static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
+/* Spin while (*w == val) == equal, for at most the spin budget; true when that
+ * ended. A gap between two clock reads means this thread was preempted: give up
+ * and mark the pool contended. */
+static bool spin_while(tern_pool *p, atomic_uint *w, unsigned val, bool equal) {
     double budget = spin_budget(p), t0 = 0.0, last = 0.0;
-    if (budget <= 0.0) return atomic_load_explicit(w, memory_order_acquire) != val;
     unsigned spins = 0;
-    while (atomic_load_explicit(w, memory_order_acquire) == val) {
+    while ((atomic_load_explicit(w, memory_order_acquire) == val) == equal) {
+        if (budget <= 0.0) return false;
         CPU_RELAX();
         if ((++spins & 63) == 0) {
             double now = tern_now_s();
@@ -181,22 +182,12 @@ static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) {
     return true;
 }
 
-/* Spin until done == n or the budget has passed; true when it is. */
+/* Spin until *w != val; true when it changed. */
+static bool spin_until_changed(tern_pool *p, atomic_uint *w, unsigned val) { return spin_while(p, w, val, true); }
+
+/* Spin until done == n; true when it is. */
 static bool spin_until_done(tern_pool *p, unsigned n) {
-    double budget = spin_budget(p), t0 = 0.0, last = 0.0;
-    unsigned spins = 0;
-    while (atomic_load_explicit((atomic_uint *)&p->done, memory_order_acquire) != n) {
-        if (budget <= 0.0) return false;
-        CPU_RELAX();
-        if ((++spins & 63) == 0) {
-            double now = tern_now_s();
-            if (t0 == 0.0) t0 = now;
-            else if (now - last > PREEMPT_GAP_S) { pool_mark_contended(p, now); return false; }
-            else if (now - t0 > budget) return false;
-            last = now;
-        }
-    }
-    return true;
+    return spin_while(p, (atomic_uint *)&p->done, n, false);
 }
 
 /* The claim word: generation (28 bits), the run's task count (18 bits) and
@@ -258,6 +249,16 @@ static void *pool_main(void *arg) {
     return NULL;
 }
 
+/* The spin budget of pools made from now on (tern_set_spin_us, tern.h). */
+static atomic_int g_spin_us = 100;
+
+tern_status tern_set_spin_us(int us) {
+    if (us < 0 || us > 1000000)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_set_spin_us: %d microseconds (0..1000000)", us);
+    atomic_store(&g_spin_us, us);
+    return TERN_OK;
+}
+
 tern_status tern_pool_new(int n_threads, tern_pool **out) {
     *out = NULL;
     if (n_threads < 1 || n_threads > 1024)
@@ -266,14 +267,10 @@ tern_status tern_pool_new(int n_threads, tern_pool **out) {
     if (!p) return tern_fail(TERN_ERR_NOMEM, "thread pool: out of memory");
     memset(p, 0, sizeof *p);
     p->n = n_threads;
-    const char *e = getenv("TERN_SPIN_US");
-    double us = e && *e ? atof(e) : 100.0;
-    if (!(us >= 0.0)) us = 0.0;
-    p->spin_s = us * 1e-6;
+    p->spin_s = atomic_load(&g_spin_us) * 1e-6;
     p->caller_nivcsw = -1;
     p->caller_nivcsw_t = -1.0;
-    e = getenv("TERN_POOL_ADAPT");
-    p->adapt = !(e && !strcmp(e, "0"));
+    p->adapt = true;
     p->solo_s = SOLO_FIRST_S;
 #if !defined(TERN_POOL_FUTEX)
     pthread_mutex_init(&p->mu, NULL);
@@ -333,7 +330,7 @@ bool tern_pool_set_adaptive(tern_pool *p, bool on) {
  * shared with another process that is exactly --threads 1), doubling up to
  * SOLO_MAX_S while the trials keep failing, back to SOLO_FIRST_S when one
  * pays. On a quiet machine the helpers do about their share and this never
- * triggers. TERN_POOL_ADAPT=0 turns it off. */
+ * triggers. tern_pool_set_adaptive(p, false) turns it off. */
 
 static void pool_judge(tern_pool *p, double t_start, double caller_s) {
     double now = tern_now_s(), wall = now - t_start;

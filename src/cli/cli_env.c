@@ -1,0 +1,38 @@
+/*
+ * cli_env.c - the one place the environment steers tern: the library reads no
+ * environment variable (its parameters and process-wide setters do that job), so
+ * the CLI maps these onto them.
+ *   TERN_ISA=scalar|avx2|avx512|neon|i8mm   tern_set_kernel_isa (a level this machine
+ *                                           lacks: a warning, the best is kept)
+ *   TERN_SPIN_US=N                          tern_set_spin_us
+ *   TERN_REPACK=0                           tern_model_params.repack = false (--no-repack)
+ *   TERN_NEON_FP32=1                        the NEON fp32 products (lab knob, Arm A/B)
+ * TERN_MODEL (the default model) is read by cli_default_model.c.
+ */
+#include "cli/cli.h"
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *env(const char *name) {
+    const char *e = getenv(name);
+    return e && *e ? e : NULL;
+}
+
+void cli_env_apply(void) {
+    const char *e;
+    if ((e = env("TERN_ISA")) && tern_set_kernel_isa(e))
+        fprintf(stderr, "tern: TERN_ISA: %s; using %s\n", tern_last_error(), tern_kernel_isa());
+    if ((e = env("TERN_SPIN_US"))) {
+        int64_t us;
+        if (!cli_parse_i64(e, 0, 1000000, &us) || tern_set_spin_us((int)us))
+            fprintf(stderr, "tern: TERN_SPIN_US=%s is not 0..1000000 microseconds; ignored\n", e);
+    }
+    if ((e = env("TERN_NEON_FP32")) && !strcmp(e, "1")) tern_kernels_set_neon_fp32(true);
+}
+
+void cli_env_model_params(tern_model_params *p) {
+    const char *e = env("TERN_REPACK");
+    if (e && !strcmp(e, "0")) p->repack = false;
+}
