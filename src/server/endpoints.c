@@ -117,6 +117,10 @@ void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_l
 
 static const double lat_le[SRV_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
+/* Upper bounds of the decode batch-size histogram (server.h; the scheduler counts,
+ * /metrics renders; here so that the fuzzed parser and endpoints link alone). */
+const int SRV_BATCH_LE[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
 void srv_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);

@@ -575,8 +575,6 @@ static void eval_group(srv_sched *s, slot **g, tern_gen **gens, int n) {
         for (int k = 0; k < n; k++) slot_eval_alone(g[k]);
 }
 
-const int SRV_BATCH_LE[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-
 static void count_pass(srv_sched *s, bool prefill, size_t tokens, double ms) {
     pthread_mutex_lock(&s->snap_mu);
     s->steps.passes++;
