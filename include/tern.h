@@ -260,7 +260,23 @@ typedef struct tern_model_params {
                                        back-ends only for now; repack is ignored.
                                        TERN_ERR_UNSUPPORTED names a dimension that does not
                                        split N ways */
+    /* CUDA back-end (ignored by the others) */
+    int cuda_prefill;               /* TERN_CUDA_PREFILL_EXACT (0, default): the prefill GEMM
+                                       on both activation planes (the GEMV's integers);
+                                       TERN_CUDA_PREFILL_INT8: 8-bit activations (the hi
+                                       plane only; about half the GEMM time, less exact) */
+    bool cuda_graphs;               /* default true: single-token steps recorded and replayed
+                                       as CUDA graphs; false: every step op by op (debug) */
+    bool cuda_pdl;                  /* default true: programmatic dependent launch; false:
+                                       plain stream order (debug) */
+    bool cuda_profile;              /* default false: per-op timing (bench --profile) */
+    const char *cuda_matmul;        /* NULL: the matmul chooser decides; else a kernel family
+                                       forced for A/B runs ("tiled_multi", "tiled", "gemm",
+                                       "t128k", "t128", "generic_sk", "generic"; logged once;
+                                       another name is TERN_ERR_INVALID_ARG at load) */
 } tern_model_params;
+#define TERN_CUDA_PREFILL_EXACT 0
+#define TERN_CUDA_PREFILL_INT8 1
 TERN_API void tern_model_params_default(tern_model_params *p);
 
 /* Load a model: a GGUF file (qwen35 / qwen3; PQ2_0, PTQ1_0, Q2_0 g128/g64, Q1_0)

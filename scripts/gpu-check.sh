@@ -8,22 +8,25 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,multi,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
 #              (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
 #              depth: 27B bench at DEPTHS (0 4096 32768) x f32/f16/q8_0, --depth-fill random -> depth.txt
 #              serve: tern serve --device cuda vs --device cpu, 8 concurrent greedy requests (serve-cuda.log)
 #              ncu: Nsight Compute sections of the decode GEMV (FFN gate/up, batch 1) per NCU_ENVS -> ncu.txt
-#              tcab: TERN_CUDA_TC=0/exact/int8 A/B (test_cuda parity + bonsai2-27b pp512) -> tcab.txt
+#              tcab: prefill A/B, GEMV (TERN_CUDA_GEMV=tiled) / GEMM exact / GEMM int8 (TERN_CUDA_TC,
+#                    mapped by the CLI onto cuda_prefill): bonsai2-27b pp512 -> tcab.txt
 #              ops: the decode-step ops (norm sites, GDN step, SwiGLU, Hadamard, attention), current
-#                   vs TERN_CUDA_OPS=old kernels, plain / graph / graph without PDL -> bench-ops.txt
+#                   vs fallback kernels, plain / graph / graph without PDL -> bench-ops.txt
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
-#              multi: test_cuda, test_batch, test_model with TERN_CUDA_TILED_MULTI=1 (the matrices of a
-#                     matmul call in one GEMV launch) and TERN_CUDA_ATTN_BATCH=1 (a batch step's
-#                     attention in one launch per op), then the 27B bench: default, +multi, +both
-#              gdnab: GDN prefill, TERN_CUDA_GDN=walk vs the scan: the tc_gdn rows of bench kernels
-#                     and bonsai2-27b pp512 at chunk 64 and 512 with --profile -> gdnab.txt
+#              gdnab: GDN prefill, the walk vs the scan: the tc_gdn rows of bench kernels, and
+#                     bonsai2-27b pp512 (the scan) at chunk 64 and 512 with --profile -> gdnab.txt
+#              base: after each bench step, the same bench with bin/tern-base (packed when
+#                    TERN_BASE_BIN names a tern binary built from an earlier commit): an A/B in one call
+#              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
+#                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt
+#       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
 # A short table is printed last; full logs go to $OUT (8 files at most come back).
@@ -38,6 +41,7 @@ if [ "$mode" = pack ]; then
   cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_cuda_kernels test_batch test_model >/dev/null
   rm -rf $P; mkdir -p $P/bin $P/lib
   cp build-gpu/tern build-gpu/test_cuda build-gpu/test_cuda_kernels build-gpu/test_batch build-gpu/test_model $P/bin/
+  if [ -n "${TERN_BASE_BIN:-}" ]; then cp "$TERN_BASE_BIN" $P/bin/tern-base; echo "${TERN_BASE_REV:-base}" > $P/base; fi
   ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
     while read -r l; do cp -L "$l" $P/lib/; done
   F=${TERN_FIXTURES:-../shared/fixtures}
@@ -83,11 +87,18 @@ if has sanitize; then
       --logits-out - --continue 4 > $OUT/san-$tool.log 2>&1
     row "compute-sanitizer $tool" "rc=$? $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' $OUT/san-$tool.log)"
   done
+  # two models driven from two threads on one GPU (a context each), under the sanitizers
+  for tool in memcheck racecheck synccheck; do
+    TERN_TEST_ONLY=two_models TERN_TEST_DEVICE=cuda timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/test_cuda > $W/san2-$tool.log 2>&1; rc=$?
+    cat $W/san2-$tool.log >> $OUT/san-$tool.log
+    row "sanitizer $tool two_models" "rc=$rc $(grep -m1 -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' $W/san2-$tool.log) $(tail -n 1 $W/san2-$tool.log | cut -c1-40)"
+  done
 fi
 bench() { # preset [n reps]
   local m=$W/$1.gguf
   [ -s $m ] || $B/tern synth --preset $1 --seed 1 --quiet $m >> "$log" 2>&1
-  $B/tern bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
+  ${TB:-$B/tern} bench model -m $m --device cuda -p 512 -n ${2:-128} --reps ${3:-3} --batch 8 --profile --json > $OUT/bench-$1${GPU_TAG:-}.json 2>> "$log"
   row "bench $1${GPU_TAG:-}" "$(python3 - $OUT/bench-$1${GPU_TAG:-}.json <<'PY'
 import json,sys
 try:
@@ -112,24 +123,11 @@ print(' '.join(f"{k[0]} b{k[1]} {min(v):.0f}-{max(v):.0f}%" for k, v in sorted(r
 PY
 )"
 }
-multi_step() { # the opt-in paths written without a GPU: TERN_CUDA_TILED_MULTI=1 (one GEMV launch
-  # per matmul call) and TERN_CUDA_ATTN_BATCH=1 (a batch step's attention in one launch per op):
-  # parity with both on, then the 27B A/B (default, + multi, + both)
-  for t in test_cuda test_batch test_model; do
-    TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t-optin.log 2>&1; rc=$?
-    { echo "===== $t TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 (rc=$rc)"; cat $W/$t-optin.log; } >> $OUT/tests.log
-    row "$t (MULTI+ATTN_BATCH)" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/$t-optin.log) fails; $(tail -n 1 $W/$t-optin.log | cut -c1-60)"
-  done
-  has bench || bench bonsai2-27b # the default's figure (the bench step makes it otherwise)
-  TERN_CUDA_TILED_MULTI=1 GPU_TAG=-multi bench bonsai2-27b
-  TERN_CUDA_TILED_MULTI=1 TERN_CUDA_ATTN_BATCH=1 GPU_TAG=-multi-attnb bench bonsai2-27b
-}
-if has multi; then multi_step; fi
-if has kbench; then # the decode GEMV: default (stream-K), the old tiled kernel, pipeline shapes
+if has kbench; then # the decode GEMV: default vs forced matmul families (TERN_CUDA_GEMV, mapped by the CLI)
   kb=$OUT/kbench.txt; : > $kb
   { echo "===== default"; $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } >> $kb 2>&1
   kb_row "kbench default" <(sed -n '/===== default/,$p' $kb)
-  IFS=';' read -ra kenvs <<< "${KB_ENVS:-TERN_CUDA_GEMV=tiled;TERN_CUDA_SKR=2,0;TERN_CUDA_SKR=4,1;TERN_CUDA_GEMV=bulk TERN_CUDA_SK=16,2,2}"
+  IFS=';' read -ra kenvs <<< "${KB_ENVS:-TERN_CUDA_GEMV=tiled}"
   for ev in "${kenvs[@]}"; do
     { echo "===== $ev"; env $ev $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } > $W/kb-c.txt 2>&1
     cat $W/kb-c.txt >> $kb; kb_row "kbench $ev" $W/kb-c.txt
@@ -153,23 +151,22 @@ if has ops; then
   $B/tern bench kernels --device cuda --ops > $OUT/bench-ops.txt 2>&1
   row "bench kernels --ops" "rc=$? (see bench-ops.txt)"
 fi
-if has tcab; then # tensor-core prefill GEMM A/B: parity and pp512 per TERN_CUDA_TC mode (one log)
+if has tcab; then # prefill A/B: the GEMV in chunks of 8, the GEMM exact, the GEMM int8 (pp512, one log)
   m=$W/bonsai2-27b.gguf
   [ -s $m ] || $B/tern synth --preset bonsai2-27b --seed 1 --quiet $m >> "$log" 2>&1
-  for v in 0 exact int8; do
-    { echo "===== TERN_CUDA_TC=$v test_cuda"; TERN_CUDA_TC=$v TERN_TEST_DEVICE=cuda timeout 200 $B/test_cuda 2>&1 | tail -n 15
-      for c in 64 512; do
-        echo "===== TERN_CUDA_TC=$v bench model bonsai2-27b pp512 chunk $c"
-        TERN_CUDA_TC=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile 2>&1 |
+  for v in TERN_CUDA_GEMV=tiled TERN_CUDA_TC=exact TERN_CUDA_TC=int8; do
+    { for c in 64 512; do
+        echo "===== $v bench model bonsai2-27b pp512 chunk $c"
+        env $v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile 2>&1 |
           tee $W/tcab-$v-$c.txt
-        row "tcab TC=$v chunk $c" "pp $(awk '/^pp /{print $2}' $W/tcab-$v-$c.txt) tok/s"
+        row "tcab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/tcab-$v-$c.txt) tok/s"
       done; } >> $OUT/tcab.txt
   done
 fi
 if has ncu; then # Nsight Compute on the decode GEMV, FFN gate/up shape, batch 1, per NCU_ENVS setting
   IFS=';' read -ra nenvs <<< "${NCU_ENVS:-TERN_CUDA_GEMV=tiled;TERN_X=1}"
   for ev in "${nenvs[@]}"; do
-    { echo "===== ncu $ev"; env $ev timeout 240 ncu --clock-control none -k regex:'k_gemv_(tiled|skr|sk)' --launch-skip 20 --launch-count 1 \
+    { echo "===== ncu $ev"; env $ev timeout 240 ncu --clock-control none -k regex:'k_gemv_tiled' --launch-skip 20 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
         --section MemoryWorkloadAnalysis $B/tern bench kernels --device cuda --quick --layout tiled --batch 1 --no-gemm 2>&1 |
         grep -vE '^(tiled|layout|tern bench|==PROF==)' ; } >> $OUT/ncu.txt
@@ -201,12 +198,11 @@ if has gdnab; then # GDN prefill: the older walk vs the scan (tc_gdn_chunk.cu), 
   $B/tern bench kernels --device cuda --quick --gdn > $W/gdn-k.txt 2>&1
   { echo "===== bench kernels --device cuda (the GDN rows)"; sed -n '/^GDN prefill/,$p' $W/gdn-k.txt; } >> $OUT/gdnab.txt
   row "gdn tc_gdn us/call" "$(awk '$1=="walk" || ($1=="scan" && NF==5) {printf "%s %s rows %s; ", $1, $2, $3}' $W/gdn-k.txt)"
-  for v in walk scan; do
-    for c in ${GDNAB_CHUNKS:-64 512}; do
-      TERN_CUDA_GDN=$v $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile > $W/gdn-$v-$c.txt 2>&1
-      { echo "===== TERN_CUDA_GDN=$v bench model bonsai2-27b pp512 chunk $c"; cat $W/gdn-$v-$c.txt; } >> $OUT/gdnab.txt
-      row "gdnab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/gdn-$v-$c.txt) tok/s; $(sed -n '/^profile (prefill/,$p' $W/gdn-$v-$c.txt | grep -m1 -i gdn | tr -s ' ')"
-    done
+  for c in ${GDNAB_CHUNKS:-64 512}; do
+    v=scan
+    $B/tern bench model -m $m --device cuda -p 512 -n 8 --reps 2 --chunk $c --profile > $W/gdn-$v-$c.txt 2>&1
+    { echo "===== bench model bonsai2-27b pp512 chunk $c (the scan)"; cat $W/gdn-$v-$c.txt; } >> $OUT/gdnab.txt
+    row "gdnab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/gdn-$v-$c.txt) tok/s; $(sed -n '/^profile (prefill/,$p' $W/gdn-$v-$c.txt | grep -m1 -i gdn | tr -s ' ')"
   done
 fi
 if has depth; then # issue 15: the 27B at depth 0 / 4k / 32k x f32 / f16 / q8_0 (the depth filled at random)
@@ -226,8 +222,25 @@ except Exception as e: print('no result', e)")"
     done
   done
 fi
-has bench && bench bonsai2-27b
-has benchq2 && bench ternary-bonsai-27b 64 2
-has bench8b && bench ternary-bonsai-8b 64 2
-echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)"
+if has servebench; then # issue 26: tern serve --device cuda on the 27B synth under load (scripts/serve_bench.py)
+  m=$W/${SB_PRESET:-ternary-bonsai-27b}.gguf
+  [ -s $m ] || $B/tern synth --preset ${SB_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
+  for db in ${SB_BATCHES:-0 64}; do
+    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
+    for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18090/health')" 2>/dev/null && break; sleep 0.5; done
+    timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
+      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} \
+      --json-out $OUT/servebench-$db.json > $W/sb-$db.txt 2>&1; rc=$?
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snapshots_taken)' >> $W/sb-$db.txt
+    kill $sp 2>/dev/null; wait $sp 2>/dev/null
+    cat $W/sb-$db.txt >> $OUT/servebench.txt
+    row "servebench decode-batch $db" "rc=$rc $(grep -E '^ +c=' $W/sb-$db.txt | awk '{printf "%s %s tok/s itl99 %s; ", $1, $5, $11}')"
+  done
+fi
+# base: each bench again with the packed earlier build, right after (an A/B in one call)
+bench_ab() { bench "$@"; if has base && [ -x $B/tern-base ]; then TB=$B/tern-base GPU_TAG=-base bench "$@"; fi; }
+has bench && bench_ab bonsai2-27b
+has benchq2 && bench_ab ternary-bonsai-27b 64 2
+has bench8b && bench_ab ternary-bonsai-8b 64 2
+echo; echo "== gpu-check $(date -u +%FT%TZ) commit $(cat $P/commit 2>/dev/null || echo unknown) (packed)$([ -s $P/base ] && echo ", base $(cat $P/base)")"
 for r in "${table[@]}"; do echo "$r"; done | tee -a "$log"

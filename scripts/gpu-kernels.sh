@@ -25,8 +25,10 @@ fi
 "$B/tern" bench kernels --device cuda >"$OUT/bench.txt" 2>&1; b_rc=$?
 "$B/tern" bench kernels --device cuda --json --quick >"$OUT/bench.json" 2>>"$OUT/bench.txt"
 if command -v cuobjdump >/dev/null 2>&1; then
-    o=$(find "$B" -name 'tc_matmul.cu.o' | head -1)
-    [ -n "$o" ] && cuobjdump -sass "$o" | awk '/Function :/ {f=$3} /IDP|LOP3|LDG|LEA|IMAD|SHF/ {split($2,a,"."); c[f" "a[1]]++} END {for (k in c) print k, c[k]}' | sort >"$OUT/sass-counts.txt"
+    : >"$OUT/sass-counts.txt"
+    for o in $(find "$B" -name 'tc_gemv.cu.o' -o -name 'tc_gemv_file.cu.o'); do
+        cuobjdump -sass "$o" | awk '/Function :/ {f=$3} /IDP|IMMA|LOP3|LDG|LEA|IMAD|SHF/ {split($2,a,"."); c[f" "a[1]]++} END {for (k in c) print k, c[k]}' | sort >>"$OUT/sass-counts.txt"
+    done
 fi
 echo "=== summary ($(date -u +%F' '%H:%M) UTC, $(head -1 "$OUT/device.txt"))"
 echo "test_cuda_kernels: rc $t_rc, $(tail -1 "$OUT/test_cuda_kernels.log")"

@@ -1,18 +1,18 @@
 /*
  * bench_cuda.c - `tern bench kernels --device cuda`: the ternary GEMV on the
- * GPU for each Bonsai shape (K, N), in four rows per shape and batch:
+ * GPU for each Bonsai shape (K, N), in three rows per shape and batch:
  *   tiled   the decode GEMV on the tiled layout (tc_repack_tiled, the default), the
  *           activation quantised beforehand (as the model's fused norm sites give it:
  *           no quantise launch in the timed call);
  *   tiled+q the same with its own quantise launch (the sites without a fused norm);
- *   file    the file layout (the split-K kernel; TERN_CUDA_GEMV=old), with quantise;
- *   rows    the older row repack (tc_repack), with quantise;
+ *   file    the file layout (the split-K kernel; TERN_CUDA_GEMV=t128k), with quantise;
+ * (the older row repack, tc_repack, measured slower and is gone: docs/performance.md);
  * batch 1, 2, 3, 4, 6, 8, in GB/s of weight bytes read (the file's 34 B per 128) and
  * as a share of the device read ceiling measured in the same run
  * (tc_read_ceiling_gbps). Each timing rotates among copies of the matrix totalling
  * more than 256 MB, so the weights come from HBM, not from the 60 MB L2. The error
  * of sampled rows against float64 is printed and must stay below 1e-3.
- * --layout tiled|file|rows|all (default all), --batch N (one batch size). Then the
+ * --layout tiled|file|all (default all), --batch N (one batch size). Then the
  * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
@@ -28,8 +28,10 @@
 #include <time.h>
 
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 #include "kernels/kernels.h"
+
+static tc_ctx *g_tc; /* the bench's context on device 0 */
 
 
 static uint64_t g_s = 0x9E3779B97F4A7C15ull;
@@ -101,28 +103,28 @@ static int bench_gemm_tc(int reps) {
         float *x = malloc(M * (size_t)k * 4), *y = malloc(yb);
         fill(h, n, k);
         for (size_t i = 0; i < M * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
-        uint8_t *d = tc_malloc(fb + 16);
-        float *dx = tc_malloc(M * (size_t)k * 4), *dy = tc_malloc(yb);
-        void *ab = tc_malloc(tc_act_bytes(M, k));
-        if (!d || !dx || !dy || !ab || tc_upload(d, h, fb) || tc_upload(dx, x, M * (size_t)k * 4)) bad = 1;
+        uint8_t *d = tc_malloc(g_tc, fb + 16);
+        float *dx = tc_malloc(g_tc, M * (size_t)k * 4), *dy = tc_malloc(g_tc, yb);
+        void *ab = tc_malloc(g_tc, tc_act_bytes(M, k));
+        if (!d || !dx || !dy || !ab || tc_upload(g_tc, d, h, fb) || tc_upload(g_tc, dx, x, M * (size_t)k * 4)) bad = 1;
         tc_mat m = {.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = fb / (size_t)n};
         tc_act act = tc_act_view(ab, M, k);
-        if (!bad) tc_quantize(dx, (size_t)k, &act);
+        if (!bad) tc_quantize(g_tc, dx, (size_t)k, &act);
         for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++) {
             double ts[64];
             int nr = reps < 64 ? reps : 64;
-            if (!tc_gemm_tc(&m, &act, dy, (size_t)n, mode) || tc_sync()) { bad = 1; break; }
+            if (!tc_gemm_tc(g_tc, &m, &act, dy, (size_t)n, mode) || tc_sync(g_tc)) { bad = 1; break; }
             for (int r = 0; r < nr; r++) {
                 double t0 = now_s();
-                tc_gemm_tc(&m, &act, dy, (size_t)n, mode);
-                if (tc_sync()) { bad = 1; break; }
+                tc_gemm_tc(g_tc, &m, &act, dy, (size_t)n, mode);
+                if (tc_sync(g_tc)) { bad = 1; break; }
                 ts[r] = now_s() - t0;
             }
             if (bad) break;
             for (int i = 1; i < nr; i++) /* median */
                 for (int j = i; j > 0 && ts[j] < ts[j - 1]; j--) { double v = ts[j]; ts[j] = ts[j - 1]; ts[j - 1] = v; }
             double dt = ts[nr / 2];
-            tc_download(y, dy, yb);
+            tc_download(g_tc, y, dy, yb);
             double md = 0, mr = 0;
             for (int i = 0; i < 48; i++) {
                 size_t b = (size_t)(rnd64() % M);
@@ -139,8 +141,8 @@ static int bench_gemm_tc(int reps) {
                    (long long)n, dt * 1e6, 2.0 * (double)M * (double)n * (double)k / dt / 1e12,
                    fb / dt / 1e9, err);
         }
-        tc_free(d, fb + 16); tc_free(dx, M * (size_t)k * 4); tc_free(dy, yb);
-        tc_free(ab, tc_act_bytes(M, k));
+        tc_free(g_tc, d, fb + 16); tc_free(g_tc, dx, M * (size_t)k * 4); tc_free(g_tc, dy, yb);
+        tc_free(g_tc, ab, tc_act_bytes(M, k));
         free(h); free(x); free(y);
     }
     if (bad) fprintf(stderr, "tern bench: tensor-core GEMM %s\n", bad == 2 ? "error bound broken (>= 1e-3)" : "failed (CUDA error)");
@@ -153,7 +155,7 @@ static int bench_gemm_tc(int reps) {
  * 4 kv heads of 256, Hadamard blocks of 1024), batch 1 and 8, each timed three ways
  * (tc_bench_us: median of `reps` rounds of 48 calls): plain launches, the 48 calls
  * replayed as one CUDA graph (what a decode step sees), and the same graph without
- * programmatic dependent launch; for the current kernels and for TERN_CUDA_OPS=old's
+ * programmatic dependent launch; for the current kernels and for the fallbacks (tc_set_ops_old)
  * (the A/B in one run). Each of the 48 calls of a round uses its own buffers where the
  * model has one per layer (GDN states: 48 x 3.1 MB per session, from HBM as in a
  * step). Text only; 0 = ok. */
@@ -198,11 +200,11 @@ static void op_call(void *p) {
     const size_t R = b->rows;
     switch (b->op) {
     case OP_SITE:
-        tc_add_rmsnorm_hadamard_q(b->r, b->d, b->gain, 1e-6f, b->normed, b->rot, R, E27, 1024,
+        tc_add_rmsnorm_hadamard_q(g_tc, b->r, b->d, b->gain, 1e-6f, b->normed, b->rot, R, E27, 1024,
                                   b->signs, &b->act_e);
         break;
     case OP_SITE_NOROT:
-        tc_add_rmsnorm_hadamard_q(b->r, b->d, b->gain, 1e-6f, b->normed, NULL, R, E27, 1024, NULL,
+        tc_add_rmsnorm_hadamard_q(g_tc, b->r, b->d, b->gain, 1e-6f, b->normed, NULL, R, E27, 1024, NULL,
                                   &b->act_e);
         break;
     case OP_GDN: {
@@ -217,17 +219,17 @@ static void op_call(void *p) {
         for (int m = 0; m < 2; m++)
             g.ab_w[m] = (tc_mat){.kind = TC_BF16, .data = b->wab[l] + (size_t)m * NV27 * E27 * 2,
                                  .n = NV27, .k = E27, .row_bytes = (size_t)E27 * 2};
-        tc_gdn_step(&g);
+        tc_gdn_step(g_tc, &g);
         break;
     }
     case OP_SWIGLU:
-        tc_swiglu_hadamard_q(b->gate, b->up, b->out, R, F27, 1024, b->signs, &b->act_f);
+        tc_swiglu_hadamard_q(g_tc, b->gate, b->up, b->out, R, F27, 1024, b->signs, &b->act_f);
         break;
     case OP_SWIGLU_NOROT:
-        tc_swiglu_hadamard_q(b->gate, b->up, b->out, R, F27, 1024, NULL, &b->act_f);
+        tc_swiglu_hadamard_q(g_tc, b->gate, b->up, b->out, R, F27, 1024, NULL, &b->act_f);
         break;
     case OP_HAD:
-        tc_hadamard_q(b->out, R, VW27, 1024, b->signs, &b->act_v);
+        tc_hadamard_q(g_tc, b->out, R, VW27, 1024, b->signs, &b->act_v);
         break;
     case OP_PREP: {
         tc_attn_prep_args a = {.qg = b->qg, .k = b->kk, .v = b->vv, .gated = 1, .q_norm = b->qn,
@@ -235,29 +237,29 @@ static void op_call(void *p) {
                                .gate_out = b->g, .kcache = b->kc, .vcache = b->vc, .pos0 = 1023,
                                .n_head = 24, .n_head_kv = 4, .head_dim = 256, .rope_dims = 64,
                                .k_type = TC_KV_F16, .v_type = TC_KV_F16};
-        tc_attn_prep(&a);
+        tc_attn_prep(g_tc, &a);
         break;
     }
     case OP_ATTN:
-        tc_attention_decode(b->q, b->kc, b->vc, TC_KV_F16, TC_KV_F16, b->g, b->out, 1023, CTX27, 24,
+        tc_attention_decode(g_tc, b->q, b->kc, b->vc, TC_KV_F16, TC_KV_F16, b->g, b->out, 1023, CTX27, 24,
                             4, 256, 1.0f / 16.0f);
         break;
     }
 }
 
 static float *ops_dev(size_t n, float scale, int sign_only) {
-    float *h = malloc(n * 4), *d = tc_malloc(n * 4);
+    float *h = malloc(n * 4), *d = tc_malloc(g_tc, n * 4);
     if (!h || !d) {
         free(h);
-        if (d) tc_free(d, n * 4);
+        if (d) tc_free(g_tc, d, n * 4);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         double u = (double)(rnd64() >> 11) * 0x1p-53;
         h[i] = sign_only ? (u < 0.5 ? -1.0f : 1.0f) : (float)((2 * u - 1) * scale);
     }
-    if (tc_upload(d, h, n * 4)) {
-        tc_free(d, n * 4);
+    if (tc_upload(g_tc, d, h, n * 4)) {
+        tc_free(g_tc, d, n * 4);
         d = NULL;
     }
     free(h);
@@ -283,10 +285,10 @@ static int ops_alloc(ops_bufs *b, size_t rows) {
     if (!bad) { /* ssm_a < 0 (decay < 1) */
         float h[NV27];
         for (int i = 0; i < NV27; i++) h[i] = -0.1f - (float)(rnd64() % 1000) * 1e-3f;
-        if (tc_upload(b->ssm_a, h, sizeof h)) bad = 1;
+        if (tc_upload(g_tc, b->ssm_a, h, sizeof h)) bad = 1;
     }
     b->abytes = tc_act_bytes(R, F27);
-    if (!bad && !(b->abuf = tc_malloc(b->abytes))) bad = 1;
+    if (!bad && !(b->abuf = tc_malloc(g_tc, b->abytes))) bad = 1;
     if (!bad) {
         b->act_e = tc_act_view(b->abuf, R, E27);
         b->act_f = tc_act_view(b->abuf, R, F27);
@@ -295,32 +297,32 @@ static int ops_alloc(ops_bufs *b, size_t rows) {
     if (!bad) { /* f16 caches of 4096 positions, small random values */
         const size_t cb = (size_t)CTX27 * KVW27 * 2;
         uint16_t *h = malloc(cb);
-        b->kc = tc_malloc(cb);
-        b->vc = tc_malloc(cb);
+        b->kc = tc_malloc(g_tc, cb);
+        b->vc = tc_malloc(g_tc, cb);
         if (!h || !b->kc || !b->vc) bad = 1;
         for (size_t i = 0; h && i < cb / 2; i++)
             h[i] = tern_f32_to_f16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5));
-        if (!bad && (tc_upload(b->kc, h, cb) || tc_upload(b->vc, h, cb))) bad = 1;
+        if (!bad && (tc_upload(g_tc, b->kc, h, cb) || tc_upload(g_tc, b->vc, h, cb))) bad = 1;
         free(h);
     }
     const size_t csn = (size_t)3 * C27, stn = (size_t)NV27 * D27 * D27;
     for (int l = 0; l < OPS_L && !bad; l++) {
         for (size_t i = 0; i < R && !bad; i++) {
-            b->cs[l][i] = tc_malloc(csn * 4); /* zeroed: a fresh session */
-            b->st[l][i] = tc_malloc(stn * 4);
+            b->cs[l][i] = tc_malloc(g_tc, csn * 4); /* zeroed: a fresh session */
+            b->st[l][i] = tc_malloc(g_tc, stn * 4);
             if (!b->cs[l][i] || !b->st[l][i]) bad = 1;
         }
         const size_t wb = (size_t)2 * NV27 * E27 * 2;
         uint16_t *hw = malloc(wb);
         for (size_t e = 0; hw && e < wb / 2; e++)
             hw[e] = tern_f32_to_bf16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5) * 0.05f);
-        b->wab[l] = tc_malloc(wb);
-        if (!hw || !b->wab[l] || tc_upload(b->wab[l], hw, wb)) bad = 1;
+        b->wab[l] = tc_malloc(g_tc, wb);
+        if (!hw || !b->wab[l] || tc_upload(g_tc, b->wab[l], hw, wb)) bad = 1;
         free(hw);
-        b->pcs[l] = tc_malloc(R * sizeof(float *));
-        b->pst[l] = tc_malloc(R * sizeof(float *));
-        if (!bad && (!b->pcs[l] || !b->pst[l] || tc_upload(b->pcs[l], b->cs[l], R * sizeof(float *)) ||
-                     tc_upload(b->pst[l], b->st[l], R * sizeof(float *))))
+        b->pcs[l] = tc_malloc(g_tc, R * sizeof(float *));
+        b->pst[l] = tc_malloc(g_tc, R * sizeof(float *));
+        if (!bad && (!b->pcs[l] || !b->pst[l] || tc_upload(g_tc, b->pcs[l], b->cs[l], R * sizeof(float *)) ||
+                     tc_upload(g_tc, b->pst[l], b->st[l], R * sizeof(float *))))
             bad = 1;
     }
     return bad;
@@ -335,18 +337,18 @@ static void ops_free(ops_bufs *b) {
                          R * VW27, 2 * R * NV27, R * C27, E27, F27, (size_t)C27 * 4, NV27, NV27,
                          D27, 2 * QW27, KVW27, KVW27, 256, 256, QW27, QW27};
     for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++)
-        if (*f[i]) tc_free(*f[i], fn[i] * 4);
-    if (b->abuf) tc_free(b->abuf, b->abytes);
-    if (b->kc) tc_free(b->kc, (size_t)CTX27 * KVW27 * 2);
-    if (b->vc) tc_free(b->vc, (size_t)CTX27 * KVW27 * 2);
+        if (*f[i]) tc_free(g_tc, *f[i], fn[i] * 4);
+    if (b->abuf) tc_free(g_tc, b->abuf, b->abytes);
+    if (b->kc) tc_free(g_tc, b->kc, (size_t)CTX27 * KVW27 * 2);
+    if (b->vc) tc_free(g_tc, b->vc, (size_t)CTX27 * KVW27 * 2);
     for (int l = 0; l < OPS_L; l++) {
         for (size_t i = 0; i < R; i++) {
-            if (b->cs[l][i]) tc_free(b->cs[l][i], (size_t)3 * C27 * 4);
-            if (b->st[l][i]) tc_free(b->st[l][i], (size_t)NV27 * D27 * D27 * 4);
+            if (b->cs[l][i]) tc_free(g_tc, b->cs[l][i], (size_t)3 * C27 * 4);
+            if (b->st[l][i]) tc_free(g_tc, b->st[l][i], (size_t)NV27 * D27 * D27 * 4);
         }
-        if (b->wab[l]) tc_free(b->wab[l], (size_t)2 * NV27 * E27 * 2);
-        if (b->pcs[l]) tc_free(b->pcs[l], R * sizeof(float *));
-        if (b->pst[l]) tc_free(b->pst[l], R * sizeof(float *));
+        if (b->wab[l]) tc_free(g_tc, b->wab[l], (size_t)2 * NV27 * E27 * 2);
+        if (b->pcs[l]) tc_free(g_tc, b->pcs[l], R * sizeof(float *));
+        if (b->pst[l]) tc_free(g_tc, b->pst[l], R * sizeof(float *));
     }
 }
 
@@ -368,14 +370,14 @@ typedef struct attn_bench {
 static void attn_call(void *p) {
     attn_bench *a = p;
     const int l = a->k++ % ATT_L;
-    tc_attention_decode(a->q, a->kc[l], a->vc[l], a->type, a->type, a->g, a->out, a->pos, ATT_CTX, 24,
+    tc_attention_decode(g_tc, a->q, a->kc[l], a->vc[l], a->type, a->type, a->g, a->out, a->pos, ATT_CTX, 24,
                         4, 256, 1.0f / 16.0f);
 }
 
 static int bench_attn_depth(int reps) {
     const int types[2] = {TC_KV_F16, TC_KV_Q8_0}, posv[2] = {1023, 32767};
     const size_t rb[2] = {(size_t)KVW27 * 2, (size_t)KVW27 / 32 * 34}; /* bytes per row */
-    const double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 3);
+    const double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 3);
     printf("\ndecode attention at the 27B shape (24 q / 4 kv heads of 256, gate), %d layers' caches of "
            "%d positions: us per call, median of %d rounds of %d calls; GB/s of K/V rows read (graph), "
            "read ceiling %.0f GB/s\n%-8s %-5s %-4s %9s %9s %9s %6s\n",
@@ -404,38 +406,38 @@ static int bench_attn_depth(int reps) {
             }
         }
         for (int l = 0; l < ATT_L && !bad; l++) {
-            a.kc[l] = tc_malloc(bytes);
-            a.vc[l] = tc_malloc(bytes);
-            if (!a.kc[l] || !a.vc[l] || tc_upload(a.kc[l], h, bytes) || tc_upload(a.vc[l], h, bytes))
+            a.kc[l] = tc_malloc(g_tc, bytes);
+            a.vc[l] = tc_malloc(g_tc, bytes);
+            if (!a.kc[l] || !a.vc[l] || tc_upload(g_tc, a.kc[l], h, bytes) || tc_upload(g_tc, a.vc[l], h, bytes))
                 bad = 1;
         }
         free(h);
-        if (bad || tc_sync()) {
+        if (bad || tc_sync(g_tc)) {
             fprintf(stderr, "tern bench: out of device memory for the attention caches\n");
             failed = 1;
         }
         for (int pi = 0; pi < 2 && !failed; pi++)
             for (int old = 0; old < 2 && !failed; old++) {
                 double us[2];
-                tc_set_attn_old(old);
+                tc_set_attn_old(g_tc, old);
                 a.pos = posv[pi];
                 for (int m = 0; m < 2; m++) {
-                    us[m] = tc_bench_us(attn_call, &a, ATT_L, reps, m);
-                    if (us[m] < 0 || tc_sync()) failed = 1;
+                    us[m] = tc_bench_us(g_tc, attn_call, &a, ATT_L, reps, m);
+                    if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
                 }
                 const double gbps = 2.0 * (double)(a.pos + 1) * (double)rb[t] / (us[1] * 1e3);
                 printf("%-8d %-5s %-4s %9.2f %9.2f %9.1f %6.1f\n", a.pos, t ? "q8_0" : "f16",
                        old ? "old" : "gqa", us[0], us[1], gbps,
                        ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
             }
-        tc_set_attn_old(-1);
+        tc_set_attn_old(g_tc, -1);
         for (int l = 0; l < ATT_L; l++) {
-            if (a.kc[l]) tc_free(a.kc[l], bytes);
-            if (a.vc[l]) tc_free(a.vc[l], bytes);
+            if (a.kc[l]) tc_free(g_tc, a.kc[l], bytes);
+            if (a.vc[l]) tc_free(g_tc, a.vc[l], bytes);
         }
-        if (a.q) tc_free(a.q, QW27 * 4);
-        if (a.g) tc_free(a.g, QW27 * 4);
-        if (a.out) tc_free(a.out, QW27 * 4);
+        if (a.q) tc_free(g_tc, a.q, QW27 * 4);
+        if (a.g) tc_free(g_tc, a.g, QW27 * 4);
+        if (a.out) tc_free(g_tc, a.out, QW27 * 4);
     }
     if (failed) fprintf(stderr, "tern bench: decode attention: CUDA error\n");
     return failed;
@@ -450,7 +452,7 @@ static int bench_ops(int reps) {
     int failed = 0;
     for (int bi = 0; bi < 2 && !failed; bi++) {
         ops_bufs b;
-        if (ops_alloc(&b, batches[bi]) || tc_sync()) {
+        if (ops_alloc(&b, batches[bi]) || tc_sync(g_tc)) {
             fprintf(stderr, "tern bench: out of device memory for the ops at batch %zu\n", batches[bi]);
             ops_free(&b);
             return 1;
@@ -459,21 +461,21 @@ static int bench_ops(int reps) {
             if ((op == OP_PREP || op == OP_ATTN) && b.rows != 1) continue; /* per session */
             for (int old = 0; old < 2 && !failed; old++) {
                 double us[3];
-                tc_set_ops_old(old);
-                tc_set_attn_old(op == OP_ATTN ? old : -1); /* attn decode: GQA vs old kernels */
+                tc_set_ops_old(g_tc, old);
+                tc_set_attn_old(g_tc, op == OP_ATTN ? old : -1); /* attn decode: GQA vs old kernels */
                 b.op = op;
                 for (int m = 0; m < 3; m++) {
-                    tc_set_pdl(m == 2 ? 0 : 1);
-                    us[m] = tc_bench_us(op_call, &b, OPS_L, reps, m > 0);
-                    if (us[m] < 0 || tc_sync()) failed = 1;
+                    tc_set_pdl(g_tc, m == 2 ? 0 : 1);
+                    us[m] = tc_bench_us(g_tc, op_call, &b, OPS_L, reps, m > 0);
+                    if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
                 }
-                tc_set_pdl(-1);
+                tc_set_pdl(g_tc, 1);
                 printf("%-32s %5zu %-4s %9.2f %9.2f %9.2f\n", g_op_name[op], b.rows, old ? "old" : "new",
                        us[0], us[1], us[2]);
             }
         }
-        tc_set_ops_old(-1);
-        tc_set_attn_old(-1);
+        tc_set_ops_old(g_tc, -1);
+        tc_set_attn_old(g_tc, -1);
         ops_free(&b);
     }
     if (failed) fprintf(stderr, "tern bench: decode ops: CUDA error\n");
@@ -483,7 +485,7 @@ static int bench_ops(int reps) {
 
 /* tc_gdn, the GDN prefill call (conv + L2, the delta rule, gated norm), at the 27B head
  * shape (16 k / 48 v heads of 128, conv 4) for 64 and 512 rows: the older walk
- * (TERN_CUDA_GDN=walk), the scan (tc_gdn_chunk.cu) in its default shape and in three
+ * (tc_gdn_config(0, ..)), the scan (tc_gdn_chunk.cu) in its default shape and in three
  * others (rows per thread x warps per CTA). us per call: calls queued back to back (the
  * state carries over), mean of 8*reps after a first call. max_diff: the scan's output
  * against the walk's from the same state, relative to the largest (bound 1e-3; the test
@@ -510,10 +512,10 @@ static int bench_gdn(int reps) {
             const double u = (double)(rnd64() >> 11) * 0x1p-53 * 2.0 - 1.0;
             h[e] = (float)(i == 5 ? -0.1 - 2.0 * fabs(u) : i == 9 || i == 11 ? 0.1 * u : u);
         }
-        d[i] = tc_malloc(n[i] * 4);
-        if (!d[i] || tc_upload(d[i], h, n[i] * 4)) bad = 1;
+        d[i] = tc_malloc(g_tc, n[i] * 4);
+        if (!d[i] || tc_upload(g_tc, d[i], h, n[i] * 4)) bad = 1;
     }
-    float *work = tc_malloc(nq * 4), *out = tc_malloc(nz * 4);
+    float *work = tc_malloc(g_tc, nq * 4), *out = tc_malloc(g_tc, nz * 4);
     if (!work || !out) bad = 1;
     if (!bad)
         printf("\nGDN prefill (tc_gdn), 27B heads: %d k / %d v heads of %d, conv %d\n"
@@ -527,15 +529,15 @@ static int bench_gdn(int reps) {
                          .state = d[9], .out = out, .work = work, .rows = T, .n_k = nk,
                          .n_v = nv, .dk = dk, .dv = dv, .conv_k = K, .v_tiled = 1, .eps = 1e-6f};
         for (size_t v = 0; v < nvar && !bad; v++) {
-            if (tc_gdn_config(var[v].path, var[v].rpt, var[v].wpc)) {
+            if (tc_gdn_config(g_tc, var[v].path, var[v].rpt, var[v].wpc)) {
                 bad = 1;
                 break;
             }
             /* one call from the starting states: its output against the walk's */
-            tc_copy_rows(d[8], csn, d[10], csn, 1, csn);
-            tc_copy_rows(d[9], stn, d[11], stn, 1, stn);
-            tc_gdn(&g);
-            if (tc_sync() || tc_download(v ? got : ref, out, (size_t)T * VW * 4)) {
+            tc_copy_rows(g_tc, d[8], csn, d[10], csn, 1, csn);
+            tc_copy_rows(g_tc, d[9], stn, d[11], stn, 1, stn);
+            tc_gdn(g_tc, &g);
+            if (tc_sync(g_tc) || tc_download(g_tc, v ? got : ref, out, (size_t)T * VW * 4)) {
                 bad = 1;
                 break;
             }
@@ -549,8 +551,8 @@ static int bench_gdn(int reps) {
             if (v && !(err < 1e-3)) bad = 2;
             const int nc = 8 * reps;
             const double t0 = now_s();
-            for (int r = 0; r < nc; r++) tc_gdn(&g);
-            if (tc_sync()) {
+            for (int r = 0; r < nc; r++) tc_gdn(g_tc, &g);
+            if (tc_sync(g_tc)) {
                 bad = 1;
                 break;
             }
@@ -559,11 +561,11 @@ static int bench_gdn(int reps) {
             else printf("%-10s %5d %10.1f %10.3f %10s\n", var[v].what, T, us, us / T, "-");
         }
     }
-    tc_gdn_config(-1, 0, 0);
+    tc_gdn_config(g_tc, -1, 0, 0);
     for (int i = 0; i < 12; i++)
-        if (d[i]) tc_free(d[i], n[i] * 4);
-    if (work) tc_free(work, nq * 4);
-    if (out) tc_free(out, nz * 4);
+        if (d[i]) tc_free(g_tc, d[i], n[i] * 4);
+    if (work) tc_free(g_tc, work, nq * 4);
+    if (out) tc_free(g_tc, out, nz * 4);
     free(h);
     free(ref);
     free(got);
@@ -591,9 +593,8 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
             reps = (int)v;
         } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
             lay_sel = argv[++i];
-            if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file") &&
-                strcmp(lay_sel, "rows"))
-                return cli_usage_error("bench", "--layout takes tiled, file, rows or all");
+            if (strcmp(lay_sel, "all") && strcmp(lay_sel, "tiled") && strcmp(lay_sel, "file"))
+                return cli_usage_error("bench", "--layout takes tiled, file or all");
         } else if (!strcmp(argv[i], "--ops")) ops_only = true;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = true;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
@@ -604,26 +605,33 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         } else return cli_usage_error("bench", "unknown option '%s' with --device cuda", argv[i]);
     }
     if (!reps) reps = quick ? 3 : 10;
-    if (tc_device_count() <= 0 || tc_init()) {
+    if (tc_device_count() <= 0 || tc_ctx_new(0, &g_tc)) {
         fprintf(stderr, "tern bench: no CUDA device\n");
         return 1;
     }
+    { /* the kernels called directly: the environment's model parameters applied here */
+        tern_model_params mp;
+        cli_model_params_from_env(&mp);
+        tc_mm_set_caps(g_tc, mp.cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
+                       mp.cuda_matmul ? tc_mm_family_of(mp.cuda_matmul) : TC_MM_NONE);
+        tc_set_pdl(g_tc, mp.cuda_pdl);
+    }
     if (ops_only) {
-        printf("tern bench kernels --device cuda --ops: %s\n", tc_device_name());
+        printf("tern bench kernels --device cuda --ops: %s\n", tc_device_name(g_tc));
         return bench_ops(reps < 5 ? 5 : reps * 2) ? 1 : 0;
     }
     if (gdn_only) {
-        printf("tern bench kernels --device cuda --gdn: %s\n", tc_device_name());
+        printf("tern bench kernels --device cuda --gdn: %s\n", tc_device_name(g_tc));
         return bench_gdn(reps) ? 1 : 0;
     }
-    double ceil_gbps = tc_read_ceiling_gbps((size_t)1 << 30, 5);
+    double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 5);
     if (!json)
         printf("tern bench kernels --device cuda: %s, read ceiling %.0f GB/s (same run), "
                "%d round(s) over > 256 MB of copies\n"
                "%-8s %-14s %6s %7s %5s %9s %8s %7s %9s\n",
-               tc_device_name(), ceil_gbps, reps, "layout", "site", "k", "n", "batch", "us/call",
+               tc_device_name(g_tc), ceil_gbps, reps, "layout", "site", "k", "n", "batch", "us/call",
                "GB/s", "ceil%", "max_err");
-    else printf("{\"device\":\"%s\",\"read_ceiling_gbps\":%.1f,\"results\":[", tc_device_name(), ceil_gbps);
+    else printf("{\"device\":\"%s\",\"read_ceiling_gbps\":%.1f,\"results\":[", tc_device_name(g_tc), ceil_gbps);
     const size_t batches[] = {1, 2, 3, 4, 6, 8};
     double worst = 0;
     int first = 1, failed = 0;
@@ -634,19 +642,17 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         if (copies < 2) copies = 2;
         uint8_t *h = malloc(fb);
         fill(h, n, k);
-        tc_mat *fm = calloc((size_t)copies, sizeof *fm), *rm = calloc((size_t)copies, sizeof *rm);
+        tc_mat *fm = calloc((size_t)copies, sizeof *fm);
         tc_mat *tm = calloc((size_t)copies, sizeof *tm);
         const bool want_f = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "file");
-        const bool want_r = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "rows");
         const bool want_t = !strcmp(lay_sel, "all") || !strcmp(lay_sel, "tiled");
         for (int c = 0; c < copies && !failed; c++) {
-            uint8_t *d = tc_malloc(fb);
-            if (!d || tc_upload(d, h, fb)) { failed = 1; break; }
+            uint8_t *d = tc_malloc(g_tc, fb);
+            if (!d || tc_upload(g_tc, d, h, fb)) { failed = 1; break; }
             fm[c] = (tc_mat){.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = (size_t)k / 128 * 34};
-            if (want_r && tc_repack(&fm[c], &rm[c])) failed = 1;
-            if (want_t && tc_repack_tiled(&fm[c], &tm[c])) failed = 1;
+            if (want_t && tc_repack_tiled(g_tc, &fm[c], &tm[c])) failed = 1;
             if (!want_f) { /* only the file copies the timing needs */
-                tc_free(d, fb);
+                tc_free(g_tc, d, fb);
                 fm[c].data = NULL;
             }
         }
@@ -657,35 +663,35 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         const size_t maxb = 8;
         float *x = malloc(maxb * (size_t)k * 4), *y = malloc(maxb * (size_t)n * 4);
         for (size_t i = 0; i < maxb * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
-        float *dx = tc_malloc(maxb * (size_t)k * 4), *dy = tc_malloc(maxb * (size_t)n * 4);
-        if (!failed && (!dx || !dy || tc_upload(dx, x, maxb * (size_t)k * 4))) failed = 1;
-        void *abuf = tc_malloc(tc_act_bytes(maxb, k));
+        float *dx = tc_malloc(g_tc, maxb * (size_t)k * 4), *dy = tc_malloc(g_tc, maxb * (size_t)n * 4);
+        if (!failed && (!dx || !dy || tc_upload(g_tc, dx, x, maxb * (size_t)k * 4))) failed = 1;
+        void *abuf = tc_malloc(g_tc, tc_act_bytes(maxb, k));
         if (!abuf) failed = 1;
-        /* lay 0 tiled (prequantised), 1 tiled+q, 2 file, 3 rows */
-        for (int lay = 0; lay < 4 && !failed; lay++) {
-            if ((lay < 2 && !want_t) || (lay == 2 && !want_f) || (lay == 3 && !want_r)) continue;
-            tc_mat *mm = lay < 2 ? tm : lay == 2 ? fm : rm;
+        /* lay 0 tiled (prequantised), 1 tiled+q, 2 file */
+        for (int lay = 0; lay < 3 && !failed; lay++) {
+            if ((lay < 2 && !want_t) || (lay == 2 && !want_f)) continue;
+            tc_mat *mm = lay < 2 ? tm : fm;
             for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
                 size_t B = batches[bi], ys = (size_t)n;
                 if (only_b && B != (size_t)only_b) continue;
                 tc_act act = tc_act_view(abuf, B, k);
-                if (lay == 0) tc_quantize(dx, (size_t)k, &act);
+                if (lay == 0) tc_quantize(g_tc, dx, (size_t)k, &act);
 #define CALL(c)                                                                    \
     do {                                                                           \
-        if (lay == 0) tc_matmul_multi_q(1, &mm[c], &act, NULL, 0, &dy, &ys);       \
-        else tc_matmul_multi(1, &mm[c], dx, B, (size_t)k, &dy, &ys);               \
+        if (lay == 0) tc_matmul_multi_q(g_tc, 1, &mm[c], &act, NULL, 0, &dy, &ys);       \
+        else tc_matmul_multi(g_tc, 1, &mm[c], dx, B, (size_t)k, &dy, &ys);               \
     } while (0)
                 for (int c = 0; c < copies; c++) CALL(c);
-                if (tc_sync()) { failed = 1; break; }
+                if (tc_sync(g_tc)) { failed = 1; break; }
                 double t0 = now_s();
                 for (int r = 0; r < reps; r++)
                     for (int c = 0; c < copies; c++) CALL(c);
 #undef CALL
-                if (tc_sync()) { failed = 1; break; }
+                if (tc_sync(g_tc)) { failed = 1; break; }
                 double dt = (now_s() - t0) / (reps * copies);
                 double gbps = fb / dt / 1e9;
                 /* sampled rows vs float64 */
-                tc_download(y, dy, B * (size_t)n * 4);
+                tc_download(g_tc, y, dy, B * (size_t)n * 4);
                 double md = 0, mr = 0;
                 for (size_t b = 0; b < B; b++)
                     for (int i = 0; i < 24; i++) {
@@ -697,7 +703,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                     }
                 double err = mr > 0 ? md / mr : md;
                 if (!(err <= worst)) worst = err;
-                const char *ln = lay == 0 ? "tiled" : lay == 1 ? "tiled+q" : lay == 2 ? "file" : "rows";
+                const char *ln = lay == 0 ? "tiled" : lay == 1 ? "tiled+q" : "file";
                 if (json)
                     printf("%s{\"layout\":\"%s\",\"site\":\"%s\",\"k\":%lld,\"n\":%lld,\"batch\":%zu,"
                            "\"us\":%.2f,\"gbps\":%.1f,\"ceiling_share\":%.3f,\"max_rel_err\":%.3g}",
@@ -711,15 +717,14 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
             }
         }
         for (int c = 0; c < copies; c++) {
-            if (fm[c].data) tc_free((void *)fm[c].data, fb);
-            if (rm[c].data) tc_free((void *)rm[c].data, tc_repacked_bytes(n, k));
-            if (tm[c].data) tc_free((void *)tm[c].data, tc_tiled_bytes(n, k));
+            if (fm[c].data) tc_free(g_tc, (void *)fm[c].data, fb);
+            if (tm[c].data) tc_free(g_tc, (void *)tm[c].data, tc_tiled_bytes(n, k));
         }
-        if (abuf) tc_free(abuf, tc_act_bytes(maxb, k));
+        if (abuf) tc_free(g_tc, abuf, tc_act_bytes(maxb, k));
         free(tm);
-        tc_free(dx, maxb * (size_t)k * 4);
-        tc_free(dy, maxb * (size_t)n * 4);
-        free(fm); free(rm); free(h); free(x); free(y);
+        tc_free(g_tc, dx, maxb * (size_t)k * 4);
+        tc_free(g_tc, dy, maxb * (size_t)n * 4);
+        free(fm); free(h); free(x); free(y);
     }
     if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
     if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;

@@ -31,9 +31,10 @@
  * ceiling_gbps, tg_gbps, roofline_ratio, peak_rss_bytes, session_bytes, ... (and with
  * --batch: batch, batch_tok_s, batch_seq_tok_s, batch_speedup)
  */
+#include "backends/backends.h"
 #include "cli/cli.h"
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 #endif
 #include "kernels/kernels.h"
 #include "lab.h" /* tern_device_read_ceiling_gbps */
@@ -150,8 +151,7 @@ int tern_bench_model(int argc, char **argv) {
     if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
 
     tern_model_params mp;
-    tern_model_params_default(&mp);
-    cli_env_model_params(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
@@ -248,40 +248,36 @@ int tern_bench_model(int argc, char **argv) {
     (void)profile;
     (void)pprof;
 #if defined(TERN_HAVE_CUDA)
-    if (info->device_bytes > 0) {
-        const char *g = getenv("TERN_CUDA_GRAPH");
-        char *saved = g ? strdup(g) : NULL;
-        setenv("TERN_CUDA_GRAPH", "0", 1);
+    if (info->device_bytes > 0 && tm_backend_cuda_ctx(m->be)) {
         tern_session *ps = NULL;
         const int steps = 8;
+        tc_ctx *tc = tm_backend_cuda_ctx(m->be); /* the model's device context */
         if ((st = tern_session_new(m, &sp, &ps))) goto lib_err;
-        if (profile) tc_profile_enable(1); /* the prefill of the prompt, op by op */
+        tm_backend_cuda_session_no_graph(ps); /* op by op (no step graph): launches counted, profiled */
+        if (profile) tc_profile_enable(tc, 1); /* the prefill of the prompt, op by op */
         st = tern_session_eval(ps, ids, (size_t)np, NULL);
         if (profile) {
-            if (!st) tc_profile_text(pprof, sizeof pprof);
-            tc_profile_enable(0);
+            if (!st) tc_profile_text(tc, pprof, sizeof pprof);
+            tc_profile_enable(tc, 0);
         }
         if (!st) {
             int32_t pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
-            if (profile) tc_profile_enable(1);
-            tc_launches_reset();
+            if (profile) tc_profile_enable(tc, 1);
+            tc_launches_reset(tc);
             for (int i = 0; i < steps && !st; i++) {
                 st = tern_session_eval(ps, &pt, 1, NULL);
                 pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
             }
-            launches = (double)tc_launches() / steps;
+            launches = (double)tc_launches(tc) / steps;
             if (profile) {
                 tc_profile_entry pe[TC_FAM_N];
-                const int ne = tc_profile_report(pe, TC_FAM_N);
+                const int ne = tc_profile_report(tc, pe, TC_FAM_N);
                 for (int i = 0; i < ne; i++) kernel_ms += pe[i].ms / steps;
-                tc_profile_text(prof, sizeof prof);
-                tc_profile_enable(0);
+                tc_profile_text(tc, prof, sizeof prof);
+                tc_profile_enable(tc, 0);
             }
         }
         tern_session_free(ps);
-        if (saved) setenv("TERN_CUDA_GRAPH", saved, 1);
-        else unsetenv("TERN_CUDA_GRAPH");
-        free(saved);
         if (st) goto lib_err;
     }
 #endif

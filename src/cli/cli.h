@@ -75,22 +75,30 @@ void cli_progress_init(cli_progress *p, const char *label, bool quiet);
 bool cli_progress_cb(uint64_t done, uint64_t total, void *user);
 void cli_progress_done(cli_progress *p);
 
-/* The environment variables the CLI maps onto library parameters (cli_env.c):
- * cli_env_apply (main, before any subcommand) applies the process-wide ones;
- * cli_env_model_params the model's (TERN_REPACK) onto params already defaulted
- * (tern_model_params_default), before the command's options. */
+/* The environment variables the CLI maps onto library parameters (cli_env.c; the
+ * library reads none): cli_env_apply (main, before any subcommand) applies the
+ * process-wide ones; cli_model_params_from_env = tern_model_params_default, then
+ * cli_env_model_params, which maps the model's (TERN_REPACK, TERN_CUDA_*) onto params
+ * already defaulted, before the command's options. */
 void cli_env_apply(void);
 void cli_env_model_params(tern_model_params *p);
+void cli_model_params_from_env(tern_model_params *p);
 #define CLI_ENV_HELP                                                                              \
     "environment (the CLI maps these onto library parameters; the library reads none):\n"       \
     "  TERN_MODEL=PATH     the model when -m is not given\n"                                    \
     "  TERN_ISA=LEVEL      kernels of a lower level: scalar, avx2, avx512, neon, i8mm\n"        \
     "  TERN_REPACK=0       keep ternary matrices in the file layout (as --no-repack)\n"         \
     "  TERN_SPIN_US=N      microseconds kernel threads spin before sleeping (default 100)\n"    \
-    "  TERN_NEON_FP32=1    NEON fp32 products instead of int8 (Arm A/B runs)\n"
+    "  TERN_NEON_FP32=1    NEON fp32 products instead of int8 (Arm A/B runs)\n"                 \
+    "  TERN_CUDA_GRAPH=0   CUDA: no step graphs (every step op by op; debug)\n"                 \
+    "  TERN_CUDA_PDL=0     CUDA: no programmatic dependent launch (debug)\n"                    \
+    "  TERN_CUDA_PROFILE=1 CUDA: per-op timing\n"                                               \
+    "  TERN_CUDA_TC=int8   CUDA: prefill GEMM with 8-bit activations (default exact)\n"         \
+    "  TERN_CUDA_GEMV=NAME CUDA: force a matmul family for A/B runs (tiled_multi, tiled, gemm,\n" \
+    "                      t128k, t128, generic_sk, generic; old = t128)\n"
 
 /* The line subcommands that load a model end their help with. */
-#define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US (see tern --help)\n"
+#define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US, TERN_CUDA_* (see tern --help)\n"
 
 /* The model used when -m is not given: $TERN_MODEL, else the embedded default
  * model installed next to the binary / in the source tree, else NULL. */

@@ -7,6 +7,10 @@
  *   TERN_SPIN_US=N                          tern_set_spin_us
  *   TERN_REPACK=0                           tern_model_params.repack = false (--no-repack)
  *   TERN_NEON_FP32=1                        the NEON fp32 products (lab knob, Arm A/B)
+ *   TERN_CUDA_GRAPH=0, TERN_CUDA_PDL=0      cuda_graphs / cuda_pdl = false (debug)
+ *   TERN_CUDA_PROFILE=1                     cuda_profile = true
+ *   TERN_CUDA_TC=int8                       cuda_prefill = TERN_CUDA_PREFILL_INT8
+ *   TERN_CUDA_GEMV=NAME                     cuda_matmul = NAME (A/B; "old" = t128)
  * TERN_MODEL (the default model) is read by cli_default_model.c.
  */
 #include "cli/cli.h"
@@ -35,4 +39,9 @@ void cli_env_apply(void) {
 void cli_env_model_params(tern_model_params *p) {
     const char *e = env("TERN_REPACK");
     if (e && !strcmp(e, "0")) p->repack = false;
+    if ((e = env("TERN_CUDA_GRAPH")) && !strcmp(e, "0")) p->cuda_graphs = false;
+    if ((e = env("TERN_CUDA_PDL")) && !strcmp(e, "0")) p->cuda_pdl = false;
+    if ((e = env("TERN_CUDA_PROFILE")) && strcmp(e, "0") != 0) p->cuda_profile = true;
+    if ((e = env("TERN_CUDA_TC")) && !strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
+    if ((e = env("TERN_CUDA_GEMV"))) p->cuda_matmul = !strcmp(e, "old") ? "t128" : e;
 }

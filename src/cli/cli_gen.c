@@ -174,8 +174,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     tern_status st = tern_tokenizer_load(path, &g->tok);
     if (st) return cli_lib_error(cmd, st);
     tern_model_params mp;
-    tern_model_params_default(&mp);
-    cli_env_model_params(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = o->threads;
     mp.device = o->device;
     mp.tp = o->tp;

@@ -1,5 +1,6 @@
 /*
- * cli_util.c - argument parsing, error printing and the progress bar.
+ * cli_util.c - argument parsing, error printing, the progress bar and the model
+ * parameters taken from the environment.
  */
 #include "cli/cli.h"
 
@@ -184,4 +185,9 @@ bool cli_progress_cb(uint64_t done, uint64_t total, void *user) {
 void cli_progress_done(cli_progress *p) {
     if (p->quiet) return;
     if (p->last_pct >= 0) fprintf(stderr, "\n");
+}
+
+void cli_model_params_from_env(tern_model_params *p) {
+    tern_model_params_default(p);
+    cli_env_model_params(p);
 }

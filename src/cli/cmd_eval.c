@@ -89,8 +89,7 @@ int tern_cmd_eval(int argc, char **argv) {
     }
 
     tern_model_params mp;
-    tern_model_params_default(&mp);
-    cli_env_model_params(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     if (repack >= 0) mp.repack = repack;
     mp.device = device;

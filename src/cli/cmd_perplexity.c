@@ -128,8 +128,7 @@ int tern_cmd_perplexity(int argc, char **argv) {
     if (st) { rc = cli_lib_error("perplexity", st); goto done; }
 
     tern_model_params mp;
-    tern_model_params_default(&mp);
-    cli_env_model_params(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
     st = tern_model_load(model_path, &mp, &model);

@@ -192,8 +192,7 @@ int tern_cmd_serve(int argc, char **argv) {
     tern_status st = tern_tokenizer_load(model, &tok);
     if (st) return cli_lib_error("serve", st);
     tern_model_params mp;
-    tern_model_params_default(&mp);
-    cli_env_model_params(&mp);
+    cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }

@@ -201,6 +201,10 @@ typedef struct tm_backend_params {
     int n_threads;         /* CPU: <= 0 = one per online core */
     int device_index;      /* CUDA: GPU ordinal */
     int tp;                /* 0, 1: one instance; else tensor parallel over tp (2..64) */
+    /* CUDA: tern_model_params' cuda_* fields, zero = the default */
+    int cuda_prefill;      /* TERN_CUDA_PREFILL_* */
+    bool cuda_graphs_off, cuda_pdl_off, cuda_profile;
+    const char *cuda_matmul; /* NULL: the chooser decides */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {

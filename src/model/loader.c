@@ -61,6 +61,8 @@ const float *tm_model_signs(const tern_model *m, int64_t k) {
 void tern_model_params_default(tern_model_params *p) {
     memset(p, 0, sizeof *p);
     p->repack = true;
+    p->cuda_graphs = true;
+    p->cuda_pdl = true;
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */
@@ -217,7 +219,9 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     m->progress_user = p->progress_user;
     struct stat sb;
     /* the back-end first: a missing device is said before a large file is read */
-    tm_backend_params bp = {.n_threads = p->n_threads, .tp = p->tp};
+    tm_backend_params bp = {.n_threads = p->n_threads, .tp = p->tp, .cuda_prefill = p->cuda_prefill,
+                            .cuda_graphs_off = !p->cuda_graphs, .cuda_pdl_off = !p->cuda_pdl,
+                            .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul};
     tern_status st = tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);

@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 static tm_backend *G; /* CUDA (NULL: none) */
@@ -754,7 +755,7 @@ TEST(random_fill_qwen3) {
     fill_vs_cpu("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_Q8_0, 0.1);
 }
 
-/* Decode steps replayed from a step graph (TERN_CUDA_GRAPH=1) give the same logits
+/* Decode steps replayed from a step graph (cuda_graphs, the default) give the same logits
  * as op-by-op steps, across a session reset and past the recorded position. */
 static void graph_vs_plain(const char *fixture, const char *file) {
     char rel[256];
@@ -763,17 +764,24 @@ static void graph_vs_plain(const char *fixture, const char *file) {
     FILE *probe = p ? fopen(p, "rb") : NULL;
     if (!probe) SKIP("fixture %s missing", rel);
     fclose(probe);
-    tern_model_params mp;
-    tern_model_params_default(&mp);
-    mp.device = "cuda";
-    tern_model *m = NULL;
-    CHECK_MSG(tern_model_load(p, &mp, &m) == TERN_OK, "%s", tern_last_error());
-    if (!m) return;
-    int V = tern_model_get_info(m)->n_vocab;
+    /* the same file twice: model 0 op by op (cuda_graphs false), model 1 with graphs */
+    tern_model *m[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = "cuda";
+        mp.cuda_graphs = i == 1;
+        CHECK_MSG(tern_model_load(p, &mp, &m[i]) == TERN_OK, "%s", tern_last_error());
+    }
+    if (!m[0] || !m[1]) {
+        tern_model_free(m[0]);
+        tern_model_free(m[1]);
+        return;
+    }
+    int V = tern_model_get_info(m[0])->n_vocab;
     tern_session *s[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
-        setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
-        CHECK(tern_session_new(m, NULL, &s[i]) == TERN_OK);
+        CHECK(tern_session_new(m[i], NULL, &s[i]) == TERN_OK);
         int32_t prompt[3] = {1, 7, 11};
         CHECK(tern_session_eval(s[i], prompt, 3, NULL) == TERN_OK);
     }
@@ -782,20 +790,18 @@ static void graph_vs_plain(const char *fixture, const char *file) {
     for (int step = 0; step < 12; step++) {
         if (step == 6)
             for (int i = 0; i < 2; i++) tern_session_reset(s[i]);
-        for (int i = 0; i < 2; i++) {
-            setenv("TERN_CUDA_GRAPH", i ? "1" : "0", 1);
+        for (int i = 0; i < 2; i++)
             CHECK_MSG(tern_session_eval(s[i], &tok, 1, NULL) == TERN_OK, "%s", tern_last_error());
-        }
         memcpy(l0, tern_session_logits(s[0]), (size_t)V * 4);
         double d = rel_diff(tern_session_logits(s[1]), l0, (size_t)V);
         CHECK_MSG(d < 1e-6, "%s step %d: graph vs plain %g", file, step, d);
         tok = (int32_t)check_argmax(l0, V);
     }
-    unsetenv("TERN_CUDA_GRAPH");
     free(l0);
     tern_session_free(s[0]);
     tern_session_free(s[1]);
-    tern_model_free(m);
+    tern_model_free(m[0]);
+    tern_model_free(m[1]);
 }
 
 TEST(graph_steps_qwen35) { NEED_GPU(); graph_vs_plain("qwen35-tiny", "model-pq2_0.gguf"); }
@@ -862,6 +868,82 @@ done:
 TEST(snapshot_copy_qwen35) { NEED_GPU(); snapshot_copy_on("qwen35-tiny", "model-pq2_0.gguf"); }
 TEST(snapshot_copy_qwen3) { NEED_GPU(); snapshot_copy_on("qwen3-tiny", "model-q2_0.gguf"); }
 
+/* Two models, each with its own CUDA context, driven from two threads at once on one
+ * GPU: every step's logits equal those of the same model run alone (issue 21: no
+ * process-global CUDA state). Model 0 decodes op by op, model 1 with step graphs, so
+ * both paths overlap; each thread compares against its own single-threaded run. */
+typedef struct two_run {
+    const char *path;
+    bool graphs;
+    int steps;
+    float *logits; /* [steps][V] */
+    int V;
+    tern_status st;
+} two_run;
+
+static void *two_run_fn(void *arg) {
+    two_run *r = arg;
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.device = "cuda";
+    mp.cuda_graphs = r->graphs;
+    tern_model *m = NULL;
+    tern_session *s = NULL;
+    if ((r->st = tern_model_load(r->path, &mp, &m))) return NULL;
+    r->V = tern_model_get_info(m)->n_vocab;
+    if (!r->logits) r->logits = malloc((size_t)r->steps * r->V * sizeof(float));
+    if ((r->st = tern_session_new(m, NULL, &s))) goto done;
+    int32_t prompt[5] = {1, 7, 11, 3, 9}, tok = 5;
+    if ((r->st = tern_session_eval(s, prompt, 5, NULL))) goto done;
+    for (int i = 0; i < r->steps; i++) {
+        if ((r->st = tern_session_eval(s, &tok, 1, NULL))) goto done;
+        const float *l = tern_session_logits(s);
+        memcpy(r->logits + (size_t)i * r->V, l, (size_t)r->V * sizeof(float));
+        tok = (int32_t)((tok * 31 + i) % 97); /* a fixed token sequence, not the argmax */
+    }
+done:
+    tern_session_free(s);
+    tern_model_free(m);
+    return NULL;
+}
+
+static void two_models_two_threads(const char *fixture, const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *p = fixture_path(rel);
+    FILE *probe = p ? fopen(p, "rb") : NULL;
+    if (!probe) SKIP("fixture %s missing", rel);
+    fclose(probe);
+    enum { STEPS = 24 };
+    two_run alone[2] = {{.path = p, .graphs = false, .steps = STEPS}, {.path = p, .graphs = true, .steps = STEPS}};
+    two_run both[2] = {{.path = p, .graphs = false, .steps = STEPS}, {.path = p, .graphs = true, .steps = STEPS}};
+    for (int i = 0; i < 2; i++) {
+        two_run_fn(&alone[i]);
+        CHECK_MSG(alone[i].st == TERN_OK, "%s alone %d: %s", rel, i, tern_last_error());
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, two_run_fn, &both[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(both[i].st == TERN_OK, "%s thread %d failed", rel, i);
+        if (alone[i].st || both[i].st || !alone[i].logits || !both[i].logits) continue;
+        for (int k = 0; k < STEPS; k++) {
+            const size_t o = (size_t)k * alone[i].V;
+            /* the same kernels in the same order on the same inputs (as graph_vs_plain's
+             * bound: a race or a shared buffer would be far outside it) */
+            const double d = rel_diff(both[i].logits + o, alone[i].logits + o, (size_t)alone[i].V);
+            CHECK_MSG(d < 1e-6, "%s model %d step %d: beside the other model %g", rel, i, k, d);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        free(alone[i].logits);
+        free(both[i].logits);
+    }
+}
+
+TEST(two_models_two_threads_qwen35) { NEED_GPU(); two_models_two_threads("qwen35-tiny", "model-pq2_0.gguf"); }
+TEST(two_models_two_threads_qwen3) { NEED_GPU(); two_models_two_threads("qwen3-tiny", "model-q2_0.gguf"); }
+
 TEST(device_selection_errors) {
     tern_model_params mp;
     tern_model_params_default(&mp);
@@ -874,6 +956,10 @@ TEST(device_selection_errors) {
         CHECK(strstr(tern_last_error(), "CUDA") != NULL);
         CHECK(tern_device_read_ceiling_gbps("cuda", 1 << 20, 1) == 0);
     } else {
+        /* an index past the devices found: a clear error naming them */
+        mp.device = "cuda:64";
+        CHECK_EQ_INT(tern_model_load("/nonexistent.gguf", &mp, &m), TERN_ERR_INVALID_ARG);
+        CHECK(strstr(tern_last_error(), "cuda:0") != NULL);
         double gbps = tern_device_read_ceiling_gbps("cuda", (size_t)1 << 30, 3);
         fprintf(stderr, "  device read ceiling %.0f GB/s\n", gbps);
         CHECK(gbps > 100);
@@ -915,6 +1001,8 @@ int main(void) {
     RUN(q8_cache_qwen35_token_by_token);
     RUN(q8_cache_qwen3);
     RUN(q8_cache_qwen3_token_by_token);
+    RUN(two_models_two_threads_qwen35);
+    RUN(two_models_two_threads_qwen3);
     RUN(graph_steps_qwen35);
     RUN(graph_steps_qwen3);
     RUN(snapshot_copy_qwen35);

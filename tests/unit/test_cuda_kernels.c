@@ -1,9 +1,8 @@
 /*
- * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h,
+ * test_cuda_kernels.c - the CUDA kernel layer called directly (src/kernels/cuda/cuda.h and lab.h,
  * no back-end table): the tiled decode layout (tc_repack_tiled) and its tensor-core
- * GEMV vs float64, the repacked ternary layout (tc_repack) and its GEMV vs
- * float64 of the dequantized matrix on awkward sizes and batches, repacked ==
- * file-layout products, embed of repacked rows, the launch counter and the
+ * GEMV vs float64 of the dequantized matrix on awkward sizes and batches, the
+ * file-layout GEMV, embed of tiled rows, the launch counter and the
  * per-family profile, split-K decode attention, the fused GDN decode step for n sessions vs float64,
  * the GDN prefill (tc_gdn: the scan and the older walk) vs float64 and each other. Oracles come from the random trits and scales the test
  * draws (kern_check.h), never from the kernels.
@@ -18,15 +17,16 @@
 #include <string.h>
 
 #if defined(TERN_HAVE_CUDA)
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
 
 static int g_gpu;
+static tc_ctx *g_tc; /* the context on device 0 every launcher call takes */
 #define NEED_GPU() do { if (!g_gpu) SKIP("no CUDA device"); } while (0)
 
 static void *dup_dev(const void *h, size_t n) {
-    void *d = tc_malloc(n);
+    void *d = tc_malloc(g_tc, n);
     CHECK(d != NULL);
-    if (d) CHECK(tc_upload(d, h, n) == 0);
+    if (d) CHECK(tc_upload(g_tc, d, h, n) == 0);
     return d;
 }
 
@@ -34,8 +34,8 @@ static void *dup_dev(const void *h, size_t n) {
 static tc_mat up_mat(const tmat *t, size_t off, uint8_t **base, size_t *bytes) {
     size_t n = t->q.row_bytes * (size_t)t->q.n;
     *bytes = n + off;
-    *base = tc_malloc(*bytes);
-    CHECK(*base && tc_upload(*base + off, t->buf, n) == 0);
+    *base = tc_malloc(g_tc, *bytes);
+    CHECK(*base && tc_upload(g_tc, *base + off, t->buf, n) == 0);
     tc_mat m = {.kind = TC_TERN128, .data = *base + off, .n = t->q.n, .k = t->q.k,
                 .row_bytes = t->q.row_bytes};
     return m;
@@ -58,13 +58,13 @@ TEST(file_gemv_vs_f64) {
             size_t ys = (size_t)n + 3;
             float *x = rand_x(B * (size_t)k, 1.0f);
             if (B == 4) x[k / 3] = 500.0f;
-            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
+            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(g_tc, B * ys * 4);
             float *y = malloc(B * ys * 4);
             for (size_t i = 0; i < B * ys; i++) y[i] = 0.0f;
-            CHECK(tc_upload(dy, y, B * ys * 4) == 0);
-            tc_matmul_multi(1, &m, dx, B, (size_t)k, &dy, &ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK(tc_download(y, dy, B * ys * 4) == 0);
+            CHECK(tc_upload(g_tc, dy, y, B * ys * 4) == 0);
+            tc_matmul_multi(g_tc, 1, &m, dx, B, (size_t)k, &dy, &ys);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK(tc_download(g_tc, y, dy, B * ys * 4) == 0);
             /* the quantiser's own error bound per output; max|err|/max|ref| < 1e-3 only
              * with >= 16 rows (n 1 with the outlier: one cancelling output, ill-posed) */
             double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
@@ -75,87 +75,12 @@ TEST(file_gemv_vs_f64) {
             for (size_t b = 0; b < B; b++)
                 for (size_t p = (size_t)n; p < ys; p++) CHECK(y[b * ys + p] == 0.0f);
             free(x); free(y);
-            tc_free(dx, B * (size_t)k * 4);
-            tc_free(dy, B * ys * 4);
+            tc_free(g_tc, dx, B * (size_t)k * 4);
+            tc_free(g_tc, dy, B * ys * 4);
         }
-        tc_free(base, wb);
+        tc_free(g_tc, base, wb);
         free_mat(&t);
     }
-}
-
-TEST(repack_gemv_vs_f64) {
-    NEED_GPU();
-    /* (n, k): row counts not multiple of any tile, k from one block up */
-    const int64_t shapes[][2] = {{1, 128}, {37, 384}, {130, 1152}, {257, 5120}, {33, 17408},
-                                 {40000, 256}};
-    const size_t batches[] = {1, 2, 3, 5, 8, 9, 17};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int64_t n = shapes[s][0], k = shapes[s][1];
-        tmat t = make_mat(TERN_DT_PQ2_0, n, k, s & 1 ? 6 : 0); /* padded rows too */
-        uint8_t *base;
-        size_t wb;
-        tc_mat src = up_mat(&t, s & 1 ? 2 : 0, &base, &wb), rp;
-        CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-        CHECK(rp.kind == TC_TERN128R && rp.n == n && rp.k == k && rp.row_bytes == (size_t)k / 4);
-        tc_free(base, wb); /* the repacked copy stands alone */
-        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
-            size_t B = batches[bi];
-            if ((size_t)n * k * B > (size_t)40000 * 256 * 3 && B > 3) continue; /* oracle time */
-            size_t ys = (size_t)n + 5;
-            float *x = rand_x(B * (size_t)k, 1.0f);
-            if (bi == 3) x[k / 3] = 500.0f; /* an outlier stays local to its block */
-            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
-            float *y = malloc(B * ys * 4);
-            tc_matmul_multi(1, &rp, dx, B, (size_t)k, &dy, &ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK(tc_download(y, dy, B * ys * 4) == 0);
-            double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
-            double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
-            CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
-                      "repacked n %lld k %lld batch %zu: rel err %g, err / bound %g", (long long)n,
-                      (long long)k, B, e, eq);
-            for (size_t b = 0; b < B; b++) CHECK(y[b * ys + (size_t)n] == 0.0f); /* padding */
-            free(x); free(y);
-            tc_free(dx, B * (size_t)k * 4);
-            tc_free(dy, B * ys * 4);
-        }
-        tc_free((void *)rp.data, tc_repacked_bytes(n, k));
-        free_mat(&t);
-    }
-}
-
-/* Repacked and file-layout products of the same matrix in one multi call (one
- * activation quantisation) agree to float rounding of the per-block order. */
-TEST(repack_multi_vs_file_layout) {
-    NEED_GPU();
-    tmat t = make_mat(TERN_DT_PQ2_0, 300, 1024, 0);
-    uint8_t *base;
-    size_t wb;
-    tc_mat src = up_mat(&t, 0, &base, &wb), rp;
-    CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-    for (size_t B = 1; B <= 4; B += 3) {
-        float *x = rand_x(B * 1024, 1.0f), *dx = dup_dev(x, B * 1024 * 4);
-        size_t ys[2] = {300, 301};
-        float *dy[2] = {tc_malloc(B * 301 * 4), tc_malloc(B * 301 * 4)};
-        tc_mat both[2] = {src, rp};
-        tc_matmul_multi(2, both, dx, B, 1024, dy, ys);
-        CHECK_EQ_INT(tc_sync(), 0);
-        float *a = malloc(B * 301 * 4), *b = malloc(B * 301 * 4);
-        CHECK(tc_download(a, dy[0], B * 301 * 4) == 0 && tc_download(b, dy[1], B * 301 * 4) == 0);
-        double md = 0, mr = 0;
-        for (size_t r = 0; r < B; r++)
-            for (int i = 0; i < 300; i++) {
-                double d = fabs((double)a[r * 300 + i] - b[r * 301 + i]);
-                if (!(d <= md)) md = isnan(d) ? INFINITY : d;
-                if (fabs(a[r * 300 + i]) > mr) mr = fabs(a[r * 300 + i]);
-            }
-        CHECK_MSG(md <= 1e-5 * mr, "batch %zu: file vs repacked %g of %g", B, md, mr);
-        free(x); free(a); free(b);
-        tc_free(dx, B * 1024 * 4); tc_free(dy[0], B * 301 * 4); tc_free(dy[1], B * 301 * 4);
-    }
-    tc_free(base, wb);
-    tc_free((void *)rp.data, tc_repacked_bytes(300, 1024));
-    free_mat(&t);
 }
 
 /* One call of the tiled GEMV: path 0 through tc_matmul_multi (its own quantisation),
@@ -163,15 +88,15 @@ TEST(repack_multi_vs_file_layout) {
 static void tiled_call(int path, const tc_mat *tm, const float *dx, size_t B, int64_t k, float **dy,
                        const size_t *ys) {
     if (path == 0) {
-        tc_matmul_multi(1, tm, dx, B, (size_t)k, dy, ys);
+        tc_matmul_multi(g_tc, 1, tm, dx, B, (size_t)k, dy, ys);
         return;
     }
-    void *ab = tc_malloc(tc_act_bytes(B, k));
+    void *ab = tc_malloc(g_tc, tc_act_bytes(B, k));
     tc_act act = tc_act_view(ab, B, k);
-    tc_quantize(dx, (size_t)k, &act);
-    tc_matmul_multi_q(1, tm, &act, NULL, 0, dy, ys);
-    CHECK_EQ_INT(tc_sync(), 0);
-    tc_free(ab, tc_act_bytes(B, k));
+    tc_quantize(g_tc, dx, (size_t)k, &act);
+    tc_matmul_multi_q(g_tc, 1, tm, &act, NULL, 0, dy, ys);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    tc_free(g_tc, ab, tc_act_bytes(B, k));
 }
 
 /* The decode GEMV on the tiled layout (tc_repack_tiled, the default at load) vs
@@ -191,7 +116,7 @@ TEST(tiled_gemv_vs_f64) {
         uint8_t *base;
         size_t wb;
         tc_mat src = up_mat(&t, s & 1 ? 2 : 0, &base, &wb), tm;
-        CHECK_EQ_INT(tc_repack_tiled(&src, &tm), 0);
+        CHECK_EQ_INT(tc_repack_tiled(g_tc, &src, &tm), 0);
         CHECK(tm.kind == TC_TERN128T && tm.n == n && tm.k == k);
         CHECK(tc_tiled_bytes(n, k) == (size_t)((n + 15) / 16) * (size_t)((k / 128 + 1) / 2) * 1088);
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
@@ -200,38 +125,16 @@ TEST(tiled_gemv_vs_f64) {
             size_t ys = (size_t)n + 3;
             float *x = rand_x(B * (size_t)k, 1.0f);
             if (B == 5) x[k / 3] = 500.0f; /* an outlier stays local to its block */
-            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(B * ys * 4);
+            float *dx = dup_dev(x, B * (size_t)k * 4), *dy = tc_malloc(g_tc, B * ys * 4);
             float *y = malloc(B * ys * 4), *yf = malloc(B * ys * 4);
             for (size_t i = 0; i < B * ys; i++) y[i] = 0.0f;
-            CHECK(tc_upload(dy, y, B * ys * 4) == 0);
+            CHECK(tc_upload(g_tc, dy, y, B * ys * 4) == 0);
             for (int path = 0; path < 3; path++) {
                 if (path < 2) tiled_call(path, &tm, dx, B, k, &dy, &ys);
-                else tc_matmul_multi(1, &src, dx, B, (size_t)k, &dy, &ys); /* file layout */
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK(tc_download(path == 2 ? yf : y, dy, B * ys * 4) == 0);
+                else tc_matmul_multi(g_tc, 1, &src, dx, B, (size_t)k, &dy, &ys); /* file layout */
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                CHECK(tc_download(g_tc, path == 2 ? yf : y, dy, B * ys * 4) == 0);
                 if (path == 2) break;
-                static const int loops[] = {2, 4};
-                for (int vi = 0; vi < 2 && path < 2; vi++) {
-                    const int v = loops[vi];
-                    /* at the fixed launch shape, each loop against the earlier staged one
-                     * (variant 1): the same bits */
-                    float *y1 = malloc(B * ys * 4), *y0 = malloc(B * ys * 4);
-                    const int was = tc_gemv_tiled_config(v, 1);
-                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(y0, dy, B * ys * 4) == 0);
-                    tc_gemv_tiled_config(1, 1);
-                    tiled_call(path, &tm, dx, B, k, &dy, &ys);
-                    tc_gemv_tiled_config(was, 0);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(y1, dy, B * ys * 4) == 0);
-                    size_t nd = 0;
-                    for (size_t i = 0; i < B * ys; i++) nd += memcmp(&y0[i], &y1[i], 4) != 0;
-                    CHECK_MSG(nd == 0, "tiled loop %d vs 1 n %lld k %lld batch %zu path %d: %zu differ",
-                              v, (long long)n, (long long)k, B, path, nd);
-                    free(y1);
-                    free(y0);
-                }
                 double e = rel_err_vs_f64(&t, x, B, (size_t)k, y, ys);
                 double eq = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys); /* as file_gemv_vs_f64 */
                 CHECK_MSG(eq < 1.0 && (n < 16 || e < 1e-3),
@@ -250,11 +153,11 @@ TEST(tiled_gemv_vs_f64) {
             CHECK_MSG(md <= 1e-5 * mr + 1e-30, "tiled vs file n %lld k %lld batch %zu: %g of %g",
                       (long long)n, (long long)k, B, md, mr);
             free(x); free(y); free(yf);
-            tc_free(dx, B * (size_t)k * 4);
-            tc_free(dy, B * ys * 4);
+            tc_free(g_tc, dx, B * (size_t)k * 4);
+            tc_free(g_tc, dy, B * ys * 4);
         }
-        tc_free(base, wb);
-        tc_free((void *)tm.data, tc_tiled_bytes(n, k));
+        tc_free(g_tc, base, wb);
+        tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(n, k));
         free_mat(&t);
     }
 }
@@ -276,14 +179,14 @@ static void tiled_set_make(tiled_set *S, const int64_t *ns, int64_t k, int seed)
     for (int i = 0; i < 4 && ns[i]; i++, S->nm++) {
         S->t[i] = make_mat(TERN_DT_PQ2_0, ns[i], k, seed + i);
         S->src[i] = up_mat(&S->t[i], 0, &S->base[i], &S->wb[i]);
-        CHECK_EQ_INT(tc_repack_tiled(&S->src[i], &S->tm[i]), 0);
+        CHECK_EQ_INT(tc_repack_tiled(g_tc, &S->src[i], &S->tm[i]), 0);
         S->tw[i] = &S->tm[i];
     }
 }
 static void tiled_set_free(tiled_set *S) {
     for (int i = 0; i < S->nm; i++) {
-        tc_free(S->base[i], S->wb[i]);
-        tc_free((void *)S->tm[i].data, tc_tiled_bytes(S->t[i].q.n, S->k));
+        tc_free(g_tc, S->base[i], S->wb[i]);
+        tc_free(g_tc, (void *)S->tm[i].data, tc_tiled_bytes(S->t[i].q.n, S->k));
         free_mat(&S->t[i]);
     }
 }
@@ -297,15 +200,15 @@ typedef struct {
 static void tiled_outs_new(const tiled_set *S, size_t B, size_t pad, tiled_outs *o) {
     for (int i = 0; i < S->nm; i++) {
         o->ys[i] = (size_t)S->t[i].q.n + pad;
-        o->dy[i] = tc_malloc(B * o->ys[i] * 4);
+        o->dy[i] = tc_malloc(g_tc, B * o->ys[i] * 4);
         o->y[i] = calloc(B * o->ys[i], 4);
         o->y2[i] = malloc(B * o->ys[i] * 4);
-        CHECK(tc_upload(o->dy[i], o->y[i], B * o->ys[i] * 4) == 0);
+        CHECK(tc_upload(g_tc, o->dy[i], o->y[i], B * o->ys[i] * 4) == 0);
     }
 }
 static void tiled_outs_free(const tiled_set *S, size_t B, tiled_outs *o) {
     for (int i = 0; i < S->nm; i++) {
-        tc_free(o->dy[i], B * o->ys[i] * 4);
+        tc_free(g_tc, o->dy[i], B * o->ys[i] * 4);
         free(o->y[i]);
         free(o->y2[i]);
     }
@@ -317,9 +220,9 @@ static void tiled_outs_free(const tiled_set *S, size_t B, tiled_outs *o) {
  * (n 1: max|y| 2.6e-4, the terms are O(1)). */
 static void same_as_tiled(const tc_mat *tm, const tc_act *act, float *dy, const float *y, float *scratch,
                           size_t B, size_t ys, int64_t n, const char *label) {
-    tc_gemv_tiled(tm, act, dy, ys);
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK(tc_download(scratch, dy, B * ys * 4) == 0);
+    tc_gemv_tiled(g_tc, tm, act, dy, ys);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK(tc_download(g_tc, scratch, dy, B * ys * 4) == 0);
     double md = 0, mr = 0;
     for (size_t b = 0; b < B; b++)
         for (int64_t r = 0; r < n; r++) {
@@ -352,20 +255,20 @@ TEST(tiled_gemv_multi) {
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             const size_t B = batches[bi];
             float *x = rand_x(B * (size_t)k, 1.0f), *dx = dup_dev(x, B * (size_t)k * 4);
-            void *ab = tc_malloc(tc_act_bytes(B, k));
+            void *ab = tc_malloc(g_tc, tc_act_bytes(B, k));
             tc_act act = tc_act_view(ab, B, k);
-            tc_quantize(dx, (size_t)k, &act);
+            tc_quantize(g_tc, dx, (size_t)k, &act);
             tiled_outs O;
             tiled_outs_new(&S, B, 2, &O);
             float **dy = O.dy, **y = O.y, **y2 = O.y2;
             const size_t *ys = O.ys;
-            tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
-            tc_gemv_tiled_multi(nm, tw, &act, dy, ys); /* again: bitwise the same */
-            CHECK_EQ_INT(tc_sync(), 0);
+            tc_gemv_tiled_multi(g_tc, nm, tw, &act, dy, ys);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            for (int i = 0; i < nm; i++) CHECK(tc_download(g_tc, y[i], dy[i], B * ys[i] * 4) == 0);
+            tc_gemv_tiled_multi(g_tc, nm, tw, &act, dy, ys); /* again: bitwise the same */
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
             for (int i = 0; i < nm; i++) {
-                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
+                CHECK(tc_download(g_tc, y2[i], dy[i], B * ys[i] * 4) == 0);
                 CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi set %zu B %zu mat %d: run to run", si, B, i);
                 for (size_t b = 0; b < B; b++)
                     for (size_t p = (size_t)t[i].q.n; p < ys[i]; p++) CHECK(y[i][b * ys[i] + p] == 0.0f);
@@ -379,21 +282,9 @@ TEST(tiled_gemv_multi) {
                 snprintf(label, sizeof label, "multi set %zu mat %d B %zu", si, i, B);
                 same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
             }
-            /* variant 1 has no one-grid build: one launch per matrix, the same bits */
-            const int was = tc_gemv_tiled_config(1, -1);
-            tc_gemv_tiled_multi(nm, tw, &act, dy, ys);
-            CHECK_EQ_INT(tc_sync(), 0);
-            for (int i = 0; i < nm; i++) {
-                CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
-                tc_gemv_tiled(&tm[i], &act, dy[i], ys[i]);
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "multi (variant 1) set %zu B %zu mat %d", si, B, i);
-            }
-            tc_gemv_tiled_config(was, -1);
             tiled_outs_free(&S, B, &O);
-            tc_free(ab, tc_act_bytes(B, k));
-            tc_free(dx, B * (size_t)k * 4);
+            tc_free(g_tc, ab, tc_act_bytes(B, k));
+            tc_free(g_tc, dx, B * (size_t)k * 4);
             free(x);
         }
         tiled_set_free(&S);
@@ -403,155 +294,44 @@ TEST(tiled_gemv_multi) {
     tc_act a1 = {.k = 128, .batch = 1};
     float *yy[5] = {0};
     size_t yys[5] = {0};
-    tc_gemv_tiled_multi(5, (const tc_mat *const[]){&bad, &bad, &bad, &bad, &bad}, &a1, yy, yys);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_gemv_tiled_multi(1, (const tc_mat *const[]){&bad}, &a1, yy, yys);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_gemv_tiled_multi(1, (const tc_mat *const[]){&badk}, &a1, yy, yys);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-}
-
-/* The stream-K GEMVs (k_gemv_skr, k_gemv_sk) with several matrices per launch, in
- * several shapes of their pipelines: vs float64, == the per-matrix tiled kernel to float order, run-to-run
- * bitwise equal, and batch-invariant (a batch row's outputs do not depend on the other
- * rows: bitwise within NB4 (1..4) and within NB8 (5..8)). Shapes make strips split over
- * many warps (n 16, k 17408: one strip, 68 tiles), matrices meeting inside one warp's
- * range, and odd group counts. */
-TEST(sk_gemv_multi) {
-    NEED_GPU();
-    const int cfg[][4] = {{0, 4, 0, 0}, {0, 2, 1, 0}, {1, 8, 4, 2}, {1, 16, 2, 2}, {1, 8, 1, 1}};
-    const int64_t sets[][4] = {{16, 0, 0, 0}, {33, 1, 250, 0}, {257, 17, 1000, 40}, {4000, 64, 0, 0}};
-    const int64_t ks[] = {17408, 1152, 5120, 640};
-    for (size_t si = 0; si < 4; si++) {
-        const int64_t k = ks[si];
-        tiled_set S;
-        tiled_set_make(&S, sets[si], k, (int)si);
-        const int nm = S.nm;
-        tmat *t = S.t;
-        tc_mat *tm = S.tm;
-        const tc_mat *const *tw = S.tw;
-        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            CHECK_EQ_INT(tc_gemv_sk_config(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3]), 0);
-            float *single[4][2] = {{0}}; /* the outputs at batch 1 (NB4) and 5 (NB8) */
-            float *x = rand_x(8 * (size_t)k, 1.0f); /* the same 8 rows at every batch size */
-            float *dx = dup_dev(x, 8 * (size_t)k * 4);
-            for (size_t B = 1; B <= 8; B++) {
-                void *ab = tc_malloc(tc_act_bytes(B, k));
-                tc_act act = tc_act_view(ab, B, k);
-                tc_quantize(dx, (size_t)k, &act);
-                tiled_outs O;
-                tiled_outs_new(&S, B, 1, &O);
-                float **dy = O.dy, **y = O.y, **y2 = O.y2;
-                const size_t *ys = O.ys;
-                CHECK_EQ_INT(tc_gemv_sk_ok(nm, tw, &act), 1);
-                tc_gemv_sk(nm, tw, &act, dy, ys);
-                CHECK_EQ_INT(tc_sync(), 0);
-                for (int i = 0; i < nm; i++) CHECK(tc_download(y[i], dy[i], B * ys[i] * 4) == 0);
-                tc_gemv_sk(nm, tw, &act, dy, ys); /* again: bitwise the same */
-                CHECK_EQ_INT(tc_sync(), 0);
-                for (int i = 0; i < nm; i++) {
-                    CHECK(tc_download(y2[i], dy[i], B * ys[i] * 4) == 0);
-                    CHECK_MSG(memcmp(y[i], y2[i], B * ys[i] * 4) == 0, "cfg %zu set %zu B %zu: run to run", c, si, B);
-                    const bool f64 = B == 1 || B == 3 || B == 5 || B == 8; /* oracle time */
-                    double e = f64 ? rel_err_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
-                    double eq = f64 ? qerr_ratio_vs_f64(&t[i], x, B, (size_t)k, y[i], ys[i]) : 0;
-                    CHECK_MSG(eq < 1.0 && (t[i].q.n < 16 || e < 1e-3),
-                              "sk cfg %zu set %zu mat %d (n %lld k %lld) batch %zu: rel err %g, err/bound %g", c, si, i,
-                              (long long)t[i].q.n, (long long)k, B, e, eq);
-                    /* the per-matrix tiled kernel: same integers */
-                    char label[96];
-                    snprintf(label, sizeof label, "sk cfg %zu set %zu mat %d B %zu", c, si, i, B);
-                    same_as_tiled(&tm[i], &act, dy[i], y[i], y2[i], B, ys[i], t[i].q.n, label);
-                    /* batch invariance: row b of this call == row b of the call with B' in the same group */
-                    const size_t b_ref = B <= 4 ? 1 : 5; /* the first batch size of the group */
-                    if (B == b_ref) {
-                        single[i][B <= 4 ? 0 : 1] = malloc(B * ys[i] * 4);
-                        memcpy(single[i][B <= 4 ? 0 : 1], y[i], B * ys[i] * 4);
-                    } else {
-                        const float *r0 = single[i][B <= 4 ? 0 : 1];
-                        for (size_t b = 0; r0 && b < b_ref; b++)
-                            CHECK_MSG(memcmp(r0 + b * ys[i], y[i] + b * ys[i], (size_t)t[i].q.n * 4) == 0,
-                                      "cfg %zu set %zu mat %d: batch %zu row %zu differs from batch %zu", c, si, i, B, b, b_ref);
-                    }
-                }
-                tiled_outs_free(&S, B, &O);
-                tc_free(ab, tc_act_bytes(B, k));
-            }
-            tc_free(dx, 8 * (size_t)k * 4);
-            free(x);
-            for (int i = 0; i < nm; i++) {
-                free(single[i][0]);
-                free(single[i][1]);
-            }
-        }
-        tiled_set_free(&S);
-    }
-    CHECK_EQ_INT(tc_gemv_sk_config(-1, 0, 0, 0), 0);
-    CHECK(!tc_gemv_sk_ok(1, (const tc_mat *const[]){&(tc_mat){.kind = TC_TERN128T, .n = 16, .k = 128}},
-                         &(tc_act){.k = 128, .batch = 1}));
+    tc_gemv_tiled_multi(g_tc, 5, (const tc_mat *const[]){&bad, &bad, &bad, &bad, &bad}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+    tc_gemv_tiled_multi(g_tc, 1, (const tc_mat *const[]){&bad}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+    tc_gemv_tiled_multi(g_tc, 1, (const tc_mat *const[]){&badk}, &a1, yy, yys);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
 }
 
 /* Tiled refusals; embed of tiled rows == the float64 rows. */
 TEST(tiled_refusals_and_embed) {
     NEED_GPU();
     tc_mat bad = {.kind = TC_TERN64, .n = 4, .k = 128}, out;
-    CHECK_EQ_INT(tc_repack_tiled(&bad, &out), TC_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(tc_repack_tiled(g_tc, &bad, &out), TC_ERR_UNSUPPORTED);
     bad.kind = TC_TERN128;
     bad.k = 192;
-    CHECK_EQ_INT(tc_repack_tiled(&bad, &out), TC_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(tc_repack_tiled(g_tc, &bad, &out), TC_ERR_UNSUPPORTED);
     CHECK(out.data == NULL);
     tmat t = make_mat(TERN_DT_PQ2_0, 50, 384, 0);
     uint8_t *base;
     size_t wb;
     tc_mat src = up_mat(&t, 2, &base, &wb), tm;
-    CHECK_EQ_INT(tc_repack_tiled(&src, &tm), 0);
+    CHECK_EQ_INT(tc_repack_tiled(g_tc, &src, &tm), 0);
     int32_t ids[4] = {49, 0, 17, 49};
-    float *dout = tc_malloc(4 * 384 * 4), *h = malloc(4 * 384 * 4);
-    tc_embed_tiled(&tm, ids, 4, dout, 128, NULL);
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK(tc_download(h, dout, 4 * 384 * 4) == 0);
+    float *dout = tc_malloc(g_tc, 4 * 384 * 4), *h = malloc(4 * 384 * 4);
+    tc_embed_tiled(g_tc, &tm, ids, 4, dout, 128, NULL);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK(tc_download(g_tc, h, dout, 4 * 384 * 4) == 0);
     int bad_n = 0;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 384; j++)
             if (h[i * 384 + j] != (float)t.deq[(size_t)ids[i] * 384 + j]) bad_n++;
     CHECK_MSG(bad_n == 0, "%d embedded values differ", bad_n);
-    tc_embed_tiled(&src, ids, 4, dout, 128, NULL); /* not tiled: refused */
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+    tc_embed_tiled(g_tc, &src, ids, 4, dout, 128, NULL); /* not tiled: refused */
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
     free(h);
-    tc_free(dout, 4 * 384 * 4);
-    tc_free(base, wb);
-    tc_free((void *)tm.data, tc_tiled_bytes(50, 384));
-    free_mat(&t);
-}
-
-TEST(repack_refusals_and_embed) {
-    NEED_GPU();
-    tc_mat bad = {.kind = TC_TERN64, .n = 4, .k = 128}, out;
-    CHECK_EQ_INT(tc_repack(&bad, &out), TC_ERR_UNSUPPORTED);
-    bad.kind = TC_TERN128;
-    bad.k = 192;
-    CHECK_EQ_INT(tc_repack(&bad, &out), TC_ERR_UNSUPPORTED);
-    CHECK(out.data == NULL);
-    /* embed of repacked rows == the float64 rows */
-    tmat t = make_mat(TERN_DT_PQ2_0, 50, 384, 0);
-    uint8_t *base;
-    size_t wb;
-    tc_mat src = up_mat(&t, 2, &base, &wb), rp;
-    CHECK_EQ_INT(tc_repack(&src, &rp), 0);
-    int32_t ids[4] = {49, 0, 7, 49};
-    float *dout = tc_malloc(4 * 384 * 4), *h = malloc(4 * 384 * 4);
-    tc_embed(&rp, ids, 4, dout, 128, NULL);
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK(tc_download(h, dout, 4 * 384 * 4) == 0);
-    int bad_n = 0;
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 384; j++)
-            if (h[i * 384 + j] != (float)t.deq[(size_t)ids[i] * 384 + j]) bad_n++;
-    CHECK_MSG(bad_n == 0, "%d embedded values differ", bad_n);
-    free(h);
-    tc_free(dout, 4 * 384 * 4);
-    tc_free(base, wb);
-    tc_free((void *)rp.data, tc_repacked_bytes(50, 384));
+    tc_free(g_tc, dout, 4 * 384 * 4);
+    tc_free(g_tc, base, wb);
+    tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(50, 384));
     free_mat(&t);
 }
 
@@ -561,32 +341,32 @@ TEST(launch_counter_and_profile) {
     uint8_t *base;
     size_t wb;
     tc_mat m = up_mat(&t, 0, &base, &wb);
-    float *x = rand_x(256, 1.0f), *dx = dup_dev(x, 256 * 4), *dy = tc_malloc(64 * 4);
+    float *x = rand_x(256, 1.0f), *dx = dup_dev(x, 256 * 4), *dy = tc_malloc(g_tc, 64 * 4);
     size_t ys = 64;
-    tc_profile_enable(1);
-    tc_launches_reset();
-    for (int i = 0; i < 3; i++) tc_matmul_multi(1, &m, dx, 1, 256, &dy, &ys);
-    tc_hadamard(dx, 1, 256, 256, NULL, 0); /* no signs: nothing launched */
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK_MSG(tc_launches() == 6, "launches %llu (want 3 x (actq + gemv))",
-              (unsigned long long)tc_launches());
+    tc_profile_enable(g_tc, 1);
+    tc_launches_reset(g_tc);
+    for (int i = 0; i < 3; i++) tc_matmul_multi(g_tc, 1, &m, dx, 1, 256, &dy, &ys);
+    tc_hadamard(g_tc, dx, 1, 256, 256, NULL, 0); /* no signs: nothing launched */
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK_MSG(tc_launches(g_tc) == 6, "launches %llu (want 3 x (actq + gemv))",
+              (unsigned long long)tc_launches(g_tc));
     tc_profile_entry e[TC_FAM_N + 2];
-    CHECK_EQ_INT(tc_profile_report(e, TC_FAM_N + 2), TC_FAM_N);
+    CHECK_EQ_INT(tc_profile_report(g_tc, e, TC_FAM_N + 2), TC_FAM_N);
     CHECK_STR(e[TC_FAM_MATMUL].family, "matmul");
     CHECK(e[TC_FAM_MATMUL].calls == 3 && e[TC_FAM_ACTQ].calls == 3);
     CHECK(e[TC_FAM_MATMUL].ms > 0 && e[TC_FAM_ACTQ].ms > 0);
     CHECK(e[TC_FAM_HADAMARD].calls == 1 && e[TC_FAM_GDN].calls == 0);
     char buf[2048];
-    int len = tc_profile_text(buf, sizeof buf);
+    int len = tc_profile_text(g_tc, buf, sizeof buf);
     CHECK(len > 0 && (size_t)len < sizeof buf && strstr(buf, "matmul") && strstr(buf, "total"));
     fprintf(stderr, "%s", buf);
-    tc_profile_enable(0);
-    tc_matmul_multi(1, &m, dx, 1, 256, &dy, &ys);
-    CHECK_EQ_INT(tc_profile_report(e, TC_FAM_N), TC_FAM_N);
+    tc_profile_enable(g_tc, 0);
+    tc_matmul_multi(g_tc, 1, &m, dx, 1, 256, &dy, &ys);
+    CHECK_EQ_INT(tc_profile_report(g_tc, e, TC_FAM_N), TC_FAM_N);
     CHECK(e[TC_FAM_MATMUL].calls == 0); /* off: nothing recorded (enable reset the sums) */
-    CHECK(tc_launches() == 8);
+    CHECK(tc_launches(g_tc) == 8);
     free(x);
-    tc_free(dx, 256 * 4); tc_free(dy, 64 * 4); tc_free(base, wb);
+    tc_free(g_tc, dx, 256 * 4); tc_free(g_tc, dy, 64 * 4); tc_free(g_tc, base, wb);
     free_mat(&t);
 }
 
@@ -657,7 +437,7 @@ static double max_rel(const float *g, const double *r, size_t n) {
 }
 
 /* The decode step takes one kernel (k_gdn_step_fused) for dk <= 128, dv <= 128 with
- * dv % 4 == 0, conv_k <= 4, unless TERN_CUDA_OPS=old (tc_set_ops_old); else two. */
+ * dv % 4 == 0, conv_k <= 4, unless tc_set_ops_old(1) forces the fallback; else two. */
 static uint64_t gdn_step_launches(int old, int dk, int dv, int K) {
     return !old && dk <= 128 && dv <= 128 && dv % 4 == 0 && K <= 4 ? 1 : 2;
 }
@@ -676,7 +456,7 @@ TEST(gdn_step_sessions_vs_f64) {
     const int ncfg = (int)(sizeof cfg / sizeof cfg[0]);
     for (int c = 0; c < 2 * ncfg; c++) {
         const int old = c >= ncfg, cc = c % ncfg;
-        tc_set_ops_old(old);
+        tc_set_ops_old(g_tc, old);
         int nk = cfg[cc][0], nv = cfg[cc][1], dk = cfg[cc][2], dv = cfg[cc][3], K = cfg[cc][4];
         int tiled = cfg[cc][5], n = cfg[cc][6];
         int C = 2 * nk * dk + nv * dv;
@@ -686,7 +466,7 @@ TEST(gdn_step_sessions_vs_f64) {
               *hn = malloc((size_t)dv * 4);
         float *cw = dev_rand(hw, (size_t)C * K, 0.5f), *sa = dev_rand(ha, (size_t)nv, 1.0f);
         for (int i = 0; i < nv; i++) ha[i] = -fabsf(ha[i]) - 0.1f;
-        CHECK(tc_upload(sa, ha, (size_t)nv * 4) == 0);
+        CHECK(tc_upload(g_tc, sa, ha, (size_t)nv * 4) == 0);
         float *dt = dev_rand(hdt, (size_t)nv, 0.5f), *nm = dev_rand(hn, (size_t)dv, 1.0f);
         double *rcs = malloc((size_t)n * csn * 8 + 8), *rst = malloc((size_t)n * stn * 8); /* +8: conv 1 */
         float *tmp = malloc((csn > stn ? csn : stn) * 4);
@@ -704,20 +484,20 @@ TEST(gdn_step_sessions_vs_f64) {
                   *hA = malloc((size_t)n * abs_ * 4), *hB = malloc((size_t)n * abs_ * 4);
             float *dq = dev_rand(hq, (size_t)n * qs, 1.0f), *dz = dev_rand(hz, (size_t)n * zs, 1.0f),
                   *dA = dev_rand(hA, (size_t)n * abs_, 1.0f), *dB = dev_rand(hB, (size_t)n * abs_, 1.0f);
-            float *dout = tc_malloc((size_t)n * os * 4), *dwork = tc_malloc((size_t)n * C * 4);
+            float *dout = tc_malloc(g_tc, (size_t)n * os * 4), *dwork = tc_malloc(g_tc, (size_t)n * C * 4);
             tc_gdn_step_args g = {.n = n, .qkv = dq, .z = dz, .a = dA, .b = dB, .qkv_stride = qs,
                                   .z_stride = zs, .ab_stride = abs_, .out_stride = os,
                                   .conv_w = cw, .ssm_a = sa, .dt_bias = dt, .norm = nm,
                                   .conv_state = pcs, .state = pst, .out = dout, .work = dwork,
                                   .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = K,
                                   .v_tiled = tiled, .eps = 1e-6f};
-            tc_launches_reset();
-            tc_gdn_step(&g);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK_MSG(tc_launches() == gdn_step_launches(old, dk, dv, K), /* for all sessions */
-                      "cfg %d old %d: %llu launches", cc, old, (unsigned long long)tc_launches());
+            tc_launches_reset(g_tc);
+            tc_gdn_step(g_tc, &g);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK_MSG(tc_launches(g_tc) == gdn_step_launches(old, dk, dv, K), /* for all sessions */
+                      "cfg %d old %d: %llu launches", cc, old, (unsigned long long)tc_launches(g_tc));
             float *go = malloc((size_t)n * os * 4);
-            CHECK(tc_download(go, dout, (size_t)n * os * 4) == 0);
+            CHECK(tc_download(g_tc, go, dout, (size_t)n * os * 4) == 0);
             double *ro = malloc((size_t)nv * dv * 8);
             for (int i = 0; i < n; i++) {
                 gdn_ref(nk, nv, dk, dv, K, tiled, hq + i * qs, hz + i * zs, hA + i * abs_,
@@ -725,27 +505,27 @@ TEST(gdn_step_sessions_vs_f64) {
                 double e = max_rel(go + i * os, ro, (size_t)nv * dv);
                 CHECK_MSG(e < 1e-4, "gdn step cfg %d old %d step %d session %d: out %g", cc, old,
                           step, i, e);
-                CHECK(tc_download(tmp, dst[i], stn * 4) == 0);
+                CHECK(tc_download(g_tc, tmp, dst[i], stn * 4) == 0);
                 e = max_rel(tmp, rst + i * stn, stn);
                 CHECK_MSG(e < 1e-4, "cfg %d old %d step %d session %d: state %g", cc, old, step, i, e);
-                CHECK(tc_download(tmp, dcs[i], csn * 4) == 0);
+                CHECK(tc_download(g_tc, tmp, dcs[i], csn * 4) == 0);
                 e = max_rel(tmp, rcs + i * csn, csn);
                 CHECK_MSG(e == 0, "cfg %d old %d step %d session %d: conv state %g", cc, old, step,
                           i, e);
             }
             free(go); free(ro); free(hq); free(hz); free(hA); free(hB);
-            tc_free(dq, (size_t)n * qs * 4); tc_free(dz, (size_t)n * zs * 4);
-            tc_free(dA, (size_t)n * abs_ * 4); tc_free(dB, (size_t)n * abs_ * 4);
-            tc_free(dout, (size_t)n * os * 4); tc_free(dwork, (size_t)n * C * 4);
+            tc_free(g_tc, dq, (size_t)n * qs * 4); tc_free(g_tc, dz, (size_t)n * zs * 4);
+            tc_free(g_tc, dA, (size_t)n * abs_ * 4); tc_free(g_tc, dB, (size_t)n * abs_ * 4);
+            tc_free(g_tc, dout, (size_t)n * os * 4); tc_free(g_tc, dwork, (size_t)n * C * 4);
         }
-        for (int i = 0; i < n; i++) { tc_free(dcs[i], csn * 4); tc_free(dst[i], stn * 4); }
-        tc_free((void *)pcs, (size_t)n * sizeof(float *));
-        tc_free((void *)pst, (size_t)n * sizeof(float *));
-        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
-        tc_free(nm, (size_t)dv * 4);
+        for (int i = 0; i < n; i++) { tc_free(g_tc, dcs[i], csn * 4); tc_free(g_tc, dst[i], stn * 4); }
+        tc_free(g_tc, (void *)pcs, (size_t)n * sizeof(float *));
+        tc_free(g_tc, (void *)pst, (size_t)n * sizeof(float *));
+        tc_free(g_tc, cw, (size_t)C * K * 4); tc_free(g_tc, sa, (size_t)nv * 4); tc_free(g_tc, dt, (size_t)nv * 4);
+        tc_free(g_tc, nm, (size_t)dv * 4);
         free(hw); free(ha); free(hdt); free(hn); free(rcs); free(rst); free(tmp);
     }
-    tc_set_ops_old(-1);
+    tc_set_ops_old(g_tc, -1);
 }
 
 /* The GDN step with its output transform in the kernel (grouped-order slots, the
@@ -761,9 +541,9 @@ TEST(gdn_step_fused_output) {
                           {1, 4, 32, 128, 3, 64, 0},    {2, 8, 32, 48, 4, 16, 1},
                           {2, 6, 64, 128, 4, 0, 1},     {4, 8, 128, 128, 4, 256, 1}};
     const int ncfg = (int)(sizeof cfg / sizeof cfg[0]);
-    for (int c = 0; c < 2 * ncfg; c++) { /* the current kernels, then TERN_CUDA_OPS=old's */
+    for (int c = 0; c < 2 * ncfg; c++) { /* the current kernels, then the fallbacks (tc_set_ops_old) */
         const int old = c >= ncfg;
-        tc_set_ops_old(old);
+        tc_set_ops_old(g_tc, old);
         int nk = cfg[c % ncfg][0], nv = cfg[c % ncfg][1], dk = cfg[c % ncfg][2];
         int dv = cfg[c % ncfg][3], K = cfg[c % ncfg][4];
         int blk = cfg[c % ncfg][5], grouped = cfg[c % ncfg][6], n = 2;
@@ -772,7 +552,7 @@ TEST(gdn_step_fused_output) {
         float *h = malloc((size_t)n * (C > VW ? C : VW) * K * 4 + stn * 4 + csn * 4);
         float *cw = dev_rand(h, (size_t)C * K, 0.5f), *sa = dev_rand(h, (size_t)nv, 1.0f);
         for (int i = 0; i < nv; i++) h[i] = -fabsf(h[i]) - 0.1f;
-        CHECK(tc_upload(sa, h, (size_t)nv * 4) == 0);
+        CHECK(tc_upload(g_tc, sa, h, (size_t)nv * 4) == 0);
         float *dt = dev_rand(h, (size_t)nv, 0.5f), *nm = dev_rand(h, (size_t)dv, 1.0f);
         float *dq = dev_rand(h, (size_t)n * C, 1.0f), *dz = dev_rand(h, N, 1.0f);
         float *dA = dev_rand(h, (size_t)n * nv, 1.0f), *dB = dev_rand(h, (size_t)n * nv, 1.0f);
@@ -786,10 +566,10 @@ TEST(gdn_step_fused_output) {
             st[0][i] = dev_rand(h, stn, 0.1f);
             st[1][i] = dup_dev(h, stn * 4);
         }
-        float *out[2] = {tc_malloc(N * 4), tc_malloc(N * 4)}, *tmp = tc_malloc(N * 4);
-        float *work = tc_malloc((size_t)n * C * 4);
+        float *out[2] = {tc_malloc(g_tc, N * 4), tc_malloc(g_tc, N * 4)}, *tmp = tc_malloc(g_tc, N * 4);
+        float *work = tc_malloc(g_tc, (size_t)n * C * 4);
         size_t ab = tc_act_bytes((size_t)n, VW);
-        void *abuf[2] = {tc_malloc(ab), tc_malloc(ab)};
+        void *abuf[2] = {tc_malloc(g_tc, ab), tc_malloc(g_tc, ab)};
         for (int run = 0; run < 2; run++) {
             float *const *pcs = dup_dev(cs[run], 2 * sizeof(float *));
             float *const *pst = dup_dev(st[run], 2 * sizeof(float *));
@@ -805,28 +585,28 @@ TEST(gdn_step_fused_output) {
                 g.signs = ds;
                 g.block = blk;
                 g.act = act;
-                tc_launches_reset();
-                tc_gdn_step(&g);
-                CHECK_EQ_INT(tc_sync(), 0);
+                tc_launches_reset(g_tc);
+                tc_gdn_step(g_tc, &g);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
                 /* 1 or 2 launches (gdn_step_launches) when the transform fits the kernel */
                 bool fits = dv % 128 == 0 && (!blk || blk <= dv || (blk / dv <= 8 && nv % (blk / dv) == 0));
-                CHECK_MSG(!fits || tc_launches() == gdn_step_launches(old, dk, dv, K),
-                          "cfg %d old %d: %llu launches", c, old, (unsigned long long)tc_launches());
+                CHECK_MSG(!fits || tc_launches(g_tc) == gdn_step_launches(old, dk, dv, K),
+                          "cfg %d old %d: %llu launches", c, old, (unsigned long long)tc_launches(g_tc));
             } else {
                 g.out = grouped ? tmp : out[1];
-                tc_gdn_step(&g);
-                if (grouped) tc_permute_tiled_grouped(tmp, out[1], (size_t)n, nk, nv, dv);
-                if (ds) tc_hadamard(out[1], (size_t)n, (size_t)VW, (size_t)blk, ds, 0);
-                tc_quantize(out[1], (size_t)VW, &act);
-                CHECK_EQ_INT(tc_sync(), 0);
+                tc_gdn_step(g_tc, &g);
+                if (grouped) tc_permute_tiled_grouped(g_tc, tmp, out[1], (size_t)n, nk, nv, dv);
+                if (ds) tc_hadamard(g_tc, out[1], (size_t)n, (size_t)VW, (size_t)blk, ds, 0);
+                tc_quantize(g_tc, out[1], (size_t)VW, &act);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
             }
-            tc_free((void *)pcs, 2 * sizeof(float *));
-            tc_free((void *)pst, 2 * sizeof(float *));
+            tc_free(g_tc, (void *)pcs, 2 * sizeof(float *));
+            tc_free(g_tc, (void *)pst, 2 * sizeof(float *));
         }
         float *o0 = malloc(N * 4), *o1 = malloc(N * 4);
         uint8_t *g0 = malloc(ab), *g1 = malloc(ab);
-        CHECK(tc_download(o0, out[0], N * 4) == 0 && tc_download(o1, out[1], N * 4) == 0);
-        CHECK(tc_download(g0, abuf[0], ab) == 0 && tc_download(g1, abuf[1], ab) == 0);
+        CHECK(tc_download(g_tc, o0, out[0], N * 4) == 0 && tc_download(g_tc, o1, out[1], N * 4) == 0);
+        CHECK(tc_download(g_tc, g0, abuf[0], ab) == 0 && tc_download(g_tc, g1, abuf[1], ab) == 0);
         CHECK_MSG(memcmp(o0, o1, N * 4) == 0, "cfg %d: fused output differs", c);
         CHECK_MSG(memcmp(g0, g1, ab - 64) == 0, "cfg %d: activation bytes differ", c);
         double e = 0;
@@ -834,20 +614,20 @@ TEST(gdn_step_fused_output) {
         CHECK_MSG(e > 0, "cfg %d: zero output", c);
         float *s0 = malloc(stn * 4), *s1 = malloc(stn * 4);
         for (int i = 0; i < n; i++) {
-            CHECK(tc_download(s0, st[0][i], stn * 4) == 0 && tc_download(s1, st[1][i], stn * 4) == 0);
+            CHECK(tc_download(g_tc, s0, st[0][i], stn * 4) == 0 && tc_download(g_tc, s1, st[1][i], stn * 4) == 0);
             CHECK_MSG(memcmp(s0, s1, stn * 4) == 0, "cfg %d: state differs", c);
-            tc_free(cs[0][i], csn * 4); tc_free(cs[1][i], csn * 4);
-            tc_free(st[0][i], stn * 4); tc_free(st[1][i], stn * 4);
+            tc_free(g_tc, cs[0][i], csn * 4); tc_free(g_tc, cs[1][i], csn * 4);
+            tc_free(g_tc, st[0][i], stn * 4); tc_free(g_tc, st[1][i], stn * 4);
         }
         free(s0); free(s1); free(o0); free(o1); free(g0); free(g1); free(h); free(hs);
-        tc_free(out[0], N * 4); tc_free(out[1], N * 4); tc_free(tmp, N * 4);
-        tc_free(work, (size_t)n * C * 4); tc_free(abuf[0], ab); tc_free(abuf[1], ab);
-        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
-        tc_free(nm, (size_t)dv * 4); tc_free(dq, (size_t)n * C * 4); tc_free(dz, N * 4);
-        tc_free(dA, (size_t)n * nv * 4); tc_free(dB, (size_t)n * nv * 4);
-        if (ds) tc_free(ds, (size_t)VW * 4);
+        tc_free(g_tc, out[0], N * 4); tc_free(g_tc, out[1], N * 4); tc_free(g_tc, tmp, N * 4);
+        tc_free(g_tc, work, (size_t)n * C * 4); tc_free(g_tc, abuf[0], ab); tc_free(g_tc, abuf[1], ab);
+        tc_free(g_tc, cw, (size_t)C * K * 4); tc_free(g_tc, sa, (size_t)nv * 4); tc_free(g_tc, dt, (size_t)nv * 4);
+        tc_free(g_tc, nm, (size_t)dv * 4); tc_free(g_tc, dq, (size_t)n * C * 4); tc_free(g_tc, dz, N * 4);
+        tc_free(g_tc, dA, (size_t)n * nv * 4); tc_free(g_tc, dB, (size_t)n * nv * 4);
+        if (ds) tc_free(g_tc, ds, (size_t)VW * 4);
     }
-    tc_set_ops_old(-1);
+    tc_set_ops_old(g_tc, -1);
 }
 
 /* a dense n x k matrix of kind TC_F32 / F16 / BF16 on the device from the floats h
@@ -889,7 +669,7 @@ TEST(gdn_step_fused_vs_two_kernels) {
     float *ds = dup_dev(hs, (size_t)VW * 4);
     float *cw = dev_rand(h, (size_t)C * K, 0.5f), *sa = dev_rand(h, (size_t)nv, 1.0f);
     for (int i = 0; i < nv; i++) h[i] = -fabsf(h[i]) - 0.1f;
-    CHECK(tc_upload(sa, h, (size_t)nv * 4) == 0);
+    CHECK(tc_upload(g_tc, sa, h, (size_t)nv * 4) == 0);
     float *dt = dev_rand(h, (size_t)nv, 0.5f), *nm = dev_rand(h, (size_t)dv, 1.0f);
     for (int bi = 0; bi < 3; bi++) {
         const int n = batches[bi];
@@ -908,15 +688,15 @@ TEST(gdn_step_fused_vs_two_kernels) {
         }
         float *const *pcs[2] = {dup_dev(cs[0], (size_t)n * sizeof(float *)), dup_dev(cs[1], (size_t)n * sizeof(float *))};
         float *const *pst[2] = {dup_dev(st[0], (size_t)n * sizeof(float *)), dup_dev(st[1], (size_t)n * sizeof(float *))};
-        float *out[2] = {tc_malloc(N * 4), tc_malloc(N * 4)}, *work = tc_malloc((size_t)n * C * 4);
+        float *out[2] = {tc_malloc(g_tc, N * 4), tc_malloc(g_tc, N * 4)}, *work = tc_malloc(g_tc, (size_t)n * C * 4);
         size_t ab = tc_act_bytes((size_t)n, VW);
-        void *abuf = tc_malloc(ab);
+        void *abuf = tc_malloc(g_tc, ab);
         for (int step = 0; step < 3; step++) {
             float *dq = dev_rand(h, (size_t)n * C, 1.0f), *dz = dev_rand(h, N, 1.0f);
             float *dA = dev_rand(h, (size_t)n * nv, 1.0f), *dB = dev_rand(h, (size_t)n * nv, 1.0f);
             for (int run = 0; run < 2; run++) {
-                tc_set_ops_old(run);
-                CHECK(tc_zero(dA, (size_t)n * nv * 4) == 0 && tc_zero(dB, (size_t)n * nv * 4) == 0);
+                tc_set_ops_old(g_tc, run);
+                CHECK(tc_zero(g_tc, dA, (size_t)n * nv * 4) == 0 && tc_zero(g_tc, dB, (size_t)n * nv * 4) == 0);
                 tc_gdn_step_args g = {.n = n, .qkv = dq, .z = dz, .a = dA, .b = dB,
                                       .qkv_stride = (size_t)C, .z_stride = (size_t)VW,
                                       .ab_stride = (size_t)nv, .out_stride = (size_t)VW,
@@ -928,18 +708,18 @@ TEST(gdn_step_fused_vs_two_kernels) {
                                       .act = tc_act_view(abuf, (size_t)n, VW),
                                       .ab_w = {wab[0], wab[1]}, .ab_x = dx + shift,
                                       .ab_x_stride = (size_t)E};
-                tc_launches_reset();
-                tc_gdn_step(&g);
-                CHECK_EQ_INT(tc_sync(), 0);
+                tc_launches_reset(g_tc);
+                tc_gdn_step(g_tc, &g);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
                 /* two projection launches (few-row dense GEMV) where the kernel does not take them */
                 const uint64_t want = (run ? 2 : 1) + (run || shift ? 2 : 0);
-                CHECK_MSG(tc_launches() == want, "batch %d run %d: %llu launches, want %llu", n, run,
-                          (unsigned long long)tc_launches(), (unsigned long long)want);
+                CHECK_MSG(tc_launches(g_tc) == want, "batch %d run %d: %llu launches, want %llu", n, run,
+                          (unsigned long long)tc_launches(g_tc), (unsigned long long)want);
                 if (run == 1 && step == 0) { /* the projections the old path wrote vs float64 */
                     float *ga = malloc((size_t)2 * n * nv * 4);
                     double *ra = malloc((size_t)2 * n * nv * 8);
-                    CHECK(tc_download(ga, dA, (size_t)n * nv * 4) == 0 &&
-                          tc_download(ga + (size_t)n * nv, dB, (size_t)n * nv * 4) == 0);
+                    CHECK(tc_download(g_tc, ga, dA, (size_t)n * nv * 4) == 0 &&
+                          tc_download(g_tc, ga + (size_t)n * nv, dB, (size_t)n * nv * 4) == 0);
                     for (int m = 0; m < 2; m++)
                         for (int i = 0; i < n; i++)
                             for (int pp = 0; pp < nv; pp++) {
@@ -953,10 +733,10 @@ TEST(gdn_step_fused_vs_two_kernels) {
                     free(ga); free(ra);
                 }
             }
-            tc_set_ops_old(-1);
+            tc_set_ops_old(g_tc, -1);
             float *o0 = malloc(N * 4), *o1 = malloc(N * 4);
             double *o1d = malloc(N * 8);
-            CHECK(tc_download(o0, out[0], N * 4) == 0 && tc_download(o1, out[1], N * 4) == 0);
+            CHECK(tc_download(g_tc, o0, out[0], N * 4) == 0 && tc_download(g_tc, o1, out[1], N * 4) == 0);
             for (size_t e = 0; e < N; e++) o1d[e] = o1[e];
             double err = max_rel(o0, o1d, N);
             CHECK_MSG(err < 1e-5, "batch %d step %d: output fused vs two kernels %g", n, step, err);
@@ -964,37 +744,37 @@ TEST(gdn_step_fused_vs_two_kernels) {
             float *s0 = malloc(stn * 4), *s1 = malloc(stn * 4);
             double *s1d = malloc(stn * 8);
             for (int i = 0; i < n; i++) {
-                CHECK(tc_download(s0, st[0][i], stn * 4) == 0 && tc_download(s1, st[1][i], stn * 4) == 0);
+                CHECK(tc_download(g_tc, s0, st[0][i], stn * 4) == 0 && tc_download(g_tc, s1, st[1][i], stn * 4) == 0);
                 for (size_t e = 0; e < stn; e++) s1d[e] = s1[e];
                 err = max_rel(s0, s1d, stn);
                 CHECK_MSG(err < 1e-5, "batch %d step %d session %d: state %g", n, step, i, err);
-                CHECK(tc_download(s0, cs[0][i], csn * 4) == 0 && tc_download(s1, cs[1][i], csn * 4) == 0);
+                CHECK(tc_download(g_tc, s0, cs[0][i], csn * 4) == 0 && tc_download(g_tc, s1, cs[1][i], csn * 4) == 0);
                 CHECK_MSG(memcmp(s0, s1, csn * 4) == 0, "batch %d step %d session %d: conv state differs",
                           n, step, i);
             }
             free(s0); free(s1); free(s1d);
-            tc_free(dq, (size_t)n * C * 4); tc_free(dz, N * 4);
-            tc_free(dA, (size_t)n * nv * 4); tc_free(dB, (size_t)n * nv * 4);
+            tc_free(g_tc, dq, (size_t)n * C * 4); tc_free(g_tc, dz, N * 4);
+            tc_free(g_tc, dA, (size_t)n * nv * 4); tc_free(g_tc, dB, (size_t)n * nv * 4);
         }
         for (int r = 0; r < 2; r++) {
-            for (int i = 0; i < n; i++) { tc_free(cs[r][i], csn * 4); tc_free(st[r][i], stn * 4); }
-            tc_free((void *)pcs[r], (size_t)n * sizeof(float *));
-            tc_free((void *)pst[r], (size_t)n * sizeof(float *));
-            tc_free(out[r], N * 4);
+            for (int i = 0; i < n; i++) { tc_free(g_tc, cs[r][i], csn * 4); tc_free(g_tc, st[r][i], stn * 4); }
+            tc_free(g_tc, (void *)pcs[r], (size_t)n * sizeof(float *));
+            tc_free(g_tc, (void *)pst[r], (size_t)n * sizeof(float *));
+            tc_free(g_tc, out[r], N * 4);
         }
-        tc_free(work, (size_t)n * C * 4);
-        tc_free(abuf, ab);
-        for (int m = 0; m < 2; m++) tc_free((void *)wab[m].data, wab[m].row_bytes * (size_t)nv);
-        tc_free(dx, ((size_t)n * E + 1) * 4);
+        tc_free(g_tc, work, (size_t)n * C * 4);
+        tc_free(g_tc, abuf, ab);
+        for (int m = 0; m < 2; m++) tc_free(g_tc, (void *)wab[m].data, wab[m].row_bytes * (size_t)nv);
+        tc_free(g_tc, dx, ((size_t)n * E + 1) * 4);
         free(hw); free(hx);
     }
-    tc_free(ds, (size_t)VW * 4); tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4);
-    tc_free(dt, (size_t)nv * 4); tc_free(nm, (size_t)dv * 4);
+    tc_free(g_tc, ds, (size_t)VW * 4); tc_free(g_tc, cw, (size_t)C * K * 4); tc_free(g_tc, sa, (size_t)nv * 4);
+    tc_free(g_tc, dt, (size_t)nv * 4); tc_free(g_tc, nm, (size_t)dv * 4);
     free(h); free(hs);
 }
 
 /* The residual add + RMSNorm (+ Hadamard) site vs float64: r += d, normed, rotated,
- * with the current kernels and TERN_CUDA_OPS=old's. Shapes of k_site_reg (a row over
+ * with the current kernels and the fallbacks (tc_set_ops_old). Shapes of k_site_reg (a row over
  * 1..8 CTAs of 256..2048 inputs: the 27B's 5120 / 1024 at batch 1, 3, 8; one CTA;
  * blocks 256 and 2048; no transform), of the old cluster kernel (block 128 or 64) and
  * of the one-CTA kernel (17 rows); the first layer's site (no d), no gain, no normed
@@ -1025,9 +805,9 @@ static double max_rel_ff(const float *g, const float *r, size_t n) {
  * dk > 128 (the walk does not take it: scan vs float64 only), conv_k 1 and 2. */
 TEST(gdn_chunk_vs_f64_and_walk) {
     NEED_GPU();
-    CHECK_EQ_INT(tc_gdn_config(2, 0, 0), -1);
-    CHECK_EQ_INT(tc_gdn_config(1, 12, 0), -1);
-    CHECK_EQ_INT(tc_gdn_config(1, 0, 3), -1);
+    CHECK_EQ_INT(tc_gdn_config(g_tc, 2, 0, 0), -1);
+    CHECK_EQ_INT(tc_gdn_config(g_tc, 1, 12, 0), -1);
+    CHECK_EQ_INT(tc_gdn_config(g_tc, 1, 0, 3), -1);
     static const struct {
         int nk, nv, dk, dv, K, tiled, rpt, wpc, mis;
         int rows[6];
@@ -1075,22 +855,22 @@ TEST(gdn_chunk_vs_f64_and_walk) {
             float *dA = dev_rand(hA, nab, 1.0f), *dB = dev_rand(hB, nab, 1.0f);
             float *dout[2], *dwork[2];
             for (int k = 0; k < npath; k++) {
-                dout[k] = tc_malloc(nz * 4);
-                dwork[k] = tc_malloc((nq + 1) * 4);
+                dout[k] = tc_malloc(g_tc, nz * 4);
+                dwork[k] = tc_malloc(g_tc, (nq + 1) * 4);
                 CHECK(dout[k] && dwork[k]);
             }
             for (int k = 0; k < npath; k++) {
-                CHECK_EQ_INT(tc_gdn_config(k ? 0 : 1, k ? 0 : cfg[c].rpt, k ? 0 : cfg[c].wpc), 0);
+                CHECK_EQ_INT(tc_gdn_config(g_tc, k ? 0 : 1, k ? 0 : cfg[c].rpt, k ? 0 : cfg[c].wpc), 0);
                 tc_gdn_args g = {.qkv = dq, .z = dz + mis, .a = dA, .b = dB, .conv_w = cw,
                                  .ssm_a = sa, .dt_bias = dt, .norm = nm, .conv_state = dcs[k],
                                  .state = dst[k], .out = dout[k], .work = dwork[k] + mis,
                                  .rows = T, .n_k = nk, .n_v = nv, .dk = dk, .dv = dv,
                                  .conv_k = K, .v_tiled = tiled, .eps = 1e-6f};
-                tc_launches_reset();
-                tc_gdn(&g);
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK_MSG(tc_launches() == (k ? 3u : 2u), "gdn cfg %zu rows %d path %d: %llu launches",
-                          c, T, k, (unsigned long long)tc_launches());
+                tc_launches_reset(g_tc);
+                tc_gdn(g_tc, &g);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                CHECK_MSG(tc_launches(g_tc) == (k ? 3u : 2u), "gdn cfg %zu rows %d path %d: %llu launches",
+                          c, T, k, (unsigned long long)tc_launches(g_tc));
             }
             double *ro = malloc(nz * 8);
             for (int t = 0; t < T; t++)
@@ -1103,15 +883,15 @@ TEST(gdn_chunk_vs_f64_and_walk) {
                 go[k] = malloc(nz * 4);
                 gs[k] = malloc(stn * 4);
                 gw[k] = malloc(nq * 4);
-                CHECK(tc_download(go[k], dout[k], nz * 4) == 0);
-                CHECK(tc_download(gs[k], dst[k], stn * 4) == 0);
-                CHECK(tc_download(gw[k], dwork[k] + mis, nq * 4) == 0);
+                CHECK(tc_download(g_tc, go[k], dout[k], nz * 4) == 0);
+                CHECK(tc_download(g_tc, gs[k], dst[k], stn * 4) == 0);
+                CHECK(tc_download(g_tc, gw[k], dwork[k] + mis, nq * 4) == 0);
                 double e = max_rel(go[k], ro, nz);
                 CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d %s: out vs f64 %g", c, T, pn, e);
                 e = max_rel(gs[k], rst, stn);
                 CHECK_MSG(e < 1e-4, "gdn cfg %zu rows %d %s: state vs f64 %g", c, T, pn, e);
                 if (csn) {
-                    CHECK(tc_download(tmp, dcs[k], csn * 4) == 0);
+                    CHECK(tc_download(g_tc, tmp, dcs[k], csn * 4) == 0);
                     e = max_rel(tmp, rcs, csn);
                     CHECK_MSG(e == 0, "gdn cfg %zu rows %d %s: conv state %g", c, T, pn, e);
                 }
@@ -1126,17 +906,17 @@ TEST(gdn_chunk_vs_f64_and_walk) {
             }
             for (int k = 0; k < npath; k++) {
                 free(go[k]); free(gs[k]); free(gw[k]);
-                tc_free(dout[k], nz * 4); tc_free(dwork[k], (nq + 1) * 4);
+                tc_free(g_tc, dout[k], nz * 4); tc_free(g_tc, dwork[k], (nq + 1) * 4);
             }
             free(ro); free(hq); free(hz); free(hA); free(hB);
-            tc_free(dq, nq * 4); tc_free(dz, (nz + 1) * 4); tc_free(dA, nab * 4); tc_free(dB, nab * 4);
+            tc_free(g_tc, dq, nq * 4); tc_free(g_tc, dz, (nz + 1) * 4); tc_free(g_tc, dA, nab * 4); tc_free(g_tc, dB, nab * 4);
         }
-        for (int k = 0; k < 2; k++) { tc_free(dcs[k], csa * 4); tc_free(dst[k], stn * 4); }
-        tc_free(cw, (size_t)C * K * 4); tc_free(sa, (size_t)nv * 4); tc_free(dt, (size_t)nv * 4);
-        tc_free(nm, (size_t)dv * 4);
+        for (int k = 0; k < 2; k++) { tc_free(g_tc, dcs[k], csa * 4); tc_free(g_tc, dst[k], stn * 4); }
+        tc_free(g_tc, cw, (size_t)C * K * 4); tc_free(g_tc, sa, (size_t)nv * 4); tc_free(g_tc, dt, (size_t)nv * 4);
+        tc_free(g_tc, nm, (size_t)dv * 4);
         free(hw); free(ha); free(hdt); free(hn); free(tmp); free(rcs); free(rst);
     }
-    CHECK_EQ_INT(tc_gdn_config(-1, 0, 0), 0); /* back to TERN_CUDA_GDN's choice */
+    CHECK_EQ_INT(tc_gdn_config(g_tc, -1, 0, 0), 0); /* back to the default (the scan) */
 }
 
 /* The residual add + RMSNorm (+ Hadamard) site vs float64, on the shapes of the
@@ -1153,7 +933,7 @@ TEST(norm_site_vs_f64) {
     const size_t nc = sizeof cases / sizeof cases[0];
     for (size_t c = 0; c < 2 * nc; c++) {
         const int old = c >= nc;
-        tc_set_ops_old(old);
+        tc_set_ops_old(g_tc, old);
         const size_t *cs = cases[c % nc];
         size_t rows = cs[0], n = cs[1], blk = cs[2], fl = cs[3], N = rows * n, o = fl & 8 ? 1 : 0;
         float *hs = malloc(n * 4), *hr = malloc(N * 4), *hd = malloc(N * 4), *hg = malloc(n * 4);
@@ -1164,17 +944,17 @@ TEST(norm_site_vs_f64) {
             hd[i] = fl & 1 ? 0.0f : check_rand_normal() * 0.5f;
         }
         for (size_t i = 0; i < n; i++) hg[i] = fl & 2 ? 1.0f : check_rand_normal();
-        float *dr0 = tc_malloc((N + 1) * 4), *dr = dr0 + o;
-        CHECK(tc_upload(dr, hr, N * 4) == 0);
+        float *dr0 = tc_malloc(g_tc, (N + 1) * 4), *dr = dr0 + o;
+        CHECK(tc_upload(g_tc, dr, hr, N * 4) == 0);
         float *dd = fl & 1 ? NULL : dup_dev(hd, N * 4), *dg = fl & 2 ? NULL : dup_dev(hg, n * 4);
-        float *dn0 = tc_malloc((N + 1) * 4), *dn = fl & 4 ? NULL : dn0 + o;
-        float *dro0 = blk ? tc_malloc((N + 1) * 4) : NULL, *dro = blk ? dro0 + o : NULL;
-        tc_add_rmsnorm_hadamard(dr, dd, dg, 1e-6f, dn, dro, rows, n, blk ? blk : 128, ds);
-        CHECK_EQ_INT(tc_sync(), 0);
+        float *dn0 = tc_malloc(g_tc, (N + 1) * 4), *dn = fl & 4 ? NULL : dn0 + o;
+        float *dro0 = blk ? tc_malloc(g_tc, (N + 1) * 4) : NULL, *dro = blk ? dro0 + o : NULL;
+        tc_add_rmsnorm_hadamard(g_tc, dr, dd, dg, 1e-6f, dn, dro, rows, n, blk ? blk : 128, ds);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
         float *gr = malloc(N * 4), *gn = malloc(N * 4), *gro = malloc(N * 4);
-        CHECK(tc_download(gr, dr, N * 4) == 0);
-        if (dn) CHECK(tc_download(gn, dn, N * 4) == 0);
-        if (blk) CHECK(tc_download(gro, dro, N * 4) == 0);
+        CHECK(tc_download(g_tc, gr, dr, N * 4) == 0);
+        if (dn) CHECK(tc_download(g_tc, gn, dn, N * 4) == 0);
+        if (blk) CHECK(tc_download(g_tc, gro, dro, N * 4) == 0);
         double *x = malloc(n * 8), *want = malloc(N * 8), *wrot = malloc(N * 8), *wr = malloc(N * 8);
         for (size_t t = 0; t < rows; t++) {
             double ss = 0;
@@ -1206,15 +986,15 @@ TEST(norm_site_vs_f64) {
             e = max_rel(gro, wrot, N);
             CHECK_MSG(e < 1e-5, "site case %zu old %d: rotated %g", c % nc, old, e);
         }
-        tc_free(dr0, (N + 1) * 4); tc_free(dn0, (N + 1) * 4);
-        if (dd) tc_free(dd, N * 4);
-        if (dg) tc_free(dg, n * 4);
-        if (dro0) tc_free(dro0, (N + 1) * 4);
-        if (ds) tc_free(ds, n * 4);
+        tc_free(g_tc, dr0, (N + 1) * 4); tc_free(g_tc, dn0, (N + 1) * 4);
+        if (dd) tc_free(g_tc, dd, N * 4);
+        if (dg) tc_free(g_tc, dg, n * 4);
+        if (dro0) tc_free(g_tc, dro0, (N + 1) * 4);
+        if (ds) tc_free(g_tc, ds, n * 4);
         free(hs); free(hr); free(hd); free(hg); free(gr); free(gn); free(gro);
         free(x); free(want); free(wrot); free(wr);
     }
-    tc_set_ops_old(-1);
+    tc_set_ops_old(g_tc, -1);
 }
 
 /* The _q fused sites write the same activation bytes as tc_quantize of their
@@ -1228,7 +1008,7 @@ TEST(fused_quantize_sites) {
     for (size_t cc = 0; cc < 2 * ncase; cc++) { /* the current kernels, then the old ones */
         const int old = cc >= ncase;
         const size_t c = cc % ncase;
-        tc_set_ops_old(old);
+        tc_set_ops_old(g_tc, old);
         size_t rows = cases[c][0], n = cases[c][1], blk = cases[c][2], N = rows * n;
         float *hs = malloc(n * 4);
         for (size_t i = 0; i < n; i++) hs[i] = (check_rand_u64() >> 20) & 1 ? 1.0f : -1.0f;
@@ -1236,24 +1016,24 @@ TEST(fused_quantize_sites) {
         float *h = malloc(N * 4), *gain = malloc(n * 4);
         float *r1 = dev_rand(h, N, 2.0f), *r2 = dup_dev(h, N * 4), *dd = dev_rand(h, N, 0.5f);
         float *dg = dev_rand(gain, n, 1.0f);
-        float *rot1 = tc_malloc(N * 4), *rot2 = tc_malloc(N * 4);
+        float *rot1 = tc_malloc(g_tc, N * 4), *rot2 = tc_malloc(g_tc, N * 4);
         size_t ab = tc_act_bytes(rows, (int64_t)n);
-        void *b1 = tc_malloc(ab), *b2 = tc_malloc(ab);
+        void *b1 = tc_malloc(g_tc, ab), *b2 = tc_malloc(g_tc, ab);
         tc_act a1 = tc_act_view(b1, rows, (int64_t)n), a2 = tc_act_view(b2, rows, (int64_t)n);
         for (int site = 0; site < 2; site++) {
-            tc_zero(b1, ab);
-            tc_zero(b2, ab);
-            tc_sync();
-            tc_launches_reset();
+            tc_zero(g_tc, b1, ab);
+            tc_zero(g_tc, b2, ab);
+            tc_sync(g_tc);
+            tc_launches_reset(g_tc);
             if (site == 0) {
                 /* no signs: the normed output is the matmul input */
-                tc_add_rmsnorm_hadamard_q(r1, dd, dg, 1e-6f, blk ? NULL : rot1, blk ? rot1 : NULL,
+                tc_add_rmsnorm_hadamard_q(g_tc, r1, dd, dg, 1e-6f, blk ? NULL : rot1, blk ? rot1 : NULL,
                                           rows, n, blk ? blk : 128, ds, &a1);
-                tc_add_rmsnorm_hadamard(r2, dd, dg, 1e-6f, blk ? NULL : rot2, blk ? rot2 : NULL,
+                tc_add_rmsnorm_hadamard(g_tc, r2, dd, dg, 1e-6f, blk ? NULL : rot2, blk ? rot2 : NULL,
                                         rows, n, blk ? blk : 128, ds);
             } else {
-                tc_swiglu_hadamard_q(r1, dd, rot1, rows, n, blk ? blk : 128, ds, &a1);
-                tc_swiglu_hadamard(r2, dd, rot2, rows, n, blk ? blk : 128, ds);
+                tc_swiglu_hadamard_q(g_tc, r1, dd, rot1, rows, n, blk ? blk : 128, ds, &a1);
+                tc_swiglu_hadamard(g_tc, r2, dd, rot2, rows, n, blk ? blk : 128, ds);
             }
             /* one kernel per site with signs (add+rmsnorm+hadamard quantises inside for
              * any block; swiglu+hadamard when block % 128 == 0, else one more launch);
@@ -1261,14 +1041,14 @@ TEST(fused_quantize_sites) {
              * swiglu does with the current kernels (k_swiglu_q), not with the old ones
              * (k_swiglu, then quantise). Counted: the _q call and the plain one. */
             uint64_t want = 2 + ((old && !blk && site == 1) || (site == 1 && blk % 128) ? 1 : 0);
-            CHECK_MSG(tc_launches() == want, "case %zu old %d site %d: %llu launches, want %llu", c,
-                      old, site, (unsigned long long)tc_launches(), (unsigned long long)want);
-            tc_quantize(rot2, n, &a2);
-            CHECK_EQ_INT(tc_sync(), 0);
+            CHECK_MSG(tc_launches(g_tc) == want, "case %zu old %d site %d: %llu launches, want %llu", c,
+                      old, site, (unsigned long long)tc_launches(g_tc), (unsigned long long)want);
+            tc_quantize(g_tc, rot2, n, &a2);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
             uint8_t *g1 = malloc(ab), *g2 = malloc(ab);
             float *o1 = malloc(N * 4), *o2 = malloc(N * 4);
-            CHECK(tc_download(g1, b1, ab) == 0 && tc_download(g2, b2, ab) == 0);
-            CHECK(tc_download(o1, rot1, N * 4) == 0 && tc_download(o2, rot2, N * 4) == 0);
+            CHECK(tc_download(g_tc, g1, b1, ab) == 0 && tc_download(g_tc, g2, b2, ab) == 0);
+            CHECK(tc_download(g_tc, o1, rot1, N * 4) == 0 && tc_download(g_tc, o2, rot2, N * 4) == 0);
             CHECK_MSG(memcmp(o1, o2, N * 4) == 0, "case %zu old %d site %d: outputs differ", c, old, site);
             CHECK_MSG(memcmp(g1, g2, ab - 64) == 0, "case %zu old %d site %d: activation bytes differ",
                       c, old, site);
@@ -1277,38 +1057,38 @@ TEST(fused_quantize_sites) {
             uint8_t *base;
             size_t wb;
             tc_mat m = up_mat(&t, 0, &base, &wb), rp;
-            CHECK_EQ_INT(tc_repack(&m, &rp), 0);
+            CHECK_EQ_INT(tc_repack_tiled(g_tc, &m, &rp), 0);
             tc_mat both[2] = {m, rp};
             size_t ys[2] = {45, 45};
-            float *y1[2] = {tc_malloc(rows * 45 * 4), tc_malloc(rows * 45 * 4)};
-            float *y2[2] = {tc_malloc(rows * 45 * 4), tc_malloc(rows * 45 * 4)};
-            tc_matmul_multi_q(2, both, &a1, NULL, n, y1, ys);
-            tc_matmul_multi(2, both, rot2, rows, n, y2, ys);
-            CHECK_EQ_INT(tc_sync(), 0);
+            float *y1[2] = {tc_malloc(g_tc, rows * 45 * 4), tc_malloc(g_tc, rows * 45 * 4)};
+            float *y2[2] = {tc_malloc(g_tc, rows * 45 * 4), tc_malloc(g_tc, rows * 45 * 4)};
+            tc_matmul_multi_q(g_tc, 2, both, &a1, NULL, n, y1, ys);
+            tc_matmul_multi(g_tc, 2, both, rot2, rows, n, y2, ys);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
             for (int i = 0; i < 2; i++) {
                 float *p1 = malloc(rows * 45 * 4), *p2 = malloc(rows * 45 * 4);
-                CHECK(tc_download(p1, y1[i], rows * 45 * 4) == 0 && tc_download(p2, y2[i], rows * 45 * 4) == 0);
+                CHECK(tc_download(g_tc, p1, y1[i], rows * 45 * 4) == 0 && tc_download(g_tc, p2, y2[i], rows * 45 * 4) == 0);
                 CHECK(memcmp(p1, p2, rows * 45 * 4) == 0);
                 free(p1); free(p2);
-                tc_free(y1[i], rows * 45 * 4);
-                tc_free(y2[i], rows * 45 * 4);
+                tc_free(g_tc, y1[i], rows * 45 * 4);
+                tc_free(g_tc, y2[i], rows * 45 * 4);
             }
-            tc_free(base, wb);
-            tc_free((void *)rp.data, tc_repacked_bytes(45, (int64_t)n));
+            tc_free(g_tc, base, wb);
+            tc_free(g_tc, (void *)rp.data, tc_tiled_bytes(45, (int64_t)n));
             free_mat(&t);
             free(g1); free(g2); free(o1); free(o2);
         }
         /* a mismatched act is refused */
         tc_act bad = a1;
         bad.k = (int64_t)n + 128;
-        tc_swiglu_hadamard_q(r1, dd, rot1, rows, n, blk ? blk : 128, ds, &bad);
-        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-        tc_free(r1, N * 4); tc_free(r2, N * 4); tc_free(dd, N * 4); tc_free(dg, n * 4);
-        tc_free(rot1, N * 4); tc_free(rot2, N * 4); tc_free(b1, ab); tc_free(b2, ab);
-        if (ds) tc_free(ds, n * 4);
+        tc_swiglu_hadamard_q(g_tc, r1, dd, rot1, rows, n, blk ? blk : 128, ds, &bad);
+        CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+        tc_free(g_tc, r1, N * 4); tc_free(g_tc, r2, N * 4); tc_free(g_tc, dd, N * 4); tc_free(g_tc, dg, n * 4);
+        tc_free(g_tc, rot1, N * 4); tc_free(g_tc, rot2, N * 4); tc_free(g_tc, b1, ab); tc_free(g_tc, b2, ab);
+        if (ds) tc_free(g_tc, ds, n * 4);
         free(hs); free(h); free(gain);
     }
-    tc_set_ops_old(-1);
+    tc_set_ops_old(g_tc, -1);
 }
 
 /* f64 blockwise transform of rows x n: forward y = H(x*s)/sqrt(B), inverse y = s*H(x)/sqrt(B) */
@@ -1330,7 +1110,7 @@ static void had_ref(const double *x, double *y, size_t rows, size_t n, size_t B,
 }
 
 /* The register-block transform (k_fwht_reg: blocks 256..2048) writes the same floats
- * as the shared-memory one (k_fwht, TERN_CUDA_OPS=old), bit for bit, forward and
+ * as the shared-memory one (k_fwht, the fallback; tc_set_ops_old), bit for bit, forward and
  * inverse, with SwiGLU in the load and the quantised activation (bytes equal too),
  * batches 1, 3, 8; both within 1e-5 of float64; tc_hadamard_q's activation equals
  * tc_quantize of its output; a row offset by one float takes the old kernel (same
@@ -1349,9 +1129,9 @@ TEST(fwht_reg_vs_shared) {
                 hu[i] = check_rand_normal();
             }
             float *ds = dup_dev(hs, n * 4), *dx = dup_dev(hx, N * 4), *du = dup_dev(hu, N * 4);
-            float *y[2] = {tc_malloc((N + 1) * 4), tc_malloc((N + 1) * 4)};
+            float *y[2] = {tc_malloc(g_tc, (N + 1) * 4), tc_malloc(g_tc, (N + 1) * 4)};
             size_t ab = tc_act_bytes(rows, (int64_t)n);
-            void *abuf[2] = {tc_malloc(ab), tc_malloc(ab)};
+            void *abuf[2] = {tc_malloc(g_tc, ab), tc_malloc(g_tc, ab)};
             float *g[2] = {malloc(N * 4), malloc(N * 4)};
             uint8_t *ga[2] = {malloc(ab), malloc(ab)};
             double *xd = malloc(N * 8), *want = malloc(N * 8);
@@ -1359,20 +1139,20 @@ TEST(fwht_reg_vs_shared) {
              * 4: forward on rows offset by one float (old kernel either way) */
             for (int kind = 0; kind < 5; kind++) {
                 for (int old = 0; old < 2; old++) {
-                    tc_set_ops_old(old);
+                    tc_set_ops_old(g_tc, old);
                     tc_act act = tc_act_view(abuf[old], rows, (int64_t)n);
-                    CHECK(tc_zero(abuf[old], ab) == 0);
+                    CHECK(tc_zero(g_tc, abuf[old], ab) == 0);
                     float *yo = y[old] + (kind == 4 ? 1 : 0);
-                    CHECK(tc_upload(yo, hx, N * 4) == 0);
-                    if (kind == 0 || kind == 4) tc_hadamard(yo, rows, n, B, ds, 0);
-                    else if (kind == 1) tc_hadamard(yo, rows, n, B, ds, 1);
-                    else if (kind == 2) tc_swiglu_hadamard_q(dx, du, yo, rows, n, B, ds, &act);
-                    else tc_hadamard_q(yo, rows, n, B, ds, &act);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(g[old], yo, N * 4) == 0);
-                    CHECK(tc_download(ga[old], abuf[old], ab) == 0);
+                    CHECK(tc_upload(g_tc, yo, hx, N * 4) == 0);
+                    if (kind == 0 || kind == 4) tc_hadamard(g_tc, yo, rows, n, B, ds, 0);
+                    else if (kind == 1) tc_hadamard(g_tc, yo, rows, n, B, ds, 1);
+                    else if (kind == 2) tc_swiglu_hadamard_q(g_tc, dx, du, yo, rows, n, B, ds, &act);
+                    else tc_hadamard_q(g_tc, yo, rows, n, B, ds, &act);
+                    CHECK_EQ_INT(tc_sync(g_tc), 0);
+                    CHECK(tc_download(g_tc, g[old], yo, N * 4) == 0);
+                    CHECK(tc_download(g_tc, ga[old], abuf[old], ab) == 0);
                 }
-                tc_set_ops_old(-1);
+                tc_set_ops_old(g_tc, -1);
                 CHECK_MSG(memcmp(g[0], g[1], N * 4) == 0, "B %zu n %zu rows %zu kind %d: floats differ",
                           B, n, rows, kind);
                 if (kind == 2 || kind == 3)
@@ -1385,17 +1165,17 @@ TEST(fwht_reg_vs_shared) {
                 CHECK_MSG(e < 1e-5, "B %zu n %zu rows %zu kind %d: vs f64 %g", B, n, rows, kind, e);
                 if (kind == 3) { /* the activation is tc_quantize's of the output */
                     tc_act act = tc_act_view(abuf[1], rows, (int64_t)n);
-                    CHECK(tc_zero(abuf[1], ab) == 0);
-                    tc_quantize(y[0], n, &act);
-                    CHECK_EQ_INT(tc_sync(), 0);
-                    CHECK(tc_download(ga[1], abuf[1], ab) == 0);
+                    CHECK(tc_zero(g_tc, abuf[1], ab) == 0);
+                    tc_quantize(g_tc, y[0], n, &act);
+                    CHECK_EQ_INT(tc_sync(g_tc), 0);
+                    CHECK(tc_download(g_tc, ga[1], abuf[1], ab) == 0);
                     CHECK_MSG(memcmp(ga[0], ga[1], ab - 64) == 0, "B %zu rows %zu: hadamard_q act", B, rows);
                 }
             }
-            tc_free(ds, n * 4); tc_free(dx, N * 4); tc_free(du, N * 4);
+            tc_free(g_tc, ds, n * 4); tc_free(g_tc, dx, N * 4); tc_free(g_tc, du, N * 4);
             for (int k = 0; k < 2; k++) {
-                tc_free(y[k], (N + 1) * 4);
-                tc_free(abuf[k], ab);
+                tc_free(g_tc, y[k], (N + 1) * 4);
+                tc_free(g_tc, abuf[k], ab);
                 free(g[k]);
                 free(ga[k]);
             }
@@ -1419,34 +1199,34 @@ TEST(attn_prep_vs_ops) {
         float *qn = dev_rand(h, (size_t)hd, 1.0f), *kn = dev_rand(h, (size_t)hd, 1.0f);
         float *kc[2], *vc[2], *q[2], *gt[2];
         for (int r = 0; r < 2; r++) {
-            kc[r] = tc_malloc((size_t)ctx * kvw * 4);
-            vc[r] = tc_malloc((size_t)ctx * kvw * 4);
-            q[r] = tc_malloc(qw * 4);
-            gt[r] = tc_malloc(qw * 4);
+            kc[r] = tc_malloc(g_tc, (size_t)ctx * kvw * 4);
+            vc[r] = tc_malloc(g_tc, (size_t)ctx * kvw * 4);
+            q[r] = tc_malloc(g_tc, qw * 4);
+            gt[r] = tc_malloc(g_tc, qw * 4);
         }
-        float *tq = tc_malloc(qgw * 4), *tk = tc_malloc(kvw * 4);
+        float *tq = tc_malloc(g_tc, qgw * 4), *tk = tc_malloc(g_tc, kvw * 4);
         tc_attn_prep_args a = {.qg = dqg, .k = dk, .v = dv, .gated = gated, .q_norm = qn,
                                .k_norm = kn, .eps = 1e-6f, .theta = 1e7f, .q_out = q[0],
                                .gate_out = gt[0], .kcache = kc[0], .vcache = vc[0], .pos0 = pos,
                                .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .rope_dims = rot};
-        tc_launches_reset();
-        tc_attn_prep(&a);
-        CHECK_EQ_INT(tc_sync(), 0);
-        CHECK(tc_launches() == 1);
-        tc_copy_rows(tq, qgw, dqg, qgw, 1, qgw);
-        tc_copy_rows(tk, kvw, dk, kvw, 1, kvw);
+        tc_launches_reset(g_tc);
+        tc_attn_prep(g_tc, &a);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
+        CHECK(tc_launches(g_tc) == 1);
+        tc_copy_rows(g_tc, tq, qgw, dqg, qgw, 1, qgw);
+        tc_copy_rows(g_tc, tk, kvw, dk, kvw, 1, kvw);
         float *qq = tq;
         if (gated) {
-            tc_split_heads(tq, 1, nh, hd, q[1], gt[1]);
+            tc_split_heads(g_tc, tq, 1, nh, hd, q[1], gt[1]);
             qq = q[1];
         }
-        tc_head_rmsnorm(qq, 1, qw, nh, hd, qn, 1e-6f);
-        tc_head_rmsnorm(tk, 1, kvw, nkv, hd, kn, 1e-6f);
-        tc_rope(qq, 1, qw, nh, hd, rot, pos, 1e7f);
-        tc_rope(tk, 1, kvw, nkv, hd, rot, pos, 1e7f);
-        if (!gated) tc_copy_rows(q[1], qw, qq, qw, 1, qw);
-        tc_kv_store(kc[1], vc[1], TC_KV_F32, TC_KV_F32, tk, dv, kvw, 1, pos);
-        CHECK_EQ_INT(tc_sync(), 0);
+        tc_head_rmsnorm(g_tc, qq, 1, qw, nh, hd, qn, 1e-6f);
+        tc_head_rmsnorm(g_tc, tk, 1, kvw, nkv, hd, kn, 1e-6f);
+        tc_rope(g_tc, qq, 1, qw, nh, hd, rot, pos, 1e7f);
+        tc_rope(g_tc, tk, 1, kvw, nkv, hd, rot, pos, 1e7f);
+        if (!gated) tc_copy_rows(g_tc, q[1], qw, qq, qw, 1, qw);
+        tc_kv_store(g_tc, kc[1], vc[1], TC_KV_F32, TC_KV_F32, tk, dv, kvw, 1, pos);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
         float *g0 = malloc((size_t)ctx * kvw * 4), *g1 = malloc((size_t)ctx * kvw * 4);
         double *ref = malloc((size_t)ctx * kvw * 8);
         struct { float *a, *b; size_t n; const char *what; } cmp[4] = {
@@ -1454,7 +1234,7 @@ TEST(attn_prep_vs_ops) {
             {kc[0], kc[1], (size_t)ctx * kvw, "k cache"}, {vc[0], vc[1], (size_t)ctx * kvw, "v cache"}};
         for (int k = 0; k < 4; k++) {
             if (!cmp[k].n) continue;
-            CHECK(tc_download(g0, cmp[k].a, cmp[k].n * 4) == 0 && tc_download(g1, cmp[k].b, cmp[k].n * 4) == 0);
+            CHECK(tc_download(g_tc, g0, cmp[k].a, cmp[k].n * 4) == 0 && tc_download(g_tc, g1, cmp[k].b, cmp[k].n * 4) == 0);
             for (size_t i = 0; i < cmp[k].n; i++) ref[i] = g1[i];
             double e = max_rel(g0, ref, cmp[k].n);
             CHECK_MSG(e < 1e-6, "attn prep cfg %d: %s %g", c, cmp[k].what, e);
@@ -1471,44 +1251,44 @@ TEST(attn_prep_vs_ops) {
             if ((kt == TERN_KV_Q8_0 || vt == TERN_KV_Q8_0) && hd % TERN_KV_Q8_BLOCK) continue;
             size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
             for (int r = 0; r < 2; r++) {
-                void *tkc = tc_malloc((size_t)ctx * kr), *tvc = tc_malloc((size_t)ctx * vr);
+                void *tkc = tc_malloc(g_tc, (size_t)ctx * kr), *tvc = tc_malloc(g_tc, (size_t)ctx * vr);
                 if (r == 0) {
                     tc_attn_prep_args b = a;
                     b.q_out = q[1]; b.gate_out = gt[1]; /* q, gate already compared */
                     b.kcache = tkc; b.vcache = tvc; b.k_type = (int)kt; b.v_type = (int)vt;
-                    tc_attn_prep(&b);
+                    tc_attn_prep(g_tc, &b);
                 } else {
-                    tc_kv_store(tkc, tvc, (int)kt, (int)vt, tk, dv, kvw, 1, pos);
+                    tc_kv_store(g_tc, tkc, tvc, (int)kt, (int)vt, tk, dv, kvw, 1, pos);
                 }
-                CHECK_EQ_INT(tc_sync(), 0);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
                 uint8_t *gk = malloc(kr), *gv = malloc(vr), *wk = malloc(kr), *wv = malloc(vr);
-                CHECK(tc_download(g0, (r ? kc[1] : kc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
-                CHECK(tc_download(g1, (r ? vc[1] : vc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
+                CHECK(tc_download(g_tc, g0, (r ? kc[1] : kc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
+                CHECK(tc_download(g_tc, g1, (r ? vc[1] : vc[0]) + (size_t)pos * kvw, kvw * 4) == 0);
                 tern_kv_store(kt, wk, kr, g0, kvw, 1, kvw);
                 tern_kv_store(vt, wv, vr, g1, kvw, 1, kvw);
-                CHECK(tc_download(gk, (uint8_t *)tkc + (size_t)pos * kr, kr) == 0);
-                CHECK(tc_download(gv, (uint8_t *)tvc + (size_t)pos * vr, vr) == 0);
+                CHECK(tc_download(g_tc, gk, (uint8_t *)tkc + (size_t)pos * kr, kr) == 0);
+                CHECK(tc_download(g_tc, gv, (uint8_t *)tvc + (size_t)pos * vr, vr) == 0);
                 CHECK_MSG(memcmp(gk, wk, kr) == 0 && memcmp(gv, wv, vr) == 0,
                           "attn prep cfg %d: %s cache types %d/%d: typed rows differ", c,
                           r ? "kv_store" : "prologue", (int)kt, (int)vt);
                 free(gk); free(gv); free(wk); free(wv);
-                tc_free(tkc, (size_t)ctx * kr); tc_free(tvc, (size_t)ctx * vr);
+                tc_free(g_tc, tkc, (size_t)ctx * kr); tc_free(g_tc, tvc, (size_t)ctx * vr);
             }
         }
         /* q8_0 with a head size that is not a multiple of 32 is refused */
         if (hd % TERN_KV_Q8_BLOCK) {
             tc_attn_prep_args b = a;
             b.k_type = (int)TERN_KV_Q8_0;
-            tc_attn_prep(&b);
-            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+            tc_attn_prep(g_tc, &b);
+            CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
         }
         free(g0); free(g1); free(ref); free(h);
         for (int r = 0; r < 2; r++) {
-            tc_free(kc[r], (size_t)ctx * kvw * 4); tc_free(vc[r], (size_t)ctx * kvw * 4);
-            tc_free(q[r], qw * 4); tc_free(gt[r], qw * 4);
+            tc_free(g_tc, kc[r], (size_t)ctx * kvw * 4); tc_free(g_tc, vc[r], (size_t)ctx * kvw * 4);
+            tc_free(g_tc, q[r], qw * 4); tc_free(g_tc, gt[r], qw * 4);
         }
-        tc_free(tq, qgw * 4); tc_free(tk, kvw * 4); tc_free(dqg, qgw * 4); tc_free(dk, kvw * 4);
-        tc_free(dv, kvw * 4); tc_free(qn, (size_t)hd * 4); tc_free(kn, (size_t)hd * 4);
+        tc_free(g_tc, tq, qgw * 4); tc_free(g_tc, tk, kvw * 4); tc_free(g_tc, dqg, qgw * 4); tc_free(g_tc, dk, kvw * 4);
+        tc_free(g_tc, dv, kvw * 4); tc_free(g_tc, qn, (size_t)hd * 4); tc_free(g_tc, kn, (size_t)hd * 4);
     }
 }
 
@@ -1541,7 +1321,7 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
     float *hq = malloc(W * 4), *hg = malloc(W * 4), *hk, *hv;
     float *dq = dev_rand(hq, W, 1.0f), *dg = dev_rand(hg, W, 1.0f);
     void *dk = dev_cache(kt, (size_t)cap, kvw, &hk), *dv = dev_cache(vt, (size_t)cap, kvw, &hv);
-    float *dout = tc_malloc(W * 4), *got[2][2];
+    float *dout = tc_malloc(g_tc, W * 4), *got[2][2];
     double *ref = malloc(W * 8), *sc = malloc((size_t)(pos0 + 1) * 8), *want = malloc(W * 8);
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < nh; h++) {
@@ -1561,16 +1341,16 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
         }
     }
     for (int old = 0; old < 2; old++) {
-        tc_set_attn_old(old);
-        CHECK_EQ_INT(tc_attn_decode_gqa((int)kt, (int)vt, dk, dv, cap, nh, nkv, hd), old ? 0 : gqa);
+        tc_set_attn_old(g_tc, old);
+        CHECK_EQ_INT(tc_attn_decode_gqa(g_tc, (int)kt, (int)vt, dk, dv, cap, nh, nkv, hd), old ? 0 : gqa);
         for (int gated = 0; gated < 2; gated++) {
             got[old][gated] = malloc(W * 4);
-            tc_launches_reset();
-            tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, gated ? dg : NULL, dout, pos0, cap, nh,
+            tc_launches_reset(g_tc);
+            tc_attention_decode(g_tc, dq, dk, dv, (int)kt, (int)vt, gated ? dg : NULL, dout, pos0, cap, nh,
                                 nkv, hd, scale);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK(tc_launches() == 2);
-            CHECK(tc_download(got[old][gated], dout, W * 4) == 0);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK(tc_launches(g_tc) == 2);
+            CHECK(tc_download(g_tc, got[old][gated], dout, W * 4) == 0);
             for (size_t i = 0; i < W; i++)
                 want[i] = gated ? ref[i] / (1 + exp(-(double)hg[i])) : ref[i];
             double e = max_rel(got[old][gated], want, W);
@@ -1578,7 +1358,7 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
                       old ? "old" : "gqa", nh, nkv, hd, pos0, cap, gated, (int)kt, (int)vt, e);
         }
     }
-    tc_set_attn_old(-1);
+    tc_set_attn_old(g_tc, -1);
     for (int gated = 0; gated < 2; gated++) { /* new vs old */
         for (size_t i = 0; i < W; i++) want[i] = got[1][gated][i];
         double e = max_rel(got[0][gated], want, W);
@@ -1588,25 +1368,25 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
         free(got[1][gated]);
     }
     for (int old = 0; old < 2; old++) { /* refusals on both paths */
-        tc_set_attn_old(old);
-        tc_attention_decode(dq, dk, dv, (int)kt, (int)vt, NULL, dout, cap, cap, nh, nkv, hd,
+        tc_set_attn_old(g_tc, old);
+        tc_attention_decode(g_tc, dq, dk, dv, (int)kt, (int)vt, NULL, dout, cap, cap, nh, nkv, hd,
                             scale); /* pos0 past the cache */
-        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-        tc_attention_decode(dq, dk, dv, TERN_KV_N_TYPES, (int)vt, NULL, dout, pos0, cap, nh, nkv, hd,
+        CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+        tc_attention_decode(g_tc, dq, dk, dv, TERN_KV_N_TYPES, (int)vt, NULL, dout, pos0, cap, nh, nkv, hd,
                             scale); /* a type the kernels do not read */
-        CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+        CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
         if (hd % TERN_KV_Q8_BLOCK) { /* q8_0 blocks would straddle heads */
-            tc_attention_decode(dq, dk, dv, (int)kt, (int)TERN_KV_Q8_0, NULL, dout, pos0, cap, nh, nkv,
+            tc_attention_decode(g_tc, dq, dk, dv, (int)kt, (int)TERN_KV_Q8_0, NULL, dout, pos0, cap, nh, nkv,
                                 hd, scale);
-            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-            tc_attention(dq, W, dk, dv, (int)TERN_KV_Q8_0, (int)vt, dout, 1, pos0, nh, nkv, hd, scale);
-            CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
+            CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+            tc_attention(g_tc, dq, W, dk, dv, (int)TERN_KV_Q8_0, (int)vt, dout, 1, pos0, nh, nkv, hd, scale);
+            CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
         }
     }
-    tc_set_attn_old(-1);
-    tc_free(dq, W * 4); tc_free(dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
-    tc_free(dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
-    tc_free(dg, W * 4); tc_free(dout, W * 4);
+    tc_set_attn_old(g_tc, -1);
+    tc_free(g_tc, dq, W * 4); tc_free(g_tc, dk, (size_t)cap * tern_kv_row_bytes(kt, kvw));
+    tc_free(g_tc, dv, (size_t)cap * tern_kv_row_bytes(vt, kvw));
+    tc_free(g_tc, dg, W * 4); tc_free(g_tc, dout, W * 4);
     free(hq); free(hk); free(hv); free(hg); free(ref); free(sc); free(want);
 }
 
@@ -1635,22 +1415,22 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
         free(f);
         vc[0][i] = dev_cache(t, 2 * (size_t)ctx[i], kvw, &f);
         free(f);
-        kc[1][i] = tc_malloc(2 * (size_t)ctx[i] * row);
-        vc[1][i] = tc_malloc(2 * (size_t)ctx[i] * row);
+        kc[1][i] = tc_malloc(g_tc, 2 * (size_t)ctx[i] * row);
+        vc[1][i] = tc_malloc(g_tc, 2 * (size_t)ctx[i] * row);
         uint8_t *hb = malloc(2 * (size_t)ctx[i] * row);
-        CHECK(tc_download(hb, kc[0][i], 2 * (size_t)ctx[i] * row) == 0);
-        CHECK(tc_upload(kc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
-        CHECK(tc_download(hb, vc[0][i], 2 * (size_t)ctx[i] * row) == 0);
-        CHECK(tc_upload(vc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_download(g_tc, hb, kc[0][i], 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_upload(g_tc, kc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_download(g_tc, hb, vc[0][i], 2 * (size_t)ctx[i] * row) == 0);
+        CHECK(tc_upload(g_tc, vc[1][i], hb, 2 * (size_t)ctx[i] * row) == 0);
         free(hb);
         tab[i] = (tc_attn_seq){.kcache = kc[1][i], .vcache = vc[1][i], .pos0 = pos[i], .n_ctx = ctx[i]};
     }
     tc_attn_seq *dtab = dup_dev(tab, sizeof tab);
     float *q[2], *g[2], *o[2];
     for (int r = 0; r < 2; r++) {
-        q[r] = tc_malloc(NS * qw * 4);
-        g[r] = tc_malloc(NS * qw * 4);
-        o[r] = tc_malloc(NS * qw * 4);
+        q[r] = tc_malloc(g_tc, NS * qw * 4);
+        g[r] = tc_malloc(g_tc, NS * qw * 4);
+        o[r] = tc_malloc(g_tc, NS * qw * 4);
     }
     const float scale = 1.0f / sqrtf((float)hd);
     tc_attn_prep_args a = {.gated = gated, .q_norm = qn, .k_norm = kn, .eps = 1e-6f, .theta = 1e7f,
@@ -1666,13 +1446,12 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
         b.kcache = (uint8_t *)kc[0][i] + (size_t)ctx[i] * row;
         b.vcache = (uint8_t *)vc[0][i] + (size_t)ctx[i] * row;
         b.pos0 = pos[i];
-        tc_attn_prep(&b);
-        tc_attention_decode(q[0] + i * qw, b.kcache, b.vcache, (int)t, (int)t, gated ? g[0] + i * qw : NULL,
+        tc_attn_prep(g_tc, &b);
+        tc_attention_decode(g_tc, q[0] + i * qw, b.kcache, b.vcache, (int)t, (int)t, gated ? g[0] + i * qw : NULL,
                             o[0] + i * qw, pos[i], mixed_ctx ? 1024 : ctx[i], nh, nkv, hd, scale);
     }
-    CHECK_EQ_INT(tc_sync(), 0);
-    tc_set_attn_batch(1);
-    CHECK(tc_attention_decode_batch_ok((int)t, (int)t, 1024, nh, nkv, hd));
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK(tc_attention_decode_batch_ok(g_tc, (int)t, (int)t, 1024, nh, nkv, hd));
     tc_attn_bat bt = {.seqs = dtab, .kv_index = 1, .k_row = row, .v_row = row, .qg_stride = qgw,
                       .kv_stride = kvw, .q_stride = qw};
     a.qg = dqg;
@@ -1680,48 +1459,47 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
     a.v = dv;
     a.q_out = q[1];
     a.gate_out = gated ? g[1] : NULL;
-    tc_launches_reset();
-    tc_attn_prep_batch(&a, NS, &bt);
-    tc_attention_decode_batch(q[1], (int)t, (int)t, gated ? g[1] : NULL, o[1], NS, &bt, 1024, nh, nkv, hd, scale);
-    CHECK_EQ_INT(tc_sync(), 0);
-    CHECK_EQ_INT((int)tc_launches(), 3); /* prologue, attention, merge: for all five */
+    tc_launches_reset(g_tc);
+    tc_attn_prep_batch(g_tc, &a, NS, &bt);
+    tc_attention_decode_batch(g_tc, q[1], (int)t, (int)t, gated ? g[1] : NULL, o[1], NS, &bt, 1024, nh, nkv, hd, scale);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK_EQ_INT((int)tc_launches(g_tc), 3); /* prologue, attention, merge: for all five */
     float *x0 = malloc(NS * qw * 4), *x1 = malloc(NS * qw * 4);
     struct { float *a, *b; const char *what; } cmp[3] = {{q[0], q[1], "q"}, {g[0], g[1], "gate"}, {o[0], o[1], "out"}};
     for (int k = 0; k < 3; k++) {
         if (k == 1 && !gated) continue;
-        CHECK(tc_download(x0, cmp[k].a, NS * qw * 4) == 0 && tc_download(x1, cmp[k].b, NS * qw * 4) == 0);
+        CHECK(tc_download(g_tc, x0, cmp[k].a, NS * qw * 4) == 0 && tc_download(g_tc, x1, cmp[k].b, NS * qw * 4) == 0);
         CHECK_MSG(memcmp(x0, x1, NS * qw * 4) == 0, "attn batch %d:%d x %d type %d gated %d mixed %d: %s differs",
                   nh, nkv, hd, (int)t, gated, mixed_ctx, cmp[k].what);
     }
     for (int i = 0; i < NS; i++) {
         const size_t nb = 2 * (size_t)ctx[i] * row;
         uint8_t *c0 = malloc(nb), *c1 = malloc(nb);
-        CHECK(tc_download(c0, kc[0][i], nb) == 0 && tc_download(c1, kc[1][i], nb) == 0);
+        CHECK(tc_download(g_tc, c0, kc[0][i], nb) == 0 && tc_download(g_tc, c1, kc[1][i], nb) == 0);
         CHECK_MSG(memcmp(c0, c1, nb) == 0, "attn batch: sequence %d key cache differs", i);
-        CHECK(tc_download(c0, vc[0][i], nb) == 0 && tc_download(c1, vc[1][i], nb) == 0);
+        CHECK(tc_download(g_tc, c0, vc[0][i], nb) == 0 && tc_download(g_tc, c1, vc[1][i], nb) == 0);
         CHECK_MSG(memcmp(c0, c1, nb) == 0, "attn batch: sequence %d value cache differs", i);
         free(c0);
         free(c1);
         for (int r = 0; r < 2; r++) {
-            tc_free(kc[r][i], nb);
-            tc_free(vc[r][i], nb);
+            tc_free(g_tc, kc[r][i], nb);
+            tc_free(g_tc, vc[r][i], nb);
         }
     }
     /* refusals: no table, n 0 */
     tc_attn_bat none = bt;
     none.seqs = NULL;
-    tc_attention_decode_batch(q[1], (int)t, (int)t, NULL, o[1], NS, &none, 1024, nh, nkv, hd, scale);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_attn_prep_batch(&a, 0, &bt);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_set_attn_batch(-1);
+    tc_attention_decode_batch(g_tc, q[1], (int)t, (int)t, NULL, o[1], NS, &none, 1024, nh, nkv, hd, scale);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+    tc_attn_prep_batch(g_tc, &a, 0, &bt);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
     free(x0); free(x1); free(h);
     for (int r = 0; r < 2; r++) {
-        tc_free(q[r], NS * qw * 4); tc_free(g[r], NS * qw * 4); tc_free(o[r], NS * qw * 4);
+        tc_free(g_tc, q[r], NS * qw * 4); tc_free(g_tc, g[r], NS * qw * 4); tc_free(g_tc, o[r], NS * qw * 4);
     }
-    tc_free(dtab, sizeof tab);
-    tc_free(dqg, NS * qgw * 4); tc_free(dk, NS * kvw * 4); tc_free(dv, NS * kvw * 4);
-    tc_free(qn, (size_t)hd * 4); tc_free(kn, (size_t)hd * 4);
+    tc_free(g_tc, dtab, sizeof tab);
+    tc_free(g_tc, dqg, NS * qgw * 4); tc_free(g_tc, dk, NS * kvw * 4); tc_free(g_tc, dv, NS * kvw * 4);
+    tc_free(g_tc, qn, (size_t)hd * 4); tc_free(g_tc, kn, (size_t)hd * 4);
 }
 
 TEST(attention_batch_vs_single) {
@@ -1801,13 +1579,13 @@ TEST(kv_store_q8_vs_cpu) {
         tern_kv_type kt = r ? TERN_KV_BF16 : TERN_KV_Q8_0, vt = r ? TERN_KV_Q8_0 : TERN_KV_F16;
         size_t kr = tern_kv_row_bytes(kt, kvw), vr = tern_kv_row_bytes(vt, kvw);
         float *dk = dup_dev(r ? v : k, rows * kvw * 4), *dv = dup_dev(r ? k : v, rows * kvw * 4);
-        void *kc = tc_malloc(ctx * kr), *vc = tc_malloc(ctx * vr);
-        tc_zero(kc, ctx * kr);
-        tc_zero(vc, ctx * vr);
-        tc_kv_store(kc, vc, (int)kt, (int)vt, dk, dv, kvw, rows, pos);
-        CHECK_EQ_INT(tc_sync(), 0);
+        void *kc = tc_malloc(g_tc, ctx * kr), *vc = tc_malloc(g_tc, ctx * vr);
+        tc_zero(g_tc, kc, ctx * kr);
+        tc_zero(g_tc, vc, ctx * vr);
+        tc_kv_store(g_tc, kc, vc, (int)kt, (int)vt, dk, dv, kvw, rows, pos);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
         uint8_t *gk = malloc(ctx * kr), *gv = malloc(ctx * vr), *wk = calloc(ctx, kr), *wv = calloc(ctx, vr);
-        CHECK(tc_download(gk, kc, ctx * kr) == 0 && tc_download(gv, vc, ctx * vr) == 0);
+        CHECK(tc_download(g_tc, gk, kc, ctx * kr) == 0 && tc_download(g_tc, gv, vc, ctx * vr) == 0);
         tern_kv_store(kt, wk + (size_t)pos * kr, kr, r ? v : k, kvw, rows, kvw);
         tern_kv_store(vt, wv + (size_t)pos * vr, vr, r ? k : v, kvw, rows, kvw);
         for (size_t p = 0; p < ctx; p++) {
@@ -1828,18 +1606,18 @@ TEST(kv_store_q8_vs_cpu) {
         CHECK(((const int8_t *)q8)[4 * 34 + 2 + 31] == 127);  /* clamped */
         for (int j = 160; j < 192; j++) CHECK(back[j] == 0.0f || isnan(back[j]));
         free(gk); free(gv); free(wk); free(wv);
-        tc_free(dk, rows * kvw * 4); tc_free(dv, rows * kvw * 4);
-        tc_free(kc, ctx * kr); tc_free(vc, ctx * vr);
+        tc_free(g_tc, dk, rows * kvw * 4); tc_free(g_tc, dv, rows * kvw * 4);
+        tc_free(g_tc, kc, ctx * kr); tc_free(g_tc, vc, ctx * vr);
     }
     /* kvw not a multiple of 32: q8_0 refused, nothing written */
     float *dk = dup_dev(k, 48 * 4);
-    void *kc = tc_malloc(34 * 4);
-    tc_kv_store(kc, kc, TC_KV_Q8_0, TC_KV_F32, dk, dk, 48, 1, 0);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_kv_store(kc, kc, TC_KV_F32, TERN_KV_N_TYPES, dk, dk, 32, 1, 0);
-    CHECK_EQ_INT(tc_sync(), TC_ERR_UNSUPPORTED);
-    tc_free(dk, 48 * 4);
-    tc_free(kc, 34 * 4);
+    void *kc = tc_malloc(g_tc, 34 * 4);
+    tc_kv_store(g_tc, kc, kc, TC_KV_Q8_0, TC_KV_F32, dk, dk, 48, 1, 0);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+    tc_kv_store(g_tc, kc, kc, TC_KV_F32, TERN_KV_N_TYPES, dk, dk, 32, 1, 0);
+    CHECK_EQ_INT(tc_sync(g_tc), TC_ERR_UNSUPPORTED);
+    tc_free(g_tc, dk, 48 * 4);
+    tc_free(g_tc, kc, 34 * 4);
     free(k); free(v);
 }
 
@@ -1872,7 +1650,7 @@ TEST(gemm_tc_vs_f64) {
         uint8_t *base;
         size_t wb;
         tc_mat m = up_mat(&t, (size_t)shapes[s][2], &base, &wb), tm;
-        CHECK_EQ_INT(tc_repack_tiled(&m, &tm), 0);
+        CHECK_EQ_INT(tc_repack_tiled(g_tc, &m, &tm), 0);
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             size_t M = Ms[mi];
             if ((size_t)n * (size_t)k * M > (size_t)400000000) continue; /* oracle time */
@@ -1881,23 +1659,23 @@ TEST(gemm_tc_vs_f64) {
             if (mi == 2) x[k + 5] = 300.0f; /* an outlier in one block of token 1 */
             float *dx = dup_dev(x, M * (size_t)k * 4);
             size_t ab = tc_act_bytes(M, k);
-            void *abuf = tc_malloc(ab);
+            void *abuf = tc_malloc(g_tc, ab);
             CHECK(abuf != NULL);
             tc_act act = tc_act_view(abuf, M, k);
-            tc_quantize(dx, (size_t)k, &act);
+            tc_quantize(g_tc, dx, (size_t)k, &act);
             int8_t *hq = malloc(M * (size_t)k * 2);
             float *hsx = malloc(M * (size_t)(k / 128) * 4);
-            CHECK_EQ_INT(tc_sync(), 0);
-            CHECK(tc_download(hq, act.q, M * (size_t)k * 2) == 0);
-            CHECK(tc_download(hsx, act.sx, M * (size_t)(k / 128) * 4) == 0);
-            float *y = malloc(yn * 4), *dy = tc_malloc(yn * 4), *yfile = malloc(yn * 4);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK(tc_download(g_tc, hq, act.q, M * (size_t)k * 2) == 0);
+            CHECK(tc_download(g_tc, hsx, act.sx, M * (size_t)(k / 128) * 4) == 0);
+            float *y = malloc(yn * 4), *dy = tc_malloc(g_tc, yn * 4), *yfile = malloc(yn * 4);
             for (int run = 0; run < 4; run++) {
                 const int mode = TC_GEMM_EXACT + (run >> 1), tiled = run & 1;
                 for (size_t i = 0; i < yn; i++) y[i] = 7.0f;
-                CHECK(tc_upload(dy, y, yn * 4) == 0);
-                CHECK_EQ_INT(tc_gemm_tc(tiled ? &tm : &m, &act, dy, ys, mode), 1);
-                CHECK_EQ_INT(tc_sync(), 0);
-                CHECK(tc_download(y, dy, yn * 4) == 0);
+                CHECK(tc_upload(g_tc, dy, y, yn * 4) == 0);
+                CHECK_EQ_INT(tc_gemm_tc(g_tc, tiled ? &tm : &m, &act, dy, ys, mode), 1);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                CHECK(tc_download(g_tc, y, dy, yn * 4) == 0);
                 if (!tiled) memcpy(yfile, y, yn * 4);
                 else {
                     size_t nd = 0;
@@ -1944,12 +1722,12 @@ TEST(gemm_tc_vs_f64) {
                           (long long)n, M);
             }
             free(x); free(y); free(yfile); free(hq); free(hsx);
-            tc_free(dx, M * (size_t)k * 4);
-            tc_free(dy, yn * 4);
-            tc_free(abuf, ab);
+            tc_free(g_tc, dx, M * (size_t)k * 4);
+            tc_free(g_tc, dy, yn * 4);
+            tc_free(g_tc, abuf, ab);
         }
-        tc_free(base, wb);
-        tc_free((void *)tm.data, tc_tiled_bytes(n, k));
+        tc_free(g_tc, base, wb);
+        tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(n, k));
         free_mat(&t);
     }
     fprintf(stderr, "  gemm_tc int8 mode: worst rel err vs float64 %.3g (Gaussian data)\n", worst8);
@@ -1958,34 +1736,30 @@ TEST(gemm_tc_vs_f64) {
     uint8_t *base;
     size_t wb;
     tc_mat m = up_mat(&t, 0, &base, &wb);
-    void *abuf = tc_malloc(tc_act_bytes(16, 384));
+    void *abuf = tc_malloc(g_tc, tc_act_bytes(16, 384));
     tc_act act = tc_act_view(abuf, 16, 384);
-    CHECK_EQ_INT(tc_gemm_tc(&m, &act, NULL, 8, TC_GEMM_EXACT), 0); /* k % 256 */
+    CHECK_EQ_INT(tc_gemm_tc(g_tc, &m, &act, NULL, 8, TC_GEMM_EXACT), 0); /* k % 256 */
     m.kind = TC_TERN64;
-    CHECK_EQ_INT(tc_gemm_tc(&m, &act, NULL, 8, TC_GEMM_EXACT), 0);
-    CHECK_EQ_INT(tc_sync(), 0);
-    tc_free(abuf, tc_act_bytes(16, 384));
-    tc_free(base, wb);
+    CHECK_EQ_INT(tc_gemm_tc(g_tc, &m, &act, NULL, 8, TC_GEMM_EXACT), 0);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    tc_free(g_tc, abuf, tc_act_bytes(16, 384));
+    tc_free(g_tc, base, wb);
     free_mat(&t);
 }
 
 int main(void) {
     check_seed();
     tern_kernels_init();
-    if (tc_device_count() > 0 && tc_init() == 0) {
+    if (tc_device_count() > 0 && tc_ctx_new(0, &g_tc) == 0) {
         g_gpu = 1;
-        fprintf(stderr, "CUDA device: %s\n", tc_device_name());
+        fprintf(stderr, "CUDA device: %s\n", tc_device_name(g_tc));
     } else {
         fprintf(stderr, "SKIP: no CUDA device\n");
     }
     RUN(file_gemv_vs_f64);
     RUN(tiled_gemv_vs_f64);
     RUN(tiled_gemv_multi);
-    RUN(sk_gemv_multi);
     RUN(tiled_refusals_and_embed);
-    RUN(repack_gemv_vs_f64);
-    RUN(repack_multi_vs_file_layout);
-    RUN(repack_refusals_and_embed);
     RUN(launch_counter_and_profile);
     RUN(gdn_step_sessions_vs_f64);
     RUN(gdn_step_fused_output);
@@ -1999,6 +1773,7 @@ int main(void) {
     RUN(attn_prep_vs_ops);
     RUN(attention_batch_vs_single);
     RUN(kv_store_q8_vs_cpu);
+    tc_ctx_free(g_tc);
     return check_summary();
 }
 #else

@@ -6,7 +6,7 @@
  * + down's quantisation, transform + out_proj; tm_plan_match) and the rest op by op
  * through that table, whose head brings the logits home once per step, and whose
  * run_step records and replays single-token steps as CUDA graphs
- * (off with TERN_CUDA_GRAPH=0). Every pointer is device memory, except token ids. Work is queued
+ * (off with the model parameter cuda_graphs = false). Every pointer is device memory, except token ids. Work is queued
  * on one stream; errors are sticky in the kernels and come back from sync.
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
@@ -15,11 +15,15 @@
 #include "model/session.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #if defined(TERN_HAVE_CUDA)
 
 #include "kernels/cuda/cuda.h"
+
+/* the back-end's CUDA context (every launcher takes it first) */
+static tc_ctx *tcx(const tm_backend *be);
 
 static tern_status cu_status(int err, const char *what) {
     if (!err) return TERN_OK;
@@ -39,89 +43,94 @@ static int kind_of(tern_dtype t) {
     }
 }
 
-/* tern_qmat.layout of a matrix repacked on the device (tc_repack, TC_TERN128R;
- * tc_repack_tiled, TC_TERN128T) */
-#define CU_LAYOUT_R 0x43
+/* tern_qmat.layout of a matrix repacked on the device (tc_repack_tiled, TC_TERN128T) */
 #define CU_LAYOUT_T 0x54
 
 static tc_mat to_mat(const tern_qmat *w) {
-    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_R ||
-                w->layout == CU_LAYOUT_T);
-    tc_mat m = {.kind = w->layout == CU_LAYOUT_R   ? TC_TERN128R
-                        : w->layout == CU_LAYOUT_T ? TC_TERN128T
-                                                   : kind_of(w->type),
+    TERN_ASSERT(w->layout == TERN_LAYOUT_ROWS || w->layout == CU_LAYOUT_T);
+    tc_mat m = {.kind = w->layout == CU_LAYOUT_T ? TC_TERN128T : kind_of(w->type),
                 .data = w->data, .n = w->n, .k = w->k, .row_bytes = w->row_bytes};
     return m;
 }
 
 static void cu_matmul(tm_backend *be, const tern_qmat *w, const float *x, size_t batch,
                       size_t xs, float *y, size_t ys) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     tc_mat m = to_mat(w);
-    tc_matmul_multi(1, &m, x, batch, xs, &y, &ys);
+    tc_matmul_multi(tcc, 1, &m, x, batch, xs, &y, &ys);
 }
 
 static void cu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, const float *x,
                             size_t batch, size_t xs, float *const *y, const size_t *ys) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     tc_mat m[8];
     TERN_ASSERT(n > 0 && n <= 8);
     for (int i = 0; i < n; i++) m[i] = to_mat(w[i]);
     /* the integer path quantises the activation once for all matrices of one kind */
-    tc_matmul_multi(n, m, x, batch, xs, y, ys);
+    tc_matmul_multi(tcc, n, m, x, batch, xs, y, ys);
 }
 
 static void cu_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                         const float *signs) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_hadamard(x, rows, n, block, signs, 0);
+    tc_hadamard(tcc, x, rows, n, block, signs, 0);
 }
 
 static void cu_add_rmsnorm_hadamard(tm_backend *be, float *r, const float *d, const float *gain,
                                     float eps, float *normed, float *rotated, size_t rows,
                                     size_t n, size_t block, const float *signs) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs);
+    tc_add_rmsnorm_hadamard(tcc, r, d, gain, eps, normed, rotated, rows, n, block, signs);
 }
 
 static void cu_swiglu_hadamard(tm_backend *be, const float *gate, const float *up, float *out,
                                size_t rows, size_t n, size_t block, const float *signs) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_swiglu_hadamard(gate, up, out, rows, n, block, signs);
+    tc_swiglu_hadamard(tcc, gate, up, out, rows, n, block, signs);
 }
 
 static tern_status cu_embed(tm_backend *be, const tern_qmat *emb, const int32_t *ids, size_t n,
                             float *out, size_t block, const float *signs) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= emb->n)
             return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %lld)", (int)ids[i],
                              (long long)emb->n);
     tc_mat m = to_mat(emb);
-    if (m.kind == TC_TERN128T) tc_embed_tiled(&m, ids, n, out, block, signs);
-    else tc_embed(&m, ids, n, out, block, signs);
+    if (m.kind == TC_TERN128T) tc_embed_tiled(tcc, &m, ids, n, out, block, signs);
+    else tc_embed(tcc, &m, ids, n, out, block, signs);
     return TERN_OK;
 }
 
 static void cu_head_rmsnorm(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads,
                             int hd, const float *gain, float eps) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_head_rmsnorm(x, rows, stride, n_heads, hd, gain, eps);
+    tc_head_rmsnorm(tcc, x, rows, stride, n_heads, hd, gain, eps);
 }
 
 static void cu_rope(tm_backend *be, float *x, size_t rows, size_t stride, int n_heads, int hd,
                     int rot, int pos0, float theta) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_rope(x, rows, stride, n_heads, hd, rot, pos0, theta);
+    tc_rope(tcc, x, rows, stride, n_heads, hd, rot, pos0, theta);
 }
 
 static void cu_attention(tm_backend *be, const tm_attn_args *a) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_attention(a->q, a->q_stride, a->kcache, a->vcache, (int)a->k_type, (int)a->v_type, a->out,
+    tc_attention(tcc, a->q, a->q_stride, a->kcache, a->vcache, (int)a->k_type, (int)a->v_type, a->out,
                  a->rows, a->pos0, a->n_head, a->n_head_kv, a->head_dim, a->scale);
 }
 
 static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     /* the state is kept fully applied: `pending` is not used on the GPU */
     tc_gdn_args g = {.qkv = a->qkv, .z = a->z, .a = a->a, .b = a->b, .conv_w = a->conv_w,
@@ -130,33 +139,38 @@ static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
                      .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                      .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
                      .eps = a->eps};
-    tc_gdn(&g);
+    tc_gdn(tcc, &g);
 }
 
 static void cu_copy_rows(tm_backend *be, float *dst, size_t ds, const float *src, size_t ss,
                          size_t rows, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_copy_rows(dst, ds, src, ss, rows, n);
+    tc_copy_rows(tcc, dst, ds, src, ss, rows, n);
 }
 static void cu_split_heads(tm_backend *be, const float *src, size_t rows, int n_heads, int hd,
                            float *a, float *b) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_split_heads(src, rows, n_heads, hd, a, b);
+    tc_split_heads(tcc, src, rows, n_heads, hd, a, b);
 }
 static void cu_mul_sigmoid(tm_backend *be, float *x, const float *g, size_t rows, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_mul_sigmoid(x, g, rows, n);
+    tc_mul_sigmoid(tcc, x, g, rows, n);
 }
 static void cu_permute(tm_backend *be, const float *src, float *dst, size_t rows, int n_k, int n_v,
                        int dv) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_permute_tiled_grouped(src, dst, rows, n_k, n_v, dv);
+    tc_permute_tiled_grouped(tcc, src, dst, rows, n_k, n_v, dv);
 }
 /* f32, f16, bf16 and q8_0 caches (kv_types below; TC_KV_* numbering = tern_kv_type) */
 static void cu_kv_store(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
                         const float *k, const float *v, size_t kvw, size_t rows, int pos0) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_kv_store(kc, vc, (int)kt, (int)vt, k, v, kvw, rows, pos0);
+    tc_kv_store(tcc, kc, vc, (int)kt, (int)vt, k, v, kvw, rows, pos0);
 }
 
 static const tm_ops g_cuda_ops = {
@@ -181,7 +195,10 @@ static const tm_ops g_cuda_ops = {
 
 typedef struct cuda_backend {
     tm_backend base;
+    tc_ctx *tc;       /* the device's context: stream, error, workspaces, caches */
     int device;
+    bool graphs;      /* the model parameter cuda_graphs */
+    tc_mm_caps mm;    /* the matmul chooser's caps (prefill mode, forced family) */
     bool recording;   /* a step is being recorded into a graph: no download, no sync */
     /* device tables of the GDN state pointers of a step's sessions, [n_gdn][2][n]:
      * ptr_dev serves steps run op by op and is uploaded only when its contents
@@ -189,7 +206,7 @@ typedef struct cuda_backend {
     float **ptr_dev, **ptr_pin, **ptr_tmp;
     size_t ptr_n, ptr_used;
     float *const *ptr_cur; /* the table of the step being queued (NULL: none) */
-    /* TERN_CUDA_ATTN_BATCH=1: the sessions' positions and caches of a batch step run
+    /* the sessions' positions and caches of a batch step run
      * op by op ([n], uploaded per step; attn_cur NULL: attention per session) */
     tc_attn_seq *attn_dev, *attn_host;
     size_t attn_cap;
@@ -197,13 +214,17 @@ typedef struct cuda_backend {
     int attn_max_ctx;
 } cuda_backend;
 
+static tc_ctx *tcx(const tm_backend *be) { return ((const cuda_backend *)be)->tc; }
+
 static void cu_destroy(tm_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
-    if (c->ptr_dev) tc_free(c->ptr_dev, c->ptr_n * sizeof(float *));
+    tc_ctx *tcc = c->tc;
+    if (c->ptr_dev) tc_free(tcc, c->ptr_dev, c->ptr_n * sizeof(float *));
     free(c->ptr_pin);
     free(c->ptr_tmp);
-    if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+    if (c->attn_dev) tc_free(tcc, c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
     free(c->attn_host);
+    tc_ctx_free(c->tc);
     free(be);
 }
 /* One pass reads the weights once for all its rows (docs/performance.md, H200). */
@@ -218,32 +239,39 @@ static int cu_chunk_hint(const tm_backend *be) {
     return 512;
 }
 static void *cu_alloc(tm_backend *be, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return tc_malloc(n);
+    return tc_malloc(tcc, n);
 }
 static void cu_free(tm_backend *be, void *p, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    tc_free(p, n);
+    tc_free(tcc, p, n);
 }
 static tern_status cu_upload(tm_backend *be, void *dst, const void *src, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return cu_status(tc_upload(dst, src, n), "upload");
+    return cu_status(tc_upload(tcc, dst, src, n), "upload");
 }
 static tern_status cu_download(tm_backend *be, void *dst, const void *src, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return cu_status(tc_download(dst, src, n), "download");
+    return cu_status(tc_download(tcc, dst, src, n), "download");
 }
 static tern_status cu_zero(tm_backend *be, void *p, size_t n) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return cu_status(tc_zero(p, n), "memset");
+    return cu_status(tc_zero(tcc, p, n), "memset");
 }
 static uint64_t cu_mem_available(const tm_backend *be) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return tc_mem_free();
+    return tc_mem_free(tcc);
 }
 static tern_status cu_sync(tm_backend *be) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
-    return cu_status(tc_sync(), "forward pass");
+    return cu_status(tc_sync(tcc), "forward pass");
 }
 /* the state is kept fully applied: nothing beside S */
 static size_t cu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
@@ -257,32 +285,37 @@ typedef struct cu_graph {
     size_t ptr_bytes;
 } cu_graph;
 
-static void cu_graph_free(cu_graph *cg) {
+static void cu_graph_free(tc_ctx *tcc, cu_graph *cg) {
     if (!cg) return;
     if (cg->g) tc_graph_free(cg->g);
-    if (cg->ptrs) tc_free(cg->ptrs, cg->ptr_bytes);
+    if (cg->ptrs) tc_free(tcc, cg->ptrs, cg->ptr_bytes);
     free(cg);
 }
 
 /* Weights: a 128-group ternary matrix is repacked on the device into the decode GEMV's
  * tiled layout (tc_repack_tiled: 16-row strips in mma fragment order; same bytes) and the
- * uploaded copy freed. TERN_CUDA_GEMV=old keeps the file layout (the split-K and older
- * kernels, for A/B); TERN_CUDA_REPACK=1 the older row repack (TC_TERN128R). */
+ * uploaded copy freed, as the matmul chooser says (tc_mm_repack_tiled: not when a
+ * file-layout family is forced for an A/B run). */
 static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes) {
-    (void)be;
-    const char *old = getenv("TERN_CUDA_GEMV"), *on = getenv("TERN_CUDA_REPACK");
-    const bool rows = on && !strcmp(on, "1");
-    if (old && !strcmp(old, "old") && !rows) return TERN_OK;
-    if (w->layout != TERN_LAYOUT_ROWS || kind_of(w->type) != TC_TERN128 || w->k % 128) return TERN_OK;
+    cuda_backend *c = (cuda_backend *)be;
+    tc_ctx *tcc = c->tc;
+    if (w->layout != TERN_LAYOUT_ROWS) return TERN_OK;
+    const int kind = kind_of(w->type);
+    /* the matmul's quantised activation for a whole prefill chunk, sized now (workspace
+     * 0 then does not move under a recorded step graph) */
+    if (kind == TC_TERN128 && w->k % 128 == 0 &&
+        tc_ctx_reserve(c->tc, 0, tc_act_bytes((size_t)cu_chunk_hint(be), w->k)))
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the activation workspace");
+    if (!tc_mm_repack_tiled(kind, w->n, w->k, &c->mm)) return TERN_OK;
     tc_mat src = to_mat(w), dst;
-    int e = rows ? tc_repack(&src, &dst) : tc_repack_tiled(&src, &dst);
+    int e = tc_repack_tiled(tcc, &src, &dst);
     if (e == TC_ERR_UNSUPPORTED) return TERN_OK;
     if (e) return cu_status(e, "repacking a matrix on the device");
-    tc_free((void *)w->data, *bytes);
-    *bytes = rows ? tc_repacked_bytes(w->n, w->k) : tc_tiled_bytes(w->n, w->k);
+    tc_free(tcc, (void *)w->data, *bytes);
+    *bytes = tc_tiled_bytes(w->n, w->k);
     w->data = dst.data;
     w->row_bytes = dst.row_bytes;
-    w->layout = rows ? CU_LAYOUT_R : CU_LAYOUT_T;
+    w->layout = CU_LAYOUT_T;
     return TERN_OK;
 }
 
@@ -299,6 +332,7 @@ typedef struct cu_sess {
 } cu_sess;
 
 static tern_status cu_session_init(tm_backend *be, tern_session *s) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     cu_sess *cs = calloc(1, sizeof *cs);
     if (!cs) return tern_fail(TERN_ERR_NOMEM, "out of memory");
@@ -312,7 +346,7 @@ static tern_status cu_session_init(tm_backend *be, tern_session *s) {
         if (b > need) need = b;
     }
     if (need) {
-        cs->act_buf = tc_malloc(need);
+        cs->act_buf = tc_malloc(tcc, need);
         if (!cs->act_buf)
             return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for a %zu-byte activation buffer", need);
         cs->act_bytes = need;
@@ -322,11 +356,12 @@ static tern_status cu_session_init(tm_backend *be, tern_session *s) {
 }
 
 static void cu_session_release(tm_backend *be, tern_session *s) {
+    tc_ctx *tcc = tcx(be);
     (void)be;
     cu_sess *cs = s->be_state;
     if (!cs) return;
-    cu_graph_free(cs->graph);
-    if (cs->act_buf) tc_free(cs->act_buf, cs->act_bytes);
+    cu_graph_free(tcc, cs->graph);
+    if (cs->act_buf) tc_free(tcc, cs->act_buf, cs->act_bytes);
     free(cs);
     s->be_state = NULL;
 }
@@ -339,7 +374,7 @@ static bool dense_rows(const tern_qmat *w) {
 
 static bool all_int(int n, const tern_qmat *const *w) {
     for (int i = 0; i < n; i++)
-        if (w[i]->layout != CU_LAYOUT_R && w[i]->layout != CU_LAYOUT_T) return false;
+        if (w[i]->layout != CU_LAYOUT_T) return false;
     return true;
 }
 
@@ -361,26 +396,28 @@ static inline const tern_qmat *matw(const tm_step *st, tm_mat_id id) {
 
 /* site norm (+ transform) with the matmul input quantised inside the kernel */
 static const tc_act *cu_site(const tm_step *st, const tm_plan_op *op, tc_act *view) {
+    tc_ctx *tcc = tcx(st->w->m->be);
     tern_session *w = st->w;
     const tern_model *m = w->m;
     const size_t E = (size_t)op->width;
     const tc_act *act = act_for(st, (size_t)st->T, (int64_t)E, view);
-    tc_add_rmsnorm_hadamard_q(B(st, op->in), B(st, op->in2), tm_plan_vec(m, op->vec), op->eps, B(st, op->out),
+    tc_add_rmsnorm_hadamard_q(tcc, B(st, op->in), B(st, op->in2), tm_plan_vec(m, op->vec), op->eps, B(st, op->out),
                               B(st, op->out2), (size_t)st->T, E, (size_t)m->had_block,
                               tm_model_signs(m, (int64_t)E), act);
     return act;
 }
 
-static void mm(int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
+static void mm(tc_ctx *tcc, int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
                size_t xs, float *const *y, const size_t *ys) {
     tc_mat mt[8];
     for (int i = 0; i < n; i++) mt[i] = to_mat(w[i]);
-    if (act && all_int(n, w)) tc_matmul_multi_q(n, mt, act, x, xs, y, ys);
-    else tc_matmul_multi(n, mt, x, batch, xs, y, ys);
+    if (act && all_int(n, w)) tc_matmul_multi_q(tcc, n, mt, act, x, xs, y, ys);
+    else tc_matmul_multi(tcc, n, mt, x, batch, xs, y, ys);
 }
 
 /* a MATMUL op through mm (act: its input already quantised, or NULL) */
 static void mm_op(const tm_step *st, const tm_plan_op *op, const tc_act *act) {
+    tc_ctx *tcc = tcx(st->w->m->be);
     const tern_qmat *w[TM_PLAN_MAX_MATS];
     float *y[TM_PLAN_MAX_MATS];
     size_t ys[TM_PLAN_MAX_MATS];
@@ -389,7 +426,7 @@ static void mm_op(const tm_step *st, const tm_plan_op *op, const tc_act *act) {
         y[i] = B(st, op->out_buf[i]);
         ys[i] = (size_t)op->out_w[i];
     }
-    mm(op->n_mat, w, act, B(st, op->in), (size_t)st->T, (size_t)op->width, y, ys);
+    mm(tcc, op->n_mat, w, act, B(st, op->in), (size_t)st->T, (size_t)op->width, y, ys);
 }
 
 /* The attention core (plan ops [SPLIT_HEADS] .. ATTENTION [MUL_SIGMOID]): decode rows
@@ -399,6 +436,7 @@ static void mm_op(const tm_step *st, const tm_plan_op *op, const tc_act *act) {
 static void attn_ops(const tm_step *st, const tm_plan_op *a, int gate_buf);
 
 static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *first, const tm_plan_op *a) {
+    tc_ctx *tcc = c->tc;
     tern_session *w = st->w;
     const tern_model *m = w->m;
     const tm_hparams *hp = &m->hp;
@@ -410,7 +448,7 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
     float *qo = B(st, a->out2), *go = gated ? B(st, first->out2) : NULL, *big3 = B(st, a->out);
     const bool dec_ops = R == 1 && HD <= 256 && a->rope_dims <= HD && a->rope_dims % 2 == 0;
     if (dec_ops && c->attn_cur) {
-        /* a batch step (TERN_CUDA_ATTN_BATCH=1, attn_tab took it): the same two ops for
+        /* a batch step (attn_tab took it): the same two ops for
          * all the sessions at once, positions and caches from the step's table */
         tern_session *s0 = st->ss[0];
         tc_attn_bat bt = {.seqs = c->attn_cur, .kv_index = l->kv_index, .k_row = s0->k_row, .v_row = s0->v_row,
@@ -421,8 +459,8 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
                                 .gate_out = hp->attn_gate ? go : NULL, .n_head = NH, .n_head_kv = NKV,
                                 .head_dim = HD, .rope_dims = a->rope_dims, .k_type = (int)s0->k_type,
                                 .v_type = (int)s0->v_type};
-        tc_attn_prep_batch(&pa, st->n_seq, &bt);
-        tc_attention_decode_batch(qo, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? go : NULL,
+        tc_attn_prep_batch(tcc, &pa, st->n_seq, &bt);
+        tc_attention_decode_batch(tcc, qo, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? go : NULL,
                                   big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
     } else if (dec_ops) {
         for (int i = 0; i < st->n_seq; i++) {
@@ -437,12 +475,12 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
                                     .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
                                     .n_head_kv = NKV, .head_dim = HD, .rope_dims = a->rope_dims,
                                     .k_type = (int)s->k_type, .v_type = (int)s->v_type};
-            tc_attn_prep(&pa);
-            tc_attention_decode(qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+            tc_attn_prep(tcc, &pa);
+            tc_attention_decode(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
     } else {
-        if (gated) tc_split_heads(big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
+        if (gated) tc_split_heads(tcc, big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
         attn_ops(st, a, gated ? first->out2 : TM_BUF_NONE);
     }
 }
@@ -450,6 +488,7 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
 /* the attention core's ops after the split, one by one (prefill chunks; decode
  * shapes the fused prologue does not take) */
 static void attn_ops(const tm_step *st, const tm_plan_op *a, int gate_buf) {
+    tc_ctx *tcc = tcx(st->w->m->be);
     tern_session *w = st->w;
     const tern_model *m = w->m;
     const tm_layer *l = &m->layers[a->layer];
@@ -457,51 +496,53 @@ static void attn_ops(const tm_step *st, const tm_plan_op *a, int gate_buf) {
     const int T = st->T, R = st->R, qw = NH * HD, kvw = NKV * HD;
     float *q = B(st, a->in), *gate = gate_buf >= 0 ? B(st, gate_buf) : NULL;
     float *kbuf = B(st, TM_BUF_K), *vbuf = B(st, TM_BUF_V), *big3 = B(st, a->out);
-    tc_head_rmsnorm(q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, a->eps);
-    tc_head_rmsnorm(kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, a->eps);
+    tc_head_rmsnorm(tcc, q, (size_t)T, (size_t)qw, NH, HD, l->q_norm, a->eps);
+    tc_head_rmsnorm(tcc, kbuf, (size_t)T, (size_t)kvw, NKV, HD, l->k_norm, a->eps);
     bool gated = false;
     for (int i = 0; i < st->n_seq; i++) {
         tern_session *s = st->ss[i];
         const int pos0 = s->pos;
         float *qi = q + (size_t)i * qw, *ki = kbuf + (size_t)i * kvw, *vi = vbuf + (size_t)i * kvw;
-        tc_rope(qi, (size_t)R, (size_t)qw, NH, HD, a->rope_dims, pos0, a->theta);
-        tc_rope(ki, (size_t)R, (size_t)kvw, NKV, HD, a->rope_dims, pos0, a->theta);
+        tc_rope(tcc, qi, (size_t)R, (size_t)qw, NH, HD, a->rope_dims, pos0, a->theta);
+        tc_rope(tcc, ki, (size_t)R, (size_t)kvw, NKV, HD, a->rope_dims, pos0, a->theta);
         uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
         uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
         const int kt = (int)s->k_type, vt = (int)s->v_type;
-        tc_kv_store(kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
+        tc_kv_store(tcc, kc, vc, kt, vt, ki, vi, (size_t)kvw, (size_t)R, pos0);
         float *oi = big3 + (size_t)i * qw;
         if (R == 1) { /* split-K decode attention, the gate fused; grid fixed by n_ctx */
-            tc_attention_decode(qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
+            tc_attention_decode(tcc, qi, kc, vc, kt, vt, gate ? gate + (size_t)i * qw : NULL, oi, pos0, s->n_ctx,
                                 NH, NKV, HD, 1.0f / sqrtf((float)HD));
             gated = true;
         } else {
-            tc_attention(qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+            tc_attention(tcc, qi, (size_t)qw, kc, vc, kt, vt, oi, R, pos0, NH, NKV, HD, 1.0f / sqrtf((float)HD));
         }
     }
-    if (gate && !gated) tc_mul_sigmoid(big3, gate, (size_t)T, (size_t)qw);
+    if (gate && !gated) tc_mul_sigmoid(tcc, big3, gate, (size_t)T, (size_t)qw);
 }
 
 /* HADAMARD + the projection reading it: the transform quantises the matmul's input in
  * its kernel (no quantise launch in mm) */
 static void cu_had_mm(const tm_step *st, const tm_plan_op *h, const tm_plan_op *op) {
+    tc_ctx *tcc = tcx(st->w->m->be);
     const tern_model *m = st->w->m;
     const tern_qmat *wo = matw(st, op->mat[0]);
     tc_act oview;
     const tc_act *oact = all_int(1, &wo) ? act_for(st, (size_t)st->T, (int64_t)h->width, &oview) : NULL;
-    tc_hadamard_q(B(st, h->in), (size_t)st->T, (size_t)h->width, (size_t)m->had_block,
+    tc_hadamard_q(tcc, B(st, h->in), (size_t)st->T, (size_t)h->width, (size_t)m->had_block,
                   tm_model_signs(m, h->had), oact);
     mm_op(st, op, oact);
 }
 
 /* SwiGLU (+ transform) + down: the activation quantises down's input in its kernel */
 static void cu_act_mm(const tm_step *st, const tm_plan_op *a, const tm_plan_op *op) {
+    tc_ctx *tcc = tcx(st->w->m->be);
     const tern_model *m = st->w->m;
     const tern_qmat *wd = matw(st, op->mat[0]);
     const size_t T = (size_t)st->T, F = (size_t)a->width;
     tc_act view2;
-    const tc_act *act2 = (wd->layout == CU_LAYOUT_R || wd->layout == CU_LAYOUT_T) ? act_for(st, T, (int64_t)F, &view2) : NULL;
-    tc_swiglu_hadamard_q(B(st, a->in), B(st, a->in2), B(st, a->out), T, F, (size_t)m->had_block,
+    const tc_act *act2 = (wd->layout == CU_LAYOUT_T) ? act_for(st, T, (int64_t)F, &view2) : NULL;
+    tc_swiglu_hadamard_q(tcc, B(st, a->in), B(st, a->in2), B(st, a->out), T, F, (size_t)m->had_block,
                          tm_model_signs(m, a->had), act2);
     mm_op(st, op, act2);
 }
@@ -514,6 +555,7 @@ static void cu_act_mm(const tm_step *st, const tm_plan_op *a, const tm_plan_op *
  * freed with the graph): its address is what the graph keeps. */
 #define CU_MAX_SEQ 64
 static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
+    tc_ctx *tcc = c->tc;
     const tern_model *m = st->w->m;
     const tm_hparams *hp = &m->hp;
     c->ptr_cur = NULL;
@@ -521,11 +563,11 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     size_t n = (size_t)st->n_seq, L = (size_t)hp->n_gdn_layers, need = L * 2 * n;
     if (!c->ptr_dev) {
         size_t cap = L * 2 * CU_MAX_SEQ;
-        c->ptr_dev = tc_malloc(cap * sizeof(float *));
+        c->ptr_dev = tc_malloc(tcc, cap * sizeof(float *));
         c->ptr_pin = malloc(cap * sizeof(float *));
         c->ptr_tmp = malloc(cap * sizeof(float *));
         if (!c->ptr_dev || !c->ptr_pin || !c->ptr_tmp) {
-            if (c->ptr_dev) tc_free(c->ptr_dev, cap * sizeof(float *));
+            if (c->ptr_dev) tc_free(tcc, c->ptr_dev, cap * sizeof(float *));
             free(c->ptr_pin);
             free(c->ptr_tmp);
             c->ptr_dev = c->ptr_pin = c->ptr_tmp = NULL;
@@ -545,16 +587,16 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
         }
     const size_t bytes = need * sizeof(float *);
     if (own) {
-        own->ptrs = tc_malloc(bytes);
+        own->ptrs = tc_malloc(tcc, bytes);
         if (!own->ptrs) return false;
         own->ptr_bytes = bytes;
-        if (tc_upload(own->ptrs, t, bytes)) return false;
+        if (tc_upload(tcc, own->ptrs, t, bytes)) return false;
         c->ptr_cur = own->ptrs;
         return true;
     }
     if (c->ptr_used != need || memcmp(c->ptr_pin, t, bytes)) {
         c->ptr_used = 0;
-        if (tc_upload(c->ptr_dev, t, bytes)) return false;
+        if (tc_upload(tcc, c->ptr_dev, t, bytes)) return false;
         memcpy(c->ptr_pin, t, bytes);
         c->ptr_used = need;
     }
@@ -574,6 +616,7 @@ static bool gdn_fused(const cuda_backend *c, const tm_step *st) {
  * transform and quantisation), then out_proj from the quantised rows. */
 static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab, const tm_plan_op *g,
                         const tm_plan_op *out) {
+    tc_ctx *tcc = c->tc;
     tern_session *w = st->w;
     const tern_model *m = w->m;
     const tm_layer *l = &m->layers[g->layer];
@@ -588,7 +631,7 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
     if (!ab_dense) {
         float *yab[2] = {a, b};
         size_t ysab[2] = {(size_t)nv, (size_t)nv};
-        mm(2, wab, NULL, B(st, ab->in), (size_t)T, (size_t)E, yab, ysab);
+        mm(tcc, 2, wab, NULL, B(st, ab->in), (size_t)T, (size_t)E, yab, ysab);
     }
     const size_t n = (size_t)st->n_seq, gi = (size_t)g->cache;
     /* the output's permute, transform and quantisation in the step's second kernel */
@@ -610,11 +653,11 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
         ga.ab_x = B(st, ab->in);
         ga.ab_x_stride = (size_t)E;
     }
-    tc_gdn_step(&ga);
+    tc_gdn_step(tcc, &ga);
     const tern_qmat *wo = matw(st, out->mat[0]);
     float *yo[1] = {B(st, out->out_buf[0])};
     size_t yso[1] = {(size_t)out->out_w[0]};
-    mm(1, &wo, oact, B(st, g->out), (size_t)T, (size_t)VW, yo, yso);
+    mm(tcc, 1, &wo, oact, B(st, g->out), (size_t)T, (size_t)VW, yo, yso);
 }
 
 /* The logits land in the session's device rows and come home once per step. */
@@ -681,18 +724,17 @@ static tern_status cu_exec(tm_backend *be, const tm_step *st) {
     return TERN_OK;
 }
 
-/* Step graphs are on unless TERN_CUDA_GRAPH=0 (they passed parity on the H200). */
-static bool graphs_on(void) {
-    const char *e = getenv("TERN_CUDA_GRAPH");
-    return !e || !*e || strcmp(e, "0") != 0;
-}
+/* Step graphs are on unless the model parameter cuda_graphs is false (they passed
+ * parity on the H200). */
+static bool graphs_on(const cuda_backend *c) { return c->graphs; }
 
 /* The step's attention table (c->attn_cur) for a batch step run op by op, when
- * TERN_CUDA_ATTN_BATCH=1, the batched kernels take the shape, and the sessions can
+ * the batched kernels take the shape (the default since 2026-12-03), and the sessions can
  * share them (same cache types and rows, 16-byte aligned caches and layer strides for
  * the unquantised types); else attn_cur stays NULL and attention runs per session.
  * Decided once per step; uploaded synchronously. */
 static void attn_tab(cuda_backend *c, const tm_step *st) {
+    tc_ctx *tcc = c->tc;
     c->attn_cur = NULL;
     const tm_hparams *hp = &st->w->m->hp;
     if (st->n_seq < 2 || st->R != 1 || !hp->n_attn_layers) return;
@@ -707,17 +749,17 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
             return;
         if (s->n_ctx > max_ctx) max_ctx = s->n_ctx;
     }
-    if (!tc_attention_decode_batch_ok((int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
+    if (!tc_attention_decode_batch_ok(tcc, (int)s0->k_type, (int)s0->v_type, max_ctx, hp->n_head, hp->n_head_kv,
                                       hp->head_dim))
-        return; /* also 0 unless TERN_CUDA_ATTN_BATCH=1 */
+        return;
     if ((size_t)st->n_seq > c->attn_cap) {
-        if (c->attn_dev) tc_free(c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
+        if (c->attn_dev) tc_free(tcc, c->attn_dev, c->attn_cap * sizeof(tc_attn_seq));
         free(c->attn_host);
         c->attn_cap = 0;
-        c->attn_dev = tc_malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
+        c->attn_dev = tc_malloc(tcc, (size_t)st->n_seq * sizeof(tc_attn_seq));
         c->attn_host = malloc((size_t)st->n_seq * sizeof(tc_attn_seq));
         if (!c->attn_dev || !c->attn_host) {
-            if (c->attn_dev) tc_free(c->attn_dev, (size_t)st->n_seq * sizeof(tc_attn_seq));
+            if (c->attn_dev) tc_free(tcc, c->attn_dev, (size_t)st->n_seq * sizeof(tc_attn_seq));
             free(c->attn_host);
             c->attn_dev = c->attn_host = NULL;
             return;
@@ -728,7 +770,7 @@ static void attn_tab(cuda_backend *c, const tm_step *st) {
         const tern_session *s = st->ss[i];
         c->attn_host[i] = (tc_attn_seq){.kcache = s->kcache, .vcache = s->vcache, .pos0 = s->pos, .n_ctx = s->n_ctx};
     }
-    if (tc_upload(c->attn_dev, c->attn_host, (size_t)st->n_seq * sizeof(tc_attn_seq))) return;
+    if (tc_upload(tcc, c->attn_dev, c->attn_host, (size_t)st->n_seq * sizeof(tc_attn_seq))) return;
     c->attn_cur = c->attn_dev;
     c->attn_max_ctx = max_ctx;
 }
@@ -744,7 +786,7 @@ static tern_status plain(tm_backend *be, const tm_step *st) {
     return s ? s : ss;
 }
 
-/* Single-token steps of a session (unless TERN_CUDA_GRAPH=0) are recorded into a graph
+/* Single-token steps of a session (unless cuda_graphs is false) are recorded into a graph
  * from the first (the session's buffers are all made by then: the arena and the
  * activation buffer are sized from the plan), with the position and token read from
  * device words the graph fills and the GDN state pointers from the graph's own table;
@@ -753,10 +795,11 @@ static tern_status plain(tm_backend *be, const tm_step *st) {
  * workspace that grew while capturing) records again at the next step, a second turns
  * graphs off for the session. */
 static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
+    tc_ctx *tcc = tcx(be);
     cuda_backend *c = (cuda_backend *)be;
     tern_session *s = st->w;
     cu_sess *cs = s->be_state;
-    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on() || !cs || cs->graph_state < 0)
+    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on(c) || !cs || cs->graph_state < 0)
         return plain(be, st);
     const size_t V = (size_t)s->m->hp.n_vocab;
     const int32_t token = st->tokens[0];
@@ -764,9 +807,9 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     tern_status e;
     if (cs->graph) {
         cu_graph *cg = cs->graph;
-        e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
+        e = cu_status(tc_graph_run(tcc, cg->g, s->pos, token, s->logits, &ran), "graph replay");
         if (e || ran) return e;
-        cu_graph_free(cg); /* stale: record again */
+        cu_graph_free(tcc, cg); /* stale: record again */
         cs->graph = NULL;
     }
     cu_graph *cg = calloc(1, sizeof *cg);
@@ -775,12 +818,12 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     if (need_ptrs && !gdn_ptrs(c, st, cg)) {
         e = tern_fail(TERN_ERR_INTERNAL, "CUDA: GDN state table for a step graph");
     } else {
-        e = cu_status(tc_graph_begin(s->pos, token, V, &cg->g), "graph capture");
+        e = cu_status(tc_graph_begin(tcc, s->pos, token, V, &cg->g), "graph capture");
         if (!e) {
             c->recording = true;
             e = cu_exec(be, st);
             c->recording = false;
-            tern_status e2 = cu_status(tc_graph_end(cg->g, s->dlogits), "graph capture");
+            tern_status e2 = cu_status(tc_graph_end(tcc, cg->g, s->dlogits), "graph capture");
             if (e2) cg->g = NULL; /* freed by tc_graph_end */
             if (!e) e = e2;
         } else {
@@ -789,7 +832,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     }
     c->ptr_cur = NULL;
     if (e) {
-        cu_graph_free(cg);
+        cu_graph_free(tcc, cg);
         if (cs->graph_state == 0) {
             cs->graph_state = 1; /* again at the next step */
         } else {
@@ -800,7 +843,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
         return plain(be, st);
     }
     cs->graph = cg;
-    e = cu_status(tc_graph_run(cg->g, s->pos, token, s->logits, &ran), "graph replay");
+    e = cu_status(tc_graph_run(tcc, cg->g, s->pos, token, s->logits, &ran), "graph replay");
     if (e || ran) return e;
     return plain(be, st);
 }
@@ -811,10 +854,8 @@ _Static_assert(TC_KV_F32 == (int)TERN_KV_F32 && TC_KV_F16 == (int)TERN_KV_F16 &&
                    TC_KV_Q8_BLOCK == TERN_KV_Q8_BLOCK,
                "TC_KV_* must match tern_kv_type");
 
-static const char *cu_device_name(const tm_backend *be) {
-    (void)be;
-    return tc_device_name();
-}
+static const char *cu_device_name(const tm_backend *be) { return tc_device_name(tcx(be)); }
+
 
 static const tm_backend_vt g_cuda_vt = {
     .name = "cuda",
@@ -840,11 +881,12 @@ static const tm_backend_vt g_cuda_vt = {
 };
 
 bool tm_backend_cuda_present(const char **what) {
+    static _Thread_local char name[256];
     if (tc_device_count() < 1) {
         if (what) *what = "no CUDA device";
         return false;
     }
-    if (what) *what = tc_init() == 0 ? tc_device_name() : "CUDA device not usable";
+    if (what) *what = tc_device_describe(0, name, sizeof name) == 0 ? name : "CUDA device not usable";
     return true;
 }
 
@@ -853,26 +895,80 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     int dev = p ? p->device_index : 0;
     int n = tc_device_count();
     if (n < 1) return tern_fail(TERN_ERR_UNSUPPORTED, "CUDA: no CUDA device found");
-    if (dev != 0)
-        return tern_fail(TERN_ERR_UNSUPPORTED, "CUDA: device %d: this build drives GPU 0 only (%d present)",
-                         dev, n);
-    tern_status st = cu_status(tc_init(), "initialising device 0");
+    if (dev < 0 || dev >= n) { /* name the devices there are */
+        char list[1024] = "", one[300];
+        for (int i = 0; i < n && i < 16; i++) {
+            char nm[256];
+            tc_device_describe(i, nm, sizeof nm);
+            snprintf(one, sizeof one, "%scuda:%d %s", i ? ", " : "", i, nm);
+            strncat(list, one, sizeof list - strlen(list) - 1);
+        }
+        return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: device cuda:%d: this machine has %d CUDA device%s: %s", dev, n,
+                         n == 1 ? "" : "s", list);
+    }
+    int force = TC_MM_NONE;
+    if (p && p->cuda_matmul && *p->cuda_matmul && (force = tc_mm_family_of(p->cuda_matmul)) <= TC_MM_NONE)
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "CUDA: cuda_matmul '%s': not a kernel family (tiled_multi, tiled, gemm, t128k, "
+                         "t128, generic_sk, generic)", p->cuda_matmul);
+    if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
+        return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
+    tc_ctx *tc = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "initialising device cuda:%d", dev);
+    tern_status st = cu_status(tc_ctx_new(dev, &tc), what);
     if (st) return st;
     cuda_backend *c = calloc(1, sizeof *c);
-    if (!c) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    if (!c) {
+        tc_ctx_free(tc);
+        return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    }
     c->base.vt = &g_cuda_vt;
     c->base.ops = &g_cuda_ops;
+    c->tc = tc;
     c->device = dev;
+    c->graphs = !(p && p->cuda_graphs_off);
+    c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
+                         .force = force};
+    tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);
+    /* embed's ids for a whole prefill chunk (workspace 1, sized up front) */
+    if (tc_ctx_reserve(c->tc, 1, (size_t)cu_chunk_hint(&c->base) * sizeof(int32_t))) {
+        tc_ctx_free(c->tc);
+        free(c);
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the ids workspace");
+    }
+    tc_set_pdl(c->tc, !(p && p->cuda_pdl_off));
+    if (p && p->cuda_profile) tc_profile_enable(c->tc, 1);
+    if (force != TC_MM_NONE)
+        tern_log(TERN_LOG_INFO, "CUDA: matmul family forced to %s (cuda_matmul, an A/B run)", tc_mm_name(force));
     *out = &c->base;
     return TERN_OK;
 }
 
-const char *tm_backend_cuda_device(void) { return tc_device_name(); }
+const char *tm_backend_cuda_device(void) {
+    static _Thread_local char name[256];
+    return tc_device_describe(0, name, sizeof name) == 0 ? name : "";
+}
+
+struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
+    return be && be->vt == &g_cuda_vt ? ((cuda_backend *)be)->tc : NULL;
+}
+
+/* A benchmark's session stepped op by op (no step graph): launches counted, profiled. */
+void tm_backend_cuda_session_no_graph(tern_session *s) {
+    cu_sess *cs = s && s->m && s->m->be && s->m->be->vt == &g_cuda_vt ? s->be_state : NULL;
+    if (cs) cs->graph_state = -1;
+}
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
     if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
     if (!device || strncmp(device, "cuda", 4) || tc_device_count() < 1) return 0;
-    return tc_read_ceiling_gbps(bytes, passes);
+    int dev = device[4] == ':' ? atoi(device + 5) : 0;
+    tc_ctx *tc = NULL;
+    if (tc_ctx_new(dev, &tc)) return 0;
+    double g = tc_read_ceiling_gbps(tc, bytes, passes);
+    tc_ctx_free(tc);
+    return g;
 }
 
 #else
@@ -891,6 +987,13 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
 }
 
 const char *tm_backend_cuda_device(void) { return ""; }
+
+struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
+    (void)be;
+    return NULL;
+}
+
+void tm_backend_cuda_session_no_graph(tern_session *s) { (void)s; }
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
     if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);

@@ -1,9 +1,9 @@
 /*
- * cuda.h - the C boundary of the CUDA kernels (src/kernels/cuda, sm_90).
- * Plain C types only: the model code (backend_cuda.c) calls these launchers;
- * nothing here includes the library's C headers.
+ * cuda.h - the C boundary of the CUDA kernels (src/kernels/cuda, sm_90): the
+ * launchers the back-end (backend_cuda.c) calls. Plain C types only; nothing here
+ * includes the library's C headers. Tests and benches also use lab.h.
  *
- * Every launcher queues work on one stream (the library's) and returns at once;
+ * Every launcher queues work on its context's stream and returns at once;
  * pointers are device memory unless named _host. A launch or copy that fails
  * records the first error (sticky), which tc_sync() returns and clears.
  * Return codes: 0 = OK, otherwise a cudaError_t value (or TC_ERR_UNSUPPORTED);
@@ -15,12 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/mm_choose.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define TC_ERR_UNSUPPORTED 100000 /* a shape the kernels do not handle */
-#define TC_ERR_OLD_GPU 100001     /* tc_init: the GPU is older than sm_90 */
+#define TC_ERR_OLD_GPU 100001     /* tc_ctx_new: the GPU is older than sm_90 */
 
 /* Matrix kinds (the loader's dtypes, as the kernels see them). */
 typedef enum tc_kind {
@@ -30,7 +32,7 @@ typedef enum tc_kind {
     TC_F32 = 3,
     TC_F16 = 4,
     TC_BF16 = 5,
-    TC_TERN128R = 6, /* TERN128 repacked on the device (tc_repack): codes then scales, see below */
+    /* 6: the row repack (TC_TERN128R), deleted: slower than the tiled layout */
     TC_TERN128T = 7  /* TERN128 tiled on the device (tc_repack_tiled): the decode GEMV's layout */
 } tc_kind;
 
@@ -41,23 +43,39 @@ typedef struct tc_mat {
     size_t row_bytes;
 } tc_mat;
 
-/* ---------------------------------------------------------------- device */
+/* ---------------------------------------------------------------- device
+ * A context per device (tc_ctx: the device, its stream, sticky error, workspaces,
+ * step-graph words, switches, occupancy and launch-shape caches, profile), made by
+ * the back-end and passed to every launcher that touches the device. A context is
+ * driven by one thread at a time; contexts are independent (two models on one GPU
+ * from two threads, or one model per GPU). */
+typedef struct tc_ctx tc_ctx;
 int tc_device_count(void);          /* 0 when there is no driver or no device */
-int tc_init(void);                  /* device 0, the stream; idempotent */
-const char *tc_device_name(void);
+/* "NAME (sm_XY, N SMs, G GiB)" of device i into buf; 0, TC_ERR_OLD_GPU (older than
+ * sm_90) or a cudaError_t. */
+int tc_device_describe(int device, char *buf, size_t n);
+/* A context on device (0..tc_device_count()-1): the device set, a non-blocking stream.
+ * cudaErrorInvalidDevice for another index, TC_ERR_OLD_GPU before sm_90. */
+int tc_ctx_new(int device, tc_ctx **out);
+void tc_ctx_free(tc_ctx *cx);      /* waits for its stream, frees what it holds */
+int tc_device(tc_ctx *cx);          /* its device index */
+/* Workspace slot (0: the matmul's activation, 1: embed's ids, 2: attention partials)
+ * grown now to at least bytes, outside any capture, so that later steps do not move it
+ * (a move makes recorded step graphs stale). 0 or a cudaError_t. */
+int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes);
+const char *tc_device_name(tc_ctx *cx);
 const char *tc_error_string(int err);
-void *tc_malloc(size_t n);          /* device memory (zeroed); NULL on failure */
-void tc_free(void *p, size_t n);   /* n: the size given to tc_malloc */
-int tc_upload(void *dst, const void *src_host, size_t n);
-int tc_download(void *dst_host, const void *src, size_t n);
-int tc_zero(void *p, size_t n);
-int tc_sync(void);                  /* waits for the stream; first error since the last sync */
-size_t tc_bytes_in_use(void);       /* bytes held through tc_malloc */
-size_t tc_mem_free(void);           /* free device memory now (cudaMemGetInfo; 0 on error) */
+void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL on failure */
+void tc_free(tc_ctx *cx, void *p, size_t n);   /* n: the size given to tc_malloc */
+int tc_upload(tc_ctx *cx, void *dst, const void *src_host, size_t n);
+int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n);
+int tc_zero(tc_ctx *cx, void *p, size_t n);
+int tc_sync(tc_ctx *cx);                  /* waits for the stream; first error since the last sync */
+size_t tc_mem_free(tc_ctx *cx);           /* free device memory now (cudaMemGetInfo; 0 on error) */
 
 /* ---------------------------------------------------------------- products */
 /* y[b*ys + i] = sum_j W[i,j] x[b*xs + j] for each of the nm matrices (same k). */
-void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+void tc_matmul_multi(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                      float *const *y, const size_t *ys);
 
 /* A quantised activation (the integer path's input: 14-bit hi/lo planes, one
@@ -75,26 +93,10 @@ typedef struct tc_act {
 } tc_act;
 size_t tc_act_bytes(size_t batch, int64_t k);
 tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_bytes */
-void tc_quantize(const float *x, size_t xs, const tc_act *out);
 /* tc_matmul_multi with the integer path's activation given: x (fp32 rows, for
  * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
-void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
                        float *const *y, const size_t *ys);
-
-/* Load-time repack of a TC_TERN128 matrix (file layout, any alignment) into
- * TC_TERN128R, a new device buffer of tc_repacked_bytes(n, k) bytes from tc_malloc:
- *   codes  [n][k/4] bytes at data (row_bytes = k/4, rows 16-byte aligned): block b
- *          of row r is the 32 code bytes of the file's block b (same bit order);
- *   scales [n][k/128] fp16 at data + n*k/4.
- * The GEMV reads it with 128-bit streaming loads (ternary GEMV at the HBM
- * roofline, batch 1..8); same bytes per weight as the file (34 per 128).
- * dst is filled (kind, data, n, k, row_bytes); free dst->data with
- * tc_free(dst->data, tc_repacked_bytes(n, k)). The caller frees the source when
- * it likes (device bytes in use peak at source + repacked for one matrix).
- * TC_ERR_UNSUPPORTED unless src is TC_TERN128 with k % 128 == 0; cudaErrorMemoryAllocation
- * when the buffer cannot be had. Synchronous (returns when the repack is done). */
-size_t tc_repacked_bytes(int64_t n, int64_t k);
-int tc_repack(const tc_mat *src, tc_mat *dst);
 
 /* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
  * strips of 256-input tiles in the order the tensor-core GEMV's lanes load them
@@ -104,90 +106,37 @@ int tc_repack(const tc_mat *src, tc_mat *dst);
  * dst->row_bytes = bytes per strip. Free with tc_free(dst->data, tc_tiled_bytes()).
  * Synchronous; TC_ERR_UNSUPPORTED for another kind or shape, cudaErrorMemoryAllocation. */
 size_t tc_tiled_bytes(int64_t n, int64_t k);
-int tc_repack_tiled(const tc_mat *src, tc_mat *dst);
-/* The decode GEMV on a TC_TERN128T matrix: y[b*ys + i] = sum_j W[i,j] x_b[j] for
- * the act->batch rows of the quantised activation (tensor-core integer products;
- * batch 1..8 in one pass over the weights, more in chunks of 8). tc_matmul_multi(_q)
- * call it for TC_TERN128T matrices. TERN_CUDA_GEMV=old (read by the back-end at
- * load) keeps the file layout and the older kernels for A/B. */
-void tc_gemv_tiled(const tc_mat *m, const tc_act *act, float *y, size_t ys);
-/* The loop of tc_gemv_tiled: 2 branch-free on the staged activation (<= 96
- * registers; batch 1..4 only), 1 the earlier loop (TERN_CUDA_TILED_V=1), 4 loop 2 at
- * 106 registers (TERN_CUDA_TILED_V=4), 5 the default: 2 at batch 1..4, 4 at 5..8;
- * shape_old 1: the fixed launch-shape rule instead of the
- * occupancy-based choice, 0: the choice (-1 unchanged). Returns the previous variant;
- * other variant values only read. For the tests: equal shapes give equal bits. */
-int tc_gemv_tiled_config(int variant, int shape_old);
-/* tc_gemv_tiled over nm <= 4 TC_TERN128T matrices of act->k columns in one launch per
- * 8 batch rows (one grid over the strips of all of them: y[i][b*ys[i] + r]), at batch
- * 1..8 with the staged loops of the default variants; otherwise one tc_gemv_tiled per
- * matrix. Each output equals tc_gemv_tiled's integers; its float order depends on the
- * launch shape, chosen for the whole grid. tc_gemv_tiled_multi_on: whether
- * tc_matmul_multi(_q) use it (TERN_CUDA_TILED_MULTI=1; off by default until it is
- * measured on a GPU). */
-void tc_gemv_tiled_multi(int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
-                         const size_t *ys);
-int tc_gemv_tiled_multi_on(void);
-/* The stream-K decode GEMV (tc_gemv.cu, k_gemv_sk): y[i][b*ys[i] + r] = sum_j W_i[r,j]
- * x_b[j] for nm <= 4 TC_TERN128T matrices of the same k in one launch per 8 batch
- * rows, the tiles of all of them split evenly over the grid's warps (k_gemv_skr:
- * register streaming; k_gemv_sk: bulk copies). Opt-in (TERN_CUDA_GEMV=skr or bulk):
- * on the H200 both measured slower than tc_gemv_tiled (docs/performance.md), which
- * stays the default; tc_gemv_sk_ok says whether it takes the call. Results
- * equal tc_gemv_tiled's integers; the float sums of a strip split between warps are
- * added in a fixed order (the same at every batch size and on every run). */
-int tc_gemv_sk_ok(int nm, const tc_mat *const *w, const tc_act *act);
-void tc_gemv_sk(int nm, const tc_mat *const *w, const tc_act *act, float *const *y, const size_t *ys);
-/* Its kernel and shape, for tests and benchmarks: bulk -1 = off (tc_gemv_sk_ok says
- * no: k_gemv_tiled, the default), bulk 0 = k_gemv_skr (register
- * streaming; p0 = U tiles in flight per lane, 2 or 4; p1 = CTAs per SM left free,
- * 0..8; default 4,0 or TERN_CUDA_SKR="U,DROP"), bulk 1 = k_gemv_sk (bulk copies;
- * p0 = W warps per CTA, 8 or 16; p1 = NS stages of p2 = CH tiles per warp, 1..8;
- * default 8,4,2 or TERN_CUDA_SK; TERN_CUDA_GEMV=bulk selects it). */
-int tc_gemv_sk_config(int bulk, int p0, int p1, int p2);
+int tc_repack_tiled(tc_ctx *cx, const tc_mat *src, tc_mat *dst);
 /* tc_embed for a TC_TERN128T matrix (same semantics). */
-void tc_embed_tiled(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
+void tc_embed_tiled(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out,
                     size_t block, const float *signs);
-/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
- * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
- * k % 256 == 0) or a TC_TERN128T one (tiled, k % 256 == 0: same results). mode TC_GEMM_EXACT: both activation planes, the same integers
- * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
- * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
- * Returns 1 when launched, 0 when the shape is not handled (the caller falls
- * back). tc_gemm_tc_mode(): TERN_CUDA_TC=0 -> 0 (off), =int8 -> TC_GEMM_INT8,
- * else TC_GEMM_EXACT. The matmul dispatch uses it for batch > 8. */
-#define TC_GEMM_EXACT 1
-#define TC_GEMM_INT8 2
-int tc_gemm_tc_mode(void);
-int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
-int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
 
 /* ------------------------------------------------------------- row ops */
 /* Hadamard per block: forward x <- FWHT(x*signs)/sqrt(block); inverse
  * x <- signs*FWHT(x)/sqrt(block). rows of n contiguous floats. */
-void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse);
+void tc_hadamard(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs, int inverse);
 /* r += d (d may be NULL); out = rmsnorm(r)*gain, where out is normed (or rotated if
  * normed is NULL); rotated = H(out) when rotated && signs. */
-void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+void tc_add_rmsnorm_hadamard(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                              float *normed, float *rotated, size_t rows, size_t n,
                              size_t block, const float *signs);
-void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows, size_t n,
+void tc_swiglu_hadamard(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows, size_t n,
                         size_t block, const float *signs);
 /* The same, also writing act (rows x n) = quantised final output (rotated, or
  * out / normed without signs); quantised in the FWHT kernel when block % 128 == 0,
  * else by one tc_quantize launch. act may be NULL (= the plain launcher). */
-void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+void tc_add_rmsnorm_hadamard_q(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                                float *normed, float *rotated, size_t rows, size_t n,
                                size_t block, const float *signs, const tc_act *act);
-void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows, size_t n,
+void tc_swiglu_hadamard_q(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows, size_t n,
                           size_t block, const float *signs, const tc_act *act);
 /* out[i] = row ids_host[i] of emb (ids already range-checked), then the inverse
  * transform when signs. */
-void tc_embed(const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
+void tc_embed(tc_ctx *cx, const tc_mat *emb, const int32_t *ids_host, size_t n, float *out, size_t block,
               const float *signs);
-void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+void tc_head_rmsnorm(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd,
                      const float *gain, float eps);
-void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
+void tc_rope(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd, int rot, int pos0,
              float theta);
 /* KV cache element types (k_type / v_type arguments below): the numbering of
  * kernels.h tern_kv_type; all four are read and written here (rows of
@@ -195,7 +144,7 @@ void tc_rope(float *x, size_t rows, size_t stride, int n_heads, int hd, int rot,
  * the CPU's layout and rounding, and need head_dim % 32 == 0), other numbers give
  * TC_ERR_UNSUPPORTED. */
 enum { TC_KV_F32 = 0, TC_KV_F16 = 1, TC_KV_BF16 = 2, TC_KV_Q8_0 = 3, TC_KV_Q8_BLOCK = 32 };
-void tc_attention(const float *q, size_t q_stride, const void *kcache, const void *vcache,
+void tc_attention(tc_ctx *cx, const float *q, size_t q_stride, const void *kcache, const void *vcache,
                   int k_type, int v_type, float *out, int rows, int pos0, int n_head,
                   int n_head_kv, int head_dim, float scale);
 
@@ -206,24 +155,14 @@ void tc_attention(const float *q, size_t q_stride, const void *kcache, const voi
  * f32/f16/bf16 caches): one CTA per (kv head, up to 8 of its query heads, span of
  * positions) reads each K/V row of the span once for all those query heads; the span
  * is ceil((pos0 + 1) / splits) rounded up to 16, the splits (<= 1024, ~8 CTAs per SM)
- * fixed by max_len and the shape. Otherwise, or with TERN_CUDA_ATTN=old
- * (tc_set_attn_old), the old kernels: per query head, one CTA per span of 32
+ * fixed by max_len and the shape. Otherwise, or after tc_set_attn_old(1) (the
+ * reference for tests and benches), the old kernels: per query head, one CTA per span of 32
  * positions (doubled until there are at most 2048). CTAs past pos0 exit. max_len (the
  * cache capacity) fixes the grid, so a captured graph serves every position (pos0 read
  * from the graph's device word when capturing). Two launches; head_dim <= 256. */
-void tc_attention_decode(const float *q, const void *kcache, const void *vcache, int k_type,
+void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache, int k_type,
                          int v_type, const float *gate, float *out, int pos0, int max_len,
                          int n_head, int n_head_kv, int head_dim, float scale);
-/* 1 when tc_attention_decode runs the old per-query-head kernels (TERN_CUDA_ATTN=old,
- * read once); tc_set_attn_old(1 | 0) overrides it, -1 goes back to the variable.
- * Applies from the next launch (a recorded graph keeps what it recorded). */
-int tc_attn_old(void);
-void tc_set_attn_old(int old);
-/* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
- * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
- * 16-byte aligned); 0 when it would run the old kernels or refuse. For tests. */
-int tc_attn_decode_gqa(int k_type, int v_type, const void *kcache, const void *vcache,
-                       int max_len, int n_head, int n_head_kv, int head_dim);
 
 /* The attention mixer's decode prologue for one query row in one launch (a warp
  * per q head and per kv head): q heads split from the gated projection (gated:
@@ -244,7 +183,7 @@ typedef struct tc_attn_prep_args {
     int pos0, n_head, n_head_kv, head_dim, rope_dims;
     int k_type, v_type; /* TC_KV_* */
 } tc_attn_prep_args;
-void tc_attn_prep(const tc_attn_prep_args *a);
+void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a);
 
 /* The decode attention of n sequences in one launch per op (a batch step): sequence i
  * has its q / gate / output rows at i * q_stride, its projection rows at i * qg_stride
@@ -252,8 +191,8 @@ void tc_attn_prep(const tc_attn_prep_args *a);
  * table seqs[i]; the layer's cache is kcache + kv_index * n_ctx * k_row (bytes; v the
  * same with v_row). The caller keeps every cache base and layer stride 16-byte aligned
  * (f32 / f16 / bf16) and the types the same for all the sequences. part_stride is set
- * by tc_attention_decode_batch. Opt-in (TERN_CUDA_ATTN_BATCH=1, tc_attn_batch_on)
- * until it has run on a GPU; tc_attention_decode_batch_ok says whether the GQA
+ * by tc_attention_decode_batch. The default for batch steps since 2026-12-03 (H200:
+ * batch 8 577 vs 530 tok/s, parity passed); tc_attention_decode_batch_ok says whether the GQA
  * kernels take the shape (max_ctx: the largest n_ctx of the batch). Same kernels and
  * arithmetic as tc_attn_prep / tc_attention_decode per sequence: equal bits when
  * every n_ctx is max_ctx. */
@@ -267,11 +206,9 @@ typedef struct tc_attn_bat {
     size_t k_row, v_row;
     size_t qg_stride, kv_stride, q_stride, part_stride;
 } tc_attn_bat;
-int tc_attn_batch_on(void);
-void tc_set_attn_batch(int on); /* 1 | 0 overrides the variable, -1 goes back to it */
-void tc_attn_prep_batch(const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
-int tc_attention_decode_batch_ok(int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
-void tc_attention_decode_batch(const float *q, int k_type, int v_type, const float *gate, float *out, int n,
+void tc_attn_prep_batch(tc_ctx *cx, const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
+int tc_attention_decode_batch_ok(tc_ctx *cx, int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
+void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type, int v_type, const float *gate, float *out, int n,
                                const tc_attn_bat *bt, int max_ctx, int n_head, int n_head_kv, int head_dim,
                                float scale);
 
@@ -283,20 +220,10 @@ typedef struct tc_gdn_args {
     float eps;
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
- * Two launches (tc_gdn_chunk.cu: conv + L2 parallel over tokens, then the walk split
- * over value columns with the rows staged in shared memory), or with TERN_CUDA_GDN=walk
- * the older three (tc_gdn.cu: conv serial per channel, one CTA per value head). */
-void tc_gdn(const tc_gdn_args *a);
-/* The two-launch path alone: 1 when it took the call (queued), 0 when the walk is
- * selected or the shape is not one it handles (dk <= 256, n_v a multiple of n_k, at
- * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
-int tc_gdn_scan(const tc_gdn_args *a);
-/* tc_gdn's path: 0 the older walk, 1 the two-launch scan, -1 as TERN_CUDA_GDN says
- * (unset or "scan": the scan; "walk"; "scan,RPT,WARPS"); rpt = state rows per thread
- * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
- * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
- * other values (nothing changed). */
-int tc_gdn_config(int path, int rpt, int warps);
+ * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
+ * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
+ * (the reference) the older three (tc_gdn_walk.cu: conv serial per channel, one CTA per value head). */
+void tc_gdn(tc_ctx *cx, const tc_gdn_args *a);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:
@@ -341,43 +268,34 @@ typedef struct tc_gdn_step_args {
     const float *ab_x;
     size_t ab_x_stride;
 } tc_gdn_step_args;
-void tc_gdn_step(const tc_gdn_step_args *a);
+void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 
-void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
+void tc_copy_rows(tc_ctx *cx, float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t n);
 /* KV cache store: kc/vc are the layer's caches [n_ctx][kvw] of types k_type /
  * v_type (TC_KV_*; f16/bf16 rounded to nearest even, q8_0 quantised per 32 values
  * like the CPU's tern_kv_store, kvw % 32 == 0); float rows k/v go to
  * positions pos0.. (the device position in a step graph). */
-void tc_kv_store(void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
+void tc_kv_store(tc_ctx *cx, void *kc, void *vc, int k_type, int v_type, const float *k, const float *v,
                  size_t kvw, size_t rows, int pos0);
-void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
-void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n);
-void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k, int n_v,
+void tc_split_heads(tc_ctx *cx, const float *src, size_t rows, int n_heads, int hd, float *a, float *b);
+void tc_mul_sigmoid(tc_ctx *cx, float *x, const float *g, size_t rows, size_t n);
+void tc_permute_tiled_grouped(tc_ctx *cx, const float *src, float *dst, size_t rows, int n_k, int n_v,
                               int dv);
 
 /* The forward tc_hadamard that also writes act (rows x n): the quantised output, in
  * the transform's kernel when block % 128 == 0 (else one tc_quantize launch). act NULL:
  * tc_hadamard. Lets the matmul after it take the activation (tc_matmul_multi_q). */
-void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
+void tc_hadamard_q(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs,
                    const tc_act *act);
 
-/* ------------------------------------------------- A/B switches, op timing
- * TERN_CUDA_OPS=old (read once) runs the decode-step ops' previous kernels (norm
- * sites: k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and
- * SwiGLU: k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize) for
- * an A/B; tc_set_ops_old(1 | 0) overrides it, -1 goes back to the variable.
- * tc_set_pdl(1 | 0 | -1) likewise overrides TERN_CUDA_PDL (programmatic dependent
- * launch). Both apply from the next launch (a recorded graph keeps what it recorded). */
-int tc_ops_old(void);
-void tc_set_ops_old(int old);
-void tc_set_pdl(int on);
-/* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
- * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
- * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
- * and each round replays it, so launch costs are those of a decode-step graph.
- * -1 on a CUDA error (noted for tc_sync). Not while a graph is being captured. */
-typedef void (*tc_bench_fn)(void *ctx);
-double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
+/* ------------------------------------------------------------- switches
+ * tc_set_pdl(1 | 0): programmatic dependent launch (the model parameter cuda_pdl);
+ * from the next launch (a recorded graph keeps what it recorded). tc_mm_set_caps: the
+ * matmul chooser's prefill mode (TC_GEMM_EXACT, TC_GEMM_INT8: the model parameter
+ * cuda_prefill) and forced family (TC_MM_NONE: the chooser decides; cuda_matmul).
+ * Tests and benches have more (lab.h). */
+void tc_set_pdl(tc_ctx *cx, int on);
+void tc_mm_set_caps(tc_ctx *cx, int gemm_mode, int force);
 
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for
@@ -385,29 +303,25 @@ double tc_bench_us(tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
  * attention, kv_store) read the position, and embed the token id, from device
  * words that the graph's first nodes copy from pinned host memory, so the same
  * graph serves every position. The graph's last node copies the logits row to a
- * pinned buffer. A graph is stale once the workspace was reallocated.
- * TERN_CUDA_GRAPH=1 turns graphs on (off by default until measured). */
-int tc_graph_enabled(void);
+ * pinned buffer. A graph is stale once the workspace was reallocated. The back-end
+ * records them unless the model parameter cuda_graphs is false. */
 typedef struct tc_graph tc_graph;
 /* Allocate the graph's pinned buffers, set the step's values, begin capturing. */
-int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out);
+int tc_graph_begin(tc_ctx *cx, int pos0, int32_t token, size_t n_vocab, tc_graph **out);
 /* Queue the logits copy, end capturing, instantiate. On error the graph is freed. */
-int tc_graph_end(tc_graph *g, const float *dlogits);
+int tc_graph_end(tc_ctx *cx, tc_graph *g, const float *dlogits);
 /* Mark every recorded graph stale (a buffer they read was reallocated). */
-void tc_graphs_invalidate(void);
+void tc_graphs_invalidate(tc_ctx *cx);
 /* Run one step: 0 and *ran = 1 when replayed (logits_host filled); *ran = 0 when the
  * graph is stale (the caller captures again). */
-int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
+int tc_graph_run(tc_ctx *cx, tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
 
-/* ------------------------------------------------- profiling, launch count
- * tc_launches(): kernel launches and async copies queued since the last
- * tc_launches_reset() (always counted; one add per launch). While a decode graph
- * is captured, the nodes are counted too (so a captured step reports its node count).
- * Profiling (off by default; TERN_CUDA_PROFILE=1 turns it on at tc_init): every
+/* ------------------------------------------------------------- profiling
+ * Profiling (off by default; the model parameter cuda_profile turns it on): every
  * top-level launcher is bracketed by a cudaEvent pair keyed by its family; nested
  * launches count toward the outer family; nothing is recorded while capturing a
- * graph. tc_profile_report syncs the stream and folds the pending pairs.
+ * graph. tc_profile_report (lab.h) syncs the stream and folds the pending pairs.
  * Disabled cost: one branch per launcher. */
 typedef enum tc_family {
     TC_FAM_MATMUL = 0,   /* the ternary / dense products (GEMV and GEMM kernels) */
@@ -423,26 +337,11 @@ typedef enum tc_family {
     TC_FAM_REPACK,       /* load-time weight repacks */
     TC_FAM_N
 } tc_family;
-typedef struct tc_profile_entry {
-    const char *family;  /* static name */
-    double ms;           /* GPU time between the pair's events, summed */
-    uint64_t calls;
-} tc_profile_entry;
-uint64_t tc_launches(void);
-void tc_launches_reset(void);
-void tc_profile_enable(int on);  /* also resets the accumulated figures */
-int tc_profile_enabled(void);
-void tc_profile_reset(void);
-/* Fills out[0..TC_FAM_N) (families in enum order, zero calls included); returns the
- * number written (min(max, TC_FAM_N)) or -1 on a CUDA error. */
-int tc_profile_report(tc_profile_entry *out, int max);
-/* The same as text, one "family calls ms us/call share" line per family with calls,
- * then a total; returns the length it wanted (snprintf rules). */
-int tc_profile_text(char *buf, size_t n);
+void tc_profile_enable(tc_ctx *cx, int on);  /* also resets the accumulated figures */
 
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
-double tc_read_ceiling_gbps(size_t bytes, int passes);
+double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,13 @@
 /*
- * internal.cuh - shared by the CUDA kernel files: the library's stream, the
- * sticky error, a grow-only device workspace, and small device helpers.
+ * internal.cuh - shared by the CUDA kernel files: the context (stream, sticky error,
+ * grow-only workspaces, caches), launch helpers, and small device helpers.
  */
 #ifndef TERN_KERNELS_CUDA_INTERNAL_CUH
 #define TERN_KERNELS_CUDA_INTERNAL_CUH
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/lab.h"
+#include "kernels/cuda/mm_choose.h"
 #include "core/blocks.h"
 
 #include <cuda_fp16.h>
@@ -14,24 +16,90 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern cudaStream_t tc_stream;
+/* ------------------------------------------------------------ the context
+ * tc_ctx (cuda.h: opaque): everything the kernels keep per device, owned by the
+ * back-end that made it (tc_ctx_new) and passed to every launcher. A launcher makes it
+ * the thread's current context for its duration (TC_CTX: tc_cur, thread-local, the
+ * previous one restored on return), so the internal helpers below (tc_note,
+ * tc_workspace, tc_launch...) need no argument. One context is driven by one thread
+ * at a time (the model's evaluation lock); two contexts, on one device or two, by two
+ * threads at once. Nothing of it is process-global. */
+#define TC_PROF_SLOTS 4096
+#define TC_MEMO 64
+struct tc_ctx {
+    int device;
+    cudaStream_t stream;
+    int err;                     /* the first error since the last tc_sync */
+    char name[256];              /* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" */
+    int sms;
+    size_t bytes;                /* bytes held through tc_malloc */
+    void *ws[4];                 /* tc_workspace slots (grow-only) */
+    size_t ws_n[4];
+    unsigned ws_gen;             /* bumped when a workspace moves: graphs are then stale */
+    int32_t *pin_ids;            /* pinned staging for embed's ids */
+    size_t pin_ids_n;
+    int *step_dev, *step_pin;    /* a graph's step words: [0] position, [1] token */
+    const int *dyn_pos;          /* while capturing a step graph: the device words */
+    const int32_t *dyn_ids;
+    int pdl;                     /* programmatic dependent launch (tc_set_pdl) */
+    tc_mm_caps mm;               /* the matmul chooser's caps (tc_mm_set_caps) */
+    int ops_old, attn_old;       /* lab switches (tc_set_ops_old, tc_set_attn_old) */
+    int gdn_path, gdn_rpt, gdn_wpc; /* tc_gdn_config */
+    int *gdn_cnt;                /* the GDN step's cluster counters (tc_gdn_step.cu) */
+    uint64_t launches;           /* launches and async copies queued (tc_launches) */
+    /* per-device caches: kernels whose attributes are set, occupancy and launch shapes */
+    struct { const void *fn; long long v; } attr[TC_MEMO];
+    int n_attr;
+    struct { const void *fn; int threads; size_t smem; int occ; } occ[4 * TC_MEMO];
+    int n_occ;
+    struct { const void *fn; long long a, b; size_t smem; int x, y; } shape[TC_MEMO];
+    int n_shape;
+    /* profiling (tc_profile_*) */
+    int prof_on, prof_depth, pn, pmade;
+    cudaEvent_t pev[TC_PROF_SLOTS][2];
+    int pfam[TC_PROF_SLOTS];
+    double pms[TC_FAM_N];
+    uint64_t pcalls[TC_FAM_N];
+};
+extern thread_local tc_ctx *tc_cur;
+struct tc_ctx_scope {
+    tc_ctx *prev;
+    explicit tc_ctx_scope(tc_ctx *c) : prev(tc_cur) {
+        tc_cur = c;
+        int d = -1;
+        if (c && prev != c && (cudaGetDevice(&d) != cudaSuccess || d != c->device)) cudaSetDevice(c->device);
+    }
+    ~tc_ctx_scope() { tc_cur = prev; }
+};
+#define TC_CTX(cx) tc_ctx_scope tc_ctx_s_(cx)
+/* The context's memo of kernel attributes: 1 the first time fn is asked with value v
+ * (the caller then sets it), 0 after (cudaFuncSetAttribute is per device). */
+static inline bool tc_attr_once(const void *fn, long long v) {
+    tc_ctx *c = tc_cur;
+    for (int i = 0; i < c->n_attr; i++)
+        if (c->attr[i].fn == fn && c->attr[i].v >= v) return false;
+    if (c->n_attr < TC_MEMO) {
+        c->attr[c->n_attr].fn = fn;
+        c->attr[c->n_attr].v = v;
+        c->n_attr++;
+    }
+    return true;
+}
+
 /* Record err (first one wins) when it is not cudaSuccess. */
 void tc_note(int err);
-/* Launches (and async copies) queued: tc_launches(). */
-extern uint64_t tc_launch_count;
 /* Check the last launch (and count it). */
 static inline void tc_check_launch(void) {
-    tc_launch_count++;
+    tc_cur->launches++;
     tc_note((int)cudaGetLastError());
 }
 /* Profiling: TC_PROF(TC_FAM_x) at the top of a launcher brackets the rest of the
  * function with an event pair (only when enabled, at nesting depth 0, not capturing). */
-extern int tc_prof_on;
 int tc_prof_start(int fam); /* slot >= 0, or -1: nested / capturing (depth counted) */
 void tc_prof_stop(int slot);
 struct tc_prof_guard {
     int slot; /* -2: profiling was off at entry */
-    explicit tc_prof_guard(int fam) : slot(tc_prof_on ? tc_prof_start(fam) : -2) {}
+    explicit tc_prof_guard(int fam) : slot(tc_cur->prof_on ? tc_prof_start(fam) : -2) {}
     ~tc_prof_guard() {
         if (slot != -2) tc_prof_stop(slot);
     }
@@ -40,28 +108,14 @@ struct tc_prof_guard {
 /* Scratch of at least n bytes for the stream's current work (slot 0..3, grow-only;
  * growing waits for the stream first). NULL on failure (error noted). */
 void *tc_workspace(int slot, size_t n);
-/* Step values while capturing a decode graph (NULL otherwise): device words the
- * graph fills at each replay. */
-extern const int *tc_dyn_pos;
-extern const int32_t *tc_dyn_ids;
 /* Pinned host staging for embed's ids (grow-only; NULL on failure, error noted). */
 int32_t *tc_pinned_ids(size_t n);
-
-/* A switch read from the environment once: *cached (-1 = not read yet) becomes 1 when
- * the variable name equals want, else 0. The tc_set_* overrides write *cached. */
-static inline int tc_env_is(int *cached, const char *name, const char *want) {
-    if (*cached < 0) {
-        const char *e = getenv(name);
-        *cached = e && !strcmp(e, want);
-    }
-    return *cached;
-}
 
 static inline unsigned tc_blocks(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
 /* Programmatic dependent launch (PDL, sm_90). A kernel launched by tc_launch may start
- * while the kernel before it in the stream is still running (TERN_CUDA_PDL=0 turns
- * this off: plain stream order). Such a kernel must call tc_pdl_wait() before it
+ * while the kernel before it in the stream is still running (the model parameter
+ * cuda_pdl = false turns this off: plain stream order). Such a kernel must call tc_pdl_wait() before it
  * reads anything an earlier kernel wrote and before it writes anything at all; what
  * comes before the wait may only read data that no kernel of the step writes (the
  * weights) or touch its own shared memory. tc_pdl_trigger() lets the next kernel be
@@ -77,9 +131,17 @@ __device__ __forceinline__ void tc_pdl_trigger(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-/* 1 when PDL launches are on (TERN_CUDA_PDL unset or not "0"; read once). */
-int tc_pdl_on(void);
-/* Launch kern<<<grid, block, smem, tc_stream>>>(args...) with the PDL attribute when
+/* 1 when PDL launches are on (tc_set_pdl: the model parameter cuda_pdl, default on). */
+static inline int tc_pdl_on(void) { return tc_cur->pdl; }
+/* Streaming multiprocessors of the context's device. */
+static inline int tc_sm_count(void) { return tc_cur->sms > 0 ? tc_cur->sms : 132; }
+/* The matmul chooser's caps now (tc_mm_set_caps and the SM count). */
+static inline tc_mm_caps tc_mm_caps_now(void) {
+    tc_mm_caps c = tc_cur->mm;
+    c.sms = tc_sm_count();
+    return c;
+}
+/* Launch kern<<<grid, block, smem, tc_cur->stream>>>(args...) with the PDL attribute when
  * tc_pdl_on() (and, when cluster > 1, a cluster of that many CTAs along x); counted
  * and checked like tc_check_launch. The kernel must follow the tc_pdl_wait rule. */
 template <typename... KArgs, typename... Args>
@@ -89,7 +151,7 @@ static inline void tc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = tc_stream;
+    cfg.stream = tc_cur->stream;
     cudaLaunchAttribute at[2];
     unsigned n = 0;
     if (tc_pdl_on()) {
@@ -109,6 +171,16 @@ static inline void tc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
     tc_note((int)cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...));
     tc_check_launch();
 }
+
+/* The matmul's pieces in their own files (tc_actq.cu, tc_gemv_file.cu): the quantised
+ * activation of rows x (o->k) (no checks; tc_quantize checks), the file-layout
+ * ternary GEMV in the chooser's build (c.family TC_MM_T128K or TC_MM_T128; q, sx, corr
+ * the activation's planes), and the fp32-input kernels (family TC_MM_GENERIC_SK or
+ * TC_MM_GENERIC; x NULL: TC_ERR_UNSUPPORTED noted). */
+void tc_quantize_rows(const float *x, size_t xs, const tc_act *o);
+void tc_gemv_file(const tc_mat *m, const tc_mm_choice &c, const int8_t *q, const float *sx, const int *corr,
+                  size_t batch, float *y, size_t ys);
+void tc_gemv_fp32(const tc_mat *m, int family, const float *x, size_t batch, size_t xs, float *y, size_t ys);
 
 /* Blockwise Hadamard of rows x n (tc_hadamard.cu): dst = H(src*signs) forward or
  * signs*H(src) inverse, scaled by 1/sqrt(block); up: SwiGLU in the load (silu(src)*up);
@@ -174,32 +246,6 @@ __device__ __forceinline__ float tc_elem(int kind, const uint8_t *row, int64_t j
     }
 }
 
-/* Quantise one 128-input block held 4 per lane (v[s] = input 4*lane + s of the
- * block) into the activation layout of tc_matmul.cu (row base q, block blk). */
-#define TC_QMAX 16256.0f
-__device__ __forceinline__ void tc_actq_block(const float v[4], int lane, int8_t *qrow,
-                                              float *sx_row, int *corr_row, int blk) {
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = tc_warp_max(amax);
-    float inv = amax > 0 ? TC_QMAX / amax : 0.0f;
-    int u = lane >> 3, l8 = lane & 7;
-    int i = l8 >> 2, k = l8 & 3;
-    int8_t *ub = qrow + ((size_t)blk * 4 + u) * 64;
-    int sum = 0;
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        int xq = __float2int_rn(v[s] * inv);
-        int hi = (xq + 64) >> 7, lo = xq - 128 * hi;
-        int p = i * 16 + s * 4 + k;
-        ub[p] = (int8_t)hi;
-        ub[32 + p] = (int8_t)lo;
-        sum += xq;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    if (l8 == 0) corr_row[(size_t)blk * 4 + u] = sum;
-    if (lane == 0) sx_row[blk] = amax / TC_QMAX;
-}
+#include "kernels/cuda/act.cuh"
 
 #endif

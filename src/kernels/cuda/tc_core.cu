@@ -1,6 +1,7 @@
 /*
- * tc_core.cu - device set-up, memory, copies, the sticky error, the workspace
- * and the device read ceiling.
+ * tc_core.cu - the device context (tc_ctx_new / tc_ctx_free), memory, copies, the
+ * sticky error, the workspaces, decode-step graphs, the device read ceiling, the
+ * launch count and the profile.
  */
 #include "kernels/cuda/internal.cuh"
 
@@ -9,37 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-cudaStream_t tc_stream;
-static int g_err;
-static bool g_init;
-static char g_name[256];
-static size_t g_bytes;
-extern int tc_prof_on;
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static void *g_ws[4];
-static size_t g_ws_n[4];
-static unsigned g_ws_gen;      /* bumped when a workspace moves: graphs are then stale */
-static int32_t *g_pin_ids;     /* pinned staging for embed's ids */
-static size_t g_pin_ids_n;
-static int *g_step_dev;        /* [0] position, [1] token: filled by a graph's first node */
-static int *g_step_pin;        /* the pinned host copy the node reads */
-const int *tc_dyn_pos;
-const int32_t *tc_dyn_ids;
+thread_local tc_ctx *tc_cur;
 
-static int g_pdl = -1; /* -1: TERN_CUDA_PDL not read yet */
-int tc_pdl_on(void) {
-    if (g_pdl < 0) {
-        const char *e = getenv("TERN_CUDA_PDL");
-        g_pdl = !(e && !strcmp(e, "0"));
-    }
-    return g_pdl;
+extern "C" void tc_set_pdl(tc_ctx *cx, int on) { cx->pdl = on != 0; }
+
+/* The matmul chooser's model parameters. */
+extern "C" void tc_mm_set_caps(tc_ctx *cx, int gemm_mode, int force) {
+    cx->mm.gemm_mode = gemm_mode == TC_GEMM_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT;
+    cx->mm.force = force > TC_MM_NONE && force < TC_MM_N ? force : TC_MM_NONE;
 }
 
-/* the bench's A/B switch (1 on, 0 off, -1 back to TERN_CUDA_PDL) */
-extern "C" void tc_set_pdl(int on) { g_pdl = on < 0 ? -1 : on != 0; }
-
 void tc_note(int err) {
-    if (err && !g_err) g_err = err;
+    if (err && !tc_cur->err) tc_cur->err = err;
 }
 
 extern "C" int tc_device_count(void) {
@@ -51,70 +33,110 @@ extern "C" int tc_device_count(void) {
     return n;
 }
 
-extern "C" int tc_init(void) {
-    pthread_mutex_lock(&g_mu);
-    int err = 0;
-    if (!g_init) {
-        err = (int)cudaSetDevice(0);
-        if (!err) err = (int)cudaStreamCreateWithFlags(&tc_stream, cudaStreamNonBlocking);
-        cudaDeviceProp p;
-        if (!err && (err = (int)cudaGetDeviceProperties(&p, 0)) == 0) {
-            snprintf(g_name, sizeof g_name, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major,
-                     p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
-            if (p.major < 9) { /* the kernels use Hopper instructions (PDL, bulk copies, clusters) */
-                cudaStreamDestroy(tc_stream);
-                tc_stream = NULL;
-                pthread_mutex_unlock(&g_mu);
-                return TC_ERR_OLD_GPU;
-            }
-            g_init = true;
-            const char *pe = getenv("TERN_CUDA_PROFILE");
-            if (pe && *pe && strcmp(pe, "0") != 0) tc_prof_on = 1;
-        }
-        if (err) cudaGetLastError();
+extern "C" int tc_device_describe(int device, char *buf, size_t n) {
+    cudaDeviceProp p;
+    int e = (int)cudaGetDeviceProperties(&p, device);
+    if (e) {
+        cudaGetLastError();
+        if (n) snprintf(buf, n, "CUDA device %d (not usable)", device);
+        return e;
     }
-    pthread_mutex_unlock(&g_mu);
-    return err;
+    if (n)
+        snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+                 p.totalGlobalMem / 1073741824.0);
+    return p.major < 9 ? TC_ERR_OLD_GPU : 0;
 }
 
-extern "C" const char *tc_device_name(void) { return g_name; }
+extern "C" int tc_ctx_new(int device, tc_ctx **out) {
+    *out = NULL;
+    int n = tc_device_count();
+    if (device < 0 || device >= n) return (int)cudaErrorInvalidDevice;
+    tc_ctx *c = (tc_ctx *)calloc(1, sizeof *c);
+    if (!c) return (int)cudaErrorMemoryAllocation;
+    c->device = device;
+    c->pdl = 1;
+    c->mm.gemm_mode = TC_GEMM_EXACT;
+    c->gdn_path = 1;
+    int e = tc_device_describe(device, c->name, sizeof c->name);
+    if (!e) e = (int)cudaSetDevice(device);
+    if (!e) e = (int)cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device);
+    if (!e) e = (int)cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e) {
+        if (e != TC_ERR_OLD_GPU) cudaGetLastError();
+        free(c);
+        return e;
+    }
+    *out = c;
+    return 0;
+}
+
+extern "C" void tc_ctx_free(tc_ctx *cx) {
+    if (!cx) return;
+    TC_CTX(cx);
+    cudaStreamSynchronize(cx->stream);
+    for (int i = 0; i < 4; i++)
+        if (cx->ws[i]) cudaFree(cx->ws[i]);
+    if (cx->pin_ids) cudaFreeHost(cx->pin_ids);
+    if (cx->step_dev) cudaFree(cx->step_dev);
+    if (cx->step_pin) cudaFreeHost(cx->step_pin);
+    if (cx->gdn_cnt) cudaFree(cx->gdn_cnt);
+    for (int i = 0; i < cx->pmade; i++) {
+        cudaEventDestroy(cx->pev[i][0]);
+        cudaEventDestroy(cx->pev[i][1]);
+    }
+    cudaStreamDestroy(cx->stream);
+    cudaGetLastError();
+    free(cx);
+}
+
+extern "C" const char *tc_device_name(tc_ctx *cx) { return cx->name; }
+
+extern "C" int tc_ctx_reserve(tc_ctx *cx, int slot, size_t bytes) {
+    if (slot < 0 || slot > 3) return TC_ERR_UNSUPPORTED;
+    TC_CTX(cx);
+    if (tc_workspace(slot, bytes)) return 0;
+    const int e = cx->err ? cx->err : (int)cudaErrorMemoryAllocation;
+    cx->err = 0;
+    return e;
+}
+extern "C" int tc_device(tc_ctx *cx) { return cx->device; }
 
 extern "C" const char *tc_error_string(int err) {
     if (err == TC_ERR_UNSUPPORTED) return "a shape the CUDA kernels do not support";
-    if (err == TC_ERR_OLD_GPU) {
-        static char m[400];
-        snprintf(m, sizeof m, "%s is older than sm_90: tern's CUDA kernels need a Hopper-class GPU "
-                 "(sm_90 or newer); use --device cpu", g_name[0] ? g_name : "GPU 0");
-        return m;
-    }
+    if (err == TC_ERR_OLD_GPU)
+        return "the GPU is older than sm_90: tern's CUDA kernels need a Hopper-class GPU (sm_90 or "
+               "newer); use --device cpu";
     return cudaGetErrorString((cudaError_t)err);
 }
 
-extern "C" void *tc_malloc(size_t n) {
+extern "C" void *tc_malloc(tc_ctx *cx, size_t n) {
+    TC_CTX(cx);
     void *p = NULL;
     size_t m = n + 64; /* kernels may read up to 16 bytes past the last row */
     if (cudaMalloc(&p, m) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
-    if (cudaMemsetAsync(p, 0, m, tc_stream) != cudaSuccess ||
-        cudaStreamSynchronize(tc_stream) != cudaSuccess) {
+    if (cudaMemsetAsync(p, 0, m, tc_cur->stream) != cudaSuccess ||
+        cudaStreamSynchronize(tc_cur->stream) != cudaSuccess) {
         cudaGetLastError();
         cudaFree(p);
         return NULL;
     }
-    __atomic_add_fetch(&g_bytes, m, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cx->bytes, m, __ATOMIC_RELAXED);
     return p;
 }
 
-extern "C" void tc_free(void *p, size_t n) {
+extern "C" void tc_free(tc_ctx *cx, void *p, size_t n) {
     if (!p) return;
-    cudaStreamSynchronize(tc_stream);
+    TC_CTX(cx);
+    cudaStreamSynchronize(tc_cur->stream);
     cudaFree(p);
-    __atomic_sub_fetch(&g_bytes, n + 64, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&cx->bytes, n + 64, __ATOMIC_RELAXED);
 }
 
-extern "C" size_t tc_mem_free(void) {
+extern "C" size_t tc_mem_free(tc_ctx *cx) {
+    TC_CTX(cx);
     size_t fr = 0, total = 0;
     if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
         cudaGetLastError();
@@ -123,46 +145,51 @@ extern "C" size_t tc_mem_free(void) {
     return fr;
 }
 
-extern "C" size_t tc_bytes_in_use(void) { return __atomic_load_n(&g_bytes, __ATOMIC_RELAXED); }
+extern "C" size_t tc_bytes_in_use(tc_ctx *cx) { return __atomic_load_n(&cx->bytes, __ATOMIC_RELAXED); }
 
-extern "C" int tc_upload(void *dst, const void *src_host, size_t n) {
+extern "C" int tc_upload(tc_ctx *cx, void *dst, const void *src_host, size_t n) {
     if (!n) return 0;
-    int e = (int)cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, tc_stream);
-    if (!e) e = (int)cudaStreamSynchronize(tc_stream);
+    TC_CTX(cx);
+    int e = (int)cudaMemcpyAsync(dst, src_host, n, cudaMemcpyHostToDevice, tc_cur->stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_cur->stream);
     tc_note(e);
     return e;
 }
 
-extern "C" int tc_download(void *dst_host, const void *src, size_t n) {
+extern "C" int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n) {
     if (!n) return 0;
-    int e = (int)cudaMemcpyAsync(dst_host, src, n, cudaMemcpyDeviceToHost, tc_stream);
-    if (!e) e = (int)cudaStreamSynchronize(tc_stream);
+    TC_CTX(cx);
+    int e = (int)cudaMemcpyAsync(dst_host, src, n, cudaMemcpyDeviceToHost, tc_cur->stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_cur->stream);
     tc_note(e);
     return e;
 }
 
-extern "C" int tc_zero(void *p, size_t n) {
+extern "C" int tc_zero(tc_ctx *cx, void *p, size_t n) {
     if (!n) return 0;
-    int e = (int)cudaMemsetAsync(p, 0, n, tc_stream);
+    TC_CTX(cx);
+    int e = (int)cudaMemsetAsync(p, 0, n, tc_cur->stream);
     tc_note(e);
     return e;
 }
 
-extern "C" int tc_sync(void) {
-    int e = (int)cudaStreamSynchronize(tc_stream);
+extern "C" int tc_sync(tc_ctx *cx) {
+    TC_CTX(cx);
+    int e = (int)cudaStreamSynchronize(cx->stream);
     tc_note(e);
-    e = g_err;
-    g_err = 0;
+    e = cx->err;
+    cx->err = 0;
     return e;
 }
 
 void *tc_workspace(int slot, size_t n) {
-    if (n <= g_ws_n[slot]) return g_ws[slot];
+    tc_ctx *c = tc_cur;
+    if (n <= c->ws_n[slot]) return c->ws[slot];
     size_t m = n + n / 4 + 4096;
-    cudaStreamSynchronize(tc_stream);
-    if (g_ws[slot]) cudaFree(g_ws[slot]);
-    g_ws[slot] = NULL;
-    g_ws_n[slot] = 0;
+    cudaStreamSynchronize(tc_cur->stream);
+    if (c->ws[slot]) cudaFree(c->ws[slot]);
+    c->ws[slot] = NULL;
+    c->ws_n[slot] = 0;
     void *p = NULL;
     int e = (int)cudaMalloc(&p, m);
     if (e) {
@@ -170,102 +197,103 @@ void *tc_workspace(int slot, size_t n) {
         tc_note(e);
         return NULL;
     }
-    g_ws[slot] = p;
-    g_ws_n[slot] = m;
-    g_ws_gen++;
+    c->ws[slot] = p;
+    c->ws_n[slot] = m;
+    c->ws_gen++;
     return p;
 }
 
 /* A buffer that recorded graphs read moved (e.g. a back-end's activation buffer grew):
  * every recorded graph is stale and is recorded again at its next replay. */
-extern "C" void tc_graphs_invalidate(void) { g_ws_gen++; }
+extern "C" void tc_graphs_invalidate(tc_ctx *cx) { cx->ws_gen++; }
 
 int32_t *tc_pinned_ids(size_t n) {
-    if (n <= g_pin_ids_n) return g_pin_ids;
-    cudaStreamSynchronize(tc_stream); /* the old buffer may still be read by a copy */
-    if (g_pin_ids) cudaFreeHost(g_pin_ids);
-    g_pin_ids = NULL;
-    g_pin_ids_n = 0;
+    tc_ctx *c = tc_cur;
+    if (n <= c->pin_ids_n) return c->pin_ids;
+    cudaStreamSynchronize(tc_cur->stream); /* the old buffer may still be read by a copy */
+    if (c->pin_ids) cudaFreeHost(c->pin_ids);
+    c->pin_ids = NULL;
+    c->pin_ids_n = 0;
     size_t m = n < 4096 ? 4096 : n;
-    int e = (int)cudaHostAlloc((void **)&g_pin_ids, m * sizeof(int32_t), cudaHostAllocDefault);
+    int e = (int)cudaHostAlloc((void **)&c->pin_ids, m * sizeof(int32_t), cudaHostAllocDefault);
     if (e) {
         cudaGetLastError();
         tc_note(e);
-        g_pin_ids = NULL;
+        c->pin_ids = NULL;
         return NULL;
     }
-    g_pin_ids_n = m;
-    return g_pin_ids;
+    c->pin_ids_n = m;
+    return c->pin_ids;
 }
 
 /* ------------------------------------------------------ decode-step graphs */
 
 struct tc_graph {
+    tc_ctx *cx;
     cudaGraphExec_t exec;
     unsigned ws_gen;
     float *logits_pin;  /* [n_vocab] pinned */
     size_t n_vocab;
 };
 
-extern "C" int tc_graph_enabled(void) {
-    const char *e = getenv("TERN_CUDA_GRAPH");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 extern "C" void tc_graph_free(tc_graph *g) {
     if (!g) return;
+    TC_CTX(g->cx);
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->logits_pin) cudaFreeHost(g->logits_pin);
     free(g);
 }
 
-extern "C" int tc_graph_begin(int pos0, int32_t token, size_t n_vocab, tc_graph **out) {
+extern "C" int tc_graph_begin(tc_ctx *cx, int pos0, int32_t token, size_t n_vocab, tc_graph **out) {
     *out = NULL;
+    TC_CTX(cx);
     int e = 0;
-    if (!g_step_dev) {
-        if ((e = (int)cudaMalloc((void **)&g_step_dev, 2 * sizeof(int)))) return e;
-        if ((e = (int)cudaHostAlloc((void **)&g_step_pin, 2 * sizeof(int), cudaHostAllocDefault))) {
-            cudaFree(g_step_dev);
-            g_step_dev = NULL;
+    if (!cx->step_dev) {
+        if ((e = (int)cudaMalloc((void **)&cx->step_dev, 2 * sizeof(int)))) return e;
+        if ((e = (int)cudaHostAlloc((void **)&cx->step_pin, 2 * sizeof(int), cudaHostAllocDefault))) {
+            cudaFree(cx->step_dev);
+            cx->step_dev = NULL;
             return e;
         }
     }
-    if ((e = tc_sync())) return e; /* the pinned step words are free; no error pending */
+    if ((e = tc_sync(cx))) return e; /* the pinned step words are free; no error pending */
     tc_graph *g = (tc_graph *)calloc(1, sizeof *g);
     if (!g) return (int)cudaErrorMemoryAllocation;
     g->n_vocab = n_vocab;
+    g->cx = cx;
     if ((e = (int)cudaHostAlloc((void **)&g->logits_pin, n_vocab * sizeof(float),
                                 cudaHostAllocDefault))) {
         free(g);
         return e;
     }
-    g_step_pin[0] = pos0;
-    g_step_pin[1] = token;
-    g->ws_gen = g_ws_gen;
-    if ((e = (int)cudaStreamBeginCapture(tc_stream, cudaStreamCaptureModeThreadLocal))) {
+    cx->step_pin[0] = pos0;
+    cx->step_pin[1] = token;
+    g->ws_gen = cx->ws_gen;
+    if ((e = (int)cudaStreamBeginCapture(tc_cur->stream, cudaStreamCaptureModeThreadLocal))) {
         tc_graph_free(g);
         return e;
     }
-    cudaMemcpyAsync(g_step_dev, g_step_pin, 2 * sizeof(int), cudaMemcpyHostToDevice, tc_stream);
+    cudaMemcpyAsync(cx->step_dev, cx->step_pin, 2 * sizeof(int), cudaMemcpyHostToDevice, cx->stream);
     tc_check_launch();
-    tc_dyn_pos = g_step_dev;
-    tc_dyn_ids = g_step_dev + 1;
+    cx->dyn_pos = cx->step_dev;
+    cx->dyn_ids = cx->step_dev + 1;
     *out = g;
     return 0;
 }
 
-extern "C" int tc_graph_end(tc_graph *g, const float *dlogits) {
+extern "C" int tc_graph_end(tc_ctx *cx, tc_graph *g, const float *dlogits) {
+    TC_CTX(cx);
     cudaMemcpyAsync(g->logits_pin, dlogits, g->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                    tc_stream);
+                    tc_cur->stream);
     tc_check_launch();
-    tc_dyn_pos = NULL;
-    tc_dyn_ids = NULL;
+    cx->dyn_pos = NULL;
+    cx->dyn_ids = NULL;
     cudaGraph_t graph = NULL;
-    int e = (int)cudaStreamEndCapture(tc_stream, &graph);
-    int queued = g_err; /* an error while queueing (e.g. a shape not supported) */
-    g_err = 0;
+    int e = (int)cudaStreamEndCapture(tc_cur->stream, &graph);
+    int queued = cx->err; /* an error while queueing (e.g. a shape not supported) */
+    cx->err = 0;
     if (!e && queued) e = queued;
-    if (!e && g->ws_gen != g_ws_gen) e = TC_ERR_UNSUPPORTED; /* a workspace moved while capturing */
+    if (!e && g->ws_gen != cx->ws_gen) e = TC_ERR_UNSUPPORTED; /* a workspace moved while capturing */
     if (!e) e = (int)cudaGraphInstantiate(&g->exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (e) {
@@ -275,15 +303,16 @@ extern "C" int tc_graph_end(tc_graph *g, const float *dlogits) {
     return e;
 }
 
-extern "C" int tc_graph_run(tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran) {
+extern "C" int tc_graph_run(tc_ctx *cx, tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran) {
     *ran = 0;
-    if (g->ws_gen != g_ws_gen) return 0;
-    int e = tc_sync(); /* nothing may still read the step words */
+    TC_CTX(cx);
+    if (g->ws_gen != cx->ws_gen) return 0;
+    int e = tc_sync(cx); /* nothing may still read the step words */
     if (e) return e;
-    g_step_pin[0] = pos0;
-    g_step_pin[1] = token;
-    e = (int)cudaGraphLaunch(g->exec, tc_stream);
-    if (!e) e = (int)cudaStreamSynchronize(tc_stream);
+    cx->step_pin[0] = pos0;
+    cx->step_pin[1] = token;
+    e = (int)cudaGraphLaunch(g->exec, tc_cur->stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_cur->stream);
     if (e) {
         cudaGetLastError();
         return e;
@@ -317,8 +346,8 @@ __global__ void k_fill(uint32_t *p, size_t n) {
     for (; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = (uint32_t)(i * 2654435761u);
 }
 
-extern "C" double tc_read_ceiling_gbps(size_t bytes, int passes) {
-    if (tc_init()) return 0;
+extern "C" double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes) {
+    TC_CTX(cx);
     bytes &= ~(size_t)15;
     if (bytes < (1u << 20)) bytes = 1u << 20;
     void *buf = NULL;
@@ -328,17 +357,16 @@ extern "C" double tc_read_ceiling_gbps(size_t bytes, int passes) {
         if (buf) cudaFree(buf);
         return 0;
     }
-    int sms = 132;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    k_fill<<<sms * 8, 256, 0, tc_stream>>>((uint32_t *)buf, bytes / 4);
+    const int sms = tc_sm_count();
+    k_fill<<<sms * 8, 256, 0, tc_cur->stream>>>((uint32_t *)buf, bytes / 4);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     double best = 0;
     for (int r = 0; r < passes + 1; r++) {
-        cudaEventRecord(e0, tc_stream);
-        k_read<<<sms * 4, 512, 0, tc_stream>>>((const uint4 *)buf, bytes / 16, sink);
-        cudaEventRecord(e1, tc_stream);
+        cudaEventRecord(e0, tc_cur->stream);
+        k_read<<<sms * 4, 512, 0, tc_cur->stream>>>((const uint4 *)buf, bytes / 16, sink);
+        cudaEventRecord(e1, tc_cur->stream);
         cudaEventSynchronize(e1);
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
@@ -355,98 +383,95 @@ extern "C" double tc_read_ceiling_gbps(size_t bytes, int passes) {
 
 /* ------------------------------------------------- profiling, launch count */
 
-uint64_t tc_launch_count;
-int tc_prof_on;
-static int g_prof_depth;
 static const char *const g_fam_name[TC_FAM_N] = {"matmul", "actq",      "hadamard", "norm",
                                                   "swiglu", "attention", "gdn",      "rope",
                                                   "embed",  "movers",    "repack"};
-#define PROF_SLOTS 4096
-static cudaEvent_t g_pev[PROF_SLOTS][2];
-static int g_pfam[PROF_SLOTS];
-static int g_pn;        /* pairs recorded and not yet folded */
-static int g_pmade;     /* pairs created */
-static double g_pms[TC_FAM_N];
-static uint64_t g_pcalls[TC_FAM_N];
 
-extern "C" uint64_t tc_launches(void) { return tc_launch_count; }
-extern "C" void tc_launches_reset(void) { tc_launch_count = 0; }
+extern "C" uint64_t tc_launches(tc_ctx *cx) { return cx->launches; }
+extern "C" void tc_launches_reset(tc_ctx *cx) { cx->launches = 0; }
 
 /* Fold the recorded pairs into the sums (syncs the stream). */
 static int prof_fold(void) {
-    if (!g_pn) return 0;
-    int e = (int)cudaStreamSynchronize(tc_stream);
-    for (int i = 0; i < g_pn && !e; i++) {
+    tc_ctx *c = tc_cur;
+    if (!c->pn) return 0;
+    int e = (int)cudaStreamSynchronize(tc_cur->stream);
+    for (int i = 0; i < c->pn && !e; i++) {
         float ms = 0;
-        e = (int)cudaEventElapsedTime(&ms, g_pev[i][0], g_pev[i][1]);
-        if (!e) g_pms[g_pfam[i]] += ms;
+        e = (int)cudaEventElapsedTime(&ms, c->pev[i][0], c->pev[i][1]);
+        if (!e) c->pms[c->pfam[i]] += ms;
     }
-    g_pn = 0;
+    c->pn = 0;
     if (e) cudaGetLastError();
     return e;
 }
 
 int tc_prof_start(int fam) {
-    g_prof_depth++;
-    if (g_prof_depth > 1 || tc_dyn_pos) return -1;
+    tc_ctx *c = tc_cur;
+    c->prof_depth++;
+    if (c->prof_depth > 1 || c->dyn_pos) return -1;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(tc_stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+    if (cudaStreamIsCapturing(tc_cur->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
         return -1;
-    if (g_pn == PROF_SLOTS && prof_fold()) return -1;
-    int i = g_pn;
-    if (i == g_pmade) {
-        if (cudaEventCreate(&g_pev[i][0]) != cudaSuccess) return cudaGetLastError(), -1;
-        if (cudaEventCreate(&g_pev[i][1]) != cudaSuccess) {
-            cudaEventDestroy(g_pev[i][0]);
+    if (c->pn == TC_PROF_SLOTS && prof_fold()) return -1;
+    int i = c->pn;
+    if (i == c->pmade) {
+        if (cudaEventCreate(&c->pev[i][0]) != cudaSuccess) return cudaGetLastError(), -1;
+        if (cudaEventCreate(&c->pev[i][1]) != cudaSuccess) {
+            cudaEventDestroy(c->pev[i][0]);
             return cudaGetLastError(), -1;
         }
-        g_pmade++;
+        c->pmade++;
     }
-    if (cudaEventRecord(g_pev[i][0], tc_stream) != cudaSuccess) return cudaGetLastError(), -1;
-    g_pfam[i] = fam;
-    g_pcalls[fam]++;
-    g_pn++;
+    if (cudaEventRecord(c->pev[i][0], tc_cur->stream) != cudaSuccess) return cudaGetLastError(), -1;
+    c->pfam[i] = fam;
+    c->pcalls[fam]++;
+    c->pn++;
     return i;
 }
 
 void tc_prof_stop(int slot) {
-    g_prof_depth--;
+    tc_ctx *c = tc_cur;
+    c->prof_depth--;
     if (slot < 0) return;
-    if (cudaEventRecord(g_pev[slot][1], tc_stream) != cudaSuccess) {
+    if (cudaEventRecord(c->pev[slot][1], tc_cur->stream) != cudaSuccess) {
         cudaGetLastError();
-        g_pfam[slot] = TC_FAM_N - 1; /* keep the pair valid: record both on error */
-        cudaEventRecord(g_pev[slot][1], tc_stream);
+        c->pfam[slot] = TC_FAM_N - 1; /* keep the pair valid: record both on error */
+        cudaEventRecord(c->pev[slot][1], tc_cur->stream);
     }
 }
 
-extern "C" void tc_profile_reset(void) {
-    if (g_pn) cudaStreamSynchronize(tc_stream);
-    g_pn = 0;
-    memset(g_pms, 0, sizeof g_pms);
-    memset(g_pcalls, 0, sizeof g_pcalls);
+extern "C" void tc_profile_reset(tc_ctx *cx) {
+    TC_CTX(cx);
+    tc_ctx *c = cx;
+    if (c->pn) cudaStreamSynchronize(tc_cur->stream);
+    c->pn = 0;
+    memset(c->pms, 0, sizeof c->pms);
+    memset(c->pcalls, 0, sizeof c->pcalls);
 }
 
-extern "C" void tc_profile_enable(int on) {
-    tc_profile_reset();
-    tc_prof_on = on ? 1 : 0;
+extern "C" void tc_profile_enable(tc_ctx *cx, int on) {
+    tc_profile_reset(cx);
+    cx->prof_on = on ? 1 : 0;
 }
 
-extern "C" int tc_profile_enabled(void) { return tc_prof_on; }
+extern "C" int tc_profile_enabled(tc_ctx *cx) { return cx->prof_on; }
 
-extern "C" int tc_profile_report(tc_profile_entry *out, int max) {
+extern "C" int tc_profile_report(tc_ctx *cx, tc_profile_entry *out, int max) {
+    TC_CTX(cx);
+    tc_ctx *c = cx;
     if (prof_fold()) return -1;
     int n = max < TC_FAM_N ? max : TC_FAM_N;
     for (int i = 0; i < n; i++) {
         out[i].family = g_fam_name[i];
-        out[i].ms = g_pms[i];
-        out[i].calls = g_pcalls[i];
+        out[i].ms = c->pms[i];
+        out[i].calls = c->pcalls[i];
     }
     return n;
 }
 
-extern "C" int tc_profile_text(char *buf, size_t n) {
+extern "C" int tc_profile_text(tc_ctx *cx, char *buf, size_t n) {
     tc_profile_entry e[TC_FAM_N];
-    if (tc_profile_report(e, TC_FAM_N) < 0) return snprintf(buf, n, "profile: CUDA error\n");
+    if (tc_profile_report(cx, e, TC_FAM_N) < 0) return snprintf(buf, n, "profile: CUDA error\n");
     double tot = 0;
     uint64_t calls = 0;
     for (int i = 0; i < TC_FAM_N; i++) tot += e[i].ms, calls += e[i].calls;

@@ -47,7 +47,7 @@ static void swiglu_hadamard(const float *gate, const float *up, float *out, size
     bool fused = tc_act_in_fwht(act, rows, n, block, signs);
     if (signs) { /* one kernel: SwiGLU in the FWHT's load (and the quantisation after it) */
         tc_fwht(gate, up, out, rows, n, block, signs, 0, fused ? act : NULL);
-    } else if (act && !tc_ops_old() && al16(gate) && al16(up) && al16(out)) {
+    } else if (act && !tc_ops_old(tc_cur) && al16(gate) && al16(up) && al16(out)) {
         /* one kernel: SwiGLU and the quantisation (tc_act_ok: n % 128 == 0) */
         tc_launch(k_swiglu_q, dim3(tc_blocks(rows * (n / 128) * 32, 256)), dim3(256), 0, 1, gate,
                   up, out, rows, n, *act);
@@ -55,31 +55,34 @@ static void swiglu_hadamard(const float *gate, const float *up, float *out, size
     } else {
         tc_launch(k_swiglu, dim3(tc_blocks(total, 256)), dim3(256), 0, 1, gate, up, out, total);
     }
-    if (act && !fused) tc_quantize(out, n, act);
+    if (act && !fused) tc_quantize(tc_cur, out, n, act);
 }
 
-extern "C" void tc_swiglu_hadamard(const float *gate, const float *up, float *out, size_t rows,
+extern "C" void tc_swiglu_hadamard(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows,
                                    size_t n, size_t block, const float *signs) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_SWIGLU);
     swiglu_hadamard(gate, up, out, rows, n, block, signs, NULL);
 }
 
-extern "C" void tc_swiglu_hadamard_q(const float *gate, const float *up, float *out, size_t rows,
+extern "C" void tc_swiglu_hadamard_q(tc_ctx *cx, const float *gate, const float *up, float *out, size_t rows,
                                      size_t n, size_t block, const float *signs,
                                      const tc_act *act) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_SWIGLU);
     swiglu_hadamard(gate, up, out, rows, n, block, signs, act);
 }
 
 /* ------------------------------------------------------------ data movers */
 
-extern "C" void tc_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
+extern "C" void tc_copy_rows(tc_ctx *cx, float *dst, size_t ds, const float *src, size_t ss, size_t rows,
                              size_t n) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_MOVERS);
     if (!rows || !n) return;
-    tc_launch_count++;
+    tc_cur->launches++;
     tc_note((int)cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float),
-                                   n * sizeof(float), rows, cudaMemcpyDeviceToDevice, tc_stream));
+                                   n * sizeof(float), rows, cudaMemcpyDeviceToDevice, tc_cur->stream));
 }
 
 __global__ void k_split_heads(const float *__restrict__ src, size_t total, int hd,
@@ -94,8 +97,9 @@ __global__ void k_split_heads(const float *__restrict__ src, size_t total, int h
     b[i] = s[hd + j];
 }
 
-extern "C" void tc_split_heads(const float *src, size_t rows, int n_heads, int hd, float *a,
+extern "C" void tc_split_heads(tc_ctx *cx, const float *src, size_t rows, int n_heads, int hd, float *a,
                                float *b) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * (size_t)n_heads * hd;
     if (!total) return;
@@ -109,7 +113,8 @@ __global__ void k_mul_sigmoid(float *__restrict__ x, const float *__restrict__ g
     if (i < total) x[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-extern "C" void tc_mul_sigmoid(float *x, const float *g, size_t rows, size_t n) {
+extern "C" void tc_mul_sigmoid(tc_ctx *cx, float *x, const float *g, size_t rows, size_t n) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * n;
     if (!total) return;
@@ -130,8 +135,9 @@ __global__ void k_permute_tg(const float *__restrict__ src, float *__restrict__ 
     dst[i] = src[(t * nv + (size_t)j * nk + k) * dv + e];
 }
 
-extern "C" void tc_permute_tiled_grouped(const float *src, float *dst, size_t rows, int n_k,
+extern "C" void tc_permute_tiled_grouped(tc_ctx *cx, const float *src, float *dst, size_t rows, int n_k,
                                          int n_v, int dv) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_MOVERS);
     size_t total = rows * (size_t)n_v * dv;
     if (!total) return;

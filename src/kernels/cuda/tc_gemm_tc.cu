@@ -48,6 +48,7 @@
  * the two layouts give the same floats.
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,36 +74,6 @@ template <int PL, int NT> struct cfg {
     static constexpr int SMEM = kStages * STAGE;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                        uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                       int c0, int c1, int c2, int c3) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0),
-                   "r"(c1), "r"(c2), "r"(c3));
-}
 /* 4 codes (one 2-bit field per byte, already shifted down) -> 4 signed bytes c-1 */
 __device__ __forceinline__ uint32_t dec4(uint32_t x) {
     return ((x & 0x03030303u) + 0x7F7F7F7Fu) ^ 0x80808080u;
@@ -351,16 +322,16 @@ __global__ void __launch_bounds__(256, 1)
 template <int PL, int NT, int TL>
 void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys) {
     typedef cfg<PL, NT> C;
-    static int attr = 0; /* 1 set, -1 failed */
-    if (!attr) {
+    if (tc_attr_once((const void *)k_gemm_t128_tc<PL, NT, TL>, C::SMEM)) {
         cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT, TL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-        attr = e == cudaSuccess ? 1 : -1;
-        if (e != cudaSuccess) tc_note((int)e);
+        if (e != cudaSuccess) {
+            tc_note((int)e);
+            return;
+        }
     }
-    if (attr < 0) return;
     dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows));
-    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_stream>>>(W, mis, m->row_bytes, (int)m->n,
+    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_cur->stream>>>(W, mis, m->row_bytes, (int)m->n,
                                                               (int)m->k, act->q, act->sx, M, y, ys);
     tc_check_launch();
 }
@@ -374,17 +345,6 @@ void launch_pl(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, in
 }
 
 } // namespace
-
-extern "C" int tc_gemm_tc_mode(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_TC");
-        if (e && !strcmp(e, "0")) v = 0;
-        else if (e && !strcmp(e, "int8")) v = TC_GEMM_INT8;
-        else v = TC_GEMM_EXACT;
-    }
-    return v;
-}
 
 extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
     if (m->kind == TC_TERN128T) /* tiled: 16-byte aligned strips of k/256 whole tiles */
@@ -400,7 +360,8 @@ extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
            ((uintptr_t)act->q & 15) == 0 && ((uintptr_t)act->sx & 7) == 0;
 }
 
-extern "C" int tc_gemm_tc(const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
+extern "C" int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
+    TC_CTX(cx);
     if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
     if (!tc_gemm_tc_supported(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);

@@ -3,7 +3,7 @@
  * SwiGLU can be fused into its load and the activation quantisation into its
  * store (tc_fwht, used by the norm, SwiGLU and embedding sites too). Blocks of
  * 256..2048 (the models' 1024) take k_fwht_reg, the block in registers
- * (fwht_reg.cuh); other sizes (and TERN_CUDA_OPS=old) k_fwht, the block in shared
+ * (fwht_reg.cuh); other sizes (and tc_set_ops_old, for tests) k_fwht, the block in shared
  * memory. Both give the same floats. Math mirrors src/backends/cpu/backend_cpu.c.
  */
 #include "kernels/cuda/fwht_reg.cuh"
@@ -118,7 +118,7 @@ void tc_fwht(const float *src, const float *up, float *x, size_t rows, size_t n,
     tc_act none = {};
     const float scale = 1.0f / sqrtf((float)block);
     const int M = fr_m_of(block);
-    if (M >= 0 && !tc_ops_old() && fr_al16(src) && fr_al16(up) && fr_al16(x) && fr_al16(signs)) {
+    if (M >= 0 && !tc_ops_old(tc_cur) && fr_al16(src) && fr_al16(up) && fr_al16(x) && fr_al16(signs)) {
         const tc_act &a = act ? *act : none;
         switch (M) {
         case 0: launch_fwht_reg<0>(src, up, x, ctas, n, signs, inverse, scale, a); break;
@@ -130,26 +130,25 @@ void tc_fwht(const float *src, const float *up, float *x, size_t rows, size_t n,
     }
     int threads = block >= 1024 ? 512 : (int)(block / 2 < 32 ? 32 : block / 2);
     size_t smem = block * sizeof(float);
-    static bool attr;
-    if (!attr) {
+    if (tc_attr_once((const void *)k_fwht, 8192 * 4))
         cudaFuncSetAttribute(k_fwht, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 * 4);
-        attr = true;
-    }
     tc_launch(k_fwht, dim3((unsigned)ctas), dim3((unsigned)threads), smem, 1, src, up, x, n,
               (int)block, signs, inverse, scale, act ? *act : none);
 }
 
-extern "C" void tc_hadamard(float *x, size_t rows, size_t n, size_t block, const float *signs,
+extern "C" void tc_hadamard(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs,
                             int inverse) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_HADAMARD);
     if (signs) tc_fwht(x, NULL, x, rows, n, block, signs, inverse, NULL);
 }
 
-extern "C" void tc_hadamard_q(float *x, size_t rows, size_t n, size_t block, const float *signs,
+extern "C" void tc_hadamard_q(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, const float *signs,
                               const tc_act *act) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_HADAMARD);
     if (!rows || !tc_act_ok(act, rows, n)) return;
     const bool fused = tc_act_in_fwht(act, rows, n, block, signs);
     if (signs) tc_fwht(x, NULL, x, rows, n, block, signs, 0, fused ? act : NULL);
-    if (act && !fused) tc_quantize(x, n, act);
+    if (act && !fused) tc_quantize(tc_cur, x, n, act);
 }

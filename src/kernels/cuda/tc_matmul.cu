@@ -1,685 +1,113 @@
 /*
- * tc_matmul.cu - ternary and dense products on the GPU.
- *
- * PQ2_0 / Q2_0 (128 per block) take the integer path, as the AVX-512 GEMV does:
- * the activation is quantised once per call to 14-bit integers with one scale
- * per 128 inputs (x_q = round(x/sx), |x_q| <= 16256, sx = max|x|/16256), split
- * as x_q = 128*hi + lo (hi, lo signed bytes) and permuted so that one 32-bit
- * word of codes, shifted by 2s and masked with 0x03030303, meets its four
- * activations as one dp4a operand. Per 32 weights (a "unit", a quarter block):
- *   sum (code-1) x_q = 128*dp4a(codes, hi) + dp4a(codes, lo) - sum x_q
- * (the last term, `corr`, is stored with the activation), times d*sx.
- * Activation layout per row (K inputs): q[K/32][64] (32 hi then 32 lo bytes,
- * position 16i + 4s + k holds input 16i + 4k + s of the unit), sx[K/128],
- * corr[K/32].
- *
- * The weights stay in the file layout (34-byte blocks, 2-byte aligned): a lane
- * reads the 8 code bytes of its unit as two or three aligned 32-bit words and
- * funnel-shifts them; lanes of a warp walk consecutive units, so each warp load
- * covers one contiguous stretch of a row. One warp computes R rows at once (the
- * activation words are loaded once for the R rows) for NB batch rows.
- * Everything else (Q2_0 g64, Q1_0, F32/F16/BF16) takes a plain fp32 path.
+ * tc_matmul.cu - ternary and dense products on the GPU: the dispatch.
+ * PQ2_0 / Q2_0 g128 take the integer path (the activation format: act.cuh).
+ * The products of a call are dispatched as the matmul chooser says (mm_choose.h):
+ * the tiled GEMV (tc_gemv.cu), the tensor-core GEMM (tc_gemm_tc.cu), the file-layout
+ * and fp32 kernels (tc_gemv_file.cu); the activation is quantised once per call
+ * (tc_actq.cu). Everything else (Q2_0 g64, Q1_0, F32/F16/BF16) takes the fp32 path.
  */
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
+#include "kernels/cuda/mm_choose.h"
 
-#include <stdlib.h>
-#include <string.h>
-
-/* One warp per (batch row, 128-block). */
-__global__ void k_actq128(const float *__restrict__ x, size_t xs, int K, size_t batch,
-                          int8_t *__restrict__ q, float *__restrict__ sx, int *__restrict__ corr) {
-    const int nb = K >> 7;
-    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (warp >= batch * (size_t)nb) return;
-    size_t b = warp / nb;
-    int blk = (int)(warp % nb);
-    const float *xb = x + b * xs + (size_t)blk * 128 + lane * 4;
-    float v[4] = {xb[0], xb[1], xb[2], xb[3]};
-    tc_actq_block(v, lane, q + b * (size_t)K * 2, sx + b * (size_t)nb, corr + b * (size_t)(K >> 5),
-                  blk);
-}
-
-/* q (16-byte loads), then sx, then corr at a 16-byte boundary (the GEMV reads
- * corr pairs as int2). */
-extern "C" size_t tc_act_bytes(size_t batch, int64_t k) {
-    size_t sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
-    return batch * (size_t)k * 2 + sn + batch * (size_t)(k / 32) * 4 + 64;
-}
-
-extern "C" tc_act tc_act_view(void *buf, size_t batch, int64_t k) {
-    uint8_t *ws = (uint8_t *)buf;
-    size_t qn = batch * (size_t)k * 2, sn = (batch * (size_t)(k / 128) * 4 + 15) & ~(size_t)15;
-    tc_act a = {(int8_t *)ws, (float *)(ws + qn), (int *)(ws + qn + sn), k, batch};
-    return a;
-}
-
-static void quantize(const float *x, size_t xs, const tc_act *o) {
-    size_t warps = o->batch * (size_t)(o->k / 128);
-    if (!warps) return;
-    k_actq128<<<tc_blocks(warps * 32, 256), 256, 0, tc_stream>>>(x, xs, (int)o->k, o->batch, o->q,
-                                                                 o->sx, o->corr);
-    tc_check_launch();
-}
-
-extern "C" void tc_quantize(const float *x, size_t xs, const tc_act *out) {
-    TC_PROF(TC_FAM_ACTQ);
-    if (out->k % 128) {
+/* One matrix of a call, the family c (tc_mm_choose) with its fallbacks: a GEMM the
+ * tensor-core kernel refuses runs the GEMV (tiled: in chunks of 8; file layout:
+ * k_gemv_t128); a file-layout matrix that is not 2-byte aligned, the fp32 path. */
+static void products_one(const tc_mat *m, const tc_mm_choice &c, const tc_act *act, const float *x,
+                         size_t batch, size_t xs, float *y, size_t ys) {
+    if (c.family == TC_MM_NONE) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    quantize(x, xs, out);
-}
-
-template <int R, int NB>
-__global__ void __launch_bounds__(128) k_gemv_t128(const uint8_t *__restrict__ W, int64_t n, int K, size_t rb,
-                            const int8_t *__restrict__ q, const float *__restrict__ sx,
-                            const int *__restrict__ corr, int batch, float *__restrict__ y,
-                            size_t ys) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
-    if (r0 >= n) return;
-    const int nu = K >> 5, nb = K >> 7;
-    for (int b0 = 0; b0 < batch; b0 += NB) {
-        float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
-        for (int u = lane; u < nu; u += 32) {
-            const int blk = u >> 2, qq = u & 3;
-            int4 h0[NB], h1[NB], l0[NB], l1[NB];
-            float s[NB];
-            int cr[NB];
-#pragma unroll
-            for (int j = 0; j < NB; j++) {
-                int b = b0 + j < batch ? b0 + j : b0;
-                const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)u * 64);
-                h0[j] = __ldg(qp);
-                h1[j] = __ldg(qp + 1);
-                l0[j] = __ldg(qp + 2);
-                l1[j] = __ldg(qp + 3);
-                s[j] = __ldg(sx + (size_t)b * nb + blk);
-                cr[j] = __ldg(corr + (size_t)b * nu + u);
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                int64_t row = r0 + r < n ? r0 + r : r0;
-                const uint8_t *bp = W + (size_t)row * rb + (size_t)blk * TERN_PQ2_0_BYTES;
-                float dw = __half2float(__ushort_as_half(__ldg((const unsigned short *)bp)));
-                uintptr_t a = (uintptr_t)(bp + TERN_BLOCK_QS + 8 * qq);
-                const uint32_t *wp = (const uint32_t *)(a & ~(uintptr_t)3);
-                uint32_t w0 = __ldg(wp), w1 = __ldg(wp + 1), c0 = w0, c1 = w1;
-                if (a & 2) {
-                    uint32_t w2 = __ldg(wp + 2);
-                    c0 = __funnelshift_r(w0, w1, 16);
-                    c1 = __funnelshift_r(w1, w2, 16);
-                }
-                const uint32_t M = 0x03030303u;
-                int t00 = (int)(c0 & M), t01 = (int)((c0 >> 2) & M), t02 = (int)((c0 >> 4) & M),
-                    t03 = (int)((c0 >> 6) & M);
-                int t10 = (int)(c1 & M), t11 = (int)((c1 >> 2) & M), t12 = (int)((c1 >> 4) & M),
-                    t13 = (int)((c1 >> 6) & M);
-#pragma unroll
-                for (int j = 0; j < NB; j++) {
-                    int ih = 0, il = 0;
-                    ih = __dp4a(t00, h0[j].x, ih); il = __dp4a(t00, l0[j].x, il);
-                    ih = __dp4a(t01, h0[j].y, ih); il = __dp4a(t01, l0[j].y, il);
-                    ih = __dp4a(t02, h0[j].z, ih); il = __dp4a(t02, l0[j].z, il);
-                    ih = __dp4a(t03, h0[j].w, ih); il = __dp4a(t03, l0[j].w, il);
-                    ih = __dp4a(t10, h1[j].x, ih); il = __dp4a(t10, l1[j].x, il);
-                    ih = __dp4a(t11, h1[j].y, ih); il = __dp4a(t11, l1[j].y, il);
-                    ih = __dp4a(t12, h1[j].z, ih); il = __dp4a(t12, l1[j].z, il);
-                    ih = __dp4a(t13, h1[j].w, ih); il = __dp4a(t13, l1[j].w, il);
-                    acc[r][j] = fmaf(dw * s[j], (float)(ih * 128 + il - cr[j]), acc[r][j]);
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) {
-                float v = tc_warp_sum(acc[r][j]);
-                if (lane == 0 && r0 + r < n && b0 + j < batch)
-                    y[(size_t)(b0 + j) * ys + (size_t)(r0 + r)] = v;
-            }
-    }
-}
-
-/* ---------------------------------------------------- repacked layout GEMV
- * TC_TERN128R (tc_repack): a warp computes R rows for NB batch rows. Lane l walks
- * 64-weight chunks c = l, l+32, ... of the rows (16 code bytes = one 128-bit
- * streaming load per row, L1 bypassed, 256-byte L2 prefetch), U chunks in flight
- * per row before any arithmetic. The chunk's 4 code words are not shifted: the
- * four 2-bit fields are masked in place (0x03, 0x0C, 0x30, 0xC0 per byte), so
- * field s contributes 4^s * code, and one unsigned x signed dp4a per field and
- * activation plane accumulates into eight integer sums (hi, lo x 4 fields); per
- * chunk they combine as 64*sum = ((S0*4 + S1)*4 + S2)*4 + S3 (three LEAs per
- * plane), T64 = 128*H + L - 64*corr, one convert and one FMA with d*sx/64.
- * Same activation layout as k_gemv_t128 (q[K/32][64], sx, corr): chunk c is
- * units 2c, 2c+1 = 128 contiguous bytes (8 L1-cached 128-bit loads, shared by
- * the R rows). Exact integer arithmetic: |T64| < 64 * 64 * 2 * 16256 < 2^31. */
-__device__ __forceinline__ int tc_dp4a_us(uint32_t a, int b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-__device__ __forceinline__ uint4 tc_ld_stream(const uint4 *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-/* Activation words: volatile so that the loads of one (chunk, batch row) are not
- * hoisted above the previous one's arithmetic (register pressure, occupancy). */
-__device__ __forceinline__ int4 tc_ld_act(const int4 *p) {
-    int4 v;
-    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-/* One code word (16 weights) against its activation words: hh/ll are the hi/lo
- * int4 of the word's 16 inputs (component s = field s). */
-#define TC_WORD(wd, hh, ll)                                                   \
-    do {                                                                      \
-        const uint32_t m0_ = (wd) & 0x03030303u, m1_ = (wd) & 0x0C0C0C0Cu;    \
-        const uint32_t m2_ = (wd) & 0x30303030u, m3_ = (wd) & 0xC0C0C0C0u;    \
-        H0 = tc_dp4a_us(m0_, (hh).x, H0); L0 = tc_dp4a_us(m0_, (ll).x, L0); \
-        H1 = tc_dp4a_us(m1_, (hh).y, H1); L1 = tc_dp4a_us(m1_, (ll).y, L1); \
-        H2 = tc_dp4a_us(m2_, (hh).z, H2); L2 = tc_dp4a_us(m2_, (ll).z, L2); \
-        H3 = tc_dp4a_us(m3_, (hh).w, H3); L3 = tc_dp4a_us(m3_, (ll).w, L3); \
-    } while (0)
-
-template <int R, int NB, int U>
-__global__ void __launch_bounds__(128, NB == 1 ? 5 : 2) k_gemv_r(const uint8_t *__restrict__ codes,
-                                                const __half *__restrict__ scales, int64_t n,
-                                                int K, const int8_t *__restrict__ q,
-                                                const float *__restrict__ sx,
-                                                const int *__restrict__ corr, int batch,
-                                                float *__restrict__ y, size_t ys) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
-    if (r0 >= n) return;
-    const int nch = K >> 6, nb = K >> 7, nu = K >> 5;
-    const uint4 *wrow[R];
-    const __half *srow[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        int64_t row = r0 + r < n ? r0 + r : n - 1;
-        wrow[r] = (const uint4 *)(codes + (size_t)row * (size_t)(K >> 2));
-        srow[r] = scales + (size_t)row * nb;
-    }
-#pragma unroll 1
-    for (int b0 = 0; b0 < batch; b0 += NB) {
-        float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
-#pragma unroll 1
-        for (int c0 = lane; c0 < nch; c0 += 32 * U) {
-            uint4 w[U][R];
-            float d[U][R];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + 32 * u;
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (c < nch) {
-                        w[u][r] = tc_ld_stream(wrow[r] + c);
-                        d[u][r] = __half2float(srow[r][c >> 1]);
-                    } else {
-                        w[u][r] = make_uint4(0, 0, 0, 0);
-                        d[u][r] = 0.0f;
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + 32 * u;
-                if (c >= nch) break;
-#pragma unroll
-                for (int j = 0; j < NB; j++) {
-                    const int b = b0 + j < batch ? b0 + j : batch - 1;
-                    const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)c * 128);
-                    const int4 h0 = tc_ld_act(qp), h1 = tc_ld_act(qp + 1), l0 = tc_ld_act(qp + 2),
-                               l1 = tc_ld_act(qp + 3), h2 = tc_ld_act(qp + 4),
-                               h3 = tc_ld_act(qp + 5), l2 = tc_ld_act(qp + 6),
-                               l3 = tc_ld_act(qp + 7);
-                    const float s64 = __ldg(sx + (size_t)b * nb + (c >> 1)) * (1.0f / 64.0f);
-                    const int2 cc = __ldg((const int2 *)(corr + (size_t)b * nu) + c);
-                    const int cr64 = (cc.x + cc.y) * 64;
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        int H0 = 0, H1 = 0, H2 = 0, H3 = 0, L0 = 0, L1 = 0, L2 = 0, L3 = 0;
-                        TC_WORD(w[u][r].x, h0, l0);
-                        TC_WORD(w[u][r].y, h1, l1);
-                        TC_WORD(w[u][r].z, h2, l2);
-                        TC_WORD(w[u][r].w, h3, l3);
-                        const int H = ((H0 * 4 + H1) * 4 + H2) * 4 + H3;
-                        const int L = ((L0 * 4 + L1) * 4 + L2) * 4 + L3;
-                        const int T = H * 128 + L - cr64;
-                        acc[r][j] = fmaf((float)T, d[u][r] * s64, acc[r][j]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NB; j++) {
-                float v = tc_warp_sum(acc[r][j]);
-                if (lane == 0 && r0 + r < n && b0 + j < batch)
-                    y[(size_t)(b0 + j) * ys + (size_t)(r0 + r)] = v;
-            }
-    }
-}
-#undef TC_WORD
-
-template <int R, int NB, int U>
-static void launch_r(const tc_mat *w, const int8_t *q, const float *sx, const int *corr, int batch,
-                     float *y, size_t ys) {
-    const int warps = 4;
-    int64_t rows_per_cta = (int64_t)warps * R;
-    unsigned grid = (unsigned)((w->n + rows_per_cta - 1) / rows_per_cta);
-    const __half *sc = (const __half *)(w->data + (size_t)w->n * (size_t)(w->k >> 2));
-    k_gemv_r<R, NB, U><<<grid, warps * 32, 0, tc_stream>>>(w->data, sc, w->n, (int)w->k, q, sx,
-                                                          corr, batch, y, ys);
-    tc_check_launch();
-}
-
-/* Batch 1: two (four for the head-sized matrices) rows per warp, four (two)
- * chunks in flight per row. Batch >= 2: one row per warp, batch rows two at a
- * time; the warp re-reads its rows for each pair right after the first pass, so
- * the passes after the first hit L2 (wider NB spills registers). */
-static void gemv_r(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                   size_t batch, float *y, size_t ys) {
-    if (batch == 1) {
-        if (m->n >= 32768) launch_r<4, 1, 2>(m, q, sx, corr, 1, y, ys);
-        else launch_r<2, 1, 4>(m, q, sx, corr, 1, y, ys);
+    if (c.family == TC_MM_GENERIC || c.family == TC_MM_GENERIC_SK) {
+        tc_gemv_fp32(m, c.family, x, batch, xs, y, ys);
         return;
     }
-    for (size_t b0 = 0; b0 < batch; b0 += 65536) { /* batch fits an int per launch */
-        size_t nb = batch - b0 < 65536 ? batch - b0 : 65536;
-        launch_r<1, 2, 2>(m, q + b0 * (size_t)m->k * 2, sx + b0 * (size_t)(m->k / 128),
-                          corr + b0 * (size_t)(m->k / 32), (int)nb, y + b0 * ys, ys);
+    if (!act) { /* the integer families read the quantised activation */
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
     }
-}
-
-/* One thread per (row, block): strip the scale off, codes to their row, scale to
- * the scale table. Byte loads (the source may have any alignment; load time only). */
-__global__ void k_repack_t128(const uint8_t *__restrict__ src, size_t rb, int64_t n, int K,
-                              uint8_t *__restrict__ codes, unsigned short *__restrict__ scales) {
-    const int nb = K >> 7;
-    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (size_t)n * nb) return;
-    size_t row = id / nb;
-    int blk = (int)(id % nb);
-    const uint8_t *b = src + row * rb + (size_t)blk * 34;
-    scales[id] = (unsigned short)(b[0] | (b[1] << 8));
-    uint32_t *o = (uint32_t *)(codes + row * (size_t)(K >> 2) + (size_t)blk * 32);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        o[i] = (uint32_t)b[2 + 4 * i] | ((uint32_t)b[3 + 4 * i] << 8) |
-               ((uint32_t)b[4 + 4 * i] << 16) | ((uint32_t)b[5 + 4 * i] << 24);
-}
-
-extern "C" size_t tc_repacked_bytes(int64_t n, int64_t k) {
-    return (size_t)n * (size_t)(k / 4) + (size_t)n * (size_t)(k / 128) * 2;
-}
-
-extern "C" int tc_repack(const tc_mat *src, tc_mat *dst) {
-    TC_PROF(TC_FAM_REPACK);
-    memset(dst, 0, sizeof *dst);
-    if (src->kind != TC_TERN128 || src->k <= 0 || src->k % 128 || src->k > (1 << 30) || src->n <= 0)
-        return TC_ERR_UNSUPPORTED;
-    size_t bytes = tc_repacked_bytes(src->n, src->k);
-    uint8_t *d = (uint8_t *)tc_malloc(bytes);
-    if (!d) return (int)cudaErrorMemoryAllocation;
-    size_t total = (size_t)src->n * (size_t)(src->k / 128);
-    k_repack_t128<<<tc_blocks(total, 256), 256, 0, tc_stream>>>(
-        src->data, src->row_bytes, src->n, (int)src->k, d,
-        (unsigned short *)(d + (size_t)src->n * (size_t)(src->k / 4)));
-    tc_check_launch();
-    int e = (int)cudaStreamSynchronize(tc_stream);
-    if (!e) e = (int)cudaGetLastError();
-    if (e) {
-        tc_free(d, bytes);
-        return e;
-    }
-    dst->kind = TC_TERN128R;
-    dst->data = d;
-    dst->n = src->n;
-    dst->k = src->k;
-    dst->row_bytes = (size_t)(src->k / 4);
-    return 0;
-}
-
-/* Plain fp32 path: one warp per row, every batch row. */
-__global__ void k_gemv_generic(int kind, const uint8_t *__restrict__ W, int64_t n, int64_t K,
-                               size_t rb, const float *__restrict__ x, size_t xs, int batch,
-                               float *__restrict__ y, size_t ys) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= n) return;
-    const uint8_t *row = W + (size_t)r * rb;
-    for (int b = 0; b < batch; b++) {
-        const float *xb = x + (size_t)b * xs;
-        float acc = 0.0f;
-        for (int64_t j = lane; j < K; j += 32) acc = fmaf(tc_elem(kind, row, j), xb[j], acc);
-        acc = tc_warp_sum(acc);
-        if (lane == 0) y[(size_t)b * ys + (size_t)r] = acc;
-    }
-}
-
-/* Few rows (the GDN a/b gates: 48 rows of 5120): one block of 256 threads per (row,
- * 8 batch rows) splits K, so the call is not 48 warps walking 5120 inputs each (109 us
- * on the H200 at batch 1; 8.9 ms at a 512-row prefill chunk). blockIdx.y: the group
- * of 8 batch rows. */
-#define TC_GEN_SK_MAXB 8
-__global__ void __launch_bounds__(256) k_gemv_generic_sk(int kind, const uint8_t *__restrict__ W, int64_t K,
-                                                         size_t rb, const float *__restrict__ x, size_t xs,
-                                                         int batch, float *__restrict__ y, size_t ys) {
-    __shared__ float red[TC_GEN_SK_MAXB][8];
-    const int64_t r = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint8_t *row = W + (size_t)r * rb;
-    x += (size_t)blockIdx.y * TC_GEN_SK_MAXB * xs;
-    y += (size_t)blockIdx.y * TC_GEN_SK_MAXB * ys;
-    batch -= (int)blockIdx.y * TC_GEN_SK_MAXB;
-    if (batch > TC_GEN_SK_MAXB) batch = TC_GEN_SK_MAXB;
-    float acc[TC_GEN_SK_MAXB];
-#pragma unroll
-    for (int b = 0; b < TC_GEN_SK_MAXB; b++) acc[b] = 0.0f;
-    for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
-        const float w = tc_elem(kind, row, j);
-#pragma unroll
-        for (int b = 0; b < TC_GEN_SK_MAXB; b++)
-            if (b < batch) acc[b] = fmaf(w, x[(size_t)b * xs + (size_t)j], acc[b]);
-    }
-#pragma unroll
-    for (int b = 0; b < TC_GEN_SK_MAXB; b++) {
-        float v = tc_warp_sum(acc[b]);
-        if (lane == 0) red[b][warp] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < (unsigned)batch) {
-        float v = 0.0f;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) v += red[threadIdx.x][w];
-        y[(size_t)threadIdx.x * ys + (size_t)r] = v;
-    }
-}
-
-template <int R, int NB>
-static void launch_t128(const tc_mat *w, const int8_t *q, const float *sx, const int *corr,
-                        int batch, float *y, size_t ys) {
-    const int warps = 4;
-    int64_t rows_per_cta = (int64_t)warps * R;
-    unsigned grid = (unsigned)((w->n + rows_per_cta - 1) / rows_per_cta);
-    k_gemv_t128<R, NB><<<grid, warps * 32, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
-                                                          q, sx, corr, batch, y, ys);
-    tc_check_launch();
-}
-
-/* ---------------------------------------------- file layout, split-K GEMV
- * Batch 1..8 (k_gemv_t128k): one block of T threads (T a multiple of 32, <= 256,
- * sized from K) computes R rows for all NB batch rows in one pass, so each
- * weight byte is read once per call. Thread t walks units u = t, t+T, ... U units
- * at a time: the code words and scales of U units x R rows are loaded before any
- * arithmetic (memory-level parallelism), then the activation words of each batch
- * row are loaded once and met with the R rows. Same arithmetic as k_gemv_t128
- * (per unit: 128*dp4a(codes, hi) + dp4a(codes, lo) - corr, times d*sx); partial
- * sums are reduced per warp by shuffles, then across the warps through shared
- * memory. One block per R rows: N/R blocks fill the 132 SMs many times over. */
-template <int R, int NB, int U>
-__global__ void __launch_bounds__(256, NB == 1 ? 3 : 2) k_gemv_t128k(const uint8_t *__restrict__ W, int64_t n, int K,
-                                                    size_t rb, const int8_t *__restrict__ q,
-                                                    const float *__restrict__ sx,
-                                                    const int *__restrict__ corr, int batch,
-                                                    float *__restrict__ y, size_t ys) {
-    __shared__ float part[8][R * NB];
-    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * R;
-    const int nu = K >> 5, nb = K >> 7;
-    const uint8_t *wrow[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) wrow[r] = W + (size_t)(r0 + r < n ? r0 + r : n - 1) * rb;
-    float acc[R][NB];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int j = 0; j < NB; j++) acc[r][j] = 0.0f;
-    const uint32_t M = 0x03030303u;
-#pragma unroll 1
-    for (int u0 = tid; u0 < nu; u0 += U * nt) {
-        uint32_t c0[U][R], c1[U][R];
-        float dw[U][R];
-#pragma unroll
-        for (int v = 0; v < U; v++) {
-            const int u = u0 + v * nt;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (u < nu) {
-                    const uint8_t *bp = wrow[r] + (size_t)(u >> 2) * TERN_PQ2_0_BYTES;
-                    dw[v][r] = __half2float(__ushort_as_half(__ldg((const unsigned short *)bp)));
-                    uintptr_t a = (uintptr_t)(bp + TERN_BLOCK_QS + 8 * (u & 3));
-                    const uint32_t *wp = (const uint32_t *)(a & ~(uintptr_t)3);
-                    uint32_t w0 = __ldg(wp), w1 = __ldg(wp + 1);
-                    if (a & 2) {
-                        uint32_t w2 = __ldg(wp + 2);
-                        w0 = __funnelshift_r(w0, w1, 16);
-                        w1 = __funnelshift_r(w1, w2, 16);
-                    }
-                    c0[v][r] = w0;
-                    c1[v][r] = w1;
-                } else {
-                    c0[v][r] = c1[v][r] = 0;
-                    dw[v][r] = 0.0f;
-                }
-            }
-        }
-#pragma unroll
-        for (int v = 0; v < U; v++) {
-            const int u = u0 + v * nt;
-            if (u >= nu) break;
-#pragma unroll
-            for (int j = 0; j < NB; j++) {
-                const int b = j < batch ? j : 0;
-                const int4 *qp = (const int4 *)(q + (size_t)b * K * 2 + (size_t)u * 64);
-                const int4 h0 = tc_ld_act(qp), h1 = tc_ld_act(qp + 1), l0 = tc_ld_act(qp + 2),
-                           l1 = tc_ld_act(qp + 3);
-                const float s = __ldg(sx + (size_t)b * nb + (u >> 2));
-                const int cr = __ldg(corr + (size_t)b * nu + u);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t a0 = c0[v][r], a1 = c1[v][r];
-                    const int t00 = (int)(a0 & M), t01 = (int)((a0 >> 2) & M),
-                              t02 = (int)((a0 >> 4) & M), t03 = (int)((a0 >> 6) & M);
-                    const int t10 = (int)(a1 & M), t11 = (int)((a1 >> 2) & M),
-                              t12 = (int)((a1 >> 4) & M), t13 = (int)((a1 >> 6) & M);
-                    int ih = 0, il = 0;
-                    ih = __dp4a(t00, h0.x, ih); il = __dp4a(t00, l0.x, il);
-                    ih = __dp4a(t01, h0.y, ih); il = __dp4a(t01, l0.y, il);
-                    ih = __dp4a(t02, h0.z, ih); il = __dp4a(t02, l0.z, il);
-                    ih = __dp4a(t03, h0.w, ih); il = __dp4a(t03, l0.w, il);
-                    ih = __dp4a(t10, h1.x, ih); il = __dp4a(t10, l1.x, il);
-                    ih = __dp4a(t11, h1.y, ih); il = __dp4a(t11, l1.y, il);
-                    ih = __dp4a(t12, h1.z, ih); il = __dp4a(t12, l1.z, il);
-                    ih = __dp4a(t13, h1.w, ih); il = __dp4a(t13, l1.w, il);
-                    acc[r][j] = fmaf(dw[v][r] * s, (float)(ih * 128 + il - cr), acc[r][j]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int j = 0; j < NB; j++) {
-            float v = tc_warp_sum(acc[r][j]);
-            if (lane == 0) part[warp][r * NB + j] = v;
-        }
-    __syncthreads();
-    if (tid < R * NB) {
-        const int r = tid / NB, j = tid % NB;
-        float v = 0.0f;
-        for (int w = 0; w < (nt >> 5); w++) v += part[w][tid];
-        if (r0 + r < n && j < batch) y[(size_t)j * ys + (size_t)(r0 + r)] = v;
-    }
-}
-
-template <int R, int NB>
-static void launch_t128k(const tc_mat *w, const int8_t *q, const float *sx, const int *corr,
-                         int batch, float *y, size_t ys) {
-    const int U = NB >= 4 ? 1 : 2;
-    const int nu = (int)(w->k / 32);
-    /* it passes of U units per thread, at most 256 threads; the threads split the passes
-     * evenly (K 17408: 160 threads x 2 passes rather than 256 x 1 + a 32-unit tail) */
-    int it = (nu + U * 256 - 1) / (U * 256);
-    int per = (nu + U * it - 1) / (U * it);
-    int threads = ((per + 31) / 32) * 32;
-    unsigned grid = (unsigned)((w->n + R - 1) / R);
-    k_gemv_t128k<R, NB, U><<<grid, threads, 0, tc_stream>>>(w->data, w->n, (int)w->k, w->row_bytes,
-                                                            q, sx, corr, batch, y, ys);
-    tc_check_launch();
-}
-
-/* TERN_CUDA_GEMV=old: the one-warp-per-rows kernel for every batch (A/B). */
-static int gemv_old(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_GEMV");
-        v = e && !strcmp(e, "old");
-    }
-    return v;
-}
-
-static void gemv_t128(const tc_mat *m, const int8_t *q, const float *sx, const int *corr,
-                      size_t batch, float *y, size_t ys) {
-    if (!gemv_old() && batch <= 8) {
-        switch (batch) {
-        case 1: launch_t128k<4, 1>(m, q, sx, corr, 1, y, ys); return;
-        case 2: launch_t128k<4, 2>(m, q, sx, corr, 2, y, ys); return;
-        case 3: launch_t128k<4, 3>(m, q, sx, corr, 3, y, ys); return;
-        case 4: launch_t128k<2, 4>(m, q, sx, corr, 4, y, ys); return;
-        case 5: case 6: launch_t128k<2, 6>(m, q, sx, corr, (int)batch, y, ys); return;
-        default: launch_t128k<2, 8>(m, q, sx, corr, (int)batch, y, ys); return;
-        }
-    }
-    if (batch == 1) launch_t128<4, 1>(m, q, sx, corr, 1, y, ys);
-    else launch_t128<2, 4>(m, q, sx, corr, (int)batch, y, ys);
-}
-
-/* One matrix of a call (every kind). */
-static void products_one(const tc_mat *m, const tc_act *act, const float *x, size_t batch,
-                         size_t xs, float *y, size_t ys) {
-    const int8_t *q = act ? act->q : NULL;
-    const float *sx = act ? act->sx : NULL;
-    const int *corr = act ? act->corr : NULL;
+    if (c.family == TC_MM_GEMM && tc_gemm_tc(tc_cur, m, act, y, ys, c.gemm_mode)) return;
     if (m->kind == TC_TERN128T) {
-        if (!act) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        /* prefill: the tensor-core GEMM on the tiled layout (weights read once per
-         * 32..128-token tile); TERN_CUDA_TC=0, or a shape it does not take: the GEMV
-         * in chunks of 8 */
-        if (batch > 8 && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) return;
-        const tc_mat *one[1] = {m};
-        float *const yy[1] = {y};
-        if (tc_gemv_sk_ok(1, one, act)) tc_gemv_sk(1, one, act, yy, &ys);
-        else tc_gemv_tiled(m, act, y, ys);
-    } else if (m->kind == TC_TERN128R) {
-        if (((uintptr_t)m->data & 15) || m->k % 128 || !act) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        gemv_r(m, q, sx, corr, batch, y, ys);
-    } else if (batch > 8 && act && tc_gemm_tc(m, act, y, ys, tc_gemm_tc_mode())) {
-        /* tensor-core GEMM (tc_gemm_tc.cu); TERN_CUDA_TC=0 turns it off */
-    } else if (m->kind == TC_TERN128 && act && (m->row_bytes & 1) == 0 &&
-               ((uintptr_t)m->data & 1) == 0) {
-        gemv_t128(m, q, sx, corr, batch, y, ys);
-    } else {
-        if (!x) {
-            tc_note(TC_ERR_UNSUPPORTED);
-            return;
-        }
-        if (m->n < 4096 && batch <= (size_t)65535 * TC_GEN_SK_MAXB) { /* few rows: split K per row */
-            const unsigned gy = (unsigned)((batch + TC_GEN_SK_MAXB - 1) / TC_GEN_SK_MAXB);
-            k_gemv_generic_sk<<<dim3((unsigned)m->n, gy), 256, 0, tc_stream>>>(
-                m->kind, m->data, m->k, m->row_bytes, x, xs, (int)batch, y, ys);
-            tc_check_launch();
-            return;
-        }
-        const int warps = 8;
-        for (size_t b0 = 0; b0 < batch; b0 += 65535) {
-            int nbat = (int)(batch - b0 < 65535 ? batch - b0 : 65535);
-            k_gemv_generic<<<tc_blocks((size_t)m->n, warps), warps * 32, 0, tc_stream>>>(
-                m->kind, m->data, m->n, m->k, m->row_bytes, x + b0 * xs, xs, nbat, y + b0 * ys, ys);
-            tc_check_launch();
-        }
+        tc_gemv_tiled(tc_cur, m, act, y, ys);
+        return;
     }
+    if ((m->row_bytes & 1) || ((uintptr_t)m->data & 1)) {
+        tc_gemv_fp32(m, m->n < 4096 ? TC_MM_GENERIC_SK : TC_MM_GENERIC, x, batch, xs, y, ys);
+        return;
+    }
+    tc_mm_choice f = c;
+    if (f.family == TC_MM_GEMM) { /* refused: the one-warp kernel at any batch */
+        f.family = TC_MM_T128;
+        f.nb = batch == 1 ? 1 : 4;
+    }
+    tc_gemv_file(m, f, act->q, act->sx, act->corr, batch, y, ys);
 }
 
 static void products(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch,
                      size_t xs, float *const *y, const size_t *ys) {
     TC_PROF(TC_FAM_MATMUL);
-    /* decode (batch <= 8): the tiled matrices of the call in one stream-K launch
-     * (TERN_CUDA_GEMV=skr|bulk) or one tiled launch (TERN_CUDA_TILED_MULTI=1), the
-     * others one by one */
+    const tc_mm_caps caps = tc_mm_caps_now();
+    tc_mm_choice c[8];
+    /* decode: the call's tiled matrices in one grid (TC_MM_TILED_MULTI), the others
+     * one by one */
     bool done[8] = {false};
-    if (act && batch <= 8 && nm <= 8) {
-        const tc_mat *tw[TSK_MAXM];
-        float *ty[TSK_MAXM];
-        size_t tys[TSK_MAXM];
-        int nt = 0, idx[TSK_MAXM];
-        for (int i = 0; i < nm && nt < TSK_MAXM; i++)
-            if (w[i].kind == TC_TERN128T) {
-                idx[nt] = i;
-                tw[nt] = &w[i];
-                ty[nt] = y[i];
-                tys[nt] = ys[i];
-                nt++;
-            }
-        if (nt && tc_gemv_sk_ok(nt, tw, act)) {
-            tc_gemv_sk(nt, tw, act, ty, tys);
-            for (int i = 0; i < nt; i++) done[idx[i]] = true;
-        } else if (nt > 1 && tc_gemv_tiled_multi_on()) {
-            tc_gemv_tiled_multi(nt, tw, act, ty, tys);
-            for (int i = 0; i < nt; i++) done[idx[i]] = true;
+    const tc_mat *tw[TSK_MAXM];
+    float *ty[TSK_MAXM];
+    size_t tys[TSK_MAXM];
+    int nt = 0, idx[TSK_MAXM];
+    for (int i = 0; i < nm; i++) {
+        c[i] = tc_mm_choose(w[i].kind, w[i].n, w[i].k, batch, &caps);
+        if (c[i].family == TC_MM_TILED_MULTI && act && nt < TSK_MAXM) {
+            idx[nt] = i;
+            tw[nt] = &w[i];
+            ty[nt] = y[i];
+            tys[nt] = ys[i];
+            nt++;
         }
     }
+    if (nt > 1) {
+        tc_gemv_tiled_multi(tc_cur, nt, tw, act, ty, tys);
+        for (int i = 0; i < nt; i++) done[idx[i]] = true;
+    }
     for (int i = 0; i < nm; i++)
-        if (!(i < 8 && done[i])) products_one(&w[i], act, x, batch, xs, y[i], ys[i]);
+        if (!done[i]) products_one(&w[i], c[i], act, x, batch, xs, y[i], ys[i]);
 }
 
-extern "C" void tc_matmul_multi(int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+extern "C" void tc_matmul_multi(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                                 float *const *y, const size_t *ys) {
+    TC_CTX(cx);
     if (!batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
     const int64_t K = w[0].k;
+    const tc_mm_caps caps = tc_mm_caps_now();
     bool any_int = false;
-    for (int i = 0; i < nm; i++) any_int |= w[i].kind == TC_TERN128 || w[i].kind == TC_TERN128R ||
-                                          w[i].kind == TC_TERN128T;
+    for (int i = 0; i < nm; i++) {
+        const int f = tc_mm_choose(w[i].kind, w[i].n, w[i].k, batch, &caps).family;
+        any_int |= f != TC_MM_GENERIC && f != TC_MM_GENERIC_SK && f != TC_MM_NONE;
+    }
     tc_act act;
     if (any_int) { /* one quantisation for every integer-path matrix of the call */
         TC_PROF(TC_FAM_ACTQ);
         void *ws = tc_workspace(0, tc_act_bytes(batch, K));
         if (!ws) return;
         act = tc_act_view(ws, batch, K);
-        quantize(x, xs, &act);
+        tc_quantize_rows(x, xs, &act);
     }
     products(nm, w, any_int ? &act : NULL, x, batch, xs, y, ys);
 }
 
-extern "C" void tc_matmul_multi_q(int nm, const tc_mat *w, const tc_act *act, const float *x,
+extern "C" void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x,
                                   size_t xs, float *const *y, const size_t *ys) {
+    TC_CTX(cx);
     if (!act || !act->batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
     for (int i = 0; i < nm; i++)
         if (w[i].k != act->k) {
             tc_note(TC_ERR_UNSUPPORTED);

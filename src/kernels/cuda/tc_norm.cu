@@ -3,8 +3,8 @@
  * transform and the activation quantisation in the same kernel), and the
  * per-head RMSNorm (q/k norms). Math mirrors src/backends/cpu/backend_cpu.c.
  * Decode (rows <= 16): k_site_reg (the row over a cluster of CTAs, the transform in
- * registers); TERN_CUDA_OPS=old: k_site_cluster; TERN_CUDA_SITE=old: the one-CTA-per-row
- * kernels; more rows: k_add_rmsnorm_fwht.
+ * registers); shapes it does not take (and tc_set_ops_old, for the tests): k_site_cluster;
+ * then the one-CTA-per-row kernels; more rows: k_add_rmsnorm_fwht.
  */
 #include "kernels/cuda/fwht_reg.cuh"
 
@@ -133,15 +133,6 @@ __global__ void __launch_bounds__(1024) k_add_rmsnorm_fwht(float *__restrict__ r
  * chunk's blocks (chunk % block == 0) and the quantised activation as in
  * k_add_rmsnorm_fwht. Without signs the normalised chunk is written to out (and
  * quantised). One CTA per row is too little parallelism at batch 1. */
-/* TERN_CUDA_SITE=old: the one-CTA-per-row kernels (A/B) */
-static bool getenv_site_off(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TERN_CUDA_SITE");
-        v = e && !strcmp(e, "old");
-    }
-    return v == 1;
-}
 
 #define SITE_THREADS 256
 #define SITE_MAX_CHUNK 8192
@@ -247,16 +238,11 @@ static int site_split(size_t rows, size_t n, size_t block, bool rot, bool act, i
 static bool site_cluster(float *r, const float *d, const float *gain, float eps, float *normed,
                          float *rotated, size_t rows, size_t n, size_t block, const float *signs,
                          const tc_act *act) {
-    if (getenv_site_off()) return false;
     int chunk = 0;
     const int cs = site_split(rows, n, block, signs != NULL, act != NULL, &chunk);
     if (!cs) return false;
-    static bool attr;
-    if (!attr) {
-        cudaFuncSetAttribute(k_site_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SITE_MAX_CHUNK * 4);
-        attr = true;
-    }
+    if (tc_attr_once((const void *)k_site_cluster, SITE_MAX_CHUNK * 4))
+        cudaFuncSetAttribute(k_site_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize, SITE_MAX_CHUNK * 4);
     tc_act none = {};
     tc_launch(k_site_cluster, dim3((unsigned)cs, (unsigned)rows), dim3(SITE_THREADS),
               (size_t)chunk * sizeof(float), (unsigned)cs, r, d, gain, eps, normed,
@@ -396,7 +382,7 @@ static void launch_site_reg(int cs, float *r, const float *d, const float *gain,
 static bool site_reg(float *r, const float *d, const float *gain, float eps, float *normed,
                      float *rotated, size_t rows, size_t n, size_t block, const float *signs,
                      const tc_act *act) {
-    if (tc_ops_old() || getenv_site_off()) return false;
+    if (tc_ops_old(tc_cur)) return false;
     int M = 0;
     const bool rot = signs != NULL;
     const int cs = site_reg_split(rows, n, block, rot, &M);
@@ -443,43 +429,41 @@ static void add_rmsnorm_hadamard(float *r, const float *d, const float *gain, fl
     if (rot && n <= ARH_MAX_N && block >= 2 && block <= 8192 && n % block == 0 &&
         (block & (block - 1)) == 0 && rows <= 0x7fffffff) {
         /* one kernel for the whole site */
-        static bool attr;
-        if (!attr) {
-            cudaFuncSetAttribute(k_add_rmsnorm_fwht, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 ARH_MAX_N * 4);
-            attr = true;
-        }
+        if (tc_attr_once((const void *)k_add_rmsnorm_fwht, ARH_MAX_N * 4))
+            cudaFuncSetAttribute(k_add_rmsnorm_fwht, cudaFuncAttributeMaxDynamicSharedMemorySize, ARH_MAX_N * 4);
         bool fused = act && n % 128 == 0;
         tc_act none = {};
         tc_launch(k_add_rmsnorm_fwht, dim3((unsigned)rows), dim3(1024), n * sizeof(float), 1, r,
                   d, gain, eps, normed, rotated, n, (int)block, signs, 1.0f / sqrtf((float)block),
                   fused ? *act : none);
-        if (act && !fused) tc_quantize(rotated, n, act);
+        if (act && !fused) tc_quantize(tc_cur, rotated, n, act);
         return;
     }
     tc_launch(k_add_rmsnorm, dim3((unsigned)rows), dim3(256), 0, 1, r, d, gain, eps, out, n);
     if (rot) {
         if (rotated != out) {
             cudaMemcpyAsync(rotated, out, rows * n * sizeof(float), cudaMemcpyDeviceToDevice,
-                            tc_stream);
+                            tc_cur->stream);
             tc_check_launch();
         }
         bool fused = tc_act_in_fwht(act, rows, n, block, signs);
         tc_fwht(rotated, NULL, rotated, rows, n, block, signs, 0, fused ? act : NULL);
-        if (act && !fused) tc_quantize(rotated, n, act);
-    } else if (act) tc_quantize(out, n, act);
+        if (act && !fused) tc_quantize(tc_cur, rotated, n, act);
+    } else if (act) tc_quantize(tc_cur, out, n, act);
 }
 
-extern "C" void tc_add_rmsnorm_hadamard(float *r, const float *d, const float *gain, float eps,
+extern "C" void tc_add_rmsnorm_hadamard(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                                         float *normed, float *rotated, size_t rows, size_t n,
                                         size_t block, const float *signs) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_NORM);
     add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs, NULL);
 }
 
-extern "C" void tc_add_rmsnorm_hadamard_q(float *r, const float *d, const float *gain, float eps,
+extern "C" void tc_add_rmsnorm_hadamard_q(tc_ctx *cx, float *r, const float *d, const float *gain, float eps,
                                           float *normed, float *rotated, size_t rows, size_t n,
                                           size_t block, const float *signs, const tc_act *act) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_NORM);
     add_rmsnorm_hadamard(r, d, gain, eps, normed, rotated, rows, n, block, signs, act);
 }
@@ -522,8 +506,9 @@ __global__ void k_head_rmsnorm(float *__restrict__ x, size_t rows, size_t stride
     for (int j = lane; j < hd; j += 32) v[j] = v[j] * inv * gain[j];
 }
 
-extern "C" void tc_head_rmsnorm(float *x, size_t rows, size_t stride, int n_heads, int hd,
+extern "C" void tc_head_rmsnorm(tc_ctx *cx, float *x, size_t rows, size_t stride, int n_heads, int hd,
                                 const float *gain, float eps) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_NORM);
     size_t warps = rows * (size_t)n_heads;
     if (!warps) return;

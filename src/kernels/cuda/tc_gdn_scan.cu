@@ -1,7 +1,7 @@
 /*
- * tc_gdn_chunk.cu - the GDN chunk path (tc_gdn, prefill: rows >= 1) in two launches,
- * the default since 2026-12 (TERN_CUDA_GDN=walk, or tc_gdn_config(0, ..), keeps the
- * kernels of tc_gdn.cu for A/B):
+ * tc_gdn_scan.cu - the GDN chunk path (tc_gdn, prefill: rows >= 1) in two launches,
+ * the default since 2026-12 (tc_gdn_config(0, ..), a lab function, runs the walk of
+ * tc_gdn_walk.cu, the reference):
  *
  *   k_gdn_conv_l2   causal depthwise conv over (conv state ++ rows) + SiLU, parallel
  *                   over tokens (CTA = one q head, one k head or 128 value channels,
@@ -30,7 +30,7 @@
  *   of column j0 + jc in registers (RPT of them; rows >= dk are zero);
  *   per token: s = S*decay (stored), partial kv and sq over its rows (4 chains), xor-
  *   shuffle sums over the L lanes (all lanes get the same bits), d, S += k d, o.
- * fp32 throughout, as the walk of tc_gdn.cu: only the summation order of kv, sq and k.q
+ * fp32 throughout, as the walk of tc_gdn_walk.cu: only the summation order of kv, sq and k.q
  * differs (rounding level; test_cuda_kernels gdn_chunk_vs_f64_and_walk bounds it).
  * Latency: no global access inside the token loop. The chunk's rows are staged in
  * sub-chunks of GS_TS tokens by cp.async into a double buffer (q, k of the key head,
@@ -389,35 +389,20 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
 
 /* ------------------------------------------------------------------ host */
 
-static int g_path = -1; /* -1: not read yet; 0 walk (tc_gdn.cu); 1 scan */
-static int g_rpt, g_wpc;
+/* the context's gdn_path: 0 the walk (tc_gdn_walk.cu, the oracle); 1 the scan
+ * (tc_gdn_config); gdn_rpt, gdn_wpc: its shape (0: by dk) */
 
 static bool gs_valid(int rpt, int wpc) {
     return (rpt == 0 || rpt == 8 || rpt == 16 || rpt == 32) &&
            (wpc == 0 || wpc == 1 || wpc == 2 || wpc == 4 || wpc == 8);
 }
 
-static void gs_env(void) {
-    g_path = 1;
-    g_rpt = g_wpc = 0;
-    const char *e = getenv("TERN_CUDA_GDN");
-    if (!e) return;
-    int r = 0, w = 0;
-    if (!strcmp(e, "walk")) g_path = 0;
-    else if (sscanf(e, "scan,%d,%d", &r, &w) == 2 && gs_valid(r, w)) g_rpt = r, g_wpc = w;
-}
-
-extern "C" int tc_gdn_config(int path, int rpt, int warps) {
+extern "C" int tc_gdn_config(tc_ctx *cx, int path, int rpt, int warps) {
+    TC_CTX(cx);
     if (path < -1 || path > 1 || !gs_valid(rpt, warps)) return -1;
-    if (path < 0) {
-        gs_env();
-        if (rpt) g_rpt = rpt;
-        if (warps) g_wpc = warps;
-        return 0;
-    }
-    g_path = path;
-    g_rpt = rpt;
-    g_wpc = warps;
+    cx->gdn_path = path < 0 ? 1 : path; /* -1: the default, the scan */
+    cx->gdn_rpt = rpt;
+    cx->gdn_wpc = warps;
     return 0;
 }
 
@@ -429,15 +414,15 @@ static bool gs_plan(const tc_gdn_args *a, int *rpt, int *L, int *wpc, int *cs) {
     if (dk < 1 || dk > 256 || dv < 1 || a->n_k < 1 || a->n_v < a->n_k || a->n_v % a->n_k ||
         a->n_v > 65535 || a->conv_k < 1 || a->rows < 1)
         return false;
-    const int r = g_rpt ? g_rpt : dk <= 32 ? 8 : dk <= 64 ? 16 : 32;
+    const int r = tc_cur->gdn_rpt ? tc_cur->gdn_rpt : dk <= 32 ? 8 : dk <= 64 ? 16 : 32;
     int l = r == 8 ? 1 : 4;
     while (l * r < dk) l <<= 1;
     if (l > 8) return false;
     /* default: the most CTAs per head that a cluster takes (27B: 8 CTAs of 2 warps, 16
      * columns each: 384 CTAs, 2.9 per SM; at 206 registers 4 fit an SM) */
-    int w = g_wpc ? g_wpc : 1;
+    int w = tc_cur->gdn_wpc ? tc_cur->gdn_wpc : 1;
     int c = (dv + 32 / l * w - 1) / (32 / l * w);
-    while (c > 8 && !g_wpc && w < 8) {
+    while (c > 8 && !tc_cur->gdn_wpc && w < 8) {
         w <<= 1;
         c = (dv + 32 / l * w - 1) / (32 / l * w);
     }
@@ -448,26 +433,24 @@ static bool gs_plan(const tc_gdn_args *a, int *rpt, int *L, int *wpc, int *cs) {
 
 template <int RPT, int L>
 static void gs_launch(const tc_gdn_args *a, int C, int wpc, int cs, int vec) {
-    static size_t attr = 48 * 1024;
     const int CPC = 32 / L * wpc;
     const size_t smem = (size_t)gs_smem_floats(L * RPT, CPC) * sizeof(float);
-    if (smem > attr) {
+    if (smem > 48 * 1024 && tc_attr_once((const void *)k_gdn_scan<RPT, L>, (long long)smem)) {
         int e = (int)cudaFuncSetAttribute(k_gdn_scan<RPT, L>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e) {
             tc_note(e);
             return;
         }
-        attr = smem;
     }
     tc_launch(k_gdn_scan<RPT, L>, dim3((unsigned)cs, (unsigned)a->n_v), dim3((unsigned)(32 * wpc)),
               smem, (unsigned)cs, *a, C, cs, vec);
 }
 
-extern "C" int tc_gdn_scan(const tc_gdn_args *a) {
-    if (g_path < 0) gs_env();
+extern "C" int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a) {
+    TC_CTX(cx);
     int rpt, L, wpc, cs;
-    if (!g_path || !gs_plan(a, &rpt, &L, &wpc, &cs)) return 0;
+    if (!tc_cur->gdn_path || !gs_plan(a, &rpt, &L, &wpc, &cs)) return 0;
     const int nk = a->n_k, dk = a->dk, T = a->rows;
     const int VW = a->n_v * a->dv, C = 2 * nk * dk + VW;
     const int vec = ((uintptr_t)a->work % 16 == 0 && (uintptr_t)a->z % 16 == 0 && C % 4 == 0 &&

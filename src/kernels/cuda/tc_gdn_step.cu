@@ -1,9 +1,7 @@
 /*
- * tc_gdn.cu - the Gated DeltaNet block: chunk path (conv + SiLU, L2 norms, fp32
- * delta rule with the state column of each thread in registers, gated RMSNorm)
- * and the fused decode step for n sessions: one kernel (k_gdn_step_fused) where
- * the shape allows, else (and with TERN_CUDA_OPS=old) two (k_gdn_step_conv +
- * k_gdn_step_rec).
+ * tc_gdn_step.cu - the Gated DeltaNet decode step for n sessions: one kernel
+ * (k_gdn_step_fused) where the shape allows, else (and with tc_set_ops_old, for tests)
+ * two (k_gdn_step_conv + k_gdn_step_rec).
  */
 #include "kernels/cuda/internal.cuh"
 
@@ -11,141 +9,6 @@
 #include <math.h>
 
 namespace cg = cooperative_groups;
-
-/* One thread per channel: causal depthwise conv over (state ++ rows), SiLU,
- * then the state keeps the last K-1 inputs. */
-__global__ void k_gdn_conv(const float *__restrict__ qkv, const float *__restrict__ w,
-                           float *__restrict__ state, float *__restrict__ work, int C, int K,
-                           int T) {
-    tc_pdl_trigger();
-    tc_pdl_wait();
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= C) return;
-    const float *wc = w + (size_t)ch * K;
-    for (int t = 0; t < T; t++) {
-        float s = 0;
-        for (int i = 0; i < K; i++) {
-            int src = t - (K - 1) + i;
-            float x = src >= 0 ? qkv[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
-            s += wc[i] * x;
-        }
-        work[(size_t)t * C + ch] = tc_silu(s);
-    }
-    for (int i = 0; i < K - 1; i++) {
-        int src = T - (K - 1) + i;
-        float x = src >= 0 ? qkv[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
-        state[(size_t)i * C + ch] = x;
-    }
-}
-
-/* One warp per (row, q/k head): L2 norm (q heads also scaled by 1/sqrt(dk)). */
-__global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk) {
-    tc_pdl_trigger();
-    tc_pdl_wait();
-    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (w >= (size_t)T * 2 * nk) return;
-    size_t t = w / (2 * nk), hk = w % (2 * nk);
-    float *v = work + t * C + hk * dk;
-    float ss = 0;
-    for (int j = lane; j < dk; j += 32) ss += v[j] * v[j];
-    ss = tc_warp_sum(ss);
-    float inv = (float)(1.0 / sqrt((double)ss + 1e-6));
-    if (hk < (size_t)nk) inv *= 1.0f / sqrtf((float)dk);
-    for (int j = lane; j < dk; j += 32) v[j] *= inv;
-}
-
-/* One CTA per value head p, thread j owns state column S[:, j] (KMAX >= dk, in
- * registers; dv <= 256 threads) over the chunk's rows:
- *   S *= decay; kv = S^T k; d = (v - kv)*beta; S += k d^T; o = S^T q
- *   (o = sq + (k.q) d with sq = (decayed S)^T q), out = rmsnorm(o)*norm*silu(z). */
-template <int KMAX>
-__global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
-    tc_pdl_trigger();
-    tc_pdl_wait();
-    extern __shared__ float sm[];
-    float *sq_ = sm, *sk = sm + KMAX, *red = sm + 2 * KMAX;
-    const int p = blockIdx.x, j = threadIdx.x;
-    const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk;
-    const int kh = a.v_tiled ? p % nk : p / r;
-    const bool act = j < dv;
-    float S[KMAX];
-    float *Sg = a.state + (size_t)p * dk * dv;
-#pragma unroll
-    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? Sg[(size_t)i * dv + j] : 0.0f;
-    const int nw = (blockDim.x + 31) >> 5;
-    for (int t = 0; t < a.rows; t++) {
-        const float *row = a.work + (size_t)t * C;
-        for (int i = j; i < dk; i += blockDim.x) {
-            sq_[i] = row[(size_t)kh * dk + i];
-            sk[i] = row[(size_t)nk * dk + (size_t)kh * dk + i];
-        }
-        __syncthreads();
-        float x = a.a[(size_t)t * nv + p] + a.dt_bias[p];
-        float sp = x > 20.0f ? x : log1pf(expf(x));
-        float decay = expf(a.ssm_a[p] * sp);
-        float beta = 1.0f / (1.0f + expf(-a.b[(size_t)t * nv + p]));
-        float kv = 0, sq = 0, kq = 0;
-#pragma unroll
-        for (int i = 0; i < KMAX; i++) {
-            if (i < dk) {
-                float s = S[i] * decay;
-                S[i] = s;
-                kv = fmaf(s, sk[i], kv);
-                sq = fmaf(s, sq_[i], sq);
-                kq = fmaf(sk[i], sq_[i], kq);
-            }
-        }
-        float v = act ? row[(size_t)2 * nk * dk + (size_t)p * dv + j] : 0.0f;
-        float d = (v - kv) * beta;
-#pragma unroll
-        for (int i = 0; i < KMAX; i++)
-            if (i < dk) S[i] = fmaf(sk[i], d, S[i]);
-        float o = act ? sq + kq * d : 0.0f;
-        /* gated RMSNorm over the dv outputs */
-        float ss = tc_warp_sum(o * o);
-        if ((j & 31) == 0) red[j >> 5] = ss;
-        __syncthreads();
-        float tot = 0;
-        for (int w = 0; w < nw; w++) tot += red[w];
-        if (act) {
-            float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
-            size_t oi = (size_t)t * nv * dv + (size_t)p * dv + j;
-            a.out[oi] = o * inv * a.norm[j] * tc_silu(a.z[oi]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < KMAX; i++)
-        if (act && i < dk) Sg[(size_t)i * dv + j] = S[i];
-}
-
-template <int KMAX>
-static void gdn_rec(const tc_gdn_args *a, int C) {
-    int threads = (a->dv + 31) / 32 * 32;
-    size_t smem = (2 * KMAX + 32) * sizeof(float);
-    tc_launch(k_gdn_rec<KMAX>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
-}
-
-extern "C" void tc_gdn(const tc_gdn_args *a) {
-    TC_PROF(TC_FAM_GDN);
-    if (a->rows <= 0) return;
-    if (tc_gdn_scan(a)) return; /* tc_gdn_chunk.cu; TERN_CUDA_GDN=walk: the kernels below */
-    const int C = 2 * a->n_k * a->dk + a->n_v * a->dv;
-    if (a->dk > 128 || a->dv > 256) { /* state column in registers: <= 256 threads of ~170 */
-        tc_note(TC_ERR_UNSUPPORTED);
-        return;
-    }
-    tc_launch(k_gdn_conv, dim3(tc_blocks((size_t)C, 128)), dim3(128), 0, 1, a->qkv, a->conv_w,
-              a->conv_state, a->work, C, a->conv_k, a->rows);
-    size_t warps = (size_t)a->rows * 2 * a->n_k;
-    tc_launch(k_gdn_l2, dim3(tc_blocks(warps * 32, 256)), dim3(256), 0, 1, a->work, C, a->rows,
-              a->n_k, a->dk);
-    tc_gdn_args b = *a;
-    if (a->dk <= 32) gdn_rec<32>(&b, C);
-    else if (a->dk <= 64) gdn_rec<64>(&b, C);
-    else gdn_rec<128>(&b, C);
-}
 
 /* ------------------------------------------------ GDN decode step (fused) */
 
@@ -366,7 +229,8 @@ static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
  * output stage), the last-CTA flag. dk <= 128, dv <= 128 with dv % 4 == 0, conv_k <= 4.
  */
 #define GDN_CNT 16384 /* sessions x key heads the counter buffer covers */
-static int *g_gdn_cnt;
+/* the counters: the context's gdn_cnt (GDN_CNT ints, zeroed, allocated at the first
+ * step that is not being captured, kept with the context) */
 
 /* conv of one channel: K-1 state values st and their weights wt (K <= 4), the
  * input x and its weight wl, then SiLU; the sums of k_gdn_step_conv in the same order */
@@ -630,15 +494,12 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
 template <int KMAX, bool XF, bool AB>
 static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
     if (AB) {
-        static bool attr;
-        if (!attr) {
-            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, GDN_AB_SMEM);
-            attr = true;
-        }
+        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB>, GDN_AB_SMEM))
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 GDN_AB_SMEM);
     }
     tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
-              smem, cs, *a, C, g_gdn_cnt);
+              smem, cs, *a, C, tc_cur->gdn_cnt);
 }
 
 /* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the
@@ -659,18 +520,18 @@ static void launch_fused(const tc_gdn_step_args *a, int C, int cs, bool ab) {
 /* the one-kernel step takes the shape, and its counters exist (allocated, zeroed, at
  * the first call that is not being captured into a graph) */
 static bool fused_ok(const tc_gdn_step_args *a) {
-    if (tc_ops_old() || a->dk > 128 || a->dv > 128 || a->dv % 4 || a->conv_k > 4 ||
+    if (tc_ops_old(tc_cur) || a->dk > 128 || a->dv > 128 || a->dv % 4 || a->conv_k > 4 ||
         (size_t)a->n * (size_t)a->n_k > GDN_CNT)
         return false;
-    if (!g_gdn_cnt) {
+    if (!tc_cur->gdn_cnt) {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(tc_stream, &cap) != cudaSuccess ||
+        if (cudaStreamIsCapturing(tc_cur->stream, &cap) != cudaSuccess ||
             cap != cudaStreamCaptureStatusNone) {
             cudaGetLastError();
             return false;
         }
-        g_gdn_cnt = (int *)tc_malloc(GDN_CNT * sizeof(int)); /* zeroed; kept for the process */
-        if (!g_gdn_cnt) return false;
+        tc_cur->gdn_cnt = (int *)tc_malloc(tc_cur, GDN_CNT * sizeof(int)); /* zeroed; freed with the context */
+        if (!tc_cur->gdn_cnt) return false;
     }
     return true;
 }
@@ -697,7 +558,8 @@ static int xf_cluster(const tc_gdn_step_args *a) {
     return B / dv;
 }
 
-extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
+extern "C" void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a) {
+    TC_CTX(cx);
     TC_PROF(TC_FAM_GDN);
     if (a->n <= 0) return;
     const int VW = a->n_v * a->dv;
@@ -722,7 +584,7 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
     if (ab_in && !ab_k) { /* the projections first, into a and b */
         float *y[2] = {(float *)a->a, (float *)a->b};
         const size_t ys[2] = {a->ab_stride, a->ab_stride};
-        tc_matmul_multi(2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
+        tc_matmul_multi(tc_cur, 2, a->ab_w, a->ab_x, (size_t)a->n, a->ab_x_stride, y, ys);
     }
     if (fused) {
         if (a->dk <= 32) launch_fused<32>(&b, C, b.signs ? cs : 0, ab_k);
@@ -741,8 +603,8 @@ extern "C" void tc_gdn_step(const tc_gdn_step_args *a) {
                                        (size_t)a->block, a->signs);
         tc_fwht(a->out, NULL, a->out, (size_t)a->n, (size_t)VW, (size_t)a->block, a->signs, 0,
                 fq ? &a->act : NULL);
-        if (a->act.q && !fq) tc_quantize(a->out, (size_t)VW, &a->act);
+        if (a->act.q && !fq) tc_quantize(tc_cur, a->out, (size_t)VW, &a->act);
     } else if (a->act.q && !act_in) {
-        tc_quantize(a->out, a->out_stride, &a->act);
+        tc_quantize(tc_cur, a->out, a->out_stride, &a->act);
     }
 }

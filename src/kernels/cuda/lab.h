@@ -1,0 +1,114 @@
+/*
+ * lab.h - the CUDA kernel layer's launchers and switches for tests, benchmarks and the
+ * kernels' own dispatch (the .cu files of src/kernels/cuda, tests/unit/test_cuda_kernels.c,
+ * src/cli/bench_cuda.c, src/cli/bench_model.c): single kernels below the matmul
+ * chooser, the references (the old attention, the GDN walk) and the fallbacks forced,
+ * launch counts, profile reports, event timing. The back-end calls cuda.h only.
+ */
+#ifndef TERN_KERNELS_CUDA_LAB_H
+#define TERN_KERNELS_CUDA_LAB_H
+
+#include "kernels/cuda/cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t tc_bytes_in_use(tc_ctx *cx); /* bytes held through tc_malloc */
+
+/* The activation of rows of x (stride xs) quantised into out (out->k % 128 == 0). */
+void tc_quantize(tc_ctx *cx, const float *x, size_t xs, const tc_act *out);
+
+/* The decode GEMV on a TC_TERN128T matrix: y[b*ys + i] = sum_j W[i,j] x_b[j] for
+ * the act->batch rows of the quantised activation (tensor-core integer products;
+ * batch 1..8 in one pass over the weights, more in chunks of 8). tc_matmul_multi(_q)
+ * call it for TC_TERN128T matrices as the chooser says (mm_choose.h). */
+void tc_gemv_tiled(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
+
+/* tc_gemv_tiled over nm <= 4 TC_TERN128T matrices of act->k columns in one launch per
+ * 8 batch rows (one grid over the strips of all of them: y[i][b*ys[i] + r]), at batch
+ * 1..8 with the staged loops of the default variants; otherwise one tc_gemv_tiled per
+ * matrix. Each output equals tc_gemv_tiled's integers; its float order depends on the
+ * launch shape, chosen for the whole grid. tc_matmul_multi(_q) use it for the tiled
+ * matrices of a decode call (TC_MM_TILED_MULTI). */
+void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                         const size_t *ys);
+
+/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
+ * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
+ * k % 256 == 0) or a TC_TERN128T one (tiled, k % 256 == 0: same results). mode TC_GEMM_EXACT: both activation planes, the same integers
+ * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
+ * (8-bit activations, step max|x|/127 per 128 inputs; about half the time).
+ * Returns 1 when launched, 0 when the shape is not handled (the caller falls
+ * back). The matmul chooser takes it for batch > 8 in the model's prefill mode
+ * (TC_GEMM_EXACT, TC_GEMM_INT8: mm_choose.h). */
+int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
+int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
+
+/* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
+ * the oracle for tests and benches; 0 or -1: the default). Applies from the next
+ * launch (a recorded graph keeps what it recorded). */
+int tc_attn_old(tc_ctx *cx);
+void tc_set_attn_old(tc_ctx *cx, int old);
+
+/* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
+ * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
+ * 16-byte aligned); 0 when it would run the old kernels or refuse. For tests. */
+int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void *kcache, const void *vcache,
+                       int max_len, int n_head, int n_head_kv, int head_dim);
+
+/* The two-launch path alone: 1 when it took the call (queued), 0 when the walk is
+ * selected or the shape is not one it handles (dk <= 256, n_v a multiple of n_k, at
+ * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
+int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a);
+
+/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, -1 the
+ * default (the scan); rpt = state rows per thread
+ * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
+ * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
+ * other values (nothing changed). */
+int tc_gdn_config(tc_ctx *cx, int path, int rpt, int warps);
+
+/* tc_set_ops_old(1) runs the decode-step ops' fallback kernels (norm sites:
+ * k_site_cluster; GDN step: conv + recurrence in two kernels; Hadamard and SwiGLU:
+ * k_fwht in shared memory; SwiGLU without signs: k_swiglu + tc_quantize), which serve
+ * the shapes the fast ones refuse (0 or -1: the default). Applies from the next launch. */
+int tc_ops_old(tc_ctx *cx);
+void tc_set_ops_old(tc_ctx *cx, int old);
+
+/* GPU time per call of fn(ctx) (a function that queues work on the library's stream),
+ * in microseconds: the median over `reps` rounds of (a cudaEvent pair around `calls`
+ * calls) / calls. graph != 0: the `calls` calls are captured once into a CUDA graph
+ * and each round replays it, so launch costs are those of a decode-step graph.
+ * -1 on a CUDA error (noted for tc_sync). Not while a graph is being captured. */
+typedef void (*tc_bench_fn)(void *ctx);
+double tc_bench_us(tc_ctx *cx, tc_bench_fn fn, void *ctx, int calls, int reps, int graph);
+
+typedef struct tc_profile_entry {
+    const char *family;  /* static name */
+    double ms;           /* GPU time between the pair's events, summed */
+    uint64_t calls;
+} tc_profile_entry;
+
+/* Kernel launches and async copies queued since the last tc_launches_reset() (always
+ * counted; one add per launch). While a decode graph is captured, the nodes are
+ * counted too (so a captured step reports its node count). */
+uint64_t tc_launches(tc_ctx *cx);
+void tc_launches_reset(tc_ctx *cx);
+
+int tc_profile_enabled(tc_ctx *cx);
+void tc_profile_reset(tc_ctx *cx);
+
+/* Fills out[0..TC_FAM_N) (families in enum order, zero calls included); returns the
+ * number written (min(max, TC_FAM_N)) or -1 on a CUDA error. */
+int tc_profile_report(tc_ctx *cx, tc_profile_entry *out, int max);
+
+/* The same as text, one "family calls ms us/call share" line per family with calls,
+ * then a total; returns the length it wanted (snprintf rules). */
+int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * mm_choose.h - the one matmul chooser of the CUDA back-end: which kernel family (and
+ * which build of it) runs a product, and whether a matrix is repacked at load.
+ * Plain C, header only (static inline): compiled into the .cu launchers, the back-end
+ * (backend_cuda.c) and tests/unit/test_mm_choose.c, which checks the table without a
+ * GPU (also in a build without CUDA). docs/kernels.md has the table in words.
+ *
+ * The rules (measured on the H200, docs/performance.md):
+ *   a TERN128 matrix (PQ2_0, fork Q2_0) is repacked at load into the tiled layout
+ *   (TC_TERN128T), unless a file-layout family is forced (t128k, t128, generic);
+ *   tiled, batch 1..8 (decode): k_gemv_tiled, every tiled matrix of a call in one
+ *     grid (TC_MM_TILED_MULTI: 27B 204.7 vs 193.5 tok/s, 2026-12-03) — one matrix
+ *     alone is the same kernel (TC_MM_TILED);
+ *   tiled or TERN128, batch > 8 (prefill): the tensor-core GEMM (TC_MM_GEMM) in the
+ *     prefill mode of the model parameters (exact or int8); a shape it refuses falls
+ *     back to the GEMV in chunks of 8 (tiled) or k_gemv_t128 (file layout);
+ *   TERN128 in the file layout, batch 1..8: k_gemv_t128k (split K per row);
+ *   other kinds (TERN64, Q1, F32, F16, BF16): the fp32-input generic kernels, split
+ *     K per row when the matrix has fewer than 4096 rows (TC_MM_GENERIC_SK).
+ * The tiled GEMV's build: batch 1..4 NB4 with the branch-free staged loop at <= 96
+ * registers (stage 2), batch 5..8 NB8 with the same loop at 106 registers (stage 4);
+ * an activation too large to stage in 100 KiB of shared memory (batch 3+ at K 17408)
+ * reads it from global memory (stage 0). The launch shape (warps per strip, strips per
+ * CTA) is chosen from the kernel's occupancy in tc_gemv.cu.
+ * One override for A/B runs: tc_mm_caps.force (a family by name, tc_mm_family_of; the
+ * back-end logs it once): tiled / tiled_multi keep the GEMV at every batch (no GEMM),
+ * gemm takes the GEMM at every batch, t128k / t128 / generic_sk / generic keep the file
+ * layout (no repack) and run that kernel; a family the shape cannot take falls back
+ * as above.
+ */
+#ifndef TERN_KERNELS_CUDA_MM_CHOOSE_H
+#define TERN_KERNELS_CUDA_MM_CHOOSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum tc_mm_family {
+    TC_MM_NONE = 0,       /* no kernel takes it (the call notes TC_ERR_UNSUPPORTED) */
+    TC_MM_TILED_MULTI,    /* k_gemv_tiled, the call's tiled matrices in one grid (decode) */
+    TC_MM_TILED,          /* k_gemv_tiled, one matrix per launch (chunks of 8 batch rows) */
+    TC_MM_GEMM,           /* tensor-core GEMM (tc_gemm_tc.cu; prefill) */
+    TC_MM_T128K,          /* file-layout TERN128, split K per row (batch 1..8) */
+    TC_MM_T128,           /* file-layout TERN128, one warp per rows (any batch) */
+    TC_MM_GENERIC_SK,     /* fp32 input, any kind, split K per row (few rows) */
+    TC_MM_GENERIC,        /* fp32 input, any kind, one warp per row */
+    TC_MM_N
+} tc_mm_family;
+
+/* Prefill modes of the tensor-core GEMM (the model parameter cuda_prefill). */
+#define TC_GEMM_EXACT 1 /* both activation planes: the GEMV's integers */
+#define TC_GEMM_INT8 2  /* the hi plane only (8-bit activations; about half the time) */
+
+/* What the chooser knows of the device and the model's parameters. */
+typedef struct tc_mm_caps {
+    int sms;         /* streaming multiprocessors (0: unknown) */
+    int gemm_mode;   /* TC_GEMM_EXACT or TC_GEMM_INT8 */
+    int force;       /* a tc_mm_family forced for A/B runs, or TC_MM_NONE */
+} tc_mm_caps;
+
+/* The choice for one matrix of a call. */
+typedef struct tc_mm_choice {
+    int family;      /* tc_mm_family */
+    int nb;          /* the kernel build's batch rows per pass: tiled 4 (NB4) or 8 (NB8);
+                        t128k 1, 2, 3, 4, 6 or 8; t128 1 or 4; 0 otherwise */
+    int rows;        /* rows per warp of the file-layout kernels (t128k, t128), else 0 */
+    int stage;       /* tiled: 2 or 4 (staged loop at <= 96 / 106 registers), 0 unstaged */
+    int gemm_mode;   /* TC_MM_GEMM: TC_GEMM_EXACT or TC_GEMM_INT8 */
+} tc_mm_choice;
+
+/* Kinds as cuda.h numbers them (tc_kind); repeated here so that this header stands
+ * alone (cuda.h checks that they agree). */
+enum { TC_MMK_TERN128 = 0, TC_MMK_TERN64 = 1, TC_MMK_Q1 = 2, TC_MMK_F32 = 3, TC_MMK_F16 = 4,
+       TC_MMK_BF16 = 5, TC_MMK_TERN128T = 7 };
+
+/* The staged activation's shared-memory budget and bytes (nbr batch rows of K:
+ * q at row stride 2K + 16, corr, sx). */
+#define TC_MM_STAGE_MAX (100 * 1024)
+static inline size_t tc_mm_stage_bytes(int nbr, int64_t K) {
+    return (size_t)nbr * ((size_t)(2 * K + 16) + (size_t)(K / 32) * 4 + (size_t)(K / 128) * 4);
+}
+
+static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm",
+                                                 "t128k", "t128", "generic_sk", "generic"};
+
+/* The family named s (tc_mm_names), or -1. */
+static inline int tc_mm_family_of(const char *s) {
+    if (!s) return -1;
+    for (int i = 1; i < TC_MM_N; i++)
+        if (!strcmp(s, tc_mm_names[i])) return i;
+    return -1;
+}
+static inline const char *tc_mm_name(int family) {
+    return family >= 0 && family < TC_MM_N ? tc_mm_names[family] : "?";
+}
+
+/* Whether a TERN128 matrix of rows x cols is repacked into the tiled layout at load. */
+static inline int tc_mm_repack_tiled(int kind, int64_t rows, int64_t cols, const tc_mm_caps *caps) {
+    if (kind != TC_MMK_TERN128 || cols % 128 || rows <= 0) return 0;
+    const int f = caps ? caps->force : TC_MM_NONE;
+    return !(f == TC_MM_T128K || f == TC_MM_T128 || f == TC_MM_GENERIC_SK || f == TC_MM_GENERIC);
+}
+
+/* The tiled GEMV's build for a chunk of nb <= 8 batch rows of K inputs. */
+static inline void tc_mm_tiled_build(int64_t cols, size_t batch, tc_mm_choice *c) {
+    const int nbc = batch < 8 ? (int)batch : 8; /* the first chunk's rows decide */
+    c->nb = nbc > 4 ? 8 : 4;
+    const int nbr = nbc < c->nb ? nbc : c->nb;
+    c->stage = tc_mm_stage_bytes(nbr, cols) <= TC_MM_STAGE_MAX ? (c->nb == 8 ? 4 : 2) : 0;
+}
+
+/* The family for one matrix: kind (tc_kind), rows x cols, batch rows, whether the
+ * call has a quantised activation (the integer path: TERN128 and tiled) and how many
+ * tiled matrices the call holds (multi). */
+static inline tc_mm_choice tc_mm_choose(int kind, int64_t rows, int64_t cols, size_t batch,
+                                        const tc_mm_caps *caps) {
+    tc_mm_choice c = {0, 0, 0, 0, 0};
+    const int f = caps ? caps->force : TC_MM_NONE;
+    const int mode = caps && caps->gemm_mode == TC_GEMM_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT;
+    if (rows <= 0 || cols <= 0 || batch == 0) return c;
+    if (kind == TC_MMK_TERN128T) {
+        if (cols % 128) return c;
+        if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_TILED && f != TC_MM_TILED_MULTI) {
+            c.family = TC_MM_GEMM;
+            c.gemm_mode = mode;
+            return c;
+        }
+        c.family = batch <= 8 && f != TC_MM_TILED ? TC_MM_TILED_MULTI : TC_MM_TILED;
+        tc_mm_tiled_build(cols, batch, &c);
+        return c;
+    }
+    if (kind == TC_MMK_TERN128 && cols % 128 == 0) {
+        if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_T128 && f != TC_MM_T128K &&
+            f != TC_MM_GENERIC && f != TC_MM_GENERIC_SK) {
+            c.family = TC_MM_GEMM;
+            c.gemm_mode = mode;
+            return c;
+        }
+        if (f == TC_MM_GENERIC || f == TC_MM_GENERIC_SK) goto generic;
+        if (batch <= 8 && f != TC_MM_T128) {
+            static const signed char nbs[9] = {0, 1, 2, 3, 4, 6, 6, 8, 8};
+            c.family = TC_MM_T128K;
+            c.nb = nbs[batch];
+            c.rows = batch <= 3 ? 4 : 2;
+            return c;
+        }
+        c.family = TC_MM_T128;
+        c.nb = batch == 1 ? 1 : 4;
+        c.rows = batch == 1 ? 4 : 2;
+        return c;
+    }
+    if (kind < TC_MMK_TERN128 || kind > TC_MMK_BF16) return c;
+generic:
+    c.family = rows < 4096 && f != TC_MM_GENERIC ? TC_MM_GENERIC_SK : TC_MM_GENERIC;
+    return c;
+}
+
+#endif

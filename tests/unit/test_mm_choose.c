@@ -1,0 +1,124 @@
+/*
+ * test_mm_choose.c - the CUDA back-end's matmul chooser (src/kernels/cuda/mm_choose.h),
+ * table-driven, with no GPU and in builds without CUDA: for each (kind, rows, cols,
+ * batch, prefill mode, forced family) the family and kernel build it must pick, the
+ * load-time repack decision, the override's names, and refusals.
+ */
+#include "check.h"
+
+#include "kernels/cuda/mm_choose.h"
+
+typedef struct mm_case {
+    int kind;
+    int64_t rows, cols;
+    size_t batch;
+    int mode, force;  /* caps: TC_GEMM_*, forced family */
+    int family, nb, stage, gemm_mode;
+} mm_case;
+
+enum { T = TC_MMK_TERN128T, F = TC_MMK_TERN128, G64 = TC_MMK_TERN64, Q1 = TC_MMK_Q1, F32 = TC_MMK_F32,
+       F16 = TC_MMK_F16, BF = TC_MMK_BF16, EX = TC_GEMM_EXACT, I8 = TC_GEMM_INT8 };
+
+static const mm_case g_cases[] = {
+    /* tiled, decode: one grid for the call's tiled matrices; NB4 stage 2 at 1..4, NB8 stage 4 at 5..8 */
+    {T, 5120, 5120, 1, EX, 0, TC_MM_TILED_MULTI, 4, 2, 0},
+    {T, 17408, 5120, 4, EX, 0, TC_MM_TILED_MULTI, 4, 2, 0},
+    {T, 5120, 5120, 5, EX, 0, TC_MM_TILED_MULTI, 8, 4, 0},
+    {T, 5120, 5120, 8, EX, 0, TC_MM_TILED_MULTI, 8, 4, 0},
+    /* the activation too large to stage (batch 3+ at K 17408): unstaged */
+    {T, 5120, 17408, 2, EX, 0, TC_MM_TILED_MULTI, 4, 2, 0},
+    {T, 5120, 17408, 3, EX, 0, TC_MM_TILED_MULTI, 4, 0, 0},
+    {T, 5120, 17408, 8, EX, 0, TC_MM_TILED_MULTI, 8, 0, 0},
+    /* tiled, prefill: the tensor-core GEMM in the model's mode */
+    {T, 5120, 5120, 9, EX, 0, TC_MM_GEMM, 0, 0, EX},
+    {T, 5120, 5120, 512, I8, 0, TC_MM_GEMM, 0, 0, I8},
+    /* K not in 256-tiles: the GEMV in chunks of 8 */
+    {T, 512, 384, 64, EX, 0, TC_MM_TILED, 8, 4, 0},
+    /* forced: tiled keeps the GEMV (one matrix per launch), gemm at any batch */
+    {T, 5120, 5120, 1, EX, TC_MM_TILED, TC_MM_TILED, 4, 2, 0},
+    {T, 5120, 5120, 512, EX, TC_MM_TILED, TC_MM_TILED, 8, 4, 0},
+    {T, 5120, 5120, 512, EX, TC_MM_TILED_MULTI, TC_MM_TILED, 8, 4, 0},
+    {T, 5120, 5120, 1, I8, TC_MM_GEMM, TC_MM_GEMM, 0, 0, I8},
+    /* file layout TERN128: split K per row at 1..8 (build by batch), GEMM past 8 */
+    {F, 4096, 4096, 1, EX, 0, TC_MM_T128K, 1, 0, 0},
+    {F, 4096, 4096, 3, EX, 0, TC_MM_T128K, 3, 0, 0},
+    {F, 4096, 4096, 5, EX, 0, TC_MM_T128K, 6, 0, 0},
+    {F, 4096, 4096, 7, EX, 0, TC_MM_T128K, 8, 0, 0},
+    {F, 4096, 4096, 9, EX, 0, TC_MM_GEMM, 0, 0, EX},
+    {F, 4096, 384, 9, EX, 0, TC_MM_T128, 4, 0, 0},
+    {F, 4096, 4096, 1, EX, TC_MM_T128, TC_MM_T128, 1, 0, 0},
+    {F, 4096, 4096, 64, EX, TC_MM_T128, TC_MM_T128, 4, 0, 0},
+    {F, 4096, 4096, 64, EX, TC_MM_T128K, TC_MM_T128, 4, 0, 0},
+    {F, 100, 4096, 1, EX, TC_MM_GENERIC, TC_MM_GENERIC, 0, 0, 0},
+    {F, 100, 4096, 1, EX, TC_MM_GENERIC_SK, TC_MM_GENERIC_SK, 0, 0, 0},
+    /* other kinds: the fp32-input kernels, split K when few rows */
+    {G64, 100, 4096, 1, EX, 0, TC_MM_GENERIC_SK, 0, 0, 0},
+    {Q1, 8192, 4096, 4, EX, 0, TC_MM_GENERIC, 0, 0, 0},
+    {F32, 48, 5120, 8, EX, 0, TC_MM_GENERIC_SK, 0, 0, 0},
+    {F16, 4095, 64, 1, EX, 0, TC_MM_GENERIC_SK, 0, 0, 0},
+    {BF, 4096, 64, 1, EX, 0, TC_MM_GENERIC, 0, 0, 0},
+    {F16, 100, 64, 1, EX, TC_MM_TILED, TC_MM_GENERIC_SK, 0, 0, 0},
+    /* refusals: empty shapes, a kind the kernels do not know, tiled K off 128 */
+    {T, 0, 5120, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
+    {T, 16, 5120, 0, EX, 0, TC_MM_NONE, 0, 0, 0},
+    {T, 16, 200, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
+    {6, 16, 256, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
+    {99, 16, 256, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
+};
+
+TEST(choose_table) {
+    for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
+        const mm_case *c = &g_cases[i];
+        tc_mm_caps caps = {.sms = 132, .gemm_mode = c->mode, .force = c->force};
+        tc_mm_choice ch = tc_mm_choose(c->kind, c->rows, c->cols, c->batch, &caps);
+        CHECK_MSG(ch.family == c->family && ch.nb == c->nb && ch.stage == c->stage &&
+                      ch.gemm_mode == c->gemm_mode,
+                  "case %zu (kind %d %lldx%lld batch %zu force %s): got %s nb %d stage %d mode %d, want %s nb %d "
+                  "stage %d mode %d",
+                  i, c->kind, (long long)c->rows, (long long)c->cols, c->batch, tc_mm_name(c->force),
+                  tc_mm_name(ch.family), ch.nb, ch.stage, ch.gemm_mode, tc_mm_name(c->family), c->nb, c->stage,
+                  c->gemm_mode);
+    }
+    /* no caps: the defaults (exact GEMM, nothing forced) */
+    CHECK_EQ_INT(tc_mm_choose(T, 16, 256, 1, NULL).family, TC_MM_TILED_MULTI);
+    CHECK_EQ_INT(tc_mm_choose(T, 16, 256, 16, NULL).gemm_mode, TC_GEMM_EXACT);
+}
+
+TEST(repack_decision) {
+    tc_mm_caps caps = {.sms = 132, .gemm_mode = TC_GEMM_EXACT, .force = TC_MM_NONE};
+    CHECK(tc_mm_repack_tiled(F, 5120, 5120, &caps));
+    CHECK(tc_mm_repack_tiled(F, 5120, 5120, NULL));
+    CHECK(!tc_mm_repack_tiled(F, 5120, 5000, &caps)); /* not whole 128-blocks */
+    CHECK(!tc_mm_repack_tiled(G64, 5120, 5120, &caps));
+    CHECK(!tc_mm_repack_tiled(F16, 5120, 5120, &caps));
+    const int keep[] = {TC_MM_T128K, TC_MM_T128, TC_MM_GENERIC_SK, TC_MM_GENERIC};
+    for (size_t i = 0; i < 4; i++) {
+        caps.force = keep[i];
+        CHECK_MSG(!tc_mm_repack_tiled(F, 5120, 5120, &caps), "forced %s repacks", tc_mm_name(keep[i]));
+    }
+    const int tile[] = {TC_MM_TILED_MULTI, TC_MM_TILED, TC_MM_GEMM};
+    for (size_t i = 0; i < 3; i++) {
+        caps.force = tile[i];
+        CHECK_MSG(tc_mm_repack_tiled(F, 5120, 5120, &caps), "forced %s keeps the file layout", tc_mm_name(tile[i]));
+    }
+}
+
+TEST(names_and_stage_bytes) {
+    for (int f = 1; f < TC_MM_N; f++) CHECK_EQ_INT(tc_mm_family_of(tc_mm_name(f)), f);
+    CHECK_EQ_INT(tc_mm_family_of("none"), -1);
+    CHECK_EQ_INT(tc_mm_family_of("old"), -1);
+    CHECK_EQ_INT(tc_mm_family_of(NULL), -1);
+    CHECK_STR(tc_mm_name(99), "?");
+    /* the staged image: rows of 2K + 16 q bytes, K/32 corr words, K/128 scales */
+    CHECK(tc_mm_stage_bytes(1, 128) == 256 + 16 + 16 + 4);
+    CHECK(tc_mm_stage_bytes(2, 17408) <= TC_MM_STAGE_MAX);
+    CHECK(tc_mm_stage_bytes(3, 17408) > TC_MM_STAGE_MAX);
+    CHECK(tc_mm_stage_bytes(8, 5120) <= TC_MM_STAGE_MAX);
+}
+
+int main(void) {
+    RUN(choose_table);
+    RUN(repack_decision);
+    RUN(names_and_stage_bytes);
+    return check_summary();
+}
