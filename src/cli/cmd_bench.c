@@ -22,7 +22,7 @@
  * batch, threads, ms, gbps, gflops, ceiling_gbps, max_rel_err (+ ratio, isa).
  */
 #include "cli/cli.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 #include "kernels/kernels.h"
 
 #include <math.h>

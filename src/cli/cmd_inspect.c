@@ -107,6 +107,26 @@ static void print_meta(const cJSON *m) {
     }
 }
 
+/* What both forms end with: tensor count and bytes, the Hadamard contract, the tokenizer. */
+static void add_summary(cJSON *o, uint64_t n_tensors, uint64_t total, size_t file_bytes,
+                        const tern_hadamard_meta *h, cJSON *tokenizer) {
+    cJSON_AddNumberToObject(o, "n_tensors", (double)n_tensors);
+    cJSON_AddNumberToObject(o, "total_bytes", (double)total);
+    cJSON_AddNumberToObject(o, "file_bytes", (double)file_bytes);
+    cJSON_AddItemToObject(o, "hadamard", hadamard_json(h));
+    cJSON_AddItemToObject(o, "tokenizer", tokenizer);
+}
+static void print_json(const cJSON *o) {
+    char *s = cJSON_Print(o);
+    if (s) printf("%s\n", s);
+    free(s);
+}
+static void print_tail(const cJSON *o, uint64_t total, const tern_hadamard_meta *h) {
+    printf("  total tensor bytes: %llu (%.2f MB)\n", (unsigned long long)total, total / 1e6);
+    print_hadamard(h);
+    print_tokenizer(cJSON_GetObjectItemCaseSensitive(o, "tokenizer"));
+}
+
 static void print_shape(const uint64_t *s, uint32_t n, char *buf, size_t cap) {
     size_t a = 0;
     buf[0] = 0;
@@ -226,15 +246,9 @@ static int inspect_gguf(const char *path, bool json) {
         cJSON_AddItemToArray(ts, e);
         total += t->nbytes;
     }
-    cJSON_AddNumberToObject(o, "n_tensors", (double)g->n_tensors);
-    cJSON_AddNumberToObject(o, "total_bytes", (double)total);
-    cJSON_AddNumberToObject(o, "file_bytes", (double)g->map.size);
-    cJSON_AddItemToObject(o, "hadamard", hadamard_json(h));
-    cJSON_AddItemToObject(o, "tokenizer", gguf_tokenizer(g));
+    add_summary(o, g->n_tensors, total, g->map.size, h, gguf_tokenizer(g));
     if (json) {
-        char *s = cJSON_Print(o);
-        if (s) printf("%s\n", s);
-        free(s);
+        print_json(o);
     } else {
         printf("file: %s (GGUF v%u, alignment %u, %zu bytes)\n", path, g->version, g->alignment, g->map.size);
         printf("architecture: %s\nname: %s\n", arch ? arch : "?", name ? name : "");
@@ -246,9 +260,7 @@ static int inspect_gguf(const char *path, bool json) {
             print_shape(t->ne, t->n_dims, sh, sizeof sh);
             printf("  %-40s %-9s %-20s %12llu\n", t->name, tern_dtype_name(t->type), sh, (unsigned long long)t->nbytes);
         }
-        printf("  total tensor bytes: %llu (%.2f MB)\n", (unsigned long long)total, total / 1e6);
-        print_hadamard(h);
-        print_tokenizer(cJSON_GetObjectItemCaseSensitive(o, "tokenizer"));
+        print_tail(o, total, h);
     }
     cJSON_Delete(o);
     free(arch);
@@ -353,15 +365,9 @@ static int inspect_pack(const char *dir, bool json) {
         cJSON_AddItemToArray(ts, e);
         total += t->nbytes;
     }
-    cJSON_AddNumberToObject(o, "n_tensors", (double)p->st->n_tensors);
-    cJSON_AddNumberToObject(o, "total_bytes", (double)total);
-    cJSON_AddNumberToObject(o, "file_bytes", (double)p->st->map.size);
-    cJSON_AddItemToObject(o, "hadamard", hadamard_json(p->hadamard));
-    cJSON_AddItemToObject(o, "tokenizer", pack_tokenizer(p));
+    add_summary(o, p->st->n_tensors, total, p->st->map.size, p->hadamard, pack_tokenizer(p));
     if (json) {
-        char *s = cJSON_Print(o);
-        if (s) printf("%s\n", s);
-        free(s);
+        print_json(o);
     } else {
         printf("pack: %s (MLX %u-bit, group %u, %zu ternary modules)\n", dir, p->bits, p->group_size, p->n_modules);
         printf("architecture: %s (model_type %s, text %s)\n", arch, p->model_type, p->text_model_type);
@@ -373,9 +379,7 @@ static int inspect_pack(const char *dir, bool json) {
             print_shape(t->shape, t->n_dims, sh, sizeof sh);
             printf("  %-60s %-5s %-16s %12llu\n", t->name, t->dtype, sh, (unsigned long long)t->nbytes);
         }
-        printf("  total tensor bytes: %llu (%.2f MB)\n", (unsigned long long)total, total / 1e6);
-        print_hadamard(p->hadamard);
-        print_tokenizer(cJSON_GetObjectItemCaseSensitive(o, "tokenizer"));
+        print_tail(o, total, p->hadamard);
     }
     cJSON_Delete(o);
     tern_mlxpack_close(p);

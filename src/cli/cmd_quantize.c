@@ -4,6 +4,7 @@
  * src/formats/quantize.h, which documents every convention).
  */
 #include "cli/cli.h"
+#include "formats/codecs.h"
 #include "formats/quantize.h"
 
 #include <string.h>
@@ -52,12 +53,8 @@ int tern_cmd_quantize(int argc, char **argv) {
             nh++;
         } else if (!strcmp(a, "--to")) {
             if (++i >= argc) return cli_usage_error("quantize", "--to needs a value");
-            const char *t = argv[i];
-            if (!strcmp(t, "pq2_0")) o.out_type = TERN_DT_PQ2_0;
-            else if (!strcmp(t, "ptq1_0")) o.out_type = TERN_DT_PTQ1_0;
-            else if (!strcmp(t, "q2_0")) o.out_type = TERN_DT_Q2_0;
-            else if (!strcmp(t, "q2_0_g64")) o.out_type = TERN_DT_Q2_0_G64;
-            else return cli_usage_error("quantize", "unknown --to '%s'", t);
+            if (!tern_codec_type_parse(argv[i], &o.out_type))
+                return cli_usage_error("quantize", "unknown --to '%s'", argv[i]);
         } else if (!strcmp(a, "--name")) {
             if (++i >= argc) return cli_usage_error("quantize", "--name needs a value");
             o.name = argv[i];

@@ -3,6 +3,7 @@
  * ternary models with real shapes (library part: src/formats/synth.h).
  */
 #include "cli/cli.h"
+#include "formats/codecs.h"
 #include "formats/synth.h"
 
 #include <string.h>
@@ -42,12 +43,8 @@ int tern_cmd_synth(int argc, char **argv) {
             o.n_layers = (int)v;
         } else if (!strcmp(a, "--to")) {
             if (++i >= argc) return cli_usage_error("synth", "--to needs a value");
-            const char *t = argv[i];
-            if (!strcmp(t, "pq2_0")) o.out_type = TERN_DT_PQ2_0;
-            else if (!strcmp(t, "ptq1_0")) o.out_type = TERN_DT_PTQ1_0;
-            else if (!strcmp(t, "q2_0")) o.out_type = TERN_DT_Q2_0;
-            else if (!strcmp(t, "q2_0_g64")) o.out_type = TERN_DT_Q2_0_G64;
-            else return cli_usage_error("synth", "unknown --to '%s'", t);
+            if (!tern_codec_type_parse(argv[i], &o.out_type))
+                return cli_usage_error("synth", "unknown --to '%s'", argv[i]);
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             quiet = true;
         } else if (a[0] == '-' && a[1]) {

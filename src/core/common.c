@@ -3,7 +3,7 @@
  * conversion, accounted allocation, file mapping, timers.
  */
 #include "core/common.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -227,6 +227,18 @@ void *tern_realloc(void *p, size_t old_n, size_t n) {
     void *q = realloc(p, n ? n : 1);
     if (q) { acct_sub(p ? old_n : 0); acct_add(n); }
     return q;
+}
+bool tern_grow(void *pp, size_t *cap, size_t n, size_t elem, size_t first) {
+    if (n < *cap) return true;
+    size_t nc = *cap ? *cap * 2 : first, bytes;
+    if (nc <= n || !tern_mul_ok(nc, elem, &bytes)) return false;
+    void *p;
+    memcpy(&p, pp, sizeof p);
+    void *q = tern_realloc(p, *cap * elem, bytes);
+    if (!q) return false;
+    memcpy(pp, &q, sizeof q);
+    *cap = nc;
+    return true;
 }
 void *tern_alloc_aligned(size_t n) {
     if (alloc_should_fail()) return NULL;

@@ -1,7 +1,7 @@
 /*
  * common.h - internal helpers shared by every module: error reporting,
  * logging, checked size arithmetic, fp16/bf16 conversion, allocation with
- * accounting, file mapping and timers. Nothing here is public API.
+ * accounting, file mapping, growable strings and timers. Nothing here is public API.
  */
 #ifndef TERN_CORE_COMMON_H
 #define TERN_CORE_COMMON_H
@@ -69,6 +69,11 @@ static inline uint64_t tern_rd64(const void *p) { uint64_t v; memcpy(&v, p, 8); 
 void *tern_malloc(size_t n);
 void *tern_calloc(size_t n, size_t size);
 void *tern_realloc(void *p, size_t old_n, size_t n);
+/* Room for one more element in a growable array: pp points at the array pointer
+ * (tern_realloc'd, *cap elements of elem bytes, n in use); when n == *cap the array
+ * doubles (to `first` elements when empty). false when out of memory, the array
+ * unchanged. Usage: if (!tern_grow(&v->items, &v->cap, v->n, sizeof *v->items, 64)) ... */
+bool tern_grow(void *pp, size_t *cap, size_t n, size_t elem, size_t first);
 /* 64-byte aligned allocation (kernels, KV caches); free with tern_free_aligned. */
 void *tern_alloc_aligned(size_t n);
 void tern_free_aligned(void *p, size_t n);
@@ -103,6 +108,12 @@ tern_status tern_map_open(const char *path, tern_map *out);
 void tern_map_close(tern_map *m);
 /* Read a whole (small) file into a NUL-terminated buffer (JSON configs). */
 tern_status tern_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
+
+/* ---- strings (str.c; tern_str and tern_tokens are in tern.h): make room for `extra`
+ * more bytes plus the NUL, growing by doubling. */
+tern_status tern_str_reserve(tern_str *s, size_t extra);
+/* Write code point cp (< 0x110000) as UTF-8 at o (room for 4 bytes); returns the length. */
+size_t tern_utf8_put(uint32_t cp, char *o);
 
 /* ---- time. */
 double tern_now_s(void);        /* monotonic seconds */

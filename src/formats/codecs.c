@@ -1,7 +1,7 @@
 /*
  * codecs.c - lossless ternary row codecs (PQ2_0 / fork Q2_0, mainline Q2_0 g64,
  * PTQ1_0 base-3 trits, MLX affine 2-bit words) and row dequantisation.
- * Layout rules are in codecs.h and blocks.h; this file is their only encoder.
+ * Layout rules are in codecs.h and core/blocks.h; this file is their only encoder.
  */
 #include "formats/codecs.h"
 
@@ -33,8 +33,10 @@ static tern_status bad_k(const char *tensor, uint64_t K, unsigned mult) {
                      TN(tensor), (unsigned long long)K, mult);
 }
 
-static tern_status check_codes(const uint8_t *codes, uint64_t K, const char *tensor,
+/* What every encoder checks first: K a multiple of the group, every code 0..2. */
+static tern_status check_codes(const uint8_t *codes, uint64_t K, unsigned group, const char *tensor,
                                uint64_t row) {
+    if (K % group) return bad_k(tensor, K, group);
     for (uint64_t j = 0; j < K; j++)
         if (TERN_UNLIKELY(codes[j] > 2)) return bad_code(tensor, row, j, codes[j]);
     return TERN_OK;
@@ -97,17 +99,22 @@ static tern_status unpack2(const uint8_t *q, size_t n, uint8_t *c, const char *t
     return TERN_OK;
 }
 
-tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
-                                  const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
+/* 2-bit blocks of `group` codes after their fp16 scale (one scale per 128 codes in d). */
+static tern_status encode_2bit(const uint8_t *codes, const uint16_t *d, uint64_t K, unsigned group,
+                               size_t block_bytes, void *dst, const char *tensor, uint64_t row) {
+    tern_status st = check_codes(codes, K, 128, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 128; b++, o += TERN_PQ2_0_BYTES) {
-        memcpy(o, &d[b], 2);
-        pack2(codes + b * 128, 128, o + TERN_BLOCK_QS);
+    for (uint64_t b = 0; b < K / group; b++, o += block_bytes) {
+        memcpy(o, &d[b * group / 128], 2);
+        pack2(codes + b * group, group, o + TERN_BLOCK_QS);
     }
     return TERN_OK;
+}
+
+tern_status tern_encode_pq2_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
+                                  const char *tensor, uint64_t row) {
+    return encode_2bit(codes, d, K, 128, TERN_PQ2_0_BYTES, dst, tensor, row);
 }
 
 tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
@@ -124,15 +131,7 @@ tern_status tern_decode_pq2_0_row(const void *src, uint64_t K, uint8_t *codes, u
 
 tern_status tern_encode_q2_0_g64_row(const uint8_t *codes, const uint16_t *d, uint64_t K,
                                      void *dst, const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
-    if (st) return st;
-    uint8_t *o = dst;
-    for (uint64_t b = 0; b < K / 64; b++, o += TERN_Q2_0_G64_BYTES) {
-        memcpy(o, &d[b / 2], 2);
-        pack2(codes + b * 64, 64, o + TERN_BLOCK_QS);
-    }
-    return TERN_OK;
+    return encode_2bit(codes, d, K, 64, TERN_Q2_0_G64_BYTES, dst, tensor, row);
 }
 
 tern_status tern_decode_q2_0_g64_row(const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
@@ -165,8 +164,7 @@ static inline uint8_t ptq_byte(unsigned v) { return (uint8_t)((v * 256 + 242) / 
 
 tern_status tern_encode_ptq1_0_row(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst,
                                    const char *tensor, uint64_t row) {
-    if (K % 128) return bad_k(tensor, K, 128);
-    tern_status st = check_codes(codes, K, tensor, row);
+    tern_status st = check_codes(codes, K, 128, tensor, row);
     if (st) return st;
     uint8_t *o = dst;
     for (uint64_t b = 0; b < K / 128; b++, o += TERN_PTQ1_0_BYTES) {
@@ -207,8 +205,7 @@ tern_status tern_decode_ptq1_0_row(const void *src, uint64_t K, uint8_t *codes, 
 
 tern_status tern_encode_mlx_row(const uint8_t *codes, uint64_t K, uint32_t *words,
                                 const char *tensor, uint64_t row) {
-    if (K % 16) return bad_k(tensor, K, 16);
-    tern_status st = check_codes(codes, K, tensor, row);
+    tern_status st = check_codes(codes, K, 16, tensor, row);
     if (st) return st;
     for (uint64_t i = 0; i < K / 16; i++) {
         uint32_t w = 0;
@@ -241,30 +238,40 @@ tern_status tern_mlx_check_biases(const uint16_t *scales, const uint16_t *biases
 
 /* ----------------------------------------------------------------- generic */
 
+bool tern_codec_type_parse(const char *s, tern_dtype *out) {
+    static const struct { const char *name; tern_dtype t; } names[] = {
+        {"pq2_0", TERN_DT_PQ2_0}, {"ptq1_0", TERN_DT_PTQ1_0}, {"q2_0", TERN_DT_Q2_0}, {"q2_0_g64", TERN_DT_Q2_0_G64}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) { *out = names[i].t; return true; }
+    return false;
+}
+
+/* The per-layout row codecs (PQ2_0 and the fork's Q2_0 share one layout). */
+static const struct {
+    tern_status (*decode)(const void *src, uint64_t K, uint8_t *codes, uint16_t *d, const char *tensor, uint64_t row);
+    tern_status (*encode)(const uint8_t *codes, const uint16_t *d, uint64_t K, void *dst, const char *tensor,
+                          uint64_t row);
+} g_row_codec[TERN_DT_COUNT] = {
+    [TERN_DT_PQ2_0] = {tern_decode_pq2_0_row, tern_encode_pq2_0_row},
+    [TERN_DT_Q2_0] = {tern_decode_pq2_0_row, tern_encode_pq2_0_row},
+    [TERN_DT_PTQ1_0] = {tern_decode_ptq1_0_row, tern_encode_ptq1_0_row},
+    [TERN_DT_Q2_0_G64] = {tern_decode_q2_0_g64_row, tern_encode_q2_0_g64_row},
+};
+
 tern_status tern_decode_row(tern_dtype t, const void *src, uint64_t K, uint8_t *codes, uint16_t *d,
                             const char *tensor, uint64_t row) {
-    switch (t) {
-    case TERN_DT_PQ2_0:
-    case TERN_DT_Q2_0: return tern_decode_pq2_0_row(src, K, codes, d, tensor, row);
-    case TERN_DT_PTQ1_0: return tern_decode_ptq1_0_row(src, K, codes, d, tensor, row);
-    case TERN_DT_Q2_0_G64: return tern_decode_q2_0_g64_row(src, K, codes, d, tensor, row);
-    default:
+    if ((unsigned)t >= TERN_DT_COUNT || !g_row_codec[t].decode)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': type %s is not a ternary layout",
                          TN(tensor), tern_dtype_name(t));
-    }
+    return g_row_codec[t].decode(src, K, codes, d, tensor, row);
 }
 
 tern_status tern_encode_row(tern_dtype t, const uint8_t *codes, const uint16_t *d, uint64_t K,
                             void *dst, const char *tensor, uint64_t row) {
-    switch (t) {
-    case TERN_DT_PQ2_0:
-    case TERN_DT_Q2_0: return tern_encode_pq2_0_row(codes, d, K, dst, tensor, row);
-    case TERN_DT_PTQ1_0: return tern_encode_ptq1_0_row(codes, d, K, dst, tensor, row);
-    case TERN_DT_Q2_0_G64: return tern_encode_q2_0_g64_row(codes, d, K, dst, tensor, row);
-    default:
+    if ((unsigned)t >= TERN_DT_COUNT || !g_row_codec[t].encode)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tensor '%s': cannot encode type %s",
                          TN(tensor), tern_dtype_name(t));
-    }
+    return g_row_codec[t].encode(codes, d, K, dst, tensor, row);
 }
 
 tern_status tern_transcode_rows(tern_dtype from, const void *src, tern_dtype to, void *dst,

@@ -5,7 +5,7 @@
  * The common intermediate form of one row of K weights is
  *   codes[K]    uint8, code = trit + 1 in {0,1,2} (trit -1/0/+1); 3 is never valid
  *   d[K/128]    uint16 fp16 bits, one scale per group of 128 (value = (code-1)*d)
- * Layouts (see blocks.h for the structs):
+ * Layouts (see core/blocks.h for the structs):
  *   PQ2_0 (142) and fork Q2_0 (42, g128): 34 B blocks, fp16 d then 32 B, element j
  *       at byte j/4 bits 2*(j%4).  Identical bytes.
  *   mainline Q2_0 (42, g64): 18 B blocks of 64, same element rule. g128 -> g64
@@ -29,11 +29,14 @@
 #define TERN_FORMATS_CODECS_H
 
 #include "core/common.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 /* True for the ternary g128/g64 layouts the codecs transcode between
  * (PQ2_0, PTQ1_0, Q2_0, Q2_0_G64). */
 bool tern_codec_is_ternary(tern_dtype t);
+/* A ternary layout by its command-line name: pq2_0, ptq1_0, q2_0 (g128) or q2_0_g64.
+ * false when unknown. */
+bool tern_codec_type_parse(const char *s, tern_dtype *out);
 /* Bytes of one row of K elements in `t` (0 when K is not a multiple of the block). */
 size_t tern_codec_row_bytes(tern_dtype t, uint64_t K);
 

@@ -7,18 +7,14 @@
 #include "formats/convert.h"
 
 #include "formats/codecs.h"
+#include "formats/convert_internal.h"
 #include "formats/gguf.h"
+#include "formats/hf_meta.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-
-/* convert_mlx.c */
-tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *out_dir,
-                                     const tern_convert_opts *o);
-tern_status tern_convert_mlx_to_gguf(const char *in_dir, const char *out,
-                                     const tern_convert_opts *o);
 
 bool tern_convert_target_parse(const char *s, tern_convert_target *out) {
     static const char *names[] = {"pq2_0", "ptq1_0", "q2_0", "q2_0_g64", "mlx"};
@@ -28,16 +24,6 @@ bool tern_convert_target_parse(const char *s, tern_convert_target *out) {
             return true;
         }
     return false;
-}
-
-uint32_t tern_convert_file_type(tern_dtype t) {
-    switch (t) {
-    case TERN_DT_PQ2_0: return 141;
-    case TERN_DT_PTQ1_0: return 143;
-    case TERN_DT_Q2_0:
-    case TERN_DT_Q2_0_G64: return 41;
-    default: return 0;
-    }
 }
 
 static tern_dtype target_dtype(tern_convert_target t) {
@@ -147,7 +133,7 @@ static tern_status gguf_to_gguf(const tern_gguf *g, const char *out, const tern_
     if (!st && n_tern == 0)
         st = tern_fail(TERN_ERR_FORMAT, "%s: no ternary tensors to convert", g->map.path);
     /* setting an existing key replaces it in place: key order is kept */
-    if (!st) st = tern_gguf_w_set_u32(w, "general.file_type", tern_convert_file_type(to));
+    if (!st) st = tern_gguf_w_set_u32(w, "general.file_type", tern_hf_file_type(to));
     if (!st && o->name) st = tern_gguf_w_set_str(w, "general.name", o->name);
     for (size_t i = 0; i < o->n_set && !st; i++) st = tern_convert_set_apply(w, o->set[i]);
     if (!st) st = tern_gguf_w_write(w, out, o->progress, o->progress_user);

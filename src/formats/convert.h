@@ -44,7 +44,4 @@ tern_status tern_convert(const char *in, const char *out, const tern_convert_opt
 struct tern_gguf_writer;
 tern_status tern_convert_set_apply(struct tern_gguf_writer *w, const char *assignment);
 
-/* general.file_type for a ternary tensor type (PQ2_0 141, PTQ1_0 143, Q2_0 41). */
-uint32_t tern_convert_file_type(tern_dtype t);
-
 #endif

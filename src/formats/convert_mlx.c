@@ -23,6 +23,7 @@
 #include "formats/convert.h"
 
 #include "formats/codecs.h"
+#include "formats/convert_internal.h"
 #include "formats/gguf.h"
 #include "formats/hadamard.h"
 #include "formats/hf_meta.h"
@@ -38,8 +39,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-tern_status tern_convert_gguf_to_mlx(const tern_gguf *g, const char *out_dir, const tern_convert_opts *o);
-tern_status tern_convert_mlx_to_gguf(const char *in_dir, const char *out, const tern_convert_opts *o);
 
 /* ------------------------------------------------------------ names */
 
@@ -240,6 +239,17 @@ static const char *k_qwen2_regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /* tokenizer.json + tokenizer_config.json + special_tokens_map.json from the GGUF keys. */
+
+/* An added token's fields: tokenizer.json lists them in the tokenizers order,
+ * tokenizer_config.json's added_tokens_decoder sorted by name. */
+static void added_token(cJSON *o, const char *content, bool special, bool sorted) {
+    static const char *const hf[4] = {"single_word", "lstrip", "rstrip", "normalized"};
+    static const char *const cfg[4] = {"lstrip", "normalized", "rstrip", "single_word"};
+    cJSON_AddStringToObject(o, "content", content);
+    for (int k = 0; k < 4; k++) cJSON_AddBoolToObject(o, (sorted ? cfg : hf)[k], false);
+    cJSON_AddBoolToObject(o, "special", special);
+}
+
 static tern_status write_tokenizer(const tern_gguf *g, const char *dir) {
     const tern_gguf_kv *toks = tern_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const tern_gguf_kv *types = tern_gguf_find_kv(g, "tokenizer.ggml.token_type");
@@ -298,22 +308,11 @@ static tern_status write_tokenizer(const tern_gguf *g, const char *dir) {
         if (ty == 3 || ty == 4) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
-            cJSON_AddStringToObject(a, "content", s);
-            cJSON_AddBoolToObject(a, "single_word", false);
-            cJSON_AddBoolToObject(a, "lstrip", false);
-            cJSON_AddBoolToObject(a, "rstrip", false);
-            cJSON_AddBoolToObject(a, "normalized", false);
-            cJSON_AddBoolToObject(a, "special", ty == 3);
+            added_token(a, s, ty == 3, false);
             cJSON_AddItemToArray(added, a);
             char idb[32];
             snprintf(idb, sizeof idb, "%llu", (unsigned long long)i);
-            cJSON *b = cJSON_AddObjectToObject(atd, idb);
-            cJSON_AddStringToObject(b, "content", s);
-            cJSON_AddBoolToObject(b, "lstrip", false);
-            cJSON_AddBoolToObject(b, "normalized", false);
-            cJSON_AddBoolToObject(b, "rstrip", false);
-            cJSON_AddBoolToObject(b, "single_word", false);
-            cJSON_AddBoolToObject(b, "special", ty == 3);
+            added_token(cJSON_AddObjectToObject(atd, idb), s, ty == 3, true);
         } else if (ty != 5) {
             cJSON_AddNumberToObject(vocab, s, (double)i);
         }
@@ -736,7 +735,7 @@ tern_status tern_convert_mlx_to_gguf(const char *dir, const char *out, const ter
         name = base;
     }
     if ((st = tern_gguf_writer_new(&w))) goto out;
-    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tern_convert_file_type(tt), tok))) goto out;
+    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tt, tok))) goto out;
     if (h) {
         st = tern_gguf_w_set_u32(w, "prism.hadamard.version", h->version);
         if (!st) st = tern_gguf_w_set_u32(w, "prism.hadamard.block_size", h->block_size);

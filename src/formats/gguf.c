@@ -69,8 +69,7 @@ const char *tern_gguf_vtype_name(tern_gguf_vtype t) {
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
-/* Size of a scalar value type; 0 for STRING/ARRAY/unknown. */
-static size_t vtype_size(uint32_t t) {
+size_t tern_gguf_vtype_size(uint32_t t) {
     switch (t) {
     case TERN_GGUF_UINT8: case TERN_GGUF_INT8: case TERN_GGUF_BOOL: return 1;
     case TERN_GGUF_UINT16: case TERN_GGUF_INT16: return 2;
@@ -235,7 +234,7 @@ static tern_status read_kv(rd *r, tern_gguf_kv *kv) {
                     return tern_fail_prefix(st, "key '%s' element %llu", kv->key, (unsigned long long)i);
             return TERN_OK;
         }
-        size_t es = vtype_size(et);
+        size_t es = tern_gguf_vtype_size(et);
         uint64_t bytes;
         if (!tern_mul64_ok(n, es, &bytes) || bytes > r->size - r->pos)
             return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' at offset %zu: array of %llu %s exceeds the file",
@@ -249,7 +248,7 @@ static tern_status read_kv(rd *r, tern_gguf_kv *kv) {
         r->pos += bytes;
         return TERN_OK;
     }
-    size_t es = vtype_size(t);
+    size_t es = tern_gguf_vtype_size(t);
     if ((st = rd_need(r, es, "value"))) return tern_fail_prefix(st, "key '%s'", kv->key);
     const uint8_t *p = r->p + r->pos;
     switch (t) {
@@ -343,6 +342,19 @@ static bool span_fits(uint64_t bytes, uint64_t span, uint64_t align, bool last) 
     return span == pad_up(bytes, align);
 }
 
+/* A table of n entries (zeroed, stored through arrp, count set) and its name index of
+ * cap_for(n) slots. */
+static tern_status alloc_indexed(const char *name, const char *what, uint64_t n, size_t elem, void *arrp,
+                                 uint64_t *count, uint32_t **slots, size_t *cap) {
+    void *arr = tern_calloc(n, elem);
+    if (!arr) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu %s)", name, (unsigned long long)n, what);
+    memcpy(arrp, &arr, sizeof arr);
+    *count = n;
+    *cap = cap_for(n);
+    if (!(*slots = tern_calloc(*cap, sizeof **slots))) { *cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    return TERN_OK;
+}
+
 static tern_status parse(tern_gguf *g, const char *name) {
     rd r = {g->map.data, g->map.size, 0, name};
     tern_status st;
@@ -366,12 +378,8 @@ static tern_status parse(tern_gguf *g, const char *name) {
         return tern_fail(TERN_ERR_FORMAT, "%s: tensor count %llu at offset 8 cannot fit in a %zu-byte file",
                          name, (unsigned long long)nt, r.size);
     gidx *ix = g->index;
-    g->kv = tern_calloc(nkv, sizeof *g->kv);
-    if (!g->kv) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu kvs)", name, (unsigned long long)nkv);
-    g->n_kv = nkv;
-    ix->kv_cap = cap_for(nkv);
-    ix->kv_slots = tern_calloc(ix->kv_cap, sizeof *ix->kv_slots);
-    if (!ix->kv_slots) { ix->kv_cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    if ((st = alloc_indexed(name, "kvs", nkv, sizeof *g->kv, &g->kv, &g->n_kv, &ix->kv_slots, &ix->kv_cap)))
+        return st;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < nkv; i++) {
         tern_gguf_kv *kv = &g->kv[i];
@@ -392,12 +400,9 @@ static tern_status parse(tern_gguf *g, const char *name) {
             g->alignment = (uint32_t)a;
         }
     }
-    g->tensors = tern_calloc(nt, sizeof *g->tensors);
-    if (!g->tensors) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory (%llu tensors)", name, (unsigned long long)nt);
-    g->n_tensors = nt;
-    ix->t_cap = cap_for(nt);
-    ix->t_slots = tern_calloc(ix->t_cap, sizeof *ix->t_slots);
-    if (!ix->t_slots) { ix->t_cap = 0; return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
+    if ((st = alloc_indexed(name, "tensors", nt, sizeof *g->tensors, &g->tensors, &g->n_tensors, &ix->t_slots,
+                            &ix->t_cap)))
+        return st;
     for (uint64_t i = 0; i < nt; i++) {
         tern_gguf_tensor *t = &g->tensors[i];
         size_t at = r.pos;
@@ -533,12 +538,25 @@ static tern_status parse(tern_gguf *g, const char *name) {
     return TERN_OK;
 }
 
-static tern_status open_common(tern_gguf *g, const char *name, tern_gguf **out) {
-    tern_status st = parse(g, name);
-    if (st) {
-        tern_gguf_close(g);
-        return st;
+/* Open over path's mapping (mapped) or over the caller's buffer (data, size). */
+static tern_status open_any(const char *path, bool mapped, const void *data, size_t size, tern_gguf **out) {
+    tern_gguf *g = tern_calloc(1, sizeof *g);
+    gidx *ix = tern_calloc(1, sizeof *ix);
+    if (!g || !ix) { tern_free(g, sizeof *g); tern_free(ix, sizeof *ix); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path); }
+    g->index = ix;
+    g->map.fd = -1;
+    tern_status st;
+    if (mapped) {
+        ix->owns_map = true;
+        st = tern_map_open(path, &g->map);
+    } else {
+        g->map.data = data;
+        g->map.size = data ? size : 0;
+        g->map.path = strdup(path);
+        st = TERN_OK;
     }
+    if (!st) st = parse(g, path);
+    if (st) { tern_gguf_close(g); return st; }
     *out = g;
     return TERN_OK;
 }
@@ -546,44 +564,18 @@ static tern_status open_common(tern_gguf *g, const char *name, tern_gguf **out) 
 tern_status tern_gguf_open(const char *path, tern_gguf **out) {
     if (!out || !path) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gguf_open: NULL argument");
     *out = NULL;
-    tern_gguf *g = tern_calloc(1, sizeof *g);
-    if (!g) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path);
-    g->map.fd = -1;
-    gidx *ix = tern_calloc(1, sizeof *ix);
-    if (!ix) { tern_free(g, sizeof *g); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path); }
-    ix->owns_map = true;
-    g->index = ix;
-    tern_status st = tern_map_open(path, &g->map);
-    if (st) { tern_gguf_close(g); return st; }
-    return open_common(g, path, out);
+    return open_any(path, true, NULL, 0, out);
 }
 
 tern_status tern_gguf_open_mem(const void *data, size_t size, const char *name, tern_gguf **out) {
     if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gguf_open_mem: NULL argument");
     *out = NULL;
-    if (!name) name = "<memory>";
-    tern_gguf *g = tern_calloc(1, sizeof *g);
-    if (!g) return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name);
-    gidx *ix = tern_calloc(1, sizeof *ix);
-    if (!ix) { tern_free(g, sizeof *g); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
-    ix->owns_map = false;
-    g->index = ix;
-    g->map.data = data;
-    g->map.size = data ? size : 0;
-    g->map.fd = -1;
-    g->map.path = strdup(name);
-    return open_common(g, name, out);
+    return open_any(name ? name : "<memory>", false, data, size, out);
 }
 
 /* ------------------------------------------------------------ typed getters */
 
 static const char *gname(const tern_gguf *g) { return g->map.path ? g->map.path : "<gguf>"; }
-
-static tern_status get_kv(const tern_gguf *g, const char *key, bool opt, const tern_gguf_kv **kv) {
-    *kv = tern_gguf_find_kv(g, key);
-    if (!*kv && !opt) return tern_fail(TERN_ERR_FORMAT, "%s: required key '%s' is missing", gname(g), key);
-    return TERN_OK;
-}
 
 static tern_status type_err(const tern_gguf *g, const tern_gguf_kv *kv, const char *want) {
     return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' at offset %llu has type %s, expected %s", gname(g), kv->key,
@@ -601,52 +593,16 @@ static tern_status u64_of(const tern_gguf *g, const tern_gguf_kv *kv, uint64_t *
     }
     return type_err(g, kv, "an integer");
 }
-
-tern_status tern_gguf_get_u64(const tern_gguf *g, const char *key, uint64_t *out) {
-    const tern_gguf_kv *kv;
-    tern_status st = get_kv(g, key, false, &kv);
-    return st ? st : u64_of(g, kv, out);
-}
-tern_status tern_gguf_get_u64_opt(const tern_gguf *g, const char *key, uint64_t *out) {
-    const tern_gguf_kv *kv;
-    get_kv(g, key, true, &kv);
-    return kv ? u64_of(g, kv, out) : TERN_OK;
-}
-tern_status tern_gguf_get_i64(const tern_gguf *g, const char *key, int64_t *out) {
-    const tern_gguf_kv *kv;
-    tern_status st = get_kv(g, key, false, &kv);
-    if (st) return st;
+static tern_status i64_of(const tern_gguf *g, const tern_gguf_kv *kv, int64_t *out) {
     if (vtype_is_signed(kv->type)) { *out = kv->v.i64; return TERN_OK; }
     if (vtype_is_unsigned(kv->type)) {
         if (kv->v.u64 > INT64_MAX)
-            return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' value %llu does not fit int64", gname(g), key,
+            return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' value %llu does not fit int64", gname(g), kv->key,
                              (unsigned long long)kv->v.u64);
         *out = (int64_t)kv->v.u64;
         return TERN_OK;
     }
     return type_err(g, kv, "an integer");
-}
-static tern_status f64_of(const tern_gguf *g, const tern_gguf_kv *kv, double *out) {
-    if (kv->type == TERN_GGUF_FLOAT32 || kv->type == TERN_GGUF_FLOAT64) { *out = kv->v.f64; return TERN_OK; }
-    return type_err(g, kv, "FLOAT32 or FLOAT64");
-}
-tern_status tern_gguf_get_f64(const tern_gguf *g, const char *key, double *out) {
-    const tern_gguf_kv *kv;
-    tern_status st = get_kv(g, key, false, &kv);
-    return st ? st : f64_of(g, kv, out);
-}
-tern_status tern_gguf_get_f64_opt(const tern_gguf *g, const char *key, double *out) {
-    const tern_gguf_kv *kv;
-    get_kv(g, key, true, &kv);
-    return kv ? f64_of(g, kv, out) : TERN_OK;
-}
-tern_status tern_gguf_get_bool(const tern_gguf *g, const char *key, bool *out) {
-    const tern_gguf_kv *kv;
-    tern_status st = get_kv(g, key, false, &kv);
-    if (st) return st;
-    if (kv->type != TERN_GGUF_BOOL) return type_err(g, kv, "BOOL");
-    *out = kv->v.u64 != 0;
-    return TERN_OK;
 }
 static tern_status str_of(const tern_gguf *g, const tern_gguf_kv *kv, char **out) {
     if (kv->type != TERN_GGUF_STRING) return type_err(g, kv, "STRING");
@@ -657,20 +613,40 @@ static tern_status str_of(const tern_gguf *g, const tern_gguf_kv *kv, char **out
     *out = s;
     return TERN_OK;
 }
-tern_status tern_gguf_get_str(const tern_gguf *g, const char *key, char **out) {
-    const tern_gguf_kv *kv;
-    tern_status st = get_kv(g, key, false, &kv);
-    return st ? st : str_of(g, kv, out);
+
+/* One getter for every type: the key's value converted into out (of the type the
+ * public getter names); a missing key is an error unless opt. */
+typedef enum { GET_U64, GET_I64, GET_F64, GET_BOOL, GET_STR } get_kind;
+static tern_status get(const tern_gguf *g, const char *key, bool opt, get_kind k, void *out) {
+    const tern_gguf_kv *kv = tern_gguf_find_kv(g, key);
+    if (!kv) return opt ? TERN_OK : tern_fail(TERN_ERR_FORMAT, "%s: required key '%s' is missing", gname(g), key);
+    switch (k) {
+    case GET_U64: return u64_of(g, kv, out);
+    case GET_I64: return i64_of(g, kv, out);
+    case GET_F64:
+        if (kv->type != TERN_GGUF_FLOAT32 && kv->type != TERN_GGUF_FLOAT64) return type_err(g, kv, "FLOAT32 or FLOAT64");
+        *(double *)out = kv->v.f64;
+        return TERN_OK;
+    case GET_BOOL:
+        if (kv->type != TERN_GGUF_BOOL) return type_err(g, kv, "BOOL");
+        *(bool *)out = kv->v.u64 != 0;
+        return TERN_OK;
+    case GET_STR: return str_of(g, kv, out);
+    }
+    return TERN_ERR_INTERNAL;
 }
-tern_status tern_gguf_get_str_opt(const tern_gguf *g, const char *key, char **out) {
-    const tern_gguf_kv *kv;
-    get_kv(g, key, true, &kv);
-    return kv ? str_of(g, kv, out) : TERN_OK;
-}
+tern_status tern_gguf_get_u64(const tern_gguf *g, const char *key, uint64_t *out) { return get(g, key, false, GET_U64, out); }
+tern_status tern_gguf_get_u64_opt(const tern_gguf *g, const char *key, uint64_t *out) { return get(g, key, true, GET_U64, out); }
+tern_status tern_gguf_get_i64(const tern_gguf *g, const char *key, int64_t *out) { return get(g, key, false, GET_I64, out); }
+tern_status tern_gguf_get_f64(const tern_gguf *g, const char *key, double *out) { return get(g, key, false, GET_F64, out); }
+tern_status tern_gguf_get_f64_opt(const tern_gguf *g, const char *key, double *out) { return get(g, key, true, GET_F64, out); }
+tern_status tern_gguf_get_bool(const tern_gguf *g, const char *key, bool *out) { return get(g, key, false, GET_BOOL, out); }
+tern_status tern_gguf_get_str(const tern_gguf *g, const char *key, char **out) { return get(g, key, false, GET_STR, out); }
+tern_status tern_gguf_get_str_opt(const tern_gguf *g, const char *key, char **out) { return get(g, key, true, GET_STR, out); }
 
 int64_t tern_gguf_arr_i64(const tern_gguf_kv *kv, uint64_t i) {
     if (!kv || kv->type != TERN_GGUF_ARRAY || !kv->arr_data || i >= kv->arr_n) return 0;
-    const uint8_t *p = kv->arr_data + i * vtype_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * tern_gguf_vtype_size(kv->arr_type);
     switch (kv->arr_type) {
     case TERN_GGUF_UINT8: case TERN_GGUF_BOOL: return p[0];
     case TERN_GGUF_INT8: return (int8_t)p[0];
@@ -688,7 +664,7 @@ int64_t tern_gguf_arr_i64(const tern_gguf_kv *kv, uint64_t i) {
 
 double tern_gguf_arr_f64(const tern_gguf_kv *kv, uint64_t i) {
     if (!kv || kv->type != TERN_GGUF_ARRAY || !kv->arr_data || i >= kv->arr_n) return 0;
-    const uint8_t *p = kv->arr_data + i * vtype_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * tern_gguf_vtype_size(kv->arr_type);
     switch (kv->arr_type) {
     case TERN_GGUF_FLOAT32: { float f; memcpy(&f, p, 4); return f; }
     case TERN_GGUF_FLOAT64: { double d; memcpy(&d, p, 8); return d; }

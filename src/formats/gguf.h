@@ -88,6 +88,9 @@ tern_status tern_gguf_open(const char *path, tern_gguf **out);
 tern_status tern_gguf_open_mem(const void *data, size_t size, const char *name, tern_gguf **out);
 void tern_gguf_close(tern_gguf *g);
 
+/* Size of a scalar value type; 0 for STRING/ARRAY/unknown. */
+size_t tern_gguf_vtype_size(uint32_t t);
+
 /* Lookups: NULL when absent. */
 const tern_gguf_kv *tern_gguf_find_kv(const tern_gguf *g, const char *key);
 const tern_gguf_tensor *tern_gguf_find_tensor(const tern_gguf *g, const char *name);

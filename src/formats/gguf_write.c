@@ -92,12 +92,9 @@ static tern_status put_kv(tern_gguf_writer *w, const char *key, buf *b) {
             w->kv[i].val_len = b->cap;
             return TERN_OK;
         }
-    if (w->n_kv == w->cap_kv) {
-        size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
-        wkv *q = tern_realloc(w->kv, w->cap_kv * sizeof *q, nc * sizeof *q);
-        if (!q) { tern_free(b->p, b->cap); return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory"); }
-        w->kv = q;
-        w->cap_kv = nc;
+    if (!tern_grow(&w->kv, &w->cap_kv, w->n_kv, sizeof *w->kv, 32)) {
+        tern_free(b->p, b->cap);
+        return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory");
     }
     char *k = tern_strdup(key);
     if (!k) { tern_free(b->p, b->cap); return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory"); }
@@ -150,19 +147,10 @@ tern_status tern_gguf_w_set_str(tern_gguf_writer *w, const char *key, const char
     return put_kv(w, key, &b);
 }
 
-static size_t esize(tern_gguf_vtype t) {
-    switch (t) {
-    case TERN_GGUF_UINT8: case TERN_GGUF_INT8: case TERN_GGUF_BOOL: return 1;
-    case TERN_GGUF_UINT16: case TERN_GGUF_INT16: return 2;
-    case TERN_GGUF_UINT32: case TERN_GGUF_INT32: case TERN_GGUF_FLOAT32: return 4;
-    case TERN_GGUF_UINT64: case TERN_GGUF_INT64: case TERN_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 tern_status tern_gguf_w_set_arr(tern_gguf_writer *w, const char *key, tern_gguf_vtype etype,
                                 const void *data, uint64_t n) {
-    size_t es = esize(etype);
+    size_t es = tern_gguf_vtype_size(etype);
     uint64_t bytes;
     if (!es) return tern_fail(TERN_ERR_INVALID_ARG, "gguf writer: key '%s': array element type %s is not numeric",
                               key, tern_gguf_vtype_name(etype));
@@ -207,12 +195,12 @@ tern_status tern_gguf_w_copy_kv(tern_gguf_writer *w, const tern_gguf *src,
             if (kv->arr_type == TERN_GGUF_STRING)
                 for (uint64_t j = 0; j < kv->arr_n && !b.oom; j++) b_str(&b, kv->arr_str[j].ptr, kv->arr_str[j].len);
             else if (kv->arr_n)
-                b_put(&b, kv->arr_data, kv->arr_n * esize(kv->arr_type));
+                b_put(&b, kv->arr_data, kv->arr_n * tern_gguf_vtype_size(kv->arr_type));
             break;
         default: {
             /* re-encode the scalar at its original width */
             uint8_t tmp[8];
-            size_t es = esize(kv->type);
+            size_t es = tern_gguf_vtype_size(kv->type);
             if (kv->type == TERN_GGUF_FLOAT32) { float f = (float)kv->v.f64; memcpy(tmp, &f, 4); }
             else if (kv->type == TERN_GGUF_FLOAT64) memcpy(tmp, &kv->v.f64, 8);
             else memcpy(tmp, &kv->v.u64, 8); /* little endian: low bytes first (i64 same bits) */
@@ -257,12 +245,9 @@ tern_status tern_gguf_w_add_tensor(tern_gguf_writer *w, const char *name, uint32
     t.user = user;
     t.name = tern_strdup(name);
     if (!t.name) return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory");
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? w->cap_t * 2 : 64;
-        wtensor *q = tern_realloc(w->t, w->cap_t * sizeof *q, nc * sizeof *q);
-        if (!q) { tern_free(t.name, strlen(name) + 1); return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory"); }
-        w->t = q;
-        w->cap_t = nc;
+    if (!tern_grow(&w->t, &w->cap_t, w->n_t, sizeof *w->t, 64)) {
+        tern_free(t.name, strlen(name) + 1);
+        return tern_fail(TERN_ERR_NOMEM, "gguf writer: out of memory");
     }
     w->t[w->n_t++] = t;
     return TERN_OK;

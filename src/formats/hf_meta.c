@@ -497,8 +497,34 @@ tern_status tern_hf_tokenizer_synthetic(int64_t n_vocab, tern_hf_tokenizer **out
 
 /* ------------------------------------------------------------ GGUF keys */
 
+uint32_t tern_hf_file_type(tern_dtype t) {
+    switch (t) {
+    case TERN_DT_PQ2_0: return 141;
+    case TERN_DT_PTQ1_0: return 143;
+    case TERN_DT_Q2_0:
+    case TERN_DT_Q2_0_G64: return 41;
+    default: return 0;
+    }
+}
+
+void tern_hf_size_label(uint64_t n, char *buf, size_t len) {
+    double v;
+    const char *suf;
+    if (n > 1000000000000ull) { v = n * 1e-12; suf = "T"; }
+    else if (n > 1000000000ull) { v = n * 1e-9; suf = "B"; }
+    else if (n > 1000000ull) { v = n * 1e-6; suf = "M"; }
+    else { v = n * 1e-3; suf = "K"; }
+    /* gguf-py: fix = max(2 - len(str(round(v)).lstrip('0')), 0) */
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%.0f", nearbyint(v));
+    const char *p = tmp;
+    while (*p == '0') p++;
+    int digits = (int)strlen(p), fix = 2 - digits > 0 ? 2 - digits : 0;
+    snprintf(buf, len, "%.*f%s", fix, v, suf);
+}
+
 tern_status tern_hf_write_meta(tern_gguf_writer *w, const tern_hf_hparams *hp, const char *name,
-                               uint64_t n_params, uint32_t file_type, const tern_hf_tokenizer *tok) {
+                               uint64_t n_params, tern_dtype weight_type, const tern_hf_tokenizer *tok) {
     const char *a = tern_hf_arch_name(hp->arch);
     bool q35 = hp->arch == TERN_HF_QWEN35;
     char k[128], label[32];
@@ -508,8 +534,7 @@ tern_status tern_hf_write_meta(tern_gguf_writer *w, const tern_hf_hparams *hp, c
     st = tern_gguf_w_set_str(w, "general.architecture", a);
     if (!st) st = tern_gguf_w_set_str(w, "general.type", "model");
     if (!st) st = tern_gguf_w_set_str(w, "general.name", name);
-    extern void tern_size_label(uint64_t n_params, char *buf, size_t n);
-    tern_size_label(n_params, label, sizeof label);
+    tern_hf_size_label(n_params, label, sizeof label);
     if (!st) st = tern_gguf_w_set_str(w, "general.size_label", label);
     KU("block_count", hp->n_layer);
     KU("context_length", hp->n_ctx);
@@ -525,7 +550,7 @@ tern_status tern_hf_write_meta(tern_gguf_writer *w, const tern_hf_hparams *hp, c
     KF("attention.layer_norm_rms_epsilon", hp->rms_eps);
     KU("attention.key_length", hp->head_dim);
     KU("attention.value_length", hp->head_dim);
-    if (!st) st = tern_gguf_w_set_u32(w, "general.file_type", file_type);
+    if (!st) st = tern_gguf_w_set_u32(w, "general.file_type", tern_hf_file_type(weight_type));
     if (q35) {
         KU("ssm.conv_kernel", hp->ssm_conv);
         KU("ssm.state_size", hp->ssm_dk);

@@ -80,9 +80,14 @@ tern_status tern_hf_tokenizer_from_json(const cJSON *tj, const cJSON *cj, const 
 tern_status tern_hf_tokenizer_synthetic(int64_t n_vocab, tern_hf_tokenizer **out);
 void tern_hf_tokenizer_free(tern_hf_tokenizer *t);
 
-/* Write every general.* / arch / tokenizer key, in the converter's order. */
+/* Write every general.* / arch / tokenizer key, in the converter's order;
+ * general.file_type from the ternary weight type (tern_hf_file_type). */
 tern_status tern_hf_write_meta(tern_gguf_writer *w, const tern_hf_hparams *hp, const char *name,
-                               uint64_t n_params, uint32_t file_type, const tern_hf_tokenizer *tok);
+                               uint64_t n_params, tern_dtype weight_type, const tern_hf_tokenizer *tok);
+/* general.file_type for a ternary tensor type (PQ2_0 141, PTQ1_0 143, Q2_0 41; 0 otherwise). */
+uint32_t tern_hf_file_type(tern_dtype t);
+/* "79M"-style size label of a parameter count (gguf-py's rounded notation). */
+void tern_hf_size_label(uint64_t n_params, char *buf, size_t n);
 const char *tern_hf_arch_name(tern_hf_arch a);
 
 #endif

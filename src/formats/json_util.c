@@ -56,47 +56,6 @@ static const char *jtype(const cJSON *v) {
     return "invalid";
 }
 
-static tern_status want(const cJSON *obj, const char *key, const char *src, const char *what, const cJSON **v) {
-    *v = tern_json_get(obj, key);
-    if (!*v) return tern_fail(TERN_ERR_FORMAT, "%s: required key '%s' is missing", src, key);
-    (void)what;
-    return TERN_OK;
-}
-static tern_status type_err(const cJSON *v, const char *key, const char *src, const char *what) {
-    return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' is %s, expected %s", src, key, jtype(v), what);
-}
-
-tern_status tern_json_req_obj(const cJSON *obj, const char *key, const char *src, const cJSON **out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "an object", &v);
-    if (st) return st;
-    if (!cJSON_IsObject(v)) return type_err(v, key, src, "an object");
-    *out = v;
-    return TERN_OK;
-}
-tern_status tern_json_req_arr(const cJSON *obj, const char *key, const char *src, const cJSON **out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "an array", &v);
-    if (st) return st;
-    if (!cJSON_IsArray(v)) return type_err(v, key, src, "an array");
-    *out = v;
-    return TERN_OK;
-}
-static tern_status str_of(const cJSON *v, const char *key, const char *src, const char **out) {
-    if (!cJSON_IsString(v) || !v->valuestring) return type_err(v, key, src, "a string");
-    *out = v->valuestring;
-    return TERN_OK;
-}
-tern_status tern_json_req_str(const cJSON *obj, const char *key, const char *src, const char **out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "a string", &v);
-    return st ? st : str_of(v, key, src, out);
-}
-tern_status tern_json_opt_str(const cJSON *obj, const char *key, const char *src, const char **out) {
-    const cJSON *v = tern_json_get(obj, key);
-    return v ? str_of(v, key, src, out) : TERN_OK;
-}
-
 tern_status tern_json_as_i64(const cJSON *v, int64_t lo, int64_t hi, const char *src, const char *what, int64_t *out) {
     if (!cJSON_IsNumber(v)) return tern_fail(TERN_ERR_FORMAT, "%s: %s is %s, expected an integer", src, what, jtype(v));
     double d = v->valuedouble;
@@ -110,48 +69,56 @@ tern_status tern_json_as_i64(const cJSON *v, int64_t lo, int64_t hi, const char 
     return TERN_OK;
 }
 
-static tern_status i64_of(const cJSON *v, const char *key, int64_t lo, int64_t hi, const char *src, int64_t *out) {
-    char what[300];
-    snprintf(what, sizeof what, "key '%s'", key);
-    return tern_json_as_i64(v, lo, hi, src, what, out);
+static tern_status type_err(const cJSON *v, const char *key, const char *src, const char *what) {
+    return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' is %s, expected %s", src, key, jtype(v), what);
 }
+
+/* One reader behind every typed accessor: obj[key] checked and stored into out (the
+ * type the public accessor names); a missing key is an error unless opt. */
+typedef enum { J_OBJ, J_ARR, J_STR, J_I64, J_F64, J_BOOL } jkind;
+static tern_status get(const cJSON *obj, const char *key, const char *src, bool opt, jkind k, int64_t lo, int64_t hi,
+                       void *out) {
+    const cJSON *v = tern_json_get(obj, key);
+    if (!v) return opt ? TERN_OK : tern_fail(TERN_ERR_FORMAT, "%s: required key '%s' is missing", src, key);
+    switch (k) {
+    case J_OBJ:
+    case J_ARR:
+        if (k == J_OBJ ? !cJSON_IsObject(v) : !cJSON_IsArray(v)) return type_err(v, key, src, k == J_OBJ ? "an object" : "an array");
+        *(const cJSON **)out = v;
+        return TERN_OK;
+    case J_STR:
+        if (!cJSON_IsString(v) || !v->valuestring) return type_err(v, key, src, "a string");
+        *(const char **)out = v->valuestring;
+        return TERN_OK;
+    case J_I64: {
+        char what[300];
+        snprintf(what, sizeof what, "key '%s'", key);
+        return tern_json_as_i64(v, lo, hi, src, what, out);
+    }
+    case J_F64:
+        if (!cJSON_IsNumber(v)) return type_err(v, key, src, "a number");
+        if (!isfinite(v->valuedouble)) return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' is not finite", src, key);
+        *(double *)out = v->valuedouble;
+        return TERN_OK;
+    case J_BOOL:
+        if (!cJSON_IsBool(v)) return type_err(v, key, src, "a bool");
+        *(bool *)out = cJSON_IsTrue(v);
+        return TERN_OK;
+    }
+    return TERN_ERR_INTERNAL;
+}
+
+tern_status tern_json_req_obj(const cJSON *obj, const char *key, const char *src, const cJSON **out) { return get(obj, key, src, false, J_OBJ, 0, 0, out); }
+tern_status tern_json_req_arr(const cJSON *obj, const char *key, const char *src, const cJSON **out) { return get(obj, key, src, false, J_ARR, 0, 0, out); }
+tern_status tern_json_req_str(const cJSON *obj, const char *key, const char *src, const char **out) { return get(obj, key, src, false, J_STR, 0, 0, out); }
+tern_status tern_json_opt_str(const cJSON *obj, const char *key, const char *src, const char **out) { return get(obj, key, src, true, J_STR, 0, 0, out); }
 tern_status tern_json_req_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, const char *src, int64_t *out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "an integer", &v);
-    return st ? st : i64_of(v, key, lo, hi, src, out);
+    return get(obj, key, src, false, J_I64, lo, hi, out);
 }
 tern_status tern_json_opt_i64(const cJSON *obj, const char *key, int64_t lo, int64_t hi, const char *src, int64_t *out) {
-    const cJSON *v = tern_json_get(obj, key);
-    return v ? i64_of(v, key, lo, hi, src, out) : TERN_OK;
+    return get(obj, key, src, true, J_I64, lo, hi, out);
 }
-
-static tern_status f64_of(const cJSON *v, const char *key, const char *src, double *out) {
-    if (!cJSON_IsNumber(v)) return type_err(v, key, src, "a number");
-    if (!isfinite(v->valuedouble)) return tern_fail(TERN_ERR_FORMAT, "%s: key '%s' is not finite", src, key);
-    *out = v->valuedouble;
-    return TERN_OK;
-}
-tern_status tern_json_req_f64(const cJSON *obj, const char *key, const char *src, double *out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "a number", &v);
-    return st ? st : f64_of(v, key, src, out);
-}
-tern_status tern_json_opt_f64(const cJSON *obj, const char *key, const char *src, double *out) {
-    const cJSON *v = tern_json_get(obj, key);
-    return v ? f64_of(v, key, src, out) : TERN_OK;
-}
-
-static tern_status bool_of(const cJSON *v, const char *key, const char *src, bool *out) {
-    if (!cJSON_IsBool(v)) return type_err(v, key, src, "a bool");
-    *out = cJSON_IsTrue(v);
-    return TERN_OK;
-}
-tern_status tern_json_req_bool(const cJSON *obj, const char *key, const char *src, bool *out) {
-    const cJSON *v;
-    tern_status st = want(obj, key, src, "a bool", &v);
-    return st ? st : bool_of(v, key, src, out);
-}
-tern_status tern_json_opt_bool(const cJSON *obj, const char *key, const char *src, bool *out) {
-    const cJSON *v = tern_json_get(obj, key);
-    return v ? bool_of(v, key, src, out) : TERN_OK;
-}
+tern_status tern_json_req_f64(const cJSON *obj, const char *key, const char *src, double *out) { return get(obj, key, src, false, J_F64, 0, 0, out); }
+tern_status tern_json_opt_f64(const cJSON *obj, const char *key, const char *src, double *out) { return get(obj, key, src, true, J_F64, 0, 0, out); }
+tern_status tern_json_req_bool(const cJSON *obj, const char *key, const char *src, bool *out) { return get(obj, key, src, false, J_BOOL, 0, 0, out); }
+tern_status tern_json_opt_bool(const cJSON *obj, const char *key, const char *src, bool *out) { return get(obj, key, src, true, J_BOOL, 0, 0, out); }

@@ -6,7 +6,6 @@
 #include "formats/quantize.h"
 
 #include "formats/codecs.h"
-#include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/hadamard.h"
 #include "formats/hf_meta.h"
@@ -66,22 +65,6 @@ static uint64_t splitmix64(uint64_t *s) {
 void tern_signs_from_seed(uint64_t seed, uint64_t width, int32_t *out) {
     uint64_t s = seed ^ (width * 0xD1B54A32D192ED03ull);
     for (uint64_t i = 0; i < width; i++) out[i] = (splitmix64(&s) >> 63) ? -1 : 1;
-}
-
-void tern_size_label(uint64_t n, char *buf, size_t len) {
-    double v;
-    const char *suf;
-    if (n > 1000000000000ull) { v = n * 1e-12; suf = "T"; }
-    else if (n > 1000000000ull) { v = n * 1e-9; suf = "B"; }
-    else if (n > 1000000ull) { v = n * 1e-6; suf = "M"; }
-    else { v = n * 1e-3; suf = "K"; }
-    /* gguf-py: fix = max(2 - len(str(round(v)).lstrip('0')), 0) */
-    char tmp[32];
-    snprintf(tmp, sizeof tmp, "%.0f", nearbyint(v));
-    const char *p = tmp;
-    while (*p == '0') p++;
-    int digits = (int)strlen(p), fix = 2 - digits > 0 ? 2 - digits : 0;
-    snprintf(buf, len, "%.*f%s", fix, v, suf);
 }
 
 /* ------------------------------------------------------------ the plan */
@@ -583,7 +566,7 @@ tern_status tern_quantize_hf(const char *dir, const char *out, const tern_quanti
         name = base;
     }
     if ((st = tern_gguf_writer_new(&w))) goto out;
-    if ((st = tern_hf_write_meta(w, &q.hp, name, n_params, tern_convert_file_type(o.out_type), tok)))
+    if ((st = tern_hf_write_meta(w, &q.hp, name, n_params, o.out_type, tok)))
         goto out;
     if (o.hadamard) {
         /* prism.hadamard.* in the order PrismML's files carry them */

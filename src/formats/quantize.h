@@ -54,7 +54,4 @@ void tern_ternarize_row(const float *w, uint64_t K, uint8_t *codes, uint16_t *d)
 /* Deterministic +-1 signs for `width` from a seed (splitmix64 of seed and width). */
 void tern_signs_from_seed(uint64_t seed, uint64_t width, int32_t *out);
 
-/* "79M"-style size label of a parameter count (gguf-py's rounded notation). */
-void tern_size_label(uint64_t n_params, char *buf, size_t n);
-
 #endif

@@ -245,8 +245,24 @@ static tern_status parse(tern_st *st, const char *src) {
     return TERN_OK;
 }
 
-static tern_status open_common(tern_st *st, const char *src, tern_st **out) {
-    tern_status s = parse(st, src);
+/* Open over path's mapping (mapped) or over the caller's buffer (data, size). */
+static tern_status open_any(const char *path, bool mapped, const void *data, size_t size, tern_st **out) {
+    tern_st *st = tern_calloc(1, sizeof *st);
+    stidx *ix = tern_calloc(1, sizeof *ix);
+    if (!st || !ix) { tern_free(st, sizeof *st); tern_free(ix, sizeof *ix); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path); }
+    st->index = ix;
+    st->map.fd = -1;
+    tern_status s;
+    if (mapped) {
+        ix->owns_map = true;
+        s = tern_map_open(path, &st->map);
+    } else {
+        st->map.data = data;
+        st->map.size = data ? size : 0;
+        st->map.path = strdup(path);
+        s = TERN_OK;
+    }
+    if (!s) s = parse(st, path);
     if (s) { tern_st_close(st); return s; }
     *out = st;
     return TERN_OK;
@@ -255,31 +271,13 @@ static tern_status open_common(tern_st *st, const char *src, tern_st **out) {
 tern_status tern_st_open(const char *path, tern_st **out) {
     if (!path || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_st_open: NULL argument");
     *out = NULL;
-    tern_st *st = tern_calloc(1, sizeof *st);
-    stidx *ix = tern_calloc(1, sizeof *ix);
-    if (!st || !ix) { tern_free(st, sizeof *st); tern_free(ix, sizeof *ix); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", path); }
-    ix->owns_map = true;
-    st->index = ix;
-    st->map.fd = -1;
-    tern_status s = tern_map_open(path, &st->map);
-    if (s) { tern_st_close(st); return s; }
-    return open_common(st, path, out);
+    return open_any(path, true, NULL, 0, out);
 }
 
 tern_status tern_st_open_mem(const void *data, size_t size, const char *name, tern_st **out) {
     if (!out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_st_open_mem: NULL argument");
     *out = NULL;
-    if (!name) name = "<memory>";
-    tern_st *st = tern_calloc(1, sizeof *st);
-    stidx *ix = tern_calloc(1, sizeof *ix);
-    if (!st || !ix) { tern_free(st, sizeof *st); tern_free(ix, sizeof *ix); return tern_fail(TERN_ERR_NOMEM, "%s: out of memory", name); }
-    ix->owns_map = false;
-    st->index = ix;
-    st->map.data = data;
-    st->map.size = data ? size : 0;
-    st->map.fd = -1;
-    st->map.path = strdup(name);
-    return open_common(st, name, out);
+    return open_any(name ? name : "<memory>", false, data, size, out);
 }
 
 tern_status tern_st_expect(const tern_st *st, const tern_st_tensor *t, const char *dtype, uint32_t n_dims,
@@ -362,13 +360,7 @@ tern_status tern_st_w_add(tern_st_writer *w, const char *name, const char *dtype
     t.data = data;
     t.fill = fill;
     t.user = user;
-    if (w->n == w->cap) {
-        size_t nc = w->cap ? w->cap * 2 : 64;
-        stw_t *q = tern_realloc(w->t, w->cap * sizeof *q, nc * sizeof *q);
-        if (!q) return tern_fail(TERN_ERR_NOMEM, "safetensors writer: out of memory");
-        w->t = q;
-        w->cap = nc;
-    }
+    if (!tern_grow(&w->t, &w->cap, w->n, sizeof *w->t, 64)) return tern_fail(TERN_ERR_NOMEM, "safetensors writer: out of memory");
     if (!(t.name = tern_strdup(name))) return tern_fail(TERN_ERR_NOMEM, "safetensors writer: out of memory");
     w->t[w->n++] = t;
     return TERN_OK;

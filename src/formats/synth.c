@@ -6,7 +6,6 @@
 #include "formats/synth.h"
 
 #include "formats/codecs.h"
-#include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/hf_meta.h"
 #include "formats/quantize.h"
@@ -142,13 +141,7 @@ typedef struct plan {
 
 static tern_status add(plan *p, const char *name, skind k, tern_dtype type, uint64_t ne0, uint64_t ne1,
                        uint64_t seed) {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? p->cap * 2 : 256;
-        sjob *q = tern_realloc(p->jobs, p->cap * sizeof *q, nc * sizeof *q);
-        if (!q) return tern_fail(TERN_ERR_NOMEM, "synth: out of memory");
-        p->jobs = q;
-        p->cap = nc;
-    }
+    if (!tern_grow(&p->jobs, &p->cap, p->n, sizeof *p->jobs, 256)) return tern_fail(TERN_ERR_NOMEM, "synth: out of memory");
     sjob *j = &p->jobs[p->n++];
     memset(j, 0, sizeof *j);
     snprintf(j->name, sizeof j->name, "%s", name);
@@ -262,7 +255,7 @@ tern_status tern_synth(const char *out, const tern_synth_opts *o) {
     char name[96];
     snprintf(name, sizeof name, "synth-%s-seed%llu", pr->name, (unsigned long long)o->seed);
     if ((st = tern_gguf_writer_new(&w))) goto out;
-    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tern_convert_file_type(tt), tok))) goto out;
+    if ((st = tern_hf_write_meta(w, &hp, name, n_params, tt, tok))) goto out;
     if (had) {
         /* widths: hidden, attention-out / GDN value, intermediate (seed 000 sec. 4.1) */
         uint64_t widths[3] = {E, q35 ? (uint64_t)(hp.ssm_n_v * hp.ssm_dv) : (uint64_t)hp.n_head * HD, F};

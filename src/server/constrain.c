@@ -23,11 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cfail(char *err, size_t en, const char *msg) {
-    if (err && en) snprintf(err, en, "%s", msg);
-    return 400;
-}
-
 /* text as a GBNF literal */
 static tern_status lit(tern_str *g, const char *s) {
     tern_status st = tern_str_append(g, "\"", 1);
@@ -149,7 +144,7 @@ int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str 
                            size_t en) {
     *root = "root";
     tern_status st = tern_str_append(g, "", 0);
-    if (st) return cfail(err, en, "out of memory");
+    if (st) return srv_fail(err, en, "out of memory");
     if (r->grammar) {
         st = tern_str_append(g, r->grammar, strlen(r->grammar));
     } else if (r->schema) {
@@ -160,7 +155,7 @@ int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str 
         }
     } else if (r->tool_force) {
         cJSON *tools = r->tools_json ? cJSON_Parse(r->tools_json) : NULL;
-        if (!cJSON_IsArray(tools)) { cJSON_Delete(tools); return cfail(err, en, "'tool_choice' needs 'tools'"); }
+        if (!cJSON_IsArray(tools)) { cJSON_Delete(tools); return srv_fail(err, en, "'tool_choice' needs 'tools'"); }
         tern_str alts = {0};
         st = tern_str_append(&alts, "", 0);
         int k = 0;
@@ -177,7 +172,7 @@ int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str 
             k++;
         }
         cJSON_Delete(tools);
-        if (!st && !k) { tern_str_free(&alts); return cfail(err, en, "'tool_choice': no tool to call"); }
+        if (!st && !k) { tern_str_free(&alts); return srv_fail(err, en, "'tool_choice': no tool to call"); }
         if (!st) st = app(g, "tool-call ::= \"<tool_call>\\n\" ( ");
         if (!st) st = app(g, alts.data);
         if (!st) st = app(g, fmt == TERN_CHAT_QWEN35 ? " ) \"</tool_call>\"\n" : " ) \"\\n</tool_call>\"\n");
@@ -188,7 +183,7 @@ int srv_constraint_grammar(const srv_request *r, tern_chat_format fmt, tern_str 
             return 400;
         }
     }
-    if (st) return cfail(err, en, "out of memory");
+    if (st) return srv_fail(err, en, "out of memory");
     /* check it parses (a client grammar's error names its line) */
     if (g->len) {
         tern_grammar *G = NULL;

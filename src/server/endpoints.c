@@ -14,16 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int efail(char *err, size_t en, const char *fmt, ...) {
-    if (err && en) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, en, fmt, ap);
-        va_end(ap);
-    }
-    return 400;
-}
-
 static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
     tern_str c = {0};
     tern_status st = tern_utf8_sanitize(s ? s : "", s ? n : 0, &c);
@@ -34,18 +24,18 @@ static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
 int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
     cJSON *root = srv_json_parse_whole(body, len, NULL);
-    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return srv_fail(err, en, "the body must be a JSON object"); }
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "add_special");
     const cJSON *wp = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
     int rc = 0;
-    if (!cJSON_IsString(c)) rc = efail(err, en, "'content' must be a string");
-    else if (sp && !cJSON_IsBool(sp)) rc = efail(err, en, "'add_special' must be a boolean");
-    else if (wp && !cJSON_IsBool(wp)) rc = efail(err, en, "'with_pieces' must be a boolean");
+    if (!cJSON_IsString(c)) rc = srv_fail(err, en, "'content' must be a string");
+    else if (sp && !cJSON_IsBool(sp)) rc = srv_fail(err, en, "'add_special' must be a boolean");
+    else if (wp && !cJSON_IsBool(wp)) rc = srv_fail(err, en, "'with_pieces' must be a boolean");
     if (rc) { cJSON_Delete(root); return rc; }
     tern_tokens ids = {0};
     if (tern_tokenize(tok, c->valuestring, strlen(c->valuestring), sp && cJSON_IsTrue(sp), &ids)) {
-        rc = efail(err, en, "%s", tern_last_error());
+        rc = srv_fail(err, en, "%s", tern_last_error());
     } else {
         cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
         for (size_t i = 0; i < ids.n; i++) {
@@ -71,23 +61,23 @@ int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, c
 int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en) {
     *out = NULL;
     cJSON *root = srv_json_parse_whole(body, len, NULL);
-    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return efail(err, en, "the body must be a JSON object"); }
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return srv_fail(err, en, "the body must be a JSON object"); }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(t)) { cJSON_Delete(root); return efail(err, en, "'tokens' must be an array of token ids"); }
+    if (!cJSON_IsArray(t)) { cJSON_Delete(root); return srv_fail(err, en, "'tokens' must be an array of token ids"); }
     int n = cJSON_GetArraySize(t), nv = tern_tokenizer_n_vocab(tok), rc = 0;
     int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-    if (!ids) { cJSON_Delete(root); return efail(err, en, "out of memory"); }
+    if (!ids) { cJSON_Delete(root); return srv_fail(err, en, "out of memory"); }
     int k = 0;
     for (const cJSON *e = t->child; e; e = e->next, k++) {
         if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= nv) {
-            rc = efail(err, en, "tokens[%d] must be a token id in 0..%d", k, nv - 1);
+            rc = srv_fail(err, en, "tokens[%d] must be a token id in 0..%d", k, nv - 1);
             break;
         }
         ids[k] = (int32_t)e->valuedouble;
     }
     if (!rc) {
         tern_str s = {0};
-        if (tern_detokenize(tok, ids, (size_t)n, &s)) rc = efail(err, en, "%s", tern_last_error());
+        if (tern_detokenize(tok, ids, (size_t)n, &s)) rc = srv_fail(err, en, "%s", tern_last_error());
         else {
             cJSON *o = cJSON_CreateObject();
             add_text(o, "content", s.data, s.len);
@@ -126,6 +116,10 @@ void srv_logprob_of(const float *logits, int n_vocab, int32_t id, int top, srv_l
 /* ------------------------------------------------------------------ metrics */
 
 static const double lat_le[SRV_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+/* Upper bounds of the decode batch-size histogram (server.h; the scheduler counts,
+ * /metrics renders; here so that the fuzzed parser and endpoints link alone). */
+const int SRV_BATCH_LE[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 void srv_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);

@@ -30,7 +30,7 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-static int fail(char *err, size_t n, const char *fmt, ...) {
+int srv_fail(char *err, size_t n, const char *fmt, ...) {
     if (err && n) {
         va_list ap;
         va_start(ap, fmt);
@@ -60,11 +60,11 @@ static int get_num(const cJSON *o, const char *key, double lo, double hi, bool i
     const cJSON *v = field(o, key);
     if (set) *set = false;
     if (!v) return 0;
-    if (!cJSON_IsNumber(v)) return fail(err, en, "'%s' must be a number", key);
+    if (!cJSON_IsNumber(v)) return srv_fail(err, en, "'%s' must be a number", key);
     double d = v->valuedouble;
     if (!isfinite(d) || d < lo || d > hi)
-        return fail(err, en, "'%s' must be %s in [%g, %g]", key, integer ? "an integer" : "a number", lo, hi);
-    if (integer && d != floor(d)) return fail(err, en, "'%s' must be an integer", key);
+        return srv_fail(err, en, "'%s' must be %s in [%g, %g]", key, integer ? "an integer" : "a number", lo, hi);
+    if (integer && d != floor(d)) return srv_fail(err, en, "'%s' must be an integer", key);
     *out = d;
     if (set) *set = true;
     return 0;
@@ -74,7 +74,7 @@ static int get_bool(const cJSON *o, const char *key, bool *out, bool *set, char 
     const cJSON *v = field(o, key);
     if (set) *set = false;
     if (!v) return 0;
-    if (!cJSON_IsBool(v)) return fail(err, en, "'%s' must be a boolean", key);
+    if (!cJSON_IsBool(v)) return srv_fail(err, en, "'%s' must be a boolean", key);
     *out = cJSON_IsTrue(v);
     if (set) *set = true;
     return 0;
@@ -84,25 +84,25 @@ static int get_bool(const cJSON *o, const char *key, bool *out, bool *set, char 
  * (joined with "\n"). *out is malloc'd ("" for null). */
 static int get_content(const cJSON *v, const char *what, char **out, char *err, size_t en) {
     *out = NULL;
-    if (!v || cJSON_IsNull(v)) { *out = dup_n("", 0); return *out ? 0 : fail(err, en, "out of memory"); }
+    if (!v || cJSON_IsNull(v)) { *out = dup_n("", 0); return *out ? 0 : srv_fail(err, en, "out of memory"); }
     if (cJSON_IsString(v)) {
         *out = dup_n(v->valuestring, strlen(v->valuestring));
-        return *out ? 0 : fail(err, en, "out of memory");
+        return *out ? 0 : srv_fail(err, en, "out of memory");
     }
-    if (!cJSON_IsArray(v)) return fail(err, en, "%s must be a string, null or an array of text parts", what);
+    if (!cJSON_IsArray(v)) return srv_fail(err, en, "%s must be a string, null or an array of text parts", what);
     tern_str s = {0};
-    if (tern_str_append(&s, "", 0)) return fail(err, en, "out of memory");
+    if (tern_str_append(&s, "", 0)) return srv_fail(err, en, "out of memory");
     int k = 0;
     for (const cJSON *p = v->child; p; p = p->next, k++) {
         const cJSON *ty = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "type") : NULL;
         const cJSON *tx = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "text") : NULL;
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx)) {
             tern_str_free(&s);
-            return fail(err, en, "%s part %d: only {\"type\":\"text\",\"text\":...} parts are supported", what, k);
+            return srv_fail(err, en, "%s part %d: only {\"type\":\"text\",\"text\":...} parts are supported", what, k);
         }
         if ((s.len && tern_str_append(&s, "\n", 1)) || tern_str_append(&s, tx->valuestring, strlen(tx->valuestring))) {
             tern_str_free(&s);
-            return fail(err, en, "out of memory");
+            return srv_fail(err, en, "out of memory");
         }
     }
     *out = s.data;
@@ -138,12 +138,12 @@ void srv_request_free(srv_request *r) {
 }
 
 static int parse_tool_calls(const cJSON *tc, tern_chat_msg *m, int mi, char *err, size_t en) {
-    if (!cJSON_IsArray(tc)) return fail(err, en, "messages[%d].tool_calls must be an array", mi);
+    if (!cJSON_IsArray(tc)) return srv_fail(err, en, "messages[%d].tool_calls must be an array", mi);
     int n = cJSON_GetArraySize(tc);
-    if (n > SRV_MAX_TOOL_CALLS) return fail(err, en, "messages[%d]: more than %d tool calls", mi, SRV_MAX_TOOL_CALLS);
+    if (n > SRV_MAX_TOOL_CALLS) return srv_fail(err, en, "messages[%d]: more than %d tool calls", mi, SRV_MAX_TOOL_CALLS);
     if (!n) return 0;
     tern_tool_call *calls = calloc((size_t)n, sizeof *calls);
-    if (!calls) return fail(err, en, "out of memory");
+    if (!calls) return srv_fail(err, en, "out of memory");
     m->tool_calls = calls;
     int k = 0;
     for (const cJSON *c = tc->child; c; c = c->next, k++) {
@@ -151,41 +151,41 @@ static int parse_tool_calls(const cJSON *tc, tern_chat_msg *m, int mi, char *err
         const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
         const cJSON *args = cJSON_IsObject(fn) ? field(fn, "arguments") : NULL;
         if (!cJSON_IsString(name))
-            return fail(err, en, "messages[%d].tool_calls[%d].function.name must be a string", mi, k);
+            return srv_fail(err, en, "messages[%d].tool_calls[%d].function.name must be a string", mi, k);
         char *a;
         if (!args) a = dup_n("{}", 2);
         else if (cJSON_IsString(args)) a = dup_n(args->valuestring, strlen(args->valuestring));
         else if (cJSON_IsObject(args)) a = cJSON_PrintUnformatted(args);
-        else return fail(err, en, "messages[%d].tool_calls[%d].function.arguments must be a string or an object", mi, k);
+        else return srv_fail(err, en, "messages[%d].tool_calls[%d].function.arguments must be a string or an object", mi, k);
         calls[k].arguments = a;
         calls[k].name = dup_n(name->valuestring, strlen(name->valuestring));
         m->n_tool_calls = (size_t)k + 1;
-        if (!a || !calls[k].name) return fail(err, en, "out of memory");
+        if (!a || !calls[k].name) return srv_fail(err, en, "out of memory");
     }
     return 0;
 }
 
 static int parse_messages(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *ms = field(root, "messages");
-    if (!ms) return fail(err, en, "'messages' is required");
-    if (!cJSON_IsArray(ms)) return fail(err, en, "'messages' must be an array");
+    if (!ms) return srv_fail(err, en, "'messages' is required");
+    if (!cJSON_IsArray(ms)) return srv_fail(err, en, "'messages' must be an array");
     int n = cJSON_GetArraySize(ms);
-    if (n == 0) return fail(err, en, "'messages' must not be empty");
-    if (n > SRV_MAX_MESSAGES) return fail(err, en, "'messages' has more than %d entries", SRV_MAX_MESSAGES);
+    if (n == 0) return srv_fail(err, en, "'messages' must not be empty");
+    if (n > SRV_MAX_MESSAGES) return srv_fail(err, en, "'messages' has more than %d entries", SRV_MAX_MESSAGES);
     r->msgs = calloc((size_t)n, sizeof *r->msgs);
-    if (!r->msgs) return fail(err, en, "out of memory");
+    if (!r->msgs) return srv_fail(err, en, "out of memory");
     int i = 0;
     for (const cJSON *m = ms->child; m; m = m->next, i++) {
-        if (!cJSON_IsObject(m)) return fail(err, en, "messages[%d] must be an object", i);
+        if (!cJSON_IsObject(m)) return srv_fail(err, en, "messages[%d] must be an object", i);
         tern_chat_msg *cm = &r->msgs[i];
         r->n_msgs = (size_t)i + 1;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role)) return fail(err, en, "messages[%d].role must be a string", i);
+        if (!cJSON_IsString(role)) return srv_fail(err, en, "messages[%d].role must be a string", i);
         const char *rs = role->valuestring;
         if (!strcmp(rs, "developer")) rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
-            return fail(err, en, "messages[%d].role must be system, developer, user, assistant or tool", i);
-        if (!(cm->role = dup_n(rs, strlen(rs)))) return fail(err, en, "out of memory");
+            return srv_fail(err, en, "messages[%d].role must be system, developer, user, assistant or tool", i);
+        if (!(cm->role = dup_n(rs, strlen(rs)))) return srv_fail(err, en, "out of memory");
         char what[48];
         snprintf(what, sizeof what, "messages[%d].content", i);
         char *content;
@@ -195,9 +195,9 @@ static int parse_messages(const cJSON *root, srv_request *r, char *err, size_t e
         if (!strcmp(rs, "assistant")) {
             const cJSON *rc_ = field(m, "reasoning_content");
             if (rc_) {
-                if (!cJSON_IsString(rc_)) return fail(err, en, "messages[%d].reasoning_content must be a string", i);
+                if (!cJSON_IsString(rc_)) return srv_fail(err, en, "messages[%d].reasoning_content must be a string", i);
                 if (!(cm->reasoning_content = dup_n(rc_->valuestring, strlen(rc_->valuestring))))
-                    return fail(err, en, "out of memory");
+                    return srv_fail(err, en, "out of memory");
             }
             const cJSON *tc = field(m, "tool_calls");
             if (tc && (rc = parse_tool_calls(tc, cm, i, err, en))) return rc;
@@ -218,37 +218,37 @@ static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) 
             if (!strcmp(c, "none")) none = true;
             else if (!strcmp(c, "required")) required = true;
             else if (strcmp(c, "auto"))
-                return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
+                return srv_fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
         } else if (cJSON_IsObject(choice)) {
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
             const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
-            if (!cJSON_IsString(nm)) return fail(err, en, "'tool_choice.function.name' must be a string");
+            if (!cJSON_IsString(nm)) return srv_fail(err, en, "'tool_choice.function.name' must be a string");
             named = nm->valuestring;
         } else {
-            return fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
+            return srv_fail(err, en, "'tool_choice' must be \"none\", \"auto\", \"required\" or an object");
         }
     }
-    if (tools && !cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+    if (tools && !cJSON_IsArray(tools)) return srv_fail(err, en, "'tools' must be an array");
     int k = 0;
     bool found = false;
     for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next, k++) {
         const cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
         const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
-        if (!cJSON_IsString(name)) return fail(err, en, "tools[%d].function.name must be a string", k);
+        if (!cJSON_IsString(name)) return srv_fail(err, en, "tools[%d].function.name must be a string", k);
         if (named && !strcmp(named, name->valuestring)) found = true;
     }
-    if ((required || named) && k == 0) return fail(err, en, "'tool_choice' needs 'tools'");
+    if ((required || named) && k == 0) return srv_fail(err, en, "'tool_choice' needs 'tools'");
     if (named && !found)
-        return fail(err, en, "'tool_choice' names the function '%.64s', which is not in 'tools'", named);
+        return srv_fail(err, en, "'tool_choice' names the function '%.64s', which is not in 'tools'", named);
     /* forced: the output is constrained to a call (constrain.c) */
     if (required) r->tool_force = 1;
     if (named) {
         r->tool_force = 2;
-        if (!(r->tool_name = dup_n(named, strlen(named)))) return fail(err, en, "out of memory");
+        if (!(r->tool_name = dup_n(named, strlen(named)))) return srv_fail(err, en, "out of memory");
     }
     if (!tools) return 0;
     if (k == 0 || none) return 0;
-    if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return fail(err, en, "out of memory");
+    if (!(r->tools_json = cJSON_PrintUnformatted(tools))) return srv_fail(err, en, "out of memory");
     return 0;
 }
 
@@ -256,17 +256,17 @@ static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *st = field(root, "stop");
     if (!st) return 0;
     const cJSON *one = cJSON_IsString(st) ? st : NULL;
-    if (!one && !cJSON_IsArray(st)) return fail(err, en, "'stop' must be a string or an array of strings");
+    if (!one && !cJSON_IsArray(st)) return srv_fail(err, en, "'stop' must be a string or an array of strings");
     int n = one ? 1 : cJSON_GetArraySize(st);
-    if (n > SRV_MAX_STOP) return fail(err, en, "'stop' has more than %d strings", SRV_MAX_STOP);
+    if (n > SRV_MAX_STOP) return srv_fail(err, en, "'stop' has more than %d strings", SRV_MAX_STOP);
     if (!n) return 0;
-    if (!(r->stop = calloc((size_t)n, sizeof *r->stop))) return fail(err, en, "out of memory");
+    if (!(r->stop = calloc((size_t)n, sizeof *r->stop))) return srv_fail(err, en, "out of memory");
     for (const cJSON *s = one ? one : st->child; s; s = one ? NULL : s->next) {
-        if (!cJSON_IsString(s)) return fail(err, en, "'stop' must be a string or an array of strings");
+        if (!cJSON_IsString(s)) return srv_fail(err, en, "'stop' must be a string or an array of strings");
         size_t l = strlen(s->valuestring);
-        if (l > SRV_MAX_STOP_LEN) return fail(err, en, "a stop string is longer than %d bytes", SRV_MAX_STOP_LEN);
+        if (l > SRV_MAX_STOP_LEN) return srv_fail(err, en, "a stop string is longer than %d bytes", SRV_MAX_STOP_LEN);
         if (!l) continue;   /* an empty stop string never matches */
-        if (!(r->stop[r->n_stop] = dup_n(s->valuestring, l))) return fail(err, en, "out of memory");
+        if (!(r->stop[r->n_stop] = dup_n(s->valuestring, l))) return srv_fail(err, en, "out of memory");
         r->n_stop++;
     }
     return 0;
@@ -276,21 +276,21 @@ static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
 static int parse_logit_bias(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *lb = field(root, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
-    if (!cJSON_IsObject(lb)) return fail(err, en, "'logit_bias' must be an object of token id -> bias");
+    if (!cJSON_IsObject(lb)) return srv_fail(err, en, "'logit_bias' must be an object of token id -> bias");
     int n = cJSON_GetArraySize(lb);
-    if (n > SRV_MAX_LOGIT_BIAS) return fail(err, en, "'logit_bias' has more than %d entries", SRV_MAX_LOGIT_BIAS);
+    if (n > SRV_MAX_LOGIT_BIAS) return srv_fail(err, en, "'logit_bias' has more than %d entries", SRV_MAX_LOGIT_BIAS);
     if (!n) return 0;
     r->bias_ids = calloc((size_t)n, sizeof *r->bias_ids);
     r->bias = calloc((size_t)n, sizeof *r->bias);
-    if (!r->bias_ids || !r->bias) return fail(err, en, "out of memory");
+    if (!r->bias_ids || !r->bias) return srv_fail(err, en, "out of memory");
     for (const cJSON *e = lb->child; e; e = e->next) {
         const char *k = e->string ? e->string : "";
         char *end = NULL;
         long id = (*k >= '0' && *k <= '9') ? strtol(k, &end, 10) : -1;
         if (id < 0 || id > INT32_MAX || !end || *end)
-            return fail(err, en, "'logit_bias' key '%.32s' is not a token id", k);
+            return srv_fail(err, en, "'logit_bias' key '%.32s' is not a token id", k);
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
-            return fail(err, en, "'logit_bias' value for %ld must be a number in -100 … 100", id);
+            return srv_fail(err, en, "'logit_bias' value for %ld must be a number in -100 … 100", id);
         r->bias_ids[r->n_bias] = (int32_t)id;
         r->bias[r->n_bias] = (float)e->valuedouble;
         r->n_bias++;
@@ -319,7 +319,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     if ((rc = get_num(root, rp, 0, 100, false, &v, &set, err, en))) return rc;
     r->repeat_set = set;
     if (set) {
-        if (v <= 0 || (float)v <= 0) return fail(err, en, "'%s' must be > 0", rp);
+        if (v <= 0 || (float)v <= 0) return srv_fail(err, en, "'%s' must be > 0", rp);
         sp->repeat_penalty = (float)v;
     }
     /* seed: any integer; negative means "random" (llama.cpp's -1) */
@@ -341,44 +341,44 @@ static int parse_constraint(const cJSON *root, srv_request *r, char *err, size_t
     int n = 0;
     if ((f = field(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
-        if (!cJSON_IsString(t)) return fail(err, en, "'response_format' must be an object with a string 'type'");
+        if (!cJSON_IsString(t)) return srv_fail(err, en, "'response_format' must be an object with a string 'type'");
         const cJSON *sc = NULL;
         if (!strcmp(t->valuestring, "json_object")) {
             sc = field(f, "schema");            /* llama.cpp's extension */
-            if (sc && !cJSON_IsObject(sc)) return fail(err, en, "'response_format.schema' must be an object");
+            if (sc && !cJSON_IsObject(sc)) return srv_fail(err, en, "'response_format.schema' must be an object");
             if (!(r->schema = sc ? cJSON_PrintUnformatted(sc) : dup_n("{\"type\":\"object\"}", 17)))
-                return fail(err, en, "out of memory");
+                return srv_fail(err, en, "out of memory");
             n++;
         } else if (!strcmp(t->valuestring, "json_schema")) {
             const cJSON *js = field(f, "json_schema");
-            if (!cJSON_IsObject(js)) return fail(err, en, "'response_format.json_schema' must be an object");
+            if (!cJSON_IsObject(js)) return srv_fail(err, en, "'response_format.json_schema' must be an object");
             const cJSON *nm = field(js, "name");
-            if (nm && !cJSON_IsString(nm)) return fail(err, en, "'response_format.json_schema.name' must be a string");
+            if (nm && !cJSON_IsString(nm)) return srv_fail(err, en, "'response_format.json_schema.name' must be a string");
             const cJSON *st = field(js, "strict");
-            if (st && !cJSON_IsBool(st)) return fail(err, en, "'response_format.json_schema.strict' must be a boolean");
+            if (st && !cJSON_IsBool(st)) return srv_fail(err, en, "'response_format.json_schema.strict' must be a boolean");
             sc = field(js, "schema");
             if (sc && !cJSON_IsObject(sc) && !cJSON_IsTrue(sc))
-                return fail(err, en, "'response_format.json_schema.schema' must be an object");
-            if (!(r->schema = sc ? cJSON_PrintUnformatted(sc) : dup_n("{}", 2))) return fail(err, en, "out of memory");
+                return srv_fail(err, en, "'response_format.json_schema.schema' must be an object");
+            if (!(r->schema = sc ? cJSON_PrintUnformatted(sc) : dup_n("{}", 2))) return srv_fail(err, en, "out of memory");
             n++;
         } else if (strcmp(t->valuestring, "text")) {
-            return fail(err, en, "'response_format' type \"%.32s\" is unknown (\"text\", \"json_object\", \"json_schema\")",
+            return srv_fail(err, en, "'response_format' type \"%.32s\" is unknown (\"text\", \"json_object\", \"json_schema\")",
                         t->valuestring);
         }
     }
     if ((f = field(root, "json_schema"))) {     /* llama.cpp's top-level extension */
-        if (!cJSON_IsObject(f)) return fail(err, en, "'json_schema' must be an object");
-        if (n++) return fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
-        if (!(r->schema = cJSON_PrintUnformatted(f))) return fail(err, en, "out of memory");
+        if (!cJSON_IsObject(f)) return srv_fail(err, en, "'json_schema' must be an object");
+        if (n++) return srv_fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
+        if (!(r->schema = cJSON_PrintUnformatted(f))) return srv_fail(err, en, "out of memory");
     }
     if ((f = field(root, "grammar"))) {
-        if (!cJSON_IsString(f)) return fail(err, en, "'grammar' must be a string (GBNF)");
-        if (n++) return fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
-        if (strlen(f->valuestring) > SRV_MAX_GRAMMAR) return fail(err, en, "'grammar' is longer than %d bytes", SRV_MAX_GRAMMAR);
-        if (!(r->grammar = dup_n(f->valuestring, strlen(f->valuestring)))) return fail(err, en, "out of memory");
+        if (!cJSON_IsString(f)) return srv_fail(err, en, "'grammar' must be a string (GBNF)");
+        if (n++) return srv_fail(err, en, "give one of 'response_format', 'json_schema' and 'grammar'");
+        if (strlen(f->valuestring) > SRV_MAX_GRAMMAR) return srv_fail(err, en, "'grammar' is longer than %d bytes", SRV_MAX_GRAMMAR);
+        if (!(r->grammar = dup_n(f->valuestring, strlen(f->valuestring)))) return srv_fail(err, en, "out of memory");
     }
     if (n && r->tool_force)
-        return fail(err, en, "'tool_choice' \"required\" or a named function cannot be combined with '%s'",
+        return srv_fail(err, en, "'tool_choice' \"required\" or a named function cannot be combined with '%s'",
                     r->grammar ? "grammar" : "response_format");
     return 0;
 }
@@ -386,13 +386,13 @@ static int parse_constraint(const cJSON *root, srv_request *r, char *err, size_t
 static int reject_unsupported(const cJSON *root, char *err, size_t en) {
     const cJSON *f;
     if ((f = field(root, "best_of")) && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
-        return fail(err, en, "'best_of' is not supported (only 1)");
+        return srv_fail(err, en, "'best_of' is not supported (only 1)");
     if ((f = field(root, "suffix")) && !cJSON_IsNull(f) && !(cJSON_IsString(f) && !f->valuestring[0]))
-        return fail(err, en, "'suffix' is not supported");
+        return srv_fail(err, en, "'suffix' is not supported");
     static const char *const never[] = {"functions", "function_call"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         if ((f = field(root, never[i])) && !cJSON_IsNull(f))
-            return fail(err, en, "'%s' is not supported yet", never[i]);
+            return srv_fail(err, en, "'%s' is not supported yet", never[i]);
     return 0;
 }
 
@@ -417,30 +417,30 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     r->thinking = -1;
     tern_sampler_params_default(&r->sp);
     if (err && en) err[0] = 0;
-    if (!body) return fail(err, en, "empty body");
+    if (!body) return srv_fail(err, en, "empty body");
     size_t bad_at = 0;
     cJSON *root = srv_json_parse_whole(body, len, &bad_at);
-    if (!root && bad_at) return fail(err, en, "the body has more after its JSON value (at byte %zu)", bad_at);
-    if (!root) return fail(err, en, "the body is not valid JSON");
+    if (!root && bad_at) return srv_fail(err, en, "the body has more after its JSON value (at byte %zu)", bad_at);
+    if (!root) return srv_fail(err, en, "the body is not valid JSON");
     int rc = 0;
     double v;
     bool set, b;
-    if (!cJSON_IsObject(root)) { rc = fail(err, en, "the body must be a JSON object"); goto out; }
+    if (!cJSON_IsObject(root)) { rc = srv_fail(err, en, "the body must be a JSON object"); goto out; }
     if (kind == SRV_CHAT) {
         if ((rc = parse_messages(root, r, err, en)) || (rc = parse_tools(root, r, err, en))) goto out;
         const cJSON *kw = field(root, "chat_template_kwargs");
-        if (kw && !cJSON_IsObject(kw)) { rc = fail(err, en, "'chat_template_kwargs' must be an object"); goto out; }
+        if (kw && !cJSON_IsObject(kw)) { rc = srv_fail(err, en, "'chat_template_kwargs' must be an object"); goto out; }
         if ((rc = get_bool(kw ? kw : root, "enable_thinking", &b, &set, err, en))) goto out;
         if (!set && kw && (rc = get_bool(root, "enable_thinking", &b, &set, err, en))) goto out;
         if (set) r->thinking = b;
     } else {
         const cJSON *p = field(root, "prompt");
         if (p && cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = p->child;
-        if (!p) { rc = fail(err, en, "'prompt' is required"); goto out; }
-        if (!cJSON_IsString(p)) { rc = fail(err, en, "'prompt' must be a string (or an array of one string)"); goto out; }
-        if (!(r->prompt = dup_n(p->valuestring, strlen(p->valuestring)))) { rc = fail(err, en, "out of memory"); goto out; }
+        if (!p) { rc = srv_fail(err, en, "'prompt' is required"); goto out; }
+        if (!cJSON_IsString(p)) { rc = srv_fail(err, en, "'prompt' must be a string (or an array of one string)"); goto out; }
+        if (!(r->prompt = dup_n(p->valuestring, strlen(p->valuestring)))) { rc = srv_fail(err, en, "out of memory"); goto out; }
         if ((rc = get_bool(root, "echo", &b, &set, err, en))) goto out;
-        if (set && b) { rc = fail(err, en, "'echo' is not supported"); goto out; }
+        if (set && b) { rc = srv_fail(err, en, "'echo' is not supported"); goto out; }
     }
     const char *mt = field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = get_num(root, mt, 1, SRV_MAX_TOKENS_LIMIT, true, &v, &set, err, en))) goto out;
@@ -455,11 +455,11 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
     r->cache_prompt = true;         /* llama.cpp's field: false = no prefix reuse */
     if ((rc = get_bool(root, "cache_prompt", &r->cache_prompt, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");
-    if (so && !cJSON_IsObject(so)) { rc = fail(err, en, "'stream_options' must be an object"); goto out; }
+    if (so && !cJSON_IsObject(so)) { rc = srv_fail(err, en, "'stream_options' must be an object"); goto out; }
     if (so && (rc = get_bool(so, "include_usage", &r->include_usage, NULL, err, en))) goto out;
     if ((rc = reject_unsupported(root, err, en)) || (rc = parse_constraint(root, r, err, en))) goto out;
     if ((r->grammar || r->schema || r->tool_force) && r->thinking == 1) {
-        rc = fail(err, en, "'enable_thinking' cannot be combined with a constrained output (%s)",
+        rc = srv_fail(err, en, "'enable_thinking' cannot be combined with a constrained output (%s)",
                   r->grammar ? "grammar" : r->schema ? "response_format" : "tool_choice");
         goto out;
     }
@@ -469,7 +469,7 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
         if ((rc = get_bool(root, "logprobs", &b, &set, err, en))) goto out;
         bool on = set && b;
         if ((rc = get_num(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, true, &v, &set, err, en))) goto out;
-        if (set && !on && v > 0) { rc = fail(err, en, "'top_logprobs' needs 'logprobs': true"); goto out; }
+        if (set && !on && v > 0) { rc = srv_fail(err, en, "'top_logprobs' needs 'logprobs': true"); goto out; }
         if (on) r->logprobs = set ? (int)v : 0;
     } else {
         const cJSON *lp = field(root, "logprobs");

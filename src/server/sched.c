@@ -169,9 +169,7 @@ struct srv_sched {
      * info_snaps under snap_mu, which may be taken while holding mu) */
     pthread_mutex_t snap_mu;
     uint64_t tick;
-    uint64_t snap_bytes, snap_each;
-    int snap_count;
-    unsigned long long snap_taken, snap_restored, snap_evicted;
+    srv_snap_stats snap;          /* count, bytes, each, taken, restored, evicted (under snap_mu) */
 };
 
 static slot *lead_slot(srv_sched *s, const srv_job *j);
@@ -185,8 +183,8 @@ static void snap_drop(srv_sched *s, slot *sl, int k) {
     memmove(&sl->snaps[k], &sl->snaps[k + 1], (size_t)(sl->n_snaps - k - 1) * sizeof *sl->snaps);
     sl->n_snaps--;
     pthread_mutex_lock(&s->snap_mu);
-    s->snap_bytes -= b;
-    s->snap_count--;
+    s->snap.bytes -= b;
+    s->snap.count--;
     sl->info_snaps = sl->n_snaps;
     pthread_mutex_unlock(&s->snap_mu);
 }
@@ -209,7 +207,7 @@ static bool evict_lru(srv_sched *s) {
     if (!vs) return false;
     snap_drop(s, vs, vk);
     pthread_mutex_lock(&s->snap_mu);
-    s->snap_evicted++;
+    s->snap.evicted++;
     pthread_mutex_unlock(&s->snap_mu);
     return true;
 }
@@ -218,12 +216,12 @@ static bool evict_lru(srv_sched *s) {
  * boundary or the end of a prompt), within the budget (least recently used go first). */
 static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
     uint64_t budget = s->p.snapshot_budget;
-    if (!budget || s->p.no_prefix_cache || !sl->recurrent || (s->snap_each && s->snap_each > budget)) return;
+    if (!budget || s->p.no_prefix_cache || !sl->recurrent || (s->snap.each && s->snap.each > budget)) return;
     /* the snapshots this prompt takes after this one; when they alone fill the budget,
      * this one would be dropped (least recently used) before the prompt ends: skip the
      * copy (a 27B's is 153 MiB: 6 fit in the default budget) */
     size_t c = (size_t)s->chunk, later = pos >= prompt_n ? 0 : prompt_n / c - pos / c + (prompt_n % c ? 1 : 0);
-    if (s->snap_each && later >= budget / s->snap_each) return;
+    if (s->snap.each && later >= budget / s->snap.each) return;
     if (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos >= pos) return; /* kept in order; never expected */
     if (sl->n_snaps == sl->cap_snaps) {
         int cap = sl->cap_snaps ? sl->cap_snaps * 2 : 16;
@@ -232,19 +230,19 @@ static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
         sl->snaps = q;
         sl->cap_snaps = cap;
     }
-    if (s->snap_each)
-        while (s->snap_bytes + s->snap_each > budget && evict_lru(s)) {}
+    if (s->snap.each)
+        while (s->snap.bytes + s->snap.each > budget && evict_lru(s)) {}
     tern_session_snapshot *p = NULL;
     if (tern_session_snapshot_take(sl->sess, &p)) return; /* out of memory: no snapshot, no harm */
     uint64_t b = tern_session_snapshot_bytes(p);
-    s->snap_each = b;
+    s->snap.each = b;
     if (b > budget) { tern_session_snapshot_free(p); return; }
-    while (s->snap_bytes + b > budget && evict_lru(s)) {}
+    while (s->snap.bytes + b > budget && evict_lru(s)) {}
     sl->snaps[sl->n_snaps++] = (srv_snap){p, pos, ++s->tick};
     pthread_mutex_lock(&s->snap_mu);
-    s->snap_bytes += b;
-    s->snap_count++;
-    s->snap_taken++;
+    s->snap.bytes += b;
+    s->snap.count++;
+    s->snap.taken++;
     sl->info_snaps = sl->n_snaps;
     pthread_mutex_unlock(&s->snap_mu);
 }
@@ -481,7 +479,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         else {
             sl->snaps[si].used = ++s->tick;
             pthread_mutex_lock(&s->snap_mu);
-            s->snap_restored++;
+            s->snap.restored++;
             pthread_mutex_unlock(&s->snap_mu);
         }
     } else if (sl->n_reuse && tern_session_truncate(sl->sess, (int)sl->n_reuse)) {
@@ -576,8 +574,6 @@ static void eval_group(srv_sched *s, slot **g, tern_gen **gens, int n) {
     else /* a refused batch changed nothing: step each alone to find the culprit */
         for (int k = 0; k < n; k++) slot_eval_alone(g[k]);
 }
-
-const int SRV_BATCH_LE[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 static void count_pass(srv_sched *s, bool prefill, size_t tokens, double ms) {
     pthread_mutex_lock(&s->snap_mu);
@@ -811,7 +807,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     if (s->slots[0].recurrent && s->p.snapshot_budget && !s->p.no_prefix_cache) {
         tern_session_snapshot *p0 = NULL;
         if (tern_session_snapshot_take(s->slots[0].sess, &p0)) s->p.snapshot_budget = 0;
-        else s->snap_each = tern_session_snapshot_bytes(p0);
+        else s->snap.each = tern_session_snapshot_bytes(p0);
         tern_session_snapshot_free(p0);
     }
     s->p.n_ctx = tern_session_n_ctx(s->slots[0].sess);
@@ -916,14 +912,9 @@ bool srv_sched_prefix_cache(const srv_sched *s) { return s && !s->p.no_prefix_ca
 void srv_sched_snap_stats(srv_sched *s, srv_snap_stats *o) {
     memset(o, 0, sizeof *o);
     if (!s) return;
+    pthread_mutex_lock(&s->snap_mu);
+    *o = s->snap;
+    pthread_mutex_unlock(&s->snap_mu);
     o->used = !s->p.no_prefix_cache && s->slots[0].recurrent;
     o->budget = o->used ? s->p.snapshot_budget : 0;
-    pthread_mutex_lock(&s->snap_mu);
-    o->count = s->snap_count;
-    o->bytes = s->snap_bytes;
-    o->each = s->snap_each;
-    o->taken = s->snap_taken;
-    o->restored = s->snap_restored;
-    o->evicted = s->snap_evicted;
-    pthread_mutex_unlock(&s->snap_mu);
 }

@@ -9,9 +9,10 @@
  *   sched.c    the scheduler loop (tern serve's main thread): owns the model's sessions ("slots") and a
  *              bounded queue; interleaves the active slots token by token.
  *   http.c     libmicrohttpd glue: routing, auth, body limits, waiting on a
- *              job's channel, SSE streaming, client-disconnect detection; the
- *              front door that accepts connections, answers a request line
- *              without a path with 400 and hands the rest to libmicrohttpd.
+ *              job's channel, SSE streaming, client-disconnect detection;
+ *              http_conn.c: the front door that accepts connections, answers a
+ *              request line without a path with 400 and hands the rest to
+ *              libmicrohttpd, the deadline watcher, start and stop.
  *
  * Data flow: a handler thread parses and tokenizes, creates a srv_job and
  * submits it; the scheduler produces text into the job's channel (mutex +
@@ -83,6 +84,12 @@ struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at)
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
 void srv_request_free(srv_request *r);
+/* A client fault: the reason (printf-style) into err (en bytes, may be NULL); returns 400. */
+int srv_fail(char *err, size_t en, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 
 /* The GBNF text and start rule of a request's constraint for chat format fmt

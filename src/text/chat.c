@@ -92,27 +92,30 @@ static sv py_strip(sv s) {
     return s;
 }
 
-/* When tern_chat_tokenize renders, every byte range that comes from the caller
- * (contents, reasoning, names, JSON) is recorded, so that added tokens are only
- * matched in the template's own markup (no injection through message text). */
-typedef struct rec_ranges { size_t (*r)[2]; size_t n, cap; bool failed; } rec_ranges;
-static _Thread_local rec_ranges *g_rec;
-void tern_chat_rec_add(size_t a, size_t b) {
-    if (!g_rec || a >= b) return;
-    if (g_rec->n && g_rec->r[g_rec->n - 1][1] == a) { g_rec->r[g_rec->n - 1][1] = b; return; }
-    if (g_rec->n == g_rec->cap) {
-        size_t cap = g_rec->cap ? g_rec->cap * 2 : 32;
-        void *p = tern_realloc(g_rec->r, g_rec->cap * sizeof *g_rec->r, cap * sizeof *g_rec->r);
-        if (!p) { g_rec->failed = true; return; }
-        g_rec->r = p;
-        g_rec->cap = cap;
-    }
-    g_rec->r[g_rec->n][0] = a;
-    g_rec->r[g_rec->n][1] = b;
-    g_rec->n++;
+/* The renderer writes through a chat_w: the text, and, when tern_chat_tokenize
+ * renders, every byte range of it that comes from the caller (contents, reasoning,
+ * names, JSON), so that added tokens are only matched in the template's own markup
+ * (no injection through message text). tern_chat_render keeps no ranges. */
+typedef struct chat_w {
+    tern_str *out;
+    bool record;                  /* keep the caller ranges below */
+    size_t (*r)[2], n, cap;       /* caller ranges [a, b), ascending, adjacent ones merged */
+    bool failed;                  /* out of memory while recording */
+} chat_w;
+
+static void w_record(chat_w *w, size_t a) {
+    size_t b = w->out->len;
+    if (!w->record || a >= b) return;
+    if (w->n && w->r[w->n - 1][1] == a) { w->r[w->n - 1][1] = b; return; }
+    if (!tern_grow(&w->r, &w->cap, w->n, sizeof *w->r, 32)) { w->failed = true; return; }
+    w->r[w->n][0] = a;
+    w->r[w->n][1] = b;
+    w->n++;
 }
-/* Run `stmt` (which appends caller data to out) and record what it appended. */
-#define USER(out, stmt) do { size_t _a = (out)->len; stmt; tern_chat_rec_add(_a, (out)->len); } while (0)
+/* Append the caller's text v, recorded. */
+#define APPV(w, v) do { size_t _a = (w)->out->len; APPSV((w)->out, v); w_record((w), _a); } while (0)
+/* Run `stmt` (which appends caller data to w->out) and record what it appended. */
+#define USER(w, stmt) do { size_t _a = (w)->out->len; stmt; w_record((w), _a); } while (0)
 
 
 /* --------------------------------------------------------------- Qwen3 */
@@ -162,20 +165,21 @@ static void split_think(sv content, sv *reasoning, sv *rest) {
     *reasoning = lstrip_nl(before);
 }
 
-static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
+static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, chat_w *w) {
+    tern_str *out = w->out;
     tern_status st;
     bool tools = tern_cj_tools_nonempty(o->tools_json);
     if (tools) {
         APP(out, "<|im_start|>system\n");
-        if (n && role_is(&msgs[0], "system")) { APPV(out, SV(msgs[0].content)); APP(out, "\n\n"); }
+        if (n && role_is(&msgs[0], "system")) { APPV(w, SV(msgs[0].content)); APP(out, "\n\n"); }
         APP(out, QWEN3_TOOLS_HEAD);
         bool any;
-        USER(out, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
+        USER(w, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
         if (st) return st;
         APP(out, QWEN3_TOOLS_TAIL);
     } else if (n && role_is(&msgs[0], "system")) {
         APP(out, "<|im_start|>system\n");
-        APPV(out, SV(msgs[0].content));
+        APPV(w, SV(msgs[0].content));
         APP(out, "<|im_end|>\n");
     }
     size_t lqi = n ? n - 1 : 0;
@@ -192,7 +196,7 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
             APP(out, "<|im_start|>");
             APP(out, m->role);
             APP(out, "\n");
-            APPV(out, SV(m->content));
+            APPV(w, SV(m->content));
             APP(out, "<|im_end|>\n");
         } else if (role_is(m, "assistant")) {
             sv content = SV(m->content), rc = {"", 0};
@@ -202,19 +206,19 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
             if (i > lqi && (last || rc.n)) {
                 APP(out, "<|im_start|>assistant\n<think>\n");
                 sv r = lstrip_nl(rstrip_nl(rc));
-                APPV(out, r);
+                APPV(w, r);
                 APP(out, "\n</think>\n\n");
-                APPV(out, lstrip_nl(content));
+                APPV(w, lstrip_nl(content));
             } else {
                 APP(out, "<|im_start|>assistant\n");
-                APPV(out, content);
+                APPV(w, content);
             }
             for (size_t t = 0; t < m->n_tool_calls; t++) {
                 if ((t == 0 && content.n) || t > 0) APP(out, "\n");
                 APP(out, "<tool_call>\n{\"name\": \"");
-                APPV(out, SV(m->tool_calls[t].name));
+                APPV(w, SV(m->tool_calls[t].name));
                 APP(out, "\", \"arguments\": ");
-                USER(out, st = tern_cj_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out));
+                USER(w, st = tern_cj_to_py(SV(m->tool_calls[t].arguments ? m->tool_calls[t].arguments : "{}"), out));
                 if (st)
                     return tern_fail_prefix(st, "tool call '%s' arguments", m->tool_calls[t].name);
                 APP(out, "}\n</tool_call>");
@@ -223,7 +227,7 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
         } else if (role_is(m, "tool")) {
             if (i == 0 || !role_is(&msgs[i - 1], "tool")) APP(out, "<|im_start|>user");
             APP(out, "\n<tool_response>\n");
-            APPV(out, SV(m->content));
+            APPV(w, SV(m->content));
             APP(out, "\n</tool_response>");
             if (i + 1 == n || !role_is(&msgs[i + 1], "tool")) APP(out, "<|im_end|>\n");
         }
@@ -237,24 +241,25 @@ static tern_status render_qwen3(const tern_chat_msg *msgs, size_t n, const tern_
 
 /* ------------------------------------------------------------- Qwen3.5 */
 
-static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, tern_str *out) {
+static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern_chat_opts *o, chat_w *w) {
+    tern_str *out = w->out;
     tern_status st;
     if (!n) return tern_fail(TERN_ERR_INVALID_ARG, "chat: No messages provided.");
     if (tern_cj_tools_nonempty(o->tools_json)) {
         APP(out, "<|im_start|>system\n");
         APP(out, QWEN35_TOOLS_HEAD);
         bool any;
-        USER(out, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
+        USER(w, st = tern_cj_render_tools_list(SV(o->tools_json), out, &any));
         if (st) return st;
         APP(out, QWEN35_TOOLS_TAIL);
         if (role_is(&msgs[0], "system")) {
             sv c = py_strip(SV(msgs[0].content));
-            if (c.n) { APP(out, "\n\n"); APPV(out, c); }
+            if (c.n) { APP(out, "\n\n"); APPV(w, c); }
         }
         APP(out, "<|im_end|>\n");
     } else if (role_is(&msgs[0], "system")) {
         APP(out, "<|im_start|>system\n");
-        APPV(out, py_strip(SV(msgs[0].content)));
+        APPV(w, py_strip(SV(msgs[0].content)));
         APP(out, "<|im_end|>\n");
     }
     size_t lqi = 0;
@@ -272,7 +277,7 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
             if (i != 0) return tern_fail(TERN_ERR_INVALID_ARG, "chat: System message must be at the beginning.");
         } else if (role_is(m, "user")) {
             APP(out, "<|im_start|>user\n");
-            APPV(out, content);
+            APPV(w, content);
             APP(out, "<|im_end|>\n");
         } else if (role_is(m, "assistant")) {
             sv rc = {"", 0};
@@ -281,18 +286,18 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
             rc = py_strip(rc);
             if (i > lqi) {
                 APP(out, "<|im_start|>assistant\n<think>\n");
-                APPV(out, rc);
+                APPV(w, rc);
                 APP(out, "\n</think>\n\n");
-                APPV(out, content);
+                APPV(w, content);
             } else {
                 APP(out, "<|im_start|>assistant\n");
-                APPV(out, content);
+                APPV(w, content);
             }
             for (size_t t = 0; t < m->n_tool_calls; t++) {
                 const tern_tool_call *tc = &m->tool_calls[t];
                 if (t == 0) APP(out, py_strip(content).n ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=");
                 else APP(out, "\n<tool_call>\n<function=");
-                APPV(out, SV(tc->name));
+                APPV(w, SV(tc->name));
                 APP(out, ">\n");
                 if (tc->arguments) {
                     jp j = {tc->arguments, tc->arguments + strlen(tc->arguments), 0};
@@ -308,14 +313,14 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
                         tern_str key = {0};
                         if ((st = tern_cj_string(&j, &key))) { tern_str_free(&key); return st; }
                         APP(out, "<parameter=");
-                        USER(out, st = tern_str_append(out, key.data, key.len));
+                        USER(w, st = tern_str_append(out, key.data, key.len));
                         tern_str_free(&key);
                         if (st) return st;
                         APP(out, ">\n");
                         tern_cj_ws(&j);
                         if (j.p >= j.end || *j.p != ':') return tern_cj_err(&j, "':' expected");
                         j.p++;
-                        USER(out, st = tern_cj_py_str_value(&j, out));
+                        USER(w, st = tern_cj_py_str_value(&j, out));
                         if (st) return st;
                         APP(out, "\n</parameter>\n");
                         tern_cj_ws(&j);
@@ -332,7 +337,7 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
         } else { /* tool */
             if (i > 0 && !role_is(&msgs[i - 1], "tool")) APP(out, "<|im_start|>user");
             APP(out, "\n<tool_response>\n");
-            APPV(out, content);
+            APPV(w, content);
             APP(out, "\n</tool_response>");
             if (i + 1 == n || !role_is(&msgs[i + 1], "tool")) APP(out, "<|im_end|>\n");
         }
@@ -344,31 +349,36 @@ static tern_status render_qwen35(const tern_chat_msg *msgs, size_t n, const tern
     return TERN_OK;
 }
 
-tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n, const tern_chat_opts *opts,
-                             tern_str *out) {
-    if ((!msgs && n) || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_render: NULL argument");
+static tern_status render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n, const tern_chat_opts *opts,
+                          chat_w *w) {
     tern_chat_opts def = {NULL, true, true};
     if (!opts) opts = &def;
     tern_status st = check_roles(msgs, n);
     if (st) return st;
-    size_t mark = out->len;
-    st = fmt == TERN_CHAT_QWEN35 ? render_qwen35(msgs, n, opts, out) : render_qwen3(msgs, n, opts, out);
-    if (st && out->data) { out->len = mark; out->data[mark] = 0; }
+    size_t mark = w->out->len;
+    st = fmt == TERN_CHAT_QWEN35 ? render_qwen35(msgs, n, opts, w) : render_qwen3(msgs, n, opts, w);
+    if (st && w->out->data) { w->out->len = mark; w->out->data[mark] = 0; }
     return st;
+}
+
+tern_status tern_chat_render(tern_chat_format fmt, const tern_chat_msg *msgs, size_t n, const tern_chat_opts *opts,
+                             tern_str *out) {
+    if ((!msgs && n) || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_render: NULL argument");
+    chat_w w = {.out = out};
+    return render(fmt, msgs, n, opts, &w);
 }
 
 tern_status tern_chat_tokenize(const tern_tokenizer *t, tern_chat_format fmt, const tern_chat_msg *msgs, size_t n,
                                const tern_chat_opts *opts, tern_tokens *out) {
     if (!t || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_tokenize: NULL argument");
+    if (!msgs && n) return tern_fail(TERN_ERR_INVALID_ARG, "tern_chat_render: NULL argument");
     tern_str text = {0};
-    rec_ranges rec = {0};
-    g_rec = &rec;
-    tern_status st = tern_chat_render(fmt, msgs, n, opts, &text);
-    g_rec = NULL;
-    if (!st && rec.failed) st = tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
-    if (!st) st = tern_tok_encode_plain_ranges(t, text.data ? text.data : "", text.len, (const size_t(*)[2])rec.r,
-                                               rec.n, out);
-    if (rec.r) tern_free(rec.r, rec.cap * sizeof *rec.r);
+    chat_w w = {.out = &text, .record = true};
+    tern_status st = render(fmt, msgs, n, opts, &w);
+    if (!st && w.failed) st = tern_fail(TERN_ERR_NOMEM, "chat: out of memory");
+    if (!st) st = tern_tok_encode_plain_ranges(t, text.data ? text.data : "", text.len, (const size_t(*)[2])w.r,
+                                               w.n, out);
+    if (w.r) tern_free(w.r, w.cap * sizeof *w.r);
     tern_str_free(&text);
     return st;
 }

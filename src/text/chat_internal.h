@@ -13,18 +13,8 @@
 typedef struct sv { const char *p; size_t n; } sv;
 static inline sv SV(const char *s) { sv r = {s ? s : "", s ? strlen(s) : 0}; return r; }
 
-/* Record out[a, b) as caller data while tern_chat_tokenize renders (chat.c). */
-void tern_chat_rec_add(size_t a, size_t b);
-
 #define APP(out, s) do { tern_status _st = tern_str_append((out), (s), strlen(s)); if (_st) return _st; } while (0)
-#define APPV(out, v)                                                              \
-    do {                                                                          \
-        sv _v = (v);                                                              \
-        size_t _a = (out)->len;                                                   \
-        tern_status _st = tern_str_append((out), _v.p, _v.n);                     \
-        if (_st) return _st;                                                      \
-        tern_chat_rec_add(_a, (out)->len);                                                  \
-    } while (0)
+#define APPSV(out, v) do { sv _v = (v); tern_status _st = tern_str_append((out), _v.p, _v.n); if (_st) return _st; } while (0)
 
 /* ---- JSON (chat_json.c): a small validating reader that writes Python
  * json.dumps text (separators ", " and ": ", non-ASCII kept, strings re-escaped as

@@ -31,6 +31,22 @@ static int hexv(char c) {
     return -1;
 }
 
+/* The 4 hex digits at p (before end) as a number; -1 when they are not. */
+static long hex4(const char *p, const char *end) {
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = p + i < end ? hexv(p[i]) : -1;
+        if (h < 0) return -1;
+        v = v << 4 | h;
+    }
+    return v;
+}
+
+/* JSON's two-character escapes: the letter after the backslash and the byte it stands
+ * for (Python's json.dumps writes all but the solidus this way). */
+static const char g_esc_letter[8] = {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'};
+static const char g_esc_byte[8] = {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'};
+
 /* Decode a JSON string at j->p (on the quote) into raw UTF-8. */
 tern_status tern_cj_string(jp *j, tern_str *out) {
     if (j->p >= j->end || *j->p != '"') return tern_cj_err(j, "string expected");
@@ -49,53 +65,23 @@ tern_status tern_cj_string(jp *j, tern_str *out) {
         if (j->p + 1 >= j->end) return tern_cj_err(j, "bad escape");
         char e = j->p[1];
         j->p += 2;
-        char ch;
-        switch (e) {
-        case '"': ch = '"'; break;
-        case '\\': ch = '\\'; break;
-        case '/': ch = '/'; break;
-        case 'b': ch = '\b'; break;
-        case 'f': ch = '\f'; break;
-        case 'n': ch = '\n'; break;
-        case 'r': ch = '\r'; break;
-        case 't': ch = '\t'; break;
-        case 'u': {
-            uint32_t cp = 0;
-            for (int i = 0; i < 4; i++) {
-                int h = j->p + i < j->end ? hexv(j->p[i]) : -1;
-                if (h < 0) return tern_cj_err(j, "bad \\u escape");
-                cp = cp << 4 | (uint32_t)h;
-            }
-            j->p += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && j->p + 6 <= j->end && j->p[0] == '\\' && j->p[1] == 'u') {
-                uint32_t lo = 0;
-                int ok = 1;
-                for (int i = 0; i < 4; i++) {
-                    int h = hexv(j->p[2 + i]);
-                    if (h < 0) { ok = 0; break; }
-                    lo = lo << 4 | (uint32_t)h;
-                }
-                if (ok && lo >= 0xDC00 && lo < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    j->p += 6;
-                }
-            }
-            char u[4];
-            size_t k;
-            if (cp < 0x80) { u[0] = (char)cp; k = 1; }
-            else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
-            else if (cp < 0x10000) {
-                u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
-            } else {
-                u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
-            }
-            if ((st = tern_str_append(out, u, k))) return st;
+        if (e != 'u') {
+            const char *esc = memchr(g_esc_letter, e, sizeof g_esc_letter);
+            if (!esc) return tern_cj_err(j, "bad escape");
+            if ((st = tern_str_append(out, &g_esc_byte[esc - g_esc_letter], 1))) return st;
             continue;
         }
-        default: return tern_cj_err(j, "bad escape");
+        long hi = hex4(j->p, j->end), lo;
+        if (hi < 0) return tern_cj_err(j, "bad \\u escape");
+        uint32_t cp = (uint32_t)hi;
+        j->p += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && j->p + 6 <= j->end && j->p[0] == '\\' && j->p[1] == 'u' &&
+            (lo = hex4(j->p + 2, j->end)) >= 0xDC00 && lo < 0xE000) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
+            j->p += 6;
         }
-        if ((st = tern_str_append(out, &ch, 1))) return st;
+        char u[4];
+        if ((st = tern_str_append(out, u, tern_utf8_put(cp, u)))) return st;
     }
     if (j->p >= j->end) return tern_cj_err(j, "unterminated string");
     j->p++;
@@ -109,17 +95,9 @@ tern_status tern_cj_py_json_str(sv s, tern_str *out) {
         unsigned char c = (unsigned char)s.p[i];
         char buf[8];
         const char *r = NULL;
-        switch (c) {
-        case '"': r = "\\\""; break;
-        case '\\': r = "\\\\"; break;
-        case '\n': r = "\\n"; break;
-        case '\r': r = "\\r"; break;
-        case '\t': r = "\\t"; break;
-        case '\b': r = "\\b"; break;
-        case '\f': r = "\\f"; break;
-        default:
-            if (c < 0x20) { snprintf(buf, sizeof buf, "\\u%04x", c); r = buf; }
-        }
+        const char *esc = c != '/' ? memchr(g_esc_byte, c, sizeof g_esc_byte) : NULL;
+        if (esc) { buf[0] = '\\'; buf[1] = g_esc_letter[esc - g_esc_byte]; buf[2] = 0; r = buf; }
+        else if (c < 0x20) { snprintf(buf, sizeof buf, "\\u%04x", c); r = buf; }
         if (r) APP(out, r);
         else { tern_status st = tern_str_append(out, (const char *)&s.p[i], 1); if (st) return st; }
     }
@@ -201,7 +179,7 @@ static tern_status py_float_repr(sv lit, tern_str *out) {
 
 static tern_status py_int(sv lit, tern_str *out) {
     if (lit.n == 2 && !memcmp(lit.p, "-0", 2)) { APP(out, "0"); return TERN_OK; }
-    APPV(out, lit);
+    APPSV(out, lit);
     return TERN_OK;
 }
 

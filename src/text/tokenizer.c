@@ -52,16 +52,6 @@ static void byte_map_init(void) {
     pthread_once(&once, byte_map_build);
 }
 
-static size_t utf8_put(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); return 4;
-}
 
 /* Length of a valid UTF-8 sequence starting at s (n bytes available), 0 if invalid/incomplete. */
 static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
@@ -70,75 +60,6 @@ static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
     if (r <= 0) return 0;
     *cp = (uint32_t)c;
     return (size_t)r;
-}
-
-/* ------------------------------------------------------------- str / tokens */
-
-void tern_str_free(tern_str *s) {
-    if (!s) return;
-    if (s->data) tern_free(s->data, s->cap);
-    s->data = NULL; s->len = s->cap = 0;
-}
-
-static tern_status str_reserve(tern_str *s, size_t extra) {
-    size_t need;
-    if (!tern_add_ok(s->len, extra, &need) || !tern_add_ok(need, 1, &need))
-        return tern_fail(TERN_ERR_NOMEM, "text: string too long");
-    if (need <= s->cap) return TERN_OK;
-    size_t cap = s->cap ? s->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *d = tern_realloc(s->data, s->cap, cap);
-    if (!d) return tern_fail(TERN_ERR_NOMEM, "text: out of memory (%zu bytes)", cap);
-    s->data = d; s->cap = cap;
-    return TERN_OK;
-}
-
-tern_status tern_str_append(tern_str *s, const char *data, size_t len) {
-    tern_status st = str_reserve(s, len);
-    if (st) return st;
-    if (len) memcpy(s->data + s->len, data, len);
-    s->len += len;
-    s->data[s->len] = 0;
-    return TERN_OK;
-}
-
-tern_status tern_utf8_sanitize(const char *s, size_t n, tern_str *out) {
-    size_t cap;
-    if (__builtin_mul_overflow(n, (size_t)3, &cap)) return tern_fail(TERN_ERR_NOMEM, "text: %zu bytes is too long", n);
-    tern_status st = str_reserve(out, cap); /* at most 3 bytes out per byte in */
-    if (st) return st;
-    const unsigned char *u = (const unsigned char *)s;
-    char *q = out->data + out->len;
-    for (size_t i = 0; i < n;) {
-        size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] < 0xE0 ? 2 : u[i] >= 0xE0 && u[i] < 0xF0 ? 3
-                    : u[i] >= 0xF0 && u[i] < 0xF5 ? 4 : 0;
-        bool ok = need && i + need <= n && u[i] != 0;
-        for (size_t k = 1; ok && k < need; k++) ok = (u[i + k] & 0xC0) == 0x80;
-        if (ok && need == 3) ok = !(u[i] == 0xE0 && u[i + 1] < 0xA0) && !(u[i] == 0xED && u[i + 1] >= 0xA0);
-        if (ok && need == 4) ok = !(u[i] == 0xF0 && u[i + 1] < 0x90) && !(u[i] == 0xF4 && u[i + 1] >= 0x90);
-        if (ok) { memcpy(q, s + i, need); q += need; i += need; }
-        else { memcpy(q, "\xEF\xBF\xBD", 3); q += 3; i++; }
-    }
-    out->len = (size_t)(q - out->data);
-    out->data[out->len] = 0;
-    return TERN_OK;
-}
-
-void tern_tokens_free(tern_tokens *t) {
-    if (!t) return;
-    if (t->ids) tern_free(t->ids, t->cap * sizeof *t->ids);
-    t->ids = NULL; t->n = t->cap = 0;
-}
-
-tern_status tern_tokens_push(tern_tokens *t, int32_t id) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        int32_t *d = tern_realloc(t->ids, t->cap * sizeof *d, cap * sizeof *d);
-        if (!d) return tern_fail(TERN_ERR_NOMEM, "text: out of memory (token array)");
-        t->ids = d; t->cap = cap;
-    }
-    t->ids[t->n++] = id;
-    return TERN_OK;
 }
 
 /* ------------------------------------------------------------------ hashing */
@@ -335,7 +256,7 @@ tern_status tern_tok_finish(tern_tokenizer *t, const char *name) {
     if (!t->map && (st = build_map(t))) return st;
     for (int b = 0; b < 256; b++) {
         char u[4];
-        size_t n = utf8_put(g_byte_to_cp[b], u);
+        size_t n = tern_utf8_put(g_byte_to_cp[b], u);
         t->byte_id[b] = map_find(t, u, n);
     }
     /* added tokens, longest first (leftmost-longest matching) */
@@ -440,12 +361,8 @@ static inline bool cand_less(const bpe_cand *a, const bpe_cand *b) {
 }
 
 static tern_status heap_push(enc_scratch *sc, bpe_cand c) {
-    if (sc->heap_n == sc->heap_cap) {
-        size_t cap = sc->heap_cap ? sc->heap_cap * 2 : 256;
-        bpe_cand *h = tern_realloc(sc->heap, sc->heap_cap * sizeof *h, cap * sizeof *h);
-        if (!h) return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
-        sc->heap = h; sc->heap_cap = cap;
-    }
+    if (!tern_grow(&sc->heap, &sc->heap_cap, sc->heap_n, sizeof *sc->heap, 256))
+        return tern_fail(TERN_ERR_NOMEM, "tokenizer: out of memory");
     size_t i = sc->heap_n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -663,7 +580,7 @@ const char *tern_token_bytes(const tern_tokenizer *t, int32_t id, size_t *len) {
 }
 
 tern_status tern_detokenize(const tern_tokenizer *t, const int32_t *ids, size_t n, tern_str *out) {
-    tern_status st = str_reserve(out, 0);
+    tern_status st = tern_str_reserve(out, 0);
     if (st) return st;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab)
@@ -686,7 +603,7 @@ static int utf8_need(unsigned char c) {
 }
 
 tern_status tern_detok_stream_push_bytes(tern_detok_stream *st, const char *b, size_t n, tern_str *out) {
-    tern_status s = str_reserve(out, n + (size_t)st->n_held);
+    tern_status s = tern_str_reserve(out, n + (size_t)st->n_held);
     if (s) return s;
     /* concatenate held bytes and the new ones, emit all complete sequences */
     unsigned char tmp[8];

@@ -1,6 +1,6 @@
 /*
  * fuzz_grammar.c - libFuzzer target for the GBNF parser and matcher
- * (src/text/grammar.c) and the JSON Schema converter (src/text/json_schema.c).
+ * (src/text/grammar.c, grammar_match.c) and the JSON Schema converter (src/text/json_schema.c).
  * Input: grammar text, a 0 byte, then a string to match. The grammar must parse
  * or fail cleanly; when it parses, the string is fed whole and then byte by byte
  * (the two must agree on acceptance and completion), and a rejected byte must

@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (have_hp) {
         tern_gguf_writer *w = NULL;
         if (tern_gguf_writer_new(&w) == TERN_OK) {
-            tern_hf_write_meta(w, &hp, "fuzz", 12345, 41, t);
+            tern_hf_write_meta(w, &hp, "fuzz", 12345, TERN_DT_Q2_0, t);
             tern_gguf_writer_free(w);
         }
         cJSON *j = tern_hf_hparams_to_json(&hp);

@@ -1,5 +1,5 @@
 /*
- * test_grammar.c - the GBNF parser and matcher (src/text/grammar.c), the JSON
+ * test_grammar.c - the GBNF parser and matcher (src/text/grammar.c, grammar_match.c), the JSON
  * Schema converter (src/text/json_schema.c) and the token mask on the embedded
  * model's vocabulary: every allowed token must be accepted by the byte matcher
  * and every refused one rejected (an independent per-token check), plus the

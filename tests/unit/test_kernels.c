@@ -14,7 +14,7 @@
 #include "check.h"
 #include "kern_check.h"
 #include "kernels/kernels.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 #include <math.h>
 #include <pthread.h>

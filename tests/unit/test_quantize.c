@@ -5,6 +5,7 @@
  * group max, rounding at +-0.5, zero groups), seeded signs, size labels.
  */
 #include "check.h"
+#include "formats/hf_meta.h"
 #include "formats/quantize.h"
 #include "formats/vorder.h"
 
@@ -84,11 +85,11 @@ TEST(seeded_signs) {
 
 TEST(size_labels) {
     char b[32];
-    tern_size_label(78862352, b, sizeof b); CHECK_STR(b, "79M");   /* qwen35-tiny fixture */
-    tern_size_label(16782848, b, sizeof b); CHECK_STR(b, "17M");   /* qwen3-tiny fixture */
-    tern_size_label(1720574976, b, sizeof b); CHECK_STR(b, "1.7B");
-    tern_size_label(8190735360ull, b, sizeof b); CHECK_STR(b, "8.2B");
-    tern_size_label(26895998464ull, b, sizeof b); CHECK_STR(b, "27B");
+    tern_hf_size_label(78862352, b, sizeof b); CHECK_STR(b, "79M");   /* qwen35-tiny fixture */
+    tern_hf_size_label(16782848, b, sizeof b); CHECK_STR(b, "17M");   /* qwen3-tiny fixture */
+    tern_hf_size_label(1720574976, b, sizeof b); CHECK_STR(b, "1.7B");
+    tern_hf_size_label(8190735360ull, b, sizeof b); CHECK_STR(b, "8.2B");
+    tern_hf_size_label(26895998464ull, b, sizeof b); CHECK_STR(b, "27B");
 }
 
 TEST(vorder_src_row_matches_tensor) {

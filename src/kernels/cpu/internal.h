@@ -15,7 +15,7 @@
 #define TERN_KERNELS_CPU_INTERNAL_H
 
 #include "kernels/kernels.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 typedef size_t (*tern_act_bytes_fn)(int64_t k);
 typedef void (*tern_act_prep_fn)(const float *x, int64_t k, void *act);

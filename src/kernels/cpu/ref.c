@@ -3,7 +3,7 @@
  * fallback on any CPU and the oracle the ISA variants are tested against.
  * Plain C, fp32 accumulation, no tricks.
  *
- * Formats spoken (see kernels.h / formats/blocks.h):
+ * Formats spoken (see kernels.h / core/blocks.h):
  *   PQ2_0 / Q2_0  : 34 B per 128 weights, fp16 d then codes, element j at byte
  *                   j/4 bits 2*(j%4), value (code-1)*d.
  *   Q2_0_G64      : 18 B per 64 weights, same rule.

@@ -8,7 +8,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/lab.h"
 #include "kernels/cuda/mm_choose.h"
-#include "formats/blocks.h"
+#include "core/blocks.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

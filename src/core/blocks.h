@@ -1,13 +1,14 @@
 /*
  * blocks.h - the packed block layouts, the single source of truth: the codecs
- * (codecs.c), the dtype table (core/common.c), the CPU kernels (src/kernels/cpu) and
- * the CUDA kernels (src/kernels/cuda) take block sizes and field offsets from here.
+ * (formats/codecs.c), the dtype table (core/common.c), the CPU kernels (src/kernels/cpu)
+ * and the CUDA kernels (src/kernels/cuda) take block sizes and field offsets from here.
+ * It sits in core, the bottom layer, because formats and kernels both build on it.
  * All multi-byte fields are little endian; the structs have no padding (every field
  * is bytes or one uint16), so sizeof is the file's block size (asserted below).
  * Plain C and C++ (nvcc includes it too).
  */
-#ifndef TERN_FORMATS_BLOCKS_H
-#define TERN_FORMATS_BLOCKS_H
+#ifndef TERN_CORE_BLOCKS_H
+#define TERN_CORE_BLOCKS_H
 
 #include <assert.h>
 #include <stddef.h>

@@ -3,7 +3,9 @@
  * tern_linear (the Python package's TernaryLinear.from_gguf). PQ2_0, Q2_0 (both
  * layouts) and Q1_0 rows go to tern_linear_from_packed as they are; PTQ1_0 rows
  * are transcoded to PQ2_0 first (lossless). The matrix is used as stored: for a
- * Hadamard-rotated model that is the rotated matrix.
+ * Hadamard-rotated model that is the rotated matrix. It lives in model/, the first
+ * layer above both the readers (formats/) and the kernels' linear layer, which sit
+ * side by side on core and never call each other.
  */
 #include "formats/gguf.h"
 #include "formats/codecs.h"
