@@ -32,6 +32,26 @@
 
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
 
+/* The API a request came in through (its field list and reply shape); generation runs the
+ * same either way (compat.c translates the others to and from chat / completions). */
+typedef enum srv_api {
+    SRV_API_OPENAI = 0,             /* /v1/chat/completions, /v1/completions */
+    SRV_API_NATIVE,                 /* llama-server's /completion and /infill */
+    SRV_API_ANTHROPIC,              /* /v1/messages */
+    SRV_API_RESPONSES               /* /v1/responses */
+} srv_api;
+
+/* One prompt of a completion request: text, or token ids (checked against the vocabulary by
+ * the caller). */
+typedef struct srv_prompt {
+    char *text;                     /* NULL: ids */
+    int32_t *ids;
+    size_t n_ids;
+} srv_prompt;
+#define SRV_MAX_PROMPTS 8
+#define SRV_MAX_CHOICES 16          /* prompts x n */
+#define SRV_MAX_DRY_BREAKERS 32
+
 /* Bounds applied by the parser (hostile input). */
 #define SRV_MAX_MESSAGES 4096
 #define SRV_MAX_STOP 16
@@ -48,7 +68,10 @@ typedef struct srv_request {
     char *tools_json;               /* JSON array of tool definitions; NULL: none (or tool_choice "none") */
     int thinking;                   /* -1 model default, 0 off, 1 on (chat_template_kwargs.enable_thinking) */
     /* completion */
-    char *prompt;
+    char *prompt;                   /* prompts[0].text when that is text (NULL otherwise) */
+    srv_prompt *prompts;            /* 'prompt': a string, token ids, or a list of either */
+    size_t n_prompts;
+    srv_api api;                    /* field list the body was checked against */
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
@@ -68,6 +91,11 @@ typedef struct srv_request {
     int tool_force;                 /* 0: none; 1: tool_choice "required"; 2: a named function */
     char *tool_name;                /* tool_force 2 */
     int n;                          /* choices (1..SRV_MAX_N) */
+    int n_probs;                    /* llama.cpp's n_probs (0: none): top_logprobs-style probabilities */
+    char **dry_breakers;            /* dry_sequence_breakers (NULL: llama.cpp's "\n", ":", "\"", "*") */
+    size_t n_dry_breakers;
+    bool dry_breakers_set;
+    char *samplers;                 /* 'samplers' joined with ';' (NULL: the default order) */
 } srv_request;
 #define SRV_MAX_N 8
 #define SRV_MAX_LOGIT_BIAS 1024
@@ -82,6 +110,9 @@ typedef struct srv_request {
 struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at);
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
+/* The same for a body of API api (SRV_API_OPENAI or SRV_API_NATIVE: the field lists differ). */
+int srv_parse_request_api(srv_kind kind, srv_api api, const char *body, size_t len, srv_request *out, char *err,
+                          size_t err_len);
 void srv_request_free(srv_request *r);
 
 

@@ -40,7 +40,7 @@ TEST(parse_chat_fields) {
         "\"max_completion_tokens\":7,\"max_tokens\":9,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"min_p\":0.1,"
         "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"seed\":42,\"n\":1,"
         "\"stop\":[\"A\",\"\",\"BC\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true,"
-        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":false,\"unknown\":[1,2]}";
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":false,\"user\":\"u\",\"metadata\":{},\"store\":false}";
     CHECK_EQ_INT(parse(SRV_CHAT, b), 0);
     CHECK_EQ_INT(R.n_msgs, 4);
     CHECK_STR(R.msgs[0].role, "system");
@@ -98,6 +98,41 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":4}"), 0);
     CHECK_EQ_INT(R.logprobs, 4);
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":null}"), 0);
+    /* llama.cpp's fields: n_predict is max_tokens (the same value twice is fine), the sampler stages */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 3);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3,\"max_tokens\":3,\"n_probs\":2}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 3);
+    CHECK_EQ_INT(R.n_probs, 2);
+    CHECK_EQ_INT(R.logprobs, 2);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":-1,\"typical_p\":0.5,\"min_keep\":2,"
+                                       "\"top_n_sigma\":1.5,\"xtc_probability\":0.5,\"xtc_threshold\":0.2,"
+                                       "\"dry_multiplier\":0.8,\"dry_base\":2,\"dry_allowed_length\":3,"
+                                       "\"dry_penalty_last_n\":-1,\"dry_sequence_breakers\":[\"\\n\",\"x\"],"
+                                       "\"samplers\":[\"dry\",\"top_k\",\"temperature\"],\"mirostat\":0,"
+                                       "\"mirostat_tau\":5,\"id_slot\":-1,\"cache_prompt\":true,\"user\":\"u\"}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 0);
+    CHECK_NEAR(R.sp.typical_p, 0.5, 1e-6);
+    CHECK_EQ_INT(R.sp.min_keep, 2);
+    CHECK_NEAR(R.sp.top_n_sigma, 1.5, 1e-6);
+    CHECK_NEAR(R.sp.xtc_probability, 0.5, 1e-6);
+    CHECK_NEAR(R.sp.xtc_threshold, 0.2, 1e-6);
+    CHECK_NEAR(R.sp.dry_multiplier, 0.8, 1e-6);
+    CHECK_NEAR(R.sp.dry_base, 2, 1e-6);
+    CHECK_EQ_INT(R.sp.dry_allowed_length, 3);
+    CHECK_EQ_INT(R.sp.dry_penalty_last_n, 65536);
+    CHECK_EQ_INT((int)R.n_dry_breakers, 2);
+    CHECK(R.samplers && !strcmp(R.samplers, "dry;top_k;temperature"));
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":\"kypt\"}"), 0);
+    CHECK(R.samplers && !strcmp(R.samplers, "top_k;typ_p;top_p;temperature"));
+    /* prompts: token ids, a list of strings and id lists */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[9707,11,1879]}"), 0);
+    CHECK_EQ_INT((int)R.n_prompts, 1);
+    CHECK(R.prompt == NULL && R.prompts[0].n_ids == 3 && R.prompts[0].ids[2] == 1879);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[\"a\",[1,2],\"b\"]}"), 0);
+    CHECK_EQ_INT((int)R.n_prompts, 3);
+    CHECK_STR(R.prompt, "a");
+    CHECK(R.prompts[1].n_ids == 2 && R.prompts[2].text && !strcmp(R.prompts[2].text, "b"));
     CHECK_EQ_INT(R.logprobs, -1);
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":3,\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
     CHECK_EQ_INT(R.logprobs, 3);
@@ -131,7 +166,25 @@ TEST(parse_errors) {
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}", "boolean"},
         {SRV_COMPLETION, "{}", "'prompt' is required"},
         {SRV_COMPLETION, "{\"prompt\":3}", "'prompt' must be"},
-        {SRV_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "'prompt' must be"},
+        {SRV_COMPLETION, "{\"prompt\":[]}", "'prompt' must not be"},
+        {SRV_COMPLETION, "{\"prompt\":[1,-2]}", "token ids"},
+        {SRV_COMPLETION, "{\"prompt\":[[1],5]}", "'prompt'[1] must be"},
+        {SRV_COMPLETION, "{\"prompt\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}", "more than 8 prompts"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"mirostat_tau_zz\":5}", "unknown field 'mirostat_tau_zz'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"unknown\":[1,2]}", "unknown field 'unknown'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"y\"}", "unknown field 'prompt'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"input_prefix\":\"y\"}", "unknown field 'input_prefix'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"mirostat\":2}", "'mirostat' is not supported"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3,\"max_tokens\":4}", "disagree"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":0}", "n_predict"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"typical_p\":2}", "typical_p"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"xtc_probability\":-1}", "xtc_probability"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"dry_base\":0.5}", "dry_base"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"dry_sequence_breakers\":[\"\"]}", "dry_sequence_breakers"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":[\"top_k\",\"warp\"]}", "'samplers'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":\"kq\"}", "'samplers'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_probs\":21}", "n_probs"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":2}", "chat field"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "integer"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"9\"}", "must be a number"},
