@@ -134,6 +134,8 @@ void srv_request_free(srv_request *r) {
     for (size_t i = 0; i < r->n_dry_breakers; i++) free(r->dry_breakers[i]);
     free(r->dry_breakers);
     free(r->samplers);
+    free(r->input_prefix);
+    free(r->input_suffix);
     free(r->grammar);
     free(r->schema);
     free(r->tool_name);
@@ -360,6 +362,25 @@ static int get_ids(const cJSON *a, srv_prompt *p, const char *what, char *err, s
  * prompt each, at most SRV_MAX_PROMPTS). */
 static int parse_prompts(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *p = field(root, "prompt");
+    if (r->api == SRV_API_NATIVE) {     /* /infill: input_prefix, input_suffix; the prompt optional */
+        static const char *const k[2] = {"input_prefix", "input_suffix"};
+        for (int i = 0; i < 2; i++) {
+            const cJSON *v = field(root, k[i]);
+            if (v && !cJSON_IsString(v)) return fail(err, en, "'%s' must be a string", k[i]);
+            char **dst = i ? &r->input_suffix : &r->input_prefix;
+            if (v && !(*dst = dup_n(v->valuestring, strlen(v->valuestring)))) return fail(err, en, "out of memory");
+        }
+        const cJSON *ex = field(root, "input_extra");
+        if (ex && !(cJSON_IsArray(ex) && !ex->child))
+            return fail(err, en, "'input_extra' (extra context files) is not supported (only [])");
+        if (!p && (r->input_prefix || r->input_suffix)) {
+            if (!(r->prompts = calloc(1, sizeof *r->prompts)) || !(r->prompts[0].text = dup_n("", 0)) ||
+                !(r->prompt = dup_n("", 0)))
+                return fail(err, en, "out of memory");
+            r->n_prompts = 1;
+            return 0;
+        }
+    }
     if (!p) return fail(err, en, "'prompt' is required");
     bool list = cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
     int n = list ? cJSON_GetArraySize(p) : 1;

@@ -96,6 +96,7 @@ typedef struct srv_request {
     size_t n_dry_breakers;
     bool dry_breakers_set;
     char *samplers;                 /* 'samplers' joined with ';' (NULL: the default order) */
+    char *input_prefix, *input_suffix; /* native API (/infill): the text around the gap (NULL: not given) */
 } srv_request;
 #define SRV_MAX_N 8
 #define SRV_MAX_LOGIT_BIAS 1024
@@ -201,6 +202,36 @@ tern_status srv_split_push(srv_split *s, const char *text, size_t len, tern_str 
 tern_status srv_split_finish(srv_split *s, tern_str *content, tern_str *reasoning);
 void srv_split_free(srv_split *s);
 
+/* ------------------------------------------------- compat.c: other APIs */
+
+/* An Anthropic (/v1/messages) or Responses (/v1/responses) body -> the equivalent chat
+ * completions body (*out malloc'd): 0, else 400 with err (unknown fields included). */
+int srv_compat_request(srv_api api, const char *body, size_t len, char **out, char *err, size_t en);
+/* A non-streamed OpenAI reply (chat for ANTHROPIC / RESPONSES, completions for NATIVE) in the
+ * API's shape; id: the reply's id. malloc'd (NULL: out of memory). */
+char *srv_compat_reply(srv_api api, const char *openai_body, const char *id);
+/* An error body in the API's shape. malloc'd. */
+char *srv_compat_error(srv_api api, int status, const char *message);
+/* Streaming: the OpenAI chunks of a reply (with the usage chunk) in, the API's events out. */
+typedef struct srv_compat_stream {
+    srv_api api;
+    char id[64];
+    bool started, usage_seen;
+    int block;                      /* Anthropic: the open content block (0 none, 1 text, 2 thinking, 3 tool) */
+    int index;                      /* Anthropic: its index */
+    int seq;                        /* Responses: sequence_number */
+    double created;
+    size_t n_prompt, n_gen;
+    tern_str text, reasoning;       /* everything streamed so far */
+    struct cJSON *calls;            /* tool calls (chat chunk shape) */
+    char *finish, *model;
+} srv_compat_stream;
+void srv_compat_stream_init(srv_compat_stream *st, srv_api api, const char *id, size_t n_prompt);
+void srv_compat_stream_chunk(srv_compat_stream *st, const char *chunk_json, tern_str *out);
+void srv_compat_stream_end(srv_compat_stream *st, tern_str *out);
+void srv_compat_stream_error(srv_compat_stream *st, const char *message, tern_str *out);
+void srv_compat_stream_free(srv_compat_stream *st);
+
 /* ------------------------------------------------------------- scheduling */
 
 /* One generated token's log-probability and its top alternatives (log-softmax
@@ -237,6 +268,8 @@ typedef struct srv_job {
     size_t n_stop;
     tern_grammar *grammar;          /* constrained output (owned; NULL: none) */
     tern_grammar_matcher *gm;       /* its match state, used by the scheduler only (owned) */
+    char *samplers;                 /* owned: sp.samplers points here */
+    int32_t *dry_ids;               /* owned: sp.dry_breakers points here */
     struct srv_job *lead;           /* n > 1: choice 0's job (a reference), whose evaluated prompt
                                      * this choice copies instead of evaluating it again (NULL: none) */
     /* channel (guarded by mu) */
