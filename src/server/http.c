@@ -9,6 +9,10 @@
  *   POST /v1/chat/completions     OpenAI chat completions (stream: SSE)
  *   POST /v1/completions          OpenAI raw completions  (stream: SSE)
  *   POST /tokenize, /detokenize   llama.cpp's shapes (endpoints.c)
+ *   POST /completion, /infill     llama-server's native completion and fill-in-the-middle
+ *   POST /apply-template          the chat prompt as text
+ *   POST /v1/messages             Anthropic's Messages API   } compat.c translates them to
+ *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
  *   OPTIONS any path              204 (CORS preflight with --cors)
  * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
@@ -769,8 +773,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     if (!req.top_k_set) j->sp.top_k = h->c.default_top_k >= 0 ? h->c.default_top_k : 20;
     if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
     if (!req.repeat_set && h->c.default_repeat_penalty > 0) j->sp.repeat_penalty = h->c.default_repeat_penalty;
-    if (h->c.default_penalty_last_n > 0 && j->sp.penalty_last_n == req.sp.penalty_last_n &&
-        req.sp.penalty_last_n == 64) j->sp.penalty_last_n = h->c.default_penalty_last_n;
+    if (h->c.default_penalty_last_n > 0 && !req.last_n_set) j->sp.penalty_last_n = h->c.default_penalty_last_n;
     if (!req.freq_set && h->c.has_default_freq) j->sp.frequency_penalty = h->c.default_freq;
     if (!req.presence_set && h->c.has_default_presence) j->sp.presence_penalty = h->c.default_presence;
     if (!req.seed_set) {

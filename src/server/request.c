@@ -6,12 +6,15 @@
  * SSE chunks and error bodies, the streaming reasoning/content splitter, and
  * the front door's verdict on the first bytes of a connection.
  *
- * Accepted fields (others are ignored, as OpenAI-compatible servers do):
+ * Accepted fields (the allow-lists F_COMMON, F_CHAT, F_COMPLETION, F_NATIVE below; any
+ * other field is a 400 "unknown field 'NAME'"):
  *   chat:        messages [{role, content: string | null | [{type:"text", text}],
  *                reasoning_content, tool_calls [{function:{name, arguments}}]}],
  *                tools, tool_choice, chat_template_kwargs.enable_thinking
  *                (or enable_thinking)
- *   completions: prompt (string or a one-string array)
+ *   completions: prompt (a string, token ids, or a list of either)
+ *   llama.cpp:   n_predict, n_probs, typical_p, min_keep, top_n_sigma, xtc_*, dry_*,
+ *                samplers, repeat_last_n; /infill: input_prefix, input_suffix
  *   both:        max_tokens | max_completion_tokens, temperature, top_p, top_k,
  *                min_p, presence_penalty, frequency_penalty, repetition_penalty
  *                (or repeat_penalty), seed, stop, n (1 only), stream,
@@ -339,7 +342,7 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     }
     /* llama.cpp's penalty window */
     if ((rc = get_num(root, "repeat_last_n", -1, 1 << 16, true, &v, &set, err, en))) return rc;
-    if (set && v > 0) sp->penalty_last_n = (int)v;
+    if (set && v > 0) { sp->penalty_last_n = (int)v; r->last_n_set = true; }
     return parse_llama_sampling(root, r, err, en);
 }
 

@@ -75,7 +75,7 @@ typedef struct srv_request {
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
-    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set;
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set, last_n_set;
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
