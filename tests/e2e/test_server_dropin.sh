@@ -23,6 +23,16 @@ PID=$!
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 grep -o 'http://[^ ]*' "$TMP/out" >"$TMP/url" || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
 
+# the CLI maps the same sampler fields: top_k 1 run first makes temperature 5 greedy
+CLI_FAIL=0
+g=$("$TERN" run --temp 0 -n 8 -p "The sky is" 2>/dev/null)
+k=$("$TERN" run --temp 5 --top-k 1 --samplers "top_k;temperature" --seed 3 -n 8 -p "The sky is" 2>/dev/null)
+if [ -n "$g" ] && [ "$g" = "$k" ]; then echo "ok   tern run --samplers top_k;temperature --top-k 1 = greedy"
+else echo "FAIL tern run --samplers: [$g] vs [$k]"; CLI_FAIL=1; fi
+"$TERN" run --samplers bogus -n 2 -p x >/dev/null 2>"$TMP/cli.err"
+if grep -q "unknown stage" "$TMP/cli.err"; then echo "ok   tern run --samplers bogus: refused"
+else echo "FAIL tern run --samplers bogus"; cat "$TMP/cli.err"; CLI_FAIL=1; fi
+
 LIMIT=180; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
 timeout $LIMIT python3 - "$TMP/url" <<'PY'
 import http.client, json, sys
@@ -201,3 +211,5 @@ check("/v1/responses unknown field: 400 naming it", st == 400 and "previous_resp
 print("dropin e2e:", "all ok" if not fails else f"{fails} failed")
 sys.exit(1 if fails else 0)
 PY
+rc=$?
+exit $(( rc || CLI_FAIL ))
