@@ -401,6 +401,8 @@ typedef struct srv_config {
     float default_freq, default_presence; /* used when has_default_freq / _presence */
     bool has_default_freq, has_default_presence;
     const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
+    const char *tls_key_pem;        /* HTTPS (--ssl-key-file / --ssl-cert-file): the PEM texts; NULL: plain HTTP */
+    const char *tls_cert_pem;
 } srv_config;
 
 typedef struct srv_http srv_http;
