@@ -435,9 +435,9 @@ static int parse_llama_sampling(const cJSON *root, srv_request *r, char *err, si
     if (set) sp->dry_base = (float)v;
     if ((rc = get_num(root, "dry_allowed_length", 0, 1 << 16, true, &v, &set, err, en))) return rc;
     if (set) sp->dry_allowed_length = (int)v;
-    /* -1: the whole context (llama.cpp); here the sampler's 1024 default, or 65536 at most */
-    if ((rc = get_num(root, "dry_penalty_last_n", -1, 1 << 16, true, &v, &set, err, en))) return rc;
-    if (set) sp->dry_penalty_last_n = v < 0 ? 65536 : (int)v;
+    /* -1: the whole context (llama.cpp); here 8192 tokens at most */
+    if ((rc = get_num(root, "dry_penalty_last_n", -1, 8192, true, &v, &set, err, en))) return rc;
+    if (set) sp->dry_penalty_last_n = v < 0 ? 8192 : (int)v;
     if (set && v == 0) sp->dry_multiplier = 0;  /* llama.cpp: 0 disables DRY */
     const cJSON *br = field(root, "dry_sequence_breakers");
     if (br) {

@@ -206,6 +206,8 @@ static int32_t hist_back(const tern_sampler *s, int k) {
 /* DRY (llama.cpp's "Don't Repeat Yourself"): for every earlier place where the history's last
  * tokens occur again, the token that followed it would extend a repeat of that length n (no
  * breaker inside); the longest n per token >= allowed_length costs mult * base^(n - allowed). */
+#define DRY_MAX_MATCH 64        /* longer repeats count as 64 (their penalty is past any logit
+                                 * anyway); bounds the work to window x 64 per token */
 static void apply_dry(tern_sampler *s, float *l) {
     const tern_sampler_params *p = &s->p;
     int L = s->hist_n, w = p->dry_penalty_last_n ? p->dry_penalty_last_n : 1024;
@@ -219,7 +221,7 @@ static void apply_dry(tern_sampler *s, float *l) {
     for (int j = L - 2; j >= 0; j--) {
         if (H(j) != last) continue;
         int n = 0;
-        while (n <= j && H(j - n) == H(L - 1 - n) && !s->breaker[H(j - n)]) n++;
+        while (n <= j && n < DRY_MAX_MATCH && H(j - n) == H(L - 1 - n) && !s->breaker[H(j - n)]) n++;
         int32_t next = H(j + 1);
         if (n > s->dry_len[next]) { if (!s->dry_len[next]) touched++; s->dry_len[next] = n; }
     }

@@ -122,7 +122,7 @@ TEST(parse_completion_fields) {
     CHECK_NEAR(R.sp.dry_multiplier, 0.8, 1e-6);
     CHECK_NEAR(R.sp.dry_base, 2, 1e-6);
     CHECK_EQ_INT(R.sp.dry_allowed_length, 3);
-    CHECK_EQ_INT(R.sp.dry_penalty_last_n, 65536);
+    CHECK_EQ_INT(R.sp.dry_penalty_last_n, 8192);
     CHECK_EQ_INT((int)R.n_dry_breakers, 2);
     CHECK(R.samplers && !strcmp(R.samplers, "dry;top_k;temperature"));
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":\"kypt\"}"), 0);
