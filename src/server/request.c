@@ -516,7 +516,7 @@ static const char *const F_COMMON[] = {
     "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
     "dry_sequence_breakers", "samplers", "samplers_sequence",
     /* accepted, no effect (docs/server.md says why) */
-    "user", "metadata", "store", "service_tier", "id_slot", "timings_per_token", "return_tokens",
+    "user", "metadata", "store", "service_tier", "id_slot", "timings_per_token",
     "best_of", "suffix", "functions", "function_call", NULL};
 static const char *const F_CHAT[] = {"messages", "tools", "tool_choice", "chat_template_kwargs", "enable_thinking",
                                      "top_logprobs", "parallel_tool_calls", NULL};
@@ -537,7 +537,7 @@ static int neutral_only(const cJSON *root, const char *k, char *err, size_t en, 
         if (cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 0)) return 0;
         return fail(err, en, "'top_logprobs' is a chat field: /v1/completions takes 'logprobs' (0 … 5)");
     }
-    if (!strcmp(k, "penalize_nl") || !strcmp(k, "post_sampling_probs")) {
+    if (!strcmp(k, "penalize_nl") || !strcmp(k, "post_sampling_probs") || !strcmp(k, "return_tokens")) {
         if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
         return fail(err, en, "'%s' is not supported (only false)", k);
     }

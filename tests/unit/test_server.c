@@ -177,6 +177,7 @@ TEST(parse_errors) {
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"y\"}", "unknown field 'prompt'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"input_prefix\":\"y\"}", "unknown field 'input_prefix'"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"mirostat\":2}", "'mirostat' is not supported"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"return_tokens\":true}", "'return_tokens' is not supported"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3,\"max_tokens\":4}", "disagree"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":0}", "n_predict"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"typical_p\":2}", "typical_p"},
