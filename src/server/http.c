@@ -11,7 +11,7 @@
  *   POST /tokenize, /detokenize   llama.cpp's shapes (endpoints.c)
  *   POST /completion, /infill     llama-server's native completion and fill-in-the-middle
  *   POST /apply-template          the chat prompt as text
- *   POST /v1/messages             Anthropic's Messages API   } compat.c translates them to
+ *   POST /v1/messages(/count_tokens) Anthropic's Messages API } compat.c translates them to
  *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
  *   OPTIONS any path              204 (CORS preflight with --cors)
@@ -49,15 +49,15 @@
 #include <time.h>
 
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
-       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES };
+       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS };
 extern const unsigned char srv_webui_index[];   /* src/server/webui/index.html (cmake/embed.cmake) */
 extern const unsigned long srv_webui_index_len;
 static bool route_post(int r) {
     return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_NATIVE || r == R_INFILL ||
-           r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES;
+           r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES || r == R_COUNT_TOKENS;
 }
 static srv_api route_api(int r) {
-    return r == R_NATIVE || r == R_INFILL ? SRV_API_NATIVE : r == R_MESSAGES ? SRV_API_ANTHROPIC
+    return r == R_NATIVE || r == R_INFILL ? SRV_API_NATIVE : r == R_MESSAGES || r == R_COUNT_TOKENS ? SRV_API_ANTHROPIC
          : r == R_RESPONSES ? SRV_API_RESPONSES : SRV_API_OPENAI;
 }
 
@@ -651,12 +651,45 @@ static int infill_prompt(srv_http *h, const srv_request *r, tern_tokens *out, ch
     return 0;
 }
 
-/* POST /apply-template: the chat request's prompt as text, {"prompt": "..."} (llama-server). */
+/* POST /apply-template: the chat request's prompt as text, {"prompt": "..."} (llama-server);
+ * POST /v1/messages/count_tokens: an Anthropic request's prompt tokens, {"input_tokens": n}. */
 static enum MHD_Result handle_apply_template(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     srv_request req;
-    char err[512];
-    int rc = srv_parse_request(SRV_CHAT, cs->body.data, cs->body.len, &req, err, sizeof err);
+    char err[512], *tbody = NULL;
+    const char *body = cs->body.data;
+    size_t blen = cs->body.len;
+    bool count = cs->route == R_COUNT_TOKENS;
+    if (count) {
+        /* count_tokens takes a Messages body without max_tokens */
+        cJSON *root = srv_json_parse_whole(body, blen, NULL);
+        if (cJSON_IsObject(root) && !cJSON_GetObjectItemCaseSensitive(root, "max_tokens"))
+            cJSON_AddNumberToObject(root, "max_tokens", 1);
+        char *b2 = root ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        int trc = srv_compat_request(SRV_API_ANTHROPIC, b2 ? b2 : body ? body : "", b2 ? strlen(b2) : body ? blen : 0,
+                                     &tbody, err, sizeof err);
+        free(b2);
+        if (trc) return send_error(conn, cs, trc, err);
+        body = tbody;
+        blen = strlen(tbody);
+    }
+    int rc = srv_parse_request(SRV_CHAT, body, blen, &req, err, sizeof err);
+    free(tbody);
     if (rc) { srv_request_free(&req); return send_error(conn, cs, rc, err); }
+    if (count) {
+        bool think = req.thinking < 0 ? h->think_default && !is_prefill(&req) : req.thinking == 1;
+        tern_chat_opts co = {req.tools_json, !is_prefill(&req), think};
+        tern_tokens t = {0};
+        tern_status st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &t);
+        if (!st && !co.add_generation_prompt) strip_turn_end(h->tok, &t);
+        srv_request_free(&req);
+        size_t n = t.n;
+        tern_tokens_free(&t);
+        if (st) return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, tern_last_error());
+        char out[64];
+        snprintf(out, sizeof out, "{\"input_tokens\":%zu}", n);
+        return send_json(conn, cs, 200, dup_str(out));
+    }
     bool think = req.thinking < 0 ? h->think_default : req.thinking == 1, pre = is_prefill(&req);
     tern_chat_opts co = {req.tools_json, !pre, think};
     tern_str out = {0};
@@ -668,9 +701,9 @@ static enum MHD_Result handle_apply_template(srv_http *h, struct MHD_Connection 
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "prompt", out.data);
     tern_str_free(&out);
-    char *body = cJSON_PrintUnformatted(o);
+    char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return send_json(conn, cs, 200, body);
+    return send_json(conn, cs, 200, js);
 }
 
 static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
@@ -1158,6 +1191,7 @@ static int route_of(const char *url, char *model_id, size_t id_len) {
     if (!strcmp(url, "/infill")) return R_INFILL;
     if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
     if (!strcmp(url, "/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/responses")) return R_RESPONSES;
     return R_NONE;
 }
@@ -1262,7 +1296,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
     track_phase(conn, PH_ANSWER);
     if (cs->route == R_TOKENIZE || cs->route == R_DETOKENIZE) return handle_tok(h, conn, cs);
-    if (cs->route == R_APPLY_TEMPLATE) return handle_apply_template(h, conn, cs);
+    if (cs->route == R_APPLY_TEMPLATE || cs->route == R_COUNT_TOKENS) return handle_apply_template(h, conn, cs);
     return handle_generate(h, conn, cs);
 }
 

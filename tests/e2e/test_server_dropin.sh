@@ -179,6 +179,10 @@ check("/v1/messages without max_tokens: 400 in Anthropic's shape", st == 400 and
       "max_tokens" in b["error"]["message"], b)
 st, b = req("/v1/messages", dict(am, top_q=1), XK)
 check("/v1/messages unknown field: 400 naming it", st == 400 and "top_q" in b["error"]["message"], b)
+st, b = req("/v1/messages", dict(am, max_tokens=1), XK)
+n_in = b.get("usage", {}).get("input_tokens")
+st, c = req("/v1/messages/count_tokens", {k: v for k, v in am.items() if k not in ("max_tokens", "temperature")}, XK)
+check("/v1/messages/count_tokens = the message's input_tokens", st == 200 and c.get("input_tokens") == n_in and n_in, (c, n_in))
 st, b = req("/v1/messages", am, {})
 check("/v1/messages without a key: 401", st == 401, b)
 tools = [{"name": "get_weather", "description": "Weather of a city",
