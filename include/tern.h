@@ -565,6 +565,24 @@ typedef struct tern_sampler_params {
     float frequency_penalty;        /* 0: off */
     int penalty_last_n;             /* window for the penalties (0 = 64) */
     uint64_t seed;
+    /* llama.cpp's samplers (defaults: off). min_keep: top_p, min_p, typical_p and XTC keep at
+     * least this many candidates (0 = 1). */
+    int min_keep;
+    float typical_p;                /* 1: off; locally typical: the tokens whose -log p is closest to
+                                     * the entropy, smallest set with mass >= typical_p */
+    float top_n_sigma;              /* <= 0: off; keep logits >= max - n * (their standard deviation) */
+    float xtc_probability;          /* 0: off; with this probability, of the tokens with p >= */
+    float xtc_threshold;            /* xtc_threshold (when two or more) all but the least likely go */
+    float dry_multiplier;           /* 0: off; DRY: a token that would extend a repeat of n >= */
+    float dry_base;                 /* dry_allowed_length tokens loses dry_multiplier * */
+    int dry_allowed_length;         /* dry_base^(n - dry_allowed_length) from its logit */
+    int dry_penalty_last_n;         /* tokens DRY looks back over (0: 1024) */
+    const int32_t *dry_breakers;    /* token ids a repeat cannot extend across (copied by */
+    int n_dry_breakers;             /* tern_sampler_new; NULL: none) */
+    const char *samplers;           /* NULL: the default order; else the stages to run, in order,
+                                     * separated by ';' (llama.cpp's names: dry, top_k, typ_p, top_p,
+                                     * min_p, xtc, top_n_sigma, temperature; copied). Penalties come
+                                     * first; temperature <= 0 is greedy after the penalties and DRY */
 } tern_sampler_params;
 TERN_API void tern_sampler_params_default(tern_sampler_params *p);
 typedef struct tern_sampler tern_sampler;

@@ -42,6 +42,10 @@ void gen_opts_help(FILE *f) {
             "                           general.sampling.penalty_last_n; default 1 = off)\n"
             "  --presence-penalty X     presence penalty (default 0)\n"
             "  --frequency-penalty X    frequency penalty (default 0)\n"
+            "  --typical P, --min-keep N, --top-nsigma N, --xtc-probability P, --xtc-threshold P,\n"
+            "  --dry-multiplier X, --dry-base X, --dry-allowed-length N, --dry-penalty-last-n N,\n"
+            "  --samplers 'top_k;typ_p;top_p;min_p;xtc;temperature'\n"
+            "                           llama.cpp's sampler stages (all off by default; docs/server.md)\n"
             "  --seed S                 sampling seed (default: random, printed); same seed, same output\n"
             "  --think | --no-think     thinking on / off (default: the model's tern.chat.thinking key,\n"
             "                           else on for qwen35, off for qwen3)\n"
@@ -94,6 +98,16 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--repeat-penalty")) { o->repeat_set = true; NUM_F(1e-3, 100.0, o->sp.repeat_penalty); }
     if (!strcmp(a, "--presence-penalty")) { o->presence_set = true; NUM_F(-100.0, 100.0, o->sp.presence_penalty); }
     if (!strcmp(a, "--frequency-penalty")) { o->freq_set = true; NUM_F(-100.0, 100.0, o->sp.frequency_penalty); }
+    if (!strcmp(a, "--typical")) NUM_F(1e-6, 1.0, o->sp.typical_p);
+    if (!strcmp(a, "--min-keep")) NUM_I(0, 1 << 20, o->sp.min_keep);
+    if (!strcmp(a, "--top-nsigma")) NUM_F(-1.0, 1000.0, o->sp.top_n_sigma);
+    if (!strcmp(a, "--xtc-probability")) NUM_F(0.0, 1.0, o->sp.xtc_probability);
+    if (!strcmp(a, "--xtc-threshold")) NUM_F(0.0, 1.0, o->sp.xtc_threshold);
+    if (!strcmp(a, "--dry-multiplier")) NUM_F(0.0, 1000.0, o->sp.dry_multiplier);
+    if (!strcmp(a, "--dry-base")) NUM_F(1.0, 100.0, o->sp.dry_base);
+    if (!strcmp(a, "--dry-allowed-length")) NUM_I(0, 1 << 16, o->sp.dry_allowed_length);
+    if (!strcmp(a, "--dry-penalty-last-n")) NUM_I(0, 1 << 16, o->sp.dry_penalty_last_n);
+    if (!strcmp(a, "--samplers")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->sp.samplers = v; return 1; }
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
     { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }

@@ -10,7 +10,9 @@
 #include "cli/cli_gen.h"
 #include "server/server.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,8 @@ static void usage(FILE *f) {
             "  --header-timeout-s N headers must arrive within N s of connecting / of the last reply (default 10)\n"
             "  --body-timeout-s N   the body must arrive within N s of the headers (default 60)\n"
             "  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (and answer OPTIONS preflights)\n"
+            "  --ssl-key-file F, --ssl-cert-file F\n"
+            "                       serve HTTPS with this PEM key and certificate (both needed)\n"
             "  --max-tokens N       max_tokens of a request that gives none (default 512; 0 = until the end\n"
             "                       of generation or a full context)\n"
             "  --think | --no-think thinking on / off by default (default: the model's tern.chat.thinking key,\n"
@@ -86,6 +90,29 @@ static void *sig_main(void *arg) {
     return NULL;
 }
 
+/* A whole (small) text file, NUL-terminated; NULL with errno set. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *b = realloc(buf, cap = cap ? cap * 2 : 8192);
+            if (!b || cap > (1u << 24)) { free(b ? b : buf); fclose(f); errno = b ? EFBIG : ENOMEM; return NULL; }
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r < 4096) break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); errno = EIO; return NULL; }
+    buf[n] = 0;
+    return buf;
+}
+
 static const char *base_name(const char *p) {
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') n--;   /* a pack folder given with a trailing slash */
@@ -98,6 +125,7 @@ static const char *base_name(const char *p) {
 
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
+    const char *ssl_key = NULL, *ssl_cert = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
     int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0;
@@ -148,6 +176,8 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--cors")) cors = v;
+        else if (!strcmp(a, "--ssl-key-file")) ssl_key = v;
+        else if (!strcmp(a, "--ssl-cert-file")) ssl_cert = v;
         else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--top-k")) { num = &top_k; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
@@ -171,6 +201,7 @@ int tern_cmd_serve(int argc, char **argv) {
             return cli_usage_error("serve", "%s needs a non-empty value", a);
         i++;
     }
+    if (!ssl_key != !ssl_cert) return cli_usage_error("serve", "--ssl-key-file and --ssl-cert-file go together");
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -211,6 +242,15 @@ int tern_cmd_serve(int argc, char **argv) {
      * raw-text model says false: its template's thinking branch only makes it spend the
      * reply inside <think>, docs/default-model.md) > the chat format */
     if (think < 0) think = cli_model_thinking("serve", m, tern_chat_format_for(tok), quiet) ? 1 : 0;
+    char *key_pem = NULL, *cert_pem = NULL;     /* HTTPS: read now, valid while the server runs */
+    if (ssl_key && (!(key_pem = read_text(ssl_key)) || !(cert_pem = read_text(ssl_cert)))) {
+        fprintf(stderr, "tern serve: cannot read %s: %s\n", key_pem ? ssl_cert : ssl_key, strerror(errno));
+        free(key_pem);
+        srv_sched_free(sched);
+        tern_model_free(m);
+        tern_tokenizer_free(tok);
+        return 1;
+    }
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
     /* sampling defaults: a flag > the model's general.sampling.* keys > built-in
@@ -229,11 +269,15 @@ int tern_cmd_serve(int argc, char **argv) {
     c.default_presence = ms.present;
     c.has_default_presence = ms.has_present;
     c.sampling_source = n_ms && flags ? "model+flags" : n_ms ? "model" : flags ? "flags" : "built-in";
+    c.tls_key_pem = key_pem;
+    c.tls_cert_pem = cert_pem;
     srv_http *http = NULL;
     char err[256];
     int bound = 0;
     if (srv_http_start(&c, sched, tok, &http, &bound, err, sizeof err)) {
         fprintf(stderr, "tern serve: %s\n", err);
+        free(key_pem);
+        free(cert_pem);
         srv_sched_free(sched);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -270,7 +314,7 @@ int tern_cmd_serve(int argc, char **argv) {
             fprintf(stderr, "tern serve: prefix cache: the KV cache is rewound to the longest common prefix\n");
     }
     bool v6 = strchr(host, ':') != NULL;
-    printf("tern serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", bound);
+    printf("tern serve: listening on %s://%s%s%s:%d\n", key_pem ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "", bound);
     fflush(stdout);
 
     sig_ctx sc = {set, sched, http, quiet, (double)grace * 1e3};
@@ -278,6 +322,8 @@ int tern_cmd_serve(int argc, char **argv) {
     if (pthread_create(&sig_th, NULL, sig_main, &sc)) {
         fprintf(stderr, "tern serve: cannot start the signal thread\n");
         srv_http_stop(http);
+        free(key_pem);
+        free(cert_pem);
         srv_sched_free(sched);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -290,6 +336,8 @@ int tern_cmd_serve(int argc, char **argv) {
      * event and [DONE] of a stream, a 503) before the connections close */
     srv_http_wait_idle(http, 5000);
     srv_http_stop(http);
+    free(key_pem);
+    free(cert_pem);
     srv_sched_free(sched);
     tern_model_free(m);
     tern_tokenizer_free(tok);

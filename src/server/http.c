@@ -9,6 +9,10 @@
  *   POST /v1/chat/completions     OpenAI chat completions (stream: SSE)
  *   POST /v1/completions          OpenAI raw completions  (stream: SSE)
  *   POST /tokenize, /detokenize   llama.cpp's shapes (endpoints.c)
+ *   POST /completion, /infill     llama-server's native completion and fill-in-the-middle
+ *   POST /apply-template          the chat prompt as text
+ *   POST /v1/messages(/count_tokens) Anthropic's Messages API } compat.c translates them to
+ *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
  *   OPTIONS any path              204 (CORS preflight with --cors)
  * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
@@ -40,14 +44,22 @@
 #include <time.h>
 
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
-       R_SLOTS, R_METRICS, R_ROOT };
+       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS };
 extern const unsigned char srv_webui_index[];   /* src/server/webui/index.html (cmake/embed.cmake) */
 extern const unsigned long srv_webui_index_len;
-static bool route_post(int r) { return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE; }
+static bool route_post(int r) {
+    return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_NATIVE || r == R_INFILL ||
+           r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES || r == R_COUNT_TOKENS;
+}
+static srv_api route_api(int r) {
+    return r == R_NATIVE || r == R_INFILL ? SRV_API_NATIVE : r == R_MESSAGES || r == R_COUNT_TOKENS ? SRV_API_ANTHROPIC
+         : r == R_RESPONSES ? SRV_API_RESPONSES : SRV_API_OPENAI;
+}
 
 /* Per-connection request state (MHD's con_cls). */
 typedef struct conn_state {
     int route;
+    srv_api api;                    /* the route's API: its error shape */
     tern_str body;
     bool too_big, options;
     double t0;
@@ -112,7 +124,7 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, conn_state *cs, in
 }
 
 static enum MHD_Result send_error(struct MHD_Connection *conn, conn_state *cs, int status, const char *msg) {
-    return send_json(conn, cs, status, srv_json_error(status, msg));
+    return send_json(conn, cs, status, srv_compat_error(cs->api, status, msg));
 }
 
 static void make_id(srv_http *h, srv_kind kind, srv_resp_id *id) {
@@ -130,23 +142,37 @@ static void make_id(srv_http *h, srv_kind kind, srv_resp_id *id) {
  * with their choice index). */
 typedef struct stream {
     srv_http *h;
-    srv_job *job[SRV_MAX_N];
+    srv_api api;
+    srv_compat_stream cst;          /* api != OPENAI: the chunks translated */
+    srv_job *job[SRV_MAX_CHOICES];
     int n;
     conn_state *cs;                 /* valid while the reader runs (freed after completion) */
     int fd;
     srv_resp_id id;
+    int n_choice;                   /* choices per prompt (job k is prompt k / n_choice) */
     bool thinking_open, include_usage;
-    srv_split split[SRV_MAX_N];
-    size_t seen[SRV_MAX_N];
-    bool ended[SRV_MAX_N];
+    srv_split split[SRV_MAX_CHOICES];
+    size_t seen[SRV_MAX_CHOICES];
+    bool ended[SRV_MAX_CHOICES];
     int n_ended;
     tern_str out;                   /* SSE bytes not yet handed to MHD */
     size_t out_off;
     bool finished;
     srv_usage total;
-    size_t lp_sent[SRV_MAX_N];      /* logprob entries already streamed */
-    size_t lp_off[SRV_MAX_N];       /* completions: text_offset of the next one */
+    size_t lp_sent[SRV_MAX_CHOICES]; /* logprob entries already streamed */
+    size_t lp_off[SRV_MAX_CHOICES];  /* completions: text_offset of the next one */
 } stream;
+
+/* One chunk of the reply: OpenAI's SSE event, or (other APIs) its translation. */
+static void emit_chunk(stream *s, const srv_delta *d, const srv_usage *u) {
+    if (s->api == SRV_API_OPENAI) { srv_sse_chunk(&s->id, d, u, &s->out); return; }
+    tern_str t = {0};
+    if (!srv_sse_chunk(&s->id, d, u, &t) && t.len > 8) {
+        t.data[t.len - 2] = 0;      /* "data: {...}\n\n" -> the JSON */
+        srv_compat_stream_chunk(&s->cst, t.data + 6, &s->out);
+    }
+    tern_str_free(&t);
+}
 
 static cJSON *logprobs_json(srv_http *h, srv_kind kind, const srv_logprob *es, size_t n, size_t *off);
 
@@ -165,7 +191,7 @@ static cJSON *stream_logprobs(stream *s, int k, bool all) {
     pthread_mutex_unlock(&j->mu);
     if (!copy) return NULL;  /* nothing new (or out of memory: they go with a later chunk) */
     size_t off = s->lp_off[k];
-    cJSON *o = logprobs_json(s->h, s->id.kind, copy, b - a, &off);
+    cJSON *o = logprobs_json(s->h, s->api == SRV_API_NATIVE ? SRV_CHAT : s->id.kind, copy, b - a, &off);
     free(copy);
     if (o) { s->lp_sent[k] = b; s->lp_off[k] = off; }
     return o;
@@ -184,7 +210,7 @@ static void stream_text(stream *s, int k, const char *text, size_t len, bool fin
         d.content = t;
         cJSON *lp = stream_logprobs(s, k, final);
         d.logprobs = lp;
-        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        emit_chunk(s, &d, NULL);
         cJSON_Delete(lp);
         free(t);
         return;
@@ -199,10 +225,10 @@ static void stream_text(stream *s, int k, const char *text, size_t len, bool fin
     if (r.len) {
         d.reasoning = r.data;
         d.logprobs = c.len ? NULL : lp;
-        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        emit_chunk(s, &d, NULL);
         d.reasoning = NULL;
     }
-    if (c.len) { d.content = c.data; d.logprobs = lp; srv_sse_chunk(&s->id, &d, NULL, &s->out); }
+    if (c.len) { d.content = c.data; d.logprobs = lp; emit_chunk(s, &d, NULL); }
     cJSON_Delete(lp);
     tern_str_free(&c);
     tern_str_free(&r);
@@ -218,10 +244,10 @@ static void stream_end(stream *s, int k) {
     snprintf(err, sizeof err, "%s", j->error);
     pthread_mutex_unlock(&j->mu);
     /* as the non-streamed reply: the prompt's figures from choice 0, the others summed */
-    if (!k) {
-        s->total.prompt_tokens = u.prompt_tokens;
-        s->total.cached_tokens = u.cached_tokens;
-        s->total.prompt_ms = u.prompt_ms;
+    if (k % (s->n_choice ? s->n_choice : 1) == 0) {
+        s->total.prompt_tokens += u.prompt_tokens;
+        s->total.cached_tokens += u.cached_tokens;
+        s->total.prompt_ms += u.prompt_ms;
     }
     s->total.completion_tokens += u.completion_tokens;
     s->total.evaluated_tokens += u.evaluated_tokens;
@@ -230,13 +256,8 @@ static void stream_end(stream *s, int k) {
     s->n_ended++;
     bool failed = f == SRV_FINISH_ERROR || f == SRV_FINISH_CANCELLED;
     if (failed) {
-        char *e = srv_json_error(500, f == SRV_FINISH_ERROR ? err : "cancelled");
-        if (e) {
-            tern_str_append(&s->out, "data: ", 6);
-            tern_str_append(&s->out, e, strlen(e));
-            tern_str_append(&s->out, "\n\n", 2);
-            free(e);
-        }
+        s->cst.api = s->api;
+        srv_compat_stream_error(&s->cst, f == SRV_FINISH_ERROR ? err : "cancelled", &s->out);
         /* the other choices will not be read: end the stream now */
         for (int i = 0; i < s->n; i++) srv_job_cancel(s->job[i]);
     } else {
@@ -251,13 +272,13 @@ static void stream_end(stream *s, int k) {
             t.index = k;
             t.tool_calls = rep.tool_calls;
             t.n_tool_calls = rep.n_tool_calls;
-            srv_sse_chunk(&s->id, &t, NULL, &s->out);
+            emit_chunk(s, &t, NULL);
             if (f == SRV_FINISH_STOP) d.finish = SRV_FINISH_TOOL_CALLS;
         }
         tern_chat_reply_free(&rep);
         cJSON *lp = stream_logprobs(s, k, true);  /* what no text chunk carried (held back, stop string) */
         d.logprobs = lp;
-        srv_sse_chunk(&s->id, &d, NULL, &s->out);
+        emit_chunk(s, &d, NULL);
         cJSON_Delete(lp);
     }
     if (failed || s->n_ended == s->n) {
@@ -265,12 +286,13 @@ static void stream_end(stream *s, int k) {
         s->cs->n_gen = s->total.completion_tokens;
         s->cs->usage = s->total;
         s->cs->has_usage = true;
-        if (!failed && s->include_usage) {
+        if (!failed && (s->include_usage || s->api != SRV_API_OPENAI)) {
             srv_delta d = {0};
-            srv_sse_chunk(&s->id, &d, &s->total, &s->out);
+            emit_chunk(s, &d, &s->total);
         }
         record(s->cs, 200);         /* before the client can read [DONE] */
-        tern_str_append(&s->out, "data: [DONE]\n\n", 14);
+        if (s->api == SRV_API_OPENAI) tern_str_append(&s->out, "data: [DONE]\n\n", 14);
+        else if (!failed) srv_compat_stream_end(&s->cst, &s->out);
         s->finished = true;
     }
 }
@@ -320,6 +342,7 @@ static void stream_free(void *cls) {
         srv_split_free(&s->split[k]);
     }
     tern_str_free(&s->out);
+    srv_compat_stream_free(&s->cst);
     free(s);
 }
 
@@ -435,14 +458,25 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* Choice k of an n > 1 request: a job with the same inputs (seed + k). */
-static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *gbnf, const char *root) {
+/* Choice k of an n > 1 request: a job with the same inputs (seed + k); prompt: another
+ * prompt's tokens instead of j's (a list of prompts; NULL: j's). */
+static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *gbnf, const char *root,
+                          const tern_tokens *prompt) {
     srv_job *c = srv_job_new();
     if (!c) return NULL;
     bool ok = true;
-    for (size_t i = 0; ok && i < j->prompt.n; i++) ok = !tern_tokens_push(&c->prompt, j->prompt.ids[i]);
+    if (!prompt) prompt = &j->prompt;
+    for (size_t i = 0; ok && i < prompt->n; i++) ok = !tern_tokens_push(&c->prompt, prompt->ids[i]);
     c->sp = j->sp;
     c->sp.seed = j->sp.seed + (uint64_t)k;
+    c->sp.samplers = NULL;
+    c->sp.dry_breakers = NULL;
+    if (ok && j->samplers) ok = (c->sp.samplers = c->samplers = dup_str(j->samplers)) != NULL;
+    if (ok && j->dry_ids && j->sp.n_dry_breakers) {
+        ok = (c->dry_ids = malloc((size_t)j->sp.n_dry_breakers * sizeof *c->dry_ids)) != NULL;
+        if (ok) memcpy(c->dry_ids, j->dry_ids, (size_t)j->sp.n_dry_breakers * sizeof *c->dry_ids);
+        c->sp.dry_breakers = c->dry_ids;
+    }
     c->max_tokens = j->max_tokens;
     c->stream = j->stream;
     c->ignore_eos = j->ignore_eos;
@@ -471,26 +505,177 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
 }
 
 /* The non-streamed body of choice k (choices[0] of a one-choice response). */
-static char *choice_body(srv_http *h, srv_kind kind, const srv_resp_id *id, srv_job *j, bool thinking_open,
-                         const srv_usage *u, srv_finish f, char *err, size_t en) {
+static char *choice_body(srv_http *h, srv_kind kind, srv_api api, const srv_resp_id *id, srv_job *j,
+                         bool thinking_open, const srv_usage *u, srv_finish f, char *err, size_t en) {
     tern_chat_reply rep = {0};
     bool parsed = kind == SRV_CHAT && tern_chat_parse(h->fmt, j->text.data, j->text.len, thinking_open, &rep) == TERN_OK;
     char *body = NULL;
     if (kind == SRV_CHAT && !parsed) snprintf(err, en, "%s", tern_last_error());
     else {
         body = srv_json_response(id, j->text.data, parsed ? &rep : NULL, f, u);
-        if (body && j->logprobs >= 0) body = with_logprobs(h, kind, body, j);
+        /* llama-server's completion_probabilities have the chat shape (token, logprob, bytes, top_logprobs) */
+        if (body && j->logprobs >= 0) body = with_logprobs(h, api == SRV_API_NATIVE ? SRV_CHAT : kind, body, j);
         if (!body) snprintf(err, en, "out of memory");
     }
     tern_chat_reply_free(&rep);
     return body;
 }
 
+/* A byte string inside a token's bytes. */
+static bool token_has(const char *b, size_t n, const char *s) {
+    size_t l = strlen(s);
+    for (size_t i = 0; i + l <= n; i++) if (!memcmp(b + i, s, l)) return true;
+    return false;
+}
+
+/* DRY sequence breakers as token ids: every token whose bytes hold one of the strings
+ * (llama.cpp's defaults "\n", ":", "\"", "*" when the request gives none). */
+static tern_status dry_breaker_ids(srv_http *h, const srv_request *r, srv_job *j) {
+    static const char *const def[] = {"\n", ":", "\"", "*"};
+    const char *const *bs = r->dry_breakers_set ? (const char *const *)r->dry_breakers : def;
+    size_t nb = r->dry_breakers_set ? r->n_dry_breakers : 4;
+    int32_t nv = tern_tokenizer_n_vocab(h->tok), cnt = 0;
+    if (!nb) return TERN_OK;
+    if (!(j->dry_ids = malloc((size_t)nv * sizeof *j->dry_ids))) return TERN_ERR_NOMEM;
+    for (int32_t id = 0; id < nv; id++) {
+        size_t n = 0;
+        const char *b = tern_token_bytes(h->tok, id, &n);
+        for (size_t k = 0; b && k < nb; k++)
+            if (token_has(b, n, bs[k])) { j->dry_ids[cnt++] = id; break; }
+    }
+    j->sp.dry_breakers = j->dry_ids;
+    j->sp.n_dry_breakers = cnt;
+    return TERN_OK;
+}
+
+/* The last message is the assistant's: render without closing it, so the reply continues its
+ * text (llama-server's prefill). Drops the template's end of turn (<|im_end|> and "\n"). */
+static bool is_prefill(const srv_request *r) {
+    return r->kind == SRV_CHAT && r->n_msgs > 1 && !strcmp(r->msgs[r->n_msgs - 1].role, "assistant") &&
+           !r->msgs[r->n_msgs - 1].n_tool_calls;
+}
+static bool token_is(const tern_tokenizer *t, int32_t id, const char *s) {
+    size_t n = 0;
+    const char *b = tern_token_bytes(t, id, &n);
+    return b && n == strlen(s) && !memcmp(b, s, n);
+}
+static void strip_turn_end(const tern_tokenizer *t, tern_tokens *p) {
+    if (p->n >= 2 && token_is(t, p->ids[p->n - 1], "\n") && token_is(t, p->ids[p->n - 2], "<|im_end|>")) p->n -= 2;
+}
+
+/* /infill: the FIM prompt <fim_prefix> prefix <fim_suffix> suffix <fim_middle> prompt, with the
+ * tokenizer's own FIM tokens; 400 when it has none. */
+static int infill_prompt(srv_http *h, const srv_request *r, tern_tokens *out, char *err, size_t en) {
+    static const char *const names[][3] = {{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+                                           {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+                                           {"<PRE>", "<SUF>", "<MID>"}};
+    int32_t ids[3] = {-1, -1, -1};
+    for (size_t v = 0; v < sizeof names / sizeof names[0] && ids[2] < 0; v++) {
+        for (int i = 0; i < 3; i++) ids[i] = tern_token_lookup(h->tok, names[v][i], strlen(names[v][i]));
+        if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0) ids[2] = -1;
+    }
+    if (ids[2] < 0) {
+        snprintf(err, en, "/infill needs fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>), "
+                          "which this model's tokenizer does not have");
+        return 400;
+    }
+    const char *parts[3] = {r->input_prefix ? r->input_prefix : "", r->input_suffix ? r->input_suffix : "",
+                            r->prompt ? r->prompt : ""};
+    tern_status st = TERN_OK;
+    for (int i = 0; i < 3 && !st; i++) {
+        st = tern_tokens_push(out, ids[i]);
+        if (!st) st = tern_tokenize(h->tok, parts[i], strlen(parts[i]), false, out);
+    }
+    if (st) { snprintf(err, en, "%s", tern_last_error()); return st == TERN_ERR_NOMEM ? 500 : 400; }
+    return 0;
+}
+
+/* POST /apply-template: the chat request's prompt as text, {"prompt": "..."} (llama-server);
+ * POST /v1/messages/count_tokens: an Anthropic request's prompt tokens, {"input_tokens": n}. */
+static enum MHD_Result handle_apply_template(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
+    srv_request req;
+    char err[512], *tbody = NULL;
+    const char *body = cs->body.data;
+    size_t blen = cs->body.len;
+    bool count = cs->route == R_COUNT_TOKENS;
+    if (count) {
+        /* count_tokens takes a Messages body without max_tokens */
+        cJSON *root = srv_json_parse_whole(body, blen, NULL);
+        if (cJSON_IsObject(root) && !cJSON_GetObjectItemCaseSensitive(root, "max_tokens"))
+            cJSON_AddNumberToObject(root, "max_tokens", 1);
+        char *b2 = root ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        int trc = srv_compat_request(SRV_API_ANTHROPIC, b2 ? b2 : body ? body : "", b2 ? strlen(b2) : body ? blen : 0,
+                                     &tbody, err, sizeof err);
+        free(b2);
+        if (trc) return send_error(conn, cs, trc, err);
+        body = tbody;
+        blen = strlen(tbody);
+    }
+    int rc = srv_parse_request(SRV_CHAT, body, blen, &req, err, sizeof err);
+    free(tbody);
+    if (rc) { srv_request_free(&req); return send_error(conn, cs, rc, err); }
+    if (count) {
+        bool think = req.thinking < 0 ? h->think_default && !is_prefill(&req) : req.thinking == 1;
+        tern_chat_opts co = {req.tools_json, !is_prefill(&req), think};
+        tern_tokens t = {0};
+        tern_status st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &t);
+        if (!st && !co.add_generation_prompt) strip_turn_end(h->tok, &t);
+        srv_request_free(&req);
+        size_t n = t.n;
+        tern_tokens_free(&t);
+        if (st) return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, tern_last_error());
+        char out[64];
+        snprintf(out, sizeof out, "{\"input_tokens\":%zu}", n);
+        return send_json(conn, cs, 200, dup_str(out));
+    }
+    bool think = req.thinking < 0 ? h->think_default : req.thinking == 1, pre = is_prefill(&req);
+    tern_chat_opts co = {req.tools_json, !pre, think};
+    tern_str out = {0};
+    tern_status st = tern_str_append(&out, "", 0);
+    if (!st) st = tern_chat_render(h->fmt, req.msgs, req.n_msgs, &co, &out);
+    if (!st && pre && out.len >= 11 && !memcmp(out.data + out.len - 11, "<|im_end|>\n", 11)) out.data[out.len -= 11] = 0;
+    srv_request_free(&req);
+    if (st) { tern_str_free(&out); return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, tern_last_error()); }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", out.data);
+    tern_str_free(&out);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(conn, cs, 200, js);
+}
+
 static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
-    srv_kind kind = cs->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_kind kind = cs->route == R_COMPLETIONS || cs->route == R_NATIVE || cs->route == R_INFILL ? SRV_COMPLETION
+                                                                                                  : SRV_CHAT;
+    srv_api api = cs->api;
     srv_request req;
     char err[512];
-    int rc = srv_parse_request(kind, cs->body.data, cs->body.len, &req, err, sizeof err);
+    const char *body = cs->body.data;
+    size_t blen = cs->body.len;
+    char *tbody = NULL;
+    if (api == SRV_API_ANTHROPIC || api == SRV_API_RESPONSES) {
+        int trc = srv_compat_request(api, body ? body : "", body ? blen : 0, &tbody, err, sizeof err);
+        if (trc) return send_error(conn, cs, trc, err);
+        body = tbody;
+        blen = strlen(tbody);
+    }
+    int rc = srv_parse_request_api(kind, api == SRV_API_NATIVE ? SRV_API_NATIVE : SRV_API_OPENAI, body, blen, &req, err,
+                                   sizeof err);
+    free(tbody);
+    if (!rc && cs->route == R_NATIVE && (req.input_prefix || req.input_suffix)) {
+        snprintf(err, sizeof err, "'input_prefix' and 'input_suffix' are /infill's fields");
+        rc = 400;
+    }
+    int n_prompts = kind == SRV_CHAT ? 1 : (int)req.n_prompts;
+    if (!rc && n_prompts * req.n > SRV_MAX_CHOICES) {
+        snprintf(err, sizeof err, "%d prompts x n = %d is more than %d choices", n_prompts, req.n, SRV_MAX_CHOICES);
+        rc = 400;
+    }
+    if (!rc && cs->route == R_INFILL && n_prompts != 1) {
+        snprintf(err, sizeof err, "/infill takes one prompt");
+        rc = 400;
+    }
     if (rc) { srv_request_free(&req); return send_error(conn, cs, rc, err); }
     tern_str gbnf = {0};
     const char *groot = "root";
@@ -503,28 +688,55 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     srv_job *j = srv_job_new();
     if (!j) { tern_str_free(&gbnf); srv_request_free(&req); return send_error(conn, cs, 500, "out of memory"); }
     bool think = false, thinking_open = false;
-    tern_status st;
+    tern_status st = TERN_OK;
+    int32_t nv = tern_tokenizer_n_vocab(h->tok);
+    tern_tokens ptoks[SRV_MAX_PROMPTS];
+    memset(ptoks, 0, sizeof ptoks);
+    int prc = 0;                    /* a 400 found while building the prompts */
     if (kind == SRV_CHAT) {
         /* a constrained reply is all content: thinking is off unless asked for (refused then) */
-        think = req.thinking < 0 ? (!constrained && h->think_default) : req.thinking == 1;
-        thinking_open = think && h->fmt == TERN_CHAT_QWEN35;
-        tern_chat_opts co = {req.tools_json, true, think};
+        bool pre = is_prefill(&req);
+        think = req.thinking < 0 ? (!constrained && h->think_default && !pre) : req.thinking == 1;
+        thinking_open = think && h->fmt == TERN_CHAT_QWEN35 && !pre;
+        tern_chat_opts co = {req.tools_json, !pre, think};
         st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &j->prompt);
+        if (!st && pre) strip_turn_end(h->tok, &j->prompt);
+    } else if (cs->route == R_INFILL) {
+        prc = infill_prompt(h, &req, &j->prompt, err, sizeof err);
     } else {
-        st = tern_tokenize(h->tok, req.prompt, strlen(req.prompt), true, &j->prompt);
+        for (int p = 0; p < n_prompts && !st && !prc; p++) {
+            const srv_prompt *q = &req.prompts[p];
+            tern_tokens *dst = p ? &ptoks[p] : &j->prompt;
+            if (q->text) st = tern_tokenize(h->tok, q->text, strlen(q->text), true, dst);
+            for (size_t i = 0; !q->text && i < q->n_ids && !st && !prc; i++) {
+                if (q->ids[i] >= nv) {
+                    snprintf(err, sizeof err, "token id %d in 'prompt'%s is not in the vocabulary (%d tokens)",
+                             (int)q->ids[i], n_prompts > 1 ? " (a list)" : "", (int)nv);
+                    prc = 400;
+                } else {
+                    st = tern_tokens_push(dst, q->ids[i]);
+                }
+            }
+        }
     }
     int n_ctx = 0;
     srv_sched_stats(h->sched, NULL, NULL, NULL, &n_ctx);
     cs->n_prompt = j->prompt.n;
-    if (st || !j->prompt.n || j->prompt.n > (size_t)n_ctx) {
+    size_t bad = 0;                 /* a prompt (1-based) that is empty or too long */
+    for (int p = 0; p < n_prompts && !st && !prc && !bad; p++) {
+        size_t pn = p ? ptoks[p].n : j->prompt.n;
+        if (!pn || pn > (size_t)n_ctx) bad = (size_t)p + 1;
+    }
+    if (st || prc || bad) {
+        size_t pn = bad ? (bad > 1 ? ptoks[bad - 1].n : j->prompt.n) : 0;
         if (st) snprintf(err, sizeof err, "%s", tern_last_error());
-        else if (!j->prompt.n) snprintf(err, sizeof err, "the prompt is empty");
-        else snprintf(err, sizeof err, "the prompt (%zu tokens) does not fit the context of %d tokens",
-                      j->prompt.n, n_ctx);
+        else if (bad && !pn) snprintf(err, sizeof err, "the prompt is empty");
+        else if (bad) snprintf(err, sizeof err, "the prompt (%zu tokens) does not fit the context of %d tokens", pn, n_ctx);
+        for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
         srv_job_unref(j);
         srv_request_free(&req);
         tern_str_free(&gbnf);
-        return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : 400, err);
+        return send_error(conn, cs, st == TERN_ERR_NOMEM ? 500 : prc ? prc : 400, err);
     }
     /* sampling defaults: the model's general.sampling.* keys, else the Qwen3 model card
      * as `tern run` (thinking: 0.6 / 0.95) */
@@ -534,7 +746,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     if (!req.top_k_set) j->sp.top_k = h->c.default_top_k >= 0 ? h->c.default_top_k : 20;
     if (!req.min_p_set) j->sp.min_p = h->c.default_min_p >= 0 ? h->c.default_min_p : 0.0f;
     if (!req.repeat_set && h->c.default_repeat_penalty > 0) j->sp.repeat_penalty = h->c.default_repeat_penalty;
-    if (h->c.default_penalty_last_n > 0) j->sp.penalty_last_n = h->c.default_penalty_last_n;
+    if (h->c.default_penalty_last_n > 0 && !req.last_n_set) j->sp.penalty_last_n = h->c.default_penalty_last_n;
     if (!req.freq_set && h->c.has_default_freq) j->sp.frequency_penalty = h->c.default_freq;
     if (!req.presence_set && h->c.has_default_presence) j->sp.presence_penalty = h->c.default_presence;
     if (!req.seed_set) {
@@ -542,13 +754,33 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         clock_gettime(CLOCK_REALTIME, &ts);
         j->sp.seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)j << 17);
     }
+    /* llama.cpp's stages: the job owns the strings and ids the params point at */
+    j->samplers = req.samplers;
+    req.samplers = NULL;
+    j->sp.samplers = j->samplers;
+    j->sp.dry_breakers = NULL;
+    j->sp.n_dry_breakers = 0;
+    tern_status dst = j->sp.dry_multiplier > 0 ? dry_breaker_ids(h, &req, j) : TERN_OK;
+    tern_sampler *probe = NULL;
+    if (!dst && tern_sampler_new(&j->sp, 1, &probe)) {
+        snprintf(err, sizeof err, "%s", tern_last_error());
+        dst = TERN_ERR_INVALID_ARG;
+    }
+    tern_sampler_free(probe);
+    if (dst) {
+        for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
+        srv_job_unref(j);
+        srv_request_free(&req);
+        tern_str_free(&gbnf);
+        return send_error(conn, cs, dst == TERN_ERR_NOMEM ? 500 : 400, dst == TERN_ERR_NOMEM ? "out of memory" : err);
+    }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
     j->no_cache = !req.cache_prompt;
-    int32_t nv = tern_tokenizer_n_vocab(h->tok);
     for (size_t i = 0; i < req.n_bias; i++)
         if (req.bias_ids[i] >= nv) {
             snprintf(err, sizeof err, "'logit_bias' key %d is not a token id (vocabulary of %d)", (int)req.bias_ids[i], (int)nv);
+            for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
             srv_job_unref(j);
             srv_request_free(&req);
             tern_str_free(&gbnf);
@@ -567,24 +799,35 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     req.stop = NULL;
     req.n_stop = 0;
     bool streamed = req.stream, include_usage = req.include_usage;
-    int n = req.n;
+    int n_choice = req.n, n = n_prompts * req.n;
     srv_request_free(&req);
-    srv_job *jobs[SRV_MAX_N] = {j};
+    srv_job *jobs[SRV_MAX_CHOICES] = {j};
     /* a grammar the constraint engine refuses (too large, too ambiguous: its limits) is
      * the client's fault: 400 with the engine's reason; only running out of memory is ours */
     tern_status cst = job_constrain(h, j, &gbnf, groot);
     if (cst && cst != TERN_ERR_NOMEM) {
         snprintf(err, sizeof err, "the output constraint (response_format, grammar or tools) was refused: %s",
                  tern_last_error());
+        for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
         tern_str_free(&gbnf);
         srv_job_unref(j);
         return send_error(conn, cs, 400, err);
     }
     bool ok = !cst;
-    for (int k = 1; ok && k < n; k++) {
-        ok = (jobs[k] = job_clone(h, j, k, &gbnf, groot)) != NULL;
-        if (ok) srv_job_follow(jobs[k], j); /* choice k copies choice 0's evaluated prompt */
+    /* choice (p, k) is jobs[p * n_choice + k]: prompt p's first choice leads, its others copy
+     * its evaluated prompt */
+    for (int p = 0; ok && p < n_prompts; p++) {
+        srv_job *lead = jobs[0];
+        if (p) {
+            ok = (lead = jobs[p * n_choice] = job_clone(h, j, 0, &gbnf, groot, &ptoks[p])) != NULL;
+            tern_tokens_free(&ptoks[p]);
+        }
+        for (int k = 1; ok && k < n_choice; k++) {
+            ok = (jobs[p * n_choice + k] = job_clone(h, lead, k, &gbnf, groot, NULL)) != NULL;
+            if (ok) srv_job_follow(jobs[p * n_choice + k], lead);
+        }
     }
+    for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
     tern_str_free(&gbnf);
     if (!ok) {
         for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
@@ -596,6 +839,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
     }
     srv_resp_id id;
     make_id(h, kind, &id);
+    char cid[64];                   /* the id other APIs show */
+    snprintf(cid, sizeof cid, "%s%s", api == SRV_API_ANTHROPIC ? "msg_" : "", strchr(id.id, '-') + 1);
     int fd = conn_fd(conn);
     if (streamed) {
         stream *s = calloc(1, sizeof *s);
@@ -605,6 +850,9 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         }
         s->h = h;
         s->n = n;
+        s->n_choice = n_choice;
+        s->api = api;
+        srv_compat_stream_init(&s->cst, api, cid, cs->n_prompt);
         s->cs = cs;
         s->fd = fd;
         s->id = id;
@@ -618,7 +866,7 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
                 srv_delta d = {0};
                 d.role = true;
                 d.index = k;
-                srv_sse_chunk(&s->id, &d, NULL, &s->out);
+                emit_chunk(s, &d, NULL);
             }
         }
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
@@ -640,8 +888,8 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
                 cancelled = true;
             }
     }
-    srv_finish f[SRV_MAX_N];
-    srv_usage u[SRV_MAX_N], tot = {0};
+    srv_finish f[SRV_MAX_CHOICES] = {0};
+    srv_usage u[SRV_MAX_CHOICES], tot = {0};
     int failed = -1;
     for (int k = 0; k < n; k++) {
         pthread_mutex_lock(&jobs[k]->mu);
@@ -650,6 +898,11 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         pthread_mutex_unlock(&jobs[k]->mu);
         if (!k) tot = u[k];
         else {
+            if (k % n_choice == 0) {    /* another prompt's lead: its prompt counts too */
+                tot.prompt_tokens += u[k].prompt_tokens;
+                tot.cached_tokens += u[k].cached_tokens;
+                tot.prompt_ms += u[k].prompt_ms;
+            }
             tot.completion_tokens += u[k].completion_tokens;
             tot.evaluated_tokens += u[k].evaluated_tokens;
             if (u[k].gen_ms > tot.gen_ms) tot.gen_ms = u[k].gen_ms;
@@ -668,11 +921,11 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
         ret = send_error(conn, cs, strstr(jobs[failed]->error, "shutting down") ? 503 : 500, jobs[failed]->error);
     } else {
         /* choice 0's body, the other choices' objects appended (index k), usage summed */
-        char *body = choice_body(h, kind, &id, jobs[0], thinking_open, &tot, f[0], err, sizeof err);
+        char *body = choice_body(h, kind, api, &id, jobs[0], thinking_open, &tot, f[0], err, sizeof err);
         cJSON *root = body && n > 1 ? cJSON_Parse(body) : NULL;
         cJSON *choices = root ? cJSON_GetObjectItemCaseSensitive(root, "choices") : NULL;
         for (int k = 1; body && k < n; k++) {
-            char *bk = choice_body(h, kind, &id, jobs[k], thinking_open, &u[k], f[k], err, sizeof err);
+            char *bk = choice_body(h, kind, api, &id, jobs[k], thinking_open, &u[k], f[k], err, sizeof err);
             cJSON *rk = bk ? cJSON_Parse(bk) : NULL;
             free(bk);
             cJSON *ck = rk ? cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(rk, "choices"), 0) : NULL;
@@ -686,6 +939,12 @@ static enum MHD_Result handle_generate(srv_http *h, struct MHD_Connection *conn,
             body = cJSON_PrintUnformatted(root);
         }
         cJSON_Delete(root);
+        if (body && api != SRV_API_OPENAI) {
+            char *b2 = srv_compat_reply(api, body, cid);
+            free(body);
+            body = b2;
+            if (!body) snprintf(err, sizeof err, "out of memory");
+        }
         ret = body ? send_json(conn, cs, 200, body) : send_error(conn, cs, 500, err);
     }
     for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
@@ -867,14 +1126,22 @@ static int route_of(const char *url, char *model_id, size_t id_len) {
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/completion")) return R_NATIVE;
+    if (!strcmp(url, "/infill")) return R_INFILL;
+    if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
+    if (!strcmp(url, "/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
+    if (!strcmp(url, "/responses")) return R_RESPONSES;
     return R_NONE;
 }
 
 static bool authorized(srv_http *h, struct MHD_Connection *conn) {
     if (!h->c.api_key) return true;
     const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!a || strncasecmp(a, "Bearer ", 7)) return false;
-    a += 7;
+    const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");  /* Anthropic's clients */
+    if (a && !strncasecmp(a, "Bearer ", 7)) a += 7;
+    else if (x) a = x;
+    else return false;
     while (*a == ' ') a++;
     /* compare without an early exit */
     size_t la = strlen(a), lk = strlen(h->c.api_key);
@@ -888,6 +1155,11 @@ static bool authorized(srv_http *h, struct MHD_Connection *conn) {
  * end it, so the 413 is written to the socket here and the connection closed (MHD_NO):
  * an answer at once, never a wait for the body timeout. */
 static enum MHD_Result reply_413_close(struct MHD_Connection *conn, conn_state *cs) {
+    if (cs->h->tls) {               /* no plain bytes on a TLS connection: closed without a reply */
+        cs->status = 413;
+        record(cs, 413);
+        return MHD_NO;
+    }
     char *body = srv_json_error(413, "the request body is larger than --max-body");
     char head[512];
     int hn = snprintf(head, sizeof head,
@@ -920,6 +1192,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
         srv_http_track_phase(conn, PH_BODY);
         cs->t0 = now_ms();
         cs->route = route_of(url, cs->model_id, sizeof cs->model_id);
+        cs->api = route_api(cs->route);
         snprintf(cs->method, sizeof cs->method, "%s", method);
         snprintf(cs->path, sizeof cs->path, "%s", url);
         bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -961,6 +1234,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     if (cs->too_big) return send_error(conn, cs, 413, "the request body is larger than --max-body");
     srv_http_track_phase(conn, PH_ANSWER);
     if (cs->route == R_TOKENIZE || cs->route == R_DETOKENIZE) return handle_tok(h, conn, cs);
+    if (cs->route == R_APPLY_TEMPLATE || cs->route == R_COUNT_TOKENS) return handle_apply_template(h, conn, cs);
     return handle_generate(h, conn, cs);
 }
 

@@ -189,7 +189,8 @@ static bool door_step(srv_http *h, door_conn *c, short ev, double now, double hd
             return true;
         }
         if (r > 0) {
-            srv_reqline v = srv_request_line_verdict(b, (size_t)r);
+            /* HTTPS: the bytes are a TLS handshake, not a request line: libmicrohttpd's */
+            srv_reqline v = h->tls ? SRV_REQLINE_VALID : srv_request_line_verdict(b, (size_t)r);
             if (v == SRV_REQLINE_VALID) {
                 door_handoff(h, c->fd, (const struct sockaddr *)&c->addr, c->addr_len, c->since);
                 return true;
@@ -393,17 +394,31 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
      * (MHD_add_connection from another thread needs MHD_USE_ITC) */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      MHD_USE_NO_LISTEN_SOCKET;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, srv_http_on_request, h,
+    /* HTTPS: libmicrohttpd's TLS (GnuTLS) with the key and certificate given */
+    struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}};
+    h->tls = c->tls_key_pem && c->tls_cert_pem;
+    if (h->tls) {
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem};
+    }
+    h->d = h->tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ? NULL
+         : MHD_start_daemon(flags, 0, NULL, NULL, srv_http_on_request, h,
                             MHD_OPTION_NOTIFY_COMPLETED, srv_http_on_completed, h,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_LIMIT, limit,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->per_ip_limit > 0 ? c->per_ip_limit : 0),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
+                            MHD_OPTION_ARRAY, tls,
                             MHD_OPTION_END);
     if (h->d) h->door_on = pthread_create(&h->door, NULL, door_main, h) == 0;
     if (!h->door_on) {
-        snprintf(err, en, h->d ? "cannot start the accepting thread" : "cannot start libmicrohttpd");
+        snprintf(err, en, h->d ? "cannot start the accepting thread"
+                          : h->tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES
+                              ? "this libmicrohttpd has no TLS support (HTTPS)"
+                          : h->tls ? "cannot start libmicrohttpd with TLS (is the key / certificate valid PEM?)"
+                                   : "cannot start libmicrohttpd");
         if (h->d) MHD_stop_daemon(h->d);
         close(lfd);
         close(h->wake[0]);

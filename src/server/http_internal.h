@@ -56,6 +56,7 @@ struct srv_http {
     bool think_default;
     unsigned long long counter;     /* response ids (atomic) */
     tern_token_trie *trie;          /* grammar masks: built on first use (under tmu) */
+    bool tls;                       /* HTTPS: the front door hands connections over unread */
     long long started;
 };
 

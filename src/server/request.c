@@ -3,15 +3,18 @@
  * a model, so it can be unit-tested and fuzzed: the JSON body of
  * /v1/chat/completions and /v1/completions -> srv_request (every field
  * type- and range-checked, every count bounded), the OpenAI response objects,
- * SSE chunks and error bodies, the streaming reasoning/content splitter, and
- * the front door's verdict on the first bytes of a connection.
+ * SSE chunks and error bodies, and the front door's verdict on the first bytes
+ * of a connection (the streaming reasoning/content splitter is in split.c).
  *
- * Accepted fields (others are ignored, as OpenAI-compatible servers do):
+ * Accepted fields (the allow-lists F_COMMON, F_CHAT, F_COMPLETION, F_NATIVE below; any
+ * other field is a 400 "unknown field 'NAME'"):
  *   chat:        messages [{role, content: string | null | [{type:"text", text}],
  *                reasoning_content, tool_calls [{function:{name, arguments}}]}],
  *                tools, tool_choice, chat_template_kwargs.enable_thinking
  *                (or enable_thinking)
- *   completions: prompt (string or a one-string array)
+ *   completions: prompt (a string, token ids, or a list of either)
+ *   llama.cpp:   n_predict, n_probs, typical_p, min_keep, top_n_sigma, xtc_*, dry_*,
+ *                samplers, repeat_last_n; /infill: input_prefix, input_suffix
  *   both:        max_tokens | max_completion_tokens, temperature, top_p, top_k,
  *                min_p, presence_penalty, frequency_penalty, repetition_penalty
  *                (or repeat_penalty), seed, stop, n (1 only), stream,
@@ -129,6 +132,13 @@ void srv_request_free(srv_request *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->prompt);
+    for (size_t i = 0; i < r->n_prompts; i++) { free(r->prompts[i].text); free(r->prompts[i].ids); }
+    free(r->prompts);
+    for (size_t i = 0; i < r->n_dry_breakers; i++) free(r->dry_breakers[i]);
+    free(r->dry_breakers);
+    free(r->samplers);
+    free(r->input_prefix);
+    free(r->input_suffix);
     free(r->grammar);
     free(r->schema);
     free(r->tool_name);
@@ -298,6 +308,8 @@ static int parse_logit_bias(const cJSON *root, srv_request *r, char *err, size_t
     return 0;
 }
 
+static int parse_llama_sampling(const cJSON *root, srv_request *r, char *err, size_t en);
+
 static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t en) {
     tern_sampler_params *sp = &r->sp;
     double v;
@@ -327,6 +339,222 @@ static int parse_sampling(const cJSON *root, srv_request *r, char *err, size_t e
     if (set && v >= 0) {
         sp->seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
         r->seed_set = true;
+    }
+    /* llama.cpp's penalty window */
+    if ((rc = get_num(root, "repeat_last_n", -1, 1 << 16, true, &v, &set, err, en))) return rc;
+    if (set && v > 0) { sp->penalty_last_n = (int)v; r->last_n_set = true; }
+    return parse_llama_sampling(root, r, err, en);
+}
+
+/* One token-id list (non-negative integers; the vocabulary is checked by the caller). */
+static int get_ids(const cJSON *a, srv_prompt *p, const char *what, char *err, size_t en) {
+    int n = cJSON_GetArraySize(a);
+    if (n == 0) return srv_fail(err, en, "%s is an empty token list", what);
+    if (n > SRV_MAX_TOKENS_LIMIT) return srv_fail(err, en, "%s has too many tokens", what);
+    if (!(p->ids = malloc((size_t)n * sizeof *p->ids))) return srv_fail(err, en, "out of memory");
+    for (const cJSON *e = a->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble > INT32_MAX)
+            return srv_fail(err, en, "%s must hold token ids (integers >= 0)", what);
+        p->ids[p->n_ids++] = (int32_t)e->valuedouble;
+    }
+    return 0;
+}
+
+/* 'prompt': a string, an array of token ids, or an array of strings / token-id arrays (one
+ * prompt each, at most SRV_MAX_PROMPTS). */
+static int parse_prompts(const cJSON *root, srv_request *r, char *err, size_t en) {
+    const cJSON *p = field(root, "prompt");
+    if (r->api == SRV_API_NATIVE) {     /* /infill: input_prefix, input_suffix; the prompt optional */
+        static const char *const k[2] = {"input_prefix", "input_suffix"};
+        for (int i = 0; i < 2; i++) {
+            const cJSON *v = field(root, k[i]);
+            if (v && !cJSON_IsString(v)) return srv_fail(err, en, "'%s' must be a string", k[i]);
+            char **dst = i ? &r->input_suffix : &r->input_prefix;
+            if (v && !(*dst = dup_n(v->valuestring, strlen(v->valuestring)))) return srv_fail(err, en, "out of memory");
+        }
+        const cJSON *ex = field(root, "input_extra");
+        if (ex && !(cJSON_IsArray(ex) && !ex->child))
+            return srv_fail(err, en, "'input_extra' (extra context files) is not supported (only [])");
+        if (!p && (r->input_prefix || r->input_suffix)) {
+            if (!(r->prompts = calloc(1, sizeof *r->prompts)) || !(r->prompts[0].text = dup_n("", 0)) ||
+                !(r->prompt = dup_n("", 0)))
+                return srv_fail(err, en, "out of memory");
+            r->n_prompts = 1;
+            return 0;
+        }
+    }
+    if (!p) return srv_fail(err, en, "'prompt' is required");
+    bool list = cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
+    int n = list ? cJSON_GetArraySize(p) : 1;
+    if (!cJSON_IsString(p) && !cJSON_IsArray(p))
+        return srv_fail(err, en, "'prompt' must be a string, an array of token ids, or an array of those");
+    if (cJSON_IsArray(p) && !p->child) return srv_fail(err, en, "'prompt' must not be an empty array");
+    if (n > SRV_MAX_PROMPTS) return srv_fail(err, en, "'prompt' holds more than %d prompts", SRV_MAX_PROMPTS);
+    if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return srv_fail(err, en, "out of memory");
+    int k = 0;
+    for (const cJSON *e = list ? p->child : p; e && k < n; e = list ? e->next : NULL, k++) {
+        srv_prompt *q = &r->prompts[k];
+        r->n_prompts = (size_t)k + 1;
+        char what[32];
+        snprintf(what, sizeof what, list ? "'prompt'[%d]" : "'prompt'", k);
+        if (cJSON_IsString(e)) {
+            if (!(q->text = dup_n(e->valuestring, strlen(e->valuestring)))) return srv_fail(err, en, "out of memory");
+        } else if (cJSON_IsArray(e)) {
+            int rc = get_ids(e, q, what, err, en);
+            if (rc) return rc;
+        } else {
+            return srv_fail(err, en, "%s must be a string or an array of token ids", what);
+        }
+    }
+    if (r->prompts[0].text && !(r->prompt = dup_n(r->prompts[0].text, strlen(r->prompts[0].text))))
+        return srv_fail(err, en, "out of memory");
+    return 0;
+}
+
+/* llama.cpp's sampler fields (src/text/sampler.c implements them). */
+static int parse_llama_sampling(const cJSON *root, srv_request *r, char *err, size_t en) {
+    tern_sampler_params *sp = &r->sp;
+    double v;
+    bool set;
+    int rc;
+    const char *tp = field(root, "typ_p") ? "typ_p" : "typical_p";
+    if ((rc = get_num(root, tp, 0, 1, false, &v, &set, err, en))) return rc;
+    if (set) sp->typical_p = v <= 0 ? 1e-6f : (float)v;
+    if ((rc = get_num(root, "min_keep", 0, 1 << 20, true, &v, &set, err, en))) return rc;
+    if (set) sp->min_keep = (int)v;
+    if ((rc = get_num(root, "top_n_sigma", -1, 1000, false, &v, &set, err, en))) return rc;
+    if (set) sp->top_n_sigma = v > 0 ? (float)v : 0;
+    if ((rc = get_num(root, "xtc_probability", 0, 1, false, &v, &set, err, en))) return rc;
+    if (set) sp->xtc_probability = (float)v;
+    if ((rc = get_num(root, "xtc_threshold", 0, 1, false, &v, &set, err, en))) return rc;
+    if (set) sp->xtc_threshold = (float)v;
+    if ((rc = get_num(root, "dry_multiplier", 0, 1000, false, &v, &set, err, en))) return rc;
+    if (set) sp->dry_multiplier = (float)v;
+    if ((rc = get_num(root, "dry_base", 1, 100, false, &v, &set, err, en))) return rc;
+    if (set) sp->dry_base = (float)v;
+    if ((rc = get_num(root, "dry_allowed_length", 0, 1 << 16, true, &v, &set, err, en))) return rc;
+    if (set) sp->dry_allowed_length = (int)v;
+    /* -1: the whole context (llama.cpp); here 8192 tokens at most */
+    if ((rc = get_num(root, "dry_penalty_last_n", -1, 8192, true, &v, &set, err, en))) return rc;
+    if (set) sp->dry_penalty_last_n = v < 0 ? 8192 : (int)v;
+    if (set && v == 0) sp->dry_multiplier = 0;  /* llama.cpp: 0 disables DRY */
+    const cJSON *br = field(root, "dry_sequence_breakers");
+    if (br) {
+        if (!cJSON_IsArray(br)) return srv_fail(err, en, "'dry_sequence_breakers' must be an array of strings");
+        int n = cJSON_GetArraySize(br);
+        if (n > SRV_MAX_DRY_BREAKERS)
+            return srv_fail(err, en, "'dry_sequence_breakers' has more than %d strings", SRV_MAX_DRY_BREAKERS);
+        r->dry_breakers_set = true;
+        if (n && !(r->dry_breakers = calloc((size_t)n, sizeof *r->dry_breakers))) return srv_fail(err, en, "out of memory");
+        for (const cJSON *e = br->child; e; e = e->next) {
+            if (!cJSON_IsString(e) || !e->valuestring[0] || strlen(e->valuestring) > 64)
+                return srv_fail(err, en, "'dry_sequence_breakers' must hold non-empty strings of at most 64 bytes");
+            if (!(r->dry_breakers[r->n_dry_breakers] = dup_n(e->valuestring, strlen(e->valuestring))))
+                return srv_fail(err, en, "out of memory");
+            r->n_dry_breakers++;
+        }
+    }
+    /* samplers: an array of stage names, or llama.cpp's one-letter string ("dkypmxt") */
+    const cJSON *sm = field(root, "samplers");
+    if (!sm) sm = field(root, "samplers_sequence");
+    if (sm) {
+        tern_str o = {0};
+        if (tern_str_append(&o, "", 0)) return srv_fail(err, en, "out of memory");
+        static const char *const letters[][2] = {{"d", "dry"}, {"k", "top_k"}, {"y", "typ_p"}, {"p", "top_p"},
+                                                 {"m", "min_p"}, {"x", "xtc"}, {"t", "temperature"},
+                                                 {"s", "top_n_sigma"}};
+        int bad = 0;
+        if (cJSON_IsString(sm)) {
+            for (const char *c = sm->valuestring; *c && !bad; c++) {
+                const char *nm = NULL;
+                for (size_t i = 0; i < sizeof letters / sizeof letters[0]; i++)
+                    if (*c == letters[i][0][0]) nm = letters[i][1];
+                if (!nm || o.len > 200) bad = 1;
+                else if ((o.len && tern_str_append(&o, ";", 1)) || tern_str_append(&o, nm, strlen(nm))) bad = 2;
+            }
+        } else if (cJSON_IsArray(sm)) {
+            for (const cJSON *e = sm->child; e && !bad; e = e->next) {
+                if (!cJSON_IsString(e) || strchr(e->valuestring, ';') || strchr(e->valuestring, ',') ||
+                    strchr(e->valuestring, ' ') || !e->valuestring[0] || o.len > 200) bad = 1;
+                else if ((o.len && tern_str_append(&o, ";", 1)) ||
+                         tern_str_append(&o, e->valuestring, strlen(e->valuestring))) bad = 2;
+            }
+        } else {
+            bad = 1;
+        }
+        if (bad) {
+            tern_str_free(&o);
+            return bad == 2 ? srv_fail(err, en, "out of memory")
+                            : srv_fail(err, en, "'samplers' must be an array of stage names (dry, top_k, typ_p, top_p, "
+                                            "min_p, xtc, top_n_sigma, temperature) or a string of their letters");
+        }
+        r->samplers = o.data;
+        /* the names are checked here, with the sampler's own parser */
+        tern_sampler_params t;
+        tern_sampler_params_default(&t);
+        t.samplers = r->samplers;
+        tern_sampler *ts = NULL;
+        if (tern_sampler_new(&t, 1, &ts)) return srv_fail(err, en, "'samplers': %s", tern_last_error());
+        tern_sampler_free(ts);
+    }
+    return 0;
+}
+
+static bool in_list(const char *k, const char *const *list) {
+    for (; *list; list++) if (!strcmp(k, *list)) return true;
+    return false;
+}
+
+/* The fields each endpoint accepts (docs/server.md lists them). Any other field is a 400
+ * naming it: silently ignoring what a client asked for gives it output it did not ask for. */
+static const char *const F_COMMON[] = {
+    "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed",
+    "stop", "n", "stream", "stream_options", "ignore_eos", "cache_prompt", "logit_bias", "logprobs", "n_probs",
+    "response_format", "grammar", "json_schema", "typical_p", "typ_p", "min_keep", "top_n_sigma",
+    "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+    "dry_sequence_breakers", "samplers", "samplers_sequence",
+    /* accepted, no effect (docs/server.md says why) */
+    "user", "metadata", "store", "service_tier", "id_slot", "timings_per_token",
+    "best_of", "suffix", "functions", "function_call", NULL};
+static const char *const F_CHAT[] = {"messages", "tools", "tool_choice", "chat_template_kwargs", "enable_thinking",
+                                     "top_logprobs", "parallel_tool_calls", NULL};
+static const char *const F_COMPLETION[] = {"prompt", "echo", NULL};
+static const char *const F_NATIVE[] = {"input_prefix", "input_suffix", "input_extra", NULL};
+/* llama.cpp fields accepted at their neutral value only */
+static int neutral_only(const cJSON *root, const char *k, char *err, size_t en, bool *ok) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, k);
+    *ok = true;
+    if (!strcmp(k, "mirostat") || !strcmp(k, "dynatemp_range") || !strcmp(k, "n_keep")) {
+        if (cJSON_IsNull(v) || (cJSON_IsNumber(v) && (v->valuedouble == 0 || (!strcmp(k, "n_keep") && v->valuedouble == -1))))
+            return 0;
+        return srv_fail(err, en, "'%s' is not supported (only %s)", k, !strcmp(k, "n_keep") ? "0 or -1" : "0");
+    }
+    if (!strcmp(k, "mirostat_tau") || !strcmp(k, "mirostat_eta") || !strcmp(k, "dynatemp_exponent"))
+        return 0;                   /* no effect while their switch is off; the switch on is refused above */
+    if (!strcmp(k, "top_logprobs")) {   /* completions (chat parses it) */
+        if (cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 0)) return 0;
+        return srv_fail(err, en, "'top_logprobs' is a chat field: /v1/completions takes 'logprobs' (0 … 5)");
+    }
+    if (!strcmp(k, "penalize_nl") || !strcmp(k, "post_sampling_probs") || !strcmp(k, "return_tokens")) {
+        if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
+        return srv_fail(err, en, "'%s' is not supported (only false)", k);
+    }
+    *ok = false;
+    return 0;
+}
+
+static int check_fields(const cJSON *root, srv_kind kind, srv_api api, char *err, size_t en) {
+    for (const cJSON *e = root->child; e; e = e->next) {
+        const char *k = e->string ? e->string : "";
+        if (in_list(k, F_COMMON) || in_list(k, kind == SRV_CHAT ? F_CHAT : F_COMPLETION)) continue;
+        if (api == SRV_API_NATIVE && kind == SRV_COMPLETION && in_list(k, F_NATIVE)) continue;
+        bool ok;
+        int rc = neutral_only(root, k, err, en, &ok);
+        if (rc) return rc;
+        if (ok) continue;
+        return srv_fail(err, en, "unknown field '%.64s' (not supported by tern; docs/server.md lists the accepted fields)", k);
     }
     return 0;
 }
@@ -412,8 +640,14 @@ cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at) {
 }
 
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *r, char *err, size_t en) {
+    return srv_parse_request_api(kind, SRV_API_OPENAI, body, len, r, err, en);
+}
+
+int srv_parse_request_api(srv_kind kind, srv_api api, const char *body, size_t len, srv_request *r, char *err,
+                          size_t en) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->api = api;
     r->thinking = -1;
     tern_sampler_params_default(&r->sp);
     if (err && en) err[0] = 0;
@@ -434,17 +668,22 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
         if (!set && kw && (rc = get_bool(root, "enable_thinking", &b, &set, err, en))) goto out;
         if (set) r->thinking = b;
     } else {
-        const cJSON *p = field(root, "prompt");
-        if (p && cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = p->child;
-        if (!p) { rc = srv_fail(err, en, "'prompt' is required"); goto out; }
-        if (!cJSON_IsString(p)) { rc = srv_fail(err, en, "'prompt' must be a string (or an array of one string)"); goto out; }
-        if (!(r->prompt = dup_n(p->valuestring, strlen(p->valuestring)))) { rc = srv_fail(err, en, "out of memory"); goto out; }
+        if ((rc = parse_prompts(root, r, err, en))) goto out;
         if ((rc = get_bool(root, "echo", &b, &set, err, en))) goto out;
         if (set && b) { rc = srv_fail(err, en, "'echo' is not supported"); goto out; }
     }
+    if ((rc = check_fields(root, kind, api, err, en))) goto out;
     const char *mt = field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = get_num(root, mt, 1, SRV_MAX_TOKENS_LIMIT, true, &v, &set, err, en))) goto out;
     if (set) r->max_tokens = (int)v;
+    /* llama.cpp's n_predict: the same as max_tokens (-1: no limit); both given must agree */
+    if ((rc = get_num(root, "n_predict", -1, SRV_MAX_TOKENS_LIMIT, true, &v, &set, err, en))) goto out;
+    if (set && v != 0 && (v > 0 ? (int)v : 0) != r->max_tokens && field(root, mt)) {
+        rc = srv_fail(err, en, "'n_predict' (%d) and '%s' (%d) disagree: give one", (int)v, mt, r->max_tokens);
+        goto out;
+    }
+    if (set && v > 0) r->max_tokens = (int)v;
+    if (set && v == 0) { rc = srv_fail(err, en, "'n_predict' must be -1 (no limit) or at least 1"); goto out; }
     r->n = 1;
     if ((rc = get_num(root, "n", 1, SRV_MAX_N, true, &v, &set, err, en))) goto out;
     if (set) r->n = (int)v;
@@ -477,6 +716,12 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *
             if ((rc = get_num(root, "logprobs", 0, 5, true, &v, &set, err, en))) goto out;
             r->logprobs = (int)v;
         }
+    }
+    /* llama.cpp's n_probs: the probabilities of the n most likely tokens at each step */
+    if ((rc = get_num(root, "n_probs", 0, SRV_MAX_TOP_LOGPROBS, true, &v, &set, err, en))) goto out;
+    if (set && v > 0) {
+        r->n_probs = (int)v;
+        if (r->logprobs < 0 || r->logprobs < r->n_probs) r->logprobs = r->n_probs;
     }
 out:
     cJSON_Delete(root);
@@ -672,120 +917,4 @@ tern_status srv_sse_chunk(const srv_resp_id *id, const srv_delta *d, const srv_u
     if (!st) st = tern_str_append(out, "\n\n", 2);
     free(s);
     return st;
-}
-
-/* ---------------------------------------------------------------- splitter */
-
-enum { SP_START, SP_THINK_START, SP_THINK, SP_CONTENT_START, SP_CONTENT, SP_TOOL };
-
-void srv_split_init(srv_split *s, bool thinking_open) {
-    memset(s, 0, sizeof *s);
-    s->state = thinking_open ? SP_THINK_START : SP_START;
-}
-
-void srv_split_free(srv_split *s) { tern_str_free(&s->hold); }
-
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-/* Longest suffix of h[0..n) that is a proper prefix of tag. */
-static size_t tag_tail(const char *h, size_t n, const char *tag) {
-    size_t tl = strlen(tag);
-    for (size_t l = tl - 1; l > 0; l--)
-        if (l <= n && !memcmp(h + n - l, tag, l)) return l;
-    return 0;
-}
-
-static const char *find(const char *h, size_t n, const char *tag) {
-    size_t tl = strlen(tag);
-    for (size_t i = 0; i + tl <= n; i++)
-        if (!memcmp(h + i, tag, tl)) return h + i;
-    return NULL;
-}
-
-/* Drop the first k bytes of the hold buffer. */
-static void consume(srv_split *s, size_t k) {
-    memmove(s->hold.data, s->hold.data + k, s->hold.len - k);
-    s->hold.len -= k;
-    s->hold.data[s->hold.len] = 0;
-}
-
-static tern_status emit(srv_split *s, tern_str *dst, size_t n, bool reasoning) {
-    if (!n) return TERN_OK;
-    if (reasoning) s->any_reasoning = true;
-    else s->any_content = true;
-    tern_status st = tern_str_append(dst, s->hold.data, n);
-    if (!st) consume(s, n);
-    return st;
-}
-
-static tern_status split_run(srv_split *s, tern_str *content, tern_str *reasoning, bool final) {
-    tern_status st = TERN_OK;
-    for (;;) {
-        char *h = s->hold.data;
-        size_t n = s->hold.len;
-        switch (s->state) {
-        case SP_START: {
-            size_t k = 0;
-            while (k < n && h[k] == '\n') k++;
-            if (k == n && !final) { consume(s, k); return TERN_OK; }
-            if (n - k >= 7 && !memcmp(h + k, "<think>", 7)) { consume(s, k + 7); s->state = SP_THINK_START; continue; }
-            if (!final && n - k < 7 && !memcmp(h + k, "<think>", n - k)) return TERN_OK;
-            s->state = SP_CONTENT_START;
-            continue;
-        }
-        case SP_THINK_START: {
-            size_t k = 0;
-            while (k < n && h[k] == '\n') k++;
-            consume(s, k);
-            if (k == n) return TERN_OK;
-            s->state = SP_THINK;
-            continue;
-        }
-        case SP_THINK: {
-            const char *c = find(h, n, "</think>");
-            size_t end = c ? (size_t)(c - h) : final ? n : n - tag_tail(h, n, "</think>");
-            size_t keep = end;
-            while (keep && h[keep - 1] == '\n') keep--;
-            if (c || final) {
-                if ((st = emit(s, reasoning, keep, true))) return st;
-                consume(s, end - keep + (c ? 8 : 0));
-                if (!c) return TERN_OK;
-                s->state = SP_CONTENT_START;
-                continue;
-            }
-            return emit(s, reasoning, keep, true);
-        }
-        case SP_CONTENT_START: {
-            size_t k = 0;
-            while (k < n && is_ws(h[k])) k++;
-            consume(s, k);
-            if (k == n) return TERN_OK;
-            s->state = SP_CONTENT;
-            continue;
-        }
-        case SP_CONTENT: {
-            const char *c = find(h, n, "<tool_call>");
-            size_t end = c ? (size_t)(c - h) : final ? n : n - tag_tail(h, n, "<tool_call>");
-            size_t keep = end;
-            while (keep && is_ws(h[keep - 1])) keep--;
-            if ((st = emit(s, content, keep, false))) return st;
-            if (c) { s->tool = true; s->state = SP_TOOL; continue; }
-            if (final) consume(s, s->hold.len);
-            return TERN_OK;
-        }
-        default: /* SP_TOOL: the caller reports the parsed calls */
-            consume(s, s->hold.len);
-            return TERN_OK;
-        }
-    }
-}
-
-tern_status srv_split_push(srv_split *s, const char *text, size_t len, tern_str *content, tern_str *reasoning) {
-    tern_status st = tern_str_append(&s->hold, text ? text : "", text ? len : 0);
-    return st ? st : split_run(s, content, reasoning, false);
-}
-
-tern_status srv_split_finish(srv_split *s, tern_str *content, tern_str *reasoning) {
-    tern_status st = tern_str_append(&s->hold, "", 0);
-    return st ? st : split_run(s, content, reasoning, true);
 }

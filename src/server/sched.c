@@ -65,6 +65,8 @@ void srv_job_unref(srv_job *j) {
     free(j->stop);
     free(j->bias_ids);
     free(j->bias);
+    free(j->samplers);
+    free(j->dry_ids);
     free(j->lp);
     tern_grammar_matcher_free(j->gm);
     tern_grammar_free(j->grammar);

@@ -1,6 +1,8 @@
 /*
  * server.h - `tern serve`: an OpenAI-compatible HTTP server on libtern's public
- * API (include/tern.h) only. Three parts, one file each:
+ * API (include/tern.h) only. Three main parts, one file each (plus split.c: the streaming
+ * reasoning / content splitter; compat.c: the Anthropic, Responses and llama-server shapes;
+ * endpoints.c, constrain.c):
  *
  *   request.c  untrusted JSON body -> srv_request (bounded, fuzzed), the
  *              response / SSE chunk / error JSON builders and the streaming
@@ -33,6 +35,26 @@
 
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
 
+/* The API a request came in through (its field list and reply shape); generation runs the
+ * same either way (compat.c translates the others to and from chat / completions). */
+typedef enum srv_api {
+    SRV_API_OPENAI = 0,             /* /v1/chat/completions, /v1/completions */
+    SRV_API_NATIVE,                 /* llama-server's /completion and /infill */
+    SRV_API_ANTHROPIC,              /* /v1/messages */
+    SRV_API_RESPONSES               /* /v1/responses */
+} srv_api;
+
+/* One prompt of a completion request: text, or token ids (checked against the vocabulary by
+ * the caller). */
+typedef struct srv_prompt {
+    char *text;                     /* NULL: ids */
+    int32_t *ids;
+    size_t n_ids;
+} srv_prompt;
+#define SRV_MAX_PROMPTS 8
+#define SRV_MAX_CHOICES 16          /* prompts x n */
+#define SRV_MAX_DRY_BREAKERS 32
+
 /* Bounds applied by the parser (hostile input). */
 #define SRV_MAX_MESSAGES 4096
 #define SRV_MAX_STOP 16
@@ -49,11 +71,14 @@ typedef struct srv_request {
     char *tools_json;               /* JSON array of tool definitions; NULL: none (or tool_choice "none") */
     int thinking;                   /* -1 model default, 0 off, 1 on (chat_template_kwargs.enable_thinking) */
     /* completion */
-    char *prompt;
+    char *prompt;                   /* prompts[0].text when that is text (NULL otherwise) */
+    srv_prompt *prompts;            /* 'prompt': a string, token ids, or a list of either */
+    size_t n_prompts;
+    srv_api api;                    /* field list the body was checked against */
     /* common */
     int max_tokens;                 /* 0: not given (generate until end or full context) */
     tern_sampler_params sp;         /* sampler settings; fields below say which were given */
-    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set;
+    bool temp_set, top_p_set, top_k_set, min_p_set, seed_set, repeat_set, freq_set, presence_set, last_n_set;
     char **stop;                    /* stop strings (non-empty, deduplicated order kept) */
     size_t n_stop;
     bool stream, include_usage;
@@ -69,6 +94,12 @@ typedef struct srv_request {
     int tool_force;                 /* 0: none; 1: tool_choice "required"; 2: a named function */
     char *tool_name;                /* tool_force 2 */
     int n;                          /* choices (1..SRV_MAX_N) */
+    int n_probs;                    /* llama.cpp's n_probs (0: none): top_logprobs-style probabilities */
+    char **dry_breakers;            /* dry_sequence_breakers (NULL: llama.cpp's "\n", ":", "\"", "*") */
+    size_t n_dry_breakers;
+    bool dry_breakers_set;
+    char *samplers;                 /* 'samplers' joined with ';' (NULL: the default order) */
+    char *input_prefix, *input_suffix; /* native API (/infill): the text around the gap (NULL: not given) */
 } srv_request;
 #define SRV_MAX_N 8
 #define SRV_MAX_LOGIT_BIAS 1024
@@ -83,6 +114,9 @@ typedef struct srv_request {
 struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *bad_at);
 int srv_parse_request(srv_kind kind, const char *body, size_t len, srv_request *out, char *err,
                       size_t err_len);
+/* The same for a body of API api (SRV_API_OPENAI or SRV_API_NATIVE: the field lists differ). */
+int srv_parse_request_api(srv_kind kind, srv_api api, const char *body, size_t len, srv_request *out, char *err,
+                          size_t err_len);
 void srv_request_free(srv_request *r);
 /* A client fault: the reason (printf-style) into err (en bytes, may be NULL); returns 400. */
 int srv_fail(char *err, size_t en, const char *fmt, ...)
@@ -177,6 +211,36 @@ tern_status srv_split_push(srv_split *s, const char *text, size_t len, tern_str 
 tern_status srv_split_finish(srv_split *s, tern_str *content, tern_str *reasoning);
 void srv_split_free(srv_split *s);
 
+/* ------------------------------------------------- compat.c: other APIs */
+
+/* An Anthropic (/v1/messages) or Responses (/v1/responses) body -> the equivalent chat
+ * completions body (*out malloc'd): 0, else 400 with err (unknown fields included). */
+int srv_compat_request(srv_api api, const char *body, size_t len, char **out, char *err, size_t en);
+/* A non-streamed OpenAI reply (chat for ANTHROPIC / RESPONSES, completions for NATIVE) in the
+ * API's shape; id: the reply's id. malloc'd (NULL: out of memory). */
+char *srv_compat_reply(srv_api api, const char *openai_body, const char *id);
+/* An error body in the API's shape. malloc'd. */
+char *srv_compat_error(srv_api api, int status, const char *message);
+/* Streaming: the OpenAI chunks of a reply (with the usage chunk) in, the API's events out. */
+typedef struct srv_compat_stream {
+    srv_api api;
+    char id[64];
+    bool started, usage_seen;
+    int block;                      /* Anthropic: the open content block (0 none, 1 text, 2 thinking, 3 tool) */
+    int index;                      /* Anthropic: its index */
+    int seq;                        /* Responses: sequence_number */
+    double created;
+    size_t n_prompt, n_gen;
+    tern_str text, reasoning;       /* everything streamed so far */
+    struct cJSON *calls;            /* tool calls (chat chunk shape) */
+    char *finish, *model;
+} srv_compat_stream;
+void srv_compat_stream_init(srv_compat_stream *st, srv_api api, const char *id, size_t n_prompt);
+void srv_compat_stream_chunk(srv_compat_stream *st, const char *chunk_json, tern_str *out);
+void srv_compat_stream_end(srv_compat_stream *st, tern_str *out);
+void srv_compat_stream_error(srv_compat_stream *st, const char *message, tern_str *out);
+void srv_compat_stream_free(srv_compat_stream *st);
+
 /* ------------------------------------------------------------- scheduling */
 
 /* One generated token's log-probability and its top alternatives (log-softmax
@@ -213,6 +277,8 @@ typedef struct srv_job {
     size_t n_stop;
     tern_grammar *grammar;          /* constrained output (owned; NULL: none) */
     tern_grammar_matcher *gm;       /* its match state, used by the scheduler only (owned) */
+    char *samplers;                 /* owned: sp.samplers points here */
+    int32_t *dry_ids;               /* owned: sp.dry_breakers points here */
     struct srv_job *lead;           /* n > 1: choice 0's job (a reference), whose evaluated prompt
                                      * this choice copies instead of evaluating it again (NULL: none) */
     /* channel (guarded by mu) */
@@ -344,6 +410,8 @@ typedef struct srv_config {
     float default_freq, default_presence; /* used when has_default_freq / _presence */
     bool has_default_freq, has_default_presence;
     const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
+    const char *tls_key_pem;        /* HTTPS (--ssl-key-file / --ssl-cert-file): the PEM texts; NULL: plain HTTP */
+    const char *tls_cert_pem;
 } srv_config;
 
 typedef struct srv_http srv_http;

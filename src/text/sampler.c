@@ -14,6 +14,10 @@
  *   5. draw from the renormalised distribution with the seeded generator
  *      (xoshiro256**, seeded by splitmix64 from the seed): same seed, same logits
  *      -> same tokens.
+ * llama.cpp's stages (off by default; when one is on, or `samplers` names an order,
+ * the staged path below runs instead of 3-5): DRY (a logit penalty after the
+ * others), top_n_sigma, temperature, top_k, typ_p, top_p, min_p, xtc, in that
+ * order unless `samplers` gives another; then the draw.
  * Tokens whose scaled logit is more than 40 below the maximum (relative
  * probability < 4e-18) are not candidates; that keeps the sort short for large
  * vocabularies and changes no probability by more than n_vocab * 4e-18.
@@ -33,7 +37,39 @@ struct tern_sampler {
     float *work;            /* [n_vocab] penalised logits */
     struct cand { float p; int32_t id; } *cand;  /* [n_vocab] candidates */
     uint16_t *count;        /* [n_vocab] occurrences in the window */
+    int pen_n;              /* penalty window (the last pen_n of the history) */
+    uint8_t *breaker;       /* [n_vocab] DRY sequence breakers (NULL: none) */
+    int *dry_len;           /* [n_vocab] DRY: longest repeat each token would extend */
+    struct cand *cand2;     /* [n_vocab] staged path: typical_p's ranking */
+    uint8_t order[16];      /* staged path: the stages, in order */
+    int n_order;
+    bool staged;
 };
+
+enum { ST_DRY = 1, ST_TOP_K, ST_TYP_P, ST_TOP_P, ST_MIN_P, ST_XTC, ST_SIGMA, ST_TEMP };
+static const char *const stage_name[] = {"", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "top_n_sigma",
+                                         "temperature"};
+
+/* "a;b;c" (',' or ' ' also separate; "typical_p" and "typical" name typ_p) -> s->order; false on an
+ * unknown name or too many. */
+static bool parse_order(tern_sampler *s, const char *spec) {
+    s->n_order = 0;
+    while (*spec) {
+        size_t n = strcspn(spec, ";, ");
+        if (n) {
+            int st = 0;
+            for (int k = 1; k <= ST_TEMP && !st; k++)
+                if (strlen(stage_name[k]) == n && !memcmp(spec, stage_name[k], n)) st = k;
+            if (!st && ((n == 9 && !memcmp(spec, "typical_p", 9)) || (n == 7 && !memcmp(spec, "typical", 7)))) st = ST_TYP_P;
+            if (!st && n == 9 && !memcmp(spec, "penalties", 9)) st = -1; /* always first here */
+            if (!st || s->n_order == (int)sizeof s->order) return false;
+            if (st > 0) s->order[s->n_order++] = (uint8_t)st;
+        }
+        spec += n;
+        if (*spec) spec++;
+    }
+    return true;
+}
 
 void tern_sampler_params_default(tern_sampler_params *p) {
     memset(p, 0, sizeof *p);
@@ -44,6 +80,10 @@ void tern_sampler_params_default(tern_sampler_params *p) {
     p->repeat_penalty = 1.0f;
     p->penalty_last_n = 64;
     p->seed = 0;
+    p->typical_p = 1.0f;
+    p->xtc_threshold = 0.1f;
+    p->dry_base = 1.75f;
+    p->dry_allowed_length = 2;
 }
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -75,12 +115,50 @@ tern_status tern_sampler_new(const tern_sampler_params *p, int n_vocab, tern_sam
         return tern_fail(TERN_ERR_INVALID_ARG,
                          "sampler: invalid parameters (need top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, "
                          "repeat_penalty > 0, finite penalties and temperature)");
+    if (!(p->typical_p > 0 && p->typical_p <= 1) || !isfinite(p->top_n_sigma) || !(p->xtc_probability >= 0 &&
+        p->xtc_probability <= 1) || !(p->xtc_threshold >= 0 && p->xtc_threshold <= 1) || !(p->dry_multiplier >= 0) ||
+        !isfinite(p->dry_multiplier) || !(p->dry_base >= 1 && p->dry_base <= 100) || p->dry_allowed_length < 0 ||
+        p->dry_penalty_last_n < 0 || p->min_keep < 0 || p->n_dry_breakers < 0 || (p->n_dry_breakers && !p->dry_breakers))
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "sampler: invalid parameters (need 0 < typical_p <= 1, xtc_probability and xtc_threshold in "
+                         "[0, 1], dry_multiplier >= 0, 1 <= dry_base <= 100, dry lengths and min_keep >= 0)");
     tern_sampler *s = tern_calloc(1, sizeof *s);
     if (!s) return tern_fail(TERN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->hist_cap = p->penalty_last_n ? p->penalty_last_n : 64;
+    s->p.samplers = NULL;
+    s->p.dry_breakers = NULL;
+    s->pen_n = p->penalty_last_n ? p->penalty_last_n : 64;
+    s->hist_cap = s->pen_n;
+    int dry_n = p->dry_penalty_last_n ? p->dry_penalty_last_n : 1024;
+    if (p->dry_multiplier > 0 && dry_n > s->hist_cap) s->hist_cap = dry_n;
+    s->staged = p->samplers || p->typical_p < 1 || p->top_n_sigma > 0 || p->xtc_probability > 0 ||
+                p->dry_multiplier > 0 || p->min_keep > 1;
+    if (p->samplers && !parse_order(s, p->samplers)) {
+        tern_free(s, sizeof *s);
+        return tern_fail(TERN_ERR_INVALID_ARG, "sampler: 'samplers' names an unknown stage (known: dry, top_k, "
+                         "typ_p, top_p, min_p, xtc, top_n_sigma, temperature)");
+    }
+    if (!p->samplers) {
+        static const uint8_t def[] = {ST_DRY, ST_SIGMA, ST_TEMP, ST_TOP_K, ST_TYP_P, ST_TOP_P, ST_MIN_P, ST_XTC};
+        memcpy(s->order, def, sizeof def);
+        s->n_order = (int)sizeof def;
+    }
     s->hist = tern_calloc((size_t)s->hist_cap, sizeof *s->hist);
+    if (s->staged && !(s->cand2 = tern_malloc((size_t)n_vocab * sizeof *s->cand2))) {
+        tern_sampler_free(s);
+        return tern_fail(TERN_ERR_NOMEM, "sampler: out of memory (%d-token vocabulary)", n_vocab);
+    }
+    if (p->dry_multiplier > 0) {
+        s->breaker = tern_calloc((size_t)n_vocab, 1);
+        s->dry_len = tern_calloc((size_t)n_vocab, sizeof *s->dry_len);
+        if (!s->breaker || !s->dry_len) {
+            tern_sampler_free(s);
+            return tern_fail(TERN_ERR_NOMEM, "sampler: out of memory (%d-token vocabulary)", n_vocab);
+        }
+        for (int i = 0; i < p->n_dry_breakers; i++)
+            if (p->dry_breakers[i] >= 0 && p->dry_breakers[i] < n_vocab) s->breaker[p->dry_breakers[i]] = 1;
+    }
     s->work = tern_malloc((size_t)n_vocab * sizeof *s->work);
     s->cand = tern_malloc((size_t)n_vocab * sizeof *s->cand);
     s->count = tern_calloc((size_t)n_vocab, sizeof *s->count);
@@ -100,6 +178,9 @@ void tern_sampler_free(tern_sampler *s) {
     tern_free(s->work, n * sizeof *s->work);
     tern_free(s->cand, n * sizeof *s->cand);
     tern_free(s->count, n * sizeof *s->count);
+    if (s->breaker) tern_free(s->breaker, n);
+    if (s->cand2) tern_free(s->cand2, n * sizeof *s->cand2);
+    if (s->dry_len) tern_free(s->dry_len, n * sizeof *s->dry_len);
     tern_free(s, sizeof *s);
 }
 
@@ -116,11 +197,165 @@ void tern_sampler_accept(tern_sampler *s, int32_t id) {
     if (s->hist_n < s->hist_cap) s->hist_n++;
 }
 
+/* The k-th most recent accepted id (k < hist_n). */
+static int32_t hist_back(const tern_sampler *s, int k) {
+    int i = s->hist_pos - 1 - k;
+    return s->hist[i < 0 ? i + s->hist_cap : i];
+}
+
+/* DRY (llama.cpp's "Don't Repeat Yourself"): for every earlier place where the history's last
+ * tokens occur again, the token that followed it would extend a repeat of that length n (no
+ * breaker inside); the longest n per token >= allowed_length costs mult * base^(n - allowed). */
+#define DRY_MAX_MATCH 64        /* longer repeats count as 64 (their penalty is past any logit
+                                 * anyway); bounds the work to window x 64 per token */
+static void apply_dry(tern_sampler *s, float *l) {
+    const tern_sampler_params *p = &s->p;
+    int L = s->hist_n, w = p->dry_penalty_last_n ? p->dry_penalty_last_n : 1024;
+    if (L > w) L = w;
+    if (L < 2) return;
+    /* h(i): the i-th of the window's L tokens, oldest first */
+#define H(i) hist_back(s, L - 1 - (i))
+    int32_t last = H(L - 1);
+    if (s->breaker[last]) return;
+    int touched = 0;
+    for (int j = L - 2; j >= 0; j--) {
+        if (H(j) != last) continue;
+        int n = 0;
+        while (n <= j && n < DRY_MAX_MATCH && H(j - n) == H(L - 1 - n) && !s->breaker[H(j - n)]) n++;
+        int32_t next = H(j + 1);
+        if (n > s->dry_len[next]) { if (!s->dry_len[next]) touched++; s->dry_len[next] = n; }
+    }
+    if (!touched) return;
+    for (int j = 0; j + 1 < L; j++) {
+        int32_t t = H(j + 1);
+        int n = s->dry_len[t];
+        if (!n) continue;
+        s->dry_len[t] = 0;
+        if (n >= p->dry_allowed_length)
+            l[t] -= p->dry_multiplier * powf(p->dry_base, (float)(n - p->dry_allowed_length));
+    }
+#undef H
+}
+
 static int cmp_cand_desc(const void *a, const void *b) {
     /* probability descending; ties by id ascending */
     const struct cand *x = a, *y = b;
     if (x->p != y->p) return x->p > y->p ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Normalised probabilities of candidates c[0 .. m) (their .p: logits) into pr. */
+static void cand_probs(const struct cand *c, int m, float *pr) {
+    float mx = c[0].p;
+    for (int i = 1; i < m; i++) if (c[i].p > mx) mx = c[i].p;
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += pr[i] = expf(c[i].p - mx);
+    for (int i = 0; i < m; i++) pr[i] = (float)(pr[i] / sum);
+}
+
+/* The staged path: candidates (within 40 of the maximum at the final scale) carry their
+ * logits through the stages in s->order; probabilities are the softmax of what is left. */
+static int32_t sample_staged(tern_sampler *s, float *l, float lmax) {
+    const tern_sampler_params *p = &s->p;
+    struct cand *c = s->cand, *c2 = s->cand2;
+    bool has_temp = false;
+    for (int o = 0; o < s->n_order; o++) has_temp |= s->order[o] == ST_TEMP;
+    float span = 40.0f * (has_temp && p->temperature > 1 ? p->temperature : 1.0f);
+    int m = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (l[i] >= lmax - span) { c[m].p = l[i]; c[m].id = i; m++; }
+    float *pr = l;                  /* l is not needed any more: probability scratch */
+    const int keep = p->min_keep > 1 ? p->min_keep : 1;
+    bool sorted = false;
+#define SORT() do { if (!sorted) { qsort(c, (size_t)m, sizeof *c, cmp_cand_desc); sorted = true; } } while (0)
+    for (int o = 0; o < s->n_order && m > 1; o++) {
+        switch (s->order[o]) {
+        case ST_TEMP: {
+            float it = 1.0f / p->temperature;
+            for (int i = 0; i < m; i++) c[i].p *= it;
+            break;
+        }
+        case ST_TOP_K:
+            if (p->top_k > 0 && p->top_k < m) { SORT(); m = p->top_k; }
+            break;
+        case ST_TOP_P:
+            if (p->top_p < 1) {
+                SORT();
+                cand_probs(c, m, pr);
+                double acc = 0;
+                for (int i = 0; i < m; i++) {
+                    acc += pr[i];
+                    if (acc >= p->top_p && i + 1 >= keep) { m = i + 1; break; }
+                }
+            }
+            break;
+        case ST_MIN_P:
+            if (p->min_p > 0) {
+                SORT();
+                cand_probs(c, m, pr);
+                float thr = p->min_p * pr[0];
+                for (int i = keep; i < m; i++) if (pr[i] < thr) { m = i; break; }
+            }
+            break;
+        case ST_TYP_P:
+            if (p->typical_p < 1) {
+                SORT();
+                cand_probs(c, m, pr);
+                double hent = 0;
+                for (int i = 0; i < m; i++) if (pr[i] > 0) hent -= pr[i] * log(pr[i]);
+                for (int i = 0; i < m; i++) {
+                    double sc = pr[i] > 0 ? fabs(-log(pr[i]) - hent) : INFINITY;
+                    c2[i].p = (float)-sc;   /* descending -score = ascending score; ties by position */
+                    c2[i].id = i;
+                }
+                qsort(c2, (size_t)m, sizeof *c2, cmp_cand_desc);
+                double acc = 0;
+                for (int k = 0; k < m; k++) {
+                    acc += pr[c2[k].id];
+                    pr[c2[k].id] = -1;      /* kept */
+                    if (acc >= p->typical_p && k + 1 >= keep) break;
+                }
+                int j = 0;
+                for (int i = 0; i < m; i++) if (pr[i] < 0) c[j++] = c[i];
+                m = j;
+            }
+            break;
+        case ST_XTC:
+            if (p->xtc_probability > 0 && rng_unit(s->rng) < p->xtc_probability) {
+                SORT();
+                cand_probs(c, m, pr);
+                int a = 0;
+                while (a < m && pr[a] >= p->xtc_threshold) a++;
+                if (a >= 2 && m - (a - 1) >= keep) {
+                    memmove(c, c + a - 1, (size_t)(m - a + 1) * sizeof *c);
+                    m -= a - 1;
+                }
+            }
+            break;
+        case ST_SIGMA:
+            if (p->top_n_sigma > 0) {
+                double mean = 0, var = 0;
+                float mx = c[0].p;
+                for (int i = 0; i < m; i++) { mean += c[i].p; if (c[i].p > mx) mx = c[i].p; }
+                mean /= m;
+                for (int i = 0; i < m; i++) var += (c[i].p - mean) * (c[i].p - mean);
+                float thr = mx - p->top_n_sigma * (float)sqrt(var / m);
+                int j = 0;
+                for (int i = 0; i < m; i++) if (c[i].p >= thr) c[j++] = c[i];
+                m = j;
+            }
+            break;
+        }
+    }
+#undef SORT
+    if (m == 1) return c[0].id;
+    cand_probs(c, m, pr);
+    double u = rng_unit(s->rng), acc = 0;
+    for (int i = 0; i < m; i++) {
+        acc += pr[i];
+        if (u < acc) return c[i].id;
+    }
+    return c[m - 1].id;
 }
 
 int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
@@ -130,9 +365,10 @@ int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
     memcpy(l, logits, (size_t)n * sizeof *l);
     bool pen = s->hist_n && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0);
     if (pen) {
-        for (int i = 0; i < s->hist_n; i++) if (s->count[s->hist[i]] < UINT16_MAX) s->count[s->hist[i]]++;
-        for (int i = 0; i < s->hist_n; i++) {
-            int32_t id = s->hist[i];
+        int w = s->hist_n < s->pen_n ? s->hist_n : s->pen_n;
+        for (int i = 0; i < w; i++) { int32_t id = hist_back(s, i); if (s->count[id] < UINT16_MAX) s->count[id]++; }
+        for (int i = 0; i < w; i++) {
+            int32_t id = hist_back(s, i);
             uint16_t c = s->count[id];
             if (!c) continue; /* already applied for this id */
             float v = l[id];
@@ -142,10 +378,16 @@ int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
             s->count[id] = 0;
         }
     }
+    if (p->dry_multiplier > 0 && s->breaker) {
+        bool on = false;
+        for (int i = 0; i < s->n_order && !on; i++) on = s->order[i] == ST_DRY;
+        if (on) apply_dry(s, l);
+    }
     /* argmax (also the temperature <= 0 result) */
     int32_t best = 0;
     for (int i = 1; i < n; i++) if (l[i] > l[best]) best = i;
     if (p->temperature <= 0 || !isfinite(l[best])) return best;
+    if (s->staged) return sample_staged(s, l, l[best]);
     const float inv_t = 1.0f / p->temperature, mx = l[best] * inv_t;
     /* candidates with unnormalised probabilities exp(l/T - max) */
     int m = 0;

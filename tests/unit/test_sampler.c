@@ -218,6 +218,167 @@ TEST(stop_scan) {
     CHECK(!m);
 }
 
+/* ---- llama.cpp's stages: each against a hand-computed expectation */
+
+/* Which ids `draws` samples give (bitmask over nv <= 32 ids). */
+static unsigned seen_ids(tern_sampler *s, const float *l, int draws) {
+    unsigned m = 0;
+    for (int d = 0; d < draws; d++) m |= 1u << tern_sampler_sample(s, l);
+    return m;
+}
+
+static tern_sampler *mk_p(const tern_sampler_params *p, int nv) {
+    tern_sampler *s = NULL;
+    CHECK(tern_sampler_new(p, nv, &s) == TERN_OK);
+    return s;
+}
+
+static void plain(tern_sampler_params *p) {
+    tern_sampler_params_default(p);
+    p->temperature = 1; p->top_k = 0; p->top_p = 1; p->min_p = 0; p->seed = 7;
+}
+
+/* p = (1/2, 1/4, 1/8, 1/8): entropy H = 1.75 ln2; |-ln p - H| = (0.75, 0.25, 1.25, 1.25) ln2, so the
+ * typical order is 1, 0, {2, 3}: typical_p 0.2 keeps {1} (0.25 >= 0.2), 0.5 keeps {1, 0} (0.75),
+ * 0.8 keeps all four (0.75 < 0.8, then 0.875 with token 2 and token 3 as the tie's second). */
+TEST(typical_p) {
+    float l[4] = {logf(0.5f), logf(0.25f), logf(0.125f), logf(0.125f)};
+    tern_sampler_params p;
+    plain(&p);
+    p.typical_p = 0.2f;
+    tern_sampler *s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0x2);
+    tern_sampler_free(s);
+    p.typical_p = 0.5f;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0x3);
+    tern_sampler_free(s);
+    p.typical_p = 0.8f;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 4000), 0x7);    /* 2 enters with 0.875 >= 0.8; 3 (after 2) does not */
+    tern_sampler_free(s);
+    p.typical_p = 0.2f; p.min_keep = 3;         /* min_keep: three kept: 1, 0, 2 */
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 4000), 0x7);
+    tern_sampler_free(s);
+}
+
+/* XTC with probability 1: tokens with p >= 0.2 are 0 (0.5) and 1 (0.25): 0 goes, 1 stays; with
+ * threshold 0.3 only token 0 qualifies (fewer than two): nothing goes. */
+TEST(xtc) {
+    float l[4] = {logf(0.5f), logf(0.25f), logf(0.125f), logf(0.125f)};
+    tern_sampler_params p;
+    plain(&p);
+    p.xtc_probability = 1; p.xtc_threshold = 0.2f;
+    tern_sampler *s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0xE);
+    tern_sampler_free(s);
+    p.xtc_threshold = 0.3f;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0xF);
+    tern_sampler_free(s);
+    /* frequencies with threshold 0.2: the renormalised (0, 0.5, 0.25, 0.25) */
+    p.xtc_threshold = 0.2f;
+    s = mk_p(&p, 4);
+    int cnt[4] = {0};
+    for (int d = 0; d < 40000; d++) cnt[tern_sampler_sample(s, l)]++;
+    CHECK_NEAR(cnt[1] / 40000.0, 0.5, 0.015);
+    CHECK_NEAR(cnt[2] / 40000.0, 0.25, 0.015);
+    tern_sampler_free(s);
+}
+
+/* top_n_sigma on logits (4, 3, 0, 0): mean 1.75, sigma = sqrt(12.75 / 4) = 1.785; n = 1 keeps
+ * logits >= 2.215 (ids 0, 1), n = 0.5 keeps >= 3.107 (id 0 only), n = 3 keeps all. */
+TEST(top_n_sigma) {
+    float l[4] = {4, 3, 0, 0};
+    tern_sampler_params p;
+    plain(&p);
+    p.top_n_sigma = 1;
+    tern_sampler *s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0x3);
+    tern_sampler_free(s);
+    p.top_n_sigma = 0.5f;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0x1);
+    tern_sampler_free(s);
+    p.top_n_sigma = 3;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 20000), 0xF);
+    tern_sampler_free(s);
+}
+
+/* DRY, greedy: history 1 2 3 4 1 2 3: token 4 would extend the repeat "1 2 3" (n = 3): with
+ * multiplier 1, base 2, allowed length 2 it loses 1 * 2^(3-2) = 2: its 1.5 becomes -0.5 and the
+ * argmax is id 0 (logit 0). With 2 a breaker the repeat is "3" only (n = 1 < 2): no penalty. */
+TEST(dry) {
+    float l[6] = {0, 0, 0, 0, 1.5f, 0};
+    const int32_t hist[7] = {1, 2, 3, 4, 1, 2, 3};
+    tern_sampler_params p;
+    plain(&p);
+    p.temperature = 0;
+    p.dry_multiplier = 1; p.dry_base = 2; p.dry_allowed_length = 2;
+    tern_sampler *s = mk_p(&p, 6);
+    for (int i = 0; i < 7; i++) tern_sampler_accept(s, hist[i]);
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 0);
+    l[4] = 2.1f;                                /* 2.1 - 2 = 0.1 > 0: 4 again */
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 4);
+    tern_sampler_free(s);
+    l[4] = 1.5f;
+    const int32_t br[1] = {2};
+    p.dry_breakers = br; p.n_dry_breakers = 1;
+    s = mk_p(&p, 6);
+    for (int i = 0; i < 7; i++) tern_sampler_accept(s, hist[i]);
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 4);
+    tern_sampler_free(s);
+    /* allowed length 4: n = 3 < 4, no penalty; "samplers" without dry: off */
+    p.dry_breakers = NULL; p.n_dry_breakers = 0; p.dry_allowed_length = 4;
+    s = mk_p(&p, 6);
+    for (int i = 0; i < 7; i++) tern_sampler_accept(s, hist[i]);
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 4);
+    tern_sampler_free(s);
+    p.dry_allowed_length = 2; p.samplers = "top_k;temperature";
+    s = mk_p(&p, 6);
+    for (int i = 0; i < 7; i++) tern_sampler_accept(s, hist[i]);
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 4);
+    tern_sampler_free(s);
+}
+
+/* samplers order: top_k 2 then temperature vs. min_p 0.3 before / after temperature 4 on
+ * p = (0.5, 0.25, 0.125, 0.125): min_p first keeps p >= 0.15 (ids 0, 1); temperature 4 first
+ * flattens to p ~ (0.297, 0.25, 0.210, 0.210) and min_p 0.3 * 0.297 keeps all four. */
+TEST(samplers_order_and_min_keep) {
+    float l[4] = {logf(0.5f), logf(0.25f), logf(0.125f), logf(0.125f)};
+    tern_sampler_params p;
+    plain(&p);
+    p.temperature = 4; p.min_p = 0.3f;
+    p.samplers = "min_p;temperature";
+    tern_sampler *s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 2000), 0x3);
+    tern_sampler_free(s);
+    p.samplers = "temperature;min_p";
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 4000), 0xF);
+    tern_sampler_free(s);
+    p.samplers = "top_k;bogus";
+    s = NULL;
+    CHECK(tern_sampler_new(&p, 4, &s) == TERN_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+    /* min_keep: top_p tiny keeps one token, min_keep 3 keeps three */
+    plain(&p);
+    p.top_p = 1e-6f;
+    p.min_keep = 3;
+    s = mk_p(&p, 4);
+    CHECK_EQ_INT(seen_ids(s, l, 4000), 0x7);
+    tern_sampler_free(s);
+    /* bad values of the new fields */
+    plain(&p);
+    p.typical_p = 0;
+    CHECK(tern_sampler_new(&p, 4, &s) == TERN_ERR_INVALID_ARG);
+    plain(&p);
+    p.xtc_probability = 2;
+    CHECK(tern_sampler_new(&p, 4, &s) == TERN_ERR_INVALID_ARG);
+}
+
 int main(void) {
     RUN(greedy);
     RUN(temperature_matches_softmax);
@@ -227,5 +388,10 @@ int main(void) {
     RUN(seed_reproducible);
     RUN(bad_params);
     RUN(stop_scan);
+    RUN(typical_p);
+    RUN(xtc);
+    RUN(top_n_sigma);
+    RUN(dry);
+    RUN(samplers_order_and_min_keep);
     return check_summary();
 }

@@ -7,6 +7,8 @@
  *     (parsed back with cJSON);
  *   - the streaming splitter: fed in every two-way split and byte by byte,
  *     its reasoning / content equal tern_chat_parse of the whole text;
+ *   - compat.c: Anthropic / Responses bodies translated to chat (checked by parsing the
+ *     result), replies and streams translated back (event names and order);
  *   - the front door's request-line verdict on awkward first bytes, and that
  *     a verdict, once given, holds for every longer prefix;
  *   - the scheduler on the embedded default model: greedy jobs run at the
@@ -40,7 +42,7 @@ TEST(parse_chat_fields) {
         "\"max_completion_tokens\":7,\"max_tokens\":9,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"min_p\":0.1,"
         "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"seed\":42,\"n\":1,"
         "\"stop\":[\"A\",\"\",\"BC\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true,"
-        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":false,\"unknown\":[1,2]}";
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":false,\"user\":\"u\",\"metadata\":{},\"store\":false}";
     CHECK_EQ_INT(parse(SRV_CHAT, b), 0);
     CHECK_EQ_INT(R.n_msgs, 4);
     CHECK_STR(R.msgs[0].role, "system");
@@ -98,6 +100,41 @@ TEST(parse_completion_fields) {
     CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":4}"), 0);
     CHECK_EQ_INT(R.logprobs, 4);
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":null}"), 0);
+    /* llama.cpp's fields: n_predict is max_tokens (the same value twice is fine), the sampler stages */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 3);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3,\"max_tokens\":3,\"n_probs\":2}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 3);
+    CHECK_EQ_INT(R.n_probs, 2);
+    CHECK_EQ_INT(R.logprobs, 2);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":-1,\"typical_p\":0.5,\"min_keep\":2,"
+                                       "\"top_n_sigma\":1.5,\"xtc_probability\":0.5,\"xtc_threshold\":0.2,"
+                                       "\"dry_multiplier\":0.8,\"dry_base\":2,\"dry_allowed_length\":3,"
+                                       "\"dry_penalty_last_n\":-1,\"dry_sequence_breakers\":[\"\\n\",\"x\"],"
+                                       "\"samplers\":[\"dry\",\"top_k\",\"temperature\"],\"mirostat\":0,"
+                                       "\"mirostat_tau\":5,\"id_slot\":-1,\"cache_prompt\":true,\"user\":\"u\"}"), 0);
+    CHECK_EQ_INT(R.max_tokens, 0);
+    CHECK_NEAR(R.sp.typical_p, 0.5, 1e-6);
+    CHECK_EQ_INT(R.sp.min_keep, 2);
+    CHECK_NEAR(R.sp.top_n_sigma, 1.5, 1e-6);
+    CHECK_NEAR(R.sp.xtc_probability, 0.5, 1e-6);
+    CHECK_NEAR(R.sp.xtc_threshold, 0.2, 1e-6);
+    CHECK_NEAR(R.sp.dry_multiplier, 0.8, 1e-6);
+    CHECK_NEAR(R.sp.dry_base, 2, 1e-6);
+    CHECK_EQ_INT(R.sp.dry_allowed_length, 3);
+    CHECK_EQ_INT(R.sp.dry_penalty_last_n, 8192);
+    CHECK_EQ_INT((int)R.n_dry_breakers, 2);
+    CHECK(R.samplers && !strcmp(R.samplers, "dry;top_k;temperature"));
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":\"kypt\"}"), 0);
+    CHECK(R.samplers && !strcmp(R.samplers, "top_k;typ_p;top_p;temperature"));
+    /* prompts: token ids, a list of strings and id lists */
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[9707,11,1879]}"), 0);
+    CHECK_EQ_INT((int)R.n_prompts, 1);
+    CHECK(R.prompt == NULL && R.prompts[0].n_ids == 3 && R.prompts[0].ids[2] == 1879);
+    CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":[\"a\",[1,2],\"b\"]}"), 0);
+    CHECK_EQ_INT((int)R.n_prompts, 3);
+    CHECK_STR(R.prompt, "a");
+    CHECK(R.prompts[1].n_ids == 2 && R.prompts[2].text && !strcmp(R.prompts[2].text, "b"));
     CHECK_EQ_INT(R.logprobs, -1);
     CHECK_EQ_INT(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":3,\"logit_bias\":{\"17\":-100,\"3\":2.5}}"), 0);
     CHECK_EQ_INT(R.logprobs, 3);
@@ -131,7 +168,26 @@ TEST(parse_errors) {
         {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}", "boolean"},
         {SRV_COMPLETION, "{}", "'prompt' is required"},
         {SRV_COMPLETION, "{\"prompt\":3}", "'prompt' must be"},
-        {SRV_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "'prompt' must be"},
+        {SRV_COMPLETION, "{\"prompt\":[]}", "'prompt' must not be"},
+        {SRV_COMPLETION, "{\"prompt\":[1,-2]}", "token ids"},
+        {SRV_COMPLETION, "{\"prompt\":[[1],5]}", "'prompt'[1] must be"},
+        {SRV_COMPLETION, "{\"prompt\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}", "more than 8 prompts"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"mirostat_tau_zz\":5}", "unknown field 'mirostat_tau_zz'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"unknown\":[1,2]}", "unknown field 'unknown'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"y\"}", "unknown field 'prompt'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"input_prefix\":\"y\"}", "unknown field 'input_prefix'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"mirostat\":2}", "'mirostat' is not supported"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"return_tokens\":true}", "'return_tokens' is not supported"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":3,\"max_tokens\":4}", "disagree"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":0}", "n_predict"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"typical_p\":2}", "typical_p"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"xtc_probability\":-1}", "xtc_probability"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"dry_base\":0.5}", "dry_base"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"dry_sequence_breakers\":[\"\"]}", "dry_sequence_breakers"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":[\"top_k\",\"warp\"]}", "'samplers'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"samplers\":\"kq\"}", "'samplers'"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"n_probs\":21}", "n_probs"},
+        {SRV_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":2}", "chat field"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "integer"},
         {SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"9\"}", "must be a number"},
@@ -1237,11 +1293,133 @@ TEST(model_meta) {
     }
 }
 
+/* compat.c: Anthropic and Responses requests become chat requests; replies and streams go back */
+TEST(compat_translate) {
+    char *out = NULL;
+    const char *a = "{\"model\":\"m\",\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"S\"}],\"stop_sequences\":[\"X\"],"
+                    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+                    "\"text\":\"t\"},{\"type\":\"tool_use\",\"id\":\"c1\",\"name\":\"f\",\"input\":{\"x\":1}}]},{\"role\":\"user\","
+                    "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"c1\",\"content\":\"42\"}]}],"
+                    "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\"},"
+                    "\"temperature\":0.5,\"top_k\":3,\"thinking\":{\"type\":\"disabled\"}}";
+    CHECK_EQ_INT(srv_compat_request(SRV_API_ANTHROPIC, a, strlen(a), &out, E, sizeof E), 0);
+    if (out) {
+        CHECK_EQ_INT(parse(SRV_CHAT, out), 0);
+        CHECK_EQ_INT((int)R.n_msgs, 4);
+        if (R.n_msgs == 4) {
+            CHECK_STR(R.msgs[0].role, "system");
+            CHECK_STR(R.msgs[0].content, "S");
+            CHECK_STR(R.msgs[2].content, "t");
+            CHECK_EQ_INT((int)R.msgs[2].n_tool_calls, 1);
+            CHECK_STR(R.msgs[3].role, "tool");
+            CHECK_STR(R.msgs[3].content, "42");
+        }
+        CHECK_EQ_INT(R.max_tokens, 5);
+        CHECK(R.n_stop == 1 && R.tool_force == 1 && R.sp.top_k == 3 && R.thinking == 0);
+        free(out);
+    }
+    const char *bad[][2] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "'max_tokens' is required"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_q\":1}", "unknown field 'top_q'"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "not supported"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "role"},
+        {"{\"max_tokens\":1,\"messages\":[]}", "non-empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        out = NULL;
+        int rc = srv_compat_request(SRV_API_ANTHROPIC, bad[i][0], strlen(bad[i][0]), &out, E, sizeof E);
+        CHECK_MSG(rc == 400 && strstr(E, bad[i][1]), "%s: %d '%s'", bad[i][0], rc, E);
+        free(out);
+    }
+    const char *r = "{\"model\":\"m\",\"instructions\":\"I\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                    "\"text\":\"q\"}]}],\"max_output_tokens\":7,\"tools\":[{\"type\":\"function\",\"name\":\"g\",\"parameters\":{}}],"
+                    "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"type\":\"object\"}}}}";
+    out = NULL;
+    CHECK_EQ_INT(srv_compat_request(SRV_API_RESPONSES, r, strlen(r), &out, E, sizeof E), 0);
+    if (out) {
+        CHECK_EQ_INT(parse(SRV_CHAT, out), 0);
+        CHECK(R.n_msgs == 2 && !strcmp(R.msgs[0].content, "I") && !strcmp(R.msgs[1].content, "q"));
+        CHECK(R.max_tokens == 7 && R.tools_json && R.schema);
+        free(out);
+    }
+    out = NULL;
+    const char *r2 = "{\"input\":\"x\",\"previous_response_id\":\"r\"}";
+    CHECK_EQ_INT(srv_compat_request(SRV_API_RESPONSES, r2, strlen(r2), &out, E, sizeof E), 400);
+    CHECK(strstr(E, "previous_response_id") != NULL);
+    free(out);
+}
+
+TEST(compat_replies) {
+    const char *oa = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,"
+                     "\"message\":{\"role\":\"assistant\",\"content\":\"hey\",\"reasoning_content\":\"r\",\"tool_calls\":[{\"id\":\"c\","
+                     "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},\"finish_reason\":"
+                     "\"tool_calls\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}";
+    char *s = srv_compat_reply(SRV_API_ANTHROPIC, oa, "msg_1");
+    cJSON *o = s ? cJSON_Parse(s) : NULL;
+    cJSON *c = cJSON_GetObjectItem(o, "content");
+    CHECK(o && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")), "message"));
+    CHECK_EQ_INT(cJSON_GetArraySize(c), 3);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 0), "type")), "thinking");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 1), "text")), "hey");
+    CHECK_EQ_INT((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 2), "input"), "x")), 1);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_reason")), "tool_use");
+    cJSON_Delete(o);
+    free(s);
+    s = srv_compat_reply(SRV_API_RESPONSES, oa, "1");
+    o = s ? cJSON_Parse(s) : NULL;
+    c = cJSON_GetObjectItem(o, "output");
+    CHECK(o && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "object")), "response"));
+    CHECK_EQ_INT(cJSON_GetArraySize(c), 3);     /* reasoning, message, function_call */
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 2), "type")), "function_call");
+    CHECK_EQ_INT((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")), 7);
+    cJSON_Delete(o);
+    free(s);
+    /* a stream: role chunk, two content deltas, finish, usage -> Anthropic's events in order */
+    const char *chunks[] = {
+        "{\"id\":\"x\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}",
+        "{\"id\":\"x\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"He\"},\"finish_reason\":null}]}",
+        "{\"id\":\"x\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"y\"},\"finish_reason\":null}]}",
+        "{\"id\":\"x\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}",
+        "{\"id\":\"x\",\"created\":5,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}"};
+    for (int api = SRV_API_ANTHROPIC; api <= SRV_API_RESPONSES; api++) {
+        srv_compat_stream st;
+        tern_str ev = {0};
+        tern_str_append(&ev, "", 0);
+        srv_compat_stream_init(&st, (srv_api)api, "1", 3);
+        for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) srv_compat_stream_chunk(&st, chunks[i], &ev);
+        srv_compat_stream_end(&st, &ev);
+        srv_compat_stream_free(&st);
+        /* the event names in order */
+        char names[1024] = "";
+        for (const char *p = ev.data; (p = strstr(p, "event: ")); p += 7) {
+            size_t l = strcspn(p + 7, "\n");
+            if (strlen(names) + l + 2 < sizeof names) { strncat(names, p + 7, l); strcat(names, ","); }
+        }
+        if (api == SRV_API_ANTHROPIC)
+            CHECK_STR(names, "message_start,content_block_start,content_block_delta,content_block_delta,"
+                             "content_block_stop,message_delta,message_stop,");
+        else
+            CHECK_STR(names, "response.created,response.in_progress,response.output_item.added,"
+                             "response.content_part.added,response.output_text.delta,response.output_text.delta,"
+                             "response.output_text.done,response.content_part.done,response.output_item.done,"
+                             "response.incomplete,");
+        CHECK(strstr(ev.data, api == SRV_API_ANTHROPIC ? "\"stop_reason\":\"max_tokens\"" : "\"text\":\"Hey\"") != NULL);
+        tern_str_free(&ev);
+    }
+    char *e = srv_compat_error(SRV_API_ANTHROPIC, 400, "bad");
+    o = e ? cJSON_Parse(e) : NULL;
+    CHECK(o && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "type")), "error"));
+    cJSON_Delete(o);
+    free(e);
+}
+
 int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
     RUN(parse_errors);
     RUN(constraint_grammar);
+    RUN(compat_translate);
+    RUN(compat_replies);
     RUN(logprob_of);
     RUN(request_line_verdict);
     RUN(builders);
