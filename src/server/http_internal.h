@@ -1,8 +1,8 @@
 /*
- * http_internal.h - what http.c (requests, routes, generation, streaming) and
- * http_conn.c (front door, deadline watcher, start and stop) share: the server
- * state, the connection tracking, the libmicrohttpd callbacks. Not for use
- * outside src/server.
+ * http_internal.h - what http.c (requests, routes, replies), http_gen.c (generation,
+ * streaming, the prompts of the other APIs) and http_conn.c (front door, deadline
+ * watcher, start and stop) share: the server state, the connection tracking, the
+ * per-request state, the libmicrohttpd callbacks. Not for use outside src/server.
  */
 #ifndef TERN_SERVER_HTTP_INTERNAL_H
 #define TERN_SERVER_HTTP_INTERNAL_H
@@ -60,6 +60,27 @@ struct srv_http {
     long long started;
 };
 
+/* The routes (http.c's route_of). */
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
+       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS };
+
+/* Per-connection request state (MHD's con_cls). */
+typedef struct conn_state {
+    int route;
+    srv_api api;                    /* the route's API: its error shape */
+    tern_str body;
+    bool too_big, options;
+    double t0;
+    int status;
+    size_t n_prompt, n_gen;
+    char method[12], path[96];
+    char model_id[256];             /* GET /v1/models/{id} */
+    srv_usage usage;                /* generation requests: for the log line */
+    bool has_usage;
+    bool recorded;                  /* counted in /metrics (once: when its reply is published) */
+    struct srv_http *h;
+} conn_state;
+
 /* --cors ORIGIN (one server per process; set by srv_http_start). */
 extern const char *srv_http_cors;
 
@@ -79,6 +100,19 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
                                     const char *version, const char *upload_data, size_t *upload_size, void **con_cls);
 void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                            enum MHD_RequestTerminationCode toe);
+/* http.c: replies. srv_http_send_json takes json (malloc'd; NULL: a 500 "out of memory");
+ * srv_http_send_error sends msg in the route's API's error shape; both count the
+ * request in /metrics (srv_http_record, once) before the reply is published. */
+enum MHD_Result srv_http_send_json(struct MHD_Connection *conn, conn_state *cs, int status, char *json);
+enum MHD_Result srv_http_send_error(struct MHD_Connection *conn, conn_state *cs, int status, const char *msg);
+void srv_http_record(conn_state *cs, int status);
+void srv_http_add_cors(struct MHD_Response *r);
+/* Has the peer closed its side? (a non-destructive peek, never blocks) */
+bool srv_http_client_gone(int fd);
+/* http_gen.c: the POST routes that run the model (chat, completions, /completion, /infill,
+ * /v1/messages, /v1/responses), and /apply-template and /v1/messages/count_tokens. */
+enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs);
+enum MHD_Result srv_http_apply_template(srv_http *h, struct MHD_Connection *conn, conn_state *cs);
 /* http_conn.c: a connection enters phase PH_* (its deadline counts from now). */
 void srv_http_track_phase(struct MHD_Connection *conn, int phase);
 
