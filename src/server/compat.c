@@ -21,20 +21,9 @@
 #include "server/server.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return 400;
-}
 
 static const cJSON *get(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -55,7 +44,7 @@ static bool in_list(const char *k, const char *const *list) {
 static int check_fields(const cJSON *root, const char *const *allowed, char *err, size_t en) {
     for (const cJSON *e = root->child; e; e = e->next)
         if (!in_list(e->string ? e->string : "", allowed))
-            return fail(err, en, "unknown field '%.64s' (not supported by tern; docs/server.md lists the accepted fields)",
+            return srv_fail(err, en, "unknown field '%.64s' (not supported by tern; docs/server.md lists the accepted fields)",
                         e->string ? e->string : "");
     return 0;
 }
@@ -70,13 +59,13 @@ static void copy(cJSON *out, const cJSON *root, const char *from, const char *to
  * (joined with "\n"); malloc'd, NULL with err on anything else. */
 static char *block_text(const cJSON *c, const char *const *types, const char *what, char *err, size_t en) {
     if (cJSON_IsString(c)) return strdup(c->valuestring);
-    if (!cJSON_IsArray(c)) { fail(err, en, "%s must be a string or an array of text blocks", what); return NULL; }
+    if (!cJSON_IsArray(c)) { srv_fail(err, en, "%s must be a string or an array of text blocks", what); return NULL; }
     tern_str s = {0};
     tern_str_append(&s, "", 0);
     for (const cJSON *b = c->child; b; b = b->next) {
         const cJSON *t = get(b, "type"), *x = get(b, "text");
         if (!cJSON_IsString(t) || !in_list(t->valuestring, types) || !cJSON_IsString(x)) {
-            fail(err, en, "%s: only text blocks are supported here (got type '%.32s')", what,
+            srv_fail(err, en, "%s: only text blocks are supported here (got type '%.32s')", what,
                  cJSON_IsString(t) ? t->valuestring : "?");
             tern_str_free(&s);
             return NULL;
@@ -108,10 +97,10 @@ static int anthropic_message(const cJSON *m, int i, cJSON *arr, char *err, size_
     char what[48];
     snprintf(what, sizeof what, "messages[%d].content", i);
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
-        return fail(err, en, "messages[%d].role must be \"user\" or \"assistant\"", i);
+        return srv_fail(err, en, "messages[%d].role must be \"user\" or \"assistant\"", i);
     bool asst = !strcmp(role->valuestring, "assistant");
     if (cJSON_IsString(c)) { cJSON_AddItemToArray(arr, msg(role->valuestring, strdup(c->valuestring))); return 0; }
-    if (!cJSON_IsArray(c)) return fail(err, en, "%s must be a string or an array of blocks", what);
+    if (!cJSON_IsArray(c)) return srv_fail(err, en, "%s must be a string or an array of blocks", what);
     tern_str text = {0}, think = {0};
     tern_str_append(&text, "", 0);
     tern_str_append(&think, "", 0);
@@ -140,7 +129,7 @@ static int anthropic_message(const cJSON *m, int i, cJSON *arr, char *err, size_
             if (!r) { rc = 400; break; }
             cJSON_AddItemToArray(arr, msg("tool", r));
         } else {
-            rc = fail(err, en, "%s: block type '%.32s' is not supported (text%s)", what, ty,
+            rc = srv_fail(err, en, "%s: block type '%.32s' is not supported (text%s)", what, ty,
                       asst ? ", thinking, tool_use" : ", tool_result");
         }
     }
@@ -159,9 +148,9 @@ static int anthropic_message(const cJSON *m, int i, cJSON *arr, char *err, size_
 static int from_anthropic(const cJSON *root, cJSON *out, char *err, size_t en) {
     int rc = check_fields(root, A_FIELDS, err, en);
     if (rc) return rc;
-    if (!get(root, "max_tokens")) return fail(err, en, "'max_tokens' is required");
+    if (!get(root, "max_tokens")) return srv_fail(err, en, "'max_tokens' is required");
     const cJSON *ms = get(root, "messages");
-    if (!cJSON_IsArray(ms) || !ms->child) return fail(err, en, "'messages' must be a non-empty array");
+    if (!cJSON_IsArray(ms) || !ms->child) return srv_fail(err, en, "'messages' must be a non-empty array");
     cJSON *arr = cJSON_AddArrayToObject(out, "messages");
     const cJSON *sys = get(root, "system");
     if (sys) {
@@ -181,16 +170,16 @@ static int from_anthropic(const cJSON *root, cJSON *out, char *err, size_t en) {
     const cJSON *th = get(root, "thinking"), *tt = th ? get(th, "type") : NULL;
     if (th) {
         if (!cJSON_IsString(tt) || (strcmp(tt->valuestring, "enabled") && strcmp(tt->valuestring, "disabled")))
-            return fail(err, en, "'thinking.type' must be \"enabled\" or \"disabled\"");
+            return srv_fail(err, en, "'thinking.type' must be \"enabled\" or \"disabled\"");
         cJSON_AddBoolToObject(out, "enable_thinking", !strcmp(tt->valuestring, "enabled"));
     }
     const cJSON *tools = get(root, "tools");
     if (tools) {
-        if (!cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+        if (!cJSON_IsArray(tools)) return srv_fail(err, en, "'tools' must be an array");
         cJSON *ta = cJSON_AddArrayToObject(out, "tools");
         for (const cJSON *t = tools->child; t; t = t->next) {
             const cJSON *nm = get(t, "name");
-            if (!cJSON_IsString(nm)) return fail(err, en, "every tool needs a string 'name'");
+            if (!cJSON_IsString(nm)) return srv_fail(err, en, "every tool needs a string 'name'");
             cJSON *o = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(o, "function");
             cJSON_AddStringToObject(o, "type", "function");
             cJSON_AddStringToObject(fn, "name", nm->valuestring);
@@ -212,7 +201,7 @@ static int from_anthropic(const cJSON *root, cJSON *out, char *err, size_t en) {
             fn = cJSON_AddObjectToObject(o, "function");
             cJSON_AddStringToObject(fn, "name", get(tc, "name")->valuestring);
         } else {
-            return fail(err, en, "'tool_choice' must be {type: auto | any | none | tool (with name)}");
+            return srv_fail(err, en, "'tool_choice' must be {type: auto | any | none | tool (with name)}");
         }
     }
     return 0;
@@ -228,15 +217,15 @@ static int from_responses(const cJSON *root, cJSON *out, char *err, size_t en) {
     if (rc) return rc;
     const cJSON *tr = get(root, "truncation");
     if (tr && !(cJSON_IsString(tr) && !strcmp(tr->valuestring, "disabled")))
-        return fail(err, en, "'truncation' must be \"disabled\" (prompts are never cut)");
+        return srv_fail(err, en, "'truncation' must be \"disabled\" (prompts are never cut)");
     cJSON *arr = cJSON_AddArrayToObject(out, "messages");
     const cJSON *ins = get(root, "instructions");
     if (ins) {
-        if (!cJSON_IsString(ins)) return fail(err, en, "'instructions' must be a string");
+        if (!cJSON_IsString(ins)) return srv_fail(err, en, "'instructions' must be a string");
         cJSON_AddItemToArray(arr, msg("system", strdup(ins->valuestring)));
     }
     const cJSON *in = get(root, "input");
-    if (!in) return fail(err, en, "'input' is required");
+    if (!in) return srv_fail(err, en, "'input' is required");
     if (cJSON_IsString(in)) {
         cJSON_AddItemToArray(arr, msg("user", strdup(in->valuestring)));
     } else if (cJSON_IsArray(in) && in->child) {
@@ -246,17 +235,17 @@ static int from_responses(const cJSON *root, cJSON *out, char *err, size_t en) {
             char what[40];
             snprintf(what, sizeof what, "input[%d].content", i);
             if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "message")))
-                return fail(err, en, "input[%d]: item type '%.32s' is not supported (messages only)", i,
+                return srv_fail(err, en, "input[%d]: item type '%.32s' is not supported (messages only)", i,
                             cJSON_IsString(ty) ? ty->valuestring : "?");
             if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant") &&
                                           strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer")))
-                return fail(err, en, "input[%d].role must be user, assistant, system or developer", i);
+                return srv_fail(err, en, "input[%d].role must be user, assistant, system or developer", i);
             char *t = block_text(get(m, "content"), IN_T, what, err, en);
             if (!t) return 400;
             cJSON_AddItemToArray(arr, msg(role->valuestring, t));
         }
     } else {
-        return fail(err, en, "'input' must be a string or a non-empty array of messages");
+        return srv_fail(err, en, "'input' must be a string or a non-empty array of messages");
     }
     copy(out, root, "max_output_tokens", "max_tokens");
     copy(out, root, "temperature", "temperature");
@@ -265,12 +254,12 @@ static int from_responses(const cJSON *root, cJSON *out, char *err, size_t en) {
     copy(out, root, "parallel_tool_calls", "parallel_tool_calls");
     const cJSON *tools = get(root, "tools");
     if (tools) {
-        if (!cJSON_IsArray(tools)) return fail(err, en, "'tools' must be an array");
+        if (!cJSON_IsArray(tools)) return srv_fail(err, en, "'tools' must be an array");
         cJSON *ta = cJSON_AddArrayToObject(out, "tools");
         for (const cJSON *t = tools->child; t; t = t->next) {
             const cJSON *ty = get(t, "type"), *nm = get(t, "name");
             if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
-                return fail(err, en, "only {type: \"function\", name, parameters} tools are supported");
+                return srv_fail(err, en, "only {type: \"function\", name, parameters} tools are supported");
             cJSON *o = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(o, "function");
             cJSON_AddStringToObject(o, "type", "function");
             cJSON_AddStringToObject(fn, "name", nm->valuestring);
@@ -288,11 +277,11 @@ static int from_responses(const cJSON *root, cJSON *out, char *err, size_t en) {
             fn = cJSON_AddObjectToObject(o, "function");
             cJSON_AddStringToObject(fn, "name", get(tc, "name")->valuestring);
         } else {
-            return fail(err, en, "'tool_choice' must be a string or {type: \"function\", name}");
+            return srv_fail(err, en, "'tool_choice' must be a string or {type: \"function\", name}");
         }
     }
     const cJSON *tx = get(root, "text"), *fmt = tx ? get(tx, "format") : NULL;
-    if (tx && !cJSON_IsObject(tx)) return fail(err, en, "'text' must be an object");
+    if (tx && !cJSON_IsObject(tx)) return srv_fail(err, en, "'text' must be an object");
     if (fmt) {
         const cJSON *ty = get(fmt, "type");
         const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
@@ -312,12 +301,12 @@ int srv_compat_request(srv_api api, const char *body, size_t len, char **out, ch
     *out = NULL;
     size_t bad_at = 0;
     cJSON *root = srv_json_parse_whole(body, len, &bad_at);
-    if (!root && bad_at) return fail(err, en, "the body has more after its JSON value (at byte %zu)", bad_at);
-    if (!root) return fail(err, en, "the body is not valid JSON");
-    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return fail(err, en, "the body must be a JSON object"); }
+    if (!root && bad_at) return srv_fail(err, en, "the body has more after its JSON value (at byte %zu)", bad_at);
+    if (!root) return srv_fail(err, en, "the body is not valid JSON");
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return srv_fail(err, en, "the body must be a JSON object"); }
     cJSON *o = cJSON_CreateObject();
     int rc = api == SRV_API_ANTHROPIC ? from_anthropic(root, o, err, en) : from_responses(root, o, err, en);
-    if (!rc && !(*out = cJSON_PrintUnformatted(o))) rc = fail(err, en, "out of memory");
+    if (!rc && !(*out = cJSON_PrintUnformatted(o))) rc = srv_fail(err, en, "out of memory");
     cJSON_Delete(o);
     cJSON_Delete(root);
     return rc;
