@@ -161,7 +161,8 @@ struct srv_sched {
     slot *slots;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    srv_job **queue;                /* ring of p.queue_cap */
+    srv_job **queue;                /* ring of q_size = p.queue_cap + p.n_parallel */
+    int q_size;
     int q_head, q_n;
     int busy;
     bool stop;
@@ -641,7 +642,7 @@ void srv_sched_run(srv_sched *s) {
         if (s->draining && !s->stop) {
             while (s->q_n) {        /* waiting jobs will not run: 503 at once */
                 srv_job *j = s->queue[s->q_head];
-                s->q_head = (s->q_head + 1) % s->p.queue_cap;
+                s->q_head = (s->q_head + 1) % s->q_size;
                 s->q_n--;
                 job_finish(j, SRV_FINISH_ERROR, "the server is shutting down", NULL);
             }
@@ -651,7 +652,7 @@ void srv_sched_run(srv_sched *s) {
             srv_job *j = s->queue[s->q_head];
             slot *sl = pick_slot(s, j);
             if (!sl) break;
-            s->q_head = (s->q_head + 1) % s->p.queue_cap;
+            s->q_head = (s->q_head + 1) % s->q_size;
             s->q_n--;
             slot_start(s, sl, j);
         }
@@ -746,7 +747,7 @@ void srv_sched_run(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     while (s->q_n) {
         srv_job *j = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->p.queue_cap;
+        s->q_head = (s->q_head + 1) % s->q_size;
         s->q_n--;
         job_finish(j, SRV_FINISH_ERROR, "the server is shutting down", NULL);
     }
@@ -790,7 +791,8 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->p = *p;
     s->n_vocab = tern_model_get_info(m)->n_vocab;
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
-    s->queue = calloc((size_t)p->queue_cap, sizeof *s->queue);
+    s->q_size = p->queue_cap + p->n_parallel;
+    s->queue = calloc((size_t)s->q_size, sizeof *s->queue);
     if (!s->slots || !s->queue) { sched_free(s); return TERN_ERR_NOMEM; }
     s->batch = p->decode_batch > 0 ? p->decode_batch : tern_model_batch_hint(m);
     if (s->batch < 1) s->batch = 1;
@@ -832,7 +834,11 @@ int srv_sched_submit(srv_sched *s, srv_job *j) { return srv_sched_submit_all(s, 
 
 int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
     pthread_mutex_lock(&s->mu);
-    if (s->stop || s->draining || n > s->p.queue_cap - s->q_n) {
+    /* the queue holds --queue requests beyond the busy slots: a request that an idle slot
+     * will take at the scheduler's next round (it may be inside a long step now) waits here
+     * too, rather than get a 503 while slots are free */
+    const int idle = s->p.n_parallel - s->busy > 0 ? s->p.n_parallel - s->busy : 0;
+    if (s->stop || s->draining || n > s->p.queue_cap + idle - s->q_n || s->q_n + n > s->q_size) {
         pthread_mutex_unlock(&s->mu);
         return 503;
     }
@@ -841,7 +847,7 @@ int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
         pthread_mutex_lock(&j->mu);
         j->refs++;
         pthread_mutex_unlock(&j->mu);
-        s->queue[(s->q_head + s->q_n) % s->p.queue_cap] = j;
+        s->queue[(s->q_head + s->q_n) % s->q_size] = j;
         s->q_n++;
     }
     pthread_cond_signal(&s->cv);

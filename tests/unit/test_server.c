@@ -797,6 +797,31 @@ TEST(sched_cancel_queue_stop) {
     with_sched(1, 256, 1, cancel_client);
 }
 
+/* A burst that idle slots will take: --queue counts requests beyond the busy slots, so
+ * with 3 idle slots and --queue 1 four requests wait (the scheduler may be inside a long
+ * step when they arrive) and the fifth gets 503; stopping ends the waiting ones. */
+TEST(sched_queue_counts_idle_slots) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    tern_sampler_params sp;
+    tern_sampler_params_default(&sp);
+    srv_sched_params p = {3, 256, 1};
+    srv_sched *s = NULL;
+    CHECK(srv_sched_new(M, T, &p, &s) == TERN_OK);
+    if (!s) return;
+    srv_job *j[5];
+    for (int k = 0; k < 5; k++) j[k] = job_for("Hello", &sp, 4, NULL);
+    for (int k = 0; k < 4; k++) CHECK_EQ_INT(srv_sched_submit(s, j[k]), 0);
+    CHECK_EQ_INT(srv_sched_submit(s, j[4]), 503);
+    int queued = 0;
+    srv_sched_stats(s, NULL, &queued, NULL, NULL);
+    CHECK_EQ_INT(queued, 4);
+    srv_sched_stop(s);
+    srv_sched_run(s); /* stopped: ends the waiting jobs at once */
+    for (int k = 0; k < 4; k++) CHECK(j[k]->done && j[k]->finish == SRV_FINISH_ERROR);
+    for (int k = 0; k < 5; k++) srv_job_unref(j[k]);
+    srv_sched_free(s);
+}
+
 /* ------------------------------------------------------------- prefix cache */
 
 /* tern_generate on a fresh session from token ids (greedy). */
@@ -1427,6 +1452,7 @@ int main(void) {
     RUN(sched_equals_generate);
     RUN(sched_prefill_budget);
     RUN(sched_cancel_queue_stop);
+    RUN(sched_queue_counts_idle_slots);
     RUN(sched_prefix_cache_qwen35);
     RUN(sched_prefix_cache_qwen3);
     RUN(sched_snapshots_default_model);
