@@ -11,7 +11,6 @@
  * Without TERN_HAVE_CUDA, creating it fails with a message saying so.
  */
 #include "backends/backends.h"
-#include "lab.h" /* tern_device_read_ceiling_gbps */
 #include "model/session.h"
 
 #include <math.h>
@@ -894,16 +893,6 @@ static const tm_backend_vt g_cuda_vt = {
     .run_step = cu_run_step,
 };
 
-bool tm_backend_cuda_present(const char **what) {
-    static _Thread_local char name[256];
-    if (tc_device_count() < 1) {
-        if (what) *what = "no CUDA device";
-        return false;
-    }
-    if (what) *what = tc_device_describe(0, name, sizeof name) == 0 ? name : "CUDA device not usable";
-    return true;
-}
-
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out) {
     *out = NULL;
     int dev = p ? p->device_index : 0;
@@ -959,11 +948,6 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     return TERN_OK;
 }
 
-const char *tm_backend_cuda_device(void) {
-    static _Thread_local char name[256];
-    return tc_device_describe(0, name, sizeof name) == 0 ? name : "";
-}
-
 struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
     return be && be->vt == &g_cuda_vt ? ((cuda_backend *)be)->tc : NULL;
 }
@@ -974,23 +958,7 @@ void tm_backend_cuda_session_no_graph(tern_session *s) {
     if (cs) cs->graph_state = -1;
 }
 
-double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
-    if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
-    if (!device || strncmp(device, "cuda", 4) || tc_device_count() < 1) return 0;
-    int dev = device[4] == ':' ? atoi(device + 5) : 0;
-    tc_ctx *tc = NULL;
-    if (tc_ctx_new(dev, &tc)) return 0;
-    double g = tc_read_ceiling_gbps(tc, bytes, passes);
-    tc_ctx_free(tc);
-    return g;
-}
-
 #else
-
-bool tm_backend_cuda_present(const char **what) {
-    if (what) *what = "not compiled in";
-    return false;
-}
 
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out) {
     (void)p;
@@ -1000,18 +968,11 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
                      "or -DTERN_CUDA=ON)");
 }
 
-const char *tm_backend_cuda_device(void) { return ""; }
-
 struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be) {
     (void)be;
     return NULL;
 }
 
 void tm_backend_cuda_session_no_graph(tern_session *s) { (void)s; }
-
-double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
-    if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
-    return 0;
-}
 
 #endif
