@@ -9,6 +9,10 @@
  * first bytes of a connection for the front door's request-line verdict: it
  * decides within SRV_REQLINE_PEEK bytes, and a verdict holds for every longer
  * prefix.
+ * A first byte 'A' or 'R' instead sends the body through the compatibility layer
+ * (src/server/compat.c: Anthropic's /v1/messages, OpenAI's /v1/responses): it is
+ * translated to a chat body (which must be JSON the chat parser answers with 0 or a 400
+ * that says why) or refused with a 4xx that says why.
  */
 #include "server/server.h"
 
@@ -34,8 +38,30 @@ static void split_all(const char *t, size_t n, size_t cut, bool open, tern_str *
     srv_split_free(&sp);
 }
 
+static int fuzz_compat(srv_api api, const char *body, size_t len) {
+    char *chat = NULL, err[256] = "";
+    int rc = srv_compat_request(api, body, len, &chat, err, sizeof err);
+    if (rc != 0 && (rc < 400 || rc > 499 || !err[0])) __builtin_trap();
+    if (rc == 0) {
+        if (!chat) __builtin_trap();
+        must_parse(chat);
+        srv_request r;
+        char e2[256] = "";
+        int prc = srv_parse_request(SRV_CHAT, chat, strlen(chat), &r, e2, sizeof e2);
+        if (prc != 0 && (prc != 400 || !e2[0])) __builtin_trap();
+        srv_request_free(&r);
+        free(chat);
+    }
+    char *e = srv_compat_error(api, 400, body && len ? "x" : "");
+    must_parse(e);
+    free(e);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    if (data[0] == 'A' || data[0] == 'R')
+        return fuzz_compat(data[0] == 'A' ? SRV_API_ANTHROPIC : SRV_API_RESPONSES, (const char *)data + 1, size - 1);
     srv_kind kind = data[0] & 1 ? SRV_COMPLETION : SRV_CHAT;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
