@@ -25,6 +25,9 @@
 #              (sanitize: SAN_TOOLS picks the compute-sanitizer tools, default all)
 #              base: after each bench step, the same bench with bin/tern-base (packed when
 #                    TERN_BASE_BIN names a tern binary built from an earlier commit): an A/B in one call
+#              batchprof: 27B (BP_PRESET, default ternary-bonsai-27b) bench model --batch BP_BATCHES
+#                    (1,8,16,32,64) --profile (per-B batch roofline share and kernel families), and
+#                    pp BP_PP (8192) with --profile -> batchprof.json, pplong.json
 #              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt
 #       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
@@ -205,6 +208,26 @@ if has gdnab; then # GDN prefill: the older walk vs the scan (tc_gdn_chunk.cu), 
     { echo "===== bench model bonsai2-27b pp512 chunk $c (the scan)"; cat $W/gdn-$v-$c.txt; } >> $OUT/gdnab.txt
     row "gdnab $v chunk $c" "pp $(awk '/^pp /{print $2}' $W/gdn-$v-$c.txt) tok/s; $(sed -n '/^profile (prefill/,$p' $W/gdn-$v-$c.txt | grep -m1 -i gdn | tr -s ' ')"
   done
+fi
+if has batchprof; then # issue 25: batched decode against the batch roofline, long prefill, profiled
+  bp=${BP_PRESET:-ternary-bonsai-27b}; m=$W/$bp.gguf
+  [ -s $m ] || $B/tern synth --preset $bp --seed 1 --quiet $m >> "$log" 2>&1
+  ${TB:-$B/tern} bench model -m $m --device cuda -p 512 -n 16 --reps 2 --batch ${BP_BATCHES:-1,8,16,32,64} \
+      --profile --json > $OUT/batchprof${GPU_TAG:-}.json 2>> "$log"
+  row "batchprof $bp${GPU_TAG:-}" "$(python3 -c "
+import json
+try:
+    d=json.loads(open('$OUT/batchprof${GPU_TAG:-}.json').read().strip().splitlines()[-1])
+    print(f\"tg {d['tg_tok_s']:.0f} pp {d['pp_tok_s']:.0f} \"+' '.join(f\"b{b['batch']} {b['tok_s']:.0f} ({b['roofline_ratio']:.0%})\" for b in d['batches']))
+except Exception as e: print('no result', e)")"
+  if [ -n "${BP_PP:-8192}" ]; then
+    ${TB:-$B/tern} bench model -m $m --device cuda -p ${BP_PP:-8192} -n 4 --reps 1 --profile --json > $OUT/pplong${GPU_TAG:-}.json 2>> "$log"
+    row "pp${BP_PP:-8192} $bp${GPU_TAG:-}" "$(python3 -c "
+import json
+try:
+    d=json.loads(open('$OUT/pplong${GPU_TAG:-}.json').read().strip().splitlines()[-1]); print(f\"pp {d['pp_tok_s']:.0f} tok/s\")
+except Exception as e: print('no result', e)")"
+  fi
 fi
 if has depth; then # issue 15: the 27B at depth 0 / 4k / 32k x f32 / f16 / q8_0 (the depth filled at random)
   m=$W/bonsai2-27b.gguf

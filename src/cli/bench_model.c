@@ -22,14 +22,21 @@
  *             the KV cache read at the tg steps' middle position (every key and value row
  *             of every attention layer once, in the cache's stored type)
  *   roofline  ceiling / bytes per token; ratio = tg / roofline
- *   batch     with --batch B: B more sessions, each prefilled with the same prompt;
- *             after each tg step one step that advances all B together
- *             (tern_session_eval_batch), so both see the same machine: median batch
- *             step time -> aggregate tok/s (B tokens per step) and per-sequence
- *             tok/s; speedup = aggregate / tg
+ *   batch     with --batch B[,B2,...]: max(B) more sessions, copies of the prefilled
+ *             prompt's session; after each tg step, for each B of the list, one step that
+ *             advances the first B of them together (tern_session_eval_batch), so all
+ *             see the same machine: median batch step time -> aggregate tok/s (B tokens
+ *             per step) and per-sequence tok/s; speedup = aggregate / tg. The batch
+ *             roofline: the ceiling over the bytes a step must move: the weights once,
+ *             plus per sequence its GDN states read and written (2 x the snapshot's
+ *             state bytes) and its KV cache rows read; share = aggregate / roofline.
+ *             With --profile on a GPU: the time per kernel family of 4 more batch
+ *             steps per B (batch steps are never graph-recorded)
  * --json prints one JSON object: tg_tok_s, pp_tok_s, bytes_per_token,
  * ceiling_gbps, tg_gbps, roofline_ratio, peak_rss_bytes, session_bytes, ... (and with
- * --batch: batch, batch_tok_s, batch_seq_tok_s, batch_speedup)
+ * --batch: batch, batch_tok_s, batch_seq_tok_s, batch_speedup of the list's first B,
+ * and "batches": one object per B: batch, tok_s, seq_tok_s, step_ms, bytes_per_step,
+ * roofline_tok_s, roofline_ratio, profile)
  */
 #include "backends/backends.h"
 #include "cli/cli.h"
@@ -48,14 +55,17 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
-            "                        [--chunk N] [--batch B] [--depth D] [--depth-fill real|random]\n"
+            "                        [--chunk N] [--batch B[,B...]] [--depth D] [--depth-fill real|random]\n"
             "                        [--cache-type T] [--no-repack]\n"
             "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
             "  sequences decoding together (one pass per step; aggregate and per-sequence\n"
-            "  tok/s). --no-repack: weights used in the file layout (default: copied into\n"
+            "  tok/s, and the share of the batch roofline: weights once plus each sequence's\n"
+            "  GDN states read and written and KV rows read, over the ceiling); a comma list\n"
+            "  (--batch 1,8,16,32,64) measures each (with --profile on a GPU: per B, the time\n"
+            "  per kernel family of 4 batch steps). --no-repack: weights used in the file layout (default: copied into\n"
             "  the kernels' fastest layout at load where there is one, file pages dropped;\n"
             "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
@@ -99,6 +109,9 @@ static double median(double *v, int n) {
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 0, batch = 0, depth = 0, tp = 0;
+    enum { MAXB = 16 };
+    int64_t blist[MAXB]; /* --batch's list; batch = its largest */
+    int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, profile = false, fill_random = false;
     int repack = -1; /* -1: the library's default */
@@ -140,7 +153,19 @@ int tern_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
         } else if (!strcmp(a, "--batch")) {
-            if (!cli_parse_i64(v, 1, 256, &batch)) return cli_usage_error("bench model", "bad --batch '%s'", v);
+            char tmp[256];
+            if (strlen(v) >= sizeof tmp) return cli_usage_error("bench model", "bad --batch '%s'", v);
+            strcpy(tmp, v);
+            nbl = 0;
+            batch = 0;
+            for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (nbl == MAXB || !cli_parse_i64(t, 1, 256, &blist[nbl]))
+                    return cli_usage_error("bench model", "bad --batch '%s' (1..256, at most %d comma-separated)", v,
+                                           (int)MAXB);
+                if (blist[nbl] > batch) batch = blist[nbl];
+                nbl++;
+            }
+            if (!nbl) return cli_usage_error("bench model", "bad --batch '%s'", v);
         } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
             if (!cli_parse_i64(v, 0, 1 << 22, &depth)) return cli_usage_error("bench model", "bad --depth '%s'", v);
         } else if (!strcmp(a, "--chunk")) {
@@ -171,6 +196,8 @@ int tern_bench_model(int argc, char **argv) {
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = (int)(depth + (depth ? reps : 1) * np + ng + 1);
+    tern_session_params bsp = sp; /* the batch sessions: every B of the list advances the first B */
+    bsp.n_ctx = sp.n_ctx + (int)(ng * nbl + 4 * nbl);
     sp.n_chunk = (int)chunk;
     sp.cache_type_k = cache_k;
     sp.cache_type_v = cache_v;
@@ -184,7 +211,10 @@ int tern_bench_model(int argc, char **argv) {
     const int64_t nids = np > depth ? np : depth;
     int32_t *ids = malloc((size_t)nids * sizeof *ids);
     double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)ng * sizeof *tg);
-    double *bt = malloc((size_t)ng * sizeof *bt);
+    double *bt = malloc((size_t)ng * MAXB * sizeof *bt); /* [b][step] */
+    double bmed[MAXB] = {0}, gdn_bytes = 0; /* gdn_bytes: one sequence's GDN states */
+    char bprof[MAXB][1024];
+    memset(bprof, 0, sizeof bprof);
     tern_session **bs = batch ? calloc((size_t)batch, sizeof *bs) : NULL;
     int32_t *btok = batch ? malloc((size_t)batch * sizeof *btok) : NULL;
     double bt_med = 0, depth_s = 0;
@@ -220,12 +250,20 @@ int tern_bench_model(int argc, char **argv) {
         if (!json)
             fprintf(stderr, "  pp rep %lld: %.2f tok/s\n", (long long)r, pp[r]);
     }
-    /* batch: B sessions prefilled with the prompt; their steps interleave with the
-     * single-token steps, so both medians see the same machine (noisy VMs) */
+    /* batch: max(B) sessions holding the prefilled prompt (copies of s); their steps
+     * interleave with the single-token steps, so all medians see the same machine */
     for (int64_t b = 0; b < batch; b++) {
-        if ((st = tern_session_new(m, &sp, &bs[b]))) goto lib_err;
-        if ((st = tern_session_eval(bs[b], ids, (size_t)np, NULL))) goto lib_err;
+        if ((st = tern_session_new(m, &bsp, &bs[b]))) goto lib_err;
+        if ((st = tern_session_copy(bs[b], s))) goto lib_err;
         btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
+    }
+    if (batch) { /* one sequence's recurrent (GDN) state bytes: a snapshot less its logits row */
+        tern_session_snapshot *snap = NULL;
+        if (tern_session_snapshot_take(s, &snap) == TERN_OK) {
+            double sb = (double)tern_session_snapshot_bytes(snap) - (double)V * sizeof(float);
+            gdn_bytes = sb > 0 ? sb : 0;
+        }
+        tern_session_snapshot_free(snap);
     }
     int32_t tok = (int32_t)cli_argmax(tern_session_logits(s), V);
     const int tg_pos = tern_session_pos(s) + (int)(ng / 2); /* the tg steps' middle position */
@@ -234,13 +272,15 @@ int tern_bench_model(int argc, char **argv) {
         if ((st = tern_session_eval(s, &tok, 1, NULL))) goto lib_err;
         tg[i] = tern_now_s() - a;
         tok = (int32_t)cli_argmax(tern_session_logits(s), V);
-        if (!batch) continue;
-        a = tern_now_s();
-        if ((st = tern_session_eval_batch(bs, btok, (size_t)batch, NULL))) goto lib_err;
-        bt[i] = tern_now_s() - a;
-        for (int64_t b = 0; b < batch; b++) btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
+        for (int k = 0; k < nbl; k++) {
+            a = tern_now_s();
+            if ((st = tern_session_eval_batch(bs, btok, (size_t)blist[k], NULL))) goto lib_err;
+            bt[k * ng + i] = tern_now_s() - a;
+            for (int64_t b = 0; b < blist[k]; b++) btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
+        }
     }
-    if (batch) bt_med = 1.0 / median(bt, (int)ng); /* steps per second */
+    for (int k = 0; k < nbl; k++) bmed[k] = 1.0 / median(bt + k * ng, (int)ng); /* steps per second */
+    if (nbl) bt_med = bmed[0];
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
     double launches = 0, kernel_ms = 0; /* kernel_ms: the profile's GPU time per decode token */
@@ -279,6 +319,17 @@ int tern_bench_model(int argc, char **argv) {
         }
         tern_session_free(ps);
         if (st) goto lib_err;
+        /* the batch steps' kernels, per B (op by op: batch steps are never recorded) */
+        for (int k = 0; profile && k < nbl; k++) {
+            tc_profile_enable(tc, 1);
+            for (int i = 0; i < 4 && !st; i++) {
+                st = tern_session_eval_batch(bs, btok, (size_t)blist[k], NULL);
+                for (int64_t b = 0; b < blist[k]; b++) btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
+            }
+            if (!st) tc_profile_text(tc, bprof[k], sizeof bprof[k]);
+            tc_profile_enable(tc, 0);
+            if (st) goto lib_err;
+        }
     }
 #endif
     /* peak RSS before the ceiling buffer exists; then the ceiling, same threads */
@@ -306,6 +357,13 @@ int tern_bench_model(int argc, char **argv) {
      * time less the kernels' time measured op by op, per launch */
     const double step_ms = tg_med > 0 ? 1e3 / tg_med : 0;
     const double gap_us = kernel_ms > 0 && launches > 0 ? (step_ms - kernel_ms) * 1e3 / launches : 0;
+    /* the batch roofline of B sequences: weights once, each sequence's GDN states read and
+     * written, its KV rows read (at the tg steps' middle position) */
+    double broof[MAXB] = {0}, bbytes[MAXB] = {0};
+    for (int k = 0; k < nbl; k++) {
+        bbytes[k] = wbpt + (double)blist[k] * (2 * gdn_bytes + kvbpt);
+        broof[k] = ceiling > 0 ? ceiling * 1e9 / bbytes[k] * (double)blist[k] : 0;
+    }
     if (json) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"prompt_tokens\":%lld,"
                "\"chunk\":%d,\"gen_tokens\":%lld,\"tg_tok_s\":%.4f,\"pp_tok_s\":%.4f,\"bytes_per_token\":%.0f,"
@@ -321,15 +379,27 @@ int tern_bench_model(int argc, char **argv) {
                (unsigned long long)tern_session_memory(s), t_load, mp.repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
                ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
-        if (batch)
+        if (nbl)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
-                   (long long)batch, bt_med * (double)batch, bt_med, bt_med * (double)batch / tg_med);
+                   (long long)blist[0], bt_med * (double)blist[0], bt_med, bt_med * (double)blist[0] / tg_med);
         if (kernel_ms > 0)
             printf(",\"step_ms\":%.4f,\"kernel_ms_per_token\":%.4f,\"gap_us_per_launch\":%.3f", step_ms,
                    kernel_ms, gap_us);
         json_text_field("profile", prof);
         json_text_field("prefill_profile", pprof);
+        if (nbl) {
+            printf(",\"gdn_state_bytes\":%.0f,\"batches\":[", gdn_bytes);
+            for (int k = 0; k < nbl; k++) {
+                printf("%s{\"batch\":%lld,\"tok_s\":%.4f,\"seq_tok_s\":%.4f,\"step_ms\":%.4f,"
+                       "\"bytes_per_step\":%.0f,\"roofline_tok_s\":%.4f,\"roofline_ratio\":%.4f",
+                       k ? "," : "", (long long)blist[k], bmed[k] * (double)blist[k], bmed[k], 1e3 / bmed[k],
+                       bbytes[k], broof[k], broof[k] > 0 ? bmed[k] * (double)blist[k] / broof[k] : 0);
+                json_text_field("profile", bprof[k]);
+                printf("}");
+            }
+            printf("]");
+        }
         printf("}\n");
     } else {
         printf("model          %s (%s, %d layers, vocab %d)\n", model, info->arch, info->n_layers, V);
@@ -348,11 +418,12 @@ int tern_bench_model(int argc, char **argv) {
         printf("roofline       %.3f tok/s\n", roof);
         printf("tg             %.3f tok/s (median of %lld steps) = %.2f GB/s, %.1f%% of roofline\n",
                tg_med, (long long)ng, tg_gbps, 100 * ratio);
-        if (batch)
+        for (int k = 0; k < nbl; k++)
             printf("batch %-8lld %.3f tok/s aggregate, %.3f tok/s per sequence (median of %lld "
-                   "steps of %lld sequences) = %.2fx tg\n",
-                   (long long)batch, bt_med * (double)batch, bt_med, (long long)ng, (long long)batch,
-                   bt_med * (double)batch / tg_med);
+                   "steps) = %.2fx tg; batch roofline %.1f tok/s (%.3f GB per step), %.1f%% of it\n",
+                   (long long)blist[k], bmed[k] * (double)blist[k], bmed[k], (long long)ng,
+                   bmed[k] * (double)blist[k] / tg_med, broof[k], bbytes[k] / 1e9,
+                   broof[k] > 0 ? 100 * bmed[k] * (double)blist[k] / broof[k] : 0);
         printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld%s)\n",
                pp_med, (long long)reps, (long long)np, (long long)tern_session_chunk(s), depth ? ", after the depth" : "");
         printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
@@ -369,6 +440,8 @@ int tern_bench_model(int argc, char **argv) {
         if (pprof[0])
             printf("profile (prefill of %lld tokens, chunk %d, op by op):\n%s", (long long)np,
                    tern_session_chunk(s), pprof);
+        for (int k = 0; k < nbl; k++)
+            if (bprof[k][0]) printf("profile (4 batch steps of %lld sequences):\n%s", (long long)blist[k], bprof[k]);
     }
     goto done;
 lib_err:
