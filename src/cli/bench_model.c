@@ -195,7 +195,7 @@ int tern_bench_model(int argc, char **argv) {
 
     tern_session_params sp;
     tern_session_params_default(&sp);
-    sp.n_ctx = (int)(depth + (depth ? reps : 1) * np + ng + 1);
+    sp.n_ctx = (int)(depth + (depth ? reps : 1) * np + (ng > 8 ? ng : 8) + 1); /* the profile runs 8 steps */
     tern_session_params bsp = sp; /* the batch sessions: every B of the list advances the first B */
     bsp.n_ctx = sp.n_ctx + (int)(ng * nbl + 4 * nbl);
     sp.n_chunk = (int)chunk;

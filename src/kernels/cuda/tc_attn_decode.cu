@@ -581,6 +581,17 @@ extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
+    /* ag_plan sizes the splits for one sequence (~8 CTAs per SM); n sequences share the
+     * SMs, so each takes ~1/n of them (at least 1 split): 64 sequences at ~530 positions
+     * launched 67,584 CTAs of 16 positions, most of them empty, 471 us per layer on the
+     * H200 (2026-12-03). The span follows from the position and the splits in the kernel
+     * and the merge alike, so any split count is exact. */
+    {
+        const long long ctas = (long long)n_head_kv * hch * n;
+        long long sb = (8LL * tc_sm_count() + ctas - 1) / ctas;
+        if (sb < 1) sb = 1;
+        if (sb < splits) splits = (int)sb;
+    }
     const size_t per = (size_t)n_head * splits * (head_dim + 2);
     float *part = (float *)tc_workspace(2, (size_t)n * per * sizeof(float));
     if (!part) return;
