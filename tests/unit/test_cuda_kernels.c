@@ -920,8 +920,8 @@ TEST(gdn_chunk_vs_f64_and_walk) {
 }
 
 /* The residual add + RMSNorm (+ Hadamard) site vs float64, on the shapes of the
- * cluster kernel (batch 1..few: the row split over 2..8 CTAs) and of the one-CTA
- * kernels (17 rows): r += d, normed, rotated. */
+ * cluster kernels (batch 1..64: the row split over 2..8 CTAs) and of the one-CTA
+ * kernels (65 rows): r += d, normed, rotated. */
 TEST(norm_site_vs_f64) {
     NEED_GPU();
     const size_t cases[][4] = {{1, 5120, 1024, 0}, {3, 5120, 1024, 0}, {8, 5120, 1024, 1},
@@ -929,7 +929,8 @@ TEST(norm_site_vs_f64) {
                                {17, 1024, 128, 0}, {1, 2048, 4, 0},    {1, 2048, 2048, 2},
                                {2, 1536, 512, 4},  {4, 2048, 256, 0},  {5, 2560, 0, 2},
                                {8, 1024, 128, 0},  {1, 5120, 1024, 8}, {16, 3072, 1024, 5},
-                               {1, 4096, 0, 1}};
+                               {1, 4096, 0, 1},    {33, 5120, 1024, 0}, {64, 5120, 0, 0},
+                               {64, 1024, 128, 0}, {65, 1024, 128, 0}, {65, 5120, 1024, 0}};
     const size_t nc = sizeof cases / sizeof cases[0];
     for (size_t c = 0; c < 2 * nc; c++) {
         const int old = c >= nc;
