@@ -39,9 +39,9 @@ if [ "$mode" = pack ]; then
   set -e
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> "$(git rev-parse --git-common-dir)/info/exclude"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON >/dev/null
-  cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_cuda_kernels test_batch test_model >/dev/null
+  cmake --build build-gpu -j"$(nproc)" --target tern test_cuda test_cuda_kernels test_cuda_gemm test_batch test_model >/dev/null
   rm -rf $P; mkdir -p $P/bin $P/lib
-  cp build-gpu/tern build-gpu/test_cuda build-gpu/test_cuda_kernels build-gpu/test_batch build-gpu/test_model $P/bin/
+  cp build-gpu/tern build-gpu/test_cuda build-gpu/test_cuda_kernels build-gpu/test_cuda_gemm build-gpu/test_batch build-gpu/test_model $P/bin/
   if [ -n "${TERN_BASE_BIN:-}" ]; then cp "$TERN_BASE_BIN" $P/bin/tern-base; echo "${TERN_BASE_REV:-base}" > $P/base; fi
   ldd build-gpu/tern | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|ld-linux|libstdc\+\+|libgcc_s|librt' |
     while read -r l; do cp -L "$l" $P/lib/; done
@@ -73,7 +73,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 [ -d $W/fx/qwen35-tiny ] || xz -dc $P/fixtures.tar.xz | tar -C $W/fx -xf -
 export TERN_FIXTURES=$W/fx
 if has tests; then
-  for t in test_cuda_kernels test_cuda test_batch test_model; do
+  for t in test_cuda_kernels test_cuda_gemm test_cuda test_batch test_model; do
     s=$(date +%s.%N)
     TERN_TEST_DEVICE=cuda timeout 200 $B/$t > $W/$t.log 2>&1; rc=$?
     { echo "===== $t (rc=$rc)"; cat $W/$t.log; } >> $OUT/tests.log
