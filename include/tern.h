@@ -272,7 +272,8 @@ typedef struct tern_model_params {
     bool cuda_profile;              /* default false: per-op timing (bench --profile) */
     const char *cuda_matmul;        /* NULL: the matmul chooser decides; else a kernel family
                                        forced for A/B runs ("tiled_multi", "tiled", "gemm",
-                                       "t128k", "t128", "generic_sk", "generic"; logged once;
+                                       "t128k", "t128", "generic_sk", "generic", or
+                                       "gemm_nosplit": the default with the GEMM unsplit; logged once;
                                        another name is TERN_ERR_INVALID_ARG at load) */
 } tern_model_params;
 #define TERN_CUDA_PREFILL_EXACT 0

@@ -13,7 +13,8 @@
  * more than 256 MB, so the weights come from HBM, not from the 60 MB L2. The error
  * of sampled rows against float64 is printed and must stay below 1e-3.
  * --layout tiled|file|all (default all), --batch N (one batch size). Then the
- * tensor-core GEMM (prefill, file layout) at M = 512 on the same shapes: bench_gemm_tc.
+ * tensor-core GEMM (tiled layout) at M = 16, 32, 64 and 512 on the same shapes, with
+ * split-K and without (or alone with --gemm): bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
  * the GQA kernel vs the old ones): bench_attn_depth.
@@ -86,64 +87,87 @@ static const shape g_shapes[] = {
     {5120, 1024, "attn k / v"}, {5120, 248320, "head"},
 };
 
-/* The tensor-core GEMM (tc_gemm_tc) at M = 512 tokens on each Bonsai shape, both
- * modes: time per call (median of reps, the activation quantised once before),
- * TFLOP/s-equivalent 2*M*N*K / s, GB/s of weight bytes (read once per call from
- * HBM, shared by the token tiles through L2), max rel err of sampled outputs
- * against float64 (exact mode must stay < 1e-3). Text mode only; 0 = ok. */
-static int bench_gemm_tc(int reps) {
-    const size_t M = 512;
+/* The tensor-core GEMM (tc_gemm_tc) on the tiled layout (the default at load) at
+ * M = 16, 32, 64 (batched decode) and 512 (a prefill chunk) tokens on each Bonsai
+ * shape, both modes, each twice: the split rule (mm_choose.h tc_mm_gemm_splits, the
+ * default) and unsplit with the token tiles before split-K (tc_gemm_set_splits(1),
+ * the model parameter cuda_matmul = "gemm_nosplit"): the before/after in one run.
+ * Per row: the plan (tokens per CTA x K splits), time per call (rotating among copies
+ * of the matrix totalling more than 256 MB, so the weights come from HBM as in a
+ * step; the activation quantised once before), TOPS = 2*M*N*K / s, GB/s of weight
+ * bytes (the file's 34 B per 128, read once per call), its share of the read ceiling,
+ * max rel err of sampled outputs against float64 (exact mode must stay < 1e-3).
+ * Text mode only; 0 = ok. */
+static int bench_gemm_tc(int reps, double ceil_gbps) {
+    static const size_t Ms[] = {16, 32, 64, 512};
+    const size_t MM = 512;
     int bad = 0;
-    printf("\ntensor-core GEMM (tc_gemm_tc), M = %zu tokens\n%-6s %-14s %6s %7s %10s %9s %8s %9s\n",
-           M, "mode", "site", "k", "n", "us/call", "TFLOP/s", "GB/s", "max_err");
+    printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K\n"
+           "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s\n",
+           "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !bad; s++) {
         const int64_t k = g_shapes[s].k, n = g_shapes[s].n;
-        const size_t fb = (size_t)n * (size_t)(k / 128) * 34, yb = M * (size_t)n * 4;
+        const size_t fb = (size_t)n * (size_t)(k / 128) * 34, yb = MM * (size_t)n * 4;
+        int copies = (int)(((size_t)256 << 20) / fb) + 1;
+        if (copies < 2) copies = 2;
         uint8_t *h = malloc(fb);
-        float *x = malloc(M * (size_t)k * 4), *y = malloc(yb);
+        float *x = malloc(MM * (size_t)k * 4), *y = malloc(yb);
         fill(h, n, k);
-        for (size_t i = 0; i < M * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
+        for (size_t i = 0; i < MM * (size_t)k; i++) x[i] = (float)((double)(rnd64() >> 11) * 0x1p-52 - 1.0);
+        tc_mat *tm = calloc((size_t)copies, sizeof *tm);
         uint8_t *d = tc_malloc(g_tc, fb + 16);
-        float *dx = tc_malloc(g_tc, M * (size_t)k * 4), *dy = tc_malloc(g_tc, yb);
-        void *ab = tc_malloc(g_tc, tc_act_bytes(M, k));
-        if (!d || !dx || !dy || !ab || tc_upload(g_tc, d, h, fb) || tc_upload(g_tc, dx, x, M * (size_t)k * 4)) bad = 1;
-        tc_mat m = {.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = fb / (size_t)n};
-        tc_act act = tc_act_view(ab, M, k);
-        if (!bad) tc_quantize(g_tc, dx, (size_t)k, &act);
-        for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++) {
-            double ts[64];
-            int nr = reps < 64 ? reps : 64;
-            if (!tc_gemm_tc(g_tc, &m, &act, dy, (size_t)n, mode) || tc_sync(g_tc)) { bad = 1; break; }
-            for (int r = 0; r < nr; r++) {
-                double t0 = now_s();
-                tc_gemm_tc(g_tc, &m, &act, dy, (size_t)n, mode);
-                if (tc_sync(g_tc)) { bad = 1; break; }
-                ts[r] = now_s() - t0;
-            }
-            if (bad) break;
-            for (int i = 1; i < nr; i++) /* median */
-                for (int j = i; j > 0 && ts[j] < ts[j - 1]; j--) { double v = ts[j]; ts[j] = ts[j - 1]; ts[j - 1] = v; }
-            double dt = ts[nr / 2];
-            tc_download(g_tc, y, dy, yb);
-            double md = 0, mr = 0;
-            for (int i = 0; i < 48; i++) {
-                size_t b = (size_t)(rnd64() % M);
-                int64_t r = (int64_t)(rnd64() % (uint64_t)n);
-                double ref = row_ref(h, k, r, x + b * (size_t)k);
-                double dd = fabs(ref - y[b * (size_t)n + (size_t)r]);
-                if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
-                if (fabs(ref) > mr) mr = fabs(ref);
-            }
-            double err = mr > 0 ? md / mr : md;
-            if (mode == TC_GEMM_EXACT && !(err < 1e-3)) bad = 2;
-            printf("%-6s %-14s %6lld %7lld %10.1f %9.1f %8.0f %9.2e\n",
-                   mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k,
-                   (long long)n, dt * 1e6, 2.0 * (double)M * (double)n * (double)k / dt / 1e12,
-                   fb / dt / 1e9, err);
+        float *dx = tc_malloc(g_tc, MM * (size_t)k * 4), *dy = tc_malloc(g_tc, yb);
+        void *ab = tc_malloc(g_tc, tc_act_bytes(MM, k));
+        if (!tm || !d || !dx || !dy || !ab || tc_upload(g_tc, d, h, fb) || tc_upload(g_tc, dx, x, MM * (size_t)k * 4))
+            bad = 1;
+        tc_mat fm = {.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = fb / (size_t)n};
+        for (int c = 0; c < copies && !bad; c++)
+            if (tc_repack_tiled(g_tc, &fm, &tm[c])) bad = 1;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0] && !bad; mi++) {
+            const size_t M = Ms[mi];
+            tc_act act = tc_act_view(ab, M, k);
+            tc_quantize(g_tc, dx, (size_t)k, &act);
+            for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
+                for (int old = 0; old < 2 && !bad; old++) {
+                    tc_gemm_set_splits(g_tc, old ? 1 : 0);
+                    int tok = 0, sp = 0;
+                    tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
+                    for (int c = 0; c < copies; c++)
+                        if (!tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)) bad = 1;
+                    if (bad || tc_sync(g_tc)) { bad = 1; break; }
+                    double t0 = now_s();
+                    for (int r = 0; r < reps; r++)
+                        for (int c = 0; c < copies; c++) tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode);
+                    if (tc_sync(g_tc)) { bad = 1; break; }
+                    const double dt = (now_s() - t0) / (reps * copies);
+                    tc_download(g_tc, y, dy, M * (size_t)n * 4);
+                    double md = 0, mr = 0;
+                    for (int i = 0; i < 48; i++) {
+                        size_t b = (size_t)(rnd64() % M);
+                        int64_t r = (int64_t)(rnd64() % (uint64_t)n);
+                        double ref = row_ref(h, k, r, x + b * (size_t)k);
+                        double dd = fabs(ref - y[b * (size_t)n + (size_t)r]);
+                        if (!(dd <= md)) md = isnan(dd) ? INFINITY : dd;
+                        if (fabs(ref) > mr) mr = fabs(ref);
+                    }
+                    double err = mr > 0 ? md / mr : md;
+                    if (mode == TC_GEMM_EXACT && !(err < 1e-3)) bad = 2;
+                    char plan[24];
+                    snprintf(plan, sizeof plan, "%dx%d", tok, sp);
+                    const double gbps = fb / dt / 1e9;
+                    printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e\n",
+                           mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k, (long long)n, M,
+                           plan, old ? "unsplit" : "split", dt * 1e6,
+                           2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,
+                           ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err);
+                }
         }
-        tc_free(g_tc, d, fb + 16); tc_free(g_tc, dx, M * (size_t)k * 4); tc_free(g_tc, dy, yb);
-        tc_free(g_tc, ab, tc_act_bytes(M, k));
-        free(h); free(x); free(y);
+        tc_gemm_set_splits(g_tc, 0);
+        for (int c = 0; c < copies; c++)
+            if (tm && tm[c].data) tc_free(g_tc, (void *)tm[c].data, tc_tiled_bytes(n, k));
+        tc_free(g_tc, d, fb + 16); tc_free(g_tc, dx, MM * (size_t)k * 4); tc_free(g_tc, dy, yb);
+        tc_free(g_tc, ab, tc_act_bytes(MM, k));
+        free(tm); free(h); free(x); free(y);
     }
     if (bad) fprintf(stderr, "tern bench: tensor-core GEMM %s\n", bad == 2 ? "error bound broken (>= 1e-3)" : "failed (CUDA error)");
     return bad;
@@ -576,7 +600,7 @@ static int bench_gdn(int reps) {
 }
 
 int tern_bench_kernels_cuda(int argc, char **argv) {
-    bool json = false, quick = false, no_gemm = false, ops_only = false, gdn_only = false;
+    bool json = false, quick = false, no_gemm = false, ops_only = false, gdn_only = false, gemm_only = false;
     int reps = 0, only_b = 0;
     const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
@@ -597,6 +621,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
                 return cli_usage_error("bench", "--layout takes tiled, file or all");
         } else if (!strcmp(argv[i], "--ops")) ops_only = true;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = true;
+        else if (!strcmp(argv[i], "--gemm")) gemm_only = true;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 8, &v))
@@ -625,6 +650,11 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         return bench_gdn(reps) ? 1 : 0;
     }
     double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 5);
+    if (gemm_only) {
+        printf("tern bench kernels --device cuda --gemm: %s, read ceiling %.0f GB/s (same run)\n",
+               tc_device_name(g_tc), ceil_gbps);
+        return bench_gemm_tc(reps, ceil_gbps) ? 1 : 0;
+    }
     if (!json)
         printf("tern bench kernels --device cuda: %s, read ceiling %.0f GB/s (same run), "
                "%d round(s) over > 256 MB of copies\n"
@@ -726,7 +756,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         tc_free(g_tc, dy, maxb * (size_t)n * 4);
         free(fm); free(h); free(x); free(y);
     }
-    if (!json && !failed && !no_gemm && bench_gemm_tc(reps)) failed = 1;
+    if (!json && !failed && !no_gemm && bench_gemm_tc(reps, ceil_gbps)) failed = 1;
     if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;
     if (!json && !failed && !no_gemm && bench_gdn(reps)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);

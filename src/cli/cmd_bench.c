@@ -53,6 +53,7 @@ static void bench_kernels_usage(FILE *f) {
             "                call, scan vs walk), with [--quick] [--reps N] [--json]\n"
             "                [--layout tiled|file|all] [--batch 1..8] [--no-gemm] (no\n"
             "                GEMM, no ops, no GDN) [--ops] (only the ops) [--gdn] (only GDN)\n"
+            "                [--gemm] (only the GEMM: M 16, 32, 64, 512, split-K and unsplit)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n"
             "usage: tern bench gdn ...     (the CPU GDN scans; see tern bench gdn --help)\n");
 }

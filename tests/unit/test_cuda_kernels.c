@@ -1638,7 +1638,8 @@ static int act_xq(const int8_t *q, int64_t k, size_t b, int64_t j, int hi_only) 
  * ~7e-3 expected on Gaussian data; not with the outlier); rows past n and the token row past M untouched.
  * Each on the file layout and on the tiled layout (tc_repack_tiled, the default at
  * load): the same checks, and the tiled result equal to the file layout's (same
- * integers, same float operations in the same order). */
+ * integers, same float operations in the same order when both take the same launch).
+ * Split-K at awkward shapes: test_cuda_gemm.c. */
 TEST(gemm_tc_vs_f64) {
     NEED_GPU();
     const int64_t shapes[][3] = {{1, 256, 0},     {129, 5120, 2}, {300, 512, 0},
@@ -1679,10 +1680,21 @@ TEST(gemm_tc_vs_f64) {
                 CHECK(tc_download(g_tc, y, dy, yn * 4) == 0);
                 if (!tiled) memcpy(yfile, y, yn * 4);
                 else {
+                    /* bit for bit when both take the same launch (tokens per CTA, K splits:
+                     * the split rule reads each build's occupancy), else fp32 order */
+                    int tf, sf, tt, st;
+                    tc_gemm_plan(g_tc, &m, &act, mode, &tf, &sf);
+                    tc_gemm_plan(g_tc, &tm, &act, mode, &tt, &st);
                     size_t nd = 0;
-                    for (size_t i = 0; i < yn; i++) nd += !(y[i] == yfile[i]);
-                    CHECK_MSG(nd == 0, "gemm mode %d n %lld k %lld M %zu: tiled differs from file in %zu values",
-                              mode, (long long)n, (long long)k, M, nd);
+                    double dmax = 0, ymax = 0;
+                    for (size_t i = 0; i < yn; i++) {
+                        nd += !(y[i] == yfile[i]);
+                        dmax = fmax(dmax, fabs((double)y[i] - yfile[i]));
+                        ymax = fmax(ymax, fabs((double)yfile[i]));
+                    }
+                    CHECK_MSG(nd == 0 || ((tf != tt || sf != st) && dmax <= 5e-5 * ymax),
+                              "gemm mode %d n %lld k %lld M %zu: tiled differs from file in %zu values", mode,
+                              (long long)n, (long long)k, M, nd);
                 }
                 /* (1) vs the integers given */
                 double md = 0, mr = 0;

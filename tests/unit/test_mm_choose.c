@@ -58,6 +58,11 @@ static const mm_case g_cases[] = {
     {F16, 4095, 64, 1, EX, 0, TC_MM_GENERIC_SK, 0, 0, 0},
     {BF, 4096, 64, 1, EX, 0, TC_MM_GENERIC, 0, 0, 0},
     {F16, 100, 64, 1, EX, TC_MM_TILED, TC_MM_GENERIC_SK, 0, 0, 0},
+    /* gemm_nosplit: the default families (the GEMM past 8 without split-K) */
+    {T, 5120, 5120, 1, EX, TC_MM_GEMM_NOSPLIT, TC_MM_TILED_MULTI, 4, 2, 0},
+    {T, 5120, 5120, 16, I8, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, I8},
+    {F, 4096, 4096, 3, EX, TC_MM_GEMM_NOSPLIT, TC_MM_T128K, 3, 0, 0},
+    {F, 4096, 4096, 64, EX, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, EX},
     /* refusals: empty shapes, a kind the kernels do not know, tiled K off 128 */
     {T, 0, 5120, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
     {T, 16, 5120, 0, EX, 0, TC_MM_NONE, 0, 0, 0},
@@ -96,8 +101,8 @@ TEST(repack_decision) {
         caps.force = keep[i];
         CHECK_MSG(!tc_mm_repack_tiled(F, 5120, 5120, &caps), "forced %s repacks", tc_mm_name(keep[i]));
     }
-    const int tile[] = {TC_MM_TILED_MULTI, TC_MM_TILED, TC_MM_GEMM};
-    for (size_t i = 0; i < 3; i++) {
+    const int tile[] = {TC_MM_TILED_MULTI, TC_MM_TILED, TC_MM_GEMM, TC_MM_GEMM_NOSPLIT};
+    for (size_t i = 0; i < 4; i++) {
         caps.force = tile[i];
         CHECK_MSG(tc_mm_repack_tiled(F, 5120, 5120, &caps), "forced %s keeps the file layout", tc_mm_name(tile[i]));
     }
@@ -116,9 +121,75 @@ TEST(names_and_stage_bytes) {
     CHECK(tc_mm_stage_bytes(8, 5120) <= TC_MM_STAGE_MAX);
 }
 
+/* The GEMM's token tiles and K splits (mm_choose.h tc_mm_gemm_tok, tc_mm_gemm_splits).
+ * Expected values worked by hand from the rule's estimate
+ *   waves(s) x (nst/s + 1) + (s > 1), waves(s) = ceil(tiles*s / (sms*occ)),
+ * s > 1 only when 1.1x faster than s = 1, within min(nst, 32) and the workspace
+ * (8M partial floats, 8192 tiles); the arithmetic is in the comments. */
+TEST(gemm_split_rule) {
+    /* tokens per CTA: 16 to 16 rows, 32, 64, then 128 in int8 mode only; old: no 16 */
+    CHECK_EQ_INT(tc_mm_gemm_tok(9, EX, 0), 16);
+    CHECK_EQ_INT(tc_mm_gemm_tok(16, I8, 0), 16);
+    CHECK_EQ_INT(tc_mm_gemm_tok(17, EX, 0), 32);
+    CHECK_EQ_INT(tc_mm_gemm_tok(32, EX, 0), 32);
+    CHECK_EQ_INT(tc_mm_gemm_tok(33, EX, 0), 64);
+    CHECK_EQ_INT(tc_mm_gemm_tok(64, I8, 0), 64);
+    CHECK_EQ_INT(tc_mm_gemm_tok(65, EX, 0), 64);
+    CHECK_EQ_INT(tc_mm_gemm_tok(65, I8, 0), 128);
+    CHECK_EQ_INT(tc_mm_gemm_tok(512, EX, 0), 64);
+    CHECK_EQ_INT(tc_mm_gemm_tok(512, I8, 0), 128);
+    CHECK_EQ_INT(tc_mm_gemm_tok(9, EX, 1), 32);
+    CHECK_EQ_INT(tc_mm_gemm_tok(16, I8, 1), 32);
+    /* 5120 x 5120, 16 tokens, 2 CTAs per SM on 132: 40 tiles, 20 stages, 264 slots;
+     * s=1: 21; s=6: 240 CTAs, one wave, 20/6 + 1 + 1 = 5.33; s=7: two waves, 8.71;
+     * s=13: 6.08 (the best two-wave one) -> 6 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 16, 16, 132, 2, 0), 6);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 9, 16, 132, 2, 0), 6);
+    /* K 17408 (68 stages): s=6 13.33 beats s=13 13.46 (two waves) -> 6 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 17408, 9, 16, 132, 2, 0), 6);
+    /* 1024 x 5120, 64 tokens, 1 per SM: 8 tiles; one wave up to s=16 (20/16 + 2 = 3.25),
+     * two from 17 (>= 5) -> 16 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(1024, 5120, 64, 64, 132, 1, 0), 16);
+    /* the head (248320 rows), 16 tokens: 1940 tiles; the workspace allows 2 (8M / (1940 *
+     * 2048)); s=1: 8 waves x 21 = 168, s=2: 15 x 11 + 1 = 166, not 1.1x -> 1 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(248320, 5120, 16, 16, 132, 2, 0), 1);
+    /* a 512-token prefill chunk, 5120 rows, 64 tokens: 320 tiles, workspace 3;
+     * s=1: 3 waves x 21 = 63; s=2: 5 x 11 + 1 = 56 (< 63/1.1); s=3: 8 x 7.67 + 1 = 62.3 -> 2 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 512, 64, 132, 1, 0), 2);
+    /* 6144 rows: 384 tiles, workspace 2; s=1: 3 x 21 = 63, s=2: 6 x 11 + 1 = 67 -> 1 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(6144, 5120, 512, 64, 132, 1, 0), 1);
+    /* partials that never fit (2048 tokens: 1280 tiles of 8192 floats) or too many tiles */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 2048, 64, 132, 1, 0), 1);
+    CHECK_EQ_INT(tc_mm_gemm_splits((int64_t)128 * 8193, 5120, 16, 16, 132, 1, 5), 1);
+    /* forced: 1 none, n capped by the stages and the workspace */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 16, 16, 132, 2, 1), 1);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 16, 16, 132, 2, 5), 5);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 16, 16, 132, 2, 64), 20);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 256, 16, 16, 132, 2, 3), 1);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 512, 16, 16, 132, 2, 3), 2);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 512, 64, 132, 1, 8), 3); /* workspace: 3 */
+    /* unknown SM count: 132; empty shapes: 1 */
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 16, 16, 0, 2, 0), 6);
+    CHECK_EQ_INT(tc_mm_gemm_splits(0, 5120, 16, 16, 132, 2, 0), 1);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 128, 16, 16, 132, 2, 0), 1);
+    CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 0, 16, 132, 2, 0), 1);
+    /* the override: caps.gemm_splits, 1 under gemm_nosplit */
+    tc_mm_caps caps = {.sms = 132, .gemm_mode = EX, .force = TC_MM_NONE, .gemm_splits = 0};
+    CHECK_EQ_INT(tc_mm_gemm_split_force(NULL), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 0);
+    caps.gemm_splits = 4;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 4);
+    caps.gemm_splits = -3;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 0);
+    caps.force = TC_MM_GEMM_NOSPLIT;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 1);
+    CHECK_EQ_INT(tc_mm_family_of("gemm_nosplit"), TC_MM_GEMM_NOSPLIT);
+}
+
 int main(void) {
     RUN(choose_table);
     RUN(repack_decision);
     RUN(names_and_stage_bytes);
+    RUN(gemm_split_rule);
     return check_summary();
 }

@@ -301,10 +301,13 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
     if (w->layout != TERN_LAYOUT_ROWS) return TERN_OK;
     const int kind = kind_of(w->type);
     /* the matmul's quantised activation for a whole prefill chunk, sized now (workspace
-     * 0 then does not move under a recorded step graph) */
+     * 0 then does not move under a recorded step graph), and the GEMM's split-K
+     * partials (fixed size: no step allocates them, captured or not) */
     if (kind == TC_TERN128 && w->k % 128 == 0 &&
         tc_ctx_reserve(c->tc, 0, tc_act_bytes((size_t)cu_chunk_hint(be), w->k)))
         return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the activation workspace");
+    if (kind == TC_TERN128 && w->k % 256 == 0 && tc_gemm_reserve(c->tc))
+        return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the GEMM's split-K workspace");
     if (!tc_mm_repack_tiled(kind, w->n, w->k, &c->mm)) return TERN_OK;
     tc_mat src = to_mat(w), dst;
     int e = tc_repack_tiled(tcc, &src, &dst);
@@ -913,7 +916,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     if (p && p->cuda_matmul && *p->cuda_matmul && (force = tc_mm_family_of(p->cuda_matmul)) <= TC_MM_NONE)
         return tern_fail(TERN_ERR_INVALID_ARG,
                          "CUDA: cuda_matmul '%s': not a kernel family (tiled_multi, tiled, gemm, t128k, "
-                         "t128, generic_sk, generic)", p->cuda_matmul);
+                         "t128, generic_sk, generic, gemm_nosplit)", p->cuda_matmul);
     if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
         return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
     tc_ctx *tc = NULL;

@@ -70,6 +70,12 @@ int tc_ctx_reserve_ids(tc_ctx *cx, size_t n);
  * of max_len positions (reserve them with tc_ctx_reserve(cx, 2, ..)). */
 size_t tc_attention_decode_ws_bytes(tc_ctx *cx, int k_type, int v_type, int max_len, int n_head, int n_head_kv,
                                     int head_dim);
+/* The tensor-core GEMM's split-K workspace (mm_choose.h: TC_GEMM_WS_FLOATS partial
+ * floats and TC_GEMM_MAX_TILES counters, about 32 MiB, fixed: it does not grow with the
+ * batch), allocated now, outside any capture; otherwise the first split launch that is
+ * not being captured allocates it, and one captured before that runs unsplit.
+ * Idempotent; 0 or a cudaError_t. */
+int tc_gemm_reserve(tc_ctx *cx);
 const char *tc_device_name(tc_ctx *cx);
 const char *tc_error_string(int err);
 void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL on failure */

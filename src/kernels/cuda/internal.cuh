@@ -46,6 +46,8 @@ struct tc_ctx {
     int ops_old, attn_old;       /* lab switches (tc_set_ops_old, tc_set_attn_old) */
     int gdn_path, gdn_rpt, gdn_wpc; /* tc_gdn_config */
     int *gdn_cnt;                /* the GDN step's cluster counters (tc_gdn_step.cu) */
+    float *gemm_part;            /* the GEMM's split-K partials, TC_GEMM_WS_FLOATS (tc_gemm_reserve) */
+    int *gemm_cnt;               /* its per-tile arrival counters, TC_GEMM_MAX_TILES, zero between launches */
     uint64_t launches;           /* launches and async copies queued (tc_launches) */
     /* per-device caches: kernels whose attributes are set, occupancy and launch shapes */
     struct { const void *fn; long long v; } attr[TC_MEMO];

@@ -34,7 +34,8 @@ void tc_gemv_tiled(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, siz
 void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                          const size_t *ys);
 
-/* Tensor-core GEMM for prefill (tc_gemm_tc.cu): y[t*ys + r] = W[r,:] . x_t for the
+/* Tensor-core GEMM for prefill and batched decode (tc_gemm_tc.cu; split-K when the
+ * output tiles are too few to fill the SMs): y[t*ys + r] = W[r,:] . x_t for the
  * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
  * k % 256 == 0) or a TC_TERN128T one (tiled, k % 256 == 0: same results). mode TC_GEMM_EXACT: both activation planes, the same integers
  * as the GEMV (equal up to fp32 summation order); TC_GEMM_INT8: the hi plane only
@@ -44,6 +45,15 @@ void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_ac
  * (TC_GEMM_EXACT, TC_GEMM_INT8: mm_choose.h). */
 int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act);
 int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode);
+/* The GEMM's K splits from the next launch (the caps' gemm_splits): 0 the split rule
+ * (mm_choose.h tc_mm_gemm_splits, the default), 1 none and the token tiles before
+ * split-K (the A/B reference; also the model parameter cuda_matmul = "gemm_nosplit"),
+ * n > 1 n splits where the shape and the workspace allow (at most TC_GEMM_MAX_SPLITS). */
+void tc_gemm_set_splits(tc_ctx *cx, int splits);
+/* What tc_gemm_tc would launch for (m, act, mode) now: tokens per CTA and K splits
+ * (the workspace assumed there: a launch that cannot allocate it runs unsplit).
+ * 1, or 0 when tc_gemm_tc would refuse the shape. For tests and benches. */
+int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *tok, int *splits);
 
 /* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
  * the oracle for tests and benches; 0 or -1: the default). Applies from the next

@@ -44,6 +44,8 @@ typedef enum tc_mm_family {
     TC_MM_T128,           /* file-layout TERN128, one warp per rows (any batch) */
     TC_MM_GENERIC_SK,     /* fp32 input, any kind, split K per row (few rows) */
     TC_MM_GENERIC,        /* fp32 input, any kind, one warp per row */
+    TC_MM_GEMM_NOSPLIT,   /* force only: the default choice, the GEMM without split-K and its
+                             earlier token tiles (32..128; caps.gemm_splits = 1), for A/B runs */
     TC_MM_N
 } tc_mm_family;
 
@@ -56,6 +58,9 @@ typedef struct tc_mm_caps {
     int sms;         /* streaming multiprocessors (0: unknown) */
     int gemm_mode;   /* TC_GEMM_EXACT or TC_GEMM_INT8 */
     int force;       /* a tc_mm_family forced for A/B runs, or TC_MM_NONE */
+    int gemm_splits; /* the GEMM's K splits: 0 the split rule (tc_mm_gemm_splits), 1 none
+                        and the token tiles before split-K (the A/B reference), n > 1 n
+                        splits where the shape and the workspace allow */
 } tc_mm_caps;
 
 /* The choice for one matrix of a call. */
@@ -80,8 +85,8 @@ static inline size_t tc_mm_stage_bytes(int nbr, int64_t K) {
     return (size_t)nbr * ((size_t)(2 * K + 16) + (size_t)(K / 32) * 4 + (size_t)(K / 128) * 4);
 }
 
-static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm",
-                                                 "t128k", "t128", "generic_sk", "generic"};
+static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm", "t128k",
+                                                 "t128", "generic_sk", "generic", "gemm_nosplit"};
 
 /* The family named s (tc_mm_names), or -1. */
 static inline int tc_mm_family_of(const char *s) {
@@ -107,6 +112,84 @@ static inline void tc_mm_tiled_build(int64_t cols, size_t batch, tc_mm_choice *c
     c->nb = nbc > 4 ? 8 : 4;
     const int nbr = nbc < c->nb ? nbc : c->nb;
     c->stage = tc_mm_stage_bytes(nbr, cols) <= TC_MM_STAGE_MAX ? (c->nb == 8 ? 4 : 2) : 0;
+}
+
+/* ------------------------------------------------ the tensor-core GEMM's launch
+ * A CTA of the GEMM (tc_gemm_tc.cu) computes TC_GEMM_ROWS weight rows x tok tokens over
+ * a range of K in stages of TC_GEMM_STAGE_K inputs; the grid is (token tiles, row
+ * tiles, K splits). Without split-K a 5,120-row matrix at 16 tokens is 40 CTAs on 132
+ * SMs, each walking all of K: batched decode streamed the weights from a third of the
+ * SMs. With splits > 1 each CTA walks stages [z*nst/splits, (z+1)*nst/splits) of the
+ * nst = K/256 stages and writes its fp32 partial tile to a workspace; the last CTA of
+ * a tile to arrive (a counter per tile) adds the partials in split order 0, 1, ... and
+ * writes y, so the result does not depend on timing (bitwise run to run). The
+ * workspace is fixed (TC_GEMM_WS_FLOATS partial floats, TC_GEMM_MAX_TILES counters),
+ * reserved once per context (tc_gemm_reserve), so no capture allocates: a launch
+ * whose partials would not fit takes fewer splits. */
+#define TC_GEMM_ROWS 128
+#define TC_GEMM_STAGE_K 256
+#define TC_GEMM_MAX_SPLITS 32
+#define TC_GEMM_WS_FLOATS ((size_t)8 << 20) /* 32 MiB of partials */
+#define TC_GEMM_MAX_TILES 8192              /* counters: output tiles of a split launch */
+#define TC_GEMM_REDUCE_COST 1               /* a split launch's reduction, in stage times */
+
+/* The K splits of a caps' override: caps->gemm_splits, 1 under the gemm_nosplit force. */
+static inline int tc_mm_gemm_split_force(const tc_mm_caps *caps) {
+    if (!caps) return 0;
+    if (caps->force == TC_MM_GEMM_NOSPLIT) return 1;
+    return caps->gemm_splits > 0 ? caps->gemm_splits : 0;
+}
+
+/* Tokens per CTA for a batch of M rows: 16 up to 16 rows (no 2-8x padding at batch
+ * 9..16), 32 up to 32, 64 up to 64 (and in exact mode beyond: its two activation
+ * planes fill shared memory at 128), else 128. old (the split force 1): the tiles
+ * before split-K (no 16). */
+static inline int tc_mm_gemm_tok(size_t M, int mode, int old) {
+    if (M <= 16 && !old) return 16;
+    if (M <= 32) return 32;
+    if (M <= 64 || mode != TC_GEMM_INT8) return 64;
+    return 128;
+}
+
+/* The K splits of one launch: rows x cols (cols % 256 == 0), M tokens in tiles of tok,
+ * on sms SMs holding occ CTAs each; force = tc_mm_gemm_split_force (0: the rule).
+ * The rule: with T output tiles and nst stages, the estimated time of s splits is
+ *   waves(s) x (nst / s + TC_GEMM_CTA_COST) + (s > 1 ? TC_GEMM_REDUCE_COST : 0)
+ * stage times, waves(s) = ceil(T*s / (sms*occ)), TC_GEMM_CTA_COST a CTA's fixed cost
+ * (pipeline fill, epilogue); the least s wins (ties: fewer; s > 1 only when it is
+ * TC_GEMM_SPLIT_GAIN times faster than no split: the partials' traffic is not in the
+ * estimate), s <= min(nst,
+ * TC_GEMM_MAX_SPLITS) and within the workspace (T*s*tok*128 partial floats, T
+ * counters). So a grid short of one wave is split until it fills the resident slots,
+ * and a grid of a few waves is split when that trims its last wave. Always >= 1. */
+#define TC_GEMM_CTA_COST 1.0
+#define TC_GEMM_SPLIT_GAIN 1.1
+static inline int tc_mm_gemm_splits(int64_t rows, int64_t cols, size_t M, int tok, int sms, int occ,
+                                    int force) {
+    if (rows <= 0 || cols < TC_GEMM_STAGE_K || M == 0 || tok <= 0) return 1;
+    const int64_t nst = cols / TC_GEMM_STAGE_K;
+    const int64_t tiles = (int64_t)((M + (size_t)tok - 1) / (size_t)tok) * ((rows + TC_GEMM_ROWS - 1) / TC_GEMM_ROWS);
+    const int64_t tile_floats = (int64_t)tok * TC_GEMM_ROWS;
+    int64_t smax = nst < TC_GEMM_MAX_SPLITS ? nst : TC_GEMM_MAX_SPLITS;
+    if (tiles > TC_GEMM_MAX_TILES) return 1;
+    const int64_t fit = (int64_t)TC_GEMM_WS_FLOATS / (tiles * tile_floats);
+    if (smax > fit) smax = fit;
+    if (force == 1 || smax < 2) return 1;
+    if (force > 1) return (int)(force < smax ? force : smax);
+    const int64_t slots = (int64_t)(sms > 0 ? sms : 132) * (occ > 0 ? occ : 1);
+    int best = 1;
+    double bc = 1e300;
+    for (int64_t s = 1; s <= smax; s++) {
+        const int64_t waves = (tiles * s + slots - 1) / slots;
+        const double c = (double)waves * ((double)nst / (double)s + TC_GEMM_CTA_COST) +
+                         (s > 1 ? TC_GEMM_REDUCE_COST : 0);
+        if (s == 1) bc = c / TC_GEMM_SPLIT_GAIN; /* a split must gain TC_GEMM_SPLIT_GAIN */
+        else if (c < bc - 1e-9) {
+            bc = c;
+            best = (int)s;
+        }
+    }
+    return best;
 }
 
 /* The family for one matrix: kind (tc_kind), rows x cols, batch rows, whether the

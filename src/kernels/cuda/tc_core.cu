@@ -80,6 +80,8 @@ extern "C" void tc_ctx_free(tc_ctx *cx) {
     if (cx->step_dev) cudaFree(cx->step_dev);
     if (cx->step_pin) cudaFreeHost(cx->step_pin);
     if (cx->gdn_cnt) cudaFree(cx->gdn_cnt);
+    if (cx->gemm_part) cudaFree(cx->gemm_part);
+    if (cx->gemm_cnt) cudaFree(cx->gemm_cnt);
     for (int i = 0; i < cx->pmade; i++) {
         cudaEventDestroy(cx->pev[i][0]);
         cudaEventDestroy(cx->pev[i][1]);

@@ -20,9 +20,10 @@
  * fma(bits, d, -1.5*2^23*d) = round(S*d) exactly (1.5*2^23*d is exact: d is an
  * fp16); then acc = fma(that, s_token, acc). |S| <= 128*2*16256 < 2^22.
  *
- * CTA: 128 weight rows x TOK tokens (TOK = 16*NT: 32, 64 or 128), 8 warps as
+ * CTA: 128 weight rows x TOK tokens (TOK = 16*NT: 16, 32, 64 or 128), 8 warps as
  * 4 (32 rows each) x 2 (8*NT tokens each); K in stages of 256 (two groups), a
- * 3-stage cp.async pipeline. Shared memory per stage:
+ * 3-stage cp.async pipeline (4 stages and 2 CTAs per SM at TOK 16, batched decode:
+ * more bytes in flight per SM). Shared memory per stage:
  *   weights: 128 rows x 72 bytes, the raw file bytes of the stage (68) copied
  *            with 4-byte cp.async from the word boundary below (the file's blocks
  *            are 2-byte aligned: `mis` = 0 or 2 bytes before the stage start);
@@ -37,6 +38,18 @@
  * words 0 and 1 of the unit: shift, mask, and (c + 0x7F) ^ 0x80 per byte = c-1.
  * The grid runs token tiles fastest, so the CTAs that share a weight tile run
  * together and the weights come from HBM once per call (L2 after the first).
+ *
+ * Split-K (grid z, mm_choose.h tc_mm_gemm_splits): CTA z of nsp walks stages
+ * [z*nst/nsp, (z+1)*nst/nsp) only, so that a grid of few output tiles (batched
+ * decode: 40 tiles of 16 tokens on a 5,120-row matrix) still puts a CTA on every SM.
+ * Each CTA then stores its accumulators as they lie in its registers (float i of
+ * thread tid at i*256 + tid of its tile's slot [z][tile] of the context's workspace),
+ * fences, and counts itself in the tile's counter; the CTA that finds the count
+ * complete adds the nsp partials in the order z = 0, 1, ... (its own from registers:
+ * the same bits it stored), resets the counter to 0 and writes y as the unsplit
+ * kernel does. The sum's order does not depend on which CTA comes last, so the
+ * output is the same bits run to run and in a graph or not; it differs from the
+ * unsplit one by the fp32 order of the group sums only (the integers are the same).
  *
  * TL = 1: the same kernel on the tiled layout (TC_TERN128T, gemv_tiled.h), the
  * default at load: a stage of 256 inputs is tile `st` of the CTA's 8 strips
@@ -66,13 +79,17 @@ constexpr float kMagicF = 12582912.0f;
 
 template <int PL, int NT> struct cfg {
     static constexpr int TOK = 16 * NT;
+    static constexpr int NS = NT == 1 ? 4 : kStages;          /* pipeline stages */
+    static constexpr int MINB = NT == 1 ? 2 : 1;              /* CTAs per SM (launch bounds) */
+    static constexpr int FR = 8 * NT;                         /* accumulators per thread */
     static constexpr int AROW = 256 * PL;                   /* activation bytes per token per stage */
     static constexpr int WBYTES = kRows * kWStride;
     static constexpr int ABYTES = TOK * AROW;
     static constexpr int SBYTES = TOK * 2 * 4;
     static constexpr int STAGE = WBYTES + ABYTES + SBYTES;
-    static constexpr int SMEM = kStages * STAGE;
+    static constexpr int SMEM = NS * STAGE;
 };
+static_assert(kRows == TC_GEMM_ROWS && kStageK == TC_GEMM_STAGE_K, "mm_choose.h's GEMM tile");
 
 /* 4 codes (one 2-bit field per byte, already shifted down) -> 4 signed bytes c-1 */
 __device__ __forceinline__ uint32_t dec4(uint32_t x) {
@@ -80,19 +97,27 @@ __device__ __forceinline__ uint32_t dec4(uint32_t x) {
 }
 
 /* W: the matrix data rounded down to 4 bytes (mis = data - W, 0 or 2); rb % 4 == 0;
- * K % 256 == 0; q 16-byte aligned, sx 8-byte aligned. */
+ * K % 256 == 0; q 16-byte aligned, sx 8-byte aligned. nsp = gridDim.z K splits
+ * (1 <= nsp <= K/256); nsp > 1: part holds gridDim.x*gridDim.y*nsp tiles of TOK*128
+ * floats and cnt gridDim.x*gridDim.y zeroed counters (left zero). */
 template <int PL, int NT, int TL>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
     k_gemm_t128_tc(const uint8_t *__restrict__ W, int mis, size_t rb, int n, int K,
                    const int8_t *__restrict__ q, const float *__restrict__ sx, int M,
-                   float *__restrict__ y, size_t ys) {
+                   float *__restrict__ y, size_t ys, int nsp, float *__restrict__ part,
+                   int *__restrict__ cnt) {
     typedef cfg<PL, NT> C;
     extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int s_last;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wr = warp & 3, wt = warp >> 2;
     const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
-    const int nst = K / kStageK, nb = K >> 7;
+    const int nb = K >> 7;
+    /* this CTA's stages [st0, st0 + nst) of the K/256 */
+    const int z = (int)blockIdx.z;
+    const int st0 = (int)((int64_t)z * (K / kStageK) / nsp);
+    const int nst = (int)((int64_t)(z + 1) * (K / kStageK) / nsp) - st0;
     const size_t qrow = (size_t)K * 2;
 
     /* Each thread copies a fixed piece of every stage (one source pointer each):
@@ -177,8 +202,8 @@ __global__ void __launch_bounds__(256, 1)
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < kStages - 1; s++) {
-        if (s < nst) load(s, s);
+    for (int s = 0; s < C::NS - 1; s++) {
+        if (s < nst) load(s, st0 + s);
         cp_commit();
     }
 
@@ -189,14 +214,14 @@ __global__ void __launch_bounds__(256, 1)
 
 #pragma unroll 1
     for (int ks = 0; ks < nst; ks++) {
-        cp_wait<kStages - 2>();
+        cp_wait<C::NS - 2>();
         __syncthreads();
         {
-            const int nx = ks + kStages - 1;
-            if (nx < nst) load(nx % kStages, nx);
+            const int nx = ks + C::NS - 1;
+            if (nx < nst) load(nx % C::NS, st0 + nx);
             cp_commit();
         }
-        const uint8_t *sb = smem + (ks % kStages) * C::STAGE;
+        const uint8_t *sb = smem + (ks % C::NS) * C::STAGE;
         const uint32_t *sw = (const uint32_t *)sb;
         const uint32_t sa = smem_u32(sb + C::WBYTES);
         const float *ss = (const float *)(sb + C::WBYTES + C::ABYTES);
@@ -238,6 +263,23 @@ __global__ void __launch_bounds__(256, 1)
                         }
                     }
                     const int unit = gk * 4 + qq;
+                    if (NT == 1) {
+                        /* 8 tokens per warp: matrices 0 and 1 of the x4 case (lanes 0-15) */
+                        const int tk = wt * 8 + (lane & 7);
+                        const int L = PL == 1 ? 2 * unit + lhalf : 4 * unit + 2 * p + lhalf;
+                        uint32_t b0, b1;
+                        ldsm_x2(sa + tk * C::AROW + ((L ^ (tk & 7)) << 4), b0, b1);
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            int(&d)[4] = ia[mi][0];
+                            if (qq == 0 && p == 0) {
+                                const int c = PL == 1 ? (int)kMagic : 0;
+                                mma_s8(d, a[qq][mi], b0, b1, c, c, c, c);
+                            } else {
+                                mma_s8(d, a[qq][mi], b0, b1, d[0], d[1], d[2], d[3]);
+                            }
+                        }
+                    }
 #pragma unroll
                     for (int jp = 0; jp < NT / 2; jp++) {
                         const int tk = wt * 8 * NT + jp * 16 + ltok;
@@ -301,6 +343,45 @@ __global__ void __launch_bounds__(256, 1)
     }
     cp_wait<0>();
 
+    if (nsp > 1) {
+        /* split-K: store the partial, count it; the tile's last CTA sums them in order */
+        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), ntiles = (int)(gridDim.x * gridDim.y);
+        float *mine = part + ((size_t)z * (size_t)ntiles + (size_t)tile) * (size_t)(C::FR * 256) + tid;
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) __stcg(mine + (size_t)(((mi * NT + j) * 4 + e) * 256), acc[mi][j][e]);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) s_last = atomicAdd(&cnt[tile], 1) == nsp - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        float r[2][NT][4];
+#pragma unroll 1
+        for (int s = 0; s < nsp; s++) {
+            const float *ps = part + ((size_t)s * (size_t)ntiles + (size_t)tile) * (size_t)(C::FR * 256) + tid;
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float v = s == z ? acc[mi][j][e] : __ldcg(ps + (size_t)(((mi * NT + j) * 4 + e) * 256));
+                        r[mi][j][e] = s == 0 ? v : r[mi][j][e] + v;
+                    }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mi][j][e] = r[mi][j][e];
+        if (tid == 0) cnt[tile] = 0; /* every CTA of the tile has counted: ready for the next launch */
+    }
+
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
         const int ra = row0 + wr * 32 + mi * 16 + g, rb2 = ra + 8;
@@ -319,29 +400,91 @@ __global__ void __launch_bounds__(256, 1)
     }
 }
 
+/* CTAs of the kernel resident per SM (256 threads, smem bytes), memoised per context. */
+int gemm_occ(const void *fn, size_t smem) {
+    tc_ctx *cx = tc_cur;
+    for (int i = 0; i < cx->n_occ; i++)
+        if (cx->occ[i].fn == fn && cx->occ[i].threads == 256 && cx->occ[i].smem == smem) return cx->occ[i].occ;
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 256, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 1; /* not memoised: asked again next time */
+    }
+    if (occ < 1) occ = 1;
+    if (cx->n_occ < 4 * TC_MEMO) {
+        cx->occ[cx->n_occ].fn = fn;
+        cx->occ[cx->n_occ].threads = 256;
+        cx->occ[cx->n_occ].smem = smem;
+        cx->occ[cx->n_occ].occ = occ;
+        cx->n_occ++;
+    }
+    return occ;
+}
+
+/* The split-K workspace of the context: allocated (zeroed) here unless the stream is
+ * being captured into a graph (no allocation there: the caller runs unsplit). */
+bool gemm_ws(void) {
+    tc_ctx *c = tc_cur;
+    if (c->gemm_part && c->gemm_cnt) return true;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return false;
+    }
+    if (!c->gemm_cnt) c->gemm_cnt = (int *)tc_malloc(c, TC_GEMM_MAX_TILES * sizeof(int)); /* zeroed */
+    if (!c->gemm_part) c->gemm_part = (float *)tc_malloc(c, TC_GEMM_WS_FLOATS * sizeof(float));
+    return c->gemm_part && c->gemm_cnt;
+}
+
+/* The splits of one launch of build <PL, NT, TL> (force: tc_mm_gemm_split_force). */
 template <int PL, int NT, int TL>
-void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys) {
+int splits_of(const tc_mat *m, int M, int force) {
     typedef cfg<PL, NT> C;
-    if (tc_attr_once((const void *)k_gemm_t128_tc<PL, NT, TL>, C::SMEM)) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT, TL>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    const void *fn = (const void *)k_gemm_t128_tc<PL, NT, TL>;
+    if (tc_attr_once(fn, C::SMEM)) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_t128_tc<PL, NT, TL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             C::SMEM);
         if (e != cudaSuccess) {
             tc_note((int)e);
-            return;
+            return 0;
         }
     }
-    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows));
-    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_cur->stream>>>(W, mis, m->row_bytes, (int)m->n,
-                                                              (int)m->k, act->q, act->sx, M, y, ys);
+    return tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), gemm_occ(fn, C::SMEM), force);
+}
+
+template <int PL, int NT, int TL>
+void launch(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y, size_t ys,
+            int force) {
+    typedef cfg<PL, NT> C;
+    int nsp = splits_of<PL, NT, TL>(m, M, force);
+    if (nsp < 1) return; /* the attribute failed (noted) */
+    if (nsp > 1 && !gemm_ws()) nsp = 1;
+    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
+    k_gemm_t128_tc<PL, NT, TL><<<grid, 256, C::SMEM, tc_cur->stream>>>(
+        W, mis, m->row_bytes, (int)m->n, (int)m->k, act->q, act->sx, M, y, ys, nsp, tc_cur->gemm_part,
+        tc_cur->gemm_cnt);
     tc_check_launch();
 }
 
+/* The build for M tokens (mm_choose.h tc_mm_gemm_tok): TOK 16, 32, 64 or (int8) 128. */
 template <int PL, int TL>
 void launch_pl(const uint8_t *W, int mis, const tc_mat *m, const tc_act *act, int M, float *y,
-               size_t ys) {
-    if (M <= 32) launch<PL, 2, TL>(W, mis, m, act, M, y, ys);
-    else if (M <= 64 || PL == 2) launch<PL, 4, TL>(W, mis, m, act, M, y, ys);
-    else launch<PL, PL == 2 ? 4 : 8, TL>(W, mis, m, act, M, y, ys);
+               size_t ys, int force) {
+    const int tok = tc_mm_gemm_tok((size_t)M, PL == 1 ? TC_GEMM_INT8 : TC_GEMM_EXACT, force == 1);
+    if (tok == 16) launch<PL, 1, TL>(W, mis, m, act, M, y, ys, force);
+    else if (tok == 32) launch<PL, 2, TL>(W, mis, m, act, M, y, ys, force);
+    else if (tok == 64 || PL == 2) launch<PL, 4, TL>(W, mis, m, act, M, y, ys, force);
+    else launch<PL, PL == 2 ? 4 : 8, TL>(W, mis, m, act, M, y, ys, force);
+}
+
+template <int PL, int TL>
+int plan_pl(const tc_mat *m, int M, int force, int *tok_out) {
+    const int tok = tc_mm_gemm_tok((size_t)M, PL == 1 ? TC_GEMM_INT8 : TC_GEMM_EXACT, force == 1);
+    *tok_out = tok;
+    if (tok == 16) return splits_of<PL, 1, TL>(m, M, force);
+    if (tok == 32) return splits_of<PL, 2, TL>(m, M, force);
+    if (tok == 64 || PL == 2) return splits_of<PL, 4, TL>(m, M, force);
+    return splits_of<PL, PL == 2 ? 4 : 8, TL>(m, M, force);
 }
 
 } // namespace
@@ -360,19 +503,47 @@ extern "C" int tc_gemm_tc_supported(const tc_mat *m, const tc_act *act) {
            ((uintptr_t)act->q & 15) == 0 && ((uintptr_t)act->sx & 7) == 0;
 }
 
+extern "C" int tc_gemm_reserve(tc_ctx *cx) {
+    TC_CTX(cx);
+    if (gemm_ws()) return 0;
+    const int e = cx->err ? cx->err : (int)cudaErrorMemoryAllocation;
+    cx->err = 0;
+    return e;
+}
+
+extern "C" void tc_gemm_set_splits(tc_ctx *cx, int splits) {
+    cx->mm.gemm_splits = splits > 0 ? (splits < TC_GEMM_MAX_SPLITS ? splits : TC_GEMM_MAX_SPLITS) : 0;
+}
+
+extern "C" int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *tok, int *splits) {
+    TC_CTX(cx);
+    *tok = 0;
+    *splits = 0;
+    if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
+    if (!tc_gemm_tc_supported(m, act)) return 0;
+    const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
+    const int tl = m->kind == TC_TERN128T;
+    int s;
+    if (mode == TC_GEMM_EXACT) s = tl ? plan_pl<2, 1>(m, M, force, tok) : plan_pl<2, 0>(m, M, force, tok);
+    else s = tl ? plan_pl<1, 1>(m, M, force, tok) : plan_pl<1, 0>(m, M, force, tok);
+    *splits = s;
+    return s > 0;
+}
+
 extern "C" int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int mode) {
     TC_CTX(cx);
     if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
     if (!tc_gemm_tc_supported(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
+    const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
     if (m->kind == TC_TERN128T) {
-        if (mode == TC_GEMM_EXACT) launch_pl<2, 1>(m->data, 0, m, act, (int)act->batch, y, ys);
-        else launch_pl<1, 1>(m->data, 0, m, act, (int)act->batch, y, ys);
+        if (mode == TC_GEMM_EXACT) launch_pl<2, 1>(m->data, 0, m, act, M, y, ys, force);
+        else launch_pl<1, 1>(m->data, 0, m, act, M, y, ys, force);
         return 1;
     }
     const int mis = (int)((uintptr_t)m->data & 3);
     const uint8_t *W = m->data - mis;
-    if (mode == TC_GEMM_EXACT) launch_pl<2, 0>(W, mis, m, act, (int)act->batch, y, ys);
-    else launch_pl<1, 0>(W, mis, m, act, (int)act->batch, y, ys);
+    if (mode == TC_GEMM_EXACT) launch_pl<2, 0>(W, mis, m, act, M, y, ys, force);
+    else launch_pl<1, 0>(W, mis, m, act, M, y, ys, force);
     return 1;
 }
