@@ -375,7 +375,10 @@ TEST(attention_gqa_vs_cpu) {
         CHECK(tm_be_sync(G) == TERN_OK);
         float *g = host_of(dout, (size_t)rows * nh * hd);
         double d = rel_diff(g, o, (size_t)rows * nh * hd);
-        CHECK_MSG(d < 1e-5, "attention nh %d nkv %d hd %d pos0 %d kv %d/%d: %g", nh, nkv, hd, pos0,
+        /* f16 caches at head dims 64/128/256 take the tensor-core kernel, whose q and softmax
+         * weights are f16 (test_cuda_attn: ~1e-3 of the largest value vs float64) */
+        const bool tcore = kt == TERN_KV_F16 && vt == TERN_KV_F16 && (hd == 64 || hd == 128 || hd == 256);
+        CHECK_MSG(d < (tcore ? 4e-3 : 1e-5), "attention nh %d nkv %d hd %d pos0 %d kv %d/%d: %g", nh, nkv, hd, pos0,
                   (int)kt, (int)vt, d);
         free(q); free(kf); free(vf); free(k); free(v); free(o); free(sc); free(g);
         gfree(dq, (size_t)rows * qs * 4); gfree(dk, (size_t)L * kr);
@@ -438,7 +441,6 @@ TEST(gdn_two_chunks_vs_cpu) {
 
 /* ------------------------------------------------------------ model parity */
 
-static int g_prefill_mode; /* the model parameter cuda_prefill of parity()'s load */
 static void parity(const char *fixture, const char *file, const char *model_key, int chunk,
                    tern_cache_type ct) {
     char rel[256];
@@ -460,7 +462,6 @@ static void parity(const char *fixture, const char *file, const char *model_key,
     tern_model_params_default(&mp);
     mp.device = "cuda";
     mp.n_threads = 1;
-    mp.cuda_prefill = g_prefill_mode;
     tern_model *m = NULL;
     tern_status st = tern_model_load(mp_path, &mp, &m);
     CHECK_MSG(st == TERN_OK, "load %s: %s", mp_path, tern_last_error());
@@ -538,20 +539,6 @@ TEST(parity_qwen35_pq2_0) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf"
 TEST(parity_qwen35_pq2_0_token_by_token) { NEED_GPU(); parity("qwen35-tiny", "model-pq2_0.gguf", "A", 1, TERN_CACHE_F32); }
 TEST(parity_qwen35_nohadamard) { NEED_GPU(); parity("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C", 7, TERN_CACHE_F32); }
 TEST(parity_qwen3_q2_0) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F32); }
-/* The prefill GEMM with 8-bit activations (cuda_prefill int8, the hi plane only): whether
- * it holds the parity bound decides whether it may be the default (docs/performance.md). */
-TEST(parity_qwen35_pq2_0_prefill_int8) {
-    NEED_GPU();
-    g_prefill_mode = TERN_CUDA_PREFILL_INT8;
-    parity("qwen35-tiny", "model-pq2_0.gguf", "A", 64, TERN_CACHE_F32);
-    g_prefill_mode = 0;
-}
-TEST(parity_qwen3_q2_0_prefill_int8) {
-    NEED_GPU();
-    g_prefill_mode = TERN_CUDA_PREFILL_INT8;
-    parity("qwen3-tiny", "model-q2_0.gguf", NULL, 64, TERN_CACHE_F32);
-    g_prefill_mode = 0;
-}
 TEST(parity_qwen3_q2_0_g64) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0_g64.gguf", NULL, 5, TERN_CACHE_F32); }
 /* f16 caches: prefill chunks (tc_kv_store + k_attention) and token by token (the fused
  * prologue + split-K decode); qwen3-tiny is attention in every layer */
@@ -1009,8 +996,6 @@ int main(void) {
     RUN(parity_qwen35_nohadamard);
     RUN(parity_qwen3_q2_0);
     RUN(parity_qwen3_q2_0_g64);
-    RUN(parity_qwen35_pq2_0_prefill_int8);
-    RUN(parity_qwen3_q2_0_prefill_int8);
     RUN(parity_qwen35_f16_cache);
     RUN(parity_qwen35_f16_cache_token_by_token);
     RUN(parity_qwen3_f16_cache);

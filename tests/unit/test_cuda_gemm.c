@@ -81,7 +81,7 @@ typedef struct gcase {
     tc_act act;
     int8_t *hq;
     float *hsx;
-    int64_t nr, rows[64];
+    int64_t nr, rows[304]; /* pick_rows: every row up to 300 */
     double *ref_int[2]; /* [mode-1][b*nr + i]: float64 of the integers given */
     double *ref_f;      /* [b*nr + i]: float64 of the float input */
     double *qbound;     /* [b*nr + i]: the exact mode's rounding bound (kern_check.h's measure) */
