@@ -13,6 +13,8 @@
 #       regenerate replaces the reply, edit replaces the question and the reply after it;
 #       copy puts the reply on the clipboard;
 #       a conversation survives a reload; the list: new, switch, delete;
+#       the thinking box on: the reasoning streams into its section (open only until the
+#       answer starts);
 #       a stored reply with thinking: the thinking section is folded and unfolds; script,
 #       images and javascript: links in stored text stay inert;
 #       Stop ends a long reply mid-way: the reply is marked stopped, stops growing, and the

@@ -274,8 +274,27 @@ try:
     d.find_element(By.ID, "new").click()
     check("new: an empty conversation", wait(lambda: not q("#log .msg") and len(q("#convs .conv")) == 2, 5) is not None)
 
-    # ---- Stop: a long reply stopped mid-way frees the slot
+    # ---- thinking, live: the box (changed from /props' default) turns it on for the request
     set_extra(None)
+    set_val("max_tokens", 16)
+    box = d.find_element(By.ID, "thinking")
+    box.click()
+    check("thinking: the box is changed", box.is_selected() != props["thinking_default"])
+    m = send("Hi")
+    if not props["thinking_default"] and m is not None:
+        th = q(".thinking", m)[0]
+        rb = th.find_element(By.CSS_SELECTOR, ".thinking-body")
+        content = m.find_element(By.CSS_SELECTOR, ".content").text
+        check("thinking: the reply's reasoning streams into the section", th.is_displayed() and rb.get_attribute(
+            "textContent").strip() != "", rb.get_attribute("textContent")[:80])
+        # open while only thinking came; folded once an answer started
+        check("thinking: open while thinking, folded once the answer starts",
+              (th.get_attribute("open") is not None) == (content == ""), (content[:80], th.get_attribute("open")))
+    box.click()
+    d.find_element(By.ID, "new").click()
+    wait(lambda: not q("#log .msg"), 5)
+
+    # ---- Stop: a long reply stopped mid-way frees the slot
     set_val("max_tokens", 4000)
     gen0 = metric("tern_generated_tokens_total")
     d.find_element(By.ID, "input").send_keys("Tell me a long story")
