@@ -22,6 +22,7 @@ let defaults = {};                // the server's defaults: FIELDS and "thinking
 let settings = { overrides: {}, system: "", extra: "" };
 let state = { current: null, convs: [] };
 let busy = null;                  // the reply being streamed: { controller, conv, msg, el, ... }
+let painting = false;             // rendering a reply that still streams: no language guessing
 
 // ------------------------------------------------------------------ storage
 
@@ -87,15 +88,19 @@ function highlight(code, lang) {
       return newApi ? window.hljs.highlight(code, { language: lang, ignoreIllegals: true }).value
                  : window.hljs.highlight(lang, code, true).value;
     }
-    if (lang) return null;                                   // a language it does not know: plain
+    if (lang || painting) return null;         // a language it does not know (or still streaming): plain
     return window.hljs.highlightAuto(code, AUTO_LANGS.filter((l) => window.hljs.getLanguage(l))).value;
   } catch (e) { return null; }
 }
 
 if (haveMarked) {
   const r = new window.marked.Renderer();
+  // (marked 4 passes strings, newer ones a token object)
   r.html = (html) => escapeHtml(typeof html === "string" ? html : html.text);  // raw HTML: shown as text
-  r.image = (href, title, text) => `[${escapeHtml(text || "image")}](${escapeHtml(href || "")})`;  // never loaded
+  r.image = (href, title, text) => {                                            // never loaded: its markdown
+    if (href && typeof href === "object") ({ href, text } = href);
+    return `[${escapeHtml(text || "image")}](${escapeHtml(href || "")})`;
+  };
   window.marked.setOptions({ renderer: r, gfm: true, breaks: false, headerIds: false, mangle: false,
                              highlight, langPrefix: "hljs language-" });
 }
@@ -383,12 +388,15 @@ async function generate(c) {
   notice("");
   const paint = () => {
     b.timer = 0;
-    const stick = nearBottom();
-    fill(b.el, m);
+    const stick = nearBottom(), t0 = performance.now();
+    painting = true;
+    try { fill(b.el, m); } finally { painting = false; }
+    b.paintMs = performance.now() - t0;
     if (stick) toBottom();
     if (performance.now() - b.lastSave > 1000) { b.lastSave = performance.now(); saveState(); }
   };
-  const schedule = () => { if (!b.timer) b.timer = setTimeout(paint, 50); };
+  // a long reply takes longer to render: render it less often (at most half the time)
+  const schedule = () => { if (!b.timer) b.timer = setTimeout(paint, Math.max(50, 2 * (b.paintMs || 0))); };
   try {
     const body = requestBody(c);
     const r = await fetch("v1/chat/completions", {
@@ -559,6 +567,7 @@ function start() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("form").requestSubmit(); }
   });
   $("stop").addEventListener("click", () => { if (busy) busy.controller.abort(); });
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape" && busy) busy.controller.abort(); });
   $("new").addEventListener("click", () => {
     const c = conv();
     if (!c || c.messages.length) newConv();        // no second empty chat
