@@ -320,6 +320,9 @@ try:
           m and m.get_attribute("data-stopped") == "1" and m.find_element(By.CSS_SELECTOR, ".content").text == text)
     d.save_screenshot(f"{art}/webui.png")
     print(f"screenshot: {art}/webui.png")
+    errors = [e["message"] for e in d.get_log("browser") if e["level"] == "SEVERE"
+              and "Failed to load resource" not in e["message"]]
+    check("no script error in the page's console", not errors, errors)
 finally:
     d.quit()
 sys.exit(1 if fails else 0)
