@@ -11,6 +11,7 @@
 #       a fixed markdown text): heading, bold, a highlighted code block; tokens/s shown; HTML
 #       in the model's text is shown as text, never run;
 #       regenerate replaces the reply, edit replaces the question and the reply after it;
+#       the system prompt is sent (more prompt tokens), kept per conversation, carried to a new one;
 #       copy puts the reply on the clipboard;
 #       a conversation survives a reload; the list: new, switch, delete;
 #       the thinking box on: the reasoning streams into its section (open only until the

@@ -274,6 +274,37 @@ try:
     d.find_element(By.ID, "new").click()
     check("new: an empty conversation", wait(lambda: not q("#log .msg") and len(q("#convs .conv")) == 2, 5) is not None)
 
+    # ---- the system prompt: sent first (the server counts more prompt tokens), kept per conversation
+    def prompt_tokens(msg):
+        mt = re.search(r"prompt (\d+) tokens", msg.find_element(By.CSS_SELECTOR, ".stats").text) if msg else None
+        return int(mt.group(1)) if mt else None
+
+    def set_system(text):
+        if not d.find_element(By.ID, "system-box").get_attribute("open"):
+            d.find_element(By.CSS_SELECTOR, "#system-box summary").click()
+        e = d.find_element(By.ID, "system")
+        e.send_keys(Keys.CONTROL, "a")
+        e.send_keys(Keys.DELETE)
+        if text:
+            e.send_keys(text)
+
+    set_extra({"grammar": gbnf("ok")})
+    p0 = prompt_tokens(send("Hi"))
+    d.find_element(By.ID, "new").click()
+    wait(lambda: not q("#log .msg"), 5)
+    system = "You are a terse assistant who answers in one word."
+    set_system(system)
+    p1 = prompt_tokens(send("Hi"))
+    check("system prompt: sent with the request", p0 is not None and p1 is not None and p1 > p0 + 5, (p0, p1))
+    load()
+    check("system prompt: kept with its conversation",
+          wait(lambda: d.find_element(By.ID, "system").get_attribute("value") == system, 5) is not None)
+    d.find_element(By.ID, "new").click()
+    wait(lambda: not q("#log .msg"), 5)
+    check("system prompt: a new conversation starts with the last one",
+          d.find_element(By.ID, "system").get_attribute("value") == system)
+    set_system("")
+
     # ---- thinking, live: the box (changed from /props' default) turns it on for the request
     set_extra(None)
     set_val("max_tokens", 16)
