@@ -51,7 +51,7 @@ o.binary_location = "/usr/bin/chromium"
 d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
 
 
-def wait(cond, timeout=30, what=""):
+def wait(cond, timeout=30):
     try:
         return WebDriverWait(d, timeout, poll_frequency=0.05).until(lambda _: cond())
     except TimeoutException:
