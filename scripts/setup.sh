@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-APT_PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcjson-dev libutf8proc-dev libpcre2-dev libedit-dev libmicrohttpd-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux python3 python3-dev python3-pip python3-venv chromium chromium-driver python3-selenium"
+APT_PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcjson-dev libutf8proc-dev libpcre2-dev libedit-dev libmicrohttpd-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux python3 python3-dev python3-pip python3-venv chromium chromium-driver python3-selenium libjs-marked libjs-highlight.js"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -14,6 +14,7 @@
  *   POST /v1/messages(/count_tokens) Anthropic's Messages API } compat.c translates them to
  *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
+ *   GET  /, /webui/<file>         the web chat (webui.c)
  *   OPTIONS any path              204 (CORS preflight with --cors)
  * (the same paths without /v1 are accepted). Errors are OpenAI error objects:
  * 400 bad JSON / fields / prompt too long, 401 bad API key, 404 unknown path,
@@ -46,8 +47,6 @@
 #include <unistd.h>
 #include <time.h>
 
-extern const unsigned char srv_webui_index[];   /* src/server/webui/index.html (cmake/embed.cmake) */
-extern const unsigned long srv_webui_index_len;
 static bool route_post(int r) {
     return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_NATIVE || r == R_INFILL ||
            r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES || r == R_COUNT_TOKENS;
@@ -240,13 +239,8 @@ static enum MHD_Result handle_get(srv_http *h, struct MHD_Connection *conn, conn
     case R_MODELS: return handle_models(h, conn, cs);
     case R_MODEL_ID: return handle_model_id(h, conn, cs);
     case R_PROPS: return handle_props(h, conn, cs);
-    case R_ROOT: {
-        char *page = malloc(srv_webui_index_len + 1);
-        if (!page) return srv_http_send_error(conn, cs, 500, "out of memory");
-        memcpy(page, srv_webui_index, srv_webui_index_len);
-        page[srv_webui_index_len] = 0;
-        return send_body(conn, cs, 200, "text/html; charset=utf-8", page);
-    }
+    case R_ROOT: return srv_webui_send(conn, cs, "index.html");
+    case R_WEBUI: return srv_webui_send(conn, cs, cs->model_id);
     case R_SLOTS: return handle_slots(h, conn, cs);
     default: return handle_metrics(h, conn, cs);
     }
@@ -271,6 +265,10 @@ static enum MHD_Result handle_options(struct MHD_Connection *conn, conn_state *c
 
 static int route_of(const char *url, char *model_id, size_t id_len) {
     if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_ROOT;
+    if (!strncmp(url, "/webui/", 7) && srv_webui_exists(url + 7)) {
+        snprintf(model_id, id_len, "%s", url + 7);
+        return R_WEBUI;
+    }
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/models")) return R_MODELS;
@@ -359,7 +357,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
         bool gen = route_post(cs->route);
         if (!strcmp(method, "OPTIONS")) { cs->options = true; return MHD_YES; }
         if (gen ? !post : !get) return srv_http_send_error(conn, cs, 405, gen ? "use POST" : "use GET");
-        if (cs->route != R_HEALTH && cs->route != R_ROOT && !authorized(h, conn)) return srv_http_send_error(conn, cs, 401, "invalid or missing API key");
+        if (cs->route != R_HEALTH && cs->route != R_ROOT && cs->route != R_WEBUI && !authorized(h, conn)) return srv_http_send_error(conn, cs, 401, "invalid or missing API key");
         if (gen) {
             const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > h->c.max_body) {

@@ -62,7 +62,8 @@ struct srv_http {
 
 /* The routes (http.c's route_of). */
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
-       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS };
+       R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS,
+       R_WEBUI };
 
 /* Per-connection request state (MHD's con_cls). */
 typedef struct conn_state {
@@ -107,6 +108,9 @@ enum MHD_Result srv_http_send_json(struct MHD_Connection *conn, conn_state *cs, 
 enum MHD_Result srv_http_send_error(struct MHD_Connection *conn, conn_state *cs, int status, const char *msg);
 void srv_http_record(conn_state *cs, int status);
 void srv_http_add_cors(struct MHD_Response *r);
+/* webui.c: the web chat's embedded files (name: "index.html", "chat.js", ...). */
+bool srv_webui_exists(const char *name);
+enum MHD_Result srv_webui_send(struct MHD_Connection *conn, conn_state *cs, const char *name);
 /* Has the peer closed its side? (a non-destructive peek, never blocks) */
 bool srv_http_client_gone(int fd);
 /* http_gen.c: the POST routes that run the model (chat, completions, /completion, /infill,
