@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "notice goes to stderr and the rest is evaluated again.\n\n"
             "  --hide-thinking          do not show the reasoning (shown dimmed by default)\n"
             "  --no-context-shift       stop at a full context (/reset to go on) instead of\n"
-            "                           dropping the oldest turns\n");
+            "                           dropping the oldest turns (--context-shift: the default)\n");
     gen_opts_help(f);
 }
 
@@ -101,6 +101,7 @@ static struct {
     size_t n, cap;
     bool have;
 } g_paste;
+#ifdef TERN_HAVE_LIBEDIT
 static unsigned char g_back[16]; /* bytes read ahead and not taken: read again first */
 static int g_nback;
 
@@ -159,7 +160,6 @@ static bool read_paste(void) {
     }
 }
 
-#ifdef TERN_HAVE_LIBEDIT
 static bool g_utf8;              /* the locale is UTF-8: keys are decoded to code points */
 static char g_locale[256] = "C"; /* the user's LC_CTYPE, for the line editor */
 
@@ -511,8 +511,8 @@ int tern_cmd_chat(int argc, char **argv) {
     if (rc) return rc;
     bool tty_in = isatty(0), tty_out = isatty(1);
     chat c = {&g, &o, o.system ? strdup(o.system) : NULL, g.think, shift, {0}, NULL, 0, 0, 1, 0};
-    char hist_path[4096] = "";
 #ifdef TERN_HAVE_LIBEDIT
+    char hist_path[4096] = "";
     if (tty_in) {
         /* the user's character set for the line editor only: set around readline() */
         const char *loc = setlocale(LC_CTYPE, "");
