@@ -516,6 +516,10 @@ int tern_cmd_chat(int argc, char **argv) {
     if (tty_in) {
         /* the user's character set for the line editor only: set around readline() */
         const char *loc = setlocale(LC_CTYPE, "");
+        if (!loc || !strcmp(loc, "C") || !strcmp(loc, "POSIX")) { /* no locale set: take UTF-8 */
+            const char *u = setlocale(LC_CTYPE, "C.UTF-8");
+            if (u) loc = u;
+        }
         g_utf8 = loc && MB_CUR_MAX > 1;
         if (loc) snprintf(g_locale, sizeof g_locale, "%s", loc);
         rl_getc_function = chat_getc; /* before libedit starts (using_history starts it) */

@@ -151,6 +151,13 @@ if echo "$h" | grep -q '^\[turn 2 user, 3 lines\]' && echo "$h" | grep -q '^\[tu
    echo "$h" | grep -q '^right part$' && ! echo "$h" | grep -q '"""'; then
   ok "paste-buffer, block and backslash: one message each"; else bad "paste-buffer, block and backslash: one message each"; fi
 if [ "$(count "$STATS")" -eq 4 ]; then ok "one reply per message (4)"; else bad "one reply per message ($(count "$STATS"))"; fi
+# typed non-ASCII keys reach the message whole (libedit reads them through our key reader)
+$T send-keys -t "$S" -l 'café ünï 日本'
+$T send-keys -t "$S" Enter
+wait_count "$STATS" 5 30
+$T send-keys -t "$S" "/history" Enter
+if wait_for '^\[history: 5 turns kept' 10 && pane | grep -q '^café ünï 日本$'; then ok "typed UTF-8 kept"
+else bad "typed UTF-8 kept"; fi
 $T send-keys -t "$S" "/exit" Enter
 if wait_for 'CHAT-EXITED rc=0' 10; then ok "/exit after pastes"; else bad "/exit after pastes"; fi
 
