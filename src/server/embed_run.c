@@ -40,7 +40,7 @@ static void run_job(srv_embedder *e, embed_job *j) {
         tern_status st = tern_session_embed(e->s, r->ids[i], r->n_ids[i], e->pooling, r->normalize,
                                             j->out + i * (size_t)e->dim);
         if (st) {
-            j->rc = st == TERN_ERR_CONTEXT_FULL || st == TERN_ERR_RANGE ? 400 : 500;
+            j->rc = st == TERN_ERR_CONTEXT_FULL || st == TERN_ERR_RANGE ? 400 : st == TERN_ERR_UNSUPPORTED ? 501 : 500;
             snprintf(j->err, sizeof j->err, "input %zu: %s", i, tern_last_error());
             return;
         }
