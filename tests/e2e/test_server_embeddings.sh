@@ -6,7 +6,8 @@
 # here from the GGUF by tools/gguf_lite.py, numpy only). The endpoint's vectors must equal
 # that reference pooled by numpy (mean / last / cls servers), normalised or not;
 # batch == one by one; base64 == float; text input == its ids; usage; the native
-# /embedding shape; 400s naming the field; 501 without --embedding; the flags' errors.
+# /embedding shape; the official openai client (base64 by default); 400s naming the field;
+# 501 without --embedding; the flags' errors.
 # Usage: bash test_server_embeddings.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_embeddings.sh /path/to/tern}
@@ -160,6 +161,29 @@ for t_ in th: t_.start()
 for t_ in th: t_.join()
 check("concurrent embeddings (and a completion beside them) equal the sequential ones",
       all(np.array_equal(res[k], batch[k % 3]) for k in range(4)) and res[4] == 200, res.get(4))
+
+# the official openai client (when installed): it asks for base64 by default and decodes it
+try:
+    import openai
+except ImportError:
+    openai = None
+if openai:
+    h, p = hp("mean")
+    oc = openai.OpenAI(base_url=f"http://{h}:{p}/v1", api_key="none", max_retries=0, timeout=60)
+    r = oc.embeddings.create(model="emb", input=[seqs[0], seqs[1]])
+    check("openai client: embeddings.create (base64 by default) gives the float vectors",
+          len(r.data) == 2 and all(np.array_equal(np.array(d.embedding, dtype=np.float32).astype(np.float64),
+                                                  batch[i].astype(np.float32).astype(np.float64))
+                                   for i, d in enumerate(r.data)) and r.usage.prompt_tokens == len(seqs[0]) + len(seqs[1]))
+    r = oc.embeddings.create(model="emb", input=text, encoding_format="float")
+    check("openai client: a text, encoding_format float", np.array_equal(np.array(r.data[0].embedding), a[0]))
+    try:
+        oc.embeddings.create(model="emb", input="x", dimensions=7)
+        check("openai client: dimensions 7 refused", False)
+    except openai.BadRequestError as e:
+        check("openai client: dimensions 7 refused with a 400 naming it", "dimensions" in str(e), e)
+else:
+    print("(openai client not installed: its checks skipped)")
 
 # client errors: 400 naming the field
 bad = [({"input": seqs[0], "dimensions": 64}, "dimensions"),
