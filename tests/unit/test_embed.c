@@ -310,6 +310,27 @@ TEST(errors_change_nothing) {
     tern_model_free(m);
 }
 
+/* Tensor parallel: the shards hold slices, not the normed rows: refused, nothing changed. */
+TEST(tensor_parallel_refused) {
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.n_threads = 2;
+    mp.tp = 2;
+    tern_model *m = NULL;
+    const char *p = fixture_path("qwen3-tiny/model-q2_0.gguf");
+    if (!p) SKIP("fixture qwen3-tiny missing");
+    if (tern_model_load(p, &mp, &m) != TERN_OK) SKIP_OPTIONAL("tp 2: %s", tern_last_error());
+    tern_session *s = new_session(m, 16, 0);
+    float out[2 * 512];
+    int32_t ids[2] = {5, 6};
+    CHECK_EQ_INT(tern_session_eval_hidden(s, ids, 2, out), TERN_ERR_UNSUPPORTED);
+    CHECK(strstr(tern_last_error(), "tensor-parallel") != NULL);
+    CHECK_EQ_INT(tern_session_pos(s), 0);
+    CHECK(tern_session_eval(s, ids, 2, NULL) == TERN_OK); /* the session still works */
+    tern_session_free(s);
+    tern_model_free(m);
+}
+
 /* cuda vs cpu: the same rows within the back-ends' parity (the device test). */
 TEST(cuda_vs_cpu_rows) {
     if (!have_cuda()) SKIP_OPTIONAL("no CUDA device");
@@ -360,6 +381,7 @@ int main(void) {
     RUN(pooling_qwen3);
     RUN(pooling_qwen35);
     RUN(errors_change_nothing);
+    RUN(tensor_parallel_refused);
     RUN(tied_head_hidden_vs_reference_cuda);
     RUN(state_after_hidden_cuda);
     RUN(cuda_vs_cpu_rows);
