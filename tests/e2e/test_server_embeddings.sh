@@ -36,7 +36,9 @@ done
 
 start() {
   local name=$1; shift
-  "$TERN" serve -m "$MODEL" --port 0 --threads 2 --quiet --parallel 1 --ctx 128 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  # TERN_E2E_DEVICE=cuda: the same checks with the model on the GPU (the device run)
+  "$TERN" serve -m "$MODEL" --port 0 --threads 2 --quiet --parallel 1 --ctx 128 ${TERN_E2E_DEVICE:+--device "$TERN_E2E_DEVICE"} \
+    "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break; sleep 0.05; done
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
@@ -48,7 +50,7 @@ start off
 
 LIMIT=180; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
 timeout $LIMIT python3 - "$TMP" "$FIX/qwen3-tiny" "$SRC/tools" <<'PY'
-import base64, http.client, json, sys, threading
+import base64, http.client, json, os, sys, threading
 import numpy as np
 tmp, fix, tools = sys.argv[1:4]
 sys.path.insert(0, tools)
@@ -92,6 +94,12 @@ for s, ent in zip(ref["sequences"], ref["logits"]):
 def pooled(h, how):
     return h.mean(0) if how == "mean" else h[-1] if how == "last" else h[0]
 def unit(v): return v / np.linalg.norm(v)
+# two evaluations of the same input: bit for bit on the CPU; on a GPU (TERN_E2E_DEVICE) a kernel
+# may sum in another order from one run to the next
+TOL = 1e-5 if os.environ.get("TERN_E2E_DEVICE") else 0.0
+def same(a, b): return a.shape == b.shape and np.abs(a - b).max() <= TOL
+# against the reference: the CPU lands within 1e-3 (max 9e-4 relative, 2026-12-03); a GPU gets twice the room
+REF = 4e-3 if os.environ.get("TERN_E2E_DEVICE") else 2e-3
 
 # each server's pooling against the reference, normalised (default) and not (embd_normalize -1)
 worst = {}
@@ -107,12 +115,12 @@ for how in ("mean", "last", "cls"):
         d = np.abs(v - w).max()
         worst[how] = max(worst.get(how, 0), d)
         check(f"{how} seq {i}: normalised vector equals the reference's (max|diff| {d:.1e}, norm {np.linalg.norm(v):.6f})",
-              d < 2e-3 and abs(np.linalg.norm(v) - 1) < 1e-5, d)
+              d < REF and abs(np.linalg.norm(v) - 1) < 1e-5, d)
     _, raw = emb(how, seqs, embd_normalize=-1)
     for i, (v, h) in enumerate(zip(raw, H)):
         w = pooled(h, how)
         d = np.abs(v - w).max() / np.abs(w).max()
-        check(f"{how} seq {i}: unnormalised vector equals the reference's pooling (max rel {d:.1e})", d < 2e-3, d)
+        check(f"{how} seq {i}: unnormalised vector equals the reference's pooling (max rel {d:.1e})", d < REF, d)
         check(f"{how} seq {i}: normalised is the unnormalised / its norm",
               np.abs(unit(v) - got[i]).max() < 1e-6)
 # pooling modes differ from each other (and the reference tells them apart)
@@ -125,13 +133,13 @@ check("last pooling is not the reference's mean",
 # a batch equals its inputs one by one; a single id list equals a one-element batch
 _, batch = emb("mean", seqs)
 ones = [emb("mean", s)[1][0] for s in seqs]
-check("batch of inputs equals one by one", all(np.array_equal(a, b) for a, b in zip(batch, ones)))
+check("batch of inputs equals one by one", all(same(a, b) for a, b in zip(batch, ones)))
 # base64: little-endian float32 bytes of the same vectors
 st, j = req("mean", "/v1/embeddings", {"input": seqs, "encoding_format": "base64"})
 dec = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4").astype(np.float64) for d in j["data"]]
 # (the decimal text of a float32, %.9g, reads back as that float32 exactly)
 check("base64 decodes to the float vectors (float32 bits equal)",
-      len(dec) == 3 and all(np.array_equal(a, b.astype(np.float32).astype(np.float64)) for a, b in zip(dec, batch)),
+      len(dec) == 3 and all(same(a, b.astype(np.float32).astype(np.float64)) for a, b in zip(dec, batch)),
       [np.abs(a - b).max() for a, b in zip(dec, batch)])
 j, _ = emb("mean", seqs[0], encoding_format="float", dimensions=D, model="anything", user="u1")
 check("encoding_format float, dimensions == n_embd, model and user accepted", j["model"] == "emb")
@@ -139,17 +147,17 @@ check("encoding_format float, dimensions == n_embd, model and user accepted", j[
 text = "def main():\n    return 0 <|im_start|>"
 st, t = req("mean", "/tokenize", {"content": text, "add_special": False})
 _, a = emb("mean", text); _, b = emb("mean", t["tokens"])
-check("a text input equals its token ids (plain text: no control token made)", np.array_equal(a[0], b[0]))
+check("a text input equals its token ids (plain text: no control token made)", same(a[0], b[0]))
 j, c = emb("mean", [text, t["tokens"], "x"])
-check("a list mixing texts and id lists", len(c) == 3 and np.array_equal(c[0], a[0]) and np.array_equal(c[1], a[0]))
+check("a list mixing texts and id lists", len(c) == 3 and same(c[0], a[0]) and same(c[1], a[0]))
 # native /embedding: llama-server's shape [{"index", "embedding": [[...]]}], content or input
 st, j = req("mean", "/embedding", {"content": [seqs[0], seqs[1]]})
 check("/embedding (native): [{index, embedding: [[...]]}]",
       st == 200 and isinstance(j, list) and len(j) == 2 and j[1]["index"] == 1
-      and np.array_equal(np.array(j[0]["embedding"][0]), batch[0]), (st, str(j)[:200]))
+      and same(np.array(j[0]["embedding"][0]), batch[0]), (st, str(j)[:200]))
 st, j = req("mean", "/embedding", {"input": seqs[2], "embd_normalize": -1})
 check("/embedding with input and embd_normalize -1",
-      st == 200 and np.abs(np.array(j[0]["embedding"][0]) - pooled(H[2], "mean")).max() < 2e-3 * np.abs(H[2]).max())
+      st == 200 and np.abs(np.array(j[0]["embedding"][0]) - pooled(H[2], "mean")).max() < REF * np.abs(H[2]).max())
 
 # concurrent: embeddings while a completion generates, all equal to the sequential ones
 res = {}
@@ -160,7 +168,7 @@ th = [threading.Thread(target=worker, args=(k,)) for k in range(5)]
 for t_ in th: t_.start()
 for t_ in th: t_.join()
 check("concurrent embeddings (and a completion beside them) equal the sequential ones",
-      all(np.array_equal(res[k], batch[k % 3]) for k in range(4)) and res[4] == 200, res.get(4))
+      all(same(res[k], batch[k % 3]) for k in range(4)) and res[4] == 200, res.get(4))
 
 # the official openai client (when installed): it asks for base64 by default and decodes it
 try:
@@ -172,11 +180,11 @@ if openai:
     oc = openai.OpenAI(base_url=f"http://{h}:{p}/v1", api_key="none", max_retries=0, timeout=60)
     r = oc.embeddings.create(model="emb", input=[seqs[0], seqs[1]])
     check("openai client: embeddings.create (base64 by default) gives the float vectors",
-          len(r.data) == 2 and all(np.array_equal(np.array(d.embedding, dtype=np.float32).astype(np.float64),
-                                                  batch[i].astype(np.float32).astype(np.float64))
+          len(r.data) == 2 and all(same(np.array(d.embedding, dtype=np.float32).astype(np.float64),
+                                         batch[i].astype(np.float32).astype(np.float64))
                                    for i, d in enumerate(r.data)) and r.usage.prompt_tokens == len(seqs[0]) + len(seqs[1]))
     r = oc.embeddings.create(model="emb", input=text, encoding_format="float")
-    check("openai client: a text, encoding_format float", np.array_equal(np.array(r.data[0].embedding), a[0]))
+    check("openai client: a text, encoding_format float", same(np.array(r.data[0].embedding), a[0]))
     try:
         oc.embeddings.create(model="emb", input="x", dimensions=7)
         check("openai client: dimensions 7 refused", False)
