@@ -2,7 +2,7 @@
  * server.h - `tern serve`: an OpenAI-compatible HTTP server on libtern's public
  * API (include/tern.h) only. Three main parts, one file each (plus split.c: the streaming
  * reasoning / content splitter; compat.c: the Anthropic, Responses and llama-server shapes;
- * endpoints.c, constrain.c):
+ * endpoints.c, constrain.c; embed.c, embed_run.c, http_embed.c: embeddings, --embedding):
  *
  *   request.c  untrusted JSON body -> srv_request (bounded, fuzzed), the
  *              response / SSE chunk / error JSON builders and the streaming
