@@ -432,6 +432,33 @@ TERN_API uint64_t tern_session_cache_bytes(const tern_session *s, int n_pos);
 /* The session's resolved key (value = false) or value (value = true) cache type. */
 TERN_API tern_cache_type tern_session_cache_type(const tern_session *s, bool value);
 
+/* ---- embeddings: the final hidden state, after the output norm and before the LM head
+ * (the rows the head multiplies), per token or pooled over the tokens of one call. */
+typedef enum tern_pooling {
+    TERN_POOLING_NONE = 0,          /* every token's row */
+    TERN_POOLING_MEAN = 1,          /* the mean of the rows (summed in double) */
+    TERN_POOLING_LAST = 2,          /* the last token's row */
+    TERN_POOLING_CLS = 3            /* the first token's row */
+} tern_pooling;
+/* "none", "mean", "last", "cls" (NULL when out of range); _parse: the inverse
+ * (TERN_ERR_INVALID_ARG naming the choices otherwise). */
+TERN_API const char *tern_pooling_name(tern_pooling p);
+TERN_API tern_status tern_pooling_parse(const char *name, tern_pooling *out);
+/* Evaluate n tokens after the current position as tern_session_eval does (same checks,
+ * chunks, locking; the session advances by n), but the step stops before the head:
+ * hidden receives n x n_embd floats, row t the output norm's result at token t. No
+ * logits are computed: tern_session_logits() keeps its earlier row (evaluate a token with
+ * tern_session_eval before reading it). CPU and CUDA; TERN_ERR_UNSUPPORTED on a
+ * tensor-parallel model. */
+TERN_API tern_status tern_session_eval_hidden(tern_session *s, const int32_t *tokens, size_t n,
+                                              float *hidden);
+/* An embedding: tern_session_eval_hidden over the n tokens (n >= 1, after what the session
+ * holds: reset it first for a text alone), pooled over those n rows; normalize: divided
+ * by its Euclidean norm (a zero vector stays zero). out: n_embd floats (n x n_embd for
+ * TERN_POOLING_NONE, each row normalised). Needs chunk x n_embd floats of host memory. */
+TERN_API tern_status tern_session_embed(tern_session *s, const int32_t *tokens, size_t n,
+                                        tern_pooling pooling, bool normalize, float *out);
+
 /* ===================================================================== text */
 
 /* A growable byte string (always NUL-terminated when data != NULL) and a growable

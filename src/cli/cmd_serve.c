@@ -65,6 +65,14 @@ static void usage(FILE *f) {
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
             "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
+            "  --embedding          also serve embeddings: POST /v1/embeddings (OpenAI) and /embedding\n"
+            "                       (llama-server's shape), the final hidden state after the output norm,\n"
+            "                       pooled and L2-normalised, from one more session of --ctx tokens (alias\n"
+            "                       --embeddings; without it those paths answer 501)\n"
+            "  --pooling mean|last|cls\n"
+            "                       how a text's per-token states become one vector: their mean, the last\n"
+            "                       token's, or the first token's (default: the model's <arch>.pooling_type\n"
+            "                       key where it says one of these, else mean)\n"
             "  --quiet              no load line and no per-request log lines on stderr\n" CLI_ENV_SEE);
 }
 
@@ -132,7 +140,8 @@ int tern_cmd_serve(int argc, char **argv) {
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
-    bool quiet = false, no_prefix_cache = false;
+    bool quiet = false, no_prefix_cache = false, embedding = false;
+    const char *pooling = NULL;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -141,6 +150,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
+        if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) { embedding = true; continue; }
         {
             int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
             if (r == 2) return 2;
@@ -149,7 +159,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --pooling"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -178,6 +188,11 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) cors = v;
         else if (!strcmp(a, "--ssl-key-file")) ssl_key = v;
         else if (!strcmp(a, "--ssl-cert-file")) ssl_cert = v;
+        else if (!strcmp(a, "--pooling")) {
+            if (strcmp(v, "mean") && strcmp(v, "last") && strcmp(v, "cls"))
+                return cli_usage_error("serve", "bad value '%s' for --pooling (mean, last or cls)", v);
+            pooling = v;
+        }
         else if (!strcmp(a, "--max-tokens")) { num = &max_tokens; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--top-k")) { num = &top_k; lo = 0; hi = 1 << 24; }
         else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
@@ -202,6 +217,7 @@ int tern_cmd_serve(int argc, char **argv) {
         i++;
     }
     if (!ssl_key != !ssl_cert) return cli_usage_error("serve", "--ssl-key-file and --ssl-cert-file go together");
+    if (pooling && !embedding) return cli_usage_error("serve", "--pooling needs --embedding");
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -238,6 +254,29 @@ int tern_cmd_serve(int argc, char **argv) {
     }
     int n_ctx = 0;
     srv_sched_stats(sched, NULL, NULL, NULL, &n_ctx);
+    srv_embedder *embedder = NULL;
+    if (embedding) {
+        /* pooling: the flag > the model's <arch>.pooling_type (llama.cpp's values: 1 mean,
+         * 2 cls, 3 last) > mean */
+        tern_pooling pool = TERN_POOLING_MEAN;
+        int64_t pt = 0;
+        char key[96];
+        snprintf(key, sizeof key, "%s.pooling_type", tern_model_get_info(m)->arch);
+        if (pooling) tern_pooling_parse(pooling, &pool);
+        else if (tern_model_meta_i64(m, key, &pt) == TERN_OK && pt >= 1 && pt <= 3)
+            pool = pt == 1 ? TERN_POOLING_MEAN : pt == 2 ? TERN_POOLING_CLS : TERN_POOLING_LAST;
+        if ((st = srv_embedder_new(m, n_ctx, cache_k, cache_v, pool, &embedder))) {
+            fprintf(stderr, "tern serve: the embedding session: %s\n", tern_last_error());
+            srv_sched_free(sched);
+            tern_model_free(m);
+            tern_tokenizer_free(tok);
+            return 1;
+        }
+        if (!quiet)
+            fprintf(stderr, "tern serve: embeddings on (/v1/embeddings, /embedding): %d dimensions, %s pooling, "
+                            "normalised, ctx %d\n", srv_embedder_dim(embedder), tern_pooling_name(pool),
+                    srv_embedder_n_ctx(embedder));
+    }
     /* thinking by default: the flag > the model's tern.chat.thinking key (the embedded
      * raw-text model says false: its template's thinking branch only makes it spend the
      * reply inside <think>, docs/default-model.md) > the chat format */
@@ -246,6 +285,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if (ssl_key && (!(key_pem = read_text(ssl_key)) || !(cert_pem = read_text(ssl_cert)))) {
         fprintf(stderr, "tern serve: cannot read %s: %s\n", key_pem ? ssl_cert : ssl_key, strerror(errno));
         free(key_pem);
+        srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -271,6 +311,7 @@ int tern_cmd_serve(int argc, char **argv) {
     c.sampling_source = n_ms && flags ? "model+flags" : n_ms ? "model" : flags ? "flags" : "built-in";
     c.tls_key_pem = key_pem;
     c.tls_cert_pem = cert_pem;
+    c.embedder = embedder;
     srv_http *http = NULL;
     char err[256];
     int bound = 0;
@@ -278,6 +319,7 @@ int tern_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: %s\n", err);
         free(key_pem);
         free(cert_pem);
+        srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -324,6 +366,7 @@ int tern_cmd_serve(int argc, char **argv) {
         srv_http_stop(http);
         free(key_pem);
         free(cert_pem);
+        srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -338,6 +381,7 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_http_stop(http);
     free(key_pem);
     free(cert_pem);
+    srv_embedder_free(embedder);
     srv_sched_free(sched);
     tern_model_free(m);
     tern_tokenizer_free(tok);

@@ -121,6 +121,9 @@ struct tm_step {
     const int32_t *tokens; /* host, T ids */
     bool dec;              /* single-token rows: use the decode-layout weight copies */
     float *rows_out;       /* host [T][n_vocab] or NULL: only the last row, into w->logits */
+    float *hidden_out;     /* host [T][n_embd] or NULL. Set: the head stops after the output
+                            * norm (no logits, w->logits untouched, rows_out NULL): the T normed
+                            * rows (TM_BUF_NORMED, un-rotated) come here (embeddings) */
 };
 
 /* Capabilities (tm_backend_vt.caps). */

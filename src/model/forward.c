@@ -34,3 +34,10 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
                   .rows_out = logits_out};
     return run(&st);
 }
+
+tern_status tm_forward_hidden(tern_session *s, const int32_t *tokens, int T, float *hidden_out) {
+    TERN_ASSERT(hidden_out);
+    tm_step st = {.w = s, .ss = &s, .n_seq = 1, .T = T, .R = T, .tokens = tokens, .dec = T == 1,
+                  .hidden_out = hidden_out};
+    return run(&st);
+}

@@ -314,6 +314,11 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
     case TM_OP_LOGITS: {
         const size_t V = (size_t)hp->n_vocab;
         const bool rot = m->hadamard;
+        if (st->hidden_out) { /* embeddings: every row's output norm, no head */
+            o->add_rmsnorm_hadamard(be, in, in2, tm_plan_vec(m, op->vec), op->eps, out, out2, T, W, blk,
+                                    signs_of(m, op->had));
+            return TERN_OK;
+        }
         if (all_rows) {
             o->add_rmsnorm_hadamard(be, in, in2, tm_plan_vec(m, op->vec), op->eps, out, out2, T, W, blk,
                                     signs_of(m, op->had));
@@ -376,6 +381,15 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
 tern_status tm_plan_exec(tm_backend *be, const tm_step *st) {
     const tm_plan *p = &st->w->m->plan;
     const size_t V = (size_t)st->w->m->hp.n_vocab;
+    if (st->hidden_out) { /* embeddings: the plan up to the output norm, its rows out */
+        for (int i = 0; i < p->n_ops; i++) {
+            tern_status e = tm_plan_run_op(be, st, &p->ops[i], NULL, true);
+            if (e) return e;
+        }
+        const size_t E = (size_t)st->w->m->hp.n_embd;
+        be->ops->copy_rows(be, st->hidden_out, E, tm_step_buf(st, TM_BUF_NORMED), E, (size_t)st->T, E);
+        return TERN_OK;
+    }
     const bool all = st->rows_out != NULL;
     float *logits = all ? st->rows_out : st->w->logits;
     if (!all) TERN_ASSERT(st->n_seq == 1 && st->ss[0] == st->w);

@@ -31,7 +31,9 @@
  *   HADAMARD  MATMUL(out -> delta)
  * then
  *   SITE(post_norm)  MATMUL(gate|up)  ACT(+transform)  MATMUL(down -> delta)
- * with EMBED first and LOGITS (output norm + head matmul) last.
+ * with EMBED first and LOGITS (output norm + head matmul) last. A step with hidden_out
+ * (backend.h: embeddings) runs LOGITS as the output norm alone, over every row, and
+ * takes the normed rows (TM_BUF_NORMED) instead of logits.
  */
 #ifndef TERN_MODEL_PLAN_H
 #define TERN_MODEL_PLAN_H
@@ -186,7 +188,8 @@ float *tm_step_buf(const tm_step *st, int b);
 tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *op, float *logits,
                            bool all_rows);
 /* The whole plan through be->ops, logits into the host rows the step names (st->rows_out
- * or the session's row) and every member's logits row: a host-memory back-end's exec. */
+ * or the session's row) and every member's logits row: a host-memory back-end's exec.
+ * A step with hidden_out gets the output norm's rows there instead (no logits). */
 tern_status tm_plan_exec(tm_backend *be, const tm_step *st);
 
 #endif

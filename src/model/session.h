@@ -71,6 +71,10 @@ struct tern_session {
  * logits_out (may be NULL): n rows of n_vocab; the last row always goes to s->logits. */
 tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int n, float *logits_out);
 
+/* The same chunk stopped before the head (embeddings): hidden_out (host) gets n rows of
+ * n_embd floats, the output norm's result per token; s->logits is not touched. */
+tern_status tm_forward_hidden(tern_session *s, const int32_t *tokens, int n, float *hidden_out);
+
 /* One token of each of n distinct sessions of w's model (1 <= n <= w->n_chunk), each
  * at its own position, in one pass over w's scratch (w may be one of them). Row i of
  * logits_rows (host, n x n_vocab) and s[i]->logits get session i's logits. Positions

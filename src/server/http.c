@@ -13,6 +13,7 @@
  *   POST /apply-template          the chat prompt as text
  *   POST /v1/messages(/count_tokens) Anthropic's Messages API } compat.c translates them to
  *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
+ *   POST /v1/embeddings, /embedding embeddings (--embedding; http_embed.c)
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
  *   GET  /, /webui/<file>         the web chat (webui.c)
  *   OPTIONS any path              204 (CORS preflight with --cors)
@@ -49,7 +50,8 @@
 
 static bool route_post(int r) {
     return r == R_CHAT || r == R_COMPLETIONS || r == R_TOKENIZE || r == R_DETOKENIZE || r == R_NATIVE || r == R_INFILL ||
-           r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES || r == R_COUNT_TOKENS;
+           r == R_APPLY_TEMPLATE || r == R_MESSAGES || r == R_RESPONSES || r == R_COUNT_TOKENS || r == R_EMBEDDINGS ||
+           r == R_EMBEDDING_NATIVE;
 }
 static srv_api route_api(int r) {
     return r == R_NATIVE || r == R_INFILL ? SRV_API_NATIVE : r == R_MESSAGES || r == R_COUNT_TOKENS ? SRV_API_ANTHROPIC
@@ -289,6 +291,8 @@ static int route_of(const char *url, char *model_id, size_t id_len) {
     if (!strcmp(url, "/messages")) return R_MESSAGES;
     if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/responses")) return R_RESPONSES;
+    if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/embedding")) return R_EMBEDDING_NATIVE;
     return R_NONE;
 }
 
@@ -392,6 +396,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     srv_http_track_phase(conn, PH_ANSWER);
     if (cs->route == R_TOKENIZE || cs->route == R_DETOKENIZE) return handle_tok(h, conn, cs);
     if (cs->route == R_APPLY_TEMPLATE || cs->route == R_COUNT_TOKENS) return srv_http_apply_template(h, conn, cs);
+    if (cs->route == R_EMBEDDINGS || cs->route == R_EMBEDDING_NATIVE) return srv_http_embeddings(h, conn, cs);
     return srv_http_generate(h, conn, cs);
 }
 

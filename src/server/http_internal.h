@@ -63,7 +63,7 @@ struct srv_http {
 /* The routes (http.c's route_of). */
 enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CHAT, R_COMPLETIONS, R_MODEL_ID, R_TOKENIZE, R_DETOKENIZE, R_PROPS,
        R_SLOTS, R_METRICS, R_ROOT, R_NATIVE, R_INFILL, R_APPLY_TEMPLATE, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS,
-       R_WEBUI };
+       R_WEBUI, R_EMBEDDINGS, R_EMBEDDING_NATIVE };
 
 /* Per-connection request state (MHD's con_cls). */
 typedef struct conn_state {
@@ -117,6 +117,8 @@ bool srv_http_client_gone(int fd);
  * /v1/messages, /v1/responses), and /apply-template and /v1/messages/count_tokens. */
 enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn_state *cs);
 enum MHD_Result srv_http_apply_template(srv_http *h, struct MHD_Connection *conn, conn_state *cs);
+/* http_embed.c: POST /v1/embeddings and llama-server's /embedding (--embedding). */
+enum MHD_Result srv_http_embeddings(srv_http *h, struct MHD_Connection *conn, conn_state *cs);
 /* http_conn.c: a connection enters phase PH_* (its deadline counts from now). */
 void srv_http_track_phase(struct MHD_Connection *conn, int phase);
 

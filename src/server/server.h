@@ -2,7 +2,7 @@
  * server.h - `tern serve`: an OpenAI-compatible HTTP server on libtern's public
  * API (include/tern.h) only. Three main parts, one file each (plus split.c: the streaming
  * reasoning / content splitter; compat.c: the Anthropic, Responses and llama-server shapes;
- * endpoints.c, constrain.c):
+ * endpoints.c, constrain.c; embed.c, embed_run.c, http_embed.c: embeddings, --embedding):
  *
  *   request.c  untrusted JSON body -> srv_request (bounded, fuzzed), the
  *              response / SSE chunk / error JSON builders and the streaming
@@ -412,6 +412,7 @@ typedef struct srv_config {
     const char *sampling_source;    /* for /props: "built-in", "model" (general.sampling.*), "flags", "model+flags" */
     const char *tls_key_pem;        /* HTTPS (--ssl-key-file / --ssl-cert-file): the PEM texts; NULL: plain HTTP */
     const char *tls_cert_pem;
+    struct srv_embedder *embedder;  /* --embedding: /v1/embeddings and /embedding (NULL: they answer 501) */
 } srv_config;
 
 typedef struct srv_http srv_http;
@@ -446,6 +447,44 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
  * 0 and a malloc'd JSON body in *out, else 400 with err. */
 int srv_tokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
 int srv_detokenize_json(const tern_tokenizer *tok, const char *body, size_t len, char **out, char *err, size_t en);
+
+/* ------------------------------------------------ embed.c, embed_run.c: embeddings */
+
+/* A parsed /v1/embeddings (OpenAI: input, model, encoding_format, dimensions, user) or
+ * /embedding (llama-server: content or input, embd_normalize) body: the inputs as token
+ * lists (text tokenized as plain text). Owned (srv_embed_req_free). */
+#define SRV_MAX_EMBED_INPUTS 2048
+typedef struct srv_embed_req {
+    int32_t **ids;                  /* [n] token lists, each non-empty and within the context */
+    size_t *n_ids;
+    size_t n;
+    size_t n_tokens;                /* all inputs' tokens (usage.prompt_tokens) */
+    bool base64;                    /* encoding_format "base64": little-endian float32 bytes */
+    bool normalize;                 /* Euclidean (default; embd_normalize -1: none) */
+} srv_embed_req;
+/* 0, or 400 with err naming the field. dim: the model's n_embd ('dimensions' must equal
+ * it); n_ctx: the embedding session's context (the longest input). *r is always safe to
+ * free afterwards. native: the /embedding shape (content accepted). */
+int srv_embed_parse(bool native, const char *body, size_t len, const tern_tokenizer *tok, int n_vocab, int dim,
+                    int n_ctx, srv_embed_req *r, char *err, size_t en);
+void srv_embed_req_free(srv_embed_req *r);
+/* The reply: OpenAI's {"object":"list","data":[{"object":"embedding","index","embedding"}],
+ * "model","usage":{prompt_tokens,total_tokens}}, or native's [{"index","embedding":[[...]]}].
+ * vecs: r->n rows of dim floats. malloc'd (NULL: out of memory). */
+char *srv_embed_response(const srv_embed_req *r, const float *vecs, int dim, const char *model, bool native);
+
+/* The worker thread that owns the embedding session (n_ctx tokens, the given cache
+ * types; pooling MEAN, LAST or CLS). srv_embedder_run queues a request's inputs and waits:
+ * out gets r->n rows of dim floats; 0, else an HTTP status and err. */
+typedef struct srv_embedder srv_embedder;
+tern_status srv_embedder_new(tern_model *m, int n_ctx, tern_cache_type ck, tern_cache_type cv, tern_pooling pooling,
+                             srv_embedder **out);
+int srv_embedder_run(srv_embedder *e, const srv_embed_req *r, float *out, char *err, size_t en);
+int srv_embedder_dim(const srv_embedder *e);
+int srv_embedder_n_ctx(const srv_embedder *e);
+tern_pooling srv_embedder_pooling(const srv_embedder *e);
+/* Ends the thread after the queued requests; frees the session. */
+void srv_embedder_free(srv_embedder *e);
 
 /* Wait until no request is being answered (at most timeout_ms); true when none is. */
 bool srv_http_wait_idle(srv_http *h, int timeout_ms);

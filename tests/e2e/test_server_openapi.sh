@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_server_openapi.sh - docs/openapi.yaml against the running `tern serve`
 # (embedded default model) with schemathesis (tools/requirements.txt): generated
-# requests for every path; no 5xx, statuses, content types, headers and bodies
+# requests for every path (embeddings on: --embedding); no 5xx, statuses, content types, headers and bodies
 # as the description says. Bounded: few examples per operation, --ctx 128 (so no
 # generation runs long), a wall-clock limit.
 # Usage: bash test_server_openapi.sh /path/to/tern
@@ -20,7 +20,7 @@ TMP=$(mktemp -d)
 SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-"$TERN" serve --port 0 --threads 2 --parallel 2 --queue 64 --ctx 128 --quiet --grace-s 1 >"$TMP/out" 2>"$TMP/err" &
+"$TERN" serve --port 0 --threads 2 --parallel 2 --queue 64 --ctx 128 --quiet --grace-s 1 --embedding >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }

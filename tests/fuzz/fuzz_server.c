@@ -13,6 +13,10 @@
  * (src/server/compat.c: Anthropic's /v1/messages, OpenAI's /v1/responses): it is
  * translated to a chat body (which must be JSON the chat parser answers with 0 or a 400
  * that says why) or refused with a 4xx that says why.
+ * A first byte 'E' (OpenAI's /v1/embeddings) or 'e' (llama-server's /embedding) sends the
+ * body to the embeddings parser (src/server/embed.c, no tokenizer: text inputs are refused
+ * with a reason): accepted inputs are non-empty id lists within the vocabulary and the
+ * context, and the reply built from them (float and base64) is valid JSON.
  */
 #include "server/server.h"
 
@@ -58,8 +62,40 @@ static int fuzz_compat(srv_api api, const char *body, size_t len) {
     return 0;
 }
 
+static int fuzz_embed(bool native, const char *body, size_t len) {
+    enum { NV = 4096, DIM = 8, CTX = 64 };
+    srv_embed_req r;
+    char err[256] = "";
+    int rc = srv_embed_parse(native, body, len, NULL, NV, DIM, CTX, &r, err, sizeof err);
+    if (rc != 0 && (rc != 400 || !err[0])) __builtin_trap();
+    if (rc == 0) {
+        if (r.n < 1 || r.n > SRV_MAX_EMBED_INPUTS) __builtin_trap();
+        size_t total = 0;
+        for (size_t i = 0; i < r.n; i++) {
+            if (r.n_ids[i] < 1 || r.n_ids[i] > CTX) __builtin_trap();
+            for (size_t k = 0; k < r.n_ids[i]; k++)
+                if (r.ids[i][k] < 0 || r.ids[i][k] >= NV) __builtin_trap();
+            total += r.n_ids[i];
+        }
+        if (total != r.n_tokens) __builtin_trap();
+        float *v = malloc(r.n * DIM * sizeof *v);
+        if (!v) __builtin_trap();
+        for (size_t i = 0; i < r.n * DIM; i++) v[i] = (float)((int)(i * 2654435761u % 2001) - 1000) / 7.0f;
+        for (int b = 0; b < 2; b++) {
+            r.base64 = b;
+            char *s = srv_embed_response(&r, v, DIM, "m\"odel", native);
+            must_parse(s);
+            free(s);
+        }
+        free(v);
+    }
+    srv_embed_req_free(&r);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    if (data[0] == 'E' || data[0] == 'e') return fuzz_embed(data[0] == 'e', (const char *)data + 1, size - 1);
     if (data[0] == 'A' || data[0] == 'R')
         return fuzz_compat(data[0] == 'A' ? SRV_API_ANTHROPIC : SRV_API_RESPONSES, (const char *)data + 1, size - 1);
     srv_kind kind = data[0] & 1 ? SRV_COMPLETION : SRV_CHAT;

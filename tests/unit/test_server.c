@@ -1438,6 +1438,51 @@ TEST(compat_replies) {
     free(e);
 }
 
+
+/* The embeddings parser and replies (embed.c): input shapes, the fields' 400s, base64 of
+ * known float bits, the native shape. */
+TEST(embed_parse_and_reply) {
+    srv_embed_req r;
+    char err[256];
+#define EP(native, body) srv_embed_parse(native, body, strlen(body), NULL, 100, 4, 8, &r, err, sizeof err)
+    CHECK_EQ_INT(EP(false, "{\"input\":[1,2,3],\"model\":\"m\",\"user\":\"u\",\"dimensions\":4}"), 0);
+    CHECK(r.n == 1 && r.n_ids[0] == 3 && r.ids[0][2] == 3 && r.n_tokens == 3 && r.normalize && !r.base64);
+    srv_embed_req_free(&r);
+    CHECK_EQ_INT(EP(false, "{\"input\":[[1],[2,3]],\"encoding_format\":\"base64\",\"embd_normalize\":-1}"), 0);
+    CHECK(r.n == 2 && r.n_ids[1] == 2 && r.n_tokens == 3 && r.base64 && !r.normalize);
+    /* base64 of 1.0f (00 00 80 3f), -2.0f (00 00 00 c0), 0.5f, 0 */
+    float v[8] = {1.0f, -2.0f, 0.5f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    char *j = srv_embed_response(&r, v, 4, "m\"x", false);
+    CHECK(j && strstr(j, "\"embedding\":\"AACAPwAAAMAAAAA/AAAAAA==\"") && strstr(j, "\"model\":\"m\\\"x\"") &&
+          strstr(j, "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":3}"));
+    cJSON *o = j ? cJSON_Parse(j) : NULL;
+    CHECK(o && cJSON_GetArraySize(cJSON_GetObjectItem(o, "data")) == 2);
+    cJSON_Delete(o);
+    free(j);
+    r.base64 = false;
+    j = srv_embed_response(&r, v, 4, "m", true);
+    CHECK(j && !strcmp(j, "[{\"index\":0,\"embedding\":[[1,-2,0.5,0]]},{\"index\":1,\"embedding\":[[1,1,1,1]]}]"));
+    free(j);
+    srv_embed_req_free(&r);
+    CHECK_EQ_INT(EP(true, "{\"content\":[[5]]}"), 0);
+    CHECK(r.n == 1 && r.ids[0][0] == 5);
+    srv_embed_req_free(&r);
+    /* refusals, each naming its field */
+    static const char *const bad[][2] = {
+        {"{\"input\":[1],\"dimensions\":3}", "'dimensions'"}, {"{\"input\":[1],\"foo\":1}", "'foo'"},
+        {"{\"input\":[1],\"encoding_format\":\"hex\"}", "'encoding_format'"}, {"{}", "'input'"},
+        {"{\"input\":[100]}", "'input'"}, {"{\"input\":[1,2,3,4,5,6,7,8,9]}", "'input'"},
+        {"{\"input\":[[1],[]]}", "'input[1]'"}, {"{\"input\":\"text\"}", "'input'"}, /* no tokenizer here */
+        {"{\"input\":[1],\"content\":[2]}", "'content'"}, {"{\"input\":[1]} x", "byte"},
+        {"[1]", "object"}, {"{\"input\":[1],\"embd_normalize\":0}", "'embd_normalize'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = EP(false, bad[i][0]);
+        CHECK_MSG(rc == 400 && strstr(err, bad[i][1]), "%s: %d %s", bad[i][0], rc, err);
+        srv_embed_req_free(&r);
+    }
+#undef EP
+}
+
 int main(void) {
     RUN(parse_chat_fields);
     RUN(parse_completion_fields);
@@ -1459,6 +1504,7 @@ int main(void) {
     RUN(sched_snapshots_qwen35_fixture);
     RUN(session_truncate);
     RUN(model_meta);
+    RUN(embed_parse_and_reply);
     srv_request_free(&R);
     tern_model_free(M);
     tern_tokenizer_free(T);

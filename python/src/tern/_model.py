@@ -250,6 +250,29 @@ class Model:
         with self._lock:
             _tern.reset(self._handle())
 
+    _POOLING = {None: 0, "none": 0, "mean": 1, "last": 2, "cls": 3}
+
+    def embed(self, text_or_ids, pooling="mean", normalize=True):
+        """An embedding: the final hidden state (after the output norm, before the LM head)
+        of a text (tokenized as plain text: no control token is made from it) or of token
+        ids, from an empty context. pooling "mean", "last" or "cls" (the first token) gives
+        float32 [n_embd]; None gives every token's row, [T, n_embd]. normalize: divided by
+        the Euclidean norm (each row for None). It uses the model's one session, reset
+        first: afterwards the session holds the embedded tokens, as after eval()."""
+        if pooling not in self._POOLING:
+            raise _tern.TernValueError("tern: pooling must be 'mean', 'last', 'cls' or None, not %r" % (pooling,))
+        if isinstance(text_or_ids, (str, bytes)):
+            a = _ids(self.tokenize(text_or_ids, special=False))
+        else:
+            a = _ids(text_or_ids)
+        if a.size == 0:
+            raise _tern.TernValueError("tern: nothing to embed (no tokens)")
+        E = self.info["n_embd"]
+        out = np.empty((a.size, E) if pooling in (None, "none") else (E,), np.float32)
+        with self._lock:
+            _tern.embed(self._handle(), a, out, self._POOLING[pooling], bool(normalize))
+        return out
+
     @property
     def pos(self):
         with self._lock:

@@ -563,6 +563,32 @@ static PyObject *py_chat_template(PyObject *self, PyObject *mo) {
     return PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "replace");
 }
 
+/* embed(model, ids int32, out f32 [n_embd] or [n, n_embd], pooling 0..3, normalize): from an
+ * empty context (the session is reset first) */
+static PyObject *py_embed(PyObject *self, PyObject *args) {
+    PyObject *mo;
+    Py_buffer ids, out = {0};
+    int pooling, normalize;
+    if (!PyArg_ParseTuple(args, "Oy*w*ip", &mo, &ids, &out, &pooling, &normalize)) return NULL;
+    ModelObj *o = model_of(mo);
+    size_t n = (size_t)ids.len / 4, E = o ? (size_t)tern_model_get_info(o->m)->n_embd : 0;
+    if (!o || (size_t)out.len < (pooling == TERN_POOLING_NONE ? n : 1) * E * 4) {
+        PyBuffer_Release(&ids);
+        PyBuffer_Release(&out);
+        if (o) PyErr_SetString(PyExc_ValueError, "tern: embedding buffer too small");
+        return NULL;
+    }
+    tern_status st;
+    Py_BEGIN_ALLOW_THREADS
+    tern_session_reset(o->s);
+    st = tern_session_embed(o->s, ids.buf, n, (tern_pooling)pooling, normalize, out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&out);
+    if (st) return fail(st);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"linear_from_trits", py_linear_from_trits, METH_VARARGS, NULL},
     {"linear_from_mlx_2bit", py_linear_from_mlx_2bit, METH_VARARGS, NULL},
@@ -590,6 +616,7 @@ static PyMethodDef methods[] = {
     {"chat_template", py_chat_template, METH_O, NULL},
     {"chat_format", py_chat_format, METH_O, NULL},
     {"model_meta", py_model_meta, METH_VARARGS, NULL},
+    {"embed", py_embed, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "tern._tern", "libtern bindings", -1, methods};

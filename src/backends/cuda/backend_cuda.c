@@ -677,6 +677,11 @@ static tern_status cu_head(cuda_backend *c, const tm_step *st, const tm_plan_op 
     tm_backend *be = &c->base;
     tern_session *w = st->w;
     const size_t V = (size_t)w->m->hp.n_vocab;
+    if (st->hidden_out) { /* embeddings: the output norm of every row, no head (never recorded) */
+        const size_t E = (size_t)w->m->hp.n_embd;
+        CU_TRY(tm_plan_run_op(be, st, op, NULL, true));
+        return tm_be_download(be, st->hidden_out, tm_step_buf(st, TM_BUF_NORMED), (size_t)st->T * E * sizeof(float));
+    }
     if (!st->rows_out) {
         TERN_ASSERT(st->n_seq == 1 && st->ss[0] == w);
         CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, false));
@@ -815,7 +820,7 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     cuda_backend *c = (cuda_backend *)be;
     tern_session *s = st->w;
     cu_sess *cs = s->be_state;
-    if (st->n_seq != 1 || st->T != 1 || st->rows_out || !graphs_on(c) || !cs || cs->graph_state < 0)
+    if (st->n_seq != 1 || st->T != 1 || st->rows_out || st->hidden_out || !graphs_on(c) || !cs || cs->graph_state < 0)
         return plain(be, st);
     const size_t V = (size_t)s->m->hp.n_vocab;
     const int32_t token = st->tokens[0];

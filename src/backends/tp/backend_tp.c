@@ -404,6 +404,8 @@ static tern_status tp_exec(tm_backend *be, const tm_step *st) {
     const tm_plan *p = &m->plan;
     tp->err = TERN_OK;
     tp->cur = NULL;
+    if (st->hidden_out) /* the shards hold slices of the head, not the normed rows' owner */
+        return tern_fail(TERN_ERR_UNSUPPORTED, "hidden states (embeddings) on a tensor-parallel model");
     TRY(build_steps(tp, st));
     for (int i = 0; i < p->n_ops; i++) {
         const tm_plan_op *op = &p->ops[i];
