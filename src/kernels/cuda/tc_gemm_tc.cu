@@ -20,8 +20,12 @@
  * fma(bits, d, -1.5*2^23*d) = round(S*d) exactly (1.5*2^23*d is exact: d is an
  * fp16); then acc = fma(that, s_token, acc). |S| <= 128*2*16256 < 2^22.
  *
- * CTA: 128 weight rows x TOK tokens (TOK = 16*NT: 16, 32, 64 or 128), 8 warps as
- * 4 (32 rows each) x 2 (8*NT tokens each); K in stages of 256 (two groups), a
+ * CTA: 128 weight rows x TOK tokens (TOK = 16*NT: 16, 32, 64 or 128); its 8 warps at
+ * TOK <= 64 all along the rows (16 rows x TOK tokens each: every weight is decoded once
+ * per CTA; as 4 x 2 below, the two token warps decoded each weight twice, and the
+ * decode's integer work bound batched decode: ncu at M 16 showed the ALU pipe the
+ * busiest, issue slots 44% busy, 3.7 warps per scheduler, H200 2026-12-03), at TOK 128
+ * as 4 (32 rows each) x 2 (64 tokens each); K in stages of 256 (two groups), a
  * 3-stage cp.async pipeline (4 stages and 2 CTAs per SM at TOK 16, batched decode:
  * more bytes in flight per SM). Shared memory per stage:
  *   weights: 128 rows x 72 bytes, the raw file bytes of the stage (68) copied
@@ -82,6 +86,13 @@ template <int PL, int NT> struct cfg {
     static constexpr int NS = NT == 1 ? 4 : kStages;          /* pipeline stages */
     static constexpr int MINB = NT == 1 ? 2 : 1;              /* CTAs per SM (launch bounds) */
     static constexpr int FR = 8 * NT;                         /* accumulators per thread */
+    /* the 8 warps: TOK <= 64, all along the rows (16 each: every weight decoded once per
+     * CTA); TOK = 128, 4 along the rows (32 each) x 2 along the tokens (the registers of
+     * 16 n8 tiles per warp would not fit) */
+    static constexpr int WTN = NT <= 4 ? 1 : 2;               /* warps along the tokens */
+    static constexpr int WR = 8 / WTN;                        /* warps along the rows */
+    static constexpr int MI = WTN;                            /* 16-row fragments per warp */
+    static constexpr int NJ = 2 * NT / WTN;                   /* n8 token tiles per warp */
     static constexpr int AROW = 256 * PL;                   /* activation bytes per token per stage */
     static constexpr int WBYTES = kRows * kWStride;
     static constexpr int ABYTES = TOK * AROW;
@@ -111,7 +122,7 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
     __shared__ int s_last;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int wr = warp & 3, wt = warp >> 2;
+    const int wr = warp % C::WR, wt = warp / C::WR;
     const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
     const int nb = K >> 7;
     /* this CTA's stages [st0, st0 + nst) of the K/256 */
@@ -193,11 +204,11 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
         if (tid < C::TOK) cp_async8(sb + C::WBYTES + C::ABYTES + tid * 8, ssrc + (size_t)st * 2);
     };
 
-    float acc[2][NT][4];
+    float acc[C::MI][C::NJ][4];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < C::MI; i++)
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+        for (int j = 0; j < C::NJ; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
@@ -227,8 +238,8 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
         const float *ss = (const float *)(sb + C::WBYTES + C::ABYTES);
 #pragma unroll 1
         for (int gk = 0; gk < 2; gk++) {
-            int ia[2][NT][4];
-            uint32_t a[4][2][4]; /* [unit][mi][reg] */
+            int ia[C::MI][C::NJ][4];
+            uint32_t a[4][C::MI][4]; /* [unit][mi][reg] */
 #pragma unroll
             for (int p = 0; p < PL; p++) {
 #pragma unroll
@@ -238,10 +249,10 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
                          * 2*gk, 2*gk+1 of its 16 bytes are the unit's two code words */
                         const int slot = 4 * g + (qq ^ ((g >> 1) & 3));
 #pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
+                        for (int mi = 0; mi < C::MI; mi++) {
 #pragma unroll
                             for (int h = 0; h < 2; h++) {
-                                const uint2 c = *(const uint2 *)(sb + (wr * 2 + mi) * kTile + h * 512 +
+                                const uint2 c = *(const uint2 *)(sb + (wr * C::MI + mi) * kTile + h * 512 +
                                                                  slot * 16 + 8 * gk);
                                 a[qq][mi][h] = dec4(c.x >> shift);
                                 a[qq][mi][2 + h] = dec4(c.y >> shift);
@@ -250,10 +261,10 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
                     } else if (p == 0) {
                         const int o = mis + 34 * gk + 2 + 8 * qq, wo = o >> 2, sh = (o & 2) * 8;
 #pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
+                        for (int mi = 0; mi < C::MI; mi++) {
 #pragma unroll
                             for (int h = 0; h < 2; h++) {
-                                const uint32_t *pw = sw + (wr * 32 + mi * 16 + h * 8 + g) * (kWStride / 4) + wo;
+                                const uint32_t *pw = sw + (wr * 16 * C::MI + mi * 16 + h * 8 + g) * (kWStride / 4) + wo;
                                 const uint32_t x0 = pw[0], x1 = pw[1], x2 = pw[2];
                                 const uint32_t c0 = __funnelshift_r(x0, x1, sh);
                                 const uint32_t c1 = __funnelshift_r(x1, x2, sh);
@@ -263,14 +274,14 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
                         }
                     }
                     const int unit = gk * 4 + qq;
-                    if (NT == 1) {
+                    if (C::NJ == 1) {
                         /* 8 tokens per warp: matrices 0 and 1 of the x4 case (lanes 0-15) */
                         const int tk = wt * 8 + (lane & 7);
                         const int L = PL == 1 ? 2 * unit + lhalf : 4 * unit + 2 * p + lhalf;
                         uint32_t b0, b1;
                         ldsm_x2(sa + tk * C::AROW + ((L ^ (tk & 7)) << 4), b0, b1);
 #pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
+                        for (int mi = 0; mi < C::MI; mi++) {
                             int(&d)[4] = ia[mi][0];
                             if (qq == 0 && p == 0) {
                                 const int c = PL == 1 ? (int)kMagic : 0;
@@ -281,13 +292,13 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
                         }
                     }
 #pragma unroll
-                    for (int jp = 0; jp < NT / 2; jp++) {
-                        const int tk = wt * 8 * NT + jp * 16 + ltok;
+                    for (int jp = 0; jp < C::NJ / 2; jp++) {
+                        const int tk = wt * 8 * C::NJ + jp * 16 + ltok;
                         const int L = PL == 1 ? 2 * unit + lhalf : 4 * unit + 2 * p + lhalf;
                         uint32_t b0, b1, b2, b3;
                         ldsm_x4(sa + tk * C::AROW + ((L ^ (tk & 7)) << 4), b0, b1, b2, b3);
 #pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
+                        for (int mi = 0; mi < C::MI; mi++) {
 #pragma unroll
                             for (int h = 0; h < 2; h++) {
                                 int(&d)[4] = ia[mi][2 * jp + h];
@@ -304,9 +315,9 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
                 }
                 if (PL == 2 && p == 0) {
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++)
+                    for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
-                        for (int j = 0; j < NT; j++)
+                        for (int j = 0; j < C::NJ; j++)
 #pragma unroll
                             for (int e = 0; e < 4; e++)
                                 ia[mi][j][e] = (int)((uint32_t)ia[mi][j][e] * 128u + kMagic);
@@ -314,24 +325,24 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
             }
             /* rescale the group into the fp32 accumulators */
             const float sm = PL == 1 ? 128.0f : 1.0f;
-            float s0[NT], s1[NT];
+            float s0[C::NJ], s1[C::NJ];
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const int tk = wt * 8 * NT + j * 8 + 2 * t;
+            for (int j = 0; j < C::NJ; j++) {
+                const int tk = wt * 8 * C::NJ + j * 8 + 2 * t;
                 s0[j] = ss[tk * 2 + gk] * sm;
                 s1[j] = ss[tk * 2 + 2 + gk] * sm;
             }
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                const int ra = wr * 32 + mi * 16 + g;
+            for (int mi = 0; mi < C::MI; mi++) {
+                const int ra = wr * 16 * C::MI + mi * 16 + g;
                 /* TL: scales of (row g, group gk) and (row 8+g, gk) at 1024 + 8g of the tile */
-                const float da = TL ? tc_ld_f16(sb + (wr * 2 + mi) * kTile + 1024 + 8 * g + 2 * gk)
+                const float da = TL ? tc_ld_f16(sb + (wr * C::MI + mi) * kTile + 1024 + 8 * g + 2 * gk)
                                     : tc_ld_f16(sb + ra * kWStride + mis + 34 * gk);
-                const float db = TL ? tc_ld_f16(sb + (wr * 2 + mi) * kTile + 1024 + 8 * g + 4 + 2 * gk)
+                const float db = TL ? tc_ld_f16(sb + (wr * C::MI + mi) * kTile + 1024 + 8 * g + 4 + 2 * gk)
                                     : tc_ld_f16(sb + (ra + 8) * kWStride + mis + 34 * gk);
                 const float ma = -kMagicF * da, mb = -kMagicF * db;
 #pragma unroll
-                for (int j = 0; j < NT; j++) {
+                for (int j = 0; j < C::NJ; j++) {
                     const int(&d)[4] = ia[mi][j];
                     acc[mi][j][0] = fmaf(fmaf(__int_as_float(d[0]), da, ma), s0[j], acc[mi][j][0]);
                     acc[mi][j][1] = fmaf(fmaf(__int_as_float(d[1]), da, ma), s1[j], acc[mi][j][1]);
@@ -348,46 +359,46 @@ __global__ void __launch_bounds__(256, cfg<PL, NT>::MINB)
         const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), ntiles = (int)(gridDim.x * gridDim.y);
         float *mine = part + ((size_t)z * (size_t)ntiles + (size_t)tile) * (size_t)(C::FR * 256) + tid;
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+            for (int j = 0; j < C::NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) __stcg(mine + (size_t)(((mi * NT + j) * 4 + e) * 256), acc[mi][j][e]);
+                for (int e = 0; e < 4; e++) __stcg(mine + (size_t)(((mi * C::NJ + j) * 4 + e) * 256), acc[mi][j][e]);
         __threadfence();
         __syncthreads();
         if (tid == 0) s_last = atomicAdd(&cnt[tile], 1) == nsp - 1;
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        float r[2][NT][4];
+        float r[C::MI][C::NJ][4];
 #pragma unroll 1
         for (int s = 0; s < nsp; s++) {
             const float *ps = part + ((size_t)s * (size_t)ntiles + (size_t)tile) * (size_t)(C::FR * 256) + tid;
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+            for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
+                for (int j = 0; j < C::NJ; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float v = s == z ? acc[mi][j][e] : __ldcg(ps + (size_t)(((mi * NT + j) * 4 + e) * 256));
+                        const float v = s == z ? acc[mi][j][e] : __ldcg(ps + (size_t)(((mi * C::NJ + j) * 4 + e) * 256));
                         r[mi][j][e] = s == 0 ? v : r[mi][j][e] + v;
                     }
         }
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+            for (int j = 0; j < C::NJ; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[mi][j][e] = r[mi][j][e];
         if (tid == 0) cnt[tile] = 0; /* every CTA of the tile has counted: ready for the next launch */
     }
 
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
-        const int ra = row0 + wr * 32 + mi * 16 + g, rb2 = ra + 8;
+    for (int mi = 0; mi < C::MI; mi++) {
+        const int ra = row0 + wr * 16 * C::MI + mi * 16 + g, rb2 = ra + 8;
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const int tk = tok0 + wt * 8 * NT + j * 8 + 2 * t;
+        for (int j = 0; j < C::NJ; j++) {
+            const int tk = tok0 + wt * 8 * C::NJ + j * 8 + 2 * t;
             if (tk < M) {
                 if (ra < n) y[(size_t)tk * ys + ra] = acc[mi][j][0];
                 if (rb2 < n) y[(size_t)tk * ys + rb2] = acc[mi][j][2];
