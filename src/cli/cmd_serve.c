@@ -304,6 +304,12 @@ int tern_cmd_serve(int argc, char **argv) {
         cli_cache_line(s0, line, sizeof line);
         fprintf(stderr, "tern serve: %s per slot; all %d slots: %.1f MiB now, %.1f MiB at full context\n", line,
                 (int)parallel, now / 1048576.0, max / 1048576.0);
+        srv_step_stats sst;
+        srv_sched_step_stats(sched, &sst);
+        if (sst.admit_free && sst.mem_free && sst.mem_free < sst.admit_free)
+            fprintf(stderr, "tern serve: warning: %.0f MiB free, under the admission floor of %.0f MiB "
+                            "(--admit-free-mib): requests get 503 until memory is freed\n",
+                    sst.mem_free / 1048576.0, sst.admit_free / 1048576.0);
         srv_snap_stats ss;
         srv_sched_snap_stats(sched, &ss);
         if (no_prefix_cache)

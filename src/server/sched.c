@@ -794,39 +794,9 @@ static void sched_free(srv_sched *s) {
     free(s);
 }
 
-static _Thread_local char g_new_err[512];
-
-const char *srv_sched_error(void) { return g_new_err[0] ? g_new_err : tern_last_error(); }
-
-/* The start-up fit check, once slot 0's session is made (free0: the back-end's free bytes
- * before it): every slot's session and the snapshot budget (the back-end's memory on a GPU,
- * the host's on the CPU) must fit. */
-static tern_status sched_fit(srv_sched *s, uint64_t free0) {
-    const tern_model_info *mi = tern_model_get_info(s->model);
-    const bool dev = strcmp(mi->device, "cpu") != 0;
-    const uint64_t per = tern_session_memory(s->slots[0].sess);
-    const uint64_t snap = s->slots[0].recurrent && !s->p.no_prefix_cache ? s->p.snapshot_budget : 0;
-    const uint64_t N = (uint64_t)s->p.n_parallel, need = N * per + snap + s->admit_free;
-    if (!free0 || need <= free0) return TERN_OK;
-    const double MiB = 1048576.0;
-    uint64_t fit = free0 > snap + s->admit_free && per ? (free0 - snap - s->admit_free) / per : 0;
-    char alt[200] = "";
-    if (snap && N * per + s->admit_free < free0)
-        snprintf(alt, sizeof alt, ", or --prefix-cache-mib %llu",
-                 (unsigned long long)((free0 - N * per - s->admit_free) / 1048576));
-    snprintf(g_new_err, sizeof g_new_err,
-             "--parallel %d slots do not fit: %d sessions of %.1f MiB (context %d: KV cache, GDN states, scratch) "
-             "+ %.0f MiB of prefix-cache snapshots (--prefix-cache-mib)%s = %.0f MiB, but %.0f MiB of %s memory are "
-             "free; use --parallel %llu, or a smaller --ctx or --cache-type q8_0%s",
-             s->p.n_parallel, s->p.n_parallel, per / MiB, tern_session_n_ctx(s->slots[0].sess), snap / MiB,
-             s->admit_free ? " + the admission floor (--admit-free-mib)" : "", need / MiB, free0 / MiB,
-             dev ? "device" : "host", (unsigned long long)fit, alt);
-    return TERN_ERR_NOMEM;
-}
-
 tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out) {
     *out = NULL;
-    g_new_err[0] = 0;
+    srv_sched_fit(NULL, NULL, 0, 0, 0); /* no message yet */
     if (!m || !tok || !p || p->n_parallel < 1 || p->queue_cap < 1) return TERN_ERR_INVALID_ARG;
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) return TERN_ERR_NOMEM;
@@ -856,7 +826,12 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
         tern_status st = tern_session_new(m, &sp, &s->slots[i].sess);
         if (st) { sched_free(s); return st; }
         s->slots[i].recurrent = !tern_session_can_truncate(s->slots[i].sess);
-        if (!i && (st = sched_fit(s, free0))) { sched_free(s); return st; }
+        if (!i && (st = srv_sched_fit(m, s->slots[0].sess, p->n_parallel,
+                                      s->slots[0].recurrent && !p->no_prefix_cache ? p->snapshot_budget : 0,
+                                      free0))) {
+            sched_free(s);
+            return st;
+        }
     }
     /* the size of one snapshot (and whether the back-end takes them: not with --tp) */
     if (s->slots[0].recurrent && s->p.snapshot_budget && !s->p.no_prefix_cache) {

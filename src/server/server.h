@@ -345,6 +345,11 @@ typedef struct srv_sched_params {
 tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out);
 /* Why srv_sched_new failed on this thread (its own message, else tern_last_error()). */
 const char *srv_sched_error(void);
+/* fit.c: TERN_ERR_NOMEM (and srv_sched_error's message) when n_parallel sessions like s0 and
+ * snap bytes of snapshots exceed free0, the back-end's free bytes before s0 was made (0:
+ * unknown, no check); m NULL: clear the message. */
+tern_status srv_sched_fit(const tern_model *m, const tern_session *s0, int n_parallel, uint64_t snap,
+                          uint64_t free0);
 /* The scheduler loop, on the calling thread, until srv_sched_stop: then every
  * running and waiting job ends (error "shutting down") and it returns. Run it
  * on a thread that outlives the model's use (the library keeps per-thread

@@ -1173,6 +1173,40 @@ TEST(sched_snapshots_default_model) {
     snapshot_checks();
 }
 
+/* The message ends of a chat prompt (srv_job_chat_marks): the first, the last but one and
+ * the last below the prompt's end, each just after a message's "<|im_end|>\n"; the text
+ * before each is the ChatML rendering of the messages up to there (written out here). */
+TEST(sched_chat_marks) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    const tern_chat_msg msgs[] = {{"system", "You are terse.", NULL, NULL, 0}, {"user", "Hi there", NULL, NULL, 0},
+                                  {"assistant", "Hello.", NULL, NULL, 0}, {"user", "What is 2+2?", NULL, NULL, 0}};
+    const char *upto[] = {"<|im_start|>system\nYou are terse.<|im_end|>\n",
+                          "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\nHello.<|im_end|>\n",
+                          "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"};
+    srv_job *j = srv_job_new();
+    tern_chat_opts co = {NULL, true, false};
+    CHECK(j && tern_chat_tokenize(T, tern_chat_format_for(T), msgs, 4, &co, &j->prompt) == TERN_OK);
+    if (!j || !j->prompt.n) { srv_job_unref(j); return; }
+    srv_job_chat_marks(j, T);
+    CHECK(j->chat);
+    CHECK_EQ_INT(j->n_marks, 3);
+    for (int k = 0; k < j->n_marks && k < 3; k++) {
+        tern_str txt = {0};
+        CHECK(j->marks[k] < j->prompt.n && tern_detokenize(T, j->prompt.ids, j->marks[k], &txt) == TERN_OK);
+        CHECK_MSG(txt.data && !strcmp(txt.data, upto[k]), "mark %d: '%s'", k, txt.data ? txt.data : "");
+        tern_str_free(&txt);
+    }
+    /* one message: its end is the only mark; a raw prompt has none */
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_chat_tokenize(T, tern_chat_format_for(T), msgs + 1, 1, &co, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T);
+    CHECK_EQ_INT(j->n_marks, 1);
+    srv_job_unref(j);
+}
+
 TEST(sched_snapshots_qwen35_fixture) {
     const char *path = fixture_path("qwen35-tiny/model-pq2_0.gguf");
     if (!path || access(path, R_OK)) SKIP("fixtures absent");
@@ -1469,6 +1503,7 @@ int main(void) {
     RUN(sched_prefix_cache_qwen3);
     RUN(sched_snapshots_default_model);
     RUN(sched_snapshots_qwen35_fixture);
+    RUN(sched_chat_marks);
     RUN(session_truncate);
     RUN(model_meta);
     srv_request_free(&R);
