@@ -671,8 +671,7 @@ void srv_sched_run(srv_sched *s) {
         /* a request was refused for lack of memory: the snapshots are what the server
          * itself holds beyond its sessions; drop them (least recently used first) until
          * the floor is free again */
-        if (shed)
-            while (tern_model_memory_free(s->model) < s->admit_free && evict_lru(s)) {}
+        for (uint64_t fr; shed && (fr = tern_model_memory_free(s->model)) && fr < s->admit_free && evict_lru(s);) {}
         if (idle) continue;
         /* jobs that failed at admission */
         for (int i = 0; i < N; i++)
@@ -859,6 +858,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 int srv_sched_submit(srv_sched *s, srv_job *j) { return srv_sched_submit_all(s, &j, 1); }
 
 int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
+    const uint64_t fr = s->admit_free ? tern_model_memory_free(s->model) : 0; /* 0: unknown or no check */
     pthread_mutex_lock(&s->mu);
     /* the queue holds --queue requests beyond the busy slots: a request that an idle slot
      * will take at the scheduler's next round (it may be inside a long step now) waits here
@@ -871,17 +871,14 @@ int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
     /* admission by memory: the sessions were made whole at start; what grows at run time is
      * the snapshots and the back-end's own buffers. Below the floor the request is refused
      * (503, Retry-After) and the scheduler drops snapshots. */
-    if (s->admit_free) {
-        uint64_t fr = tern_model_memory_free(s->model);
-        if (fr && fr < s->admit_free) {
-            s->shed = true;
-            pthread_cond_signal(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-            pthread_mutex_lock(&s->snap_mu);
-            s->steps.refused_memory++;
-            pthread_mutex_unlock(&s->snap_mu);
-            return SRV_SUBMIT_MEMORY;
-        }
+    if (fr && fr < s->admit_free) {
+        s->shed = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&s->snap_mu);
+        s->steps.refused_memory++;
+        pthread_mutex_unlock(&s->snap_mu);
+        return SRV_SUBMIT_MEMORY;
     }
     for (int k = 0; k < n; k++) {
         srv_job *j = jobs[k];
