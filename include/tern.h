@@ -369,9 +369,10 @@ TERN_API tern_status tern_session_truncate(tern_session *s, int n_pos);
  * only at the current position. */
 TERN_API bool tern_session_can_truncate(const tern_session *s);
 /* Snapshots: going back to an earlier position on any model, recurrent state included
- * (a server's prefix cache on qwen35). A snapshot holds, in host memory, what the
- * session keeps beside its KV cache rows: the GDN conv and recurrent states of every
- * layer, the position and the last logits row (tern_session_snapshot_bytes). The KV
+ * (a server's prefix cache on qwen35). A snapshot holds, in host memory (or the
+ * back-end's: tern_session_snapshot_take_in below), what the session keeps beside its
+ * KV cache rows: the GDN conv and recurrent states of every layer, the position and the
+ * last logits row (tern_session_snapshot_bytes). The KV
  * cache is not copied: the snapshot restores only onto the session it was taken from,
  * and only while that session's tokens before the snapshot's position are still the
  * ones evaluated then (rewinding to an earlier snapshot and evaluating other tokens

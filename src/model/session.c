@@ -646,9 +646,9 @@ tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snaps
 tern_status tern_session_snapshot_take_in(const tern_session *s, tern_snapshot_memory where,
                                           tern_session_snapshot **out) {
     if (!s || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_take: NULL argument");
+    *out = NULL;
     if (where != TERN_SNAPSHOT_HOST && where != TERN_SNAPSHOT_BACKEND)
         return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_take_in: unknown memory %d", (int)where);
-    *out = NULL;
     tern_status st = refuse_tp(s, "tern_session_snapshot_take");
     if (st) return st;
     tern_session_snapshot *p = calloc(1, sizeof *p);
