@@ -6,6 +6,8 @@
 #   - --admit-free-mib: a request arriving while less than that is free gets 503 with
 #     Retry-After (streamed or not), the server stays up, /metrics counts the refusals and
 #     shows the free memory and the floor.
+# TERN_TEST_DEVICE=cuda: the same on the GPU (device memory; the default floor is 256 MiB
+# there; the host-only comparisons are skipped).
 # Usage: bash test_server_memory.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_memory.sh /path/to/tern}
@@ -19,25 +21,29 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$TMP"; }
 trap cleanup EXIT
 fails=0
+DEV=${TERN_TEST_DEVICE:-cpu}
+KIND=host; [ "$DEV" = cpu ] || KIND=device
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
 
 # ---- the start-up fit check
 avail_mib=$(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo)
 # a snapshot budget of 1 PiB never fits: the sessions would, so the fix is a smaller budget
-"$TERN" serve --port 0 --threads 2 --quiet --parallel 2 --ctx 1024 --prefix-cache-mib 1073741824 \
+"$TERN" serve --port 0 --threads 2 --quiet --device "$DEV" --parallel 2 --ctx 1024 --prefix-cache-mib 1073741824 \
   >"$TMP/big.out" 2>"$TMP/big.err" </dev/null
 rc=$?
 msg=$(cat "$TMP/big.err")
 echo "  $msg"
 check "a snapshot budget over the free memory: refused at start" "[ $rc -ne 0 ] && ! grep -q listening $TMP/big.out"
-check "... naming the slots, the session size, the budget and the free host memory" \
-  "echo \"\$msg\" | grep -Eq -- '--parallel 2 slots do not fit: 2 sessions of [0-9.]+ MiB \\(context 1024.*\\+ 1073741824 MiB of prefix-cache snapshots.* MiB of host memory are free; use --prefix-cache-mib [0-9]+ or less'"
-free_mib=$(echo "$msg" | sed -n 's/.* \([0-9][0-9]*\) MiB of host memory are free.*/\1/p')
-check "... the free figure is the host's MemAvailable ($free_mib of $avail_mib MiB, less the mapped weights)" \
-  "[ -n \"$free_mib\" ] && [ $free_mib -le $((avail_mib + 512)) ] && [ $free_mib -ge $((avail_mib / 2)) ]"
+check "... naming the slots, the session size, the budget and the free $KIND memory" \
+  "echo \"\$msg\" | grep -Eq -- '--parallel 2 slots do not fit: 2 sessions of [0-9.]+ MiB \\(context 1024.*\\+ 1073741824 MiB of prefix-cache snapshots.* MiB of $KIND memory are free; use --prefix-cache-mib [0-9]+ or less'"
+if [ "$DEV" = cpu ]; then
+  free_mib=$(echo "$msg" | sed -n 's/.* \([0-9][0-9]*\) MiB of host memory are free.*/\1/p')
+  check "... the free figure is the host's MemAvailable ($free_mib of $avail_mib MiB, less the mapped weights)" \
+    "[ -n \"$free_mib\" ] && [ $free_mib -le $((avail_mib + 512)) ] && [ $free_mib -ge $((avail_mib / 2)) ]"
+fi
 # 256 slots of a 262144-token context: about 131 GiB of sessions
-if [ "$avail_mib" -lt 120000 ]; then
-  "$TERN" serve --port 0 --threads 2 --quiet --parallel 256 --ctx 262144 --prefix-cache-mib 0 \
+if [ "$DEV" = cpu ] && [ "$avail_mib" -lt 120000 ]; then
+  "$TERN" serve --port 0 --threads 2 --quiet --device "$DEV" --parallel 256 --ctx 262144 --prefix-cache-mib 0 \
     >"$TMP/ctx.out" 2>"$TMP/ctx.err" </dev/null
   rc=$?
   msg=$(cat "$TMP/ctx.err")
@@ -50,21 +56,21 @@ fi
 
 # ---- --admit-free-mib over the free memory: the server starts (the floor is a run-time
 # policy, not an allocation: the start line warns), every request is refused, it stays up
-"$TERN" serve --port 0 --threads 2 --parallel 1 --ctx 512 --admit-free-mib 1073741824 \
+"$TERN" serve --port 0 --threads 2 --device "$DEV" --parallel 1 --ctx 512 --admit-free-mib 1073741824 \
   >"$TMP/adm.out" 2>"$TMP/adm.err" &
 PIDS+=($!)
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/adm.out" 2>/dev/null && break; sleep 0.05; done
 check "a floor over the free memory: the start line warns" "grep -q 'under the admission floor' $TMP/adm.err"
 start_ok() {
   local name=$1; shift
-  "$TERN" serve --port 0 --threads 2 --quiet "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  "$TERN" serve --port 0 --threads 2 --quiet --device "$DEV" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break; sleep 0.05; done
 }
 start_ok plain --parallel 1 --ctx 512
-timeout 120 python3 - "$TMP" <<'PY'
+timeout 120 python3 - "$TMP" "$DEV" <<'PY'
 import http.client, json, re, sys
-tmp = sys.argv[1]
+tmp, dev = sys.argv[1], sys.argv[2]
 fails = 0
 def check(name, cond, info=""):
     global fails
@@ -92,9 +98,10 @@ check("the server stays up", st == 200, st)
 check("/metrics counts the refusals", metric("adm", 'tern_sched_refused_total{reason="memory"}') == 2)
 check("/metrics: the floor and the free memory", metric("adm", "tern_sched_admit_free_bytes") == 1073741824 * 1048576
       and 0 < metric("adm", "tern_backend_memory_free_bytes") < 1073741824 * 1048576)
-# the default on the CPU: no floor; requests go through
+# the default: no floor on the CPU, 256 MiB on a GPU; requests go through
 st, ra, data = req("plain", "POST", "/v1/chat/completions", body)
-check("no floor on the CPU by default: answered", st == 200 and metric("plain", "tern_sched_admit_free_bytes") == 0, (st, data[:200]))
+check("the default floor (none on the CPU, 256 MiB on a GPU): answered",
+      st == 200 and metric("plain", "tern_sched_admit_free_bytes") == (0 if dev == "cpu" else 256 << 20), (st, data[:200]))
 check("... and nothing refused", metric("plain", 'tern_sched_refused_total{reason="memory"}') == 0)
 sys.exit(1 if fails else 0)
 PY

@@ -15,6 +15,8 @@
 #     grows by the prompt once) and equal single requests with seeds s, s+1;
 #   - the qwen3 fixture (attention only, rewound KV cache): the next chat turn,
 #     which shares the history up to the previous turn's generation prompt.
+# TERN_TEST_DEVICE=cuda runs every server on the GPU (snapshots in device memory; the
+# small-budget part, which needs 64-token chunks, is skipped there).
 # Usage: bash test_server_prefix_cache.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_prefix_cache.sh /path/to/tern}
@@ -29,9 +31,10 @@ TMP=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$TMP"; }
 trap cleanup EXIT
+DEV=${TERN_TEST_DEVICE:-cpu}
 start() {
   local name=$1; shift
-  "$TERN" serve --port 0 --threads 2 --quiet "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  "$TERN" serve --port 0 --threads 2 --quiet --device "$DEV" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break; sleep 0.05; done
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
@@ -52,9 +55,9 @@ fi
 # a sanitized build on a loaded 2-core machine runs 10-30x slower (a CI run on
 # 2026-12-02 took 258-297 s for what takes 10 s on a quiet one): more time there
 LIMIT=300; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
-timeout $LIMIT python3 - "$TMP" "$HAVE_Q3" <<'PY'
+timeout $LIMIT python3 - "$TMP" "$HAVE_Q3" "$DEV" <<'PY'
 import http.client, json, re, sys
-tmp, have_q3 = sys.argv[1], sys.argv[2] == "1"
+tmp, have_q3, dev = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 fails = 0
 def check(name, cond, info=""):
     global fails
@@ -166,6 +169,10 @@ for q in ["What is a spinlock?", "What does os.path.join do?"]:
     check(f"qwen35 shared system prompt ({q}): only the rest evaluated", ev1 - ev0 == w["usage"]["prompt_tokens"] - n_sys,
           (ev0, ev1, w["usage"]))
     check(f"qwen35 shared system prompt ({q}): reply == cold", w["choices"][0]["message"] == c["choices"][0]["message"])
+check("/metrics: snapshots in device memory on a GPU, none on the CPU",
+      (metric("warm", "tern_prefix_cache_snapshot_device_bytes") > 0) == (dev != "cpu")
+      and metric("warm", "tern_prefix_cache_snapshot_device_bytes") <= metric("warm", "tern_prefix_cache_snapshot_bytes"),
+      (metric("warm", "tern_prefix_cache_snapshot_device_bytes"), metric("warm", "tern_prefix_cache_snapshot_bytes")))
 check("/metrics snapshots restored", metric("warm", "tern_prefix_cache_snapshots_restored_total") >= restored0 + 2)
 check("/metrics snapshot bytes within the budget",
       0 < metric("warm", "tern_prefix_cache_snapshot_bytes") <= metric("warm", "tern_prefix_cache_snapshot_budget_bytes") == 1024 << 20)
@@ -173,25 +180,26 @@ st, data = req("warm", "GET", "/props")
 ps = json.loads(data).get("prefix_cache_snapshots", {})
 check("/props prefix_cache_snapshots", ps.get("used") is True and ps.get("budget_bytes") == 1024 << 20 and ps.get("count", 0) > 0
       and ps.get("snapshot_bytes", 0) > 0, ps)
-# a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
-# a raw prompt of 4 chunks or more keeps snapshots at boundaries 0, 1, 2, 4.. chunks before
-# its last one; with two fitting, only the last boundary and the end are taken (the others
-# would be pushed out by them), then the reply's end pushes the older out
-long = "The scheduler picks the next task to run on each CPU. " * 30
-t = post("tiny", "/v1/completions", dict(base, prompt=long))
-check("small budget: only the last boundary, the end and the reply's end of a long prompt are taken",
-      metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 3
-      and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 1
-      and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
-t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
-check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
-tk0, ej0 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
-post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
-tk1, ej1 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
-check("small budget: another slot's snapshots push the older ones out",
-      metric("tiny", "tern_prefix_cache_snapshots") == 2 and ej1 - ej0 == tk1 - tk0 >= 2
-      and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
-      (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
+if dev == "cpu":  # 64-token chunks: a raw prompt of 4 chunks fits the context here
+    # a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
+    # a raw prompt of 4 chunks or more keeps snapshots at boundaries 0, 1, 2, 4.. chunks before
+    # its last one; with two fitting, only the last boundary and the end are taken (the others
+    # would be pushed out by them), then the reply's end pushes the older out
+    long = "The scheduler picks the next task to run on each CPU. " * 30
+    t = post("tiny", "/v1/completions", dict(base, prompt=long))
+    check("small budget: only the last boundary, the end and the reply's end of a long prompt are taken",
+          metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 3
+          and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 1
+          and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
+    t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
+    check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
+    tk0, ej0 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
+    post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
+    tk1, ej1 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
+    check("small budget: another slot's snapshots push the older ones out",
+          metric("tiny", "tern_prefix_cache_snapshots") == 2 and ej1 - ej0 == tk1 - tk0 >= 2
+          and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
+          (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
 
 # ---- n > 1 shares the evaluated prompt (also without the prefix cache)
 pn = "The kernel's memory manager keeps free pages in lists. When a page is needed"
