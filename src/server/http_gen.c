@@ -592,7 +592,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         tern_chat_opts co = {req.tools_json, !pre, think};
         st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &j->prompt);
         if (!st && pre) strip_turn_end(h->tok, &j->prompt);
-        if (!st) srv_job_chat_marks(j, h->tok);
+        if (!st) srv_job_chat_marks(j, h->tok, true);
     } else if (cs->route == R_INFILL) {
         prc = infill_prompt(h, &req, &j->prompt, err, sizeof err);
     } else {
@@ -611,6 +611,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
             }
         }
     }
+    if (!st && !prc && kind != SRV_CHAT && cs->route != R_INFILL) srv_job_chat_marks(j, h->tok, false);
     int n_ctx = 0;
     srv_sched_stats(h->sched, NULL, NULL, NULL, &n_ctx);
     cs->n_prompt = j->prompt.n;

@@ -68,8 +68,8 @@ static bool tok_is(const tern_tokenizer *t, int32_t id, const char *s) {
     return b && n == strlen(s) && !memcmp(b, s, n);
 }
 
-void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok) {
-    j->chat = true;
+void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok, bool chat) {
+    j->chat = chat;
     free(j->marks);
     j->marks = NULL;
     j->n_marks = 0;
@@ -89,6 +89,7 @@ void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok) {
         e[1] = e[2];
         e[2] = at;
     }
+    if (n_e) j->chat = true; /* a raw prompt in ChatML (a client that renders the template) */
     if (!n_e || !(j->marks = malloc(3 * sizeof *j->marks))) return;
     const size_t cand[3] = {first, n_e > 1 ? e[1] : 0, e[2]};
     for (int k = 0; k < 3; k++) /* ascending, distinct */

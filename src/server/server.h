@@ -281,7 +281,7 @@ typedef struct srv_job {
     int32_t *dry_ids;               /* owned: sp.dry_breakers points here */
     struct srv_job *lead;           /* n > 1: choice 0's job (a reference), whose evaluated prompt
                                      * this choice copies instead of evaluating it again (NULL: none) */
-    /* chat: the prompt positions where a message ends (after its <|im_end|> and newline):
+    /* chat (or a raw prompt in ChatML): the prompt positions where a message ends (after its <|im_end|> and newline):
      * the first, the last but one and the last, ascending, below prompt.n (srv_job_chat_marks).
      * The prefill splits there and the prefix cache snapshots there (NULL: a raw prompt) */
     uint32_t *marks;
@@ -313,9 +313,11 @@ srv_job *srv_job_new(void);
  * reference on lead. Submit lead first. */
 void srv_job_follow(srv_job *f, srv_job *lead);
 void srv_job_unref(srv_job *j);
-/* Fill j->marks from its chat prompt's tokens (ChatML: a message ends after <|im_end|> and
- * the newline after it; the template alone makes that token) and set j->chat. */
-void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok);
+/* Fill j->marks from its prompt's tokens (ChatML: a message ends after <|im_end|> and the
+ * newline after it; in a chat prompt the template alone makes that token) and set j->chat:
+ * chat (a chat request), or a raw prompt that holds such message ends (a client that
+ * renders the template itself). */
+void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok, bool chat);
 void srv_job_cancel(srv_job *j);
 /* Wait up to timeout_ms for text beyond *seen or the end; returns true when done.
  * Copies new text to *out (appends) and advances *seen. */

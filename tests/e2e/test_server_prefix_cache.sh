@@ -169,6 +169,23 @@ for q in ["What is a spinlock?", "What does os.path.join do?"]:
     check(f"qwen35 shared system prompt ({q}): only the rest evaluated", ev1 - ev0 == w["usage"]["prompt_tokens"] - n_sys,
           (ev0, ev1, w["usage"]))
     check(f"qwen35 shared system prompt ({q}): reply == cold", w["choices"][0]["message"] == c["choices"][0]["message"])
+# a client that renders the template itself and sends raw completions (ChatML text: its
+# <|im_end|> tokens mark the message ends as in a chat request)
+rs = {"role": "system", "content": "You write short shell commands for a Linux administrator, one per answer."}
+rm = [rs, {"role": "user", "content": "List the loaded modules."}]
+p1 = post("warm", "/apply-template", {"messages": rm})["prompt"]
+r1 = post("warm", "/v1/completions", dict(cb, prompt=p1))
+rm += [{"role": "assistant", "content": r1["choices"][0]["text"].strip()}, {"role": "user", "content": "Now remove one."}]
+p2 = post("warm", "/apply-template", {"messages": rm})["prompt"]
+ev0 = metric("warm", "tern_prompt_tokens_evaluated_total")
+r2 = post("warm", "/v1/completions", dict(cb, prompt=p2))
+ev1 = metric("warm", "tern_prompt_tokens_evaluated_total")
+c2 = post("cold", "/v1/completions", dict(cb, prompt=p2))
+check("raw ChatML completions: the next turn goes on from the end of the previous turn's last message",
+      cached(r2) == r1["usage"]["prompt_tokens"] - n_gen and ev1 - ev0 == r2["usage"]["prompt_tokens"] - cached(r2),
+      (cached(r2), r1["usage"]["prompt_tokens"], n_gen, ev0, ev1))
+check("raw ChatML completions: reply == cold", r2["choices"][0]["text"] == c2["choices"][0]["text"],
+      (r2["choices"][0]["text"], c2["choices"][0]["text"]))
 check("/metrics: snapshots in device memory on a GPU, none on the CPU",
       (metric("warm", "tern_prefix_cache_snapshot_device_bytes") > 0) == (dev != "cpu")
       and metric("warm", "tern_prefix_cache_snapshot_device_bytes") <= metric("warm", "tern_prefix_cache_snapshot_bytes"),

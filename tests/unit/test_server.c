@@ -1189,7 +1189,7 @@ TEST(sched_chat_marks) {
     tern_chat_opts co = {NULL, true, false};
     CHECK(j && tern_chat_tokenize(T, tern_chat_format_for(T), msgs, 4, &co, &j->prompt) == TERN_OK);
     if (!j || !j->prompt.n) { srv_job_unref(j); return; }
-    srv_job_chat_marks(j, T);
+    srv_job_chat_marks(j, T, true);
     CHECK(j->chat);
     CHECK_EQ_INT(j->n_marks, 3);
     for (int k = 0; k < j->n_marks && k < 3; k++) {
@@ -1202,8 +1202,21 @@ TEST(sched_chat_marks) {
     tern_tokens_free(&j->prompt);
     memset(&j->prompt, 0, sizeof j->prompt);
     CHECK(tern_chat_tokenize(T, tern_chat_format_for(T), msgs + 1, 1, &co, &j->prompt) == TERN_OK);
-    srv_job_chat_marks(j, T);
+    srv_job_chat_marks(j, T, true);
     CHECK_EQ_INT(j->n_marks, 1);
+    /* a raw prompt: ChatML text the client rendered gets the marks (parse_special), plain text none */
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_tokenize(T, upto[1], strlen(upto[1]), true, &j->prompt) == TERN_OK);
+    CHECK(tern_tokenize(T, "<|im_start|>user\nmore", strlen("<|im_start|>user\nmore"), true, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T, false);
+    CHECK(j->chat);
+    CHECK_EQ_INT(j->n_marks, 3);
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_tokenize(T, "The kernel. <|im_end|> is plain here", strlen("The kernel. <|im_end|> is plain here"), false, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T, false);
+    CHECK(!j->chat && j->n_marks == 0);
     srv_job_unref(j);
 }
 
