@@ -404,6 +404,12 @@ TERN_API tern_status tern_session_snapshot_take_in(const tern_session *s, tern_s
 /* The part of tern_session_snapshot_bytes in the back-end's device memory (0: all on
  * the host, as every snapshot on the CPU). */
 TERN_API uint64_t tern_session_snapshot_backend_bytes(const tern_session_snapshot *snap);
+/* Take a snapshot of s into snap, reusing its storage (the same memory, nothing allocated
+ * or freed: on a GPU no allocation and no device-wide sync of a free); snap may have been
+ * taken from any session of s's model and is replaced. TERN_ERR_INVALID_ARG for a
+ * snapshot of another model (unchanged); after another error snap is void (restore
+ * refuses it; free it). */
+TERN_API tern_status tern_session_snapshot_retake(const tern_session *s, tern_session_snapshot *snap);
 /* Make dst hold what src holds: position, KV cache rows [0, pos), GDN states and the
  * last logits row (n > 1 choices sharing one evaluated prompt). Both sessions must be
  * of the same model with the same KV cache types (TERN_ERR_INVALID_ARG), src's

@@ -725,6 +725,29 @@ tern_status tern_session_snapshot_restore(tern_session *s, const tern_session_sn
     return TERN_OK;
 }
 
+tern_status tern_session_snapshot_retake(const tern_session *s, tern_session_snapshot *p) {
+    if (!s || !p) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_retake: NULL argument");
+    tern_status st = refuse_tp(s, "tern_session_snapshot_retake");
+    if (st) return st;
+    if (p->m != s->m)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_retake: the snapshot is of another model");
+    p->session_id = 0; /* void until complete (ids start at 1) */
+    tm_backend *be = s->m->be;
+    if (p->dev) {
+        if (p->conv_bytes) st = be_copy_dev(be, p->dev, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = be_copy_dev(be, (char *)p->dev + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    } else {
+        if (p->conv_bytes) st = tm_be_download(be, p->data, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = tm_be_download(be, p->data + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    }
+    if (st) return st;
+    memcpy(p->data + (p->dev ? 0 : p->conv_bytes + p->ssm_bytes), s->logits, p->logits_bytes);
+    p->session_id = s->id;
+    p->pos = s->pos;
+    p->stamp = s->pos ? s->row_stamp[s->pos - 1] : 0;
+    return TERN_OK;
+}
+
 void tern_session_snapshot_free(tern_session_snapshot *p) {
     if (!p) return;
     if (p->dev) tm_be_free(p->m->be, p->dev, p->conv_bytes + p->ssm_bytes);

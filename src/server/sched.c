@@ -119,9 +119,12 @@ static void follower_cold(srv_sched *s, slot *sl);
 
 /* ------------------------------------------------------- snapshots */
 
-static void snap_drop(srv_sched *s, slot *sl, int k) {
+/* keep: the snapshot's storage goes there (for tern_session_snapshot_retake) instead of
+ * being freed */
+static void snap_drop(srv_sched *s, slot *sl, int k, tern_session_snapshot **keep) {
     uint64_t b = tern_session_snapshot_bytes(sl->snaps[k].snap), bd = tern_session_snapshot_backend_bytes(sl->snaps[k].snap);
-    tern_session_snapshot_free(sl->snaps[k].snap);
+    if (keep) *keep = sl->snaps[k].snap;
+    else tern_session_snapshot_free(sl->snaps[k].snap);
     memmove(&sl->snaps[k], &sl->snaps[k + 1], (size_t)(sl->n_snaps - k - 1) * sizeof *sl->snaps);
     sl->n_snaps--;
     pthread_mutex_lock(&s->snap_mu);
@@ -135,10 +138,10 @@ static void snap_drop(srv_sched *s, slot *sl, int k) {
 /* The slot's session goes on from position pos with other tokens: snapshots beyond
  * it are void. */
 static void snaps_keep_upto(srv_sched *s, slot *sl, size_t pos) {
-    while (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos > pos) snap_drop(s, sl, sl->n_snaps - 1);
+    while (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos > pos) snap_drop(s, sl, sl->n_snaps - 1, NULL);
 }
 
-static bool evict_lru(srv_sched *s) {
+static bool evict_lru(srv_sched *s, tern_session_snapshot **keep) {
     slot *vs = NULL;
     int vk = -1;
     for (int i = 0; i < s->p.n_parallel; i++)
@@ -148,7 +151,7 @@ static bool evict_lru(srv_sched *s) {
                 vk = k;
             }
     if (!vs) return false;
-    snap_drop(s, vs, vk);
+    snap_drop(s, vs, vk, keep);
     pthread_mutex_lock(&s->snap_mu);
     s->snap.evicted++;
     pthread_mutex_unlock(&s->snap_mu);
@@ -216,12 +219,21 @@ static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t later) {
         sl->snaps = q;
         sl->cap_snaps = cap;
     }
+    /* a full budget: the least recently used one's storage is taken again (on a GPU no
+     * allocation, and no free, which waits for the whole device) */
+    tern_session_snapshot *p = NULL, *v = NULL;
     if (s->snap.each)
-        while (s->snap.bytes + s->snap.each > budget && evict_lru(s)) {}
+        while (s->snap.bytes + s->snap.each > budget && evict_lru(s, &v)) {
+            if (!p) p = v;
+            else tern_session_snapshot_free(v);
+        }
     double t0 = now_ms();
-    tern_session_snapshot *p = NULL;
+    if (p && tern_session_snapshot_retake(sl->sess, p)) {
+        tern_session_snapshot_free(p);
+        p = NULL;
+    }
     /* out of device memory: the host copy; out of that too: no snapshot, no harm */
-    if (tern_session_snapshot_take_in(sl->sess, TERN_SNAPSHOT_BACKEND, &p) &&
+    if (!p && tern_session_snapshot_take_in(sl->sess, TERN_SNAPSHOT_BACKEND, &p) &&
         tern_session_snapshot_take_in(sl->sess, TERN_SNAPSHOT_HOST, &p)) {
         pthread_mutex_lock(&s->snap_mu);
         s->snap.skipped++;
@@ -231,7 +243,7 @@ static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t later) {
     uint64_t b = tern_session_snapshot_bytes(p), bd = tern_session_snapshot_backend_bytes(p);
     s->snap.each = b;
     if (b > budget) { tern_session_snapshot_free(p); return; }
-    while (s->snap.bytes + b > budget && evict_lru(s)) {}
+    while (s->snap.bytes + b > budget && evict_lru(s, NULL)) {}
     sl->snaps[sl->n_snaps++] = (srv_snap){p, pos, ++s->tick};
     pthread_mutex_lock(&s->snap_mu);
     s->snap.bytes += b;
@@ -671,7 +683,7 @@ void srv_sched_run(srv_sched *s) {
         /* a request was refused for lack of memory: the snapshots are what the server
          * itself holds beyond its sessions; drop them (least recently used first) until
          * the floor is free again */
-        for (uint64_t fr; shed && (fr = tern_model_memory_free(s->model)) && fr < s->admit_free && evict_lru(s);) {}
+        for (uint64_t fr; shed && (fr = tern_model_memory_free(s->model)) && fr < s->admit_free && evict_lru(s, NULL);) {}
         if (idle) continue;
         /* jobs that failed at admission */
         for (int i = 0; i < N; i++)

@@ -881,6 +881,18 @@ static void snapshot_copy_on(const char *fixture, const char *file, tern_snapsho
         double db = rel_diff(tern_session_logits(b), la, (size_t)V), dc = rel_diff(tern_session_logits(c), la, (size_t)V);
         CHECK_MSG(db < 1e-6 && dc < 1e-6, "%s step %d: restored %g, copied %g", file, i, db, dc);
     }
+    /* the snapshot's storage taken again from another session (a, at 34): it restores a there */
+    CHECK_MSG(tern_session_snapshot_retake(a, s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_EQ_INT(tern_session_snapshot_pos(s24), 34);
+    memcpy(l24, tern_session_logits(a), (size_t)V * 4);
+    for (int i = 34; i < 37; i++) CHECK(tern_session_eval(a, t + i, 1, NULL) == TERN_OK);
+    CHECK_MSG(tern_session_snapshot_restore(a, s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_EQ_INT(tern_session_pos(a), 34);
+    CHECK(!memcmp(tern_session_logits(a), l24, (size_t)V * 4));
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_ERR_INVALID_ARG); /* a's now */
+    CHECK_MSG(tern_session_eval(a, t + 34, 1, NULL) == TERN_OK && tern_session_eval(c, t + 34, 1, NULL) == TERN_OK,
+              "%s", tern_last_error());
+    CHECK_MSG(rel_diff(tern_session_logits(a), tern_session_logits(c), (size_t)V) < 1e-6, "%s: after a retake", file);
 done:
     tern_session_snapshot_free(s24);
     free(l24);

@@ -438,6 +438,22 @@ static void snapshot_on(const char *fixture, const char *file) {
         CHECK(tern_session_eval(b, p + 24, 16, rb) == TERN_OK);
         CHECK_MSG(same_rows(rb, ra + 24 * (size_t)V, 16 * (size_t)V), "%s: continuation after a backend restore", file);
     }
+    /* taken again into the storage of another (retake): the snapshot of the new moment */
+    if (s24b) {
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_OK);
+        CHECK(tern_session_eval(b, p + 24, 8, NULL) == TERN_OK);          /* at 32 */
+        CHECK_EQ_INT(tern_session_snapshot_retake(b, s24b), TERN_OK);
+        CHECK_EQ_INT(tern_session_snapshot_pos(s24b), 32);
+        memcpy(rb + 38 * (size_t)V, tern_session_logits(b), (size_t)V * sizeof(float));
+        CHECK(tern_session_eval(b, p + 32, 4, rb) == TERN_OK);             /* what follows 32 */
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s24b), TERN_OK);
+        CHECK_EQ_INT(tern_session_pos(b), 32);
+        CHECK(same_rows(tern_session_logits(b), rb + 38 * (size_t)V, (size_t)V));
+        CHECK(tern_session_eval(b, p + 32, 4, rb + 4 * (size_t)V) == TERN_OK);
+        CHECK_MSG(same_rows(rb + 4 * (size_t)V, rb, 4 * (size_t)V), "%s: continuation after a retake", file);
+        CHECK_EQ_INT(tern_session_snapshot_retake(NULL, s24b), TERN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(tern_session_snapshot_retake(b, NULL), TERN_ERR_INVALID_ARG);
+    }
     tern_session_snapshot_free(s24b);
     CHECK_EQ_INT(tern_session_snapshot_take(b, &s30), TERN_OK); /* at 40 */
     /* back to 16 from 40, and the same 8 tokens again */
