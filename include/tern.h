@@ -370,9 +370,10 @@ TERN_API tern_status tern_session_truncate(tern_session *s, int n_pos);
  * only at the current position. */
 TERN_API bool tern_session_can_truncate(const tern_session *s);
 /* Snapshots: going back to an earlier position on any model, recurrent state included
- * (a server's prefix cache on qwen35). A snapshot holds, in host memory, what the
- * session keeps beside its KV cache rows: the GDN conv and recurrent states of every
- * layer, the position and the last logits row (tern_session_snapshot_bytes). The KV
+ * (a server's prefix cache on qwen35). A snapshot holds, in host memory (or the
+ * back-end's: tern_session_snapshot_take_in below), what the session keeps beside its
+ * KV cache rows: the GDN conv and recurrent states of every layer, the position and the
+ * last logits row (tern_session_snapshot_bytes). The KV
  * cache is not copied: the snapshot restores only onto the session it was taken from,
  * and only while that session's tokens before the snapshot's position are still the
  * ones evaluated then (rewinding to an earlier snapshot and evaluating other tokens
@@ -386,9 +387,30 @@ typedef struct tern_session_snapshot tern_session_snapshot;
 TERN_API tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snapshot **out);
 TERN_API tern_status tern_session_snapshot_restore(tern_session *s, const tern_session_snapshot *snap);
 TERN_API void tern_session_snapshot_free(tern_session_snapshot *snap);
-/* The position the snapshot was taken at, and the host bytes it holds (0 for NULL). */
+/* The position the snapshot was taken at, and the bytes it holds, host and back-end
+ * memory together (0 for NULL). */
 TERN_API int tern_session_snapshot_pos(const tern_session_snapshot *snap);
 TERN_API uint64_t tern_session_snapshot_bytes(const tern_session_snapshot *snap);
+/* Where a snapshot keeps the GDN states. HOST: host memory (tern_session_snapshot_take;
+ * on a GPU a download over PCIe to take, an upload to restore). BACKEND: the back-end's
+ * own memory: on CUDA device memory (the back-end's allocator) filled by a
+ * device-to-device copy queued on the session's stream, so taking and restoring move
+ * nothing over PCIe but the logits row, which stays on the host; on the CPU the host
+ * copy as HOST. A BACKEND snapshot must be freed before its model. Otherwise as
+ * tern_session_snapshot_take (TERN_ERR_NOMEM also when the device memory is short;
+ * TERN_ERR_INVALID_ARG for another value of where). */
+typedef enum tern_snapshot_memory { TERN_SNAPSHOT_HOST = 0, TERN_SNAPSHOT_BACKEND = 1 } tern_snapshot_memory;
+TERN_API tern_status tern_session_snapshot_take_in(const tern_session *s, tern_snapshot_memory where,
+                                                   tern_session_snapshot **out);
+/* The part of tern_session_snapshot_bytes in the back-end's device memory (0: all on
+ * the host, as every snapshot on the CPU). */
+TERN_API uint64_t tern_session_snapshot_backend_bytes(const tern_session_snapshot *snap);
+/* Take a snapshot of s into snap, reusing its storage (the same memory, nothing allocated
+ * or freed: on a GPU no allocation and no device-wide sync of a free); snap may have been
+ * taken from any session of s's model and is replaced. TERN_ERR_INVALID_ARG for a
+ * snapshot of another model (unchanged); after another error snap is void (restore
+ * refuses it; free it). */
+TERN_API tern_status tern_session_snapshot_retake(const tern_session *s, tern_session_snapshot *snap);
 /* Make dst hold what src holds: position, KV cache rows [0, pos), GDN states and the
  * last logits row (n > 1 choices sharing one evaluated prompt). Both sessions must be
  * of the same model with the same KV cache types (TERN_ERR_INVALID_ARG), src's
@@ -425,6 +447,12 @@ TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32
 TERN_API const float *tern_session_logits(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);
+/* Bytes the model's back-end can still give now, the figure tern_session_new's fit check
+ * compares a session with: on a GPU the device's free memory; on the host MemAvailable
+ * less the mapped weights and the full size of this model's sessions (their pages are
+ * backed as positions fill). 0 when unknown (no check is possible). For a server's
+ * admission and start-up checks. */
+TERN_API uint64_t tern_model_memory_free(const tern_model *m);
 /* Bytes of the session's KV cache holding n_pos positions (clamped to [0, n_ctx]):
  * n_pos = tern_session_pos() is what is in use (on the CPU the pages behind it),
  * n_pos = tern_session_n_ctx() what the full context takes. */

@@ -260,7 +260,7 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
     timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
       --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} \
       --json-out $OUT/servebench-$db.json > $W/sb-$db.txt 2>&1; rc=$?
-    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snapshots_taken)' >> $W/sb-$db.txt
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snap|prompt_tokens|backend_memory)' >> $W/sb-$db.txt
     kill $sp 2>/dev/null; wait $sp 2>/dev/null
     cat $W/sb-$db.txt >> $OUT/servebench.txt
     row "servebench decode-batch $db" "rc=$rc $(grep -E '^ +c=' $W/sb-$db.txt | awk '{printf "%s %s tok/s itl99 %s; ", $1, $5, $11}')"

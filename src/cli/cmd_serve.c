@@ -57,9 +57,12 @@ static void usage(FILE *f) {
             "                       top-k 20, min-p 0, repeat-penalty 1)\n"
             "  --no-prefix-cache    evaluate every prompt whole (default: a request continues the slot whose\n"
             "                       session holds the longest prefix of its prompt)\n"
-            "  --prefix-cache-mib N host memory for the prefix cache's snapshots of recurrent (GDN) state,\n"
-            "                       all slots together, least recently used dropped first (default 1024;\n"
-            "                       0 = none: a qwen35 request then reuses only a slot's whole sequence)\n"
+            "  --prefix-cache-mib N memory for the prefix cache's snapshots of recurrent (GDN) state (device\n"
+            "                       memory on a GPU), all slots together, least recently used dropped first\n"
+            "                       (default 1024; 0 = none: a qwen35 request then reuses only a slot's\n"
+            "                       whole sequence)\n"
+            "  --admit-free-mib N   admit a request only while the back-end has N MiB free, else 503 with\n"
+            "                       Retry-After (default 0 = 256 on a GPU, no check on the CPU)\n"
             "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
@@ -136,7 +139,7 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *ssl_key = NULL, *ssl_cert = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
-    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0;
+    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
@@ -159,7 +162,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --pooling"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -198,6 +201,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--prefill-budget")) { num = &prefill_budget; lo = 0; hi = 1 << 22; }
         else if (!strcmp(a, "--decode-batch")) { num = &decode_batch; lo = 0; hi = 4096; }
+        else if (!strcmp(a, "--admit-free-mib")) { num = &admit_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
@@ -244,10 +248,12 @@ int tern_cmd_serve(int argc, char **argv) {
     mp.device = device;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
-                           (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch};
+                           (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,
+                           (uint64_t)admit_mib << 20};
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
-        int rc = cli_lib_error("serve", st);
+        fprintf(stderr, "tern serve: %s\n", srv_sched_error());
+        int rc = 1;
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return rc;
@@ -340,6 +346,12 @@ int tern_cmd_serve(int argc, char **argv) {
         cli_cache_line(s0, line, sizeof line);
         fprintf(stderr, "tern serve: %s per slot; all %d slots: %.1f MiB now, %.1f MiB at full context\n", line,
                 (int)parallel, now / 1048576.0, max / 1048576.0);
+        srv_step_stats sst;
+        srv_sched_step_stats(sched, &sst);
+        if (sst.admit_free && sst.mem_free && sst.mem_free < sst.admit_free)
+            fprintf(stderr, "tern serve: warning: %.0f MiB free, under the admission floor of %.0f MiB "
+                            "(--admit-free-mib): requests get 503 until memory is freed\n",
+                    sst.mem_free / 1048576.0, sst.admit_free / 1048576.0);
         srv_snap_stats ss;
         srv_sched_snap_stats(sched, &ss);
         if (no_prefix_cache)
@@ -348,9 +360,9 @@ int tern_cmd_serve(int argc, char **argv) {
             fprintf(stderr, "tern serve: prefix cache: no snapshots (--prefix-cache-mib 0): a request reuses a "
                             "slot's state only when it extends the slot's whole sequence\n");
         else if (!tern_session_can_truncate(s0))
-            fprintf(stderr, "tern serve: prefix cache: recurrent-state snapshots at 64-token boundaries and prompt "
-                            "ends, %.2f MiB each, up to %.0f MiB (%llu snapshots; --prefix-cache-mib)\n",
-                    ss.each / 1048576.0, ss.budget / 1048576.0,
+            fprintf(stderr, "tern serve: prefix cache: recurrent-state snapshots at chat message ends, prompt and "
+                            "reply ends, %.2f MiB each in %s memory, up to %.0f MiB (%llu snapshots; --prefix-cache-mib)\n",
+                    ss.each / 1048576.0, strcmp(info->device, "cpu") ? "device" : "host", ss.budget / 1048576.0,
                     (unsigned long long)(ss.each ? ss.budget / ss.each : 0));
         else
             fprintf(stderr, "tern serve: prefix cache: the KV cache is rewound to the longest common prefix\n");

@@ -191,6 +191,11 @@ typedef struct tm_backend_vt {
     /* Optional: run one step and finish it; a back-end may record the step into a graph
      * and replay it for a later identical step. NULL: exec, then sync. */
     tern_status (*run_step)(tm_backend *be, const tm_step *st);
+    /* Optional (device_memory back-ends): copy n bytes between two buffers of the
+     * back-end's memory, queued in order with the steps (complete before the next step
+     * reads dst; an error may show at the next sync). NULL: through the host. Used by
+     * tern_session_copy and snapshots kept in the back-end's memory. */
+    tern_status (*copy)(tm_backend *be, void *dst, const void *src, size_t n);
 } tm_backend_vt;
 
 struct tm_backend {

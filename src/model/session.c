@@ -178,6 +178,16 @@ static uint64_t mapped_weights(const tern_model *m) {
     return w > a ? w - a : 0;
 }
 
+uint64_t tern_model_memory_free(const tern_model *m) {
+    if (!m) return 0;
+    uint64_t avail = mem_available(m);
+    if (!avail) return 0;
+    const uint64_t mapped = mapped_weights(m);
+    avail = avail > mapped ? avail - mapped : 0;
+    const uint64_t held = tm_be_device(m->be) ? 0 : __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
+    return avail > held ? avail - held : 1; /* 1: known, nothing left (0 means unknown) */
+}
+
 static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type kt, tern_kv_type vt) {
     uint64_t avail = mem_available(m);
     if (!avail) return TERN_OK;
@@ -185,7 +195,10 @@ static tern_status check_fit(tern_model *m, int n_ctx, int n_chunk, tern_kv_type
     avail = avail > mapped ? avail - mapped : 0;
     uint64_t kv, states, rest;
     session_sizes(m, n_ctx, n_chunk, kt, vt, &kv, &states, &rest);
-    uint64_t need = kv + states + rest, held = __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
+    /* the host backs a session's pages lazily: count the earlier sessions; a device
+     * allocated them whole, so its free figure already excludes them */
+    uint64_t need = kv + states + rest,
+             held = tm_be_device(m->be) ? 0 : __atomic_load_n(&m->sessions_bytes, __ATOMIC_RELAXED);
     uint64_t free_ = avail > held ? avail - held : 0;
     if (need <= free_) return TERN_OK;
     /* scratch grows with n_ctx too (attention scores: n_head floats a position) */
@@ -588,7 +601,10 @@ struct tern_session_snapshot {
     int pos;
     uint64_t stamp;         /* row_stamp[pos - 1] then (0 when pos == 0) */
     size_t conv_bytes, ssm_bytes, logits_bytes;
-    unsigned char *data;    /* conv states | recurrent states | logits row (host) */
+    unsigned char *data;    /* conv states | recurrent states | logits row (host); with dev, the
+                             * logits row only */
+    void *dev;              /* TERN_SNAPSHOT_BACKEND on a device: conv | recurrent states in the
+                             * back-end's memory (conv_bytes + ssm_bytes; NULL: in data) */
 };
 
 static size_t conv_state_bytes(const tern_model *m) {
@@ -611,9 +627,28 @@ static tern_status refuse_tp(const tern_session *s, const char *fn) {
     return TERN_OK;
 }
 
+/* n bytes from src to dst, both the back-end's memory, queued on its stream (vt->copy; a
+ * plain copy on the host). TERN_ERR_UNSUPPORTED on a device back-end without one. */
+static tern_status be_copy_dev(tm_backend *be, void *dst, const void *src, size_t n) {
+    if (!n) return TERN_OK;
+    if (!tm_be_device(be)) {
+        memcpy(dst, src, n);
+        return TERN_OK;
+    }
+    if (!be->vt->copy) return tern_fail(TERN_ERR_UNSUPPORTED, "the %s back-end has no device copy", be->vt->name);
+    return be->vt->copy(be, dst, src, n);
+}
+
 tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snapshot **out) {
+    return tern_session_snapshot_take_in(s, TERN_SNAPSHOT_HOST, out);
+}
+
+tern_status tern_session_snapshot_take_in(const tern_session *s, tern_snapshot_memory where,
+                                          tern_session_snapshot **out) {
     if (!s || !out) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_take: NULL argument");
     *out = NULL;
+    if (where != TERN_SNAPSHOT_HOST && where != TERN_SNAPSHOT_BACKEND)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_take_in: unknown memory %d", (int)where);
     tern_status st = refuse_tp(s, "tern_session_snapshot_take");
     if (st) return st;
     tern_session_snapshot *p = calloc(1, sizeof *p);
@@ -625,19 +660,34 @@ tern_status tern_session_snapshot_take(const tern_session *s, tern_session_snaps
     p->conv_bytes = conv_state_bytes(s->m);
     p->ssm_bytes = ssm_state_bytes(s->m);
     p->logits_bytes = (size_t)s->m->hp.n_vocab * sizeof(float);
-    size_t n = p->conv_bytes + p->ssm_bytes + p->logits_bytes;
+    tm_backend *be = s->m->be;
+    /* in the back-end's memory: a device-to-device copy queued on its stream (ordered
+     * before the session's next step), nothing crosses to the host but the logits row */
+    const size_t states = p->conv_bytes + p->ssm_bytes;
+    const bool on_dev = where == TERN_SNAPSHOT_BACKEND && tm_be_device(be) && be->vt->copy && states;
+    size_t n = (on_dev ? 0 : states) + p->logits_bytes;
     if (!(p->data = malloc(n))) {
         free(p);
         return tern_fail(TERN_ERR_NOMEM, "tern_session_snapshot_take: out of memory (%zu bytes)", n);
     }
-    tm_backend *be = s->m->be;
-    if (p->conv_bytes) st = tm_be_download(be, p->data, s->conv_state, p->conv_bytes);
-    if (!st && p->ssm_bytes) st = tm_be_download(be, p->data + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    if (on_dev && !(p->dev = tm_be_alloc(be, states))) {
+        free(p->data);
+        free(p);
+        return tern_fail(TERN_ERR_NOMEM, "tern_session_snapshot_take: out of %s memory (%zu bytes)", be->vt->name,
+                         states);
+    }
+    if (on_dev) {
+        if (p->conv_bytes) st = be_copy_dev(be, p->dev, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = be_copy_dev(be, (char *)p->dev + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    } else {
+        if (p->conv_bytes) st = tm_be_download(be, p->data, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = tm_be_download(be, p->data + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    }
     if (st) {
         tern_session_snapshot_free(p);
         return st;
     }
-    memcpy(p->data + p->conv_bytes + p->ssm_bytes, s->logits, p->logits_bytes);
+    memcpy(p->data + (on_dev ? 0 : states), s->logits, p->logits_bytes);
     *out = p;
     return TERN_OK;
 }
@@ -657,21 +707,50 @@ tern_status tern_session_snapshot_restore(tern_session *s, const tern_session_sn
                          p->pos);
     tm_backend *be = s->m->be;
     tern_status st = TERN_OK;
-    if (p->conv_bytes) st = tm_be_upload(be, s->conv_state, p->data, p->conv_bytes);
-    if (!st && p->ssm_bytes) st = tm_be_upload(be, s->ssm_state, p->data + p->conv_bytes, p->ssm_bytes);
+    if (p->dev) {
+        if (p->conv_bytes) st = be_copy_dev(be, s->conv_state, p->dev, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = be_copy_dev(be, s->ssm_state, (const char *)p->dev + p->conv_bytes, p->ssm_bytes);
+    } else {
+        if (p->conv_bytes) st = tm_be_upload(be, s->conv_state, p->data, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = tm_be_upload(be, s->ssm_state, p->data + p->conv_bytes, p->ssm_bytes);
+    }
     if (st) { /* the states are partly written: the session starts over */
         char msg[256];
         snprintf(msg, sizeof msg, "%s", tern_last_error());
         tern_session_reset(s);
         return tern_fail(st, "tern_session_snapshot_restore: %s", msg);
     }
-    memcpy(s->logits, p->data + p->conv_bytes + p->ssm_bytes, p->logits_bytes);
+    memcpy(s->logits, p->data + (p->dev ? 0 : p->conv_bytes + p->ssm_bytes), p->logits_bytes);
     s->pos = p->pos;
+    return TERN_OK;
+}
+
+tern_status tern_session_snapshot_retake(const tern_session *s, tern_session_snapshot *p) {
+    if (!s || !p) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_retake: NULL argument");
+    tern_status st = refuse_tp(s, "tern_session_snapshot_retake");
+    if (st) return st;
+    if (p->m != s->m)
+        return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_snapshot_retake: the snapshot is of another model");
+    p->session_id = 0; /* void until complete (ids start at 1) */
+    tm_backend *be = s->m->be;
+    if (p->dev) {
+        if (p->conv_bytes) st = be_copy_dev(be, p->dev, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = be_copy_dev(be, (char *)p->dev + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    } else {
+        if (p->conv_bytes) st = tm_be_download(be, p->data, s->conv_state, p->conv_bytes);
+        if (!st && p->ssm_bytes) st = tm_be_download(be, p->data + p->conv_bytes, s->ssm_state, p->ssm_bytes);
+    }
+    if (st) return st;
+    memcpy(p->data + (p->dev ? 0 : p->conv_bytes + p->ssm_bytes), s->logits, p->logits_bytes);
+    p->session_id = s->id;
+    p->pos = s->pos;
+    p->stamp = s->pos ? s->row_stamp[s->pos - 1] : 0;
     return TERN_OK;
 }
 
 void tern_session_snapshot_free(tern_session_snapshot *p) {
     if (!p) return;
+    if (p->dev) tm_be_free(p->m->be, p->dev, p->conv_bytes + p->ssm_bytes);
     free(p->data);
     free(p);
 }
@@ -679,15 +758,20 @@ int tern_session_snapshot_pos(const tern_session_snapshot *p) { return p ? p->po
 uint64_t tern_session_snapshot_bytes(const tern_session_snapshot *p) {
     return p ? sizeof *p + p->conv_bytes + p->ssm_bytes + p->logits_bytes : 0;
 }
+uint64_t tern_session_snapshot_backend_bytes(const tern_session_snapshot *p) {
+    return p && p->dev ? p->conv_bytes + p->ssm_bytes : 0;
+}
 
-/* n bytes from src to dst, both the back-end's memory: a plain copy on the host, else
- * through a host bounce buffer (download, upload). */
+/* n bytes from src to dst, both the back-end's memory: a plain copy on the host, the
+ * back-end's device copy where it has one, else through a host bounce buffer (download,
+ * upload). */
 static tern_status be_copy(tm_backend *be, void *dst, const void *src, size_t n, void *bounce, size_t nb) {
     if (!n) return TERN_OK;
     if (!tm_be_device(be)) {
         memcpy(dst, src, n);
         return TERN_OK;
     }
+    if (be->vt->copy) return be_copy_dev(be, dst, src, n);
     for (size_t off = 0; off < n;) {
         size_t c = n - off < nb ? n - off : nb;
         tern_status st = tm_be_download(be, bounce, (const char *)src + off, c);

@@ -222,6 +222,15 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
                 "# TYPE tern_sched_prefill_budget_tokens gauge\ntern_sched_prefill_budget_tokens %d\n", st->prefill_budget);
         put(&o, "# HELP tern_sched_decode_batch_max Sequences per decode pass at most (--decode-batch).\n"
                 "# TYPE tern_sched_decode_batch_max gauge\ntern_sched_decode_batch_max %d\n", st->decode_batch);
+        put(&o, "# HELP tern_sched_refused_total Requests answered 503 for lack of free memory (--admit-free-mib).\n"
+                "# TYPE tern_sched_refused_total counter\ntern_sched_refused_total{reason=\"memory\"} %llu\n",
+            st->refused_memory);
+        put(&o, "# HELP tern_backend_memory_free_bytes Memory the back-end can still give (device or host; 0: unknown).\n"
+                "# TYPE tern_backend_memory_free_bytes gauge\ntern_backend_memory_free_bytes %llu\n",
+            (unsigned long long)st->mem_free);
+        put(&o, "# HELP tern_sched_admit_free_bytes Free memory a request needs to be admitted (0: no check).\n"
+                "# TYPE tern_sched_admit_free_bytes gauge\ntern_sched_admit_free_bytes %llu\n",
+            (unsigned long long)st->admit_free);
     }
     put(&o, "# HELP tern_prefix_cache_hit_ratio Share of prompt tokens taken from the prefix cache.\n"
             "# TYPE tern_prefix_cache_hit_ratio gauge\ntern_prefix_cache_hit_ratio %.6f\n",
@@ -229,7 +238,7 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
     if (snap && snap->used) {
         put(&o, "# HELP tern_prefix_cache_snapshots Recurrent-state snapshots the slots keep for the prefix cache.\n"
                 "# TYPE tern_prefix_cache_snapshots gauge\ntern_prefix_cache_snapshots %d\n", snap->count);
-        put(&o, "# HELP tern_prefix_cache_snapshot_bytes Host memory the snapshots hold.\n"
+        put(&o, "# HELP tern_prefix_cache_snapshot_bytes Memory the snapshots hold (host and device).\n"
                 "# TYPE tern_prefix_cache_snapshot_bytes gauge\ntern_prefix_cache_snapshot_bytes %llu\n",
             (unsigned long long)snap->bytes);
         put(&o, "# HELP tern_prefix_cache_snapshot_budget_bytes The snapshots' memory budget (--prefix-cache-mib).\n"
@@ -244,6 +253,16 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
         put(&o, "# HELP tern_prefix_cache_snapshots_evicted_total Snapshots dropped to stay within the budget.\n"
                 "# TYPE tern_prefix_cache_snapshots_evicted_total counter\n"
                 "tern_prefix_cache_snapshots_evicted_total %llu\n", snap->evicted);
+        put(&o, "# HELP tern_prefix_cache_snapshot_device_bytes Of the snapshots' memory, the device's (GPU).\n"
+                "# TYPE tern_prefix_cache_snapshot_device_bytes gauge\ntern_prefix_cache_snapshot_device_bytes %llu\n",
+            (unsigned long long)snap->backend_bytes);
+        put(&o, "# HELP tern_prefix_cache_snapshots_skipped_total Snapshots not taken for lack of memory.\n"
+                "# TYPE tern_prefix_cache_snapshots_skipped_total counter\n"
+                "tern_prefix_cache_snapshots_skipped_total %llu\n", snap->skipped);
+        put(&o, "# HELP tern_prefix_cache_snapshot_seconds_total Time taking and restoring snapshots (on a GPU: "
+                "queueing the device copies).\n# TYPE tern_prefix_cache_snapshot_seconds_total counter\n"
+                "tern_prefix_cache_snapshot_seconds_total{op=\"take\"} %.6f\n"
+                "tern_prefix_cache_snapshot_seconds_total{op=\"restore\"} %.6f\n", snap->take_s, snap->restore_s);
     }
     return o.data;
 }

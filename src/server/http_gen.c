@@ -592,6 +592,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         tern_chat_opts co = {req.tools_json, !pre, think};
         st = tern_chat_tokenize(h->tok, h->fmt, req.msgs, req.n_msgs, &co, &j->prompt);
         if (!st && pre) strip_turn_end(h->tok, &j->prompt);
+        if (!st) srv_job_chat_marks(j, h->tok, true);
     } else if (cs->route == R_INFILL) {
         prc = infill_prompt(h, &req, &j->prompt, err, sizeof err);
     } else {
@@ -610,6 +611,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
             }
         }
     }
+    if (!st && !prc && kind != SRV_CHAT && cs->route != R_INFILL) srv_job_chat_marks(j, h->tok, false);
     int n_ctx = 0;
     srv_sched_stats(h->sched, NULL, NULL, NULL, &n_ctx);
     cs->n_prompt = j->prompt.n;
@@ -724,9 +726,12 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
         return srv_http_send_error(conn, cs, 500, "out of memory");
     }
-    if (srv_sched_submit_all(h->sched, jobs, n)) {
+    int qrc = srv_sched_submit_all(h->sched, jobs, n);
+    if (qrc) {
         for (int k = 0; k < n; k++) srv_job_unref(jobs[k]);
-        return srv_http_send_error(conn, cs, 503, "the server is busy (request queue full); retry later");
+        return srv_http_send_error(conn, cs, 503, qrc == SRV_SUBMIT_MEMORY
+                                   ? "not enough free memory for another request now (--admit-free-mib); retry later"
+                                   : "the server is busy (request queue full); retry later");
     }
     srv_resp_id id;
     make_id(h, kind, &id);
@@ -809,7 +814,8 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         cs->status = 499;           /* nginx's "client closed request", for the log */
         ret = MHD_NO;
     } else if (failed >= 0) {
-        ret = srv_http_send_error(conn, cs, strstr(jobs[failed]->error, "shutting down") ? 503 : 500, jobs[failed]->error);
+        ret = srv_http_send_error(conn, cs, jobs[failed]->retry || strstr(jobs[failed]->error, "shutting down") ? 503 : 500,
+                                  jobs[failed]->error);
     } else {
         /* choice 0's body, the other choices' objects appended (index k), usage summed */
         char *body = choice_body(h, kind, api, &id, jobs[0], thinking_open, &tot, f[0], err, sizeof err);

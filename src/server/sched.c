@@ -40,69 +40,6 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* ---------------------------------------------------------------- jobs */
-
-srv_job *srv_job_new(void) {
-    srv_job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    j->refs = 1;
-    j->slot = -1;
-    if (tern_str_append(&j->text, "", 0)) { free(j); return NULL; }
-    return j;
-}
-
-void srv_job_unref(srv_job *j) {
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left) return;
-    tern_tokens_free(&j->prompt);
-    tern_str_free(&j->text);
-    for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
-    free(j->stop);
-    free(j->bias_ids);
-    free(j->bias);
-    free(j->samplers);
-    free(j->dry_ids);
-    free(j->lp);
-    tern_grammar_matcher_free(j->gm);
-    tern_grammar_free(j->grammar);
-    srv_job_unref(j->lead);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-void srv_job_follow(srv_job *f, srv_job *lead) {
-    pthread_mutex_lock(&lead->mu);
-    lead->refs++;
-    pthread_mutex_unlock(&lead->mu);
-    f->lead = lead;
-}
-
-void srv_job_cancel(srv_job *j) { atomic_store_explicit(&j->cancel, 1, memory_order_relaxed); }
-
-bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out) {
-    pthread_mutex_lock(&j->mu);
-    if (j->text.len == *seen && !j->done && timeout_ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        while (j->text.len == *seen && !j->done)
-            if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) break;
-    }
-    if (j->text.len > *seen && out) tern_str_append(out, j->text.data + *seen, j->text.len - *seen);
-    *seen = j->text.len;
-    bool done = j->done;
-    pthread_mutex_unlock(&j->mu);
-    return done;
-}
-
 /* ---------------------------------------------------------------- slots */
 
 /* SLOT_WAIT: a choice of n > 1 waiting for choice 0's slot to finish evaluating the
@@ -144,7 +81,7 @@ typedef struct slot {
     double last_used;               /* ms: when its last job ended (LRU among idle slots) */
     gen_hook hook;
     bool recurrent;                 /* the session cannot be rewound (GDN): snapshots instead */
-    srv_snap *snaps;                /* at 64-aligned prompt positions and prompt ends, by pos */
+    srv_snap *snaps;                /* at message ends, prompt and reply ends, by pos (snap_planned) */
     int n_snaps, cap_snaps;
     int info_snaps;
     int wait;                       /* SLOT_WAIT: the slot of the job's lead */
@@ -173,6 +110,8 @@ struct srv_sched {
     pthread_mutex_t snap_mu;
     uint64_t tick;
     srv_snap_stats snap;          /* count, bytes, each, taken, restored, evicted (under snap_mu) */
+    uint64_t admit_free;            /* bytes free the back-end needs to admit a request (0: no check) */
+    bool shed;                      /* a request was refused for memory: drop snapshots (under mu) */
 };
 
 static slot *lead_slot(srv_sched *s, const srv_job *j);
@@ -180,13 +119,17 @@ static void follower_cold(srv_sched *s, slot *sl);
 
 /* ------------------------------------------------------- snapshots */
 
-static void snap_drop(srv_sched *s, slot *sl, int k) {
-    uint64_t b = tern_session_snapshot_bytes(sl->snaps[k].snap);
-    tern_session_snapshot_free(sl->snaps[k].snap);
+/* keep: the snapshot's storage goes there (for tern_session_snapshot_retake) instead of
+ * being freed */
+static void snap_drop(srv_sched *s, slot *sl, int k, tern_session_snapshot **keep) {
+    uint64_t b = tern_session_snapshot_bytes(sl->snaps[k].snap), bd = tern_session_snapshot_backend_bytes(sl->snaps[k].snap);
+    if (keep) *keep = sl->snaps[k].snap;
+    else tern_session_snapshot_free(sl->snaps[k].snap);
     memmove(&sl->snaps[k], &sl->snaps[k + 1], (size_t)(sl->n_snaps - k - 1) * sizeof *sl->snaps);
     sl->n_snaps--;
     pthread_mutex_lock(&s->snap_mu);
     s->snap.bytes -= b;
+    s->snap.backend_bytes -= bd;
     s->snap.count--;
     sl->info_snaps = sl->n_snaps;
     pthread_mutex_unlock(&s->snap_mu);
@@ -195,10 +138,10 @@ static void snap_drop(srv_sched *s, slot *sl, int k) {
 /* The slot's session goes on from position pos with other tokens: snapshots beyond
  * it are void. */
 static void snaps_keep_upto(srv_sched *s, slot *sl, size_t pos) {
-    while (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos > pos) snap_drop(s, sl, sl->n_snaps - 1);
+    while (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos > pos) snap_drop(s, sl, sl->n_snaps - 1, NULL);
 }
 
-static bool evict_lru(srv_sched *s) {
+static bool evict_lru(srv_sched *s, tern_session_snapshot **keep) {
     slot *vs = NULL;
     int vk = -1;
     for (int i = 0; i < s->p.n_parallel; i++)
@@ -208,24 +151,67 @@ static bool evict_lru(srv_sched *s) {
                 vk = k;
             }
     if (!vs) return false;
-    snap_drop(s, vs, vk);
+    snap_drop(s, vs, vk, keep);
     pthread_mutex_lock(&s->snap_mu);
     s->snap.evicted++;
     pthread_mutex_unlock(&s->snap_mu);
     return true;
 }
 
-/* Keep a snapshot of the slot's session, now at position pos (a 64-aligned prefill
- * boundary or the end of a prompt), within the budget (least recently used go first). */
-static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
+/* The next message end of j after position pos (0: none). */
+static size_t next_mark(const srv_job *j, size_t pos) {
+    for (int k = 0; k < j->n_marks; k++)
+        if (j->marks[k] > pos) return j->marks[k];
+    return 0;
+}
+
+/* Where a prompt takes snapshots, besides its end (and its reply's end, slot_finish):
+ *  - a chat prompt: at its message ends (j->marks: the system prompt's end, the last two
+ *    turns'), where the next turn of the conversation or another conversation with the
+ *    same system prompt goes on; never at chunk boundaries inside it;
+ *  - a raw prompt of at least SNAP_RAW_CHUNKS chunks: at chunk boundaries 1, 2, 4, 8, ...
+ *    chunks before its last one (and that last one), so a later prompt that shares all
+ *    but its last d tokens finds one within about 2d + one chunk of the divergence, for a
+ *    copy count logarithmic in the length (a shorter prompt takes only its end: evaluating
+ *    it again costs less than keeping copies).
+ * Whether pos (reached by the prefill) is such a point; *later: how many this prompt
+ * takes after it (its end included). */
+#define SNAP_RAW_CHUNKS 4
+static bool snap_planned(const srv_sched *s, const srv_job *j, size_t pos, size_t *later) {
+    const size_t n = j->prompt.n, c = (size_t)s->chunk;
+    *later = 0;
+    if (pos >= n) return true;
+    if (j->chat || j->n_marks) {
+        bool at = false;
+        for (int k = 0; k < j->n_marks; k++) {
+            if (j->marks[k] == pos) at = true;
+            if (j->marks[k] > pos) ++*later;
+        }
+        ++*later;
+        return at;
+    }
+    if (n < SNAP_RAW_CHUNKS * c || pos % c) return false;
+    const size_t K = (n - 1) / c, k = pos / c;
+    bool at = false;
+    for (size_t d = 0; d < K; d = d ? d * 2 : 1) { /* boundaries K - d, d = 0, 1, 2, 4, ... */
+        if (K - d == k) at = true;
+        if (K - d > k) ++*later;
+    }
+    ++*later;
+    return at;
+}
+
+/* Keep a snapshot of the slot's session, now at position pos, within the budget (least
+ * recently used go first); later: the snapshots the prompt takes after this one. In the
+ * back-end's memory (device memory on a GPU: a device-to-device copy), else on the host. */
+static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t later) {
     uint64_t budget = s->p.snapshot_budget;
     if (!budget || s->p.no_prefix_cache || !sl->recurrent || (s->snap.each && s->snap.each > budget)) return;
-    /* the snapshots this prompt takes after this one; when they alone fill the budget,
-     * this one would be dropped (least recently used) before the prompt ends: skip the
-     * copy (a 27B's is 153 MiB: 6 fit in the default budget) */
-    size_t c = (size_t)s->chunk, later = pos >= prompt_n ? 0 : prompt_n / c - pos / c + (prompt_n % c ? 1 : 0);
+    /* when the snapshots this prompt takes after this one alone fill the budget, this one
+     * would be dropped (least recently used) before the prompt ends: skip the copy (a
+     * 27B's is 153 MiB: 6 fit in the default budget) */
     if (s->snap.each && later >= budget / s->snap.each) return;
-    if (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos >= pos) return; /* kept in order; never expected */
+    if (sl->n_snaps && sl->snaps[sl->n_snaps - 1].pos >= pos) return; /* kept in order; the same point */
     if (sl->n_snaps == sl->cap_snaps) {
         int cap = sl->cap_snaps ? sl->cap_snaps * 2 : 16;
         srv_snap *q = realloc(sl->snaps, (size_t)cap * sizeof *q);
@@ -233,19 +219,38 @@ static void snap_take(srv_sched *s, slot *sl, size_t pos, size_t prompt_n) {
         sl->snaps = q;
         sl->cap_snaps = cap;
     }
+    /* a full budget: the least recently used one's storage is taken again (on a GPU no
+     * allocation, and no free, which waits for the whole device) */
+    tern_session_snapshot *p = NULL, *v = NULL;
     if (s->snap.each)
-        while (s->snap.bytes + s->snap.each > budget && evict_lru(s)) {}
-    tern_session_snapshot *p = NULL;
-    if (tern_session_snapshot_take(sl->sess, &p)) return; /* out of memory: no snapshot, no harm */
-    uint64_t b = tern_session_snapshot_bytes(p);
+        while (s->snap.bytes + s->snap.each > budget && evict_lru(s, &v)) {
+            if (!p) p = v;
+            else tern_session_snapshot_free(v);
+        }
+    double t0 = now_ms();
+    if (p && tern_session_snapshot_retake(sl->sess, p)) {
+        tern_session_snapshot_free(p);
+        p = NULL;
+    }
+    /* out of device memory: the host copy; out of that too: no snapshot, no harm */
+    if (!p && tern_session_snapshot_take_in(sl->sess, TERN_SNAPSHOT_BACKEND, &p) &&
+        tern_session_snapshot_take_in(sl->sess, TERN_SNAPSHOT_HOST, &p)) {
+        pthread_mutex_lock(&s->snap_mu);
+        s->snap.skipped++;
+        pthread_mutex_unlock(&s->snap_mu);
+        return;
+    }
+    uint64_t b = tern_session_snapshot_bytes(p), bd = tern_session_snapshot_backend_bytes(p);
     s->snap.each = b;
     if (b > budget) { tern_session_snapshot_free(p); return; }
-    while (s->snap.bytes + b > budget && evict_lru(s)) {}
+    while (s->snap.bytes + b > budget && evict_lru(s, NULL)) {}
     sl->snaps[sl->n_snaps++] = (srv_snap){p, pos, ++s->tick};
     pthread_mutex_lock(&s->snap_mu);
     s->snap.bytes += b;
+    s->snap.backend_bytes += bd;
     s->snap.count++;
     s->snap.taken++;
+    s->snap.take_s += (now_ms() - t0) / 1e3;
     sl->info_snaps = sl->n_snaps;
     pthread_mutex_unlock(&s->snap_mu);
 }
@@ -302,6 +307,12 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
     srv_usage u = {sl->job->prompt.n, n_gen, 0, 0, sl->n_reuse, sl->n_fed > sl->n_reuse ? sl->n_fed - sl->n_reuse : 0};
     u.prompt_ms = (sl->t_decode ? sl->t_decode : t) - sl->t_start;
     u.gen_ms = sl->t_decode ? t - sl->t_decode : 0;
+    /* the end of the reply: the next turn of this conversation goes on from here (the
+     * session as it is, or this snapshot once the slot went on with another request from
+     * a later point) */
+    if ((f == SRV_FINISH_STOP || f == SRV_FINISH_LENGTH || f == SRV_FINISH_TOOL_CALLS) && sl->phase == SLOT_DECODE &&
+        sl->cached.n > sl->job->prompt.n && sl->cached.n == (size_t)tern_session_pos(sl->sess))
+        snap_take(s, sl, sl->cached.n, 0);
     srv_job *j = sl->job;
     sl->job = NULL;
     int was = sl->phase;
@@ -478,11 +489,13 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
     int si = -1;
     sl->n_reuse = share ? 0 : usable_prefix(s, sl, j, &si);
     if (si >= 0) {
+        double t0 = now_ms();
         if (tern_session_snapshot_restore(sl->sess, sl->snaps[si].snap)) sl->n_reuse = 0;
         else {
             sl->snaps[si].used = ++s->tick;
             pthread_mutex_lock(&s->snap_mu);
             s->snap.restored++;
+            s->snap.restore_s += (now_ms() - t0) / 1e3;
             pthread_mutex_unlock(&s->snap_mu);
         }
     } else if (sl->n_reuse && tern_session_truncate(sl->sess, (int)sl->n_reuse)) {
@@ -622,6 +635,8 @@ void srv_sched_step_stats(srv_sched *s, srv_step_stats *out) {
     pthread_mutex_lock(&s->snap_mu);
     *out = s->steps;
     pthread_mutex_unlock(&s->snap_mu);
+    out->mem_free = tern_model_memory_free(s->model);
+    out->admit_free = s->admit_free;
 }
 
 /* prefill slots, longest-waiting first (admission time, then slot id) */
@@ -657,12 +672,19 @@ void srv_sched_run(srv_sched *s) {
             slot_start(s, sl, j);
         }
         if (s->stop) { pthread_mutex_unlock(&s->mu); break; }
-        if (!s->busy) {
+        bool shed = s->shed, idle = !s->busy;
+        s->shed = false;
+        if (idle && !shed) {
             pthread_cond_wait(&s->cv, &s->mu);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
+        /* a request was refused for lack of memory: the snapshots are what the server
+         * itself holds beyond its sessions; drop them (least recently used first) until
+         * the floor is free again */
+        for (uint64_t fr; shed && (fr = tern_model_memory_free(s->model)) && fr < s->admit_free && evict_lru(s, NULL);) {}
+        if (idle) continue;
         /* jobs that failed at admission */
         for (int i = 0; i < N; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_IDLE) slot_finish(s, &s->slots[i], SRV_FINISH_ERROR, s->slots[i].err);
@@ -691,14 +713,16 @@ void srv_sched_run(srv_sched *s) {
          * s->budget prompt tokens (at least one chunk), the longest-waiting prompts
          * first, so a long prompt delays each stream by a bounded amount; with nobody
          * decoding every prompt takes a chunk. Chunks end at multiples of the chunk
-         * size (as one tern_session_eval from position 0 splits), so a prompt resumed
-         * from a snapshot at such a boundary is evaluated in the same pieces as from
-         * scratch. */
+         * size (as one tern_session_eval from position 0 splits) and at a chat prompt's
+         * message ends (j->marks: where it takes snapshots), so a prompt resumed from a
+         * snapshot at a chunk boundary is evaluated in the same pieces as from scratch. */
         if (n_pre > 1) qsort(pre, (size_t)n_pre, sizeof *pre, by_admission);
         size_t spent = 0;
         for (int k = 0; k < n_pre; k++) {
             slot *sl = pre[k];
             size_t rem = sl->job->prompt.n - sl->n_fed, room = (size_t)s->chunk - sl->n_fed % (size_t)s->chunk;
+            size_t mark = next_mark(sl->job, sl->n_fed); /* a chunk also ends at a message end */
+            if (mark && mark - sl->n_fed < room) room = mark - sl->n_fed;
             size_t take = rem < room ? rem : room;
             if (decoding && spent && spent + take > (size_t)s->budget) break;
             sl->in = sl->job->prompt.ids + sl->n_fed;
@@ -715,6 +739,7 @@ void srv_sched_run(srv_sched *s) {
             slot *sl = act[i];
             if (sl->st) {
                 sl->cached.n = 0;   /* unknown state: the next job resets the session */
+                if (sl->st == TERN_ERR_NOMEM) sl->job->retry = true; /* 503 with Retry-After */
                 slot_finish(s, sl, SRV_FINISH_ERROR, sl->err);
                 continue;
             }
@@ -728,7 +753,9 @@ void srv_sched_run(srv_sched *s) {
             else {
                 sl->n_fed += sl->n_in;
                 bool end = sl->n_fed == sl->job->prompt.n;
-                if ((end || sl->n_fed % (size_t)s->chunk == 0) && sl->cached.n == sl->n_fed) snap_take(s, sl, sl->n_fed, sl->job->prompt.n);
+                size_t later = 0;
+                if (snap_planned(s, sl->job, sl->n_fed, &later) && sl->cached.n == sl->n_fed)
+                    snap_take(s, sl, sl->n_fed, later);
                 if (end) {
                     sl->phase = SLOT_DECODE;
                     sl->t_decode = now_ms();
@@ -780,6 +807,7 @@ static void sched_free(srv_sched *s) {
 
 tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out) {
     *out = NULL;
+    srv_sched_fit(NULL, NULL, 0, 0, 0); /* no message yet */
     if (!m || !tok || !p || p->n_parallel < 1 || p->queue_cap < 1) return TERN_ERR_INVALID_ARG;
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) return TERN_ERR_NOMEM;
@@ -801,16 +829,25 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     sp.n_ctx = p->n_ctx;
     sp.cache_type_k = p->cache_k;
     sp.cache_type_v = p->cache_v;
+    s->admit_free = p->admit_free ? p->admit_free
+                  : strcmp(tern_model_get_info(m)->device, "cpu") ? (uint64_t)256 << 20 : 0;
+    const uint64_t free0 = tern_model_memory_free(m);
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         tern_status st = tern_session_new(m, &sp, &s->slots[i].sess);
         if (st) { sched_free(s); return st; }
         s->slots[i].recurrent = !tern_session_can_truncate(s->slots[i].sess);
+        if (!i && (st = srv_sched_fit(m, s->slots[0].sess, p->n_parallel,
+                                      s->slots[0].recurrent && !p->no_prefix_cache ? p->snapshot_budget : 0,
+                                      free0))) {
+            sched_free(s);
+            return st;
+        }
     }
     /* the size of one snapshot (and whether the back-end takes them: not with --tp) */
     if (s->slots[0].recurrent && s->p.snapshot_budget && !s->p.no_prefix_cache) {
         tern_session_snapshot *p0 = NULL;
-        if (tern_session_snapshot_take(s->slots[0].sess, &p0)) s->p.snapshot_budget = 0;
+        if (tern_session_snapshot_take_in(s->slots[0].sess, TERN_SNAPSHOT_BACKEND, &p0)) s->p.snapshot_budget = 0;
         else s->snap.each = tern_session_snapshot_bytes(p0);
         tern_session_snapshot_free(p0);
     }
@@ -833,6 +870,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
 int srv_sched_submit(srv_sched *s, srv_job *j) { return srv_sched_submit_all(s, &j, 1); }
 
 int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
+    const uint64_t fr = s->admit_free ? tern_model_memory_free(s->model) : 0; /* 0: unknown or no check */
     pthread_mutex_lock(&s->mu);
     /* the queue holds --queue requests beyond the busy slots: a request that an idle slot
      * will take at the scheduler's next round (it may be inside a long step now) waits here
@@ -841,6 +879,18 @@ int srv_sched_submit_all(srv_sched *s, srv_job *const *jobs, int n) {
     if (s->stop || s->draining || n > s->p.queue_cap + idle - s->q_n || s->q_n + n > s->q_size) {
         pthread_mutex_unlock(&s->mu);
         return 503;
+    }
+    /* admission by memory: the sessions were made whole at start; what grows at run time is
+     * the snapshots and the back-end's own buffers. Below the floor the request is refused
+     * (503, Retry-After) and the scheduler drops snapshots. */
+    if (fr && fr < s->admit_free) {
+        s->shed = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&s->snap_mu);
+        s->steps.refused_memory++;
+        pthread_mutex_unlock(&s->snap_mu);
+        return SRV_SUBMIT_MEMORY;
     }
     for (int k = 0; k < n; k++) {
         srv_job *j = jobs[k];

@@ -281,6 +281,14 @@ typedef struct srv_job {
     int32_t *dry_ids;               /* owned: sp.dry_breakers points here */
     struct srv_job *lead;           /* n > 1: choice 0's job (a reference), whose evaluated prompt
                                      * this choice copies instead of evaluating it again (NULL: none) */
+    /* chat (or a raw prompt in ChatML): the prompt positions where a message ends (after its <|im_end|> and newline):
+     * the first, the last but one and the last, ascending, below prompt.n (srv_job_chat_marks).
+     * The prefill splits there and the prefix cache snapshots there (NULL: a raw prompt) */
+    uint32_t *marks;
+    int n_marks;
+    bool chat;
+    bool retry;                     /* set by the scheduler: the failure was for lack of memory,
+                                     * not the request's: 503 with Retry-After */
     /* channel (guarded by mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -305,6 +313,11 @@ srv_job *srv_job_new(void);
  * reference on lead. Submit lead first. */
 void srv_job_follow(srv_job *f, srv_job *lead);
 void srv_job_unref(srv_job *j);
+/* Fill j->marks from its prompt's tokens (ChatML: a message ends after <|im_end|> and the
+ * newline after it; in a chat prompt the template alone makes that token) and set j->chat:
+ * chat (a chat request), or a raw prompt that holds such message ends (a client that
+ * renders the template itself). */
+void srv_job_chat_marks(srv_job *j, const tern_tokenizer *tok, bool chat);
 void srv_job_cancel(srv_job *j);
 /* Wait up to timeout_ms for text beyond *seen or the end; returns true when done.
  * Copies new text to *out (appends) and advances *seen. */
@@ -323,16 +336,31 @@ typedef struct srv_sched_params {
                                      * least one chunk; 0: one chunk), so a long prompt does not stall
                                      * the streams; with no slot decoding every prefill slot takes a chunk */
     int decode_batch;               /* decoding slots per batched pass (0: tern_model_batch_hint) */
+    uint64_t admit_free;            /* a request is admitted only while the back-end has this many
+                                     * bytes free (tern_model_memory_free; else 503 with
+                                     * Retry-After); 0: 256 MiB on a GPU, no check on the host */
 } srv_sched_params;
 
-/* Create the slots (sessions). */
+/* Create the slots (sessions). The start-up fit check: n_parallel sessions and the snapshot
+ * budget must fit the back-end's free memory (TERN_ERR_NOMEM, srv_sched_error() naming the
+ * sizes). */
 tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sched_params *p, srv_sched **out);
+/* Why srv_sched_new failed on this thread (its own message, else tern_last_error()). */
+const char *srv_sched_error(void);
+/* fit.c: TERN_ERR_NOMEM (and srv_sched_error's message) when n_parallel sessions like s0 and
+ * snap bytes of snapshots exceed free0, the back-end's free bytes before s0 was made (0:
+ * unknown, no check); m NULL: clear the message. */
+tern_status srv_sched_fit(const tern_model *m, const tern_session *s0, int n_parallel, uint64_t snap,
+                          uint64_t free0);
 /* The scheduler loop, on the calling thread, until srv_sched_stop: then every
  * running and waiting job ends (error "shutting down") and it returns. Run it
  * on a thread that outlives the model's use (the library keeps per-thread
  * scratch buffers that are released only at process exit). */
 void srv_sched_run(srv_sched *s);
-/* 0: queued; 503: queue full or shutting down. Takes a reference on success. */
+/* 0: queued; 503: queue full or shutting down; SRV_SUBMIT_MEMORY: the back-end has less
+ * free memory than params.admit_free (also a 503 with Retry-After). Takes a reference on
+ * success. */
+#define SRV_SUBMIT_MEMORY 1
 int srv_sched_submit(srv_sched *s, srv_job *j);
 /* All n jobs queued together (one lock: the scheduler admits them in the same round,
  * so the choices of an n > 1 request find choice 0 still evaluating its prompt and copy
@@ -364,6 +392,10 @@ typedef struct srv_snap_stats {
     uint64_t bytes, budget;
     unsigned long long taken, restored, evicted;
     uint64_t each;                  /* bytes of one snapshot (0 until the first is taken) */
+    uint64_t backend_bytes;         /* of bytes, those in the back-end's device memory */
+    double take_s, restore_s;       /* time spent taking and restoring them (on a GPU: queueing the
+                                     * device copies) */
+    unsigned long long skipped;     /* not taken: no memory for one */
 } srv_snap_stats;
 void srv_sched_snap_stats(srv_sched *s, srv_snap_stats *out);
 /* The scheduler's rounds since start, for /metrics: model passes, the tokens and time of
@@ -382,6 +414,9 @@ typedef struct srv_step_stats {
     unsigned long long jobs, prompt_tokens, cached_tokens, evaluated_tokens, gen_tokens;
     double prompt_s, gen_s;
     int prefill_budget, decode_batch, chunk;  /* the settings in force */
+    unsigned long long refused_memory;        /* requests answered 503 by admit_free */
+    uint64_t mem_free;                        /* tern_model_memory_free when read (0: unknown) */
+    uint64_t admit_free;                      /* the admission floor in force (0: none) */
 } srv_step_stats;
 void srv_sched_step_stats(srv_sched *s, srv_step_stats *out);
 /* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */

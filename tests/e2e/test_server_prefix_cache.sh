@@ -7,12 +7,16 @@
 #   - the embedded model (qwen35, recurrent GDN state): a completion whose prompt
 #     extends the previous prompt + reply (the whole cached sequence); the same
 #     prompt again (the snapshot at its end); a 3-turn chat and a shared system
-#     prompt with different questions (snapshots at 64-token boundaries); the
+#     prompt with different questions (snapshots at message ends: the next turn goes on
+#     from the end of the previous turn's last message, another conversation from the
+#     system prompt's end; none at 64-token boundaries inside a chat prompt); the
 #     snapshot budget (LRU, --prefix-cache-mib) and --prefix-cache-mib 0;
 #   - n > 1: the choices share one evaluated prompt (tern_prompt_tokens_evaluated_total
 #     grows by the prompt once) and equal single requests with seeds s, s+1;
 #   - the qwen3 fixture (attention only, rewound KV cache): the next chat turn,
 #     which shares the history up to the previous turn's generation prompt.
+# TERN_TEST_DEVICE=cuda runs every server on the GPU (snapshots in device memory; the
+# small-budget part, which needs 64-token chunks, is skipped there).
 # Usage: bash test_server_prefix_cache.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_prefix_cache.sh /path/to/tern}
@@ -27,9 +31,10 @@ TMP=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$TMP"; }
 trap cleanup EXIT
+DEV=${TERN_TEST_DEVICE:-cpu}
 start() {
   local name=$1; shift
-  "$TERN" serve --port 0 --threads 2 --quiet "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  "$TERN" serve --port 0 --threads 2 --quiet --device "$DEV" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/$name.out" 2>/dev/null && break; sleep 0.05; done
   grep -o 'http://[^ ]*' "$TMP/$name.out" >"$TMP/$name.url" || { echo "FAIL $name did not start"; cat "$TMP/$name.err"; exit 1; }
@@ -50,9 +55,9 @@ fi
 # a sanitized build on a loaded 2-core machine runs 10-30x slower (a CI run on
 # 2026-12-02 took 258-297 s for what takes 10 s on a quiet one): more time there
 LIMIT=300; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
-timeout $LIMIT python3 - "$TMP" "$HAVE_Q3" <<'PY'
+timeout $LIMIT python3 - "$TMP" "$HAVE_Q3" "$DEV" <<'PY'
 import http.client, json, re, sys
-tmp, have_q3 = sys.argv[1], sys.argv[2] == "1"
+tmp, have_q3, dev = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 fails = 0
 def check(name, cond, info=""):
     global fails
@@ -119,20 +124,36 @@ check("/slots n_cached_tokens, n_snapshots", all("n_cached_tokens" in s and "n_s
       and sum(s["n_snapshots"] for s in json.loads(data)) > 0, data)
 
 # ---- qwen35 chat: a 3-turn conversation and a shared system prompt reuse snapshots at
-# 64-token boundaries (the template drops the empty think block from the history, so a
-# turn is not an extension of the previous prompt + reply); replies equal a cold server's
+# message ends (the template drops the empty think block from the history, so a turn is
+# not an extension of the previous prompt + reply: it goes on from the end of the previous
+# turn's last message); replies equal a cold server's. The positions are found here from
+# the ChatML text: a message is "<|im_start|>role\ncontent<|im_end|>\n".
+def ntok(name, text):
+    return len(post(name, "/tokenize", {"content": text, "add_special": True})["tokens"])
+GEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"   # thinking off: the empty think block
+n_gen = ntok("warm", GEN)
 cb = {"temperature": 0, "max_tokens": 16}
 system = {"role": "system", "content": "You answer questions about the Linux kernel and Python. " * 12}
+n_sys = ntok("warm", "<|im_start|>system\n" + system["content"].strip() + "<|im_end|>\n")  # the template trims
 msgs = [system]
 for turn, q in enumerate(["How do I build a module?", "How do I load it?", "And how is it removed?"]):
     msgs.append({"role": "user", "content": q})
+    ev0, tk0 = metric("warm", "tern_prompt_tokens_evaluated_total"), metric("warm", "tern_prefix_cache_snapshots_taken_total")
     w = post("warm", "/v1/chat/completions", dict(cb, messages=msgs))
+    ev1, tk1 = metric("warm", "tern_prompt_tokens_evaluated_total"), metric("warm", "tern_prefix_cache_snapshots_taken_total")
     c = post("cold", "/v1/chat/completions", dict(cb, messages=msgs))
     if turn:
-        check(f"qwen35 chat turn {turn + 1}: reuses a snapshot of the previous turn",
-              cached(w) >= prev - 64 - 8 and cached(w) % 64 == 0 and cached(w) > 0, (cached(w), prev))
+        check(f"qwen35 chat turn {turn + 1}: goes on from the end of the previous turn's last message",
+              cached(w) == prev - n_gen, (cached(w), prev, n_gen))
+        check(f"qwen35 chat turn {turn + 1}: /metrics counts only the rest as evaluated",
+              ev1 - ev0 == w["usage"]["prompt_tokens"] - cached(w), (ev0, ev1, w["usage"]))
         n = post("nosnap", "/v1/chat/completions", dict(cb, messages=msgs))
         check(f"qwen35 chat turn {turn + 1}: --prefix-cache-mib 0 reuses nothing", cached(n) == 0, cached(n))
+    else:
+        # system, user (both message ends), the prompt's end, the reply's end; the prompt
+        # spans {w["usage"]["prompt_tokens"] // 64} 64-token boundaries: none is taken
+        check("qwen35 chat turn 1: snapshots at the message ends and the prompt's and reply's ends only",
+              tk1 - tk0 == 4 and w["usage"]["prompt_tokens"] >= 128, (tk0, tk1, w["usage"]))
     check(f"qwen35 chat turn {turn + 1}: reply == --no-prefix-cache reply", w["choices"][0]["message"] == c["choices"][0]["message"],
           (w["choices"][0]["message"], c["choices"][0]["message"]))
     prev = w["usage"]["prompt_tokens"]
@@ -140,10 +161,35 @@ for turn, q in enumerate(["How do I build a module?", "How do I load it?", "And 
 restored0 = metric("warm", "tern_prefix_cache_snapshots_restored_total")
 for q in ["What is a spinlock?", "What does os.path.join do?"]:
     m2 = [system, {"role": "user", "content": q}]
+    ev0 = metric("warm", "tern_prompt_tokens_evaluated_total")
     w = post("warm", "/v1/chat/completions", dict(cb, messages=m2))
+    ev1 = metric("warm", "tern_prompt_tokens_evaluated_total")
     c = post("cold", "/v1/chat/completions", dict(cb, messages=m2))
-    check(f"qwen35 shared system prompt ({q}): reused", cached(w) >= 64, cached(w))
+    check(f"qwen35 shared system prompt ({q}): goes on from the system prompt's end", cached(w) == n_sys, (cached(w), n_sys))
+    check(f"qwen35 shared system prompt ({q}): only the rest evaluated", ev1 - ev0 == w["usage"]["prompt_tokens"] - n_sys,
+          (ev0, ev1, w["usage"]))
     check(f"qwen35 shared system prompt ({q}): reply == cold", w["choices"][0]["message"] == c["choices"][0]["message"])
+# a client that renders the template itself and sends raw completions (ChatML text: its
+# <|im_end|> tokens mark the message ends as in a chat request)
+rs = {"role": "system", "content": "You write short shell commands for a Linux administrator, one per answer."}
+rm = [rs, {"role": "user", "content": "List the loaded modules."}]
+p1 = post("warm", "/apply-template", {"messages": rm})["prompt"]
+r1 = post("warm", "/v1/completions", dict(cb, prompt=p1))
+rm += [{"role": "assistant", "content": r1["choices"][0]["text"].strip()}, {"role": "user", "content": "Now remove one."}]
+p2 = post("warm", "/apply-template", {"messages": rm})["prompt"]
+ev0 = metric("warm", "tern_prompt_tokens_evaluated_total")
+r2 = post("warm", "/v1/completions", dict(cb, prompt=p2))
+ev1 = metric("warm", "tern_prompt_tokens_evaluated_total")
+c2 = post("cold", "/v1/completions", dict(cb, prompt=p2))
+check("raw ChatML completions: the next turn goes on from the end of the previous turn's last message",
+      cached(r2) == r1["usage"]["prompt_tokens"] - n_gen and ev1 - ev0 == r2["usage"]["prompt_tokens"] - cached(r2),
+      (cached(r2), r1["usage"]["prompt_tokens"], n_gen, ev0, ev1))
+check("raw ChatML completions: reply == cold", r2["choices"][0]["text"] == c2["choices"][0]["text"],
+      (r2["choices"][0]["text"], c2["choices"][0]["text"]))
+check("/metrics: snapshots in device memory on a GPU, none on the CPU",
+      (metric("warm", "tern_prefix_cache_snapshot_device_bytes") > 0) == (dev != "cpu")
+      and metric("warm", "tern_prefix_cache_snapshot_device_bytes") <= metric("warm", "tern_prefix_cache_snapshot_bytes"),
+      (metric("warm", "tern_prefix_cache_snapshot_device_bytes"), metric("warm", "tern_prefix_cache_snapshot_bytes")))
 check("/metrics snapshots restored", metric("warm", "tern_prefix_cache_snapshots_restored_total") >= restored0 + 2)
 check("/metrics snapshot bytes within the budget",
       0 < metric("warm", "tern_prefix_cache_snapshot_bytes") <= metric("warm", "tern_prefix_cache_snapshot_budget_bytes") == 1024 << 20)
@@ -151,19 +197,26 @@ st, data = req("warm", "GET", "/props")
 ps = json.loads(data).get("prefix_cache_snapshots", {})
 check("/props prefix_cache_snapshots", ps.get("used") is True and ps.get("budget_bytes") == 1024 << 20 and ps.get("count", 0) > 0
       and ps.get("snapshot_bytes", 0) > 0, ps)
-# a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
-long = "The scheduler picks the next task to run on each CPU. " * 30
-t = post("tiny", "/v1/completions", dict(base, prompt=long))
-check("small budget: only the last two snapshots of a long prompt are taken",
-      metric("tiny", "tern_prefix_cache_snapshots") == metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 2
-      and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
-t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
-check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
-post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
-check("small budget: another slot's snapshots push the older ones out",
-      metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 2
-      and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
-      (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
+if dev == "cpu":  # 64-token chunks: a raw prompt of 4 chunks fits the context here
+    # a budget of 5 MiB holds two snapshots of the embedded model: the least recently used go
+    # a raw prompt of 4 chunks or more keeps snapshots at boundaries 0, 1, 2, 4.. chunks before
+    # its last one; with two fitting, only the last boundary and the end are taken (the others
+    # would be pushed out by them), then the reply's end pushes the older out
+    long = "The scheduler picks the next task to run on each CPU. " * 30
+    t = post("tiny", "/v1/completions", dict(base, prompt=long))
+    check("small budget: only the last boundary, the end and the reply's end of a long prompt are taken",
+          metric("tiny", "tern_prefix_cache_snapshots") == 2 and metric("tiny", "tern_prefix_cache_snapshots_taken_total") == 3
+          and metric("tiny", "tern_prefix_cache_snapshots_evicted_total") == 1
+          and 0 < metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20)
+    t2 = post("tiny", "/v1/completions", dict(base, prompt=long))
+    check("small budget: the prompt's end snapshot is kept", cached(t2) == t2["usage"]["prompt_tokens"], cached(t2))
+    tk0, ej0 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
+    post("tiny", "/v1/completions", dict(base, prompt="import os\n" * 150))   # takes the empty slot
+    tk1, ej1 = metric("tiny", "tern_prefix_cache_snapshots_taken_total"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")
+    check("small budget: another slot's snapshots push the older ones out",
+          metric("tiny", "tern_prefix_cache_snapshots") == 2 and ej1 - ej0 == tk1 - tk0 >= 2
+          and metric("tiny", "tern_prefix_cache_snapshot_bytes") <= 5 << 20,
+          (metric("tiny", "tern_prefix_cache_snapshots"), metric("tiny", "tern_prefix_cache_snapshots_evicted_total")))
 
 # ---- n > 1 shares the evaluated prompt (also without the prefix cache)
 pn = "The kernel's memory manager keeps free pages in lists. When a page is needed"

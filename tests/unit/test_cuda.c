@@ -811,9 +811,10 @@ TEST(graph_steps_qwen35) { NEED_GPU(); graph_vs_plain("qwen35-tiny", "model-pq2_
 TEST(graph_steps_qwen3) { NEED_GPU(); graph_vs_plain("qwen3-tiny", "model-q2_0.gguf"); }
 
 /* Session snapshots and copies on the device (session.c moves the states with the
- * back-end's download/upload): a restored or copied session continues exactly like
- * the session it came from, also through step graphs (default on). */
-static void snapshot_copy_on(const char *fixture, const char *file) {
+ * back-end's download/upload for a host snapshot, with device-to-device copies for one in
+ * device memory (TERN_SNAPSHOT_BACKEND) and for a copy): a restored or copied session
+ * continues exactly like the session it came from, also through step graphs (default on). */
+static void snapshot_copy_on(const char *fixture, const char *file, tern_snapshot_memory where) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/%s", fixture, file);
     const char *p = fixture_path(rel);
@@ -840,9 +841,18 @@ static void snapshot_copy_on(const char *fixture, const char *file) {
     for (int i = 0; i < 40; i++) t[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
     CHECK(tern_session_eval(a, t, 16, NULL) == TERN_OK && tern_session_eval(a, t + 16, 8, NULL) == TERN_OK);
     CHECK(tern_session_eval(b, t, 16, NULL) == TERN_OK && tern_session_eval(b, t + 16, 8, NULL) == TERN_OK);
-    CHECK_MSG(tern_session_snapshot_take(b, &s24) == TERN_OK, "%s", tern_last_error());
+    const uint64_t free0 = tern_model_memory_free(m);
+    CHECK_MSG(tern_session_snapshot_take_in(b, where, &s24) == TERN_OK, "%s", tern_last_error());
     CHECK_MSG(tern_session_copy(c, a) == TERN_OK, "%s", tern_last_error());
     if (!s24) goto done;
+    {   /* a device snapshot holds the GDN states in device memory (qwen3 has none) */
+        const bool gdn = !strcmp(tern_model_get_info(m)->arch, "qwen35");
+        const uint64_t dev = tern_session_snapshot_backend_bytes(s24), all = tern_session_snapshot_bytes(s24);
+        CHECK_MSG(where == TERN_SNAPSHOT_BACKEND && gdn ? dev > 0 && dev + (uint64_t)V * 4 <= all : dev == 0,
+                  "%s: %llu of %llu bytes on the device", file, (unsigned long long)dev, (unsigned long long)all);
+        if (dev) CHECK_MSG(tern_model_memory_free(m) + dev <= free0 + (2u << 20), "%s: free %llu -> %llu", file,
+                           (unsigned long long)free0, (unsigned long long)tern_model_memory_free(m));
+    }
     memcpy(l24, tern_session_logits(b), (size_t)V * 4);
     /* b wanders off token by token (graphs recorded and replayed), then comes back */
     for (int i = 0; i < 6; i++) CHECK(tern_session_eval(b, t + 30 + i, 1, NULL) == TERN_OK);
@@ -858,6 +868,18 @@ static void snapshot_copy_on(const char *fixture, const char *file) {
         double db = rel_diff(tern_session_logits(b), la, (size_t)V), dc = rel_diff(tern_session_logits(c), la, (size_t)V);
         CHECK_MSG(db < 1e-6 && dc < 1e-6, "%s step %d: restored %g, copied %g", file, i, db, dc);
     }
+    /* the snapshot's storage taken again from another session (a, at 34): it restores a there */
+    CHECK_MSG(tern_session_snapshot_retake(a, s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_EQ_INT(tern_session_snapshot_pos(s24), 34);
+    memcpy(l24, tern_session_logits(a), (size_t)V * 4);
+    for (int i = 34; i < 37; i++) CHECK(tern_session_eval(a, t + i, 1, NULL) == TERN_OK);
+    CHECK_MSG(tern_session_snapshot_restore(a, s24) == TERN_OK, "%s", tern_last_error());
+    CHECK_EQ_INT(tern_session_pos(a), 34);
+    CHECK(!memcmp(tern_session_logits(a), l24, (size_t)V * 4));
+    CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_ERR_INVALID_ARG); /* a's now */
+    CHECK_MSG(tern_session_eval(a, t + 34, 1, NULL) == TERN_OK && tern_session_eval(c, t + 34, 1, NULL) == TERN_OK,
+              "%s", tern_last_error());
+    CHECK_MSG(rel_diff(tern_session_logits(a), tern_session_logits(c), (size_t)V) < 1e-6, "%s: after a retake", file);
 done:
     tern_session_snapshot_free(s24);
     free(l24);
@@ -868,8 +890,10 @@ done:
     tern_model_free(m);
 }
 
-TEST(snapshot_copy_qwen35) { NEED_GPU(); snapshot_copy_on("qwen35-tiny", "model-pq2_0.gguf"); }
-TEST(snapshot_copy_qwen3) { NEED_GPU(); snapshot_copy_on("qwen3-tiny", "model-q2_0.gguf"); }
+TEST(snapshot_copy_qwen35) { NEED_GPU(); snapshot_copy_on("qwen35-tiny", "model-pq2_0.gguf", TERN_SNAPSHOT_HOST); }
+TEST(snapshot_copy_qwen3) { NEED_GPU(); snapshot_copy_on("qwen3-tiny", "model-q2_0.gguf", TERN_SNAPSHOT_HOST); }
+TEST(snapshot_device_qwen35) { NEED_GPU(); snapshot_copy_on("qwen35-tiny", "model-pq2_0.gguf", TERN_SNAPSHOT_BACKEND); }
+TEST(snapshot_device_qwen3) { NEED_GPU(); snapshot_copy_on("qwen3-tiny", "model-q2_0.gguf", TERN_SNAPSHOT_BACKEND); }
 
 /* Two models, each with its own CUDA context, driven from two threads at once on one
  * GPU: every step's logits equal those of the same model run alone (issue 21: no
@@ -1010,6 +1034,8 @@ int main(void) {
     RUN(graph_steps_qwen3);
     RUN(snapshot_copy_qwen35);
     RUN(snapshot_copy_qwen3);
+    RUN(snapshot_device_qwen35);
+    RUN(snapshot_device_qwen3);
     RUN(random_fill_qwen35);
     RUN(random_fill_qwen3);
     tm_backend_destroy(G);

@@ -414,6 +414,14 @@ static void snapshot_on(const char *fixture, const char *file) {
     float *l24 = rb + 39 * (size_t)V; /* the last row when taken (a head of one row: not ra's rows) */
     memcpy(l24, tern_session_logits(b), (size_t)V * sizeof(float));
     CHECK_EQ_INT(tern_session_snapshot_pos(s24), 24);
+    /* one in the back-end's memory: on the CPU that is the host copy (nothing on a device) */
+    tern_session_snapshot *s24b = NULL;
+    CHECK_EQ_INT(tern_session_snapshot_take_in(b, TERN_SNAPSHOT_BACKEND, &s24b), TERN_OK);
+    CHECK(tern_session_snapshot_bytes(s24b) == tern_session_snapshot_bytes(s24));
+    CHECK(tern_session_snapshot_backend_bytes(s24b) == 0 && tern_session_snapshot_backend_bytes(s24) == 0);
+    CHECK_EQ_INT(tern_session_snapshot_take_in(b, (tern_snapshot_memory)7, &t), TERN_ERR_INVALID_ARG);
+    CHECK(t == NULL);
+    CHECK(tern_model_memory_free(m) > 0 && tern_model_memory_free(NULL) == 0); /* Linux: MemAvailable */
     CHECK(tern_session_snapshot_bytes(s24) >= (uint64_t)V * sizeof(float));
     CHECK(tern_session_snapshot_bytes(s24) > (recurrent ? 4u * V + 4096u : 0u)); /* + GDN states */
     /* another branch, then back to 24: the logits and what follows are the reference's */
@@ -423,6 +431,30 @@ static void snapshot_on(const char *fixture, const char *file) {
     CHECK_MSG(same_rows(tern_session_logits(b), l24, (size_t)V), "%s: logits after restore", file);
     CHECK(tern_session_eval(b, p + 24, 16, rb) == TERN_OK);
     CHECK_MSG(same_rows(rb, ra + 24 * (size_t)V, 16 * (size_t)V), "%s: continuation after restore differs", file);
+    /* the same from the back-end-memory snapshot */
+    if (s24b) {
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s24b), TERN_OK);
+        CHECK_MSG(same_rows(tern_session_logits(b), l24, (size_t)V), "%s: logits after a backend restore", file);
+        CHECK(tern_session_eval(b, p + 24, 16, rb) == TERN_OK);
+        CHECK_MSG(same_rows(rb, ra + 24 * (size_t)V, 16 * (size_t)V), "%s: continuation after a backend restore", file);
+    }
+    /* taken again into the storage of another (retake): the snapshot of the new moment */
+    if (s24b) {
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s24), TERN_OK);
+        CHECK(tern_session_eval(b, p + 24, 8, NULL) == TERN_OK);          /* at 32 */
+        CHECK_EQ_INT(tern_session_snapshot_retake(b, s24b), TERN_OK);
+        CHECK_EQ_INT(tern_session_snapshot_pos(s24b), 32);
+        memcpy(rb + 38 * (size_t)V, tern_session_logits(b), (size_t)V * sizeof(float));
+        CHECK(tern_session_eval(b, p + 32, 4, rb) == TERN_OK);             /* what follows 32 */
+        CHECK_EQ_INT(tern_session_snapshot_restore(b, s24b), TERN_OK);
+        CHECK_EQ_INT(tern_session_pos(b), 32);
+        CHECK(same_rows(tern_session_logits(b), rb + 38 * (size_t)V, (size_t)V));
+        CHECK(tern_session_eval(b, p + 32, 4, rb + 4 * (size_t)V) == TERN_OK);
+        CHECK_MSG(same_rows(rb + 4 * (size_t)V, rb, 4 * (size_t)V), "%s: continuation after a retake", file);
+        CHECK_EQ_INT(tern_session_snapshot_retake(NULL, s24b), TERN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(tern_session_snapshot_retake(b, NULL), TERN_ERR_INVALID_ARG);
+    }
+    tern_session_snapshot_free(s24b);
     CHECK_EQ_INT(tern_session_snapshot_take(b, &s30), TERN_OK); /* at 40 */
     /* back to 16 from 40, and the same 8 tokens again */
     CHECK_EQ_INT(tern_session_snapshot_restore(b, s16), TERN_OK);

@@ -1015,6 +1015,17 @@ static srv_job *job_sp(const tern_tokens *ids, const tern_sampler_params *sp, in
     return j;
 }
 
+/* The snapshots docs/server.md says a raw prompt of n tokens takes (64-token chunks on the
+ * CPU): none inside under 4 chunks, else at the chunk boundaries 0, 1, 2, 4, ... chunks
+ * before its last boundary below n; and at its end. */
+static int raw_snapshots(size_t n) {
+    int k = 1;                      /* the end */
+    if (n < 4 * 64) return k;
+    size_t K = (n - 1) / 64;
+    for (size_t d = 0; d < K; d = d ? d * 2 : 1) k++;
+    return k;
+}
+
 static void snap_client(client *c) {
     srv_snap_stats st;
     srv_job *a = run_job(c->s, job_ids(&sn_a, SN_MAX));
@@ -1022,7 +1033,8 @@ static void snap_client(client *c) {
     CHECK_EQ_INT(a->usage.cached_tokens, 0);
     CHECK_EQ_INT(a->usage.evaluated_tokens, sn_a.n);
     srv_sched_snap_stats(c->s, &st);
-    CHECK(st.used && st.count == (int)(sn_a.n / 64) + (sn_a.n % 64 ? 1 : 0) && st.taken == (unsigned long long)st.count);
+    /* the prompt's and one at the end of the reply */
+    CHECK(st.used && st.count == raw_snapshots(sn_a.n) + 1 && st.taken == (unsigned long long)st.count);
     CHECK(st.bytes == st.each * (uint64_t)st.count && st.bytes <= st.budget);
     /* B shares A's first sn_lcp tokens: it restores A's deepest snapshot at a 64-token
      * boundary within them and evaluates the rest in the same chunks as a cold start */
@@ -1057,8 +1069,8 @@ static void snap_budget_client(client *c) {
     srv_snap_stats st;
     srv_sched_snap_stats(c->s, &st);
     /* two fit: the boundaries whose snapshots the prompt's later ones would push out
-     * are not taken; the deepest two are kept */
-    CHECK(st.count == 2 && st.taken == 2 && st.evicted == 0 && st.bytes <= st.budget);
+     * are not taken; the deepest two are taken, then the reply's end pushes the older out */
+    CHECK(st.count == 2 && st.taken == 3 && st.evicted == 1 && st.bytes <= st.budget);
     srv_slot_info info[2];
     CHECK_EQ_INT(srv_sched_slots(c->s, info, 2), 2);
     CHECK_EQ_INT(info[a->slot].n_snapshots, 2);
@@ -1070,7 +1082,7 @@ static void snap_budget_client(client *c) {
     check_like(b, &sn_ref_b, "snapshots: B (small budget)");
     CHECK(b->slot != a->slot);
     srv_sched_snap_stats(c->s, &st);
-    CHECK(st.count == 2 && st.taken == 4 && st.evicted == 2 && st.bytes <= st.budget);
+    CHECK(st.count == 2 && st.taken == 6 && st.evicted == 4 && st.bytes <= st.budget);
     srv_job *b2 = run_job(c->s, job_ids(&sn_b, SN_MAX));
     CHECK_EQ_INT(b2->slot, b->slot);
     CHECK_EQ_INT(b2->usage.cached_tokens, sn_b.n);
@@ -1118,7 +1130,7 @@ static void snapshot_checks(void) {
     greedy.temperature = 0;
     sn_a.n = sn_b.n = 0;
     char text[4096] = "";
-    for (int i = 0; i < 14; i++) strcat(text, "The kernel module loader resolves the symbols of a module. ");
+    for (int i = 0; i < 24; i++) strcat(text, "The kernel module loader resolves the symbols of a module. ");
     size_t base = strlen(text);
     strcat(text, "Question: how are modules unloaded?");
     CHECK(tern_tokenize(T, text, strlen(text), true, &sn_a) == TERN_OK);
@@ -1126,7 +1138,7 @@ static void snapshot_checks(void) {
     strcat(text, "Question: what does the scheduler do with idle tasks?");
     CHECK(tern_tokenize(T, text, strlen(text), true, &sn_b) == TERN_OK);
     sn_lcp = lcp_of(&sn_a, &sn_b);
-    CHECK(sn_lcp >= 128 && sn_a.n > sn_lcp && sn_b.n > sn_lcp);
+    CHECK(sn_lcp >= 256 && sn_a.n > sn_lcp && sn_b.n > sn_lcp);
     reference_ids(&sn_a, SN_MAX, &sn_ref_a);
     reference_ids(&sn_b, SN_MAX, &sn_ref_b);
     for (int k = 0; k < SN_N; k++) {
@@ -1159,6 +1171,53 @@ TEST(sched_snapshots_default_model) {
     if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
     CHECK_STR(tern_model_get_info(M)->arch, "qwen35");
     snapshot_checks();
+}
+
+/* The message ends of a chat prompt (srv_job_chat_marks): the first, the last but one and
+ * the last below the prompt's end, each just after a message's "<|im_end|>\n"; the text
+ * before each is the ChatML rendering of the messages up to there (written out here). */
+TEST(sched_chat_marks) {
+    if (!load_default()) SKIP("models/tern-default.gguf not found (TERN_SOURCE_DIR)");
+    const tern_chat_msg msgs[] = {{"system", "You are terse.", NULL, NULL, 0}, {"user", "Hi there", NULL, NULL, 0},
+                                  {"assistant", "Hello.", NULL, NULL, 0}, {"user", "What is 2+2?", NULL, NULL, 0}};
+    const char *upto[] = {"<|im_start|>system\nYou are terse.<|im_end|>\n",
+                          "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\nHello.<|im_end|>\n",
+                          "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"};
+    srv_job *j = srv_job_new();
+    tern_chat_opts co = {NULL, true, false};
+    CHECK(j && tern_chat_tokenize(T, tern_chat_format_for(T), msgs, 4, &co, &j->prompt) == TERN_OK);
+    if (!j || !j->prompt.n) { srv_job_unref(j); return; }
+    srv_job_chat_marks(j, T, true);
+    CHECK(j->chat);
+    CHECK_EQ_INT(j->n_marks, 3);
+    for (int k = 0; k < j->n_marks && k < 3; k++) {
+        tern_str txt = {0};
+        CHECK(j->marks[k] < j->prompt.n && tern_detokenize(T, j->prompt.ids, j->marks[k], &txt) == TERN_OK);
+        CHECK_MSG(txt.data && !strcmp(txt.data, upto[k]), "mark %d: '%s'", k, txt.data ? txt.data : "");
+        tern_str_free(&txt);
+    }
+    /* one message: its end is the only mark; a raw prompt has none */
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_chat_tokenize(T, tern_chat_format_for(T), msgs + 1, 1, &co, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T, true);
+    CHECK_EQ_INT(j->n_marks, 1);
+    /* a raw prompt: ChatML text the client rendered gets the marks (parse_special), plain text none */
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_tokenize(T, upto[1], strlen(upto[1]), true, &j->prompt) == TERN_OK);
+    CHECK(tern_tokenize(T, "<|im_start|>user\nmore", strlen("<|im_start|>user\nmore"), true, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T, false);
+    CHECK(j->chat);
+    CHECK_EQ_INT(j->n_marks, 3);
+    tern_tokens_free(&j->prompt);
+    memset(&j->prompt, 0, sizeof j->prompt);
+    CHECK(tern_tokenize(T, "The kernel. <|im_end|> is plain here", strlen("The kernel. <|im_end|> is plain here"), false, &j->prompt) == TERN_OK);
+    srv_job_chat_marks(j, T, false);
+    CHECK(!j->chat && j->n_marks == 0);
+    srv_job_unref(j);
 }
 
 TEST(sched_snapshots_qwen35_fixture) {
@@ -1502,6 +1561,7 @@ int main(void) {
     RUN(sched_prefix_cache_qwen3);
     RUN(sched_snapshots_default_model);
     RUN(sched_snapshots_qwen35_fixture);
+    RUN(sched_chat_marks);
     RUN(session_truncate);
     RUN(model_meta);
     RUN(embed_parse_and_reply);

@@ -262,6 +262,9 @@ static tern_status cu_zero(tm_backend *be, void *p, size_t n) {
     (void)be;
     return cu_status(tc_zero(tcc, p, n), "memset");
 }
+static tern_status cu_copy(tm_backend *be, void *dst, const void *src, size_t n) {
+    return cu_status(tc_copy(tcx(be), dst, src, n), "device copy");
+}
 static uint64_t cu_mem_available(const tm_backend *be) {
     tc_ctx *tcc = tcx(be);
     (void)be;
@@ -899,6 +902,7 @@ static const tm_backend_vt g_cuda_vt = {
     .device_name = cu_device_name,
     .exec = cu_exec,
     .run_step = cu_run_step,
+    .copy = cu_copy,
 };
 
 tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out) {

@@ -83,6 +83,7 @@ void tc_free(tc_ctx *cx, void *p, size_t n);   /* n: the size given to tc_malloc
 int tc_upload(tc_ctx *cx, void *dst, const void *src_host, size_t n);
 int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n);
 int tc_zero(tc_ctx *cx, void *p, size_t n);
+int tc_copy(tc_ctx *cx, void *dst, const void *src, size_t n); /* device to device, queued on the stream */
 int tc_sync(tc_ctx *cx);                  /* waits for the stream; first error since the last sync */
 size_t tc_mem_free(tc_ctx *cx);           /* free device memory now (cudaMemGetInfo; 0 on error) */
 

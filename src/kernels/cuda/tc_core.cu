@@ -182,6 +182,14 @@ extern "C" int tc_zero(tc_ctx *cx, void *p, size_t n) {
     return e;
 }
 
+extern "C" int tc_copy(tc_ctx *cx, void *dst, const void *src, size_t n) {
+    if (!n) return 0;
+    TC_CTX(cx);
+    int e = (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, tc_cur->stream);
+    tc_note(e);
+    return e;
+}
+
 extern "C" int tc_sync(tc_ctx *cx) {
     TC_CTX(cx);
     int e = (int)cudaStreamSynchronize(cx->stream);
