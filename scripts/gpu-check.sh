@@ -225,7 +225,7 @@ try:
     d=json.loads(open('$OUT/batchprof${GPU_TAG:-}.json').read().strip().splitlines()[-1])
     print(f\"tg {d['tg_tok_s']:.0f} pp {d['pp_tok_s']:.0f} \"+' '.join(f\"b{b['batch']} {b['tok_s']:.0f} ({b['roofline_ratio']:.0%})\" for b in d['batches']))
 except Exception as e: print('no result', e)")"
-  if [ -n "${BP_PP:-8192}" ]; then
+  if [ "${BP_PP:-8192}" != 0 ]; then
     ${TB:-$B/tern} bench model -m $m --device cuda -p ${BP_PP:-8192} -n 4 --reps 1 --profile --json > $OUT/pplong${GPU_TAG:-}.json 2>> "$log"
     row "pp${BP_PP:-8192} $bp${GPU_TAG:-}" "$(python3 -c "
 import json
