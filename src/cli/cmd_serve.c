@@ -68,10 +68,12 @@ static void usage(FILE *f) {
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
             "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
-            "  --embedding          also serve embeddings: POST /v1/embeddings (OpenAI) and /embedding\n"
-            "                       (llama-server's shape), the final hidden state after the output norm,\n"
-            "                       pooled and L2-normalised, from one more session of --ctx tokens (alias\n"
-            "                       --embeddings; without it those paths answer 501)\n"
+            "  --no-embedding       do not serve embeddings. By default POST /v1/embeddings (OpenAI) and\n"
+            "                       /embedding (llama-server's shape) give the final hidden state after the\n"
+            "                       output norm, pooled and L2-normalised, from one more session of --ctx\n"
+            "                       tokens made at the first such request (none is made until then; with\n"
+            "                       --no-embedding those paths answer 501). --embedding / --embeddings\n"
+            "                       (llama-server's flag) are accepted and change nothing\n"
             "  --pooling mean|last|cls\n"
             "                       how a text's per-token states become one vector: their mean, the last\n"
             "                       token's, or the first token's (default: the model's <arch>.pooling_type\n"
@@ -143,7 +145,7 @@ int tern_cmd_serve(int argc, char **argv) {
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
-    bool quiet = false, no_prefix_cache = false, embedding = false;
+    bool quiet = false, no_prefix_cache = false, embedding = true;
     const char *pooling = NULL;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -154,6 +156,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
         if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) { embedding = true; continue; }
+        if (!strcmp(a, "--no-embedding") || !strcmp(a, "--no-embeddings")) { embedding = false; continue; }
         {
             int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
             if (r == 2) return 2;
@@ -221,7 +224,7 @@ int tern_cmd_serve(int argc, char **argv) {
         i++;
     }
     if (!ssl_key != !ssl_cert) return cli_usage_error("serve", "--ssl-key-file and --ssl-cert-file go together");
-    if (pooling && !embedding) return cli_usage_error("serve", "--pooling needs --embedding");
+    if (pooling && !embedding) return cli_usage_error("serve", "--pooling with --no-embedding: no embeddings to pool");
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
@@ -280,7 +283,8 @@ int tern_cmd_serve(int argc, char **argv) {
         }
         if (!quiet)
             fprintf(stderr, "tern serve: embeddings on (/v1/embeddings, /embedding): %d dimensions, %s pooling, "
-                            "normalised, ctx %d\n", srv_embedder_dim(embedder), tern_pooling_name(pool),
+                            "normalised, ctx %d (its session made at the first request)\n", srv_embedder_dim(embedder),
+                    tern_pooling_name(pool),
                     srv_embedder_n_ctx(embedder));
     }
     /* thinking by default: the flag > the model's tern.chat.thinking key (the embedded

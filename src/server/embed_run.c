@@ -1,6 +1,8 @@
 /*
- * embed_run.c - the embedding worker of `tern serve --embedding`: one thread that owns
- * one session of the served model and embeds the requests' inputs one after another
+ * embed_run.c - the embedding worker of `tern serve` (on unless --no-embedding): one thread
+ * that owns one session of the served model, made at the first embedding request (a server
+ * that is never asked for one spends nothing on it; a session that cannot be made then is
+ * a 503 naming why, and is tried again at the next request), and embeds the requests' inputs one after another
  * (each from an empty session: tern_session_reset, then tern_session_embed). Handler
  * threads hand it a request and wait; the library serialises its evaluation with the
  * scheduler's per model, so embeddings and generation interleave chunk by chunk. One
@@ -23,6 +25,8 @@ typedef struct embed_job {
 } embed_job;
 
 struct srv_embedder {
+    tern_model *m;
+    tern_session_params sp; /* the session made at the first job */
     tern_session *s;
     tern_pooling pooling;
     int dim, n_ctx;
@@ -35,6 +39,16 @@ struct srv_embedder {
 
 static void run_job(srv_embedder *e, embed_job *j) {
     const srv_embed_req *r = j->r;
+    if (!e->s) {
+        tern_status st = tern_session_new(e->m, &e->sp, &e->s);
+        if (st) {
+            e->s = NULL;
+            j->rc = st == TERN_ERR_NOMEM ? 503 : 500;
+            snprintf(j->err, sizeof j->err, "the embedding session (%d tokens) could not be made: %s", e->n_ctx,
+                     tern_last_error());
+            return;
+        }
+    }
     for (size_t i = 0; i < r->n; i++) {
         tern_session_reset(e->s);
         tern_status st = tern_session_embed(e->s, r->ids[i], r->n_ids[i], e->pooling, r->normalize,
@@ -74,19 +88,14 @@ tern_status srv_embedder_new(tern_model *m, int n_ctx, tern_cache_type ck, tern_
         return TERN_ERR_INVALID_ARG;  /* the CLI offers mean, last and cls only */
     srv_embedder *e = calloc(1, sizeof *e);
     if (!e) return TERN_ERR_NOMEM;
-    tern_session_params sp;
-    tern_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
-    sp.cache_type_k = ck;
-    sp.cache_type_v = cv;
-    tern_status st = tern_session_new(m, &sp, &e->s);
-    if (st) {
-        free(e);
-        return st;
-    }
+    tern_session_params_default(&e->sp);
+    e->sp.n_ctx = n_ctx;
+    e->sp.cache_type_k = ck;
+    e->sp.cache_type_v = cv;
+    e->m = m;
     e->pooling = pooling;
     e->dim = tern_model_get_info(m)->n_embd;
-    e->n_ctx = tern_session_n_ctx(e->s);
+    e->n_ctx = n_ctx;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (pthread_create(&e->th, NULL, worker, e)) {

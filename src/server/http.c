@@ -13,7 +13,7 @@
  *   POST /apply-template          the chat prompt as text
  *   POST /v1/messages(/count_tokens) Anthropic's Messages API } compat.c translates them to
  *   POST /v1/responses            OpenAI's Responses API     } chat and their replies back
- *   POST /v1/embeddings, /embedding embeddings (--embedding; http_embed.c)
+ *   POST /v1/embeddings, /embedding embeddings (off with --no-embedding; http_embed.c)
  *   GET  /props, /slots, /metrics server properties, slot states, Prometheus text
  *   GET  /, /webui/<file>         the web chat (webui.c)
  *   OPTIONS any path              204 (CORS preflight with --cors)

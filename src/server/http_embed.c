@@ -1,7 +1,7 @@
 /*
  * http_embed.c - POST /v1/embeddings (OpenAI) and /embedding (llama-server's native shape)
  * of `tern serve --embedding`: parse and tokenize on the handler thread (embed.c), embed
- * on the embedding worker (embed_run.c), reply. Without --embedding both answer 501.
+ * on the embedding worker (embed_run.c), reply. With --no-embedding both answer 501.
  */
 #include "server/http_internal.h"
 
@@ -9,7 +9,7 @@
 
 enum MHD_Result srv_http_embeddings(srv_http *h, struct MHD_Connection *conn, conn_state *cs) {
     srv_embedder *e = h->c.embedder;
-    if (!e) return srv_http_send_error(conn, cs, 501, "embeddings are off: start tern serve with --embedding");
+    if (!e) return srv_http_send_error(conn, cs, 501, "embeddings are off: tern serve was started with --no-embedding");
     const bool native = cs->route == R_EMBEDDING_NATIVE;
     const int dim = srv_embedder_dim(e);
     char err[320];

@@ -509,7 +509,8 @@ void srv_embed_req_free(srv_embed_req *r);
 char *srv_embed_response(const srv_embed_req *r, const float *vecs, int dim, const char *model, bool native);
 
 /* The worker thread that owns the embedding session (n_ctx tokens, the given cache
- * types; pooling MEAN, LAST or CLS). srv_embedder_run queues a request's inputs and waits:
+ * types; pooling MEAN, LAST or CLS), made at the first request (a failure then is that
+ * request's 503, and the next request tries again). srv_embedder_run queues a request's inputs and waits:
  * out gets r->n rows of dim floats; 0, else an HTTP status and err. */
 typedef struct srv_embedder srv_embedder;
 tern_status srv_embedder_new(tern_model *m, int n_ctx, tern_cache_type ck, tern_cache_type cv, tern_pooling pooling,

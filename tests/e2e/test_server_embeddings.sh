@@ -7,7 +7,7 @@
 # that reference pooled by numpy (mean / last / cls servers), normalised or not;
 # batch == one by one; base64 == float; text input == its ids; usage; the native
 # /embedding shape; the official openai client (base64 by default); 400s naming the field;
-# 501 without --embedding; the flags' errors.
+# 501 with --no-embedding; the flags' errors.
 # Usage: bash test_server_embeddings.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_embeddings.sh /path/to/tern}
@@ -24,12 +24,12 @@ trap cleanup EXIT
 fail=0
 # the flags: true --help, refusals
 "$TERN" serve --help >"$TMP/help" || { echo "FAIL serve --help"; fail=1; }
-for w in -- "--embedding" "--pooling mean|last|cls"; do
+for w in -- "--no-embedding" "--pooling mean|last|cls"; do
   [ "$w" = -- ] && continue
   grep -qF -- "$w" "$TMP/help" || { echo "FAIL --help does not describe $w"; fail=1; }
 done
-"$TERN" serve -m "$MODEL" --pooling mean >/dev/null 2>"$TMP/e1"; rc=$?
-{ [ $rc = 2 ] && grep -q -- "--embedding" "$TMP/e1"; } || { echo "FAIL --pooling without --embedding: rc $rc $(cat "$TMP/e1")"; fail=1; }
+"$TERN" serve -m "$MODEL" --no-embedding --pooling mean >/dev/null 2>"$TMP/e1"; rc=$?
+{ [ $rc = 2 ] && grep -q -- "--no-embedding" "$TMP/e1"; } || { echo "FAIL --pooling with --no-embedding: rc $rc $(cat "$TMP/e1")"; fail=1; }
 "$TERN" serve -m "$MODEL" --embedding --pooling max >/dev/null 2>"$TMP/e2"; rc=$?
 { [ $rc = 2 ] && grep -q "pooling" "$TMP/e2"; } || { echo "FAIL --pooling max: rc $rc $(cat "$TMP/e2")"; fail=1; }
 [ $fail = 0 ] && echo "ok   flags: --help, --pooling refusals"
@@ -45,8 +45,8 @@ start() {
 }
 start mean --embedding --alias emb
 start last --embeddings --pooling last
-start cls --embedding --pooling cls
-start off
+start cls --pooling cls
+start off --no-embedding
 
 LIMIT=180; [ "${TERN_SANITIZED:-0}" = 1 ] && LIMIT=900
 timeout $LIMIT python3 - "$TMP" "$FIX/qwen3-tiny" "$SRC/tools" <<'PY'
@@ -225,9 +225,9 @@ r = c.getresponse(); r.read()
 check("trailing bytes after the JSON body -> 400", r.status == 400, r.status)
 for path in ("/v1/embeddings", "/embedding", "/embeddings"):
     st, j = req("off", path, {"input": "a"})
-    check(f"without --embedding {path} -> 501 naming the flag", st == 501 and "--embedding" in j["error"]["message"], (st, j))
+    check(f"with --no-embedding {path} -> 501 naming the flag", st == 501 and "--no-embedding" in j["error"]["message"], (st, j))
 st, j = req("off", "/v1/completions", {"prompt": "a", "max_tokens": 2})
-check("without --embedding generation still works", st == 200, st)
+check("with --no-embedding generation still works", st == 200, st)
 st, j = req("mean", "/health", None, method="GET")
 check("the server is up after the bad requests", st == 200, st)
 sys.exit(1 if fails else 0)
