@@ -22,14 +22,16 @@
 #              ncusrc: ncu per-SASS-instruction stall samples of k_gemv_tiled (gate/up, batch 1) -> ncu-src.csv
 #              gdnab: GDN prefill, the walk vs the scan: the tc_gdn rows of bench kernels, and
 #                     bonsai2-27b pp512 (the scan) at chunk 64 and 512 with --profile -> gdnab.txt
-#              (sanitize: SAN_TOOLS picks the compute-sanitizer tools, default all)
+#              (sanitize: SAN_TOOLS picks the compute-sanitizer tools, default all; SAN_UNIT="test:tool ..."
+#               runs device unit tests under a tool too)
 #              base: after each bench step, the same bench with bin/tern-base (packed when
 #                    TERN_BASE_BIN names a tern binary built from an earlier commit): an A/B in one call
 #              batchprof: 27B (BP_PRESET, default ternary-bonsai-27b) bench model --batch BP_BATCHES
 #                    (1,8,16,32,64) --profile (per-B batch roofline share and kernel families), and
 #                    pp BP_PP (8192) with --profile -> batchprof.json, pplong.json
 #              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
-#                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt
+#                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
+#                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
 #       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -102,6 +104,13 @@ if has sanitize; then
       $B/test_cuda > $W/san2-$tool.log 2>&1; rc=$?
     cat $W/san2-$tool.log >> $OUT/san-$tool.log
     row "sanitizer $tool two_models" "rc=$rc $(grep -m1 -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' $W/san2-$tool.log) $(tail -n 1 $W/san2-$tool.log | cut -c1-40)"
+  done
+  # SAN_UNIT="test_cuda_attn:racecheck test_cuda_gemm:memcheck ...": device unit tests under a tool
+  for tt in ${SAN_UNIT:-}; do
+    t=${tt%%:*}; tool=${tt#*:}
+    TERN_TEST_DEVICE=cuda timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $B/$t > $W/san-$t-$tool.log 2>&1; rc=$?
+    cat $W/san-$t-$tool.log >> $OUT/san-$tool.log
+    row "sanitizer $tool $t" "rc=$rc $(grep -m1 -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' $W/san-$t-$tool.log) $(tail -n 1 $W/san-$t-$tool.log | cut -c1-40)"
   done
 fi
 bench() { # preset [n reps]
@@ -265,6 +274,18 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
     cat $W/sb-$db.txt >> $OUT/servebench.txt
     row "servebench decode-batch $db" "rc=$rc $(grep -E '^ +c=' $W/sb-$db.txt | awk '{printf "%s %s tok/s itl99 %s; ", $1, $5, $11}')"
   done
+  if [ -n "${SB_BG:-}" ]; then # the decoding streams' ITL with and without a concurrent SB_BG-token prompt
+    $B/tern serve -m $m --device cuda --port 18091 --parallel 64 --ctx $((SB_BG + 1024)) --quiet > $W/sb-bg-serve.log 2>&1 & sp=$!
+    for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18091/health')" 2>/dev/null && break; sleep 0.5; done
+    for bg in 0 $SB_BG; do
+      timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18091 --label "tern cuda, background prompt $bg" \
+        --concurrency ${SB_BG_LEVEL:-8} --num-requests 1x --input-len 512 --output-len ${SB_OUT:-128} --background-prompt $bg \
+        --json-out $OUT/servebench-bg$bg.json > $W/sb-bg$bg.txt 2>&1; rc=$?
+      cat $W/sb-bg$bg.txt >> $OUT/servebench.txt
+      row "servebench bg prompt $bg" "rc=$rc $(grep -E '^ +c=' $W/sb-bg$bg.txt | awk '{printf "%s %s tok/s itl99 %s", $1, $5, $11}') $(grep -o 'beside it.*' $W/sb-bg$bg.txt | head -1)"
+    done
+    kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  fi
 fi
 # base: each bench again with the packed earlier build, right after (an A/B in one call)
 bench_ab() { bench "$@"; if has base && [ -x $B/tern-base ]; then TB=$B/tern-base GPU_TAG=-base bench "$@"; fi; }

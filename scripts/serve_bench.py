@@ -217,12 +217,37 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
             one_request(srv, args, work[i][0], work[i][1], recs[i])
 
         th = [threading.Thread(target=later, args=(i, delays[i])) for i in range(n_req)]
+    bg_stop, bg_recs, bg_th = threading.Event(), [], None
+    if args.background_prompt:
+        # one more client sending long prompts (one output token each) back to back while the
+        # level runs: how much a long prefill disturbs the decoding streams
+        bg_prompts = [pm.make(args.background_prompt) for _ in range(2)]
+
+        def background():
+            k = 0
+            while not bg_stop.is_set():
+                rec = {}
+                one_request(srv, args, bg_prompts[k % 2], 1, rec)
+                bg_recs.append(rec)
+                k += 1
+
+        bg_th = threading.Thread(target=background)
+        bg_th.start()
     for t in th:
         t.start()
     for t in th:
         t.join()
     wall = time.perf_counter() - t_start
-    return summarise(recs, work, wall, concurrency, rate)
+    bg_stop.set()
+    if bg_th:
+        bg_th.join()
+    L = summarise(recs, work, wall, concurrency, rate)
+    if args.background_prompt:
+        done = [r for r in bg_recs if not r.get("error")]
+        L["background"] = {"prompt_tokens": args.background_prompt, "requests": len(bg_recs),
+                           "completed": len(done), "errors": len(bg_recs) - len(done),
+                           "e2e_s": [round(r["t1"] - r["t0"], 3) for r in done]}
+    return L
 
 
 def summarise(recs, work, wall, concurrency, rate):
@@ -337,6 +362,10 @@ def main(argv=None):
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--token-ids", action="store_true", help="send token-id prompts (exact lengths)")
     ap.add_argument("--vocab", type=int, default=32000, help="token ids drawn below this (--token-ids)")
+    ap.add_argument("--background-prompt", type=int, default=0, metavar="N",
+                    help="one more client sends N-token prompts (1 output token) back to back during each "
+                         "level, not counted in the level's figures: the decoding streams' ITL beside a long "
+                         "prefill (default: 0, none)")
     ap.add_argument("--warmup", type=int, default=1, help="requests sent first and not counted (default: 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
@@ -362,6 +391,8 @@ def main(argv=None):
         ap.error(f"--concurrency '{args.concurrency}': need a comma list of integers")
     if not levels or min(levels) < 1:
         ap.error("--concurrency: each level must be >= 1")
+    if args.background_prompt < 0:
+        ap.error("--background-prompt must be >= 0")
     if args.request_rate is not None and args.request_rate <= 0:
         ap.error("--request-rate must be > 0")
     if args.request_rate is not None:
@@ -390,7 +421,8 @@ def main(argv=None):
            "workload": {"input_len": args.input_len[0], "input_spread": args.input_len[1],
                         "output_len": args.output_len[0], "output_spread": args.output_len[1],
                         "endpoint": args.endpoint, "ignore_eos": args.ignore_eos,
-                        "temperature": args.temperature, "prompt_sizing": pm.how, "seed": args.seed},
+                        "temperature": args.temperature, "prompt_sizing": pm.how, "seed": args.seed,
+                        "background_prompt": args.background_prompt},
            "levels": []}
     for c in levels:
         n = per(c if c else 1) if args.request_rate is None else int(nr) if not nr.endswith("x") else per(1)
@@ -399,6 +431,10 @@ def main(argv=None):
             L["concurrency"] = None
         out["levels"].append(L)
         print(table([L], out["label"]).splitlines()[-2], file=sys.stderr, flush=True)
+        if L.get("background"):
+            b = L["background"]
+            print(f"{'':>10} beside it: {b['completed']}/{b['requests']} prompts of {b['prompt_tokens']} tokens, "
+                  f"e2e p50 {fmt(percentile(b['e2e_s'], 50), 2)} s", file=sys.stderr, flush=True)
     print(table(out["levels"], f"{out['label']}: input {args.input_len[0]}, output {args.output_len[0]}, "
                 f"prompts sized by {pm.how}"))
     if args.json_out:

@@ -64,6 +64,13 @@ python3 "$BENCH" --base-url "$URL" --concurrency 2 --num-requests 2 --input-len 
 check "prompts past the context: exit 1" "[ $? -eq 1 ]"
 check "prompts past the context: 2 errors counted with the server's reason" "python3 -c \"import json; L=json.load(open('$TMP/e.json'))['levels'][0]; assert L['errors']==2 and L['completed']==0 and 'HTTP 4' in L['error_samples'][0], L\""
 
+python3 "$BENCH" --base-url "$URL" --concurrency 1 --num-requests 3 --input-len 24 --output-len 8 \
+  --background-prompt 300 --json-out "$TMP/g.json" >"$TMP/g.txt" 2>&1
+check "--background-prompt: exit 0" "[ $? -eq 0 ]"
+check "--background-prompt: the level's figures exclude the long prompts, which all completed" "python3 -c \"import json; d=json.load(open('$TMP/g.json')); L=d['levels'][0]; b=L['background']; assert L['completed']==3 and L['output_tokens']==24 and L['input_tokens']<3*40, L; assert b['requests']>=1 and b['completed']==b['requests'] and b['prompt_tokens']==300 and d['workload']['background_prompt']==300, b\""
+python3 "$BENCH" --base-url "$URL" --background-prompt -1 >"$TMP/bn.txt" 2>&1
+check "--background-prompt -1 is refused" "[ $? -eq 2 ] && grep -q 'background-prompt' '$TMP/bn.txt'"
+
 python3 "$BENCH" --base-url http://127.0.0.1:9 --concurrency 1 >"$TMP/u.txt" 2>&1
 check "unreachable server: exit 2 with a message" "[ $? -eq 2 ] && grep -q 'cannot reach' '$TMP/u.txt'"
 python3 "$BENCH" --base-url "$URL" --concurrency 0 >"$TMP/z.txt" 2>&1
