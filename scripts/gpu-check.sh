@@ -32,6 +32,9 @@
 #              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
 #                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
+#              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
+#                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
+#                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json
 #       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -286,6 +289,17 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
     done
     kill $sp 2>/dev/null; wait $sp 2>/dev/null
   fi
+fi
+if has loadparity; then # issue 26: greedy replies under load equal the same requests sent alone
+  m=${LP_MODEL:-$W/fx/qwen35-tiny/model-pq2_0.gguf}
+  $B/tern serve -m $m --device cuda --port 18092 --parallel ${LP_LEVEL:-64} --ctx 1024 --quiet > $W/lp-serve.log 2>&1 & sp=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:18092/health >/dev/null 2>&1 && break; sleep 0.5; done
+  timeout ${LP_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18092 --label "tern cuda load parity" \
+    --concurrency ${LP_LEVEL:-64} --num-requests ${LP_REQS:-256} --input-len 96:0.5 --output-len ${LP_OUT:-32} --temperature 0 \
+    --check-alone --json-out $OUT/loadparity.json > $W/lp.txt 2>&1; rc=$?
+  cat $W/lp.txt >> "$log"
+  row "load parity c=${LP_LEVEL:-64}" "rc=$rc $(grep -o '[0-9]*/[0-9]* replies equal.*' $W/lp.txt | head -1)"
+  kill $sp 2>/dev/null; wait $sp 2>/dev/null
 fi
 # base: each bench again with the packed earlier build, right after (an A/B in one call)
 bench_ab() { bench "$@"; if has base && [ -x $B/tern-base ]; then TB=$B/tern-base GPU_TAG=-base bench "$@"; fi; }

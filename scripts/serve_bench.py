@@ -148,7 +148,7 @@ def one_request(srv, args, prompt, out_len, rec):
     else:
         body["prompt"] = prompt
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    rec.update(t0=time.perf_counter(), chunks=[], error=None, prompt_tokens=None, output_tokens=None)
+    rec.update(t0=time.perf_counter(), chunks=[], error=None, prompt_tokens=None, output_tokens=None, text=[])
     c = srv.conn()
     try:
         c.request("POST", srv.prefix + path, json.dumps(body), srv.headers)
@@ -171,6 +171,8 @@ def one_request(srv, args, prompt, out_len, rec):
                 return
             for ch in ev.get("choices") or []:
                 piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
+                if piece:
+                    rec["text"].append(piece)
                 if piece or (chat and (ch.get("delta") or {}).get("reasoning_content")):
                     rec["chunks"].append(time.perf_counter())
             u = ev.get("usage")
@@ -242,12 +244,38 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
     if bg_th:
         bg_th.join()
     L = summarise(recs, work, wall, concurrency, rate)
+    if args.check_alone:
+        L["alone"] = check_alone(srv, args, work, recs)
     if args.background_prompt:
         done = [r for r in bg_recs if not r.get("error")]
         L["background"] = {"prompt_tokens": args.background_prompt, "requests": len(bg_recs),
                            "completed": len(done), "errors": len(bg_recs) - len(done),
                            "e2e_s": [round(r["t1"] - r["t0"], 3) for r in done]}
     return L
+
+
+def check_alone(srv, args, work, recs):
+    """Sends each request that completed under load again, alone (one at a time), and compares
+    the replies: at temperature 0 a server must give the same text whatever else it batches."""
+    same, diff, samples = 0, 0, []
+    for i, ((prompt, out_len), r) in enumerate(zip(work, recs)):
+        if r.get("error"):
+            continue
+        a = {}
+        one_request(srv, args, prompt, out_len, a)
+        if a.get("error"):
+            diff += 1
+            samples.append({"request": i, "error": a["error"]})
+            continue
+        ta, tb = "".join(r["text"]), "".join(a["text"])
+        if ta == tb:
+            same += 1
+        else:
+            diff += 1
+            k = next((j for j, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+            samples.append({"request": i, "first_difference_at_char": k,
+                            "under_load": ta[max(0, k - 20):k + 20], "alone": tb[max(0, k - 20):k + 20]})
+    return {"compared": same + diff, "equal": same, "different": diff, "samples": samples[:5]}
 
 
 def summarise(recs, work, wall, concurrency, rate):
@@ -366,6 +394,9 @@ def main(argv=None):
                     help="one more client sends N-token prompts (1 output token) back to back during each "
                          "level, not counted in the level's figures: the decoding streams' ITL beside a long "
                          "prefill (default: 0, none)")
+    ap.add_argument("--check-alone", action="store_true",
+                    help="after each level, send every completed request again alone and compare the "
+                         "replies (needs --temperature 0); any difference fails the run")
     ap.add_argument("--warmup", type=int, default=1, help="requests sent first and not counted (default: 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
@@ -393,6 +424,8 @@ def main(argv=None):
         ap.error("--concurrency: each level must be >= 1")
     if args.background_prompt < 0:
         ap.error("--background-prompt must be >= 0")
+    if args.check_alone and args.temperature != 0:
+        ap.error("--check-alone compares greedy replies: needs --temperature 0")
     if args.request_rate is not None and args.request_rate <= 0:
         ap.error("--request-rate must be > 0")
     if args.request_rate is not None:
@@ -435,6 +468,10 @@ def main(argv=None):
             b = L["background"]
             print(f"{'':>10} beside it: {b['completed']}/{b['requests']} prompts of {b['prompt_tokens']} tokens, "
                   f"e2e p50 {fmt(percentile(b['e2e_s'], 50), 2)} s", file=sys.stderr, flush=True)
+        if L.get("alone"):
+            a = L["alone"]
+            print(f"{'':>10} sent alone again: {a['equal']}/{a['compared']} replies equal"
+                  + (f"; first: {json.dumps(a['samples'][0])}" if a["samples"] else ""), file=sys.stderr, flush=True)
     print(table(out["levels"], f"{out['label']}: input {args.input_len[0]}, output {args.output_len[0]}, "
                 f"prompts sized by {pm.how}"))
     if args.json_out:
@@ -442,7 +479,12 @@ def main(argv=None):
             json.dump(out, f, indent=1)
     if args.plot and not plot([out], args.plot):
         return 2
-    return 1 if any(L["errors"] for L in out["levels"]) else 0
+    for L in out["levels"]:
+        if L.get("alone"):
+            a = L["alone"]
+            print(f"c={L['concurrency']}: {a['equal']}/{a['compared']} replies equal to the same request sent alone")
+    bad = any(L["errors"] or (L.get("alone") or {}).get("different") for L in out["levels"])
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

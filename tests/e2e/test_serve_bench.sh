@@ -71,6 +71,40 @@ check "--background-prompt: the level's figures exclude the long prompts, which 
 python3 "$BENCH" --base-url "$URL" --background-prompt -1 >"$TMP/bn.txt" 2>&1
 check "--background-prompt -1 is refused" "[ $? -eq 2 ] && grep -q 'background-prompt' '$TMP/bn.txt'"
 
+python3 "$BENCH" --base-url "$URL" --concurrency 2 --num-requests 4 --input-len 40 --output-len 8 \
+  --check-alone --json-out "$TMP/s.json" >"$TMP/s.txt" 2>&1
+check "--check-alone: the embedded model's greedy replies under load equal them sent alone" "[ $? -eq 0 ] && python3 -c \"import json; a=json.load(open('$TMP/s.json'))['levels'][0]['alone']; assert a['compared']==4 and a['equal']==4 and a['different']==0, a\""
+python3 "$BENCH" --base-url "$URL" --check-alone --temperature 1 >"$TMP/st.txt" 2>&1
+check "--check-alone at temperature 1 is refused" "[ $? -eq 2 ] && grep -q 'check-alone' '$TMP/st.txt'"
+# a server whose replies depend on what else it serves: every reply differs, so the check must fail
+cat > "$TMP/fake.py" <<'PY'
+import itertools, json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+n = itertools.count()
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"{}")
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path != "/v1/completions":
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        k = next(n)
+        for piece in ("reply", " %d" % k):
+            self.wfile.write(b"data: " + json.dumps({"choices": [{"text": piece}]}).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+PY
+python3 "$TMP/fake.py" >"$TMP/fake.port" & FPID=$!
+for _ in $(seq 1 200); do [ -s "$TMP/fake.port" ] && break; sleep 0.05; done
+python3 "$BENCH" --base-url "http://127.0.0.1:$(cat "$TMP/fake.port")" --concurrency 2 --num-requests 3 --input-len 8 \
+  --output-len 2 --warmup 0 --check-alone --json-out "$TMP/f.json" >"$TMP/f.txt" 2>&1
+check "--check-alone: a server whose replies change fails the run, naming the difference" "[ $? -eq 1 ] && python3 -c \"import json; a=json.load(open('$TMP/f.json'))['levels'][0]['alone']; assert a['different']==3 and a['equal']==0 and 'first_difference_at_char' in a['samples'][0], a\""
+kill $FPID 2>/dev/null; wait $FPID 2>/dev/null
+
 python3 "$BENCH" --base-url http://127.0.0.1:9 --concurrency 1 >"$TMP/u.txt" 2>&1
 check "unreachable server: exit 2 with a message" "[ $? -eq 2 ] && grep -q 'cannot reach' '$TMP/u.txt'"
 python3 "$BENCH" --base-url "$URL" --concurrency 0 >"$TMP/z.txt" 2>&1
