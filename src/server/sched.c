@@ -688,8 +688,13 @@ void srv_sched_run(srv_sched *s) {
         /* jobs that failed at admission */
         for (int i = 0; i < N; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_IDLE) slot_finish(s, &s->slots[i], SRV_FINISH_ERROR, s->slots[i].err);
+        double ts = now_ms();
         for (int i = 0; i < N; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_DECODE) slot_sample(s, &s->slots[i]);
+        ts = now_ms() - ts;
+        pthread_mutex_lock(&s->snap_mu);
+        s->steps.sample_s += ts / 1e3;
+        pthread_mutex_unlock(&s->snap_mu);
         int n = 0, n_pre = 0;
         bool decoding = false;
         for (int i = 0; i < N; i++) {

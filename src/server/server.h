@@ -407,6 +407,7 @@ typedef struct srv_step_stats {
     unsigned long long rounds, passes;
     unsigned long long prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
+    double sample_s;                /* host time choosing tokens (sampling, stop rules, publishing) */
     unsigned long long batch_bucket[SRV_BATCH_BUCKETS + 1];
     size_t max_prefill_decoding;    /* the most prompt tokens one round evaluated while a slot decoded */
     /* the finished jobs' usage (every choice; cancelled and failed ones with what they

@@ -707,10 +707,12 @@ static void budget_client(client *c) {
     for (int k = 0; k <= SRV_BATCH_BUCKETS; k++) passes += st.batch_bucket[k];
     CHECK(passes > 0 && st.batch_bucket[0] + st.batch_bucket[1] == passes); /* <= 2 rows each */
     CHECK(st.prefill_tokens >= 2 * 256 && st.decode_tokens >= 16 && st.rounds > 0 && st.passes >= passes);
+    CHECK(st.sample_s > 0 && st.sample_s < st.decode_s + st.prefill_s + 60); /* tokens were chosen on the host */
     srv_metrics mm;
     srv_metrics_init(&mm);
     char *text = srv_metrics_render(&mm, 0, 0, 3, NULL, &st);
-    CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}"));
+    CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}")
+          && strstr(text, "tern_sched_seconds_total{kind=\"sample\"}"));
     free(text);
 }
 
