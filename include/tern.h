@@ -445,6 +445,29 @@ TERN_API tern_status tern_session_eval(tern_session *s, const int32_t *tokens, s
 TERN_API tern_status tern_session_eval_batch(tern_session *const *s, const int32_t *tokens,
                                              size_t n, float *logits);
 TERN_API const float *tern_session_logits(const tern_session *s);
+/* Speculative decoding, the target's side. tern_session_verify evaluates n tokens of the
+ * session's sequence (the pending token and k drafts: n = k + 1) in one pass, so the
+ * weights are read once, and writes every row's logits into logits (n x n_vocab, row t =
+ * the logits after token t; tern_session_logits() holds the last). Each row is
+ * bit-identical to evaluating the tokens one at a time with tern_session_eval (on the
+ * CPU; the pass walks the GDN recurrence token by token instead of the block scan), so
+ * greedy text with speculation equals plain greedy text. Then, before any other call on
+ * the session, tern_session_verify_keep keeps the first n_keep (0 <= n_keep <= n) of
+ * them: the position becomes pos0 + n_keep and the logits those after the last kept
+ * token (with n_keep == 0 those before the verify). Models without recurrent state just
+ * move the position back (keep reads the kept row from the logits buffer given to the
+ * verify: leave it unchanged in between). On qwen35 (GDN layers) the verify first copies the GDN conv and
+ * recurrent states into one snapshot kept with the session (the back-end's memory:
+ * device memory on CUDA; retaken into the same storage every verify), and keeping fewer
+ * than n restores it and evaluates the kept tokens again: one set of states
+ * (tern_session_verify_bytes: 151 MB on the 27B in fp32) instead of one per drafted
+ * position. Errors as tern_session_eval (checked before any work); keep:
+ * TERN_ERR_INVALID_ARG when the session was not just verified, TERN_ERR_RANGE for
+ * n_keep outside [0, n]. TERN_ERR_UNSUPPORTED on a tensor-parallel model. */
+TERN_API tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n, float *logits);
+TERN_API tern_status tern_session_verify_keep(tern_session *s, int n_keep);
+/* Bytes of the rollback snapshot a verify keeps (0 on models without GDN layers). */
+TERN_API uint64_t tern_session_verify_bytes(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */
 TERN_API uint64_t tern_session_memory(const tern_session *s);
 /* Bytes the model's back-end can still give now, the figure tern_session_new's fit check

@@ -62,6 +62,8 @@ typedef struct tm_gdn_args {
     int n_k, n_v, dk, dv, conv_k;
     bool v_tiled;          /* value head p reads key head p % n_k (else p / (n_v/n_k)) */
     float eps;
+    bool walk;             /* token by token, exactly as `rows` single-row calls would
+                            * (tm_step.exact); else the back-end's choice of scan */
 } tm_gdn_args;
 
 /* Op-sized building blocks. `be` is the instance the op runs on. */
@@ -120,6 +122,9 @@ struct tm_step {
     int n_seq, T, R;       /* R: rows per sequence (T when n_seq == 1, else 1) */
     const int32_t *tokens; /* host, T ids */
     bool dec;              /* single-token rows: use the decode-layout weight copies */
+    bool exact;            /* a speculative verify (tern_session_verify): every row must
+                            * come out bit-identical to evaluating the tokens one at a time
+                            * (the GDN recurrence walks token by token: tm_gdn_args.walk) */
     float *rows_out;       /* host [T][n_vocab] or NULL: only the last row, into w->logits */
     float *hidden_out;     /* host [T][n_embd] or NULL. Set: the head stops after the output
                             * norm (no logits, w->logits untouched, rows_out NULL): the T normed

@@ -35,6 +35,12 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
     return run(&st);
 }
 
+tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
+    tm_step st = {.w = s, .ss = &s, .n_seq = 1, .T = T, .R = T, .tokens = tokens, .dec = T == 1,
+                  .exact = true, .rows_out = logits_out};
+    return run(&st);
+}
+
 tern_status tm_forward_hidden(tern_session *s, const int32_t *tokens, int T, float *hidden_out) {
     TERN_ASSERT(hidden_out);
     tm_step st = {.w = s, .ss = &s, .n_seq = 1, .T = T, .R = T, .tokens = tokens, .dec = T == 1,

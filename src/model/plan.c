@@ -359,7 +359,8 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
                               .state = s->ssm_state + (size_t)op->cache * gdn_st,
                               .out = out + r0 * VW, .work = out2 + r0 * W,
                               .rows = (int)R, .n_k = op->n_head, .n_v = op->n_head_kv, .dk = op->head_dim,
-                              .dv = op->dv, .conv_k = op->conv_k, .v_tiled = m->v_tiled, .eps = op->eps};
+                              .dv = op->dv, .conv_k = op->conv_k, .v_tiled = m->v_tiled, .eps = op->eps,
+                              .walk = st->exact};
             o->gdn(be, &ga);
             continue;
         }

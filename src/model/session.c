@@ -31,12 +31,15 @@ static float *s_alloc(tern_session *s, size_t n_floats) {
 void tern_session_free(tern_session *s) {
     if (!s) return;
     if (s->counted) __atomic_fetch_sub(&s->m->sessions_bytes, s->counted, __ATOMIC_RELAXED);
+    tern_session_snapshot_free(s->vsnap); /* the verify's rollback states (verify.c) */
     if (s->m->be->vt->session_release) s->m->be->vt->session_release(s->m->be, s);
     for (int i = 0; i < s->n_allocs; i++) tm_be_free(s->m->be, s->allocs[i], s->alloc_n[i]);
     if (s->logits_host) tern_free_aligned(s->logits, s->logits_host);
     if (s->blogits)
         tern_free_aligned(s->blogits, (size_t)s->blogits_rows * s->m->hp.n_vocab * sizeof(float));
     free(s->row_stamp);
+    free(s->vtok);
+    free(s->vlog0);
     free(s);
 }
 

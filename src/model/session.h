@@ -60,6 +60,14 @@ struct tern_session {
     uint64_t id;
     uint64_t *row_stamp;
     uint64_t stamp;
+    /* speculative verification (tern_session_verify / _keep): one snapshot of the GDN
+     * states taken before each verify (reused; NULL until the first verify of a model
+     * with GDN layers), where the verify started, its tokens (vn = 0: nothing to settle) */
+    struct tern_session_snapshot *vsnap;
+    int vpos0, vn, vcap;
+    int32_t *vtok;
+    const float *vrows;   /* the caller's logits rows of the last verify (read by _keep) */
+    float *vlog0;         /* [n_vocab] host: the logits before it (models without GDN) */
     uint64_t bytes;
     uint64_t counted; /* bytes added to m->sessions_bytes (0: none) */
     void *allocs[24];
@@ -70,6 +78,9 @@ struct tern_session {
 /* Evaluate tokens[0..n) at positions pos.. (n <= n_chunk; fits the context).
  * logits_out (may be NULL): n rows of n_vocab; the last row always goes to s->logits. */
 tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int n, float *logits_out);
+
+/* tm_forward_chunk with tm_step.exact: every row bit-identical to single-token steps. */
+tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int n, float *logits_out);
 
 /* The same chunk stopped before the head (embeddings): hidden_out (host) gets n rows of
  * n_embd floats, the output norm's result per token; s->logits is not touched. */

@@ -90,7 +90,7 @@ static void cpu_gdn(tm_backend *be, const tm_gdn_args *a) {
                        .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                        .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
                        .eps = a->eps};
-    tern_gdn(&k, tm_backend_cpu_pool(be));
+    tern_gdn_with(&k, a->walk ? TERN_GDN_WALK : TERN_GDN_AUTO, tm_backend_cpu_pool(be));
 }
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -1,0 +1,116 @@
+/*
+ * verify.c - speculative verification (tern.h tern_session_verify, _keep): the target
+ * model evaluates n positions of one sequence (the pending token and the drafts) in
+ * one pass and returns every row's logits; afterwards the caller keeps a prefix.
+ *
+ * Exactness: the pass runs with tm_step.exact, so each row is bit-identical to
+ * evaluating the tokens one at a time (the GDN recurrence walks token by token instead
+ * of the block scan; the matmuls of <= 9 rows stay on the single-row kernels on every
+ * CPU ISA, see tests/unit/test_spec.c). Greedy text with speculation is then
+ * byte-identical to plain greedy.
+ *
+ * Rollback: attention rows after the kept prefix are simply overwritten later (the
+ * position goes back). The GDN conv and recurrent states cannot be rewound, so one
+ * snapshot of them (tern_session_snapshot, in the back-end's memory: device memory on
+ * CUDA) is retaken before every verify into the same storage; keeping fewer than n
+ * restores it and evaluates the kept tokens again (exact: the same rows). Memory: one
+ * set of GDN states (151 MB for the 27B in fp32) instead of one per drafted position.
+ */
+#include "model/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool has_gdn(const tern_session *s) { return s->m->hp.n_gdn_layers > 0; }
+
+/* Evaluate tokens [0, n) exactly, in pieces of at most n_chunk rows; advances pos. */
+static tern_status eval_exact(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    tern_status st = TERN_OK;
+    pthread_mutex_lock(&s->m->eval_mu);
+    for (size_t i = 0; i < n && !st;) {
+        int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
+        st = tm_forward_verify(s, tokens + i, c, logits ? logits + i * V : NULL);
+        if (!st) {
+            tm_session_stamp(s, s->pos, c);
+            s->pos += c;
+            i += (size_t)c;
+        }
+    }
+    pthread_mutex_unlock(&s->m->eval_mu);
+    return st;
+}
+
+tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
+    if (!s || !tokens || !logits) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: NULL argument");
+    if (n == 0) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: no tokens");
+    const int V = s->m->hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)", (int)tokens[i],
+                             i, V);
+    if (n > (size_t)(s->n_ctx - s->pos))
+        return tern_fail(TERN_ERR_CONTEXT_FULL, "context full: %zu tokens at position %d exceed the context of %d",
+                         n, s->pos, s->n_ctx);
+    if (s->m->be->vt->caps & TM_CAP_PRIVATE_STATE)
+        return tern_fail(TERN_ERR_UNSUPPORTED, "tern_session_verify: not supported on a tensor-parallel model (--tp)");
+    if ((int)n > s->vcap) {
+        int cap = (int)n < 16 ? 16 : (int)n;
+        int32_t *t = realloc(s->vtok, (size_t)cap * sizeof *t);
+        if (!t) return tern_fail(TERN_ERR_NOMEM, "tern_session_verify: out of memory");
+        s->vtok = t;
+        s->vcap = cap;
+    }
+    tern_status st = TERN_OK;
+    if (has_gdn(s)) {
+        if (!s->vsnap) {
+            st = tern_session_snapshot_take_in(s, TERN_SNAPSHOT_BACKEND, &s->vsnap);
+            if (!st) s->bytes += tern_session_snapshot_bytes(s->vsnap);
+        } else {
+            st = tern_session_snapshot_retake(s, s->vsnap);
+        }
+        if (st) return st;
+    } else {
+        if (!s->vlog0 && !(s->vlog0 = malloc((size_t)V * sizeof(float))))
+            return tern_fail(TERN_ERR_NOMEM, "tern_session_verify: out of memory");
+        memcpy(s->vlog0, s->logits, (size_t)V * sizeof(float));
+    }
+    s->vn = 0;
+    s->vrows = logits;
+    s->vpos0 = s->pos;
+    memcpy(s->vtok, tokens, n * sizeof *tokens);
+    st = eval_exact(s, tokens, n, logits);
+    if (st) return st;
+    s->vn = (int)n;
+    return TERN_OK;
+}
+
+tern_status tern_session_verify_keep(tern_session *s, int n_keep) {
+    if (!s) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify_keep: NULL session");
+    if (!s->vn || s->pos != s->vpos0 + s->vn)
+        return tern_fail(TERN_ERR_INVALID_ARG,
+                         "tern_session_verify_keep: the session was not just verified (or was evaluated since)");
+    if (n_keep < 0 || n_keep > s->vn)
+        return tern_fail(TERN_ERR_RANGE, "tern_session_verify_keep: %d outside [0, %d]", n_keep, s->vn);
+    const int n = s->vn;
+    s->vn = 0;
+    if (n_keep == n) return TERN_OK;
+    if (!has_gdn(s)) { /* attention reads [0, pos) only: the rows after are overwritten later */
+        s->pos = s->vpos0 + n_keep;
+        const size_t V = (size_t)s->m->hp.n_vocab;
+        memcpy(s->logits, n_keep ? s->vrows + (size_t)(n_keep - 1) * V : s->vlog0, V * sizeof(float));
+        return TERN_OK;
+    }
+    tern_status st = tern_session_snapshot_restore(s, s->vsnap);
+    if (st) return st;
+    /* the kept tokens again, from the restored states: the same rows as the verify's */
+    return n_keep ? eval_exact(s, s->vtok, (size_t)n_keep, NULL) : TERN_OK;
+}
+
+uint64_t tern_session_verify_bytes(const tern_session *s) {
+    if (!s || !has_gdn(s)) return 0;
+    const tm_hparams *hp = &s->m->hp;
+    size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
+    return (uint64_t)hp->n_gdn_layers *
+           ((uint64_t)(hp->conv_k - 1) * C + s->m->be->vt->gdn_state_floats(s->m->be, hp)) * sizeof(float);
+}
