@@ -32,6 +32,7 @@ int tern_cmd_perplexity(int argc, char **argv);
 int tern_bench_model(int argc, char **argv);
 /* `tern bench gdn ...` (src/cli/bench_gdn.c); argv[0] is "gdn". */
 int tern_bench_gdn(int argc, char **argv);
+int tern_bench_sampler(int argc, char **argv);
 
 /* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
