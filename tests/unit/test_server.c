@@ -588,8 +588,10 @@ static void *client_main(void *arg) {
     srv_sched_stop(c->s);
     return NULL;
 }
+static int g_sample_threads;  /* srv_sched_params.sample_threads of with_sched's scheduler */
 static void with_sched(int n_parallel, int n_ctx, int queue, void (*fn)(client *)) {
     srv_sched_params p = {n_parallel, n_ctx, queue};
+    p.sample_threads = g_sample_threads;
     client c = {NULL, fn};
     CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
     if (!c.s) return;
@@ -666,6 +668,10 @@ TEST(sched_equals_generate) {
         reference(prompts[0], &greedy, 24, st, 1, &ref_stop);
     }
     with_sched(2, 512, 4, eq_client);
+    /* the tokens chosen on a pool of threads (forced: the embedded vocabulary is small) */
+    g_sample_threads = 3;
+    with_sched(3, 512, 4, eq_client);
+    g_sample_threads = 0;
     for (int k = 0; k < N_EQ; k++) tern_gen_result_free(&refs[k]);
     tern_gen_result_free(&ref_stop);
 }
@@ -714,6 +720,37 @@ static void budget_client(client *c) {
     CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}")
           && strstr(text, "tern_sched_seconds_total{kind=\"sample\"}"));
     free(text);
+}
+
+/* srv_pool: every index exactly once per run, over many runs (each wakes the workers), with
+ * more and fewer indices than threads; NULL and one thread run serially */
+static atomic_int pool_hits[1000];
+static void pool_fn(void *ctx, int i) {
+    atomic_fetch_add(&pool_hits[i], 1);
+    atomic_fetch_add((atomic_int *)ctx, 1);
+}
+TEST(pool_runs_each_index_once) {
+    const int threads[] = {1, 2, 5};
+    for (int ti = 0; ti < 3; ti++) {
+        srv_pool *p = srv_pool_new(threads[ti]);
+        CHECK(p != NULL);
+        if (!p) return;
+        CHECK_EQ_INT(srv_pool_threads(p), threads[ti]);
+        for (int r = 0; r < 300; r++) {
+            int n = (r * 37) % 1000, bad = 0;
+            atomic_int total = 0;
+            for (int i = 0; i < n; i++) atomic_store(&pool_hits[i], 0);
+            srv_pool_run(p, n, pool_fn, &total);
+            for (int i = 0; i < n; i++) bad += atomic_load(&pool_hits[i]) != 1;
+            CHECK_MSG(!bad && atomic_load(&total) == n, "%d threads, run %d: %d of %d indices not run exactly once",
+                      threads[ti], r, bad, n);
+            if (bad) break;
+        }
+        srv_pool_free(p);
+    }
+    atomic_int total = 0;
+    srv_pool_run(NULL, 7, pool_fn, &total);
+    CHECK_EQ_INT(atomic_load(&total), 7);
 }
 
 TEST(sched_prefill_budget) {
@@ -1556,6 +1593,7 @@ int main(void) {
     RUN(builders);
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);
+    RUN(pool_runs_each_index_once);
     RUN(sched_prefill_budget);
     RUN(sched_cancel_queue_stop);
     RUN(sched_queue_counts_idle_slots);
