@@ -569,6 +569,11 @@ TERN_API int32_t tern_tokenizer_eos(const tern_tokenizer *t);   /* -1 if none */
 TERN_API bool tern_token_is_eog(const tern_tokenizer *t, int32_t id);
 /* "qwen2" or "qwen35" (the split regex in use). */
 TERN_API const char *tern_tokenizer_pre(const tern_tokenizer *t);
+/* TERN_OK when a and b tokenize and detokenize alike: the same vocabulary (every token's
+ * text and type), merges (pairs and ranks), end-of-generation set, bos / eos / pad and
+ * pre-tokenizer; otherwise TERN_ERR_INVALID_ARG whose message (tern_last_error) names the
+ * first difference ("the tokenizers differ: token 151643 is ... vs ..."). */
+TERN_API tern_status tern_tokenizer_compare(const tern_tokenizer *a, const tern_tokenizer *b);
 /* The chat template text from the file (NULL if none). */
 TERN_API const char *tern_tokenizer_chat_template(const tern_tokenizer *t);
 
@@ -669,6 +674,15 @@ TERN_API tern_status tern_sampler_new(const tern_sampler_params *p, int n_vocab,
 TERN_API void tern_sampler_free(tern_sampler *s);
 /* Choose the next token from logits[n_vocab] (not modified). */
 TERN_API int32_t tern_sampler_sample(tern_sampler *s, const float *logits);
+/* Speculative decoding: the same choice with a drafted id in hand (a drafter that proposes
+ * one id with certainty: prompt lookup, a greedy draft model). At temperature > 0 the
+ * standard rejection rule for such a drafter: the draft is returned with probability p(draft)
+ * under this sampler's final distribution (penalties, top-k / top-p / min-p / ... and the
+ * temperature applied exactly as tern_sampler_sample applies them), otherwise an id drawn
+ * from that distribution with the draft removed (renormalised); so the result has the
+ * distribution of tern_sampler_sample. Greedy: the argmax, as tern_sampler_sample. The
+ * draft was accepted when the result equals it. draft < 0: tern_sampler_sample. */
+TERN_API int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft);
 /* Record a token for the penalties (prompt tokens too, if wanted). */
 TERN_API void tern_sampler_accept(tern_sampler *s, int32_t id);
 TERN_API void tern_sampler_reset(tern_sampler *s);   /* history cleared, rng reseeded */
@@ -710,6 +724,30 @@ TERN_API bool tern_grammar_matcher_accept_bytes(tern_grammar_matcher *m, const c
 /* The bytes so far form a complete sentence of the grammar. */
 TERN_API bool tern_grammar_matcher_is_done(const tern_grammar_matcher *m);
 
+/* ---- speculative decoding: drafters propose the next tokens; the target model checks
+ * them in one pass (tern_session_verify) and keeps the longest prefix it agrees with
+ * (greedy), or by rejection sampling (tern_sampler_sample_draft) at temperature > 0: the
+ * text has the same distribution as without (greedy: the same bytes). */
+typedef struct tern_drafter tern_drafter;
+/* Prompt lookup: the last n_max .. n_min tokens (longest first; 0: 4 and 2) looked up in
+ * the prompt and the text generated so far; the tokens that followed their latest earlier
+ * occurrence are the draft. No model, no memory beyond the history. */
+TERN_API tern_status tern_drafter_ngram_new(int n_max, int n_min, tern_drafter **out);
+/* A draft model: draft (any model tern loads; borrowed, must outlive the drafter) runs
+ * greedily on a session of its own (n_ctx: 0 = 4096). Its tokenizer draft_tok must equal
+ * the target's target_tok (tern_tokenizer_compare: a difference is TERN_ERR_INVALID_ARG
+ * naming it). */
+TERN_API tern_status tern_drafter_model_new(tern_model *draft, const tern_tokenizer *draft_tok,
+                                            const tern_tokenizer *target_tok, int n_ctx, tern_drafter **out);
+TERN_API void tern_drafter_free(tern_drafter *d);
+/* Up to k (<= 64) drafted ids following history[0 .. n) (the prompt and every token
+ * chosen so far) into out; returns how many (0: no draft). A draft model evaluates the
+ * history it has not seen (rewinding to the longest prefix it shares with what it saw)
+ * and then k - 1 of its own drafts; on an error it returns -1 (tern_last_error). */
+TERN_API int tern_drafter_draft(tern_drafter *d, const int32_t *history, size_t n, int k, int32_t *out);
+/* "ngram" or "draft". */
+TERN_API const char *tern_drafter_kind(const tern_drafter *d);
+
 /* Why generation stopped. */
 typedef enum tern_stop_reason {
     TERN_STOP_NONE = 0, TERN_STOP_EOG = 1, TERN_STOP_STRING = 2, TERN_STOP_MAX_TOKENS = 3,
@@ -740,6 +778,11 @@ typedef struct tern_gen_params {
     void *token_user;
     tern_grammar_matcher *grammar;  /* may be NULL: constrained output (masked after process,
                                      * advanced by each sampled token; borrowed) */
+    tern_drafter *drafter;          /* may be NULL: speculative decoding (borrowed; one
+                                     * generation at a time): each step drafts up to spec_k
+                                     * tokens after the chosen one and verifies them in one pass */
+    int spec_k;                     /* the most drafted tokens per step (<= 0: 8; at most 16);
+                                     * adapted to the acceptance rate between 1 and this */
 } tern_gen_params;
 typedef struct tern_gen_result {
     tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */
@@ -747,6 +790,9 @@ typedef struct tern_gen_result {
     tern_stop_reason reason;
     size_t n_prompt;                /* prompt tokens evaluated by this call */
     double prompt_s, gen_s;         /* seconds: prompt evaluation, generation loop */
+    size_t spec_drafted;            /* speculation: tokens drafted, */
+    size_t spec_accepted;           /* of which accepted, */
+    size_t spec_steps;              /* verify passes */
 } tern_gen_result;
 /* Evaluate `prompt` after what the session already holds, then sample until a
  * stop rule fires. Fails (nothing generated) if the prompt does not fit. */
@@ -797,6 +843,8 @@ TERN_API tern_status tern_gen_finish(tern_gen *g);
 TERN_API const char *tern_gen_text(const tern_gen *g, size_t *len, size_t *safe);
 TERN_API const int32_t *tern_gen_tokens(const tern_gen *g, size_t *n);
 TERN_API tern_stop_reason tern_gen_reason(const tern_gen *g);
+/* Speculation so far (tern_gen_params.drafter): tokens drafted, accepted, verify passes. */
+TERN_API void tern_gen_spec_stats(const tern_gen *g, size_t *drafted, size_t *accepted, size_t *steps);
 /* The stop-string rule of tern_generate, for callers with their own loop (a
  * server): text[0..len) has just grown from `before` bytes. If a stop string
  * now occurs where a new match can start, returns the offset of the earliest

@@ -73,6 +73,9 @@ static void usage(FILE *f) {
             "  family over the prompt's prefill and 8 decode steps run op by op, and the gap\n"
             "  between kernels (the decode step's time less the kernels', per launch). --chunk N:\n"
             "  the prefill chunk (default: the back-end's, 64 on the CPU, 512 on a GPU).\n"
+            "  --verify-k K: speculative decoding's verify pass over k + 1 positions against one\n"
+            "  decode step, k = 1..K, after -p tokens (with -n, --reps, --threads, --device,\n"
+            "  --depth-fill random, --json; src/cli/bench_verify.c).\n"
             "  --depth D: pp and tg measured after D\n"
             "  tokens of context (prefilled once, untimed; bytes/token then counts the KV cache\n"
             "  read too). --depth-fill random: the D positions of the KV cache and the GDN\n"
@@ -116,6 +119,8 @@ int tern_bench_model(int argc, char **argv) {
     bool json = false, profile = false, fill_random = false;
     int repack = -1; /* -1: the library's default */
     const char *device = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--verify-k")) return tern_bench_verify(argc, argv); /* bench_verify.c */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {

@@ -30,6 +30,9 @@ int tern_cmd_perplexity(int argc, char **argv);
 /* `tern bench model ...` (src/cli/bench_model.c); argv[0] is "model".
  * `tern bench` dispatches `bench kernels` itself (cmd_bench.c). */
 int tern_bench_model(int argc, char **argv);
+/* `tern bench model --verify-k K ...` (src/cli/bench_verify.c): the speculative verify
+ * pass over k + 1 positions against one decode step, k = 1..K. */
+int tern_bench_verify(int argc, char **argv);
 /* `tern bench gdn ...` (src/cli/bench_gdn.c); argv[0] is "gdn". */
 int tern_bench_gdn(int argc, char **argv);
 int tern_bench_sampler(int argc, char **argv);

@@ -55,6 +55,10 @@ void gen_opts_help(FILE *f) {
             "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
+            "  --spec ngram|draft:PATH  speculative decoding: drafts from prompt lookup (n-grams of the\n"
+            "                           prompt and reply) or a draft model with the same tokenizer, checked\n"
+            "                           k at a time in one pass; the same text (greedy: byte for byte)\n"
+            "  --spec-k N               most drafted tokens per pass (default 8, adapted to the hits)\n"
             "  --quiet                  no load/speed lines on stderr\n" CLI_ENV_SEE);
 }
 
@@ -126,6 +130,16 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--no-think")) { o->think = 0; return 1; }
     if (!strcmp(a, "--system")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->system = v; return 1; }
     if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { o->quiet = true; return 1; }
+    if (!strcmp(a, "--spec")) {
+        if (!take(cmd, argc, argv, i, &v)) return 2;
+        if (strcmp(v, "ngram") && (strncmp(v, "draft:", 6) || !v[6])) {
+            cli_usage_error(cmd, "bad value '%s' for --spec (ngram or draft:PATH)", v);
+            return 2;
+        }
+        o->spec = v;
+        return 1;
+    }
+    if (!strcmp(a, "--spec-k")) NUM_I(1, 16, o->spec_k);
     return 0;
 #undef NUM_I
 #undef NUM_F
@@ -219,6 +233,17 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     if (!o->freq_set && ms.has_freq) sp.frequency_penalty = ms.freq;
     if (!o->presence_set && ms.has_present) sp.presence_penalty = ms.present;
     if ((st = tern_sampler_new(&sp, info->n_vocab, &g->smp))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
+    if (o->spec && !strcmp(o->spec, "ngram")) {
+        st = tern_drafter_ngram_new(0, 0, &g->drafter);
+    } else if (o->spec) {
+        const char *dp = o->spec + 6;
+        st = tern_tokenizer_load(dp, &g->draft_tok);
+        tern_model_params dmp = mp;
+        dmp.tp = 0;
+        if (!st) st = tern_model_load(dp, &dmp, &g->draft_model);
+        if (!st) st = tern_drafter_model_new(g->draft_model, g->draft_tok, g->tok, tern_session_n_ctx(g->sess), &g->drafter);
+    }
+    if (st) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     g->has_template = tern_tokenizer_chat_template(g->tok) != NULL;
     g->load_s = tern_now_s_cli() - t0;
     if (!o->quiet)
@@ -238,11 +263,27 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
 }
 
 void gen_ctx_close(gen_ctx *g) {
+    tern_drafter_free(g->drafter);
+    tern_model_free(g->draft_model);
+    tern_tokenizer_free(g->draft_tok);
     tern_sampler_free(g->smp);
     tern_session_free(g->sess);
     tern_model_free(g->model);
     tern_tokenizer_free(g->tok);
     memset(g, 0, sizeof *g);
+}
+
+void gen_ctx_spec(const gen_ctx *g, const gen_opts *o, tern_gen_params *gp) {
+    gp->drafter = g->drafter;
+    gp->spec_k = o->spec_k;
+}
+
+void gen_spec_report(const char *cmd, const gen_ctx *g, const tern_gen_result *r, bool quiet) {
+    if (quiet || !g->drafter) return;
+    fprintf(stderr, "tern %s: speculation (%s): %zu drafted, %zu accepted (%.0f%%), %zu verify passes, %.2f tokens a pass\n",
+            cmd, tern_drafter_kind(g->drafter), r->spec_drafted, r->spec_accepted,
+            r->spec_drafted ? 100.0 * (double)r->spec_accepted / (double)r->spec_drafted : 0.0, r->spec_steps,
+            r->spec_steps ? (double)(r->spec_accepted + r->spec_steps) / (double)r->spec_steps : 0.0);
 }
 
 static struct sigaction g_old_int;

@@ -23,6 +23,8 @@ typedef struct gen_opts {
     int think;                      /* -1 default (model family), 0 off, 1 on */
     const char *system;
     bool quiet;
+    const char *spec;               /* --spec ngram | draft:PATH (NULL: off) */
+    int spec_k;                     /* --spec-k N (0: the library's default, 8) */
 } gen_opts;
 
 void gen_opts_default(gen_opts *o);
@@ -59,10 +61,17 @@ typedef struct gen_ctx {
     bool has_template;              /* the file carries a chat template */
     bool think;                     /* resolved thinking setting */
     double load_s;
+    tern_drafter *drafter;          /* --spec (NULL: off) */
+    tern_model *draft_model;        /* --spec draft:PATH */
+    tern_tokenizer *draft_tok;
 } gen_ctx;
 /* Load everything; on failure prints the message and returns the exit code (1). */
 int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g);
 void gen_ctx_close(gen_ctx *g);
+/* The speculation fields of a tern_gen_params from the options (--spec, --spec-k). */
+void gen_ctx_spec(const gen_ctx *g, const gen_opts *o, tern_gen_params *gp);
+/* One line on stderr (unless quiet): drafted, accepted, verify passes of a reply. */
+void gen_spec_report(const char *cmd, const gen_ctx *g, const tern_gen_result *r, bool quiet);
 
 /* SIGINT handling: while armed, Ctrl-C sets gen_cancel instead of killing. */
 extern tern_atomic_int gen_cancel;  /* C11 atomic: set by the handler, polled by the token loop */

@@ -403,6 +403,7 @@ static void chat_turn_run(chat *c, const char *msg, bool tty_out, bool hide) {
     for (;;) {
         int left = o->n_predict > 0 ? o->n_predict - (int)reply.n : 0;
         tern_gen_params gp = {left, NULL, 0, on_text, &v, &gen_cancel};
+        gen_ctx_spec(g, o, &gp);
         gen_sigint_arm();
         st = tern_generate(g->sess, g->tok, g->smp, ids.ids, ids.n, &gp, &res);
         gen_sigint_disarm();

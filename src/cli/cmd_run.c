@@ -141,6 +141,7 @@ int tern_cmd_run(int argc, char **argv) {
     tern_grammar_matcher *gm = NULL;
     if (grammar && !(st = tern_token_trie_new(g.tok, 0, &trie))) st = tern_grammar_matcher_new(grammar, trie, &gm);
     gp.grammar = gm;
+    gen_ctx_spec(&g, &o, &gp);
     tern_gen_result res;
     memset(&res, 0, sizeof res);
     gen_sigint_arm();
@@ -197,6 +198,7 @@ int tern_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tern run: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s), "
                         "stop: %s\n", res.n_prompt, res.prompt_s, pp, n_gen, res.gen_s, tg,
                 tern_stop_reason_str(res.reason));
+    gen_spec_report("run", &g, &res, o.quiet);
     if (!o.quiet) {
         char line[160];
         cli_cache_line(g.sess, line, sizeof line);

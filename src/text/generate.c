@@ -63,7 +63,43 @@ struct tern_gen {
     bool cancelled;                 /* on_text returned false */
     bool finished;
     tern_stop_reason reason;
+    /* speculation (p.drafter): the history the drafter reads (the prompt given to this
+     * generator and every chosen id), the verify window: rows vrows[vbase + j] of the
+     * tokens vtok[vbase + j] (j < vn: vtok[vbase] was the pending id, then the drafts);
+     * vj is the row the next choice reads; vacc: the pending id is the draft already
+     * evaluated there. keep_at > 0: the window closed, the session keeps that many of the
+     * verify's tokens (settled at the next advance). GDN models: rejected rows are not
+     * evaluated again at once; their kept tokens (defer) lead the next verify. */
+    int32_t *hist;
+    size_t hist_n, hist_cap;
+    int kmax, k;
+    float *vrows;
+    int32_t *vtok;
+    int vrows_cap, vpos0, vbase, vn, vj, keep_at;
+    bool vacc, gdn;
+    int32_t *defer;
+    int n_defer;
+    size_t drafted, accepted, steps;
 };
+
+/* Rows a verify may hold: deferred tokens (at most kmax + 1), the pending id, kmax drafts. */
+static int spec_rows(int kmax) { return 2 * kmax + 2; }
+
+static tern_status hist_push(tern_gen *g, const int32_t *ids, size_t n) {
+    if (!g->p.drafter) return TERN_OK;
+    if (g->hist_n + n > g->hist_cap) {
+        size_t cap = (g->hist_n + n) * 2 + 64;
+        int32_t *h = tern_malloc(cap * sizeof *h);
+        if (!h) return tern_fail(TERN_ERR_NOMEM, "generate: out of memory");
+        if (g->hist_n) memcpy(h, g->hist, g->hist_n * sizeof *h);
+        tern_free(g->hist, g->hist_cap * sizeof *h);
+        g->hist = h;
+        g->hist_cap = cap;
+    }
+    memcpy(g->hist + g->hist_n, ids, n * sizeof *ids);
+    g->hist_n += n;
+    return TERN_OK;
+}
 
 void tern_gen_free(tern_gen *g) {
     if (!g) return;
@@ -74,6 +110,12 @@ void tern_gen_free(tern_gen *g) {
     tern_free(g->masked, (size_t)g->n_vocab * sizeof(float));
     tern_tokens_free(&g->tokens);
     tern_str_free(&g->text);
+    tern_free(g->hist, g->hist_cap * sizeof *g->hist);
+    if (g->vrows) {
+        tern_free(g->vrows, (size_t)g->vrows_cap * g->n_vocab * sizeof(float));
+        tern_free(g->vtok, (size_t)g->vrows_cap * sizeof *g->vtok);
+        tern_free(g->defer, (size_t)g->vrows_cap * sizeof *g->defer);
+    }
     tern_free(g, sizeof *g);
 }
 
@@ -116,6 +158,16 @@ tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler 
     if (!st && ((g->p.ignore_eos && g->n_eog) || g->p.process || g->p.grammar) &&
         !(g->masked = tern_malloc((size_t)g->n_vocab * sizeof(float))))
         st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+    if (!st && g->p.drafter) {
+        g->kmax = g->p.spec_k > 0 ? (g->p.spec_k < 16 ? g->p.spec_k : 16) : 8;
+        g->k = g->kmax;
+        g->vrows_cap = spec_rows(g->kmax);
+        g->gdn = !tern_session_can_truncate(s);
+        g->vrows = tern_malloc((size_t)g->vrows_cap * g->n_vocab * sizeof(float));
+        g->vtok = tern_malloc((size_t)g->vrows_cap * sizeof *g->vtok);
+        g->defer = tern_malloc((size_t)g->vrows_cap * sizeof *g->defer);
+        if (!g->vrows || !g->vtok || !g->defer) st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+    }
     if (st) {
         tern_gen_free(g);
         return st;
@@ -134,13 +186,38 @@ tern_status tern_gen_prefill(tern_gen *g, const int32_t *ids, size_t n) {
     tern_status st = tern_session_eval(g->s, ids, n, NULL);
     if (st) return st;
     for (size_t i = 0; i < n; i++) tern_sampler_accept(g->smp, ids[i]); /* penalties see the prompt (HF) */
-    return TERN_OK;
+    return hist_push(g, ids, n);
 }
 
 static tern_stop_reason gen_stop(tern_gen *g, tern_stop_reason r) {
     g->reason = r;
     return r;
 }
+
+/* The position the session would have without speculation: the verify's rows after the
+ * current one (and deferred tokens not yet evaluated again) are not counted. */
+static int gen_pos(const tern_gen *g) {
+    if (g->keep_at) return g->vpos0 + g->keep_at;
+    if (g->vn) return g->vpos0 + g->vbase + g->vj + 1;
+    return tern_session_pos(g->s) + g->n_defer;
+}
+
+/* A closed window (keep_at > 0): keep that many of the verify's tokens. On a GDN model
+ * the states go back to before the verify and, unless `now` or too many, the kept
+ * tokens wait (defer) to lead the next verify instead of a pass of their own. */
+static tern_status settle(tern_gen *g, bool now) {
+    if (!g->keep_at) return TERN_OK;
+    const int keep = g->keep_at;
+    g->keep_at = 0;
+    if (!g->gdn || now || keep > g->kmax + 1) return tern_session_verify_keep(g->s, keep);
+    tern_status st = tern_session_verify_keep(g->s, 0);
+    if (st) return st;
+    memcpy(g->defer, g->vtok, (size_t)keep * sizeof *g->defer);
+    g->n_defer = keep;
+    return TERN_OK;
+}
+
+static tern_status choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason);
 
 tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason) {
     if (!g || !reason) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_choose: NULL argument");
@@ -150,10 +227,23 @@ tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reas
     if (g->reason != TERN_STOP_NONE) { *reason = g->reason; return TERN_OK; }
     *reason = TERN_STOP_NONE;
     if (g->pending >= 0) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_choose: the chosen token was not evaluated");
+    if (!g->vn) return choose(g, id_out, reason);
+    /* in a verify window: the choice reads row vj; a stop settles the window at once */
+    tern_status st = choose(g, id_out, reason);
+    if (!st && *reason != TERN_STOP_NONE && g->vn) {
+        g->keep_at = g->vbase + g->vj + 1;
+        g->vn = 0;
+    }
+    if (!st && *reason != TERN_STOP_NONE) st = settle(g, true);
+    return st;
+}
+
+static tern_status choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason) {
     const tern_gen_params *p = &g->p;
     if (p->cancel && atomic_load_explicit(p->cancel, memory_order_relaxed)) { *reason = gen_stop(g, TERN_STOP_CANCELLED); return TERN_OK; }
     if (p->max_tokens > 0 && g->tokens.n >= (size_t)p->max_tokens) { *reason = gen_stop(g, TERN_STOP_MAX_TOKENS); return TERN_OK; }
-    const float *logits = tern_session_logits(g->s);
+    const float *logits = g->vn ? g->vrows + (size_t)(g->vbase + g->vj) * g->n_vocab : tern_session_logits(g->s);
+    const int32_t draft = g->vn && g->vj + 1 < g->vn ? g->vtok[g->vbase + g->vj + 1] : -1;
     if (!logits) return tern_fail(TERN_ERR_INTERNAL, "generate: the session has no logits");
     if (g->masked) {
         memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof(float));
@@ -165,7 +255,18 @@ tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reas
         if (gst) return gst;
         logits = g->masked;
     }
-    int32_t id = tern_sampler_sample(g->smp, logits);
+    int32_t id = draft >= 0 ? tern_sampler_sample_draft(g->smp, logits, draft) : tern_sampler_sample(g->smp, logits);
+    if (g->vn) {
+        if (id == draft) { /* accepted: already evaluated at the next row */
+            g->vacc = true;
+            g->accepted++;
+        } else { /* the window ends with this row: the tokens up to its own are kept */
+            g->keep_at = g->vbase + g->vj + 1;
+            int acc = g->vj, nd = g->vn - 1;
+            g->k = acc == nd ? (g->k + 2 < g->kmax ? g->k + 2 : g->kmax) : (acc + 1 < g->kmax ? acc + 1 : g->kmax);
+            g->vn = 0;
+        }
+    }
     if (p->grammar && !isfinite(logits[id]))
         return tern_fail(TERN_ERR_INVALID_ARG, "generate: every token the grammar allows was excluded (ignore_eos, "
                          "logit_bias or the sampler)");
@@ -175,6 +276,7 @@ tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reas
     }
     tern_sampler_accept(g->smp, id);
     tern_status st = tern_tokens_push(&g->tokens, id);
+    if (!st) st = hist_push(g, &id, 1);
     if (st) return st;
     *id_out = id;
     if (tern_token_is_eog(g->t, id)) { *reason = gen_stop(g, TERN_STOP_EOG); return TERN_OK; }
@@ -196,17 +298,68 @@ tern_status tern_gen_choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reas
     if (safe > g->emitted) g->emitted = safe;
     if (stopped) { *reason = gen_stop(g, TERN_STOP_STRING); return TERN_OK; }
     if (g->cancelled) { *reason = gen_stop(g, TERN_STOP_CANCELLED); return TERN_OK; }
-    if (tern_session_pos(g->s) >= tern_session_n_ctx(g->s)) { *reason = gen_stop(g, TERN_STOP_CONTEXT_FULL); return TERN_OK; }
+    if (gen_pos(g) >= tern_session_n_ctx(g->s)) { *reason = gen_stop(g, TERN_STOP_CONTEXT_FULL); return TERN_OK; }
     g->pending = id;
+    return TERN_OK;
+}
+
+/* Speculation: evaluate the pending id with the drafts that follow it (and deferred
+ * tokens before it) in one verify pass, opening a window of rows for the next choices. */
+static tern_status advance_spec(tern_gen *g) {
+    if (g->vacc) { /* the accepted draft: its row is the window's next */
+        g->vacc = false;
+        g->vj++;
+        g->pending = -1;
+        return TERN_OK;
+    }
+    tern_status st = settle(g, false);
+    if (st) return st;
+    int k = g->k;
+    if (g->p.max_tokens > 0) { /* drafts past max_tokens would never be chosen */
+        long left = (long)g->p.max_tokens - (long)g->tokens.n;
+        if (left < k) k = left > 0 ? (int)left : 0;
+    }
+    long room = (long)tern_session_n_ctx(g->s) - tern_session_pos(g->s) - g->n_defer - 1;
+    if (room < k) k = room > 0 ? (int)room : 0;
+    int nd = 0;
+    if (k > 0) {
+        nd = tern_drafter_draft(g->p.drafter, g->hist, g->hist_n, k, g->vtok + g->n_defer + 1);
+        if (nd < 0) return tern_fail(TERN_ERR_INTERNAL, "speculative decoding: the drafter failed: %s", tern_last_error());
+    }
+    if (!nd && !g->n_defer) { /* nothing drafted: a plain step */
+        st = tern_session_eval(g->s, &g->pending, 1, NULL);
+        if (!st) g->pending = -1;
+        return st;
+    }
+    memcpy(g->vtok, g->defer, (size_t)g->n_defer * sizeof *g->vtok);
+    g->vtok[g->n_defer] = g->pending;
+    const int n = g->n_defer + 1 + nd;
+    g->vpos0 = tern_session_pos(g->s);
+    st = tern_session_verify(g->s, g->vtok, (size_t)n, g->vrows);
+    if (st) return st;
+    g->steps++;
+    g->drafted += (size_t)nd;
+    g->vbase = g->n_defer;
+    g->n_defer = 0;
+    g->vn = 1 + nd;
+    g->vj = 0;
+    g->pending = -1;
     return TERN_OK;
 }
 
 tern_status tern_gen_advance(tern_gen *g) {
     if (!g) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_advance: NULL argument");
     if (g->pending < 0) return TERN_OK;
+    if (g->p.drafter) return advance_spec(g);
     tern_status st = tern_session_eval(g->s, &g->pending, 1, NULL);
     if (!st) g->pending = -1;
     return st;
+}
+
+void tern_gen_spec_stats(const tern_gen *g, size_t *drafted, size_t *accepted, size_t *steps) {
+    if (drafted) *drafted = g ? g->drafted : 0;
+    if (accepted) *accepted = g ? g->accepted : 0;
+    if (steps) *steps = g ? g->steps : 0;
 }
 
 tern_status tern_gen_advance_batch(tern_gen *const *g, size_t n) {
@@ -226,10 +379,14 @@ tern_status tern_gen_advance_batch(tern_gen *const *g, size_t n) {
             return tern_fail(TERN_ERR_NOMEM, "tern_gen_advance_batch: out of memory");
         }
     }
+    tern_status st = TERN_OK;
+    /* speculating generators verify their drafts on their own */
+    for (size_t i = 0; i < n && !st; i++)
+        if (g[i]->pending >= 0 && g[i]->p.drafter) st = tern_gen_advance(g[i]);
     for (size_t i = 0; i < n; i++)
         if (g[i]->pending >= 0) { ss[m] = g[i]->s; ids[m] = g[i]->pending; m++; }
-    tern_status st = TERN_OK;
-    if (m == 1) {
+    if (st) {
+    } else if (m == 1) {
         for (size_t i = 0; i < n; i++)
             if (g[i]->pending >= 0) st = tern_gen_advance(g[i]);
     } else if (m > 1 && !(st = tern_session_eval_batch(ss, ids, m, NULL))) {
@@ -249,6 +406,16 @@ tern_status tern_gen_step(tern_gen *g, int32_t *id, tern_stop_reason *reason) {
 tern_status tern_gen_finish(tern_gen *g) {
     if (!g) return tern_fail(TERN_ERR_INVALID_ARG, "tern_gen_finish: NULL argument");
     if (g->finished) return TERN_OK;
+    if (g->vn) { /* ended without a stop inside the window: keep what was chosen */
+        g->keep_at = g->vbase + g->vj + 1;
+        g->vn = 0;
+    }
+    tern_status sst = settle(g, true);
+    if (!sst && g->n_defer) { /* deferred kept tokens: evaluate them now */
+        sst = tern_session_eval(g->s, g->defer, (size_t)g->n_defer, NULL);
+        g->n_defer = 0;
+    }
+    if (sst) return sst;
     g->finished = true;
     if (g->reason == TERN_STOP_STRING) return TERN_OK;
     tern_status st = tern_detok_stream_flush(&g->ds, &g->text);
@@ -300,6 +467,7 @@ tern_status tern_generate(tern_session *s, const tern_tokenizer *t, tern_sampler
     r->tokens = g->tokens;
     memset(&g->text, 0, sizeof g->text);
     memset(&g->tokens, 0, sizeof g->tokens);
+    tern_gen_spec_stats(g, &r->spec_drafted, &r->spec_accepted, &r->spec_steps);
     tern_gen_free(g);
     r->gen_s = tern_now_s() - t1;
     return st;

@@ -48,6 +48,7 @@ struct tern_sampler {
     uint8_t *breaker;       /* [n_vocab] DRY sequence breakers (NULL: none) */
     int *dry_len;           /* [n_vocab] DRY: longest repeat each token would extend */
     struct cand *cand2;     /* [n_vocab] staged path: typical_p's ranking */
+    int32_t draft;          /* tern_sampler_sample_draft: the drafted id (-1: none) */
     uint8_t order[16];      /* staged path: the stages, in order */
     int n_order;
     bool staged;
@@ -133,6 +134,7 @@ tern_status tern_sampler_new(const tern_sampler_params *p, int n_vocab, tern_sam
     if (!s) return tern_fail(TERN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
+    s->draft = -1;
     s->p.samplers = NULL;
     s->p.dry_breakers = NULL;
     s->pen_n = p->penalty_last_n ? p->penalty_last_n : 64;
@@ -360,6 +362,33 @@ static void cand_probs(const struct cand *c, int m, float *pr) {
     for (int i = 0; i < m; i++) pr[i] = (float)(pr[i] / sum);
 }
 
+/* The draw from candidates c[0 .. m) of weights w (stride ws floats from w, summing to
+ * sum). With a draft (tern_sampler_sample_draft): speculative rejection sampling for a
+ * drafter that proposes one id with certainty (q a point mass): the draft is kept with
+ * probability p(draft) = w / sum; otherwise the id comes from p with the draft removed,
+ * renormalised (the residual norm(max(p - q, 0))). Either way the id has distribution p. */
+static int32_t draw(tern_sampler *s, const struct cand *c, const float *w, size_t ws, int m, double sum) {
+    int skip = -1;
+    if (s->draft >= 0) {
+        double wd = 0;
+        for (int i = 0; i < m; i++)
+            if (c[i].id == s->draft) { skip = i; wd = w[(size_t)i * ws]; break; }
+        if (skip >= 0) {
+            if (rng_unit(s->rng) * sum < wd || !(sum - wd > 0)) return s->draft;
+            sum -= wd;
+        }
+    }
+    double u = rng_unit(s->rng) * sum, acc = 0;
+    int last = -1;
+    for (int i = 0; i < m; i++) {
+        if (i == skip) continue;
+        acc += w[(size_t)i * ws];
+        last = i;
+        if (u < acc) return c[i].id;
+    }
+    return c[last >= 0 ? last : m - 1].id;
+}
+
 /* The staged path: candidates (within 40 of the maximum at the final scale) carry their
  * logits through the stages in s->order; probabilities are the softmax of what is left. */
 static int32_t sample_staged(tern_sampler *s, float *l, float lmax) {
@@ -460,12 +489,7 @@ static int32_t sample_staged(tern_sampler *s, float *l, float lmax) {
 #undef SORT
     if (m == 1) return c[0].id;
     cand_probs(c, m, pr);
-    double u = rng_unit(s->rng), acc = 0;
-    for (int i = 0; i < m; i++) {
-        acc += pr[i];
-        if (u < acc) return c[i].id;
-    }
-    return c[m - 1].id;
+    return draw(s, c, pr, 1, m, 1.0);
 }
 
 int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
@@ -558,12 +582,14 @@ int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
         m = j;
     }
     if (m <= 0) return best;
-    double u = rng_unit(s->rng) * sum, acc = 0;
-    for (int i = 0; i < m; i++) {
-        acc += c[i].p;
-        if (u < acc) return c[i].id;
-    }
-    return c[m - 1].id;
+    return draw(s, c, &c[0].p, sizeof *c / sizeof(float), m, sum);
+}
+
+int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft) {
+    s->draft = draft >= 0 && draft < s->n_vocab ? draft : -1;
+    int32_t id = tern_sampler_sample(s, logits);
+    s->draft = -1;
+    return id;
 }
 
 const char *tern_stop_reason_str(tern_stop_reason r) {

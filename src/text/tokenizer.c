@@ -22,6 +22,7 @@
 
 #include <pcre2.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -662,3 +663,66 @@ bool tern_token_is_eog(const tern_tokenizer *t, int32_t id) {
 }
 const char *tern_tokenizer_pre(const tern_tokenizer *t) { return t ? t->pre : ""; }
 const char *tern_tokenizer_chat_template(const tern_tokenizer *t) { return t ? t->chat_template : NULL; }
+
+/* ------------------------------------------------------------- comparing */
+
+/* A token's stored text for a message: printable ASCII kept, the rest as \xNN, cut. */
+static void text_for_msg(const tern_tokenizer *t, int32_t id, char *out, size_t cap) {
+    size_t n, o = 0;
+    const char *s = tok_text(t, id, &n);
+    for (size_t i = 0; i < n && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 32 && c < 127 && c != '"' && c != '\\') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = 0;
+}
+
+tern_status tern_tokenizer_compare(const tern_tokenizer *a, const tern_tokenizer *b) {
+    if (!a || !b) return tern_fail(TERN_ERR_INVALID_ARG, "tern_tokenizer_compare: NULL argument");
+    if (a->n_vocab != b->n_vocab)
+        return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: vocabulary of %d vs %d tokens", a->n_vocab,
+                         b->n_vocab);
+    for (int32_t id = 0; id < a->n_vocab; id++) {
+        size_t la, lb;
+        const char *ta = tok_text(a, id, &la), *tb = tok_text(b, id, &lb);
+        if (la != lb || memcmp(ta, tb, la) || a->tok[id].type != b->tok[id].type) {
+            char xa[96], xb[96];
+            text_for_msg(a, id, xa, sizeof xa);
+            text_for_msg(b, id, xb, sizeof xb);
+            return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: token %d is \"%s\" (type %d) vs \"%s\" (type %d)",
+                             (int)id, xa, a->tok[id].type, xb, b->tok[id].type);
+        }
+        if (!!a->eog[id] != !!b->eog[id])
+            return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: token %d ends generation in %s only", (int)id,
+                             a->eog[id] ? "the first" : "the second");
+    }
+    if (a->n_merges != b->n_merges)
+        return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: %d vs %d merges", (int)a->n_merges,
+                         (int)b->n_merges);
+    for (uint32_t i = 0; a->merges && i < a->merges_cap; i++) {
+        const merge_slot *m = &a->merges[i];
+        if (!m->key) continue;
+        int32_t l = (int32_t)((m->key - 1) >> 32), r = (int32_t)(uint32_t)(m->key - 1);
+        const merge_slot *o = merge_find(b, l, r);
+        if (!o || o->rank != m->rank || o->result != m->result) {
+            char xl[96], xr[96];
+            text_for_msg(a, l, xl, sizeof xl);
+            text_for_msg(a, r, xr, sizeof xr);
+            if (!o)
+                return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: merge \"%s %s\" (rank %d) is missing from the second",
+                                 xl, xr, (int)m->rank);
+            return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: merge \"%s %s\" has rank %d vs %d", xl, xr,
+                             (int)m->rank, (int)o->rank);
+        }
+    }
+    static const char *const what[3] = {"bos", "eos", "pad"};
+    const int32_t va[3] = {a->bos, a->eos, a->pad}, vb[3] = {b->bos, b->eos, b->pad};
+    for (int i = 0; i < 3; i++)
+        if (va[i] != vb[i])
+            return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: special token %s is %d vs %d", what[i],
+                             (int)va[i], (int)vb[i]);
+    if (strcmp(a->pre, b->pre))
+        return tern_fail(TERN_ERR_INVALID_ARG, "the tokenizers differ: pre-tokenizer \"%s\" vs \"%s\"", a->pre, b->pre);
+    return TERN_OK;
+}

@@ -164,9 +164,306 @@ TEST(verify_rows) {
     }
 }
 
+
+/* ------------------------------------------------------------ generation */
+
+typedef struct run_cfg {
+    tern_drafter *d;
+    int k;
+    float temp;
+    uint64_t seed;
+    int n;
+} run_cfg;
+
+/* Generate from a fresh session; returns the ids (malloc'd, *n_out) and the stats. */
+static int32_t *gen_ids(tern_model *m, const tern_tokenizer *t, const int32_t *prompt, size_t np, const run_cfg *c,
+                        size_t *n_out, tern_gen_result *stats) {
+    tern_session *s = new_session(m, 512);
+    tern_sampler_params sp;
+    tern_sampler_params_default(&sp);
+    sp.temperature = c->temp;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.02f;
+    sp.repeat_penalty = 1.1f;
+    sp.seed = c->seed;
+    tern_sampler *smp = NULL;
+    CHECK(tern_sampler_new(&sp, tern_model_get_info(m)->n_vocab, &smp) == TERN_OK);
+    tern_gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = c->n;
+    gp.ignore_eos = true;
+    gp.drafter = c->d;
+    gp.spec_k = c->k;
+    tern_gen_result r;
+    tern_status st = tern_generate(s, t, smp, prompt, np, &gp, &r);
+    CHECK_MSG(st == TERN_OK, "generate: %s", tern_last_error());
+    int32_t *ids = malloc((r.tokens.n + 1) * sizeof *ids);
+    memcpy(ids, r.tokens.ids, r.tokens.n * sizeof *ids);
+    *n_out = r.tokens.n;
+    if (stats) *stats = r, memset(&stats->tokens, 0, sizeof stats->tokens), memset(&stats->text, 0, sizeof stats->text);
+    /* the session holds exactly the prompt and the reply, as without speculation (each
+     * chosen id is evaluated before max_tokens stops the next choice) */
+    CHECK_EQ_INT(tern_session_pos(s), (long long)(np + r.tokens.n));
+    tern_gen_result_free(&r);
+    tern_sampler_free(smp);
+    tern_session_free(s);
+    return ids;
+}
+
+static const char *REPEAT_TEXT =
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick";
+
+TEST(greedy_same) {
+    const char *paths[8];
+    if (!model_paths(paths)) SKIP("no model (models/tern-default.gguf, fixtures)");
+    for (int mi = 0; paths[mi]; mi++) {
+        tern_model *m = load(paths[mi]);
+        if (!m) {
+            if (g_no_device) SKIP("no %s device", g_device);
+            continue;
+        }
+        tern_tokenizer *t = NULL;
+        CHECK(tern_tokenizer_load(paths[mi], &t) == TERN_OK);
+        tern_tokens ids = {0};
+        CHECK(tern_tokenize(t, REPEAT_TEXT, strlen(REPEAT_TEXT), false, &ids) == TERN_OK);
+        run_cfg c = {NULL, 0, 0.0f, 1, 64};
+        size_t n0;
+        int32_t *plain = gen_ids(m, t, ids.ids, ids.n, &c, &n0, NULL);
+        /* prompt lookup at every k, and the model drafting for itself (long accepted runs) */
+        tern_drafter *ng = NULL, *self = NULL, *sib = NULL;
+        CHECK(tern_drafter_ngram_new(0, 0, &ng) == TERN_OK);
+        CHECK(tern_drafter_model_new(m, t, t, 512, &self) == TERN_OK);
+        /* a sibling (another quantisation of the same weights, the same tokenizer):
+         * drafts that are often rejected (the rollback path, GDN states included) */
+        char sp[1100];
+        const char *slash = strrchr(paths[mi], '/');
+        tern_model *sm = NULL;
+        tern_tokenizer *st_ = NULL;
+        if (strstr(paths[mi], "qwen35-tiny/")) snprintf(sp, sizeof sp, "%.*s/model-ptq1_0.gguf", (int)(slash - paths[mi]), paths[mi]);
+        else if (strstr(paths[mi], "qwen3-tiny/")) snprintf(sp, sizeof sp, "%.*s/../qwen3-q1-tiny/model-q1_0.gguf", (int)(slash - paths[mi]), paths[mi]);
+        else sp[0] = 0;
+        if (sp[0] && (sm = load(sp)) && tern_tokenizer_load(sp, &st_) == TERN_OK) {
+            tern_status dst = tern_drafter_model_new(sm, st_, t, 512, &sib);
+            CHECK_MSG(dst == TERN_OK, "sibling drafter %s: %s", sp, tern_last_error());
+        }
+        size_t drafted = 0, accepted = 0, sib_d = 0, sib_a = 0;
+        for (int k = 1; k <= 8; k++)
+            for (int w = 0; w < 3; w++) {
+                if (w == 2 && !sib) continue;
+                c.d = w == 2 ? sib : w ? self : ng;
+                c.k = k;
+                size_t n1;
+                tern_gen_result r;
+                int32_t *spec = gen_ids(m, t, ids.ids, ids.n, &c, &n1, &r);
+                drafted += r.spec_drafted;
+                accepted += r.spec_accepted;
+                size_t at = 0;
+                while (at < n0 && at < n1 && plain[at] == spec[at]) at++;
+                CHECK_MSG(n0 == n1 && at == n0, "%s: %s k %d: differs from plain greedy at token %zu of %zu", paths[mi],
+                          w == 2 ? "sibling draft model" : w ? "draft model" : "ngram", k, at, n0);
+                if (w == 2) sib_d += r.spec_drafted, sib_a += r.spec_accepted;
+                if (w == 1) CHECK_MSG(r.spec_accepted > 0, "%s: k %d: the model drafting for itself was never accepted", paths[mi], k);
+                free(spec);
+            }
+        printf("  %s: %zu drafted, %zu accepted (sibling draft model: %zu, %zu)\n", paths[mi], drafted, accepted, sib_d,
+               sib_a);
+        /* the embedded model (qwen35: GDN layers) rejects drafts: the rollback path of the loop */
+        if (mi == 0 && paths[mi] == default_model_path())
+            CHECK_MSG(accepted < drafted, "%s: every draft accepted: no rollback tested", paths[mi]);
+        tern_drafter_free(sib);
+        tern_model_free(sm);
+        tern_tokenizer_free(st_);
+        tern_drafter_free(ng);
+        tern_drafter_free(self);
+        free(plain);
+        tern_tokens_free(&ids);
+        tern_tokenizer_free(t);
+        tern_model_free(m);
+    }
+}
+
+/* Another model's tokenizer as a drafter: refused, naming the difference. */
+TEST(draft_tokenizer) {
+    const char *fx = fixtures_dir();
+    if (!fx) SKIP("no fixtures");
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/qwen3-tiny/model-q2_0.gguf", fx);
+    snprintf(b, sizeof b, "%s/qwen35-tiny/model-pq2_0.gguf", fx);
+    tern_tokenizer *ta = NULL, *tb = NULL;
+    CHECK(tern_tokenizer_load(a, &ta) == TERN_OK);
+    CHECK(tern_tokenizer_load(b, &tb) == TERN_OK);
+    CHECK(tern_tokenizer_compare(ta, ta) == TERN_OK);
+    tern_model *mb = load(b);
+    if (!mb) {
+        if (g_no_device) SKIP("no %s device", g_device);
+        return;
+    }
+    tern_drafter *d = NULL;
+    tern_status st = tern_drafter_model_new(mb, tb, ta, 256, &d);
+    CHECK(st == TERN_ERR_INVALID_ARG && !d);
+    const char *msg = tern_last_error();
+    CHECK_MSG(strstr(msg, "tokenizers differ") && (strstr(msg, "token ") || strstr(msg, "vocabulary") || strstr(msg, "merge") ||
+                                                    strstr(msg, "pre-tokenizer")),
+              "message: %s", msg);
+    printf("  refused: %s\n", msg);
+    /* the embedded model's tokenizer against a fixture's: the vocabulary size */
+    const char *dp = default_model_path();
+    if (dp) {
+        tern_tokenizer *tc = NULL;
+        CHECK(tern_tokenizer_load(dp, &tc) == TERN_OK);
+        st = tern_tokenizer_compare(ta, tc);
+        CHECK(st == TERN_ERR_INVALID_ARG && strstr(tern_last_error(), "vocabulary"));
+        tern_tokenizer_free(tc);
+    }
+    tern_model_free(mb);
+    tern_tokenizer_free(ta);
+    tern_tokenizer_free(tb);
+}
+
+/* ------------------------------------------------------------ distributions */
+
+/* The upper critical value of chi-square with df degrees of freedom at p = 1e-6
+ * (Wilson-Hilferty; z = 4.753): the draws are deterministic (fixed seeds), so a rare
+ * false alarm would fail every run; a real bias of a draft's probability by 0.5% already
+ * gives a statistic of about 3x this at 60000 draws. */
+static double chi2_crit(int df) {
+    double z = 4.753, a = 2.0 / (9.0 * df);
+    double c = 1 - a + z * sqrt(a);
+    return df * c * c * c;
+}
+
+/* Two-sample chi-square over categories (counts a[i], b[i]), pooling those with fewer
+ * than 10 expected into one; returns the statistic and *df. */
+static double chi2_two(const int *a, const int *b, int n, int *df) {
+    long na = 0, nb = 0;
+    for (int i = 0; i < n; i++) na += a[i], nb += b[i];
+    double stat = 0;
+    long pa = 0, pb = 0;
+    int cats = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i] + b[i] < 20) { pa += a[i]; pb += b[i]; continue; }
+        double t = a[i] + b[i], ea = t * na / (double)(na + nb), eb = t * nb / (double)(na + nb);
+        stat += (a[i] - ea) * (a[i] - ea) / ea + (b[i] - eb) * (b[i] - eb) / eb;
+        cats++;
+    }
+    if (pa + pb >= 20) {
+        double t = (double)(pa + pb), ea = t * na / (double)(na + nb), eb = t * nb / (double)(na + nb);
+        stat += (pa - ea) * (pa - ea) / ea + (pb - eb) * (pb - eb) / eb;
+        cats++;
+    }
+    *df = cats > 1 ? cats - 1 : 1;
+    return stat;
+}
+
+TEST(sample_dist) {
+    /* the sampler alone: fixed logits, drafts of a likely, an unlikely and an excluded id */
+    enum { V = 64, N = 60000 };
+    float logits[V];
+    uint64_t x = 12345;
+    for (int i = 0; i < V; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        logits[i] = (float)((x >> 11) % 1000) / 250.0f;
+    }
+    const char *orders[2] = {NULL, "top_k;typ_p;top_p;min_p;temperature"};
+    for (int o = 0; o < 2; o++) {
+        tern_sampler_params sp;
+        tern_sampler_params_default(&sp);
+        sp.temperature = 0.9f;
+        sp.top_k = 30;
+        sp.top_p = 0.9f;
+        sp.min_p = 0.01f;
+        sp.repeat_penalty = 1.2f;
+        sp.samplers = orders[o];
+        int drafts[3] = {0, 0, 0};
+        { /* likely: the argmax; unlikely: the 10th; excluded: the least likely */
+            int idx[V];
+            for (int i = 0; i < V; i++) idx[i] = i;
+            for (int i = 0; i < V; i++)
+                for (int j = i + 1; j < V; j++)
+                    if (logits[idx[j]] > logits[idx[i]]) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; }
+            drafts[0] = idx[0], drafts[1] = idx[9], drafts[2] = idx[V - 1];
+        }
+        for (int dj = 0; dj < 3; dj++) {
+            int ca[V] = {0}, cb[V] = {0};
+            tern_sampler *a = NULL, *b = NULL;
+            sp.seed = 7;
+            CHECK(tern_sampler_new(&sp, V, &a) == TERN_OK);
+            sp.seed = 99;
+            CHECK(tern_sampler_new(&sp, V, &b) == TERN_OK);
+            tern_sampler_accept(a, drafts[1]); /* a penalty on the unlikely draft, both */
+            tern_sampler_accept(b, drafts[1]);
+            int acc = 0;
+            for (int i = 0; i < N; i++) {
+                ca[tern_sampler_sample(a, logits)]++;
+                int id = tern_sampler_sample_draft(b, logits, drafts[dj]);
+                acc += id == drafts[dj];
+                cb[id]++;
+            }
+            int df;
+            double c2 = chi2_two(ca, cb, V, &df);
+            CHECK_MSG(c2 < chi2_crit(df), "sampler order %d draft %d: chi-square %.1f over %d df (critical %.1f)", o, dj, c2,
+                      df, chi2_crit(df));
+            if (dj == 2) CHECK_EQ_INT(acc, 0); /* excluded by top-k: never kept */
+            if (dj == 0) CHECK(acc > N / 20);
+            tern_sampler_free(a);
+            tern_sampler_free(b);
+        }
+    }
+    /* generation: the second and third tokens (the first drafted ones) over many seeds */
+    const char *fx = fixtures_dir();
+    if (!fx) SKIP("no fixtures");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/qwen3-tiny/model-q2_0.gguf", fx);
+    tern_model *m = load(path);
+    if (!m) {
+        if (g_no_device) SKIP("no %s device", g_device);
+        return;
+    }
+    tern_tokenizer *t = NULL;
+    CHECK(tern_tokenizer_load(path, &t) == TERN_OK);
+    tern_tokens ids = {0};
+    const char *txt = "The quick brown fox";
+    CHECK(tern_tokenize(t, txt, strlen(txt), false, &ids) == TERN_OK);
+    tern_drafter *self = NULL;
+    CHECK(tern_drafter_model_new(m, t, t, 512, &self) == TERN_OK);
+    const int V2 = tern_model_get_info(m)->n_vocab, SEEDS = 700;
+    int *c[2][2];
+    for (int w = 0; w < 2; w++)
+        for (int p = 0; p < 2; p++) c[w][p] = calloc((size_t)V2, sizeof(int));
+    size_t acc = 0;
+    for (int w = 0; w < 2; w++)
+        for (int sd = 0; sd < SEEDS; sd++) {
+            run_cfg rc = {w ? self : NULL, 4, 1.0f, (uint64_t)(sd * 2 + w) * 7919 + 1, 3};
+            size_t n;
+            tern_gen_result r;
+            int32_t *out = gen_ids(m, t, ids.ids, ids.n, &rc, &n, &r);
+            acc += r.spec_accepted;
+            if (n == 3) c[w][0][out[1]]++, c[w][1][out[2]]++;
+            free(out);
+        }
+    for (int p = 0; p < 2; p++) {
+        int df;
+        double c2 = chi2_two(c[0][p], c[1][p], V2, &df);
+        printf("  token %d: chi-square %.1f over %d df (critical %.1f at p = 1e-6)\n", p + 2, c2, df, chi2_crit(df));
+        CHECK_MSG(c2 < chi2_crit(df), "token %d: the sampled distribution moved with speculation", p + 2);
+    }
+    CHECK(acc > 0);
+    for (int w = 0; w < 2; w++)
+        for (int p = 0; p < 2; p++) free(c[w][p]);
+    tern_drafter_free(self);
+    tern_tokens_free(&ids);
+    tern_tokenizer_free(t);
+    tern_model_free(m);
+}
+
 int main(void) {
     g_device = getenv("TERN_TEST_DEVICE");
     if (g_device && (!*g_device || !strcmp(g_device, "cpu"))) g_device = NULL;
     RUN(verify_rows);
+    RUN(greedy_same);
+    RUN(draft_tokenizer);
+    RUN(sample_dist);
     return check_summary();
 }

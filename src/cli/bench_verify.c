@@ -1,0 +1,142 @@
+/*
+ * bench_verify.c - `tern bench model --verify-k K` (issue 24's figure): the cost of one
+ * speculative verify pass (tern_session_verify over k + 1 positions of one sequence,
+ * the GDN-state snapshot included) against one decode step, for k = 1 .. K.
+ *
+ *   context   -p P tokens first (a real prefill, or with --depth-fill random the KV
+ *             cache and GDN states filled with pseudo-random values: the cost of a step
+ *             depends on the cache length, not its contents)
+ *   decode    -n N single-token steps: the median step time
+ *   verify    for each k, --reps R passes over k + 1 tokens, each followed by
+ *             tern_session_verify_keep(0) (the rollback, timed apart): median times;
+ *             ratio = verify / decode step; tokens/s at acceptance a (expected tokens a
+ *             pass: (1 - a^(k+1)) / (1 - a)) is printed for a = 0.5, 0.8
+ * --json: one object with decode_ms and "verify": [{k, verify_ms, ratio, keep0_ms}].
+ */
+#include "cli/cli.h"
+#include "model/session.h" /* tm_session_fill_random: a benchmark aid (not in tern.h) */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int tern_bench_verify(int argc, char **argv) {
+    const char *model = NULL, *device = NULL;
+    int64_t threads = 0, np = 64, ng = 8, reps = 3, kmax = 8;
+    bool json = false, fill_random = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --device --verify-k --depth-fill"))
+            return cli_usage_error("bench model", "--verify-k: option '%s' not taken with it (-m, --threads, -p, -n, "
+                                   "--reps, --device, --depth-fill, --json)", a);
+        if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--depth-fill")) {
+            if (!strcmp(v, "random")) fill_random = true;
+            else if (!strcmp(v, "real")) fill_random = false;
+            else return cli_usage_error("bench model", "bad --depth-fill '%s' (real or random)", v);
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
+        } else if (!strcmp(a, "-p")) {
+            if (!cli_parse_i64(v, 1, 1 << 20, &np)) return cli_usage_error("bench model", "bad -p '%s'", v);
+        } else if (!strcmp(a, "-n")) {
+            if (!cli_parse_i64(v, 1, 4096, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
+        } else if (!strcmp(a, "--reps")) {
+            if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
+        } else if (!strcmp(a, "--verify-k")) {
+            if (!cli_parse_i64(v, 1, 16, &kmax)) return cli_usage_error("bench model", "bad --verify-k '%s' (1..16)", v);
+        }
+    }
+    if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
+    tern_model_params mp;
+    cli_model_params_from_env(&mp);
+    mp.n_threads = (int)threads;
+    mp.device = device;
+    tern_model *m = NULL;
+    tern_status st = tern_model_load(model, &mp, &m);
+    if (st) return cli_lib_error("bench model", st);
+    const int V = tern_model_get_info(m)->n_vocab;
+    tern_session_params sp;
+    tern_session_params_default(&sp);
+    sp.n_ctx = (int)(np + ng + kmax + 2);
+    tern_session *s = NULL;
+    if ((st = tern_session_new(m, &sp, &s))) {
+        tern_model_free(m);
+        return cli_lib_error("bench model", st);
+    }
+    int32_t *ids = malloc((size_t)(np + ng + kmax + 1) * sizeof *ids);
+    float *rows = malloc((size_t)(kmax + 1) * V * sizeof(float));
+    double *t = malloc((size_t)(ng > reps ? ng : reps) * sizeof *t), *t2 = malloc((size_t)reps * sizeof *t2);
+    double dec_ms = 0, ver_ms[17] = {0}, keep_ms[17] = {0};
+    if (!ids || !rows || !t || !t2) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; !st && i < np + ng + kmax + 1; i++) ids[i] = (int32_t)((i * 2654435761u + 7) % (uint32_t)V);
+    if (!st) st = fill_random ? tm_session_fill_random(s, (int)np, 1) : tern_session_eval(s, ids, (size_t)np, NULL);
+    if (!st) st = tern_session_eval(s, ids + np, 1, NULL); /* warm-up */
+    for (int64_t i = 1; !st && i < ng; i++) {
+        double t0 = tern_now_s();
+        st = tern_session_eval(s, ids + np + i, 1, NULL);
+        t[i - 1] = tern_now_s() - t0;
+    }
+    if (!st) dec_ms = 1e3 * median(t, (int)(ng > 1 ? ng - 1 : 1));
+    for (int k = 1; !st && k <= kmax; k++) {
+        for (int r = 0; !st && r < reps; r++) {
+            double t0 = tern_now_s();
+            st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
+            double t1 = tern_now_s();
+            if (!st) st = tern_session_verify_keep(s, 0);
+            t[r] = t1 - t0;
+            t2[r] = tern_now_s() - t1;
+        }
+        if (!st) {
+            ver_ms[k] = 1e3 * median(t, (int)reps);
+            keep_ms[k] = 1e3 * median(t2, (int)reps);
+        }
+    }
+    if (st) {
+        free(ids), free(rows), free(t), free(t2);
+        tern_session_free(s);
+        tern_model_free(m);
+        return cli_lib_error("bench model", st);
+    }
+    const tern_model_info *info = tern_model_get_info(m);
+    if (json) {
+        printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"context\":%lld,\"decode_ms\":%.4f,"
+               "\"snapshot_bytes\":%llu,\"verify\":[",
+               model, info->arch, device ? device : "cpu", (long long)np, dec_ms,
+               (unsigned long long)tern_session_verify_bytes(s));
+        for (int k = 1; k <= kmax; k++)
+            printf("%s{\"k\":%d,\"verify_ms\":%.4f,\"ratio\":%.4f,\"keep0_ms\":%.4f}", k > 1 ? "," : "", k, ver_ms[k],
+                   dec_ms > 0 ? ver_ms[k] / dec_ms : 0, keep_ms[k]);
+        printf("]}\n");
+    } else {
+        printf("tern bench model --verify-k: %s (%s, %s), context %lld%s, rollback snapshot %.1f MiB\n", model,
+               info->arch, device ? device : "cpu", (long long)np, fill_random ? " (random fill)" : "",
+               tern_session_verify_bytes(s) / 1048576.0);
+        printf("decode step: %.3f ms (median of %lld)\n", dec_ms, (long long)(ng > 1 ? ng - 1 : 1));
+        printf("%3s %10s %12s %10s %16s %16s\n", "k", "verify ms", "x decode", "keep0 ms", "tok/s at a=0.5",
+               "tok/s at a=0.8");
+        for (int k = 1; k <= kmax; k++) {
+            double e5 = (1 - pow(0.5, k + 1)) / 0.5, e8 = (1 - pow(0.8, k + 1)) / 0.2;
+            double per = ver_ms[k] + keep_ms[k];
+            printf("%3d %10.3f %12.2f %10.3f %16.1f %16.1f\n", k, ver_ms[k], dec_ms > 0 ? ver_ms[k] / dec_ms : 0,
+                   keep_ms[k], per > 0 ? 1e3 * e5 / per : 0, per > 0 ? 1e3 * e8 / per : 0);
+        }
+        printf("(plain decode: %.1f tok/s; a = acceptance rate of each drafted token)\n", dec_ms > 0 ? 1e3 / dec_ms : 0);
+    }
+    free(ids), free(rows), free(t), free(t2);
+    tern_session_free(s);
+    tern_model_free(m);
+    return 0;
+}
