@@ -33,6 +33,8 @@ tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, co
 void tm_cuda_persist_free(struct tc_ctx *tc, void *state);
 /* The kernel-layer object of a back-end's state (tests: lab.h's tc_persist_debug), or NULL. */
 struct tc_persist *tm_cuda_persist_obj(void *state);
+/* The last persistent step's argmax token (computed on the device), or -1. */
+int tm_cuda_persist_token(void *state);
 #endif
 
 #endif
