@@ -12,7 +12,8 @@
  *                  and its plan op, and the next step runs (the GPU is not hung);
  *   fallback_*     a qwen35 model with the switch on runs the per-op path.
  * Without a CUDA build or device: "SKIP: no CUDA device", exit 77.
- * `--quick`: the first sequence's first 12 positions only, f16 cache (compute-sanitizer).
+ * `--quick` (or TERN_PERSIST_QUICK=1): the first sequence's first 12 positions only, f16
+ * cache, and the watchdog tests (for compute-sanitizer).
  */
 #include "check.h"
 #include "model_check.h"
@@ -117,7 +118,11 @@ static void parity(const char *fixture, const char *file, tern_cache_type ct) {
             tern_status a = tern_session_eval(sp, &tok, 1, lp), b = tern_session_eval(so, &tok, 1, lo);
             CHECK_MSG(a == TERN_OK && b == TERN_OK, "position %zu: %s", t, tern_last_error());
             if (a || b) break;
-            if (t == 0) CHECK_MSG(tm_backend_cuda_persist(mp->be) != NULL, "the persistent path did not run");
+            if (t == 0) {
+                CHECK_MSG(tm_backend_cuda_persist(mp->be) != NULL, "the persistent path did not run");
+                /* under compute-sanitizer a wait may take far longer than the default budget */
+                if (g_quick) tc_persist_debug(tm_backend_cuda_persist(mp->be), -1, 1LL << 42);
+            }
             CHECK(max_diff(tern_session_logits(sp), lp, V) == 0);
             double d = max_diff(lp, lo, V);
             if (!(d <= vs_op)) vs_op = d;
@@ -257,6 +262,8 @@ TEST(fallback_qwen35) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) g_quick = true;
+    const char *q = getenv("TERN_PERSIST_QUICK"); /* the same, for runners that take no arguments */
+    if (q && *q && strcmp(q, "0")) g_quick = true;
     tern_kernels_init();
     tm_backend *g = NULL;
     if (tm_backend_create("cuda", NULL, &g) == TERN_OK) {

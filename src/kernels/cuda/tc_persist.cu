@@ -73,7 +73,7 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
                     break;
                 }
                 __nanosleep(ns);
-                if (ns < 1024) ns <<= 1;
+                if (ns < 128) ns <<= 1; /* short: every stage boundary pays the wake-up */
             }
         }
         *flag = abort;
