@@ -69,6 +69,7 @@ typedef struct tp_stage {
     const void *w[TP_MAX_MATS];      /* tiled ternary data (TC_TERN128T) */
     int64_t n[TP_MAX_MATS];          /* rows */
     int64_t kt[TP_MAX_MATS];         /* 256-input tiles per strip */
+    int64_t rb[TP_MAX_MATS];         /* bytes per row in the file layout (the host reference's) */
     const float *gain;   /* TP_IN_NORM: the site's gain [in_k] */
     float eps;
     /* TP_ATTN */
