@@ -30,8 +30,8 @@ static bool kv_ok(const tern_session *s) {
 
 tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, const tm_step *st, bool *took) {
     *took = false;
-    if (st->n_seq != 1 || st->T != 1 || st->hidden_out || !kv_ok(st->w)) return TERN_OK;
-    tern_session *s = st->w;
+    if (st->n_seq != 1 || st->T != 1 || st->hidden_out || !kv_ok(st->ss[0])) return TERN_OK;
+    tern_session *s = st->ss[0]; /* the sequence (st->w lends the scratch; this path uses its own) */
     const tern_model *m = s->m;
     cu_persist_st *p = *state;
     if (!p) {
