@@ -100,7 +100,7 @@ typedef struct tp_prog {
 
 /* Shared memory (bytes) a CTA of the program needs. */
 static inline size_t tp_smem_bytes(const tp_prog *p) {
-    size_t mm = (size_t)p->max_in_k * 4 + (size_t)TP_WARPS * 32 * 2 * 4 + 256;
+    size_t mm = (size_t)p->max_in_k * 4 + (size_t)p->max_in_k / 16 * 4 + (size_t)TP_WARPS * 32 * 2 * 4 + 256;
     size_t at = (size_t)(3 + TP_WARPS) * (size_t)p->head_dim_max * 4 + 2 * TP_WARPS * 4 + 256;
     return mm > at ? mm : at;
 }

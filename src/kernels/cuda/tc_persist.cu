@@ -158,31 +158,40 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
 
 /* ------------------------------------------------------------ matmul */
 
-/* sum over the 16 inputs of code word w of (code - 1) * x[input] (x: 16 floats) */
-__device__ __forceinline__ float tp_wdot(uint32_t w, const float *x) {
-    float s = 0;
+/* Sum over the 16 inputs of code word w of (code - 1) * x[input]. The word's input
+ * 4b + s sits at bits 8b + 2s; in each 16-bit half, input 8h + i at bits 2i, so
+ * float(0x4B000000 | (half & 3 << 2i)) - 2^23 = code * 4^i exactly (no int-to-float
+ * conversion: one LOP3, one FADD, one FFMA a weight). x holds the inputs pre-scaled by
+ * 4^-(i % 8) (tp_matmul's prologue; exact), xsum the 16 unscaled inputs' sum. */
+__device__ __forceinline__ float tp_wdot(uint32_t w, const float *x, float xsum) {
+    const uint32_t hi = w >> 16;
+    const float4 a0 = *(const float4 *)x, a1 = *(const float4 *)(x + 4);
+    const float4 b0 = *(const float4 *)(x + 8), b1 = *(const float4 *)(x + 12);
+    const float xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    float s = 0, u = 0;
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        const float4 v = *(const float4 *)(x + 4 * b);
-        s = fmaf((float)((w >> (8 * b)) & 3u) - 1.0f, v.x, s);
-        s = fmaf((float)((w >> (8 * b + 2)) & 3u) - 1.0f, v.y, s);
-        s = fmaf((float)((w >> (8 * b + 4)) & 3u) - 1.0f, v.z, s);
-        s = fmaf((float)((w >> (8 * b + 6)) & 3u) - 1.0f, v.w, s);
+    for (int i = 0; i < 8; i++) {
+        s = fmaf(__uint_as_float(0x4B000000u | (w & (3u << (2 * i)))) - 8388608.0f, xa[i], s);
+        u = fmaf(__uint_as_float(0x4B000000u | (hi & (3u << (2 * i)))) - 8388608.0f, xb[i], u);
     }
-    return s;
+    return (s + u) - xsum;
 }
 
-/* rows g and 8+g of one tile (lane = 4g + t) against xt (the tile's 256 inputs) */
-__device__ __forceinline__ void tp_tile(const uint8_t *tile, const float *xt, int lane, float &ag, float &ah) {
+/* rows g and 8+g of one tile (lane = 4g + t) against xt (the tile's 256 inputs, scaled
+ * as tp_wdot says) and st (their 16-input sums) */
+__device__ __forceinline__ void tp_tile(const uint8_t *tile, const float *xt, const float *st, int lane, float &ag,
+                                        float &ah) {
     const int g = lane >> 2, t = lane & 3;
     const uint4 wg = __ldg((const uint4 *)(tile + 16 * lane));
     const uint4 wh = __ldg((const uint4 *)(tile + 512 + 16 * lane));
     const uint2 sc = __ldg((const uint2 *)(tile + 1024 + 8 * g));
     const float *x0 = xt + 32 * t, *x1 = xt + 128 + 32 * t;
-    const float g0 = tp_wdot(wg.x, x0) + tp_wdot(wg.y, x0 + 16);
-    const float g1 = tp_wdot(wg.z, x1) + tp_wdot(wg.w, x1 + 16);
-    const float h0 = tp_wdot(wh.x, x0) + tp_wdot(wh.y, x0 + 16);
-    const float h1 = tp_wdot(wh.z, x1) + tp_wdot(wh.w, x1 + 16);
+    const float *s0 = st + 2 * t, *s1 = st + 8 + 2 * t;
+    const float g0 = tp_wdot(wg.x, x0, s0[0]) + tp_wdot(wg.y, x0 + 16, s0[1]);
+    const float g1 = tp_wdot(wg.z, x1, s1[0]) + tp_wdot(wg.w, x1 + 16, s1[1]);
+    const float h0 = tp_wdot(wh.x, x0, s0[0]) + tp_wdot(wh.y, x0 + 16, s0[1]);
+    const float h1 = tp_wdot(wh.z, x1, s1[0]) + tp_wdot(wh.w, x1 + 16, s1[1]);
     const float2 dg = __half22float2(*(const __half2 *)&sc.x); /* (row g, group 2j), (row g, 2j+1) */
     const float2 dh = __half22float2(*(const __half2 *)&sc.y); /* rows 8+g */
     ag = fmaf(dg.x, g0, fmaf(dg.y, g1, ag));
@@ -195,8 +204,9 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     const int K = st.in_k;
     const int KT = (int)st.kt[0];
     const int KP = KT * 256;
-    float *xs = sm;
-    float *part = sm + KP; /* [TP_WARPS][32]: per warp, 16 rows x (one or two matrices) */
+    float *xs = sm;               /* [KP] the input, input j scaled by 4^-(j % 8) (tp_wdot) */
+    float *xsum = sm + KP;        /* [KP / 16] sums of 16 unscaled inputs */
+    float *part = xsum + KP / 16; /* [TP_WARPS][32]: per warp, 16 rows x (one or two matrices) */
     /* the input row into shared memory: the norm site's (x normed with the partial sums
      * of the stage that wrote x, in slot order) or a buffer as is */
     const float *src = a.scratch + (st.in_mode == TP_IN_NORM ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
@@ -214,6 +224,15 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     } else {
         for (int j = tid; j < KP; j += TP_THREADS) xs[j] = j < K ? __ldcg(src + j) : 0.0f;
     }
+    __syncthreads();
+    for (int b = tid; b < KP / 16; b += TP_THREADS) { /* sums, then the scaling (exact) */
+        float s = 0;
+#pragma unroll
+        for (int i = 0; i < 16; i++) s += xs[16 * b + i];
+        xsum[b] = s;
+    }
+    __syncthreads();
+    for (int j = tid; j < KP; j += TP_THREADS) xs[j] = ldexpf(xs[j], -2 * (j & 7));
     __syncthreads();
     const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
     const int spr = KT >= 8 ? 1 : KT >= 4 ? 2 : KT >= 2 ? 4 : 8; /* strips per round */
@@ -236,7 +255,8 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
                 }
                 const uint8_t *base = (const uint8_t *)st.w[mi] + (size_t)ls * KT * TCT_TILE;
                 float ag = 0, ah = 0;
-                for (int j = t0; j < KT; j += wps) tp_tile(base + (size_t)j * TCT_TILE, xs + j * 256, lane, ag, ah);
+                for (int j = t0; j < KT; j += wps)
+                    tp_tile(base + (size_t)j * TCT_TILE, xs + j * 256, xsum + j * 16, lane, ag, ah);
                 acc[q][0] = ag;
                 acc[q][1] = ah;
             }
