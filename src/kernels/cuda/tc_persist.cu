@@ -178,14 +178,29 @@ __device__ __forceinline__ float tp_wdot(uint32_t w, const float *x, float xsum)
     return (s + u) - xsum;
 }
 
-/* rows g and 8+g of one tile (lane = 4g + t) against xt (the tile's 256 inputs, scaled
- * as tp_wdot says) and st (their 16-input sums) */
-__device__ __forceinline__ void tp_tile(const uint8_t *tile, const float *xt, const float *st, int lane, float &ag,
+/* A lane's share of one tile (lane = 4g + t): its 16 code bytes of rows g and 8+g, and
+ * the four scales of rows g, 8+g (gemv_tiled.h). */
+struct tp_tl {
+    uint4 wg, wh;
+    uint2 sc;
+};
+#define TP_INFLIGHT 4 /* tiles a warp loads before it computes them */
+
+__device__ __forceinline__ tp_tl tp_tile_load(const uint8_t *tile, int lane) {
+    tp_tl l;
+    l.wg = __ldg((const uint4 *)(tile + 16 * lane));
+    l.wh = __ldg((const uint4 *)(tile + 512 + 16 * lane));
+    l.sc = __ldg((const uint2 *)(tile + 1024 + 8 * (lane >> 2)));
+    return l;
+}
+
+/* rows g and 8+g of one tile against xt (the tile's 256 inputs, scaled as tp_wdot says)
+ * and st (their 16-input sums) */
+__device__ __forceinline__ void tp_tile(const tp_tl &l, const float *xt, const float *st, int lane, float &ag,
                                         float &ah) {
-    const int g = lane >> 2, t = lane & 3;
-    const uint4 wg = __ldg((const uint4 *)(tile + 16 * lane));
-    const uint4 wh = __ldg((const uint4 *)(tile + 512 + 16 * lane));
-    const uint2 sc = __ldg((const uint2 *)(tile + 1024 + 8 * g));
+    const int t = lane & 3;
+    const uint4 wg = l.wg, wh = l.wh;
+    const uint2 sc = l.sc;
     const float *x0 = xt + 32 * t, *x1 = xt + 128 + 32 * t;
     const float *s0 = st + 2 * t, *s1 = st + 8 + 2 * t;
     const float g0 = tp_wdot(wg.x, x0, s0[0]) + tp_wdot(wg.y, x0 + 16, s0[1]);
@@ -243,37 +258,58 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     float *x = a.scratch + a.buf_off[TP_BUF_X];
     for (int64_t g0 = t.a; g0 < t.b; g0 += spr) {
         const int64_t g = g0 + so;
-        float acc[2][2] = {{0, 0}, {0, 0}};
+        float a00 = 0, a01 = 0, a10 = 0, a11 = 0; /* [matrix q][row g, 8+g] */
         if (g < t.b) {
-            for (int q = 0; q < (swiglu ? 2 : 1); q++) {
-                int mi = q;
-                int64_t ls = g;
-                if (!swiglu) {
-                    mi = 0;
-                    while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
-                    ls = g - st.strip0[mi];
+            /* this warp's tiles of strip g: j = t0, t0 + wps, .. of matrix 0 (and of the
+             * up matrix for SwiGLU), TP_INFLIGHT loads issued before their products */
+            const uint8_t *b0, *b1;
+            if (swiglu) {
+                b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
+                b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
+            } else {
+                int mi = 0;
+                while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
+                b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
+            }
+            const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0;
+            const int total = ntile * (swiglu ? 2 : 1);
+            for (int n0 = 0; n0 < total; n0 += TP_INFLIGHT) {
+                tp_tl tl[TP_INFLIGHT];
+#pragma unroll
+                for (int u = 0; u < TP_INFLIGHT; u++) {
+                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                    if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
                 }
-                const uint8_t *base = (const uint8_t *)st.w[mi] + (size_t)ls * KT * TCT_TILE;
-                float ag = 0, ah = 0;
-                for (int j = t0; j < KT; j += wps)
-                    tp_tile(base + (size_t)j * TCT_TILE, xs + j * 256, xsum + j * 16, lane, ag, ah);
-                acc[q][0] = ag;
-                acc[q][1] = ah;
+#pragma unroll
+                for (int u = 0; u < TP_INFLIGHT; u++) {
+                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                    if (n < total) {
+                        float ag = 0, ah = 0;
+                        tp_tile(tl[u], xs + j * 256, xsum + j * 16, lane, ag, ah);
+                        if (q) {
+                            a10 += ag;
+                            a11 += ah;
+                        } else {
+                            a00 += ag;
+                            a01 += ah;
+                        }
+                    }
+                }
             }
         }
 #pragma unroll
-        for (int q = 0; q < 2; q++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                acc[q][r] += __shfl_xor_sync(0xffffffffu, acc[q][r], 1);
-                acc[q][r] += __shfl_xor_sync(0xffffffffu, acc[q][r], 2);
-            }
+        for (int o = 1; o <= 2; o <<= 1) {
+            a00 += __shfl_xor_sync(0xffffffffu, a00, o);
+            a01 += __shfl_xor_sync(0xffffffffu, a01, o);
+            a10 += __shfl_xor_sync(0xffffffffu, a10, o);
+            a11 += __shfl_xor_sync(0xffffffffu, a11, o);
+        }
         if ((lane & 3) == 0) {
             const int gi = lane >> 2;
-            part[warp * 32 + gi] = acc[0][0];
-            part[warp * 32 + 8 + gi] = acc[0][1];
-            part[warp * 32 + 16 + gi] = acc[1][0];
-            part[warp * 32 + 24 + gi] = acc[1][1];
+            part[warp * 32 + gi] = a00;
+            part[warp * 32 + 8 + gi] = a01;
+            part[warp * 32 + 16 + gi] = a10;
+            part[warp * 32 + 24 + gi] = a11;
         }
         __syncthreads();
         if (tid < spr * 16) {
