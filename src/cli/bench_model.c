@@ -311,6 +311,9 @@ int tern_bench_model(int argc, char **argv) {
         if (!st) {
             int32_t pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
             if (profile) tc_profile_enable(tc, 1);
+            /* the persistent step (when it runs these steps): its in-kernel profile instead */
+            struct tc_persist *pk = persistent && profile ? tm_backend_cuda_persist(m->be) : NULL;
+            if (pk && tc_persist_profile(pk, 1)) pk = NULL;
             tc_launches_reset(tc);
             for (int i = 0; i < steps && !st; i++) {
                 st = tern_session_eval(ps, &pt, 1, NULL);
@@ -323,6 +326,10 @@ int tern_bench_model(int argc, char **argv) {
                 for (int i = 0; i < ne; i++) kernel_ms += pe[i].ms / steps;
                 tc_profile_text(tc, prof, sizeof prof);
                 tc_profile_enable(tc, 0);
+            }
+            if (pk) {
+                tc_persist_profile_text(pk, prof, sizeof prof);
+                tc_persist_profile(pk, 0);
             }
         }
         tern_session_free(ps);

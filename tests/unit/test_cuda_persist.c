@@ -249,6 +249,37 @@ TEST(prefill_chunk_then_persistent_steps) {
     cJSON_Delete(ref);
 }
 
+/* the in-kernel profile: every family of a qwen3 step there, busy share in (0, 100] */
+TEST(profile_text) {
+    NEED_GPU();
+    const char *path = fixture_path("qwen3-tiny/model-q2_0.gguf");
+    FILE *probe = path ? fopen(path, "rb") : NULL;
+    if (!probe) SKIP("fixture qwen3-tiny/model-q2_0.gguf missing");
+    fclose(probe);
+    tern_model *m = load(path, true);
+    if (!m) return;
+    tern_session *s = session(m, 16, TERN_CACHE_F16);
+    int32_t ids[4] = {21, 22, 23, 24};
+    CHECK(s && tern_session_eval(s, &ids[0], 1, NULL) == TERN_OK);
+    struct tc_persist *ps = tm_backend_cuda_persist(m->be);
+    CHECK(ps != NULL);
+    if (s && ps) {
+        CHECK(tc_persist_profile(ps, 1) == 0);
+        for (int i = 1; i < 4; i++) CHECK(tern_session_eval(s, &ids[i], 1, NULL) == TERN_OK);
+        char txt[2048];
+        tc_persist_profile_text(ps, txt, sizeof txt);
+        fprintf(stderr, "%s", txt);
+        CHECK(strstr(txt, "matmul q,k,v") && strstr(txt, "attention") && strstr(txt, "matmul head") &&
+              strstr(txt, "of 3)"));
+        const char *b = strstr(txt, "busy ");
+        double busy = b ? atof(b + 5) : -1;
+        CHECK_MSG(busy > 0 && busy <= 100, "busy %g", busy);
+        CHECK(tc_persist_profile(ps, 0) == 0);
+    }
+    if (s) tern_session_free(s);
+    tern_model_free(m);
+}
+
 /* stage `hang` waits for a counter nothing signals: the step fails naming it, the next runs */
 static void watchdog(int which) {
     const char *path = fixture_path("qwen3-tiny/model-q2_0.gguf");
@@ -348,6 +379,7 @@ int main(int argc, char **argv) {
     RUN(parity_qwen3_f16_cache);
     RUN(parity_qwen3_f32_cache);
     RUN(prefill_chunk_then_persistent_steps);
+    RUN(profile_text);
     RUN(watchdog_first_stage);
     RUN(watchdog_attention_stage);
     RUN(watchdog_last_stage);

@@ -122,6 +122,13 @@ int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
  * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
 struct tc_persist;
 void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
+/* The persistent step's in-kernel profile (globaltimer stamps per task: wait start, run
+ * start, end), summed per family of stages over the steps run while on (on resets the
+ * sums; off frees the host side). 0, or -1 without memory. */
+int tc_persist_profile(struct tc_persist *ps, int on);
+/* The profile as text (per family: tasks, run and wait us per step, share of CTA time;
+ * the busy share); snprintf rules. */
+int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 
 #ifdef __cplusplus
 }
