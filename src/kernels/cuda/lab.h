@@ -129,6 +129,9 @@ int tc_persist_profile(struct tc_persist *ps, int on);
 /* The profile as text (per family: tasks, run and wait us per step, share of CTA time;
  * the busy share); snprintf rules. */
 int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
+/* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
+ * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
+void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
 
 #ifdef __cplusplus
 }

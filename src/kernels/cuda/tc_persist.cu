@@ -38,6 +38,7 @@ struct tp_args {
     long long budget;   /* clock64 cycles a wait may spin */
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
     unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
+    long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
     size_t buf_off[TP_BUF_COUNT];
 };
 
@@ -142,6 +143,27 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         *bi = mi;
     }
     __syncthreads();
+}
+
+/* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
+ * L2 for its strips (contiguous in each matrix: strip s at w + s * KT * 1088), up to
+ * `cap` bytes per matrix, one 128-byte line per thread and step. */
+__device__ void tp_prefetch(const tp_stage &st, const tp_task &t, long long cap) {
+    if (st.kind != TP_MATMUL || cap <= 0) return;
+    const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
+    const size_t sb = (size_t)st.kt[0] * TCT_TILE;
+    for (int q = 0; q < (swiglu ? 2 : st.n_mat); q++) {
+        /* the task's strips of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
+        const int64_t lo = swiglu ? t.a : (t.a > st.strip0[q] ? t.a : st.strip0[q]);
+        const int64_t hi = swiglu ? t.b : (t.b < st.strip0[q + 1] ? t.b : st.strip0[q + 1]);
+        if (hi <= lo) continue;
+        const int64_t s0 = swiglu ? 0 : st.strip0[q];
+        const uint8_t *p = (const uint8_t *)st.w[q] + (size_t)(lo - s0) * sb;
+        size_t n = (size_t)(hi - lo) * sb;
+        if (n > (size_t)cap) n = (size_t)cap;
+        for (size_t o = (size_t)threadIdx.x * 128; o < n; o += (size_t)TP_THREADS * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+    }
 }
 
 /* ------------------------------------------------------------ embed */
@@ -501,6 +523,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         const tp_stage &st = a.stages[t.stage];
         unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
+        tp_prefetch(st, t, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) return;
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
@@ -553,6 +576,8 @@ static int tp_family(const tp_stage *s) {
     }
 }
 
+#define TP_PREFETCH_DEFAULT (128 * 1024) /* bytes per matrix of a matmul task (132 x 2 x this < L2) */
+
 struct tc_persist {
     tc_ctx *cx;
     tp_stage *stages;
@@ -567,6 +592,7 @@ struct tc_persist {
     size_t buf_off[TP_BUF_COUNT];
     long long budget;
     int hang_stage;
+    long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
@@ -638,6 +664,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     memcpy(ps->buf_off, p->buf_off, sizeof ps->buf_off);
     ps->budget = 1LL << 33;
     ps->hang_stage = -1;
+    ps->prefetch = TP_PREFETCH_DEFAULT;
     ps->n_stages_b = (size_t)p->n_stages * sizeof(tp_stage);
     ps->n_tasks_b = (size_t)p->n_tasks * sizeof(tp_task);
     ps->n_off_b = ((size_t)p->n_cta + 1) * sizeof(int32_t);
@@ -668,6 +695,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     }
     *out = ps;
     return 0;
+}
+
+extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
+    if (ps) ps->prefetch = bytes < 0 ? TP_PREFETCH_DEFAULT : bytes;
 }
 
 extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budget_cycles) {
@@ -709,6 +740,7 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.budget = ps->budget;
     a.hang_stage = ps->hang_stage;
     a.prof = ps->prof_host ? ps->prof : NULL;
+    a.prefetch = ps->prefetch;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -779,8 +811,9 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     if (!ps || !ps->steps) return snprintf(buf, n, "persistent step: no profiled steps\n");
     const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
     size_t o = 0;
-    int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs\n"
-                     "  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3, ps->steps, ps->n_cta, "family",
+    int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
+                     "L2 prefetch %lld KiB a matrix\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3, ps->steps,
+                     ps->n_cta, ps->prefetch / 1024, "family",
                      "tasks", "run us/step", "wait us/step", "run %");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
