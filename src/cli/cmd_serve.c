@@ -67,7 +67,7 @@ static void usage(FILE *f) {
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
-            "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
+            "                       5 on the CPU, 64 on CUDA; at most one prefill chunk)\n"
             "  --sample-threads N   threads choosing the decoding slots' next tokens each round on\n"
             "                       vocabularies of 32768+ tokens (default 0 = the CPUs, at most 8 and at\n"
             "                       most --parallel; 1 = the scheduler thread alone)\n"
