@@ -310,6 +310,12 @@ if has loadparity; then # issue 26: greedy replies under load equal the same req
     --check-alone --json-out $OUT/loadparity.json > $W/lp.txt 2>&1; rc=$?
   cat $W/lp.txt >> "$log"
   row "load parity c=${LP_LEVEL:-64}" "rc=$rc $(grep -o '[0-9]*/[0-9]* replies equal.*' $W/lp.txt | head -1)"
+  # cancelled streams free their slots and device memory
+  timeout 120 python3 scripts/serve_bench.py --base-url http://127.0.0.1:18092 --label "tern cuda cancel" \
+    --concurrency ${LP_LEVEL:-64} --num-requests ${LP_LEVEL:-64} --input-len 96 --output-len 400 --cancel-after 5 \
+    --json-out $OUT/cancel.json > $W/cancel.txt 2>&1; rc=$?
+  cat $W/cancel.txt >> "$log"
+  row "cancel c=${LP_LEVEL:-64}" "rc=$rc $(grep -o 'streams cancelled.*' $W/cancel.txt | head -1)"
   kill $sp 2>/dev/null; wait $sp 2>/dev/null
 fi
 # base: each bench again with the packed earlier build, right after (an A/B in one call)
