@@ -783,6 +783,9 @@ typedef struct tern_gen_params {
                                      * tokens after the chosen one and verifies them in one pass */
     int spec_k;                     /* the most drafted tokens per step (<= 0: 8; at most 16);
                                      * adapted to the acceptance rate between 1 and this */
+    bool spec_always;               /* draft at every step: no backing off to plain steps while
+                                     * verify passes cost more per token than plain steps do
+                                     * (measured as it goes; tests, benchmarks) */
 } tern_gen_params;
 typedef struct tern_gen_result {
     tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */
