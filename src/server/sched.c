@@ -122,6 +122,15 @@ struct srv_sched {
 };
 
 static slot *lead_slot(srv_sched *s, const srv_job *j);
+
+/* serve --spec: the drafter for a request that did not opt out ("speculative": false).
+ * A speculating slot's session moves several positions a pass, so the prefix cache does
+ * not follow it (its tokens are not reused by the next request; correct, only colder). */
+static void spec_params(const srv_sched *s, const srv_job *j, tern_gen_params *gp) {
+    if (!s->p.drafter || j->no_spec) return;
+    gp->drafter = s->p.drafter;
+    gp->spec_k = s->p.spec_k;
+}
 static void follower_cold(srv_sched *s, slot *sl);
 
 /* ------------------------------------------------------- snapshots */
@@ -328,11 +337,16 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
         for (int i = 0; i < s->p.n_parallel; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_WAIT && s->slots[i].wait == sl->id)
                 follower_cold(s, &s->slots[i]);
+    size_t sd = 0, sa = 0, sn = 0;
+    tern_gen_spec_stats(sl->gen, &sd, &sa, &sn);
     tern_gen_free(sl->gen);
     sl->gen = NULL;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->snap_mu); /* counted before the client hears of the end */
+    s->steps.spec_drafted += sd;
+    s->steps.spec_accepted += sa;
+    s->steps.spec_steps += sn;
     s->steps.evaluated_tokens += u.evaluated_tokens;
     s->steps.gen_tokens += u.completion_tokens;
     if (!j->lead) { /* a request's prompt and times once (choice 0), as its usage shows them */
@@ -524,6 +538,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         gp.cancel = &j->cancel;
         gp.ignore_eos = j->ignore_eos;
         gp.grammar = j->gm;
+        spec_params(s, j, &gp);
         sl->hook = (gen_hook){s, j, &sl->gen};
         if (j->n_bias) {
             gp.process = hook_bias;
