@@ -69,6 +69,10 @@ static void usage(FILE *f) {
             "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
+            "  --prefill-chunk N    prompt tokens per prefill pass (default 0 = the back-end's: 64 on the\n"
+            "                       CPU, 512 on CUDA); every prompt is split the same way whatever else\n"
+            "                       runs (replies do not depend on the load); smaller: shorter stalls for\n"
+            "                       the decoding streams when a prompt arrives, slower prefill\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
             "                       5 on the CPU, 64 on CUDA; at most one prefill chunk)\n"
             "  --sample-threads N   threads choosing the decoding slots' next tokens each round on\n"
@@ -167,7 +171,7 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
     int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0,
-            sample_threads = 0;
+            sample_threads = 0, prefill_chunk = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
@@ -198,7 +202,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --sample-threads --pooling --admit-free-mib"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --prefill-chunk --decode-batch --sample-threads --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -238,6 +242,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-budget")) { num = &prefill_budget; lo = 0; hi = 1 << 22; }
         else if (!strcmp(a, "--decode-batch")) { num = &decode_batch; lo = 0; hi = 4096; }
         else if (!strcmp(a, "--sample-threads")) { num = &sample_threads; lo = 0; hi = 256; }
+        else if (!strcmp(a, "--prefill-chunk")) { num = &prefill_chunk; lo = 0; hi = 65536; }
         else if (!strcmp(a, "--admit-free-mib")) { num = &admit_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
@@ -295,6 +300,7 @@ int tern_cmd_serve(int argc, char **argv) {
     }
     sp.drafter = drafter;
     sp.spec_k = (int)spec_k;
+    sp.prefill_chunk = (int)prefill_chunk;
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         fprintf(stderr, "tern serve: %s\n", srv_sched_error());

@@ -880,6 +880,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     sp.n_ctx = p->n_ctx;
     sp.cache_type_k = p->cache_k;
     sp.cache_type_v = p->cache_v;
+    sp.n_chunk = p->prefill_chunk;  /* 0: the back-end's */
     s->admit_free = p->admit_free ? p->admit_free
                   : strcmp(tern_model_get_info(m)->device, "cpu") ? (uint64_t)256 << 20 : 0;
     const uint64_t free0 = tern_model_memory_free(m);

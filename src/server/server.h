@@ -356,6 +356,10 @@ typedef struct srv_sched_params {
                                      * that does not opt out (borrowed; NULL: off). Prompt lookup
                                      * only: it keeps no state, so the slots share it */
     int spec_k;                     /* --spec-k (0: 8) */
+    int prefill_chunk;              /* the slots' prefill chunk (tern_session_params.n_chunk; 0: the
+                                     * back-end's, 64 on the CPU, 512 on CUDA): every prompt is split
+                                     * the same way whatever else runs, so replies do not depend on
+                                     * the load, and a smaller chunk bounds the streams' stall */
 } srv_sched_params;
 
 /* Create the slots (sessions). The start-up fit check: n_parallel sessions and the snapshot
