@@ -103,15 +103,25 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t a) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+/* Waits for the phase of the given parity to complete. A watchdog: a wait of more than
+ * ~2^32 cycles (seconds; a stage takes microseconds) is a pipeline bug: trapped (the
+ * launch fails with a CUDA error) rather than hanging the device. */
+__device__ __forceinline__ uint32_t mbar_try(uint32_t a, uint32_t parity) {
     uint32_t ok;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+    return ok;
+}
+__device__ __noinline__ void mbar_wait_slow(uint32_t a, uint32_t parity) {
+    const long long t0 = clock64();
+    while (!mbar_try(a, parity))
+        if (clock64() - t0 > (1ll << 32)) __trap();
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+    if (!mbar_try(a, parity)) mbar_wait_slow(a, parity);
 }
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
