@@ -22,21 +22,26 @@
  *     zeros), box b = bytes 128b..128b+127 of the stage's 512 = units 2b, 2b+1 (hi, lo);
  *   weights: the CTA's 8 strips' tiles of the stage, 8 x 1088 contiguous bytes
  *     (cp.async.bulk, one per strip; strips past the matrix repeat the last: dropped);
- *   sx: TOK x 2 floats (cp.async by the producer's lanes, cp.async.mbarrier.arrive).
+ *   per (token, group): sx and 1.5*2^23 - corr (corr = the group's sum of x_q, from the
+ *     activation's per-32 sums), stored by the producer's lanes (loaded before they wait
+ *     for the slot to be free, so the loads' latency hides behind the wait).
  * The full barrier expects 33 arrivals (lane 0's arrive.expect_tx for the bulk bytes and
- * the 32 lanes' cp.async arrivals); the empty barrier 8 (lane 0 of each consumer warp
- * once its wgmmas of the stage have completed).
+ * each producer lane's arrive after its stores); the empty barrier 8 (lane 0 of each
+ * consumer warp once its wgmmas of the stage have completed).
  * Consumer warp w (0..3) of warpgroup wg holds rows 16w..16w+15 of its 64 (strip 4wg+w of
  * the CTA); lane (g, t) reads, per unit u of the stage, the 16 bytes of (row g, unit u)
  * and (row 8+g, unit u) of the strip's tile (both groups' two code words: lds.128) and
  * decodes the A fragment of wgmma m64nNk32 in registers (A from registers: rows g and 8+g,
  * k slots 4t..4t+3 and 16+4t..16+4t+3 = field t of the unit's code words 0 and 1, as
- * tc_gemm_tc: shift, mask, (c + 0x7F) ^ 0x80 per byte = c - 1). The B operand (TOK x 32
+ * tc_gemm_tc), shift and mask: the codes c = w + 1 (0..2) as unsigned bytes (wgmma
+ * .u8.s8), so the MMA forms sum(c*x) = S + sum(x) and the epilogue takes the group's
+ * sum(x_q) off (two integer ops per weight register saved). The B operand (TOK x 32
  * bytes of one unit's plane, K-major) is read by wgmma from the swizzled box through a
  * shared-memory descriptor (128-byte swizzle, 8-row groups 1024 bytes apart; the k32
  * step's start 64*(u&1) + 32*plane bytes into the box's rows).
  * Per group: 4 wgmmas on the hi plane into I_hi and 4 on the lo plane into I_lo (each
- * chain's first with scale-d = 0), S = 128*I_hi + I_lo; with TOK <= 32 both groups of the
+ * chain's first with scale-d = 0), S = 128*I_hi + I_lo - corr (|128*I_hi + I_lo| <=
+ * 2*128*16256 < 2^22, |S| <= 128*16256); with TOK <= 32 both groups of the
  * stage are issued together (two accumulator sets), at 64 one group at a time.
  * Split-K exactly as tc_gemm_tc (mm_choose.h tc_mm_gemm_splits, the context's workspace and
  * counters, the partials summed in split order by the tile's last CTA: deterministic).
@@ -77,16 +82,16 @@ template <int NT> struct wcfg {
     static constexpr int DB = NT <= 2;                  /* both groups of a stage in flight */
     static constexpr int ABYTES = TOK * 512;            /* 4 boxes of TOK x 128 bytes */
     static constexpr int WOFF = ABYTES;                 /* 8 strips' tiles */
-    static constexpr int SOFF = WOFF + 8 * kTile;       /* sx [TOK][2] */
-    static constexpr int STAGE = (SOFF + TOK * 8 + 1023) / 1024 * 1024;
+    static constexpr int SOFF = WOFF + 8 * kTile;       /* [TOK][2 groups] x (sx, 1.5*2^23 - corr) */
+    static constexpr int STAGE = (SOFF + TOK * 16 + 1023) / 1024 * 1024;
     static constexpr int SMEM = NS * STAGE + 1024;      /* + alignment slack (1024: the swizzle atom) */
     static constexpr uint32_t TX = ABYTES + 8 * kTile;  /* bulk bytes per stage */
 };
 
-/* 4 codes (one 2-bit field per byte, already shifted down) -> 4 signed bytes c-1 */
-__device__ __forceinline__ uint32_t dec4(uint32_t x) {
-    return ((x & 0x03030303u) + 0x7F7F7F7Fu) ^ 0x80808080u;
-}
+/* 4 codes (one 2-bit field per byte, already shifted down) -> 4 unsigned bytes c (0..2);
+ * the MMA forms sum(c*x) = sum((c-1)*x) + sum(x), and the group's sum(x) (the activation's
+ * corr) is taken off in the epilogue */
+__device__ __forceinline__ uint32_t dec4(uint32_t x) { return x & 0x03030303u; }
 
 /* ---- mbarriers, bulk copies, wgmma (PTX) */
 __device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count) {
@@ -98,19 +103,25 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t a) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
 }
-/* one arrival when this thread's earlier cp.async copies have landed */
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t a) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
+/* Waits for the phase of the given parity to complete. A watchdog: a wait of more than
+ * ~2^32 cycles (seconds; a stage takes microseconds) is a pipeline bug: trapped (the
+ * launch fails with a CUDA error) rather than hanging the device. */
+__device__ __forceinline__ uint32_t mbar_try(uint32_t a, uint32_t parity) {
+    uint32_t ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+    return ok;
+}
+__device__ __noinline__ void mbar_wait_slow(uint32_t a, uint32_t parity) {
+    const long long t0 = clock64();
+    while (!mbar_try(a, parity))
+        if (clock64() - t0 > (1ll << 32)) __trap();
 }
 __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
-    uint32_t ok;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
+    if (!mbar_try(a, parity)) mbar_wait_slow(a, parity);
 }
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
@@ -138,22 +149,22 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
            ((uint64_t)1 << 62);
 }
 
-/* D (s32, 64 x N per warpgroup) += A (s8, registers) . B (s8, descriptor); acc = 0: D = A.B */
+/* D (s32, 64 x N per warpgroup) += A (u8, registers) . B (s8, descriptor); acc = 0: D = A.B */
 __device__ __forceinline__ void wg_mma_n16(int (&d)[8], const uint32_t (&a)[4], uint64_t desc, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }
 __device__ __forceinline__ void wg_mma_n32(int (&d)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }
 __device__ __forceinline__ void wg_mma_n64(int (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }
@@ -185,16 +196,17 @@ __device__ __forceinline__ void decode_group(const uint4 (&w)[2][4], int e, int 
  * abase (shared address) into hi / lo. */
 template <int NT>
 __device__ __forceinline__ void issue_group(int (&hi)[wcfg<NT>::NR], int (&lo)[wcfg<NT>::NR], const uint32_t (&a)[4][4],
-                                            uint32_t abase, int e) {
+                                            uint64_t dbase, int e) {
     typedef wcfg<NT> C;
 #pragma unroll
     for (int p = 0; p < 2; p++)
 #pragma unroll
         for (int uu = 0; uu < 4; uu++) {
             const int u = 4 * e + uu;
-            const uint32_t s = abase + (uint32_t)((u >> 1) * C::TOK * 128 + 64 * (u & 1) + 32 * p);
-            if (p == 0) wg_mma<C::NR>(hi, a[uu], desc_sw128(s), uu > 0);
-            else wg_mma<C::NR>(lo, a[uu], desc_sw128(s), uu > 0);
+            /* the start address field (bits 0-13, 16-byte units) moves by the step's offset */
+            const uint64_t d = dbase + (uint64_t)(((u >> 1) * C::TOK * 128 + 64 * (u & 1) + 32 * p) >> 4);
+            if (p == 0) wg_mma<C::NR>(hi, a[uu], d, uu > 0);
+            else wg_mma<C::NR>(lo, a[uu], d, uu > 0);
         }
 }
 
@@ -202,7 +214,7 @@ __device__ __forceinline__ void issue_group(int (&hi)[wcfg<NT>::NR], int (&lo)[w
  * (scales at 1024 + 8g), sx = the stage's [TOK][2] scales. */
 template <int NT>
 __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&hi)[wcfg<NT>::NR],
-                                        const int (&lo)[wcfg<NT>::NR], const uint8_t *ws, const float *sx, int g,
+                                        const int (&lo)[wcfg<NT>::NR], const uint8_t *ws, const uint8_t *sc, int g,
                                         int t, int e) {
     typedef wcfg<NT> C;
     const float da = tc_ld_f16(ws + 1024 + 8 * g + 2 * e), db = tc_ld_f16(ws + 1024 + 8 * g + 4 + 2 * e);
@@ -210,10 +222,13 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
 #pragma unroll
     for (int j = 0; j < C::NR / 4; j++) {
         const int tk = 8 * j + 2 * t;
-        const float s0 = sx[tk * 2 + e], s1 = sx[tk * 2 + 2 + e];
+        /* (sx, 1.5*2^23 - corr) of tokens tk and tk + 1, group e */
+        const uint2 p0 = *(const uint2 *)(sc + (tk * 2 + e) * 8), p1 = *(const uint2 *)(sc + (tk * 2 + 2 + e) * 8);
+        const float s0 = __uint_as_float(p0.x), s1 = __uint_as_float(p1.x);
         int b[4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) b[q] = (int)((uint32_t)hi[4 * j + q] * 128u + (uint32_t)lo[4 * j + q] + kMagic);
+        for (int q = 0; q < 4; q++)
+            b[q] = (int)((uint32_t)hi[4 * j + q] * 128u + (uint32_t)lo[4 * j + q] + ((q & 1) ? p1.y : p0.y));
         acc[4 * j + 0] = fmaf(fmaf(__int_as_float(b[0]), da, ma), s0, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(fmaf(__int_as_float(b[1]), da, ma), s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(fmaf(__int_as_float(b[2]), db, mb), s0, acc[4 * j + 2]);
@@ -227,7 +242,7 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
 template <int NT>
 __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     k_gemm_wg(const __grid_constant__ CUtensorMap amap, const uint8_t *__restrict__ W, int n, int K,
-              const float *__restrict__ sx, int M, float *__restrict__ y, size_t ys, int nsp,
+              const float *__restrict__ sx, const int *__restrict__ corr, int M, float *__restrict__ y, size_t ys, int nsp,
               float *__restrict__ part, int *__restrict__ cnt) {
 #if TC_WG_BODY
     typedef wcfg<NT> C;
@@ -255,11 +270,25 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     if (warp == 8) {
         /* the producer warp */
         const int64_t nstrips = ((int64_t)n + 15) >> 4, kt = K >> 8;
+        constexpr int PPL = (2 * C::TOK + 31) / 32; /* (token, group) pairs per lane */
         for (int ks = 0; ks < nst; ks++) {
             const int slot = ks % C::NS;
+            const int st = st0 + ks;
+            /* the pairs' sx and unit corrs, loaded before the wait (their latency hidden by it) */
+            float ps[PPL];
+            int4 pc[PPL];
+#pragma unroll
+            for (int i = 0; i < PPL; i++) {
+                const int pr = lane + 32 * i, tk = pr >> 1, e = pr & 1;
+                int gt = tok0 + tk;
+                gt = gt < M ? gt : M - 1;
+                if (pr < 2 * C::TOK) {
+                    ps[i] = __ldg(sx + (size_t)gt * nb + 2 * st + e);
+                    pc[i] = __ldg((const int4 *)(corr + (size_t)gt * (size_t)(K >> 5) + 8 * st + 4 * e));
+                }
+            }
             if (ks >= C::NS) mbar_wait(smem_u32(&empty[slot]), (uint32_t)(((ks / C::NS) & 1) ^ 1));
             const uint32_t sb = sbase + (uint32_t)(slot * C::STAGE), fb = smem_u32(&full[slot]);
-            const int st = st0 + ks;
             if (lane == 0) {
                 mbar_expect_tx(fb, C::TX);
 #pragma unroll
@@ -272,12 +301,16 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
                              (uint32_t)kTile, fb);
                 }
             }
-            for (int i = lane; i < C::TOK; i += 32) {
-                int gt = tok0 + i;
-                gt = gt < M ? gt : M - 1;
-                cp_async8(sb + (uint32_t)(C::SOFF + 8 * i), sx + (size_t)gt * nb + 2 * st);
+            uint8_t *sp = smem + slot * C::STAGE + C::SOFF;
+#pragma unroll
+            for (int i = 0; i < PPL; i++) {
+                const int pr = lane + 32 * i;
+                if (pr < 2 * C::TOK) {
+                    const int c = pc[i].x + pc[i].y + pc[i].z + pc[i].w;
+                    *(uint2 *)(sp + 8 * pr) = make_uint2(__float_as_uint(ps[i]), kMagic - (uint32_t)c);
+                }
             }
-            mbar_arrive_cp_async(fb);
+            mbar_arrive(fb); /* release: the stores above are seen by the consumers' wait */
         }
         return;
     }
@@ -312,15 +345,15 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     for (int ks = 0; ks < nst; ks++) {
         const int slot = ks % C::NS;
         const uint8_t *sb = smem + slot * C::STAGE;
-        const uint32_t abase = sbase + (uint32_t)(slot * C::STAGE);
+        const uint64_t dbase = desc_sw128(sbase + (uint32_t)(slot * C::STAGE));
         const uint8_t *ws = sb + C::WOFF + strip * kTile;
-        const float *ssx = (const float *)(sb + C::SOFF);
+        const uint8_t *ssx = sb + C::SOFF;
         if (C::DB) {
             wg_fence();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
             wg_reg_fence<C::NR>(hi1); wg_reg_fence<C::NR>(lo1);
-            issue_group<NT>(hi0, lo0, a0, abase, 0);
-            issue_group<NT>(hi1, lo1, a1, abase, 1);
+            issue_group<NT>(hi0, lo0, a0, dbase, 0);
+            issue_group<NT>(hi1, lo1, a1, dbase, 1);
             wg_commit();
             wg_wait0();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
@@ -330,14 +363,14 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         } else {
             wg_fence();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            issue_group<NT>(hi0, lo0, a0, abase, 0);
+            issue_group<NT>(hi0, lo0, a0, dbase, 0);
             wg_commit();
             wg_wait0();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
             rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 0);
             wg_fence();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            issue_group<NT>(hi0, lo0, a1, abase, 1);
+            issue_group<NT>(hi0, lo0, a1, dbase, 1);
             wg_commit();
             wg_wait0();
             wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
@@ -496,7 +529,7 @@ template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, si
     int nsp = wg_splits<NT>(m, M, force);
     if (nsp > 1 && !wg_ws()) nsp = 1;
     dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
-    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(map, m->data, (int)m->n, (int)m->k, act->sx, M, y, ys,
+    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(map, m->data, (int)m->n, (int)m->k, act->sx, act->corr, M, y, ys,
                                                                nsp, tc_cur->gemm_part, tc_cur->gemm_cnt);
     tc_check_launch();
     return 1;
@@ -510,7 +543,7 @@ bool wg_shape_ok(const tc_mat *m, const tc_act *act) {
            m->k <= (1 << 24) && m->n > 0 && m->n <= ((int64_t)65535 * kRows) && act->batch > 0 &&
            act->batch <= (size_t)1 << 30 && ((uintptr_t)m->data & 15) == 0 &&
            m->row_bytes == (size_t)(m->k / kStageK) * kTile && ((uintptr_t)act->q & 15) == 0 &&
-           ((uintptr_t)act->sx & 7) == 0;
+           ((uintptr_t)act->sx & 7) == 0 && act->corr && ((uintptr_t)act->corr & 15) == 0;
 }
 
 } // namespace
