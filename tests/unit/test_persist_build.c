@@ -15,6 +15,7 @@
  * pointing forwards, a list out of order) and must say so.
  */
 #include "check.h"
+#include "model_check.h"
 #include "model/model.h"
 #include "backends/cuda/cu_persist.h"
 
@@ -312,6 +313,96 @@ static void fixture(const char *rel, bool want_ok) {
 }
 
 TEST(fixture_qwen3_tiny) { fixture("qwen3-tiny/model-q2_0.gguf", true); }
+
+/* The program run by its host reference (persist_ref.c: the kernel's semantics) token by
+ * token on the qwen3-tiny sequences: the fixture's float64 logits at the CPU criteria
+ * (max|diff| < 0.02, argmax equal where the reference margin > 0.02, the 24-token greedy
+ * continuation identical), the ARGMAX stage's token the host argmax. */
+TEST(reference_run_vs_fixture_logits) {
+    const char *rp = fixture_path("qwen3-tiny/reference.json");
+    char *txt = rp ? check_slurp(rp, NULL) : NULL;
+    const char *path = fixture_path("qwen3-tiny/model-q2_0.gguf");
+    char mpath[1024];
+    snprintf(mpath, sizeof mpath, "%s", path ? path : "");
+    FILE *f = fopen(mpath, "rb");
+    if (!txt || !f) {
+        free(txt);
+        if (f) fclose(f);
+        SKIP("fixture qwen3-tiny missing");
+    }
+    fclose(f);
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.device = "cpu";
+    mp.repack = false;
+    mp.n_threads = 1;
+    tern_model *m = NULL;
+    CHECK_MSG(tern_model_load(mpath, &mp, &m) == TERN_OK, "%s", tern_last_error());
+    tp_prog p;
+    if (!m || tp_build(m, &m->plan, 7, TERN_LAYOUT_ROWS, &p) != TERN_OK) {
+        CHECK(0);
+        if (m) tern_model_free(m);
+        cJSON_Delete(ref);
+        return;
+    }
+    const int V = m->hp.n_vocab;
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences"), *logits = cJSON_GetObjectItem(ref, "logits");
+    float *lg = malloc((size_t)V * sizeof(float));
+    for (int si = 0; si < cJSON_GetArraySize(seqs); si++) {
+        const cJSON *seq = cJSON_GetArrayItem(seqs, si), *ent = cJSON_GetArrayItem(logits, si);
+        size_t T, nc, nb = 0;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(seq, "ids"), &T);
+        int32_t *want = json_ids(cJSON_GetObjectItem(ent, "greedy_continuation"), &nc);
+        char rel[256];
+        snprintf(rel, sizeof rel, "qwen3-tiny/%s", cJSON_GetObjectItem(ent, "logits_file")->valuestring);
+        float *rl = check_slurp(fixture_path(rel), &nb);
+        CHECK(rl && nb == T * (size_t)V * 4);
+        tp_ref *r = NULL;
+        CHECK(tp_ref_new(&p, m, (int)(T + nc), &r) == TERN_OK);
+        double maxd = 0;
+        int bad = 0, checked = 0, same = 0, dev_bad = 0;
+        bool div = false;
+        int32_t tok = 0;
+        for (size_t t = 0; r && rl && t < T + nc; t++) {
+            if (t < T) tok = ids[t];
+            const int am_dev = tp_ref_step(r, tok, (int)t, lg);
+            const int am = check_argmax(lg, V);
+            if (am_dev != am) dev_bad++;
+            if (t < T) {
+                const float *rr = rl + t * V;
+                for (int i = 0; i < V; i++) {
+                    double d = fabs((double)lg[i] - rr[i]);
+                    if (!(d <= maxd)) maxd = isnan(d) ? INFINITY : d;
+                }
+                if (check_top2_margin(rr, V) > 0.02f) {
+                    checked++;
+                    if (am != check_argmax(rr, V)) bad++;
+                }
+            }
+            if (t + 1 >= T) {
+                if (t + 1 - T < nc && !div) {
+                    if (am == want[t + 1 - T]) same++;
+                    else div = true;
+                }
+                tok = am;
+            }
+        }
+        CHECK_MSG(maxd < 0.02, "seq %d: max|diff| %g", si, maxd);
+        CHECK_MSG(bad == 0, "seq %d: %d/%d argmax differ", si, bad, checked);
+        CHECK_MSG(same == (int)nc, "seq %d: continuation diverges at step %d", si, same);
+        CHECK_MSG(dev_bad == 0, "seq %d: the ARGMAX stage differs from the host argmax %d times", si, dev_bad);
+        fprintf(stderr, "  reference run seq %d: T %zu, max|diff| %.2e, argmax ok on %d rows, continuation %d/%zu\n",
+                si, T, maxd, checked, same, nc);
+        tp_ref_free(r);
+        free(rl); free(ids); free(want);
+    }
+    free(lg);
+    tp_prog_free(&p);
+    tern_model_free(m);
+    cJSON_Delete(ref);
+}
 TEST(fixture_qwen35_refused) { fixture("qwen35-tiny/model-pq2_0.gguf", false); }
 
 int main(void) {
@@ -319,6 +410,7 @@ int main(void) {
     RUN(checker_sees_broken_programs);
     RUN(refusals);
     RUN(fixture_qwen3_tiny);
+    RUN(reference_run_vs_fixture_logits);
     RUN(fixture_qwen35_refused);
     return check_summary();
 }

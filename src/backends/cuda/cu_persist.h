@@ -22,6 +22,17 @@ void tp_prog_free(tp_prog *p);
 /* The plan op, layer and awaited stage of stage s, as text (errors). */
 void tp_describe_stage(const tp_prog *p, int s, char *buf, size_t n);
 
+/* The kernel's plain reference (persist_ref.c): the program run on the host, stage by
+ * stage and task by task with the kernel's semantics (task ranges, partial slots, norm
+ * sources, buffer offsets), on a program built with TERN_LAYOUT_ROWS from a model loaded
+ * on the CPU (128-group ternary rows), float32 KV cache of n_ctx positions. */
+typedef struct tp_ref tp_ref;
+tern_status tp_ref_new(const tp_prog *p, const tern_model *m, int n_ctx, tp_ref **out);
+/* One step: token at position pos; logits (n_vocab floats) into `logits`; returns the
+ * argmax the program's ARGMAX stage finds (-1 on bad arguments). */
+int tp_ref_step(tp_ref *r, int token, int pos, float *logits);
+void tp_ref_free(tp_ref *r);
+
 #if defined(TERN_HAVE_CUDA)
 struct tc_ctx;
 struct tc_persist;
@@ -33,6 +44,8 @@ tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, co
 void tm_cuda_persist_free(struct tc_ctx *tc, void *state);
 /* The kernel-layer object of a back-end's state (tests: lab.h's tc_persist_debug), or NULL. */
 struct tc_persist *tm_cuda_persist_obj(void *state);
+/* The last persistent step's argmax token (computed on the device), or -1. */
+int tm_cuda_persist_token(void *state);
 #endif
 
 #endif

@@ -79,6 +79,7 @@ static tp_stage *mm_stage(pb *b, int opi, const tm_plan_op *op, int n, const ter
         s->w[i] = w[i]->data;
         s->n[i] = w[i]->n;
         s->kt[i] = ktiles(k);
+        s->rb[i] = (int64_t)w[i]->row_bytes;
         s->strip0[i + 1] = s->strip0[i] + strips(w[i]->n);
     }
     for (int i = n; i < TP_MAX_MATS; i++) s->strip0[i + 1] = s->strip0[n];
@@ -119,6 +120,7 @@ static bool walk(pb *b) {
             s->w[0] = w->data;
             s->n[0] = w->n;
             s->kt[0] = ktiles(E);
+            s->rb[0] = (int64_t)w->row_bytes;
             s->in_k = E;
             s->out_mode = TP_OUT_RESID;
             b->last_resid = b->n_st - 1;

@@ -128,6 +128,12 @@ int tc_profile_report(tc_ctx *cx, tc_profile_entry *out, int max);
  * then a total; returns the length it wanted (snprintf rules). */
 int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
 
+/* The persistent decode step (tc_persist.cu), tests only: stage hang_stage (-1: none)
+ * waits for a counter nothing signals, and a wait may spin budget_cycles clock64 cycles
+ * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
+struct tc_persist;
+void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,6 +69,7 @@ typedef struct tp_stage {
     const void *w[TP_MAX_MATS];      /* tiled ternary data (TC_TERN128T) */
     int64_t n[TP_MAX_MATS];          /* rows */
     int64_t kt[TP_MAX_MATS];         /* 256-input tiles per strip */
+    int64_t rb[TP_MAX_MATS];         /* bytes per row in the file layout (the host reference's) */
     const float *gain;   /* TP_IN_NORM: the site's gain [in_k] */
     float eps;
     /* TP_ATTN */
@@ -99,10 +100,38 @@ typedef struct tp_prog {
 
 /* Shared memory (bytes) a CTA of the program needs. */
 static inline size_t tp_smem_bytes(const tp_prog *p) {
-    size_t mm = (size_t)p->max_in_k * 4 + (size_t)TP_WARPS * 32 * 2 * 4 + 256;
+    size_t mm = (size_t)p->max_in_k * 4 + (size_t)p->max_in_k / 16 * 4 + (size_t)TP_WARPS * 32 * 2 * 4 + 256;
     size_t at = (size_t)(3 + TP_WARPS) * (size_t)p->head_dim_max * 4 + 2 * TP_WARPS * 4 + 256;
     return mm > at ? mm : at;
 }
+
+/* ------------------------------------------------------------ the launcher (tc_persist.cu) */
+struct tc_ctx;
+typedef struct tc_persist tc_persist;
+
+/* One sequence's step: its caches (all layers, rows of k_row / v_row bytes, n_ctx
+ * positions per layer), its position and token. kv_type: TC_KV_F32/F16/BF16 (q8_0 is
+ * refused), the same for k and v. */
+typedef struct tc_persist_seq {
+    void *kcache, *vcache;
+    size_t k_row, v_row;
+    int n_ctx, pos, token, kv_type;
+} tc_persist_seq;
+
+/* tc_persist_step's answer when a wait ran out of budget (*failed_stage: the stage). */
+#define TC_PERSIST_WATCHDOG 100100
+
+/* CTAs the device can run co-resident (its SMs), or 0 without cooperative launch. */
+int tc_persist_sms(struct tc_ctx *cx);
+/* The program in device memory (p->n_cta CTAs), its scratch and counters; 0,
+ * TC_ERR_UNSUPPORTED (one CTA with tp_smem_bytes(p) does not fit on an SM), or a CUDA
+ * error. The weights and gains p points to must outlive it. */
+int tc_persist_new(struct tc_ctx *cx, const tp_prog *p, tc_persist **out);
+void tc_persist_free(tc_persist *ps);
+/* One step: launch, then the status (and the argmax token) and the logits (n_vocab
+ * floats) into host memory (logits_host may be NULL). 0, TC_PERSIST_WATCHDOG, or a CUDA
+ * error (also noted in the context's sticky error). Synchronous. */
+int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out, int *failed_stage);
 
 #ifdef __cplusplus
 }
