@@ -829,6 +829,8 @@ void srv_sched_run(srv_sched *s) {
 
 static void sched_free(srv_sched *s) {
     if (!s) return;
+    srv_pool_free(s->pool);
+    free(s->dec);
     for (int i = 0; s->slots && i < s->p.n_parallel; i++) {
         tern_session_free(s->slots[i].sess);
         tern_gen_free(s->slots[i].gen);
@@ -838,8 +840,6 @@ static void sched_free(srv_sched *s) {
         free(s->slots[i].snaps);
     }
     free(s->slots);
-    free(s->dec);
-    srv_pool_free(s->pool);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->snap_mu);
