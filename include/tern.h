@@ -452,8 +452,9 @@ TERN_API const float *tern_session_logits(const tern_session *s);
  * session's sequence (the pending token and k drafts: n = k + 1) in one pass, so the
  * weights are read once, and writes every row's logits into logits (n x n_vocab, row t =
  * the logits after token t; tern_session_logits() holds the last). Each row is
- * bit-identical to evaluating the tokens one at a time with tern_session_eval (on the
- * CPU; the pass walks the GDN recurrence token by token instead of the block scan), so
+ * bit-identical to evaluating the tokens one at a time with tern_session_eval (the CPU
+ * pass walks the GDN recurrence token by token instead of the block scan; a back-end that
+ * cannot promise that, CUDA for now, runs the rows as single-token steps), so
  * greedy text with speculation equals plain greedy text. Then, before any other call on
  * the session, tern_session_verify_keep keeps the first n_keep (0 <= n_keep <= n) of
  * them: the position becomes pos0 + n_keep and the logits those after the last kept
@@ -786,6 +787,9 @@ typedef struct tern_gen_params {
                                      * tokens after the chosen one and verifies them in one pass */
     int spec_k;                     /* the most drafted tokens per step (<= 0: 8; at most 16);
                                      * adapted to the acceptance rate between 1 and this */
+    bool spec_always;               /* draft at every step: no backing off to plain steps while
+                                     * verify passes cost more per token than plain steps do
+                                     * (measured as it goes; tests, benchmarks) */
 } tern_gen_params;
 typedef struct tern_gen_result {
     tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */

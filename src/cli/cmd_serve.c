@@ -63,11 +63,18 @@ static void usage(FILE *f) {
             "                       whole sequence)\n"
             "  --admit-free-mib N   admit a request only while the back-end has N MiB free, else 503 with\n"
             "                       Retry-After (default 0 = 256 on a GPU, no check on the CPU)\n"
+            "  --spec ngram         speculative decoding by prompt lookup for every request (a request opts\n"
+            "                       out with \"speculative\": false); greedy replies are the same bytes;\n"
+            "                       --spec-k N drafts a pass at most (default 8). /metrics: tern_spec_*\n"
             "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
+            "  --prefill-chunk N    prompt tokens per prefill pass (default 0 = the back-end's: 64 on the\n"
+            "                       CPU, 512 on CUDA); every prompt is split the same way whatever else\n"
+            "                       runs (replies do not depend on the load); smaller: shorter stalls for\n"
+            "                       the decoding streams when a prompt arrives, slower prefill\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
-            "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
+            "                       5 on the CPU, 64 on CUDA; at most one prefill chunk)\n"
             "  --sample-threads N   threads choosing the decoding slots' next tokens each round on\n"
             "                       vocabularies of 32768+ tokens (default 0 = the CPUs, at most 8 and at\n"
             "                       most --parallel; 1 = the scheduler thread alone)\n"
@@ -139,17 +146,38 @@ static const char *base_name(const char *p) {
     return buf;
 }
 
+
+/* --spec ngram / --spec-k N: 0 taken (i moved past the value), else the usage error's
+ * exit code. A draft model is not served yet: its session is per slot (tern run / chat have it). */
+static int serve_spec_opt(int argc, char **argv, int *i, const char **spec, int64_t *k) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) return cli_usage_error("serve", "%s needs a value", a);
+    const char *v = argv[++*i];
+    if (!strcmp(a, "--spec-k")) {
+        if (!cli_parse_i64(v, 1, 16, k)) return cli_usage_error("serve", "bad --spec-k '%s' (1..16)", v);
+        return 0;
+    }
+    if (!strncmp(v, "draft:", 6))
+        return cli_usage_error("serve", "--spec %s: a draft model is not served yet (tern run and tern chat take it); "
+                               "use --spec ngram", v);
+    if (strcmp(v, "ngram")) return cli_usage_error("serve", "bad value '%s' for --spec (ngram)", v);
+    *spec = v;
+    return 0;
+}
+
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *ssl_key = NULL, *ssl_cert = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
     int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0,
-            sample_threads = 0;
+            sample_threads = 0, prefill_chunk = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
     bool quiet = false, no_prefix_cache = false, embedding = true;
+    const char *spec = NULL;
+    int64_t spec_k = 0;
     const char *pooling = NULL;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -159,6 +187,11 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
+        if (!strcmp(a, "--spec") || !strcmp(a, "--spec-k")) {
+            int r = serve_spec_opt(argc, argv, &i, &spec, &spec_k);
+            if (r) return r;
+            continue;
+        }
         if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) { embedding = true; continue; }
         if (!strcmp(a, "--no-embedding") || !strcmp(a, "--no-embeddings")) { embedding = false; continue; }
         {
@@ -169,7 +202,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --sample-threads --pooling --admit-free-mib"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --prefill-chunk --decode-batch --sample-threads --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -209,6 +242,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-budget")) { num = &prefill_budget; lo = 0; hi = 1 << 22; }
         else if (!strcmp(a, "--decode-batch")) { num = &decode_batch; lo = 0; hi = 4096; }
         else if (!strcmp(a, "--sample-threads")) { num = &sample_threads; lo = 0; hi = 256; }
+        else if (!strcmp(a, "--prefill-chunk")) { num = &prefill_chunk; lo = 0; hi = 65536; }
         else if (!strcmp(a, "--admit-free-mib")) { num = &admit_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
@@ -258,9 +292,19 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,
                            (int)sample_threads, (uint64_t)admit_mib << 20};
+    tern_drafter *drafter = NULL;
+    if (spec && (st = tern_drafter_ngram_new(0, 0, &drafter))) {
+        tern_model_free(m);
+        tern_tokenizer_free(tok);
+        return cli_lib_error("serve", st);
+    }
+    sp.drafter = drafter;
+    sp.spec_k = (int)spec_k;
+    sp.prefill_chunk = (int)prefill_chunk;
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         fprintf(stderr, "tern serve: %s\n", srv_sched_error());
+        tern_drafter_free(drafter);
         int rc = 1;
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -302,6 +346,7 @@ int tern_cmd_serve(int argc, char **argv) {
         free(key_pem);
         srv_embedder_free(embedder);
         srv_sched_free(sched);
+        tern_drafter_free(drafter);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -336,6 +381,7 @@ int tern_cmd_serve(int argc, char **argv) {
         free(cert_pem);
         srv_embedder_free(embedder);
         srv_sched_free(sched);
+        tern_drafter_free(drafter);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -389,6 +435,7 @@ int tern_cmd_serve(int argc, char **argv) {
         free(cert_pem);
         srv_embedder_free(embedder);
         srv_sched_free(sched);
+        tern_drafter_free(drafter);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -404,6 +451,7 @@ int tern_cmd_serve(int argc, char **argv) {
     free(cert_pem);
     srv_embedder_free(embedder);
     srv_sched_free(sched);
+    tern_drafter_free(drafter);
     tern_model_free(m);
     tern_tokenizer_free(tok);
     return 0;

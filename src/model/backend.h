@@ -140,6 +140,11 @@ enum {
      * (be_state), not in the session's buffers: snapshots, truncation of states and
      * the random depth fill are refused */
     TM_CAP_PRIVATE_STATE = 1u << 1,
+    /* exec honours tm_step.exact: a chunk's rows come out bit-identical to single-token
+     * steps (the CPU: the GDN walk, matmuls of <= 9 rows on the single-row kernels).
+     * Without it a speculative verify (tern_session_verify) runs its rows as single-token
+     * steps: exact, but the weights are read once per row */
+    TM_CAP_EXACT_ROWS = 1u << 2,
 };
 
 typedef struct tm_backend_vt {

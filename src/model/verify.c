@@ -7,7 +7,9 @@
  * evaluating the tokens one at a time (the GDN recurrence walks token by token instead
  * of the block scan; the matmuls of <= 9 rows stay on the single-row kernels on every
  * CPU ISA, see tests/unit/test_spec.c). Greedy text with speculation is then
- * byte-identical to plain greedy.
+ * byte-identical to plain greedy. A back-end without TM_CAP_EXACT_ROWS (CUDA today: its
+ * multi-row kernels accumulate in another order than its decode GEMV) runs the rows as
+ * single-token steps: still exact, no faster than decoding them.
  *
  * Rollback: attention rows after the kept prefix are simply overwritten later (the
  * position goes back). The GDN conv and recurrent states cannot be rewound, so one
@@ -23,14 +25,18 @@
 
 static bool has_gdn(const tern_session *s) { return s->m->hp.n_gdn_layers > 0; }
 
-/* Evaluate tokens [0, n) exactly, in pieces of at most n_chunk rows; advances pos. */
+/* Evaluate tokens [0, n) exactly, in pieces of at most n_chunk rows (one row at a time on
+ * a back-end without TM_CAP_EXACT_ROWS); advances pos. */
 static tern_status eval_exact(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
     const size_t V = (size_t)s->m->hp.n_vocab;
+    const bool rows = (s->m->be->vt->caps & TM_CAP_EXACT_ROWS) != 0;
     tern_status st = TERN_OK;
     pthread_mutex_lock(&s->m->eval_mu);
     for (size_t i = 0; i < n && !st;) {
         int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
-        st = tm_forward_verify(s, tokens + i, c, logits ? logits + i * V : NULL);
+        if (!rows) c = 1;
+        st = rows ? tm_forward_verify(s, tokens + i, c, logits ? logits + i * V : NULL)
+                  : tm_forward_chunk(s, tokens + i, 1, logits ? logits + i * V : NULL);
         if (!st) {
             tm_session_stamp(s, s->pos, c);
             s->pos += c;

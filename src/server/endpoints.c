@@ -227,6 +227,18 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
         put(&o, "# HELP tern_sched_refused_total Requests answered 503 for lack of free memory (--admit-free-mib).\n"
                 "# TYPE tern_sched_refused_total counter\ntern_sched_refused_total{reason=\"memory\"} %llu\n",
             st->refused_memory);
+        put(&o, "# HELP tern_spec_drafted_total Tokens drafted by speculative decoding (serve --spec).\n"
+                "# TYPE tern_spec_drafted_total counter\ntern_spec_drafted_total %llu\n", st->spec_drafted);
+        put(&o, "# HELP tern_spec_accepted_total Drafted tokens the model accepted.\n"
+                "# TYPE tern_spec_accepted_total counter\ntern_spec_accepted_total %llu\n", st->spec_accepted);
+        put(&o, "# HELP tern_spec_steps_total Verify passes (each gives its accepted drafts and one more token).\n"
+                "# TYPE tern_spec_steps_total counter\ntern_spec_steps_total %llu\n", st->spec_steps);
+        put(&o, "# HELP tern_spec_acceptance_rate Accepted / drafted tokens since start.\n"
+                "# TYPE tern_spec_acceptance_rate gauge\ntern_spec_acceptance_rate %.4f\n",
+            st->spec_drafted ? (double)st->spec_accepted / (double)st->spec_drafted : 0.0);
+        put(&o, "# HELP tern_spec_tokens_per_step Tokens per verify pass (accepted drafts + 1).\n"
+                "# TYPE tern_spec_tokens_per_step gauge\ntern_spec_tokens_per_step %.4f\n",
+            st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / (double)st->spec_steps : 0.0);
         put(&o, "# HELP tern_backend_memory_free_bytes Memory the back-end can still give (device or host; 0: unknown).\n"
                 "# TYPE tern_backend_memory_free_bytes gauge\ntern_backend_memory_free_bytes %llu\n",
             (unsigned long long)st->mem_free);

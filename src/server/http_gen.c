@@ -371,6 +371,7 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
     c->max_tokens = j->max_tokens;
     c->stream = j->stream;
     c->ignore_eos = j->ignore_eos;
+    c->no_spec = j->no_spec;
     c->no_cache = j->no_cache;
     c->logprobs = j->logprobs;
     if (ok && j->n_bias) {
@@ -669,6 +670,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
     }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
+    j->no_spec = req.no_spec;
     j->no_cache = !req.cache_prompt;
     for (size_t i = 0; i < req.n_bias; i++)
         if (req.bias_ids[i] >= nv) {

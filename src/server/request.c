@@ -262,6 +262,15 @@ static int parse_tools(const cJSON *root, srv_request *r, char *err, size_t en) 
     return 0;
 }
 
+/* "speculative": false opts a request out of serve --spec (true or absent: the server's
+ * setting). */
+static int parse_speculative(const cJSON *root, srv_request *r, char *err, size_t en) {
+    bool on = true;
+    int rc = get_bool(root, "speculative", &on, NULL, err, en);
+    if (!rc) r->no_spec = !on;
+    return rc;
+}
+
 static int parse_stop(const cJSON *root, srv_request *r, char *err, size_t en) {
     const cJSON *st = field(root, "stop");
     if (!st) return 0;
@@ -512,6 +521,7 @@ static const char *const F_COMMON[] = {
     "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed",
     "stop", "n", "stream", "stream_options", "ignore_eos", "cache_prompt", "logit_bias", "logprobs", "n_probs",
+    "speculative",                  /* false: no speculative decoding for this request (serve --spec) */
     "response_format", "grammar", "json_schema", "typical_p", "typ_p", "min_keep", "top_n_sigma",
     "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
     "dry_sequence_breakers", "samplers", "samplers_sequence",
@@ -691,6 +701,7 @@ int srv_parse_request_api(srv_kind kind, srv_api api, const char *body, size_t l
         (rc = parse_logit_bias(root, r, err, en))) goto out;
     if ((rc = get_bool(root, "stream", &r->stream, NULL, err, en))) goto out;
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err, en))) goto out;
+    if ((rc = parse_speculative(root, r, err, en))) goto out;
     r->cache_prompt = true;         /* llama.cpp's field: false = no prefix reuse */
     if ((rc = get_bool(root, "cache_prompt", &r->cache_prompt, NULL, err, en))) goto out;
     const cJSON *so = field(root, "stream_options");

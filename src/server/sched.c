@@ -122,6 +122,15 @@ struct srv_sched {
 };
 
 static slot *lead_slot(srv_sched *s, const srv_job *j);
+
+/* serve --spec: the drafter for a request that did not opt out ("speculative": false).
+ * A speculating slot's session moves several positions a pass, so the prefix cache does
+ * not follow it (its tokens are not reused by the next request; correct, only colder). */
+static void spec_params(const srv_sched *s, const srv_job *j, tern_gen_params *gp) {
+    if (!s->p.drafter || j->no_spec) return;
+    gp->drafter = s->p.drafter;
+    gp->spec_k = s->p.spec_k;
+}
 static void follower_cold(srv_sched *s, slot *sl);
 
 /* ------------------------------------------------------- snapshots */
@@ -328,11 +337,16 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish f, const char *err) {
         for (int i = 0; i < s->p.n_parallel; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_WAIT && s->slots[i].wait == sl->id)
                 follower_cold(s, &s->slots[i]);
+    size_t sd = 0, sa = 0, sn = 0;
+    tern_gen_spec_stats(sl->gen, &sd, &sa, &sn);
     tern_gen_free(sl->gen);
     sl->gen = NULL;
     tern_sampler_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->snap_mu); /* counted before the client hears of the end */
+    s->steps.spec_drafted += sd;
+    s->steps.spec_accepted += sa;
+    s->steps.spec_steps += sn;
     s->steps.evaluated_tokens += u.evaluated_tokens;
     s->steps.gen_tokens += u.completion_tokens;
     if (!j->lead) { /* a request's prompt and times once (choice 0), as its usage shows them */
@@ -524,6 +538,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         gp.cancel = &j->cancel;
         gp.ignore_eos = j->ignore_eos;
         gp.grammar = j->gm;
+        spec_params(s, j, &gp);
         sl->hook = (gen_hook){s, j, &sl->gen};
         if (j->n_bias) {
             gp.process = hook_bias;
@@ -814,6 +829,8 @@ void srv_sched_run(srv_sched *s) {
 
 static void sched_free(srv_sched *s) {
     if (!s) return;
+    srv_pool_free(s->pool);
+    free(s->dec);
     for (int i = 0; s->slots && i < s->p.n_parallel; i++) {
         tern_session_free(s->slots[i].sess);
         tern_gen_free(s->slots[i].gen);
@@ -823,8 +840,6 @@ static void sched_free(srv_sched *s) {
         free(s->slots[i].snaps);
     }
     free(s->slots);
-    free(s->dec);
-    srv_pool_free(s->pool);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->snap_mu);
@@ -865,6 +880,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     sp.n_ctx = p->n_ctx;
     sp.cache_type_k = p->cache_k;
     sp.cache_type_v = p->cache_v;
+    sp.n_chunk = p->prefill_chunk;  /* 0: the back-end's */
     s->admit_free = p->admit_free ? p->admit_free
                   : strcmp(tern_model_get_info(m)->device, "cpu") ? (uint64_t)256 << 20 : 0;
     const uint64_t free0 = tern_model_memory_free(m);

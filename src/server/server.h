@@ -83,6 +83,7 @@ typedef struct srv_request {
     size_t n_stop;
     bool stream, include_usage;
     bool ignore_eos;                /* never sample an end-of-generation token */
+    bool no_spec;                   /* "speculative": false: no speculative decoding (serve --spec) */
     bool cache_prompt;              /* llama.cpp's cache_prompt (default true): reuse a slot's prefix */
     int32_t *bias_ids;              /* logit_bias: ids (checked against the vocabulary by the caller) */
     float *bias;                    /* and the values added to their logits (-100 … 100) */
@@ -268,6 +269,7 @@ typedef struct srv_job {
     int max_tokens;                 /* 0: until end of generation / full context */
     bool stream;                    /* wake the handler for every piece of text (else only at the end) */
     bool ignore_eos;                /* end-of-generation tokens masked out before sampling */
+    bool no_spec;                   /* no speculative decoding for this request */
     bool no_cache;                  /* cache_prompt: false: evaluate the whole prompt (no prefix reuse) */
     int32_t *bias_ids;              /* logit_bias, owned (moved from the request): logits[bias_ids[i]] += bias[i] */
     float *bias;
@@ -350,6 +352,14 @@ typedef struct srv_sched_params {
     uint64_t admit_free;            /* a request is admitted only while the back-end has this many
                                      * bytes free (tern_model_memory_free; else 503 with
                                      * Retry-After); 0: 256 MiB on a GPU, no check on the host */
+    tern_drafter *drafter;          /* serve --spec ngram: speculative decoding for every request
+                                     * that does not opt out (borrowed; NULL: off). Prompt lookup
+                                     * only: it keeps no state, so the slots share it */
+    int spec_k;                     /* --spec-k (0: 8) */
+    int prefill_chunk;              /* the slots' prefill chunk (tern_session_params.n_chunk; 0: the
+                                     * back-end's, 64 on the CPU, 512 on CUDA): every prompt is split
+                                     * the same way whatever else runs, so replies do not depend on
+                                     * the load, and a smaller chunk bounds the streams' stall */
 } srv_sched_params;
 
 /* Create the slots (sessions). The start-up fit check: n_parallel sessions and the snapshot
@@ -429,6 +439,7 @@ typedef struct srv_step_stats {
     unsigned long long refused_memory;        /* requests answered 503 by admit_free */
     uint64_t mem_free;                        /* tern_model_memory_free when read (0: unknown) */
     uint64_t admit_free;                      /* the admission floor in force (0: none) */
+    unsigned long long spec_drafted, spec_accepted, spec_steps; /* speculation: drafted, accepted, passes */
 } srv_step_stats;
 void srv_sched_step_stats(srv_sched *s, srv_step_stats *out);
 /* KV cache bytes of all slots: in use now and at the full context; slot 0's session. */

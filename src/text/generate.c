@@ -75,12 +75,20 @@ struct tern_gen {
     int kmax, k;
     float *vrows;
     int32_t *vtok;
-    int vrows_cap, vpos0, vbase, vn, vj, keep_at;
+    int vrows_cap, vpos0, vbase, vn, vj, keep_at, vtotal;
     bool vacc, gdn;
     int32_t *defer;
     int n_defer;
     size_t drafted, accepted, steps;
+    /* cost control: seconds per token of plain steps and of verify windows (moving
+     * averages, 0: not measured yet); while windows cost more per token than plain
+     * steps, `cool` plain steps follow before drafting again (small models whose
+     * weights sit in the CPU's cache gain nothing from reading them once) */
+    double t_plain, t_spec, vt;
+    int cool, cool_len;
 };
+
+static void ema(double *avg, double x) { *avg = *avg > 0 ? 0.7 * *avg + 0.3 * x : x; }
 
 /* Rows a verify may hold: deferred tokens (at most kmax + 1), the pending id, kmax drafts. */
 static int spec_rows(int kmax) { return 2 * kmax + 2; }
@@ -209,7 +217,7 @@ static tern_status settle(tern_gen *g, bool now) {
     if (!g->keep_at) return TERN_OK;
     const int keep = g->keep_at;
     g->keep_at = 0;
-    if (!g->gdn || now || keep > g->kmax + 1) return tern_session_verify_keep(g->s, keep);
+    if (!g->gdn || now || keep > g->kmax + 1 || keep == g->vtotal) return tern_session_verify_keep(g->s, keep);
     tern_status st = tern_session_verify_keep(g->s, 0);
     if (st) return st;
     memcpy(g->defer, g->vtok, (size_t)keep * sizeof *g->defer);
@@ -263,6 +271,13 @@ static tern_status choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason
         } else { /* the window ends with this row: the tokens up to its own are kept */
             g->keep_at = g->vbase + g->vj + 1;
             int acc = g->vj, nd = g->vn - 1;
+            ema(&g->t_spec, g->vt / (acc + 1));
+            if (g->t_plain > 0 && g->t_spec > g->t_plain) { /* back off, longer each time */
+                g->cool_len = g->cool_len ? (g->cool_len < 256 ? 2 * g->cool_len : 256) : 8;
+                g->cool = g->cool_len;
+            } else if (g->t_plain > 0) {
+                g->cool_len = 0;
+            }
             g->k = acc == nd ? (g->k + 2 < g->kmax ? g->k + 2 : g->kmax) : (acc + 1 < g->kmax ? acc + 1 : g->kmax);
             g->vn = 0;
         }
@@ -321,13 +336,22 @@ static tern_status advance_spec(tern_gen *g) {
     }
     long room = (long)tern_session_n_ctx(g->s) - tern_session_pos(g->s) - g->n_defer - 1;
     if (room < k) k = room > 0 ? (int)room : 0;
+    /* no plain step measured yet: one, to compare with */
+    if (g->p.spec_always) g->cool = 0;
+    else if (g->t_spec > 0 && g->t_plain <= 0 && !g->cool) g->cool = 1;
+    if (g->cool > 0) {
+        g->cool--;
+        k = 0;
+    }
     int nd = 0;
     if (k > 0) {
         nd = tern_drafter_draft(g->p.drafter, g->hist, g->hist_n, k, g->vtok + g->n_defer + 1);
         if (nd < 0) return tern_fail(TERN_ERR_INTERNAL, "speculative decoding: the drafter failed: %s", tern_last_error());
     }
     if (!nd && !g->n_defer) { /* nothing drafted: a plain step */
+        double t0 = tern_now_s();
         st = tern_session_eval(g->s, &g->pending, 1, NULL);
+        ema(&g->t_plain, tern_now_s() - t0);
         if (!st) g->pending = -1;
         return st;
     }
@@ -335,8 +359,11 @@ static tern_status advance_spec(tern_gen *g) {
     g->vtok[g->n_defer] = g->pending;
     const int n = g->n_defer + 1 + nd;
     g->vpos0 = tern_session_pos(g->s);
+    double t0 = tern_now_s();
     st = tern_session_verify(g->s, g->vtok, (size_t)n, g->vrows);
+    g->vt = tern_now_s() - t0;
     if (st) return st;
+    g->vtotal = n;
     g->steps++;
     g->drafted += (size_t)nd;
     g->vbase = g->n_defer;

@@ -681,7 +681,7 @@ TEST(sched_equals_generate) {
  * every reply still equals tern_generate's; decode passes never exceed --decode-batch. */
 static tern_gen_result bud_ref[3];
 static char bud_long[2][4096];
-static int bud_budget;
+static int bud_budget, bud_chunk;
 static void budget_client(client *c) {
     tern_sampler_params sp;
     tern_sampler_params_default(&sp);
@@ -704,8 +704,8 @@ static void budget_client(client *c) {
     srv_job_unref(a);
     srv_step_stats st;
     srv_sched_step_stats(c->s, &st);
-    CHECK_EQ_INT(st.chunk, 64);
-    CHECK_EQ_INT(st.prefill_budget, bud_budget > 64 ? bud_budget : 64);
+    CHECK_EQ_INT(st.chunk, bud_chunk);
+    CHECK_EQ_INT(st.prefill_budget, bud_budget > bud_chunk ? bud_budget : bud_chunk);
     CHECK_EQ_INT(st.decode_batch, 2);
     CHECK_MSG(st.max_prefill_decoding > 0 && st.max_prefill_decoding <= (size_t)st.prefill_budget,
               "a round evaluated %zu prompt tokens beside decoding (budget %d)", st.max_prefill_decoding, st.prefill_budget);
@@ -765,10 +765,13 @@ TEST(sched_prefill_budget) {
     reference("The Linux kernel provides", &sp, 48, NULL, 0, &bud_ref[0]);
     CHECK(bud_ref[0].tokens.n >= 16);
     for (int k = 0; k < 2; k++) reference(bud_long[k], &sp, 4, NULL, 0, &bud_ref[1 + k]);
-    for (int r = 0; r < 2; r++) {
-        bud_budget = r ? 128 : 0;
+    /* the default budget (one chunk), 128, and --prefill-chunk 32 (rounds of 32 prompt tokens) */
+    for (int r = 0; r < 3; r++) {
+        bud_budget = r == 1 ? 128 : 0;
+        bud_chunk = r == 2 ? 32 : 64;
         srv_sched_params p = {3, 1024, 4};
         p.prefill_budget = bud_budget;
+        p.prefill_chunk = r == 2 ? 32 : 0;
         p.decode_batch = 2;
         client c = {NULL, budget_client};
         CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);

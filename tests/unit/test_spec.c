@@ -195,6 +195,7 @@ static int32_t *gen_ids(tern_model *m, const tern_tokenizer *t, const int32_t *p
     gp.ignore_eos = true;
     gp.drafter = c->d;
     gp.spec_k = c->k;
+    gp.spec_always = true; /* the same drafts whatever the timing */
     tern_gen_result r;
     tern_status st = tern_generate(s, t, smp, prompt, np, &gp, &r);
     CHECK_MSG(st == TERN_OK, "generate: %s", tern_last_error());

@@ -78,12 +78,16 @@ class Model:
     (0: min(4096, the model's training context)). repack: ternary weights copied into the
     kernels' fastest layout at load where there is one (AVX-512), file pages dropped; False
     keeps the file layout. cache_type: the KV cache's storage,
-    "f32", "f16", "bf16" or "q8_0" (None: f16 on the CPU). Use as a context manager or call
+    "f32", "f16", "bf16" or "q8_0" (None: f16 on the CPU). spec: speculative decoding for
+    generate and chat, "ngram" (prompt lookup) or "draft:PATH" (a draft model with the same
+    tokenizer, else tern.Error naming the difference); spec_k: the most drafted tokens a
+    pass (0: 8). The text is the same as without (greedy: byte for byte); last["spec"] has
+    the drafted / accepted / passes counts. Use as a context manager or call
     close(); any use after close raises tern.Error.
     """
 
     def __init__(self, path_or_pack=None, device="cpu", threads=None, n_ctx=0, repack=True,
-                 cache_type=None):
+                 cache_type=None, spec=None, spec_k=0):
         from . import default_model_path
 
         if path_or_pack is None:
@@ -101,7 +105,29 @@ class Model:
         self._format = _tern.chat_format(self._h)
         self._model_sampling = self._read_model_sampling()
         self._thinking = self._read_thinking()
+        self._set_spec(spec, spec_k, device, threads)
         self.last = None  # details of the last generate/chat: tokens, stop_reason, n_prompt, timings
+
+    def _set_spec(self, spec, spec_k, device, threads):
+        if spec is None:
+            return
+        spec = os.fspath(spec) if not isinstance(spec, str) else spec
+        if spec == "ngram":
+            kind, path = "ngram", ""
+        elif spec.startswith("draft:") and len(spec) > 6:
+            kind, path = "draft", spec[6:]
+        else:
+            self.close()
+            raise ValueError("tern: spec must be 'ngram' or 'draft:PATH' (got %r)" % (spec,))
+        k = int(spec_k)
+        if not 0 <= k <= 16:
+            self.close()
+            raise ValueError("tern: spec_k must be 0..16")
+        try:
+            _tern.set_spec(self._h, kind, path, k, device or "cpu", 0 if threads is None else int(threads))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------ lifetime
     def close(self):
@@ -314,6 +340,9 @@ class Model:
         text, ids, reason, n_prompt, prompt_s, gen_s = r
         self.last = {"tokens": ids, "stop_reason": reason, "n_prompt": n_prompt, "prompt_s": prompt_s,
                      "gen_s": gen_s, "text_bytes": text}
+        d, a, n = _tern.spec_stats(self._handle())
+        if d or n:
+            self.last["spec"] = {"drafted": d, "accepted": a, "passes": n}
         return text.decode("utf-8", "replace")
 
     def _run(self, args, stream):

@@ -181,9 +181,23 @@ typedef struct {
     tern_session *s;
     tern_sampler *smp;
     volatile int cancel;
+    /* speculative decoding (set_spec): the drafter, a draft model's own model and
+     * tokenizer, the most drafts a pass, and the last generate's counts */
+    tern_drafter *drafter;
+    tern_model *dm;
+    tern_tokenizer *dtok;
+    int spec_k;
+    size_t spec_last[3];
 } ModelObj;
 
+static void spec_close_(ModelObj *o) {
+    tern_drafter_free(o->drafter); o->drafter = NULL;
+    tern_model_free(o->dm); o->dm = NULL;
+    tern_tokenizer_free(o->dtok); o->dtok = NULL;
+}
+
 static void model_close_(ModelObj *o) {
+    spec_close_(o);
     tern_sampler_free(o->smp); o->smp = NULL;
     tern_session_free(o->s); o->s = NULL;
     tern_tokenizer_free(o->tok); o->tok = NULL;
@@ -213,6 +227,8 @@ static PyObject *py_model_load(PyObject *self, PyObject *args) {
     ModelObj *o = PyObject_New(ModelObj, &ModelType);
     if (!o) return NULL;
     o->m = NULL; o->tok = NULL; o->s = NULL; o->smp = NULL; o->cancel = 0;
+    o->drafter = NULL; o->dm = NULL; o->dtok = NULL; o->spec_k = 0;
+    o->spec_last[0] = o->spec_last[1] = o->spec_last[2] = 0;
     tern_status st;
     Py_BEGIN_ALLOW_THREADS
     tern_model_params mp;
@@ -397,6 +413,8 @@ static PyObject *py_generate(PyObject *self, PyObject *args) {
     gen_cb c = {cb, 0};
     o->cancel = 0;
     tern_gen_params gp = {max_tokens, sv, (size_t)ns, cb == Py_None ? NULL : gen_on_text, &c, &o->cancel};
+    gp.drafter = o->drafter;
+    gp.spec_k = o->spec_k;
     tern_gen_result res;
     memset(&res, 0, sizeof res);
     Py_BEGIN_ALLOW_THREADS
@@ -406,6 +424,7 @@ static PyObject *py_generate(PyObject *self, PyObject *args) {
     tern_sampler_free(smp);
     PyMem_Free(sv);
     PyBuffer_Release(&ids);
+    o->spec_last[0] = res.spec_drafted, o->spec_last[1] = res.spec_accepted, o->spec_last[2] = res.spec_steps;
     PyObject *r = NULL;
     if (c.failed) {
         /* the callback raised: keep its exception */
@@ -589,7 +608,47 @@ static PyObject *py_embed(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_spec(model, kind: "" (off) | "ngram" | "draft", draft_path or "", k, device, threads):
+ * speculative decoding for the model's generate (tern.Model(spec=...)). */
+static PyObject *py_set_spec(PyObject *self, PyObject *args) {
+    PyObject *mo;
+    const char *kind, *path, *device;
+    int k, threads;
+    if (!PyArg_ParseTuple(args, "Ossisi", &mo, &kind, &path, &k, &device, &threads)) return NULL;
+    ModelObj *o = model_of(mo);
+    if (!o) return NULL;
+    spec_close_(o);
+    o->spec_k = k;
+    tern_status st = TERN_OK;
+    Py_BEGIN_ALLOW_THREADS
+    if (!strcmp(kind, "ngram")) {
+        st = tern_drafter_ngram_new(0, 0, &o->drafter);
+    } else if (!strcmp(kind, "draft")) {
+        tern_model_params mp;
+        tern_model_params_default(&mp);
+        mp.device = *device ? device : NULL;
+        mp.n_threads = threads;
+        st = tern_tokenizer_load(path, &o->dtok);
+        if (!st) st = tern_model_load(path, &mp, &o->dm);
+        if (!st) st = tern_drafter_model_new(o->dm, o->dtok, o->tok, tern_session_n_ctx(o->s), &o->drafter);
+    }
+    Py_END_ALLOW_THREADS
+    if (st) {
+        spec_close_(o);
+        return fail(st);
+    }
+    Py_RETURN_NONE;
+}
+/* spec_stats(model) -> (drafted, accepted, verify passes) of the last generate. */
+static PyObject *py_spec_stats(PyObject *self, PyObject *mo) {
+    ModelObj *o = model_of(mo);
+    if (!o) return NULL;
+    return Py_BuildValue("(nnn)", (Py_ssize_t)o->spec_last[0], (Py_ssize_t)o->spec_last[1], (Py_ssize_t)o->spec_last[2]);
+}
+
 static PyMethodDef methods[] = {
+    {"set_spec", py_set_spec, METH_VARARGS, NULL},
+    {"spec_stats", py_spec_stats, METH_O, NULL},
     {"linear_from_trits", py_linear_from_trits, METH_VARARGS, NULL},
     {"linear_from_mlx_2bit", py_linear_from_mlx_2bit, METH_VARARGS, NULL},
     {"linear_from_gguf", py_linear_from_gguf, METH_VARARGS, NULL},

@@ -244,7 +244,7 @@ static void cpu_gdn_state_plain(const tm_backend *be, const tm_hparams *hp, floa
 static const tm_backend_vt g_cpu_vt = {
     .name = "cpu",
     .device_memory = false,
-    .caps = TM_CAP_HOST_REPACK,
+    .caps = TM_CAP_HOST_REPACK | TM_CAP_EXACT_ROWS,
     .destroy = cpu_destroy,
     .batch_hint = cpu_batch_hint,
     .alloc = cpu_alloc,
