@@ -751,6 +751,10 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
         default: e = tp_launch<__nv_bfloat16>(ps, &a); break;
         }
         tc_cur->launches++;
+        if (e == (int)cudaErrorCooperativeLaunchTooLarge) { /* not this device now: the caller falls back */
+            (void)cudaGetLastError();
+            return TC_ERR_UNSUPPORTED;
+        }
     }
     int words[2] = {0, -1};
     if (!e) e = (int)cudaMemcpyAsync(words, ps->words, sizeof words, cudaMemcpyDeviceToHost, s);
