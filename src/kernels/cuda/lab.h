@@ -130,7 +130,8 @@ int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
 
 /* The persistent decode step (tc_persist.cu), tests only: stage hang_stage (-1: none)
  * waits for a counter nothing signals, and a wait may spin budget_cycles clock64 cycles
- * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
+ * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG (the
+ * injected wait a quarter of it, so that it is the one named). */
 struct tc_persist;
 void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
 /* The persistent step's in-kernel profile (globaltimer stamps per task: wait start, run

@@ -69,6 +69,9 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
         if (dep >= 0 || hang) {
             const unsigned *c = hang ? a.cnt + a.n_stages : a.cnt + dep;
             const unsigned target = hang ? 1u : (unsigned)a.stages[dep].n_tasks;
+            /* the injected wait runs out first (a quarter of the budget), so that the
+             * stages waiting behind it do not name themselves */
+            const long long budget = hang ? a.budget / 4 : a.budget;
             const long long t0 = clock64();
             unsigned ns = 32;
             while (tp_ld_acquire(c) < target) {
@@ -76,7 +79,7 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
                     abort = 1;
                     break;
                 }
-                if (clock64() - t0 > a.budget) {
+                if (clock64() - t0 > budget) {
                     atomicCAS(a.status, 0, s + 1);
                     abort = 1;
                     break;
@@ -148,14 +151,14 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
 /* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
  * L2 for its strips (contiguous in each matrix: strip s at w + s * KT * 1088), up to
  * `cap` bytes per matrix, one 128-byte line per thread and step. */
-__device__ void tp_prefetch(const tp_stage &st, const tp_task &t, long long cap) {
-    if (st.kind != TP_MATMUL || cap <= 0) return;
+__device__ void tp_prefetch(const tp_stage &st, int64_t a, int64_t b, long long cap) {
+    if (st.kind != TP_MATMUL || cap <= 0 || b <= a) return;
     const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
     const size_t sb = (size_t)st.kt[0] * TCT_TILE;
     for (int q = 0; q < (swiglu ? 2 : st.n_mat); q++) {
-        /* the task's strips of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
-        const int64_t lo = swiglu ? t.a : (t.a > st.strip0[q] ? t.a : st.strip0[q]);
-        const int64_t hi = swiglu ? t.b : (t.b < st.strip0[q + 1] ? t.b : st.strip0[q + 1]);
+        /* the strips [a, b) of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
+        const int64_t lo = swiglu ? a : (a > st.strip0[q] ? a : st.strip0[q]);
+        const int64_t hi = swiglu ? b : (b < st.strip0[q + 1] ? b : st.strip0[q + 1]);
         if (hi <= lo) continue;
         const int64_t s0 = swiglu ? 0 : st.strip0[q];
         const uint8_t *p = (const uint8_t *)st.w[q] + (size_t)(lo - s0) * sb;
@@ -214,7 +217,8 @@ struct tp_tl {
     uint4 wg, wh;
     uint2 sc;
 };
-#define TP_INFLIGHT 4 /* tiles a warp loads before it computes them */
+#define TP_INFLIGHT 4  /* tiles a warp loads before it computes them */
+#define TP_PF_ROUNDS 4 /* rounds of strips a matmul task asks L2 for ahead (with prefetch on) */
 
 __device__ __forceinline__ tp_tl tp_tile_load(const uint8_t *tile, int lane) {
     tp_tl l;
@@ -287,6 +291,12 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     int besti = -1;
     float *x = a.scratch + a.buf_off[TP_BUF_X];
     for (int64_t g0 = t.a; g0 < t.b; g0 += spr) {
+        /* the strips TP_PF_ROUNDS rounds ahead into L2 (one round's loads keep too few
+         * bytes in flight; the wait's prefetch covered the first rounds) */
+        if (a.prefetch > 0) {
+            const int64_t pa = g0 + (int64_t)TP_PF_ROUNDS * spr, pb = pa + spr;
+            tp_prefetch(st, pa, pb < t.b ? pb : t.b, 1LL << 30);
+        }
         const int64_t g = g0 + so;
         float a00 = 0, a01 = 0, a10 = 0, a11 = 0; /* [matrix q][row g, 8+g] */
         if (g < t.b) {
@@ -433,6 +443,8 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+#define TP_APOS 4 /* positions a warp loads before it scores them */
+
 template <typename KV>
 __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -465,24 +477,36 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         acc[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int p = warp; p <= pos; p += TP_WARPS) {
-        const size_t base = att_kv_index(p, kvw, kh, HD);
-        float d = 0;
+    /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
+     * the products (the same order as one at a time: the same result) */
+    for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
+        float kv[TP_APOS][ATT_EPL], vv[TP_APOS][ATT_EPL];
 #pragma unroll
-        for (int e = 0; e < ATT_EPL; e++) {
-            const int j = lane + 32 * e;
-            if (j < HD) d += q[e] * (p < pos ? att_f(kc[base + j]) : sk[j]);
-        }
-        d = tc_warp_sum(d) * st.scale;
-        const float mn = fmaxf(m, d);
-        const float corr = expf(m - mn), pe = expf(d - mn);
-        l = l * corr + pe;
+        for (int u = 0; u < TP_APOS; u++) {
+            const int p = p0 + u * TP_WARPS;
+            const size_t base = att_kv_index(p, kvw, kh, HD);
 #pragma unroll
-        for (int e = 0; e < ATT_EPL; e++) {
-            const int j = lane + 32 * e;
-            if (j < HD) acc[e] = acc[e] * corr + pe * (p < pos ? att_f(vc[base + j]) : sv[j]);
+            for (int e = 0; e < ATT_EPL; e++) {
+                const int j = lane + 32 * e;
+                const bool in = j < HD && p <= pos;
+                kv[u][e] = !in ? 0.0f : p < pos ? att_f(kc[base + j]) : sk[j];
+                vv[u][e] = !in ? 0.0f : p < pos ? att_f(vc[base + j]) : sv[j];
+            }
         }
-        m = mn;
+#pragma unroll
+        for (int u = 0; u < TP_APOS; u++) {
+            if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
+            float d = 0;
+#pragma unroll
+            for (int e = 0; e < ATT_EPL; e++) d += q[e] * kv[u][e];
+            d = tc_warp_sum(d) * st.scale;
+            const float mn = fmaxf(m, d);
+            const float corr = expf(m - mn), pe = expf(d - mn);
+            l = l * corr + pe;
+#pragma unroll
+            for (int e = 0; e < ATT_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
+            m = mn;
+        }
     }
     if (lane == 0) {
         wm[warp] = m;
@@ -523,7 +547,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         const tp_stage &st = a.stages[t.stage];
         unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
-        tp_prefetch(st, t, a.prefetch);
+        tp_prefetch(st, t.a, t.b, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) return;
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
