@@ -275,6 +275,9 @@ typedef struct tern_model_params {
                                        "t128k", "t128", "generic_sk", "generic", or
                                        "gemm_nosplit": the default with the GEMM unsplit; logged once;
                                        another name is TERN_ERR_INVALID_ARG at load) */
+    bool cuda_persistent;           /* default false (for now): single-token steps of a qwen3
+                                       model run as one persistent kernel (docs/persistent.md);
+                                       other models and steps take the per-op path */
 } tern_model_params;
 #define TERN_CUDA_PREFILL_EXACT 0
 #define TERN_CUDA_PREFILL_INT8 1

@@ -32,6 +32,8 @@
 #              servebench: tern serve --device cuda --parallel 64 on the 27B synth under load
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
 #                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
+#              verify: bench model --verify-k 8 on VERIFY_PRESETS (ternary-bonsai-27b) -> in gpu-check.log
+#              (servebench: SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags)
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
 #                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json
@@ -267,10 +269,10 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
   m=$W/${SB_PRESET:-ternary-bonsai-27b}.gguf
   [ -s $m ] || $B/tern synth --preset ${SB_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
   for db in ${SB_BATCHES:-0 64}; do
-    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
+    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db ${SB_SERVE_ARGS:-} --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
     for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18090/health')" 2>/dev/null && break; sleep 0.5; done
     timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
-      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} \
+      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} --temperature ${SB_TEMP:-0} \
       --json-out $OUT/servebench-$db.json > $W/sb-$db.txt 2>&1; rc=$?
     python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snap|prompt_tokens|backend_memory)' >> $W/sb-$db.txt
     kill $sp 2>/dev/null; wait $sp 2>/dev/null
@@ -278,7 +280,7 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
     row "servebench decode-batch $db" "rc=$rc $(grep -E '^ +c=' $W/sb-$db.txt | awk '{printf "%s %s tok/s itl99 %s; ", $1, $5, $11}')"
   done
   if [ -n "${SB_BG:-}" ]; then # the decoding streams' ITL with and without a concurrent SB_BG-token prompt
-    $B/tern serve -m $m --device cuda --port 18091 --parallel 64 --ctx $((SB_BG + 1024)) --quiet > $W/sb-bg-serve.log 2>&1 & sp=$!
+    $B/tern serve -m $m --device cuda --port 18091 --parallel 64 --ctx $((SB_BG + 1024)) ${SB_SERVE_ARGS:-} --quiet > $W/sb-bg-serve.log 2>&1 & sp=$!
     for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18091/health')" 2>/dev/null && break; sleep 0.5; done
     for bg in 0 $SB_BG; do
       timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18091 --label "tern cuda, background prompt $bg" \
@@ -290,6 +292,15 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
     kill $sp 2>/dev/null; wait $sp 2>/dev/null
   fi
 fi
+if has verify; then # issue 24: the verify pass over k+1 positions against one decode step, k = 1..8
+  for vp in ${VERIFY_PRESETS:-ternary-bonsai-27b}; do
+    m=$W/$vp.gguf
+    [ -s $m ] || $B/tern synth --preset $vp --seed 1 --quiet $m >> "$log" 2>&1
+    timeout ${VERIFY_TIMEOUT:-150} $B/tern bench model -m $m --device cuda -p 512 -n 16 --reps 3 --verify-k 8 > $W/verify-$vp.txt 2>&1
+    row "verify-k $vp" "rc=$? $(grep -o 'decode step: [0-9.]* ms' $W/verify-$vp.txt); $(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+' $W/verify-$vp.txt | awk '{printf "k%s %sx; ", $1, $3}')"
+    cat $W/verify-$vp.txt >> "$log"
+  done
+fi
 if has loadparity; then # issue 26: greedy replies under load equal the same requests sent alone
   m=${LP_MODEL:-$W/fx/qwen35-tiny/model-pq2_0.gguf}
   $B/tern serve -m $m --device cuda --port 18092 --parallel ${LP_LEVEL:-64} --ctx 1024 --quiet > $W/lp-serve.log 2>&1 & sp=$!
@@ -299,6 +310,12 @@ if has loadparity; then # issue 26: greedy replies under load equal the same req
     --check-alone --json-out $OUT/loadparity.json > $W/lp.txt 2>&1; rc=$?
   cat $W/lp.txt >> "$log"
   row "load parity c=${LP_LEVEL:-64}" "rc=$rc $(grep -o '[0-9]*/[0-9]* replies equal.*' $W/lp.txt | head -1)"
+  # cancelled streams free their slots and device memory
+  timeout 120 python3 scripts/serve_bench.py --base-url http://127.0.0.1:18092 --label "tern cuda cancel" \
+    --concurrency ${LP_LEVEL:-64} --num-requests ${LP_LEVEL:-64} --input-len 96 --output-len 400 --cancel-after 5 \
+    --json-out $OUT/cancel.json > $W/cancel.txt 2>&1; rc=$?
+  cat $W/cancel.txt >> "$log"
+  row "cancel c=${LP_LEVEL:-64}" "rc=$rc $(grep -o 'streams cancelled.*' $W/cancel.txt | head -1)"
   kill $sp 2>/dev/null; wait $sp 2>/dev/null
 fi
 # base: each bench again with the packed earlier build, right after (an A/B in one call)

@@ -20,8 +20,9 @@ Standard library only, except matplotlib for --plot.
   scripts/serve_bench.py --base-url URL --request-rate 4 --num-requests 200 --input-len 512:0.5
   scripts/serve_bench.py --plot-from tern.json fork.json --plot compare.png
 
-Exit status: 0 when every request of every level succeeded, 1 when any failed (the report
-still prints), 2 on bad arguments or an unreachable server.
+Exit status: 0 when every request of every level succeeded, 1 when any failed, a reply
+differed from it sent alone (--check-alone) or slots stayed busy after cancelled streams
+(--cancel-after; the report still prints), 2 on bad arguments or an unreachable server.
 """
 import argparse
 import http.client
@@ -136,7 +137,7 @@ class PromptMaker:
         return " ".join(self.rng.choice(WORDS) for _ in range(words))
 
 
-def one_request(srv, args, prompt, out_len, rec):
+def one_request(srv, args, prompt, out_len, rec, may_cancel=True):
     """Streams one request; fills rec with timings, token counts and any error."""
     chat = args.endpoint == "chat"
     body = {"model": args.model, "max_tokens": out_len, "stream": True, "temperature": args.temperature,
@@ -175,6 +176,9 @@ def one_request(srv, args, prompt, out_len, rec):
                     rec["text"].append(piece)
                 if piece or (chat and (ch.get("delta") or {}).get("reasoning_content")):
                     rec["chunks"].append(time.perf_counter())
+            if may_cancel and args.cancel_after and len(rec["chunks"]) >= args.cancel_after:
+                rec["cancelled"] = True     # the client walks away: the connection closes below
+                return
             u = ev.get("usage")
             if u:
                 rec["prompt_tokens"] = u.get("prompt_tokens")
@@ -193,6 +197,11 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
     process of `rate` per second (each request its own thread, concurrency unbounded)."""
     work = [(pm.make(draw(rng, args.input_len)), draw(rng, args.output_len)) for _ in range(n_req)]
     recs = [dict() for _ in range(n_req)]
+    mem0 = None
+    if args.cancel_after:   # free device memory, the prefix cache's device snapshots counted as free
+        m0 = metrics(srv) or {}
+        if m0.get("tern_backend_memory_free_bytes") is not None:
+            mem0 = m0["tern_backend_memory_free_bytes"] + m0.get("tern_prefix_cache_snapshot_device_bytes", 0)
     t_start = time.perf_counter()
     if rate is None:
         nxt = iter(range(n_req))
@@ -229,7 +238,7 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
             k = 0
             while not bg_stop.is_set():
                 rec = {}
-                one_request(srv, args, bg_prompts[k % 2], 1, rec)
+                one_request(srv, args, bg_prompts[k % 2], 1, rec, may_cancel=False)
                 bg_recs.append(rec)
                 k += 1
 
@@ -244,6 +253,9 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
     if bg_th:
         bg_th.join()
     L = summarise(recs, work, wall, concurrency, rate)
+    if args.cancel_after:
+        L["cancelled"] = sum(1 for r in recs if r.get("cancelled"))
+        L["after_cancel"] = settle(srv, mem0)
     if args.check_alone:
         L["alone"] = check_alone(srv, args, work, recs)
     if args.background_prompt:
@@ -252,6 +264,48 @@ def run_level(srv, args, pm, rng, concurrency, rate, n_req):
                            "completed": len(done), "errors": len(bg_recs) - len(done),
                            "e2e_s": [round(r["t1"] - r["t0"], 3) for r in done]}
     return L
+
+
+def metrics(srv):
+    """tern's /metrics as {name: value} (None when the server has none)."""
+    try:
+        c = srv.conn()
+        c.request("GET", srv.prefix + "/metrics", headers=srv.headers)
+        r = c.getresponse()
+        body = r.read().decode(errors="replace")
+        c.close()
+    except OSError:
+        return None
+    if r.status != 200:
+        return None
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            try:
+                out[k] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+def settle(srv, mem0, wait_s=30.0):
+    """After cancelled streams: how long until the server reports no busy slot, and its free
+    device memory then against before the level (tern's /metrics; None elsewhere)."""
+    t0 = time.perf_counter()
+    while True:
+        m = metrics(srv)
+        if m is None:
+            return None
+        busy = m.get("tern_slots_busy")
+        if busy == 0 or time.perf_counter() - t0 > wait_s:
+            break
+        time.sleep(0.1)
+    free = m.get("tern_backend_memory_free_bytes")
+    if free is not None:    # the prefix cache's snapshots in device memory are kept on purpose
+        free += m.get("tern_prefix_cache_snapshot_device_bytes", 0)
+    return {"slots_busy": busy, "seconds_to_idle": round(time.perf_counter() - t0, 3),
+            "memory_free_before": mem0, "memory_free_after": free}
 
 
 def check_alone(srv, args, work, recs):
@@ -397,6 +451,10 @@ def main(argv=None):
     ap.add_argument("--check-alone", action="store_true",
                     help="after each level, send every completed request again alone and compare the "
                          "replies (needs --temperature 0); any difference fails the run")
+    ap.add_argument("--cancel-after", type=int, default=0, metavar="N",
+                    help="each client closes its stream after N streamed tokens (a user walking away); "
+                         "the report says how soon the server's slots were idle again and its free "
+                         "device memory against before the level (tern's /metrics)")
     ap.add_argument("--warmup", type=int, default=1, help="requests sent first and not counted (default: 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
@@ -424,6 +482,10 @@ def main(argv=None):
         ap.error("--concurrency: each level must be >= 1")
     if args.background_prompt < 0:
         ap.error("--background-prompt must be >= 0")
+    if args.cancel_after < 0:
+        ap.error("--cancel-after must be >= 0")
+    if args.cancel_after and args.check_alone:
+        ap.error("--cancel-after and --check-alone: a cancelled reply has nothing to compare")
     if args.check_alone and args.temperature != 0:
         ap.error("--check-alone compares greedy replies: needs --temperature 0")
     if args.request_rate is not None and args.request_rate <= 0:
@@ -448,7 +510,7 @@ def main(argv=None):
     pm = PromptMaker(srv, rng, args.token_ids, args.vocab)
     for _ in range(args.warmup):
         rec = {}
-        one_request(srv, args, pm.make(min(32, args.input_len[0])), min(8, args.output_len[0]), rec)
+        one_request(srv, args, pm.make(min(32, args.input_len[0])), min(8, args.output_len[0]), rec, may_cancel=False)
     out = {"label": args.label or args.base_url, "base_url": args.base_url,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "workload": {"input_len": args.input_len[0], "input_spread": args.input_len[1],
@@ -468,6 +530,10 @@ def main(argv=None):
             b = L["background"]
             print(f"{'':>10} beside it: {b['completed']}/{b['requests']} prompts of {b['prompt_tokens']} tokens, "
                   f"e2e p50 {fmt(percentile(b['e2e_s'], 50), 2)} s", file=sys.stderr, flush=True)
+        if "cancelled" in L:
+            a = L["after_cancel"] or {}
+            print(f"{'':>10} cancelled {L['cancelled']}/{L['requests']} after {args.cancel_after} tokens; slots busy "
+                  f"{a.get('slots_busy')} {a.get('seconds_to_idle')} s later", file=sys.stderr, flush=True)
         if L.get("alone"):
             a = L["alone"]
             print(f"{'':>10} sent alone again: {a['equal']}/{a['compared']} replies equal"
@@ -484,6 +550,18 @@ def main(argv=None):
             a = L["alone"]
             print(f"c={L['concurrency']}: {a['equal']}/{a['compared']} replies equal to the same request sent alone")
     bad = any(L["errors"] or (L.get("alone") or {}).get("different") for L in out["levels"])
+    for L in out["levels"]:
+        a = L.get("after_cancel")
+        if "cancelled" in L:
+            ok = a is None or a["slots_busy"] == 0
+            mem = ""
+            if a and a["memory_free_before"] is not None and a["memory_free_after"] is not None:
+                d = (a["memory_free_after"] - a["memory_free_before"]) / 2**20
+                mem = f", free memory {d:+.1f} MiB against before the level (back within 64 MiB: {'yes' if d > -64 else 'NO'})"
+            print(f"c={L['concurrency']}: {L['cancelled']} streams cancelled; "
+                  + ("server has no /metrics" if a is None else
+                     f"slots idle again: {'yes' if a['slots_busy'] == 0 else 'NO'} after {a['seconds_to_idle']} s{mem}"))
+            bad = bad or not ok
     return 1 if bad else 0
 
 

@@ -20,6 +20,10 @@ struct tc_ctx *tm_backend_cuda_ctx(tm_backend *be);
 /* Step this session of a CUDA model op by op, never through a step graph (benchmarks
  * that count launches or profile ops); nothing for another back-end's session. */
 void tm_backend_cuda_session_no_graph(tern_session *s);
+/* Tests: the persistent step's kernel-layer object once a step made it (NULL: none;
+ * lab.h tc_persist_debug), and its last argmax token (-1: none). */
+struct tc_persist *tm_backend_cuda_persist(tm_backend *be);
+int tm_backend_cuda_persist_token(tm_backend *be);
 /* Tensor parallel (backend_tp.c): n shards of back-end `spec`; its model_loaded hook
  * splits the loaded model (errors name the dimension that does not split). */
 tern_status tm_backend_tp_create(const char *spec, int n, const tm_backend_params *p,

@@ -14,7 +14,8 @@
  * of sampled rows against float64 is printed and must stay below 1e-3.
  * --layout tiled|file|all (default all), --batch N (one batch size). Then the
  * tensor-core GEMM (tiled layout) at M = 16, 32, 64 and 512 on the same shapes, with
- * split-K and without (or alone with --gemm): bench_gemm_tc.
+ * split-K and without, and the wgmma GEMM (tc_gemm_wg.cu, exact) beside them (or alone with
+ * --gemm): bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
  * the GQA kernel vs the old ones): bench_attn_depth.
@@ -91,7 +92,8 @@ static const shape g_shapes[] = {
  * M = 16, 32, 64 (batched decode) and 512 (a prefill chunk) tokens on each Bonsai
  * shape, both modes, each twice: the split rule (mm_choose.h tc_mm_gemm_splits, the
  * default) and unsplit with the token tiles before split-K (tc_gemm_set_splits(1),
- * the model parameter cuda_matmul = "gemm_nosplit"): the before/after in one run.
+ * the model parameter cuda_matmul = "gemm_nosplit"): the before/after in one run; then
+ * rows "wgmma": the Hopper kernel (tc_gemm_wg, exact mode, the split rule) on the same data.
  * Per row: the plan (tokens per CTA x K splits), time per call (rotating among copies
  * of the matrix totalling more than 256 MB, so the weights come from HBM as in a
  * step; the activation quantised once before), TOPS = 2*M*N*K / s, GB/s of weight
@@ -128,16 +130,28 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
             for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
-                for (int old = 0; old < 2 && !bad; old++) {
-                    tc_gemm_set_splits(g_tc, old ? 1 : 0);
+                for (int old = 0; old < 3 && !bad; old++) {
+                    /* old 2: the wgmma GEMM (exact mode only), the split rule */
+                    const int wg = old == 2;
+                    if (wg && mode != TC_GEMM_EXACT) continue;
+                    tc_gemm_set_splits(g_tc, old == 1 ? 1 : 0);
                     int tok = 0, sp = 0;
-                    tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
+                    if (wg && !tc_gemm_wg_plan(g_tc, &tm[0], &act, &tok, &sp)) {
+                        printf("%-6s %-14s %6lld %7lld %4zu refused by tc_gemm_wg (no sm_90a image?)\n", "wgmma",
+                               g_shapes[s].what, (long long)k, (long long)n, M);
+                        continue;
+                    }
+                    if (!wg) tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
                     for (int c = 0; c < copies; c++)
-                        if (!tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)) bad = 1;
+                        if (!(wg ? tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n)
+                                 : tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)))
+                            bad = 1;
                     if (bad || tc_sync(g_tc)) { bad = 1; break; }
                     double t0 = now_s();
                     for (int r = 0; r < reps; r++)
-                        for (int c = 0; c < copies; c++) tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode);
+                        for (int c = 0; c < copies; c++)
+                            if (wg) tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n);
+                            else tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode);
                     if (tc_sync(g_tc)) { bad = 1; break; }
                     const double dt = (now_s() - t0) / (reps * copies);
                     tc_download(g_tc, y, dy, M * (size_t)n * 4);
@@ -156,8 +170,8 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
                     printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e\n",
-                           mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k, (long long)n, M,
-                           plan, old ? "unsplit" : "split", dt * 1e6,
+                           wg ? "wgmma" : mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k,
+                           (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
                            2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,
                            ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err);
                 }

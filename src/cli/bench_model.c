@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B[,B...]] [--depth D] [--depth-fill real|random]\n"
             "                        [--cache-type T] [--no-repack]\n"
-            "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--json]\n"
+            "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--persistent] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
@@ -65,7 +65,8 @@ static void usage(FILE *f) {
             "  tok/s, and the share of the batch roofline: weights once plus each sequence's\n"
             "  GDN states read and written and KV rows read, over the ceiling); a comma list\n"
             "  (--batch 1,8,16,32,64) measures each (with --profile on a GPU: per B, the time\n"
-            "  per kernel family of 4 batch steps). --no-repack: weights used in the file layout (default: copied into\n"
+            "  per kernel family of 4 batch steps). --persistent: --device cuda's single-token steps\n"
+            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --no-repack: weights used in the file layout (default: copied into\n"
             "  the kernels' fastest layout at load where there is one, file pages dropped;\n"
             "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
@@ -116,7 +117,7 @@ int tern_bench_model(int argc, char **argv) {
     int64_t blist[MAXB]; /* --batch's list; batch = its largest */
     int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
-    bool json = false, profile = false, fill_random = false;
+    bool json = false, profile = false, fill_random = false, persistent = false;
     int repack = -1; /* -1: the library's default */
     const char *device = NULL;
     for (int i = 1; i < argc; i++)
@@ -131,6 +132,7 @@ int tern_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--repack")) { repack = 1; continue; }
         if (!strcmp(a, "--no-repack")) { repack = 0; continue; }
         if (!strcmp(a, "--profile")) { profile = true; continue; }
+        if (!strcmp(a, "--persistent")) { persistent = true; continue; }
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
         if (cr == 2) return 2;
         if (cr == 1) continue;
@@ -186,6 +188,7 @@ int tern_bench_model(int argc, char **argv) {
     if (repack >= 0) mp.repack = repack;
     mp.device = device;
     mp.tp = (int)tp;
+    mp.cuda_persistent = persistent;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
@@ -384,6 +387,7 @@ int tern_bench_model(int argc, char **argv) {
                (unsigned long long)tern_session_memory(s), t_load, mp.repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
                ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
+        printf(",\"persistent\":%s", !persistent ? "false" : tm_backend_cuda_persist(m->be) ? "true" : "\"not taken\"");
         if (nbl)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
                    "\"batch_speedup\":%.4f",
@@ -412,6 +416,11 @@ int tern_bench_model(int argc, char **argv) {
             printf("device         %s (%.1f MiB of weights on the GPU)\n", info->device_name,
                    info->device_bytes / 1048576.0);
             printf("read ceiling   %.2f GB/s (GPU memory, 4 GiB buffer, best of 8)\n", ceiling);
+            if (persistent)
+                printf("persistent     %s\n", tm_backend_cuda_persist(m->be)
+                                                   ? "on: one launch per decode step (docs/persistent.md)"
+                                                   : "requested, not taken (the model or device: per-op path; "
+                                                     "docs/persistent.md)");
         } else {
             printf("threads        %d (%s)\n", nt, tern_isa_name(tern_kernels_isa()));
             printf("read ceiling   %.2f GB/s (2 GiB buffer, best of 4)\n", ceiling);

@@ -35,6 +35,7 @@ int tern_bench_model(int argc, char **argv);
 int tern_bench_verify(int argc, char **argv);
 /* `tern bench gdn ...` (src/cli/bench_gdn.c); argv[0] is "gdn". */
 int tern_bench_gdn(int argc, char **argv);
+int tern_bench_sampler(int argc, char **argv);
 
 /* Usage error: prints "tern <cmd>: <message>" and "try 'tern <cmd> --help'", returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
@@ -98,7 +99,8 @@ void cli_model_params_from_env(tern_model_params *p);
     "  TERN_CUDA_PROFILE=1 CUDA: per-op timing\n"                                               \
     "  TERN_CUDA_TC=int8   CUDA: prefill GEMM with 8-bit activations (default exact)\n"         \
     "  TERN_CUDA_GEMV=NAME CUDA: force a matmul family for A/B runs (tiled_multi, tiled, gemm,\n" \
-    "                      t128k, t128, generic_sk, generic; old = t128)\n"
+    "                      t128k, t128, generic_sk, generic; old = t128)\n"                 \
+    "  TERN_CUDA_GEMM=wgmma CUDA: the Hopper wgmma GEMM for batches > 8 (A/B; default mma)\n"
 
 /* The line subcommands that load a model end their help with. */
 #define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US, TERN_CUDA_* (see tern --help)\n"

@@ -53,6 +53,8 @@ void gen_opts_help(FILE *f) {
             "  --threads N              worker threads (default: all cores)\n"
             "  --device cpu|cuda[:N]    where the model runs (default cpu; `tern --version` lists them)\n"
             "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
+            "  --persistent             --device cuda: single-token steps as one persistent kernel (qwen3;\n"
+            "                           docs/persistent.md; off by default)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
             "  --spec ngram|draft:PATH  speculative decoding: drafts from prompt lookup (n-grams of the\n"
@@ -117,6 +119,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }
     if (!strcmp(a, "--tp")) NUM_I(1, 64, o->tp);
     if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
+    if (!strcmp(a, "--persistent")) { o->persistent = true; return 1; }
     if (!strcmp(a, "--seed")) {
         if (!take(cmd, argc, argv, i, &v)) return 2;
         char *end;
@@ -206,6 +209,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     mp.n_threads = o->threads;
     mp.device = o->device;
     mp.tp = o->tp;
+    mp.cuda_persistent = o->persistent;
     if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     const tern_model_info *info = tern_model_get_info(g->model);
     tern_session_params spp;

@@ -55,7 +55,8 @@ static void bench_kernels_usage(FILE *f) {
             "                GEMM, no ops, no GDN) [--ops] (only the ops) [--gdn] (only GDN)\n"
             "                [--gemm] (only the GEMM: M 16, 32, 64, 512, split-K and unsplit)\n"
             "usage: tern bench model ...   (see tern bench model --help)\n"
-            "usage: tern bench gdn ...     (the CPU GDN scans; see tern bench gdn --help)\n");
+            "usage: tern bench gdn ...     (the CPU GDN scans; see tern bench gdn --help)\n"
+            "usage: tern bench sampler ... (choosing a token on the host; see tern bench sampler --help)\n");
 }
 
 /* ----------------------------------------------------------- test weights */
@@ -373,5 +374,6 @@ int tern_cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "model")) return tern_bench_model(argc - 1, argv + 1);
     if (!strcmp(argv[1], "gdn")) return tern_bench_gdn(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark '%s' (kernels, model or gdn)", argv[1]);
+    if (!strcmp(argv[1], "sampler")) return tern_bench_sampler(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown benchmark '%s' (kernels, model, gdn or sampler)", argv[1]);
 }

@@ -70,8 +70,15 @@ static void usage(FILE *f) {
             "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
+            "  --prefill-chunk N    prompt tokens per prefill pass (default 0 = the back-end's: 64 on the\n"
+            "                       CPU, 512 on CUDA); every prompt is split the same way whatever else\n"
+            "                       runs (replies do not depend on the load); smaller: shorter stalls for\n"
+            "                       the decoding streams when a prompt arrives, slower prefill\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
-            "                       5 on the CPU, 16 on CUDA; at most one prefill chunk)\n"
+            "                       5 on the CPU, 64 on CUDA; at most one prefill chunk)\n"
+            "  --sample-threads N   threads choosing the decoding slots' next tokens each round on\n"
+            "                       vocabularies of 32768+ tokens (default 0 = the CPUs, at most 8 and at\n"
+            "                       most --parallel; 1 = the scheduler thread alone)\n"
             "  --no-embedding       do not serve embeddings. By default POST /v1/embeddings (OpenAI) and\n"
             "                       /embedding (llama-server's shape) give the final hidden state after the\n"
             "                       output norm, pooled and L2-normalised, from one more session of --ctx\n"
@@ -162,7 +169,8 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *ssl_key = NULL, *ssl_cert = NULL;
     const char *device = NULL;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
-    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0;
+    int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0,
+            sample_threads = 0, prefill_chunk = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
@@ -193,7 +201,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
                                  "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
-                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --decode-batch --pooling --admit-free-mib"))
+                                 "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --prefill-chunk --decode-batch --sample-threads --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
         }
@@ -232,6 +240,8 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefix-cache-mib")) { num = &snap_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--prefill-budget")) { num = &prefill_budget; lo = 0; hi = 1 << 22; }
         else if (!strcmp(a, "--decode-batch")) { num = &decode_batch; lo = 0; hi = 4096; }
+        else if (!strcmp(a, "--sample-threads")) { num = &sample_threads; lo = 0; hi = 256; }
+        else if (!strcmp(a, "--prefill-chunk")) { num = &prefill_chunk; lo = 0; hi = 65536; }
         else if (!strcmp(a, "--admit-free-mib")) { num = &admit_mib; lo = 0; hi = (int64_t)1 << 30; }
         else if (!strcmp(a, "--grace-s")) { num = &grace; lo = 0; hi = 86400; }
         else if (!strcmp(a, "--max-conns")) { num = &max_conns; lo = 4; hi = 65536; }
@@ -280,7 +290,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,
-                           (uint64_t)admit_mib << 20};
+                           (int)sample_threads, (uint64_t)admit_mib << 20};
     tern_drafter *drafter = NULL;
     tern_model *dm = NULL;
     tern_tokenizer *dtok = NULL;
@@ -311,6 +321,7 @@ int tern_cmd_serve(int argc, char **argv) {
     sp.draft_model = dm;
     sp.draft_tok = dtok;
     sp.spec_k = (int)spec_k;
+    sp.prefill_chunk = (int)prefill_chunk;
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         fprintf(stderr, "tern serve: %s\n", srv_sched_error());

@@ -226,6 +226,7 @@ typedef struct tm_backend_params {
     int cuda_prefill;      /* TERN_CUDA_PREFILL_* */
     bool cuda_graphs_off, cuda_pdl_off, cuda_profile;
     const char *cuda_matmul; /* NULL: the chooser decides */
+    bool cuda_persistent;  /* single-token steps through the persistent kernel */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {

@@ -221,7 +221,8 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     /* the back-end first: a missing device is said before a large file is read */
     tm_backend_params bp = {.n_threads = p->n_threads, .tp = p->tp, .cuda_prefill = p->cuda_prefill,
                             .cuda_graphs_off = !p->cuda_graphs, .cuda_pdl_off = !p->cuda_pdl,
-                            .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul};
+                            .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul,
+                            .cuda_persistent = p->cuda_persistent};
     tern_status st = tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);

@@ -203,9 +203,11 @@ char *srv_metrics_render(srv_metrics *m, int busy, int queued, int n_slots, cons
         put(&o, "# HELP tern_sched_tokens_total Tokens evaluated, by kind of pass.\n# TYPE tern_sched_tokens_total counter\n"
                 "tern_sched_tokens_total{kind=\"prefill\"} %llu\ntern_sched_tokens_total{kind=\"decode\"} %llu\n",
             st->prefill_tokens, st->decode_tokens);
-        put(&o, "# HELP tern_sched_seconds_total Time in model passes, by kind of pass.\n# TYPE tern_sched_seconds_total counter\n"
-                "tern_sched_seconds_total{kind=\"prefill\"} %.6f\ntern_sched_seconds_total{kind=\"decode\"} %.6f\n",
-            st->prefill_s, st->decode_s);
+        put(&o, "# HELP tern_sched_seconds_total Time in model passes by kind of pass, and on the host choosing tokens (sample).\n"
+                "# TYPE tern_sched_seconds_total counter\n"
+                "tern_sched_seconds_total{kind=\"prefill\"} %.6f\ntern_sched_seconds_total{kind=\"decode\"} %.6f\n"
+                "tern_sched_seconds_total{kind=\"sample\"} %.6f\n",
+            st->prefill_s, st->decode_s, st->sample_s);
         put(&o, "# HELP tern_sched_tokens_per_round Tokens evaluated per scheduler round (all kinds).\n"
                 "# TYPE tern_sched_tokens_per_round gauge\ntern_sched_tokens_per_round %.3f\n",
             st->rounds ? (double)(st->prefill_tokens + st->decode_tokens) / (double)st->rounds : 0.0);

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 static double now_ms(void) {
@@ -86,6 +87,9 @@ typedef struct slot {
     int info_snaps;
     int wait;                       /* SLOT_WAIT: the slot of the job's lead */
     tern_drafter *drafter;          /* serve --spec draft:PATH: this slot's draft session */
+    int32_t ch_id;                  /* slot_choose's result, used by slot_sample */
+    tern_stop_reason ch_why;
+    bool ch_fail;
 } slot;
 
 struct srv_sched {
@@ -97,6 +101,9 @@ struct srv_sched {
     srv_step_stats steps;           /* for /metrics (scheduler thread; read under snap_mu) */
     srv_sched_params p;
     slot *slots;
+    slot **dec;                     /* [n_parallel] this round's decoding slots */
+    srv_pool *pool;                 /* chooses their tokens in parallel (p.sample_threads) */
+    bool par_sample;                /* use it: sample_threads > 1, or 0 and n_vocab >= 32768 */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     srv_job **queue;                /* ring of q_size = p.queue_cap + p.n_parallel */
@@ -570,13 +577,20 @@ static srv_finish finish_of(tern_stop_reason r) {
 
 /* Choose one token (the stop rules and sampling of tern_gen_choose); on going on,
  * the token is pending and the slot takes part in this round's forward. */
+/* The part of it that touches only the slot's own state (sampler, grammar, logprobs,
+ * text): run for all decoding slots at once on the pool, before slot_sample. */
+static void slot_choose(void *ctx, int i) {
+    slot *sl = ((slot **)ctx)[i];
+    sl->ch_fail = tern_gen_choose(sl->gen, &sl->ch_id, &sl->ch_why) != TERN_OK;
+    if (sl->ch_fail) snprintf(sl->err, sizeof sl->err, "%s", tern_last_error());
+}
 static void slot_sample(srv_sched *s, slot *sl) {
     sl->n_in = 0;
-    int32_t id;
-    tern_stop_reason why;
-    if (tern_gen_choose(sl->gen, &id, &why)) {
+    int32_t id = sl->ch_id;
+    tern_stop_reason why = sl->ch_why;
+    if (sl->ch_fail) {
         char err[256];
-        snprintf(err, sizeof err, "%s", tern_last_error());
+        snprintf(err, sizeof err, "%s", sl->err);
         slot_finish(s, sl, SRV_FINISH_ERROR, err);
         return;
     }
@@ -704,8 +718,19 @@ void srv_sched_run(srv_sched *s) {
         /* jobs that failed at admission */
         for (int i = 0; i < N; i++)
             if (s->slots[i].job && s->slots[i].phase == SLOT_IDLE) slot_finish(s, &s->slots[i], SRV_FINISH_ERROR, s->slots[i].err);
+        double ts = now_ms();
+        int nd = 0;
         for (int i = 0; i < N; i++)
-            if (s->slots[i].job && s->slots[i].phase == SLOT_DECODE) slot_sample(s, &s->slots[i]);
+            if (s->slots[i].job && s->slots[i].phase == SLOT_DECODE) s->dec[nd++] = &s->slots[i];
+        /* each choice reads the slot's logits (n_vocab floats): in parallel where that is
+         * worth a wake-up (large vocabularies), else here */
+        if (s->par_sample) srv_pool_run(s->pool, nd, slot_choose, s->dec);
+        else for (int k = 0; k < nd; k++) slot_choose(s->dec, k);
+        for (int k = 0; k < nd; k++) slot_sample(s, s->dec[k]);
+        ts = now_ms() - ts;
+        pthread_mutex_lock(&s->snap_mu);
+        s->steps.sample_s += ts / 1e3;
+        pthread_mutex_unlock(&s->snap_mu);
         int n = 0, n_pre = 0;
         bool decoding = false;
         for (int i = 0; i < N; i++) {
@@ -815,6 +840,8 @@ static void sched_free(srv_sched *s) {
         free(s->slots[i].snaps);
     }
     free(s->slots);
+    free(s->dec);
+    srv_pool_free(s->pool);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->snap_mu);
@@ -838,7 +865,16 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->q_size = p->queue_cap + p->n_parallel;
     s->queue = calloc((size_t)s->q_size, sizeof *s->queue);
-    if (!s->slots || !s->queue) { sched_free(s); return TERN_ERR_NOMEM; }
+    s->dec = calloc((size_t)p->n_parallel, sizeof *s->dec);
+    int st_n = p->sample_threads;
+    if (st_n <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        st_n = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
+    }
+    if (st_n > p->n_parallel) st_n = p->n_parallel;
+    s->pool = srv_pool_new(st_n);
+    s->par_sample = p->sample_threads > 1 || (p->sample_threads == 0 && s->n_vocab >= 32768);
+    if (!s->slots || !s->queue || !s->dec || !s->pool) { sched_free(s); return TERN_ERR_NOMEM; }
     s->batch = p->decode_batch > 0 ? p->decode_batch : tern_model_batch_hint(m);
     if (s->batch < 1) s->batch = 1;
     tern_session_params sp;
@@ -846,6 +882,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     sp.n_ctx = p->n_ctx;
     sp.cache_type_k = p->cache_k;
     sp.cache_type_v = p->cache_v;
+    sp.n_chunk = p->prefill_chunk;  /* 0: the back-end's */
     s->admit_free = p->admit_free ? p->admit_free
                   : strcmp(tern_model_get_info(m)->device, "cpu") ? (uint64_t)256 << 20 : 0;
     const uint64_t free0 = tern_model_memory_free(m);

@@ -325,6 +325,14 @@ void srv_job_cancel(srv_job *j);
  * Copies new text to *out (appends) and advances *seen. */
 bool srv_job_wait(srv_job *j, int timeout_ms, size_t *seen, tern_str *out);
 
+/* A fork-join pool (pool.c): srv_pool_run calls fn(ctx, i) for every i in [0, n) on the
+ * caller and threads - 1 workers and returns when all are done. NULL or 1 thread: serial. */
+typedef struct srv_pool srv_pool;
+srv_pool *srv_pool_new(int threads);
+int srv_pool_threads(const srv_pool *p);
+void srv_pool_run(srv_pool *p, int n, void (*fn)(void *ctx, int i), void *ctx);
+void srv_pool_free(srv_pool *p);
+
 typedef struct srv_sched srv_sched;
 typedef struct srv_sched_params {
     int n_parallel;                 /* slots (sessions) */
@@ -338,6 +346,9 @@ typedef struct srv_sched_params {
                                      * least one chunk; 0: one chunk), so a long prompt does not stall
                                      * the streams; with no slot decoding every prefill slot takes a chunk */
     int decode_batch;               /* decoding slots per batched pass (0: tern_model_batch_hint) */
+    int sample_threads;             /* threads choosing the decoding slots' tokens each round
+                                     * (0: min(8, online CPUs) on vocabularies of 32768+ tokens,
+                                     * else the scheduler thread; 1: the scheduler thread alone) */
     uint64_t admit_free;            /* a request is admitted only while the back-end has this many
                                      * bytes free (tern_model_memory_free; else 503 with
                                      * Retry-After); 0: 256 MiB on a GPU, no check on the host */
@@ -348,6 +359,10 @@ typedef struct srv_sched_params {
                                      * gets a drafter of its own on it (a draft session of n_ctx) */
     const tern_tokenizer *draft_tok;
     int spec_k;                     /* --spec-k (0: 8) */
+    int prefill_chunk;              /* the slots' prefill chunk (tern_session_params.n_chunk; 0: the
+                                     * back-end's, 64 on the CPU, 512 on CUDA): every prompt is split
+                                     * the same way whatever else runs, so replies do not depend on
+                                     * the load, and a smaller chunk bounds the streams' stall */
 } srv_sched_params;
 
 /* Create the slots (sessions). The start-up fit check: n_parallel sessions and the snapshot
@@ -416,6 +431,7 @@ typedef struct srv_step_stats {
     unsigned long long rounds, passes;
     unsigned long long prefill_tokens, decode_tokens;
     double prefill_s, decode_s;
+    double sample_s;                /* host time choosing tokens (sampling, stop rules, publishing) */
     unsigned long long batch_bucket[SRV_BATCH_BUCKETS + 1];
     size_t max_prefill_decoding;    /* the most prompt tokens one round evaluated while a slot decoded */
     /* the finished jobs' usage (every choice; cancelled and failed ones with what they

@@ -44,5 +44,18 @@ for r in rows:
 print("gdn json ok:", len(rows), "rows")
 PY
 check [ $? -eq 0 ]
+# bench sampler: one row per setting after the memcpy row, times > 0; bad flags are usage errors
+"$tern" bench sampler --vocab 0 >/dev/null 2>&1; check [ $? -eq 2 ]
+"$tern" bench sampler --vocab 5003 --reps 3 --json >"$out"; rc=$?
+check [ $rc -eq 0 ]
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert len(rows) == 5 and rows[0]["setting"].startswith("one read") and rows[1]["setting"] == "greedy", rows
+for r in rows:
+    assert r["op"] == "sampler" and r["vocab"] == 5003 and r["ms"] > 0 and r["read_ms"] > 0 and r["reps"] == 3, r
+print("sampler json ok:", len(rows), "rows")
+PY
+check [ $? -eq 0 ]
 rm -f "$out"
 exit $fail

@@ -105,6 +105,17 @@ python3 "$BENCH" --base-url "http://127.0.0.1:$(cat "$TMP/fake.port")" --concurr
 check "--check-alone: a server whose replies change fails the run, naming the difference" "[ $? -eq 1 ] && python3 -c \"import json; a=json.load(open('$TMP/f.json'))['levels'][0]['alone']; assert a['different']==3 and a['equal']==0 and 'first_difference_at_char' in a['samples'][0], a\""
 kill $FPID 2>/dev/null; wait $FPID 2>/dev/null
 
+m4xx() { curl -s "$URL/metrics" | awk '/^tern_requests_total\{status="4xx"\}/ {print $2}'; }
+before=$(m4xx)
+python3 "$BENCH" --base-url "$URL" --concurrency 2 --num-requests 4 --input-len 24 --output-len 200 \
+  --cancel-after 3 --json-out "$TMP/x.json" >"$TMP/x.txt" 2>&1
+check "--cancel-after: exit 0, every stream cancelled after 3 tokens, the slots idle again" "[ $? -eq 0 ] && python3 -c \"import json; L=json.load(open('$TMP/x.json'))['levels'][0]; a=L['after_cancel']; assert L['cancelled']==4 and L['errors']==0 and L['output_tokens']==12 and a['slots_busy']==0, L\""
+# the closed streams are counted when the server notices them: wait for the counter (bounded)
+for _ in $(seq 1 200); do after=$(m4xx); [ $((after - before)) -ge 4 ] && break; sleep 0.05; done
+check "--cancel-after: the server counted the 4 closed streams (499: 4xx; the warm-up completes): $before -> $after" "[ $((after - before)) -eq 4 ]"
+python3 "$BENCH" --base-url "$URL" --cancel-after 2 --check-alone >"$TMP/xc.txt" 2>&1
+check "--cancel-after with --check-alone is refused" "[ $? -eq 2 ] && grep -q 'cancel-after' '$TMP/xc.txt'"
+
 python3 "$BENCH" --base-url http://127.0.0.1:9 --concurrency 1 >"$TMP/u.txt" 2>&1
 check "unreachable server: exit 2 with a message" "[ $? -eq 2 ] && grep -q 'cannot reach' '$TMP/u.txt'"
 python3 "$BENCH" --base-url "$URL" --concurrency 0 >"$TMP/z.txt" 2>&1

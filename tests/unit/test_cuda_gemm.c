@@ -18,6 +18,8 @@
  * Large shapes check a sample of rows (the float64 oracle's time). K not a multiple of
  * 256 (128, 384) is refused by the GEMM and served by the GEMV through the chooser.
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
+ * Then the same oracles on the wgmma GEMM (tc_gemm_wg.cu): wg_small, wg_vs_f64_and_mma (also
+ * bit-equal to tc_gemm_tc where both take the same plan), wg_deterministic, wg_chooser.
  * On the GPU: TERN_TEST_DEVICE=cuda build-cuda/test_cuda_gemm (TERN_TEST_ONLY=NAME for one).
  */
 #include "check.h"
@@ -454,6 +456,214 @@ TEST(gemm_refusals_and_chooser) {
     case_free(&c);
 }
 
+/* ------------------------------------------------------------ the wgmma GEMM (tc_gemm_wg.cu)
+ * The same oracles on the Hopper kernel (tiled matrices, exact mode): float64 of its
+ * integers and of the float input, the padding untouched, tc_gemm_tc's exact mode equal
+ * bit for bit when both take the same plan (tokens per CTA and K splits: the same integers
+ * per group, the same fp32 order), else within fp32 order; determinism and a graph replay;
+ * the chooser under the wgmma force. A launch it refuses on an H100/H200 is a failure
+ * (the sm_90a image or the tensor-map entry point missing). */
+
+/* y after one wgmma GEMM with the padding preset to 7; 1 when launched */
+static int run_wg(gcase *c, float *y) {
+    for (size_t i = 0; i < c->yn; i++) y[i] = 7.0f;
+    CHECK(tc_upload(g_tc, c->dy, y, c->yn * 4) == 0);
+    int ok = tc_gemm_wg(g_tc, &c->tm, &c->act, c->dy, c->ys);
+    CHECK_EQ_INT(tc_sync(g_tc), 0);
+    CHECK(tc_download(g_tc, y, c->dy, c->yn * 4) == 0);
+    return ok;
+}
+
+/* the first few outputs that differ from the float64 of the integers (a layout slip shows
+ * as a pattern here) */
+static void wg_dump(const gcase *c, const float *y, const char *what) {
+    int shown = 0;
+    for (size_t b = 0; b < c->M && shown < 12; b++)
+        for (int64_t i = 0; i < c->nr && shown < 12; i++) {
+            const double ref = c->ref_int[0][b * (size_t)c->nr + (size_t)i];
+            const double v = y[b * c->ys + (size_t)c->rows[i]];
+            if (!(fabs(v - ref) <= 1e-4 * (fabs(ref) + 1e-3))) {
+                fprintf(stderr, "  %s: token %zu row %lld: %.6g, want %.6g\n", what, b, (long long)c->rows[i], v, ref);
+                shown++;
+            }
+        }
+    if (shown) {
+        fprintf(stderr, "  %s: token 0, rows 0..7:", what);
+        for (int64_t i = 0; i < 8 && i < c->nr; i++) fprintf(stderr, " %.4g/%.4g", y[(size_t)c->rows[i]], c->ref_int[0][(size_t)i]);
+        fprintf(stderr, " (got/want)\n");
+    }
+}
+
+/* The smallest case first: one CTA (128 rows, 16 tokens, one stage), then one more stage,
+ * rows and tokens off the tile; a slip in the fragment or descriptor layout shows here. */
+TEST(wg_small) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{128, 256}, {128, 512}, {200, 1024}, {64, 256}};
+    static const size_t Ms[] = {16, 9, 32, 64, 70};
+    tc_gemm_set_splits(g_tc, 1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            gcase c;
+            case_make(&c, shapes[s][0], shapes[s][1], 0, Ms[mi], 1);
+            float *y = malloc(c.yn * 4);
+            char what[96];
+            snprintf(what, sizeof what, "wg n %lld k %lld M %zu unsplit", (long long)c.n, (long long)c.k, c.M);
+            CHECK_MSG(tc_gemm_wg_supported(g_tc, &c.tm, &c.act), "%s: refused", what);
+            if (run_wg(&c, y)) {
+                wg_dump(&c, y, what);
+                check_out(&c, TC_GEMM_EXACT, y, what);
+            }
+            free(y);
+            case_free(&c);
+        }
+    tc_gemm_set_splits(g_tc, 0);
+}
+
+TEST(wg_vs_f64_and_mma) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {
+        {1000, 5120}, {129, 17408}, {5120, 5120}, {37, 2304}, {300, 256},
+        {17408, 512}, {1, 768},     {200, 1280},  {130, 3328},
+    };
+    static const size_t Ms[] = {9, 15, 16, 17, 31, 33, 64, 65, 100, 300};
+    const int splits_cfg[] = {0, 1, 3};
+    int same_plan = 0, nsplit = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            const int64_t n = shapes[s][0], k = shapes[s][1];
+            const size_t M = Ms[mi];
+            if (n >= 5120 && !(M == 9 || M == 16 || M == 17 || M == 64 || M == 300)) continue;
+            if (k >= 17408 && !(M == 9 || M == 16 || M == 33 || M == 64)) continue;
+            gcase c;
+            case_make(&c, n, k, 0, M, 1);
+            float *y = malloc(c.yn * 4), *ym = malloc(c.yn * 4);
+            for (size_t sc = 0; sc < sizeof splits_cfg / sizeof splits_cfg[0]; sc++) {
+                tc_gemm_set_splits(g_tc, splits_cfg[sc]);
+                int tok = 0, sp = 0, mtok = 0, msp = 0;
+                char what[160];
+                snprintf(what, sizeof what, "wg n %lld k %lld M %zu splits cfg %d", (long long)n, (long long)k, M,
+                         splits_cfg[sc]);
+                CHECK_MSG(tc_gemm_wg_plan(g_tc, &c.tm, &c.act, &tok, &sp) == 1, "%s: refused", what);
+                CHECK_EQ_INT(tc_gemm_plan(g_tc, &c.tm, &c.act, TC_GEMM_EXACT, &mtok, &msp), 1);
+                snprintf(what, sizeof what, "wg n %lld k %lld M %zu splits cfg %d (tok %d, %d splits)", (long long)n,
+                         (long long)k, M, splits_cfg[sc], tok, sp);
+                CHECK_MSG(run_wg(&c, y) == 1, "%s: not launched", what);
+                wg_dump(&c, y, what);
+                check_out(&c, TC_GEMM_EXACT, y, what);
+                nsplit += sp > 1;
+                CHECK_EQ_INT(run_gemm(&c, 1, TC_GEMM_EXACT, ym), 1);
+                if (tok == mtok && sp == msp) {
+                    const size_t nd = n_differ(&c, y, ym);
+                    CHECK_MSG(nd == 0, "%s: differs from tc_gemm_tc (same plan) in %zu values", what, nd);
+                    same_plan++;
+                } else {
+                    const double d = rel_diff(&c, y, ym);
+                    CHECK_MSG(d <= 5e-5, "%s: differs from tc_gemm_tc (tok %d, %d splits) by %g", what, mtok, msp, d);
+                }
+            }
+            tc_gemm_set_splits(g_tc, 0);
+            free(y);
+            free(ym);
+            case_free(&c);
+        }
+    CHECK_MSG(same_plan > 0 && nsplit > 0, "same-plan comparisons %d, split launches %d", same_plan, nsplit);
+    fprintf(stderr, "  wg: %d runs bit-equal to tc_gemm_tc, %d split launches\n", same_plan, nsplit);
+}
+
+static void wgcall_fn(void *p) {
+    gcase *c = p;
+    tc_gemm_wg(g_tc, &c->tm, &c->act, c->dy, c->ys);
+}
+
+/* Twice, from a CUDA graph, and once more after it: the same bits. */
+TEST(wg_deterministic) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{5120, 5120}, {1000, 17408}};
+    static const size_t Ms[] = {9, 16, 64, 300};
+    CHECK_EQ_INT(tc_gemm_reserve(g_tc), 0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            gcase c;
+            case_make(&c, shapes[s][0], shapes[s][1], 0, Ms[mi], 0);
+            float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
+            run_wg(&c, a);
+            run_wg(&c, b);
+            size_t nd = n_differ(&c, a, b);
+            CHECK_MSG(nd == 0, "wg n %lld M %zu: second run differs in %zu values", (long long)c.n, c.M, nd);
+            for (size_t i = 0; i < c.yn; i++) b[i] = 7.0f;
+            CHECK(tc_upload(g_tc, c.dy, b, c.yn * 4) == 0);
+            CHECK(tc_bench_us(g_tc, wgcall_fn, &c, 1, 1, 1) > 0);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK(tc_download(g_tc, b, c.dy, c.yn * 4) == 0);
+            nd = n_differ(&c, a, b);
+            CHECK_MSG(nd == 0, "wg n %lld M %zu: the graph's output differs in %zu values", (long long)c.n, c.M, nd);
+            run_wg(&c, b);
+            nd = n_differ(&c, a, b);
+            CHECK_MSG(nd == 0, "wg n %lld M %zu: a run after the graph differs in %zu values", (long long)c.n, c.M, nd);
+            free(a);
+            free(b);
+            case_free(&c);
+        }
+}
+
+/* Under the wgmma force the chooser runs it at batch > 8 (the same bits as the direct
+ * call), keeps the GEMV at 8, and serves K = 384 (refused by both GEMMs) with the GEMV. */
+TEST(wg_chooser) {
+    NEED_GPU();
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_WGMMA);
+    static const size_t Bs[] = {8, 16, 33};
+    for (size_t bi = 0; bi < 3; bi++) {
+        gcase c;
+        case_make(&c, 1000, 5120, 0, Bs[bi], 1);
+        float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
+        for (size_t i = 0; i < c.yn; i++) b[i] = 7.0f;
+        CHECK(tc_upload(g_tc, c.dy, b, c.yn * 4) == 0);
+        tc_matmul_multi_q(g_tc, 1, &c.tm, &c.act, NULL, 0, &c.dy, &c.ys);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
+        CHECK(tc_download(g_tc, b, c.dy, c.yn * 4) == 0);
+        check_out(&c, TC_GEMM_EXACT, b, Bs[bi] > 8 ? "chooser, wgmma force" : "chooser, wgmma force, batch 8");
+        if (Bs[bi] > 8) {
+            CHECK_EQ_INT(run_wg(&c, a), 1);
+            const size_t nd = n_differ(&c, a, b);
+            CHECK_MSG(nd == 0, "batch %zu: the chooser's wgmma GEMM differs from the direct call in %zu values", Bs[bi], nd);
+        }
+        free(a);
+        free(b);
+        case_free(&c);
+    }
+    {
+        const int64_t n = 300, k = 384;
+        const size_t B = 16;
+        tmat t = make_mat(TERN_DT_PQ2_0, n, k, 0);
+        uint8_t *base;
+        size_t wb;
+        tc_mat fm = up_mat(&t, 0, &base, &wb), tm;
+        CHECK_EQ_INT(tc_repack_tiled(g_tc, &fm, &tm), 0);
+        float *x = rand_x(B * (size_t)k, 1.0f);
+        float *dx = tc_malloc(g_tc, B * (size_t)k * 4);
+        CHECK(dx && tc_upload(g_tc, dx, x, B * (size_t)k * 4) == 0);
+        void *abuf = tc_malloc(g_tc, tc_act_bytes(B, k));
+        tc_act act = tc_act_view(abuf, B, k);
+        tc_quantize(g_tc, dx, (size_t)k, &act);
+        size_t ys = (size_t)n;
+        float *dy = tc_malloc(g_tc, B * ys * 4), *y = malloc(B * ys * 4);
+        CHECK_EQ_INT(tc_gemm_wg(g_tc, &tm, &act, dy, ys), 0);
+        tc_matmul_multi(g_tc, 1, &tm, dx, B, (size_t)k, &dy, &ys);
+        CHECK_EQ_INT(tc_sync(g_tc), 0);
+        CHECK(tc_download(g_tc, y, dy, B * ys * 4) == 0);
+        const double q = qerr_ratio_vs_f64(&t, x, B, (size_t)k, y, ys);
+        CHECK_MSG(q <= 1.0, "k 384 under the wgmma force: error %.3g x its rounding bound", q);
+        free(x); free(y);
+        tc_free(g_tc, dx, B * (size_t)k * 4);
+        tc_free(g_tc, dy, B * ys * 4);
+        tc_free(g_tc, abuf, tc_act_bytes(B, k));
+        tc_free(g_tc, base, wb);
+        tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(n, k));
+        free_mat(&t);
+    }
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -467,6 +677,10 @@ int main(void) {
     RUN(gemm_plan_fills_sms);
     RUN(gemm_split_deterministic);
     RUN(gemm_refusals_and_chooser);
+    RUN(wg_small);
+    RUN(wg_vs_f64_and_mma);
+    RUN(wg_deterministic);
+    RUN(wg_chooser);
     if (g_tc) tc_ctx_free(g_tc);
     return check_summary();
 }

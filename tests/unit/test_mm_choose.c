@@ -63,6 +63,12 @@ static const mm_case g_cases[] = {
     {T, 5120, 5120, 16, I8, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, I8},
     {F, 4096, 4096, 3, EX, TC_MM_GEMM_NOSPLIT, TC_MM_T128K, 3, 0, 0},
     {F, 4096, 4096, 64, EX, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, EX},
+    /* wgmma: the default families, the GEMM past 8 in mode TC_GEMM_WG (tc_gemm_wg.cu; the
+     * launcher falls back to tc_gemm_tc exact where it refuses, e.g. the file layout) */
+    {T, 5120, 5120, 8, EX, TC_MM_WGMMA, TC_MM_TILED_MULTI, 8, 4, 0},
+    {T, 5120, 5120, 16, EX, TC_MM_WGMMA, TC_MM_GEMM, 0, 0, TC_GEMM_WG},
+    {T, 5120, 5120, 512, I8, TC_MM_WGMMA, TC_MM_GEMM, 0, 0, TC_GEMM_WG},
+    {T, 512, 384, 64, EX, TC_MM_WGMMA, TC_MM_TILED, 8, 4, 0},
     /* refusals: empty shapes, a kind the kernels do not know, tiled K off 128 */
     {T, 0, 5120, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
     {T, 16, 5120, 0, EX, 0, TC_MM_NONE, 0, 0, 0},

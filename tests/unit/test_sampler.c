@@ -379,6 +379,119 @@ TEST(samplers_order_and_min_keep) {
     CHECK(tern_sampler_new(&p, 4, &s) == TERN_ERR_INVALID_ARG);
 }
 
+
+/* ---- the fast paths (blocked argmax, top-k by heap, top-p by a growing sorted head) against
+ * the plain algorithm written here from the definitions: every candidate's probability, one
+ * full sort (probability descending, ties by id), top-k, top-p, min-p, then the draw with the
+ * documented generator (xoshiro256** seeded by splitmix64, u in [0, 1) from 53 bits, times
+ * the kept mass, first cumulative sum above it). */
+static uint64_t ref_splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static double ref_unit(uint64_t *s) {
+    uint64_t r = ref_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = ref_rotl(s[3], 45);
+    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+struct rc { float p; int id; };
+static int ref_cmp(const void *a, const void *b) {
+    const struct rc *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+static int ref_sample(const float *l, int n, float T, int k, float top_p, float min_p, uint64_t *rng, struct rc *c) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (l[i] > l[best]) best = i;
+    if (T <= 0) return best;
+    float inv_t = 1.0f / T, mx = l[best] * inv_t;
+    int m = 0;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        float z = l[i] * inv_t - mx;
+        if (!(z >= -40.0f)) continue;
+        c[m].p = expf(z); c[m].id = i; sum += c[m].p; m++;
+    }
+    /* sorted when top-k cuts or top-p applies; otherwise the draw walks the ids in order and
+     * the whole mass is summed in id order */
+    if ((k > 0 && k < m) || top_p < 1) qsort(c, (size_t)m, sizeof *c, ref_cmp);
+    if (k > 0 && k < m) {                 /* the kept head's mass, summed in order */
+        m = k;
+        sum = 0;
+        for (int i = 0; i < m; i++) sum += c[i].p;
+    }
+    if (top_p < 1) {
+        double acc = 0, lim = top_p * sum;
+        for (int i = 0; i < m; i++) { acc += c[i].p; if (acc >= lim) { m = i + 1; break; } }
+        sum = 0;
+        for (int i = 0; i < m; i++) sum += c[i].p;
+    }
+    if (min_p > 0) {
+        int j = 0;
+        sum = 0;
+        for (int i = 0; i < m; i++) if (c[i].p >= min_p) { c[j++] = c[i]; sum += c[i].p; }
+        m = j;
+    }
+    double u = ref_unit(rng) * sum, acc = 0;
+    for (int i = 0; i < m; i++) { acc += c[i].p; if (u < acc) return c[i].id; }
+    return c[m - 1].id;
+}
+
+TEST(fast_paths_equal_full_sort) {
+    enum { NMAX = 50021 };               /* not a multiple of the argmax's block */
+    static float l[NMAX];
+    static struct rc c[NMAX];
+    const int sizes[] = {300, NMAX};
+    const float temps[] = {0.5f, 1.0f, 2.0f};
+    const int ks[] = {0, 1, 40, 3000};
+    const float tps[] = {1.0f, 0.9f, 0.3f}, mps[] = {0.0f, 0.05f};
+    int cases = 0, draws = 0;
+    for (int si = 0; si < 2; si++) {
+        int n = sizes[si];
+        /* 97 distinct values a multiple of 1/8 apart (many ties; exp keeps them apart), and a
+         * wide low tail below the 40 cut */
+        for (int i = 0; i < n; i++) l[i] = (float)((i * 7919 + 13) % 97) / 8.0f - 6.0f - (i % 5 == 0 ? 60.0f : 0.0f);
+        for (int ti = 0; ti < 3; ti++)
+            for (int ki = 0; ki < 4; ki++)
+                for (int pi = 0; pi < 3; pi++)
+                    for (int mi = 0; mi < 2; mi++) {
+                        uint64_t seed = 1000u + (uint64_t)cases, x = seed, rng[4];
+                        for (int r = 0; r < 4; r++) rng[r] = ref_splitmix(&x);
+                        tern_sampler *s = mk(temps[ti], ks[ki], tps[pi], mps[mi], seed, n);
+                        for (int d = 0; d < 20; d++) {
+                            int want = ref_sample(l, n, temps[ti], ks[ki], tps[pi], mps[mi], rng, c);
+                            int got = tern_sampler_sample(s, l);
+                            CHECK_MSG(got == want, "n %d T %.1f top_k %d top_p %.1f min_p %.2f draw %d: %d, the plain "
+                                      "algorithm %d", n, temps[ti], ks[ki], tps[pi], mps[mi], d, got, want);
+                            if (got != want) break;
+                            draws++;
+                        }
+                        tern_sampler_free(s);
+                        cases++;
+                    }
+    }
+    fprintf(stderr, "  %d settings, %d draws equal\n", cases, draws);
+    /* greedy: ties, the last block, the tail, -inf and a NaN first */
+    for (int i = 0; i < NMAX; i++) l[i] = (float)(i % 1000) / 1000.0f;
+    tern_sampler *s = mk(0.0f, 0, 1.0f, 0.0f, 1, NMAX);
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 999);           /* the first of many equal maxima */
+    l[NMAX - 1] = 5.0f;
+    CHECK_EQ_INT(tern_sampler_sample(s, l), NMAX - 1);      /* in the tail after the blocks */
+    l[NMAX - 1] = 0.0f;
+    l[40000] = NAN; l[40001] = 7.0f;
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 40001);          /* a NaN never wins */
+    l[0] = NAN;
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 0);              /* a NaN at 0: 0, as a scan from 0 */
+    for (int i = 0; i < NMAX; i++) l[i] = -INFINITY;
+    l[777] = -1e30f;
+    CHECK_EQ_INT(tern_sampler_sample(s, l), 777);
+    tern_sampler_free(s);
+}
+
 int main(void) {
     RUN(greedy);
     RUN(temperature_matches_softmax);
@@ -393,5 +506,6 @@ int main(void) {
     RUN(top_n_sigma);
     RUN(dry);
     RUN(samplers_order_and_min_keep);
+    RUN(fast_paths_equal_full_sort);
     return check_summary();
 }

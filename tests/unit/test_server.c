@@ -588,8 +588,10 @@ static void *client_main(void *arg) {
     srv_sched_stop(c->s);
     return NULL;
 }
+static int g_sample_threads;  /* srv_sched_params.sample_threads of with_sched's scheduler */
 static void with_sched(int n_parallel, int n_ctx, int queue, void (*fn)(client *)) {
     srv_sched_params p = {n_parallel, n_ctx, queue};
+    p.sample_threads = g_sample_threads;
     client c = {NULL, fn};
     CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
     if (!c.s) return;
@@ -666,6 +668,10 @@ TEST(sched_equals_generate) {
         reference(prompts[0], &greedy, 24, st, 1, &ref_stop);
     }
     with_sched(2, 512, 4, eq_client);
+    /* the tokens chosen on a pool of threads (forced: the embedded vocabulary is small) */
+    g_sample_threads = 3;
+    with_sched(3, 512, 4, eq_client);
+    g_sample_threads = 0;
     for (int k = 0; k < N_EQ; k++) tern_gen_result_free(&refs[k]);
     tern_gen_result_free(&ref_stop);
 }
@@ -675,7 +681,7 @@ TEST(sched_equals_generate) {
  * every reply still equals tern_generate's; decode passes never exceed --decode-batch. */
 static tern_gen_result bud_ref[3];
 static char bud_long[2][4096];
-static int bud_budget;
+static int bud_budget, bud_chunk;
 static void budget_client(client *c) {
     tern_sampler_params sp;
     tern_sampler_params_default(&sp);
@@ -698,8 +704,8 @@ static void budget_client(client *c) {
     srv_job_unref(a);
     srv_step_stats st;
     srv_sched_step_stats(c->s, &st);
-    CHECK_EQ_INT(st.chunk, 64);
-    CHECK_EQ_INT(st.prefill_budget, bud_budget > 64 ? bud_budget : 64);
+    CHECK_EQ_INT(st.chunk, bud_chunk);
+    CHECK_EQ_INT(st.prefill_budget, bud_budget > bud_chunk ? bud_budget : bud_chunk);
     CHECK_EQ_INT(st.decode_batch, 2);
     CHECK_MSG(st.max_prefill_decoding > 0 && st.max_prefill_decoding <= (size_t)st.prefill_budget,
               "a round evaluated %zu prompt tokens beside decoding (budget %d)", st.max_prefill_decoding, st.prefill_budget);
@@ -707,11 +713,44 @@ static void budget_client(client *c) {
     for (int k = 0; k <= SRV_BATCH_BUCKETS; k++) passes += st.batch_bucket[k];
     CHECK(passes > 0 && st.batch_bucket[0] + st.batch_bucket[1] == passes); /* <= 2 rows each */
     CHECK(st.prefill_tokens >= 2 * 256 && st.decode_tokens >= 16 && st.rounds > 0 && st.passes >= passes);
+    CHECK(st.sample_s > 0 && st.sample_s < st.decode_s + st.prefill_s + 60); /* tokens were chosen on the host */
     srv_metrics mm;
     srv_metrics_init(&mm);
     char *text = srv_metrics_render(&mm, 0, 0, 3, NULL, &st);
-    CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}"));
+    CHECK(text && strstr(text, "tern_decode_batch_size_bucket{le=\"2\"}") && strstr(text, "tern_sched_tokens_total{kind=\"prefill\"}")
+          && strstr(text, "tern_sched_seconds_total{kind=\"sample\"}"));
     free(text);
+}
+
+/* srv_pool: every index exactly once per run, over many runs (each wakes the workers), with
+ * more and fewer indices than threads; NULL and one thread run serially */
+static atomic_int pool_hits[1000];
+static void pool_fn(void *ctx, int i) {
+    atomic_fetch_add(&pool_hits[i], 1);
+    atomic_fetch_add((atomic_int *)ctx, 1);
+}
+TEST(pool_runs_each_index_once) {
+    const int threads[] = {1, 2, 5};
+    for (int ti = 0; ti < 3; ti++) {
+        srv_pool *p = srv_pool_new(threads[ti]);
+        CHECK(p != NULL);
+        if (!p) return;
+        CHECK_EQ_INT(srv_pool_threads(p), threads[ti]);
+        for (int r = 0; r < 300; r++) {
+            int n = (r * 37) % 1000, bad = 0;
+            atomic_int total = 0;
+            for (int i = 0; i < n; i++) atomic_store(&pool_hits[i], 0);
+            srv_pool_run(p, n, pool_fn, &total);
+            for (int i = 0; i < n; i++) bad += atomic_load(&pool_hits[i]) != 1;
+            CHECK_MSG(!bad && atomic_load(&total) == n, "%d threads, run %d: %d of %d indices not run exactly once",
+                      threads[ti], r, bad, n);
+            if (bad) break;
+        }
+        srv_pool_free(p);
+    }
+    atomic_int total = 0;
+    srv_pool_run(NULL, 7, pool_fn, &total);
+    CHECK_EQ_INT(atomic_load(&total), 7);
 }
 
 TEST(sched_prefill_budget) {
@@ -726,10 +765,13 @@ TEST(sched_prefill_budget) {
     reference("The Linux kernel provides", &sp, 48, NULL, 0, &bud_ref[0]);
     CHECK(bud_ref[0].tokens.n >= 16);
     for (int k = 0; k < 2; k++) reference(bud_long[k], &sp, 4, NULL, 0, &bud_ref[1 + k]);
-    for (int r = 0; r < 2; r++) {
-        bud_budget = r ? 128 : 0;
+    /* the default budget (one chunk), 128, and --prefill-chunk 32 (rounds of 32 prompt tokens) */
+    for (int r = 0; r < 3; r++) {
+        bud_budget = r == 1 ? 128 : 0;
+        bud_chunk = r == 2 ? 32 : 64;
         srv_sched_params p = {3, 1024, 4};
         p.prefill_budget = bud_budget;
+        p.prefill_chunk = r == 2 ? 32 : 0;
         p.decode_batch = 2;
         client c = {NULL, budget_client};
         CHECK(srv_sched_new(M, T, &p, &c.s) == TERN_OK);
@@ -1554,6 +1596,7 @@ int main(void) {
     RUN(builders);
     RUN(splitter_matches_parse);
     RUN(sched_equals_generate);
+    RUN(pool_runs_each_index_once);
     RUN(sched_prefill_budget);
     RUN(sched_cancel_queue_stop);
     RUN(sched_queue_counts_idle_slots);

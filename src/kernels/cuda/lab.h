@@ -55,6 +55,17 @@ void tc_gemm_set_splits(tc_ctx *cx, int splits);
  * 1, or 0 when tc_gemm_tc would refuse the shape. For tests and benches. */
 int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *tok, int *splits);
 
+/* The Hopper wgmma GEMM (tc_gemm_wg.cu, built for sm_90a): the same product and the same
+ * integers per 128-group as tc_gemm_tc in TC_GEMM_EXACT mode on a TC_TERN128T matrix
+ * (k % 256 == 0), the same split rule and workspace: equal to tc_gemm_tc's floats up to the
+ * fp32 order (the same order when both take the same splits). Returns 1 when launched, 0
+ * when refused (another kind or shape, a GPU without the sm_90a image, no tensor-map entry
+ * point): the caller falls back. tc_gemm_wg_plan: tokens per CTA and K splits it would
+ * launch with (1), or 0 when it would refuse. */
+int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act);
+int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
+int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits);
+
 /* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
  * the oracle for tests and benches; 0 or -1: the default). Applies from the next
  * launch (a recorded graph keeps what it recorded). */
@@ -116,6 +127,12 @@ int tc_profile_report(tc_ctx *cx, tc_profile_entry *out, int max);
 /* The same as text, one "family calls ms us/call share" line per family with calls,
  * then a total; returns the length it wanted (snprintf rules). */
 int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
+
+/* The persistent decode step (tc_persist.cu), tests only: stage hang_stage (-1: none)
+ * waits for a counter nothing signals, and a wait may spin budget_cycles clock64 cycles
+ * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
+struct tc_persist;
+void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
 
 #ifdef __cplusplus
 }

@@ -25,8 +25,10 @@
  * One override for A/B runs: tc_mm_caps.force (a family by name, tc_mm_family_of; the
  * back-end logs it once): tiled / tiled_multi keep the GEMV at every batch (no GEMM),
  * gemm takes the GEMM at every batch, t128k / t128 / generic_sk / generic keep the file
- * layout (no repack) and run that kernel; a family the shape cannot take falls back
- * as above.
+ * layout (no repack) and run that kernel; wgmma is the default choice with the
+ * Hopper wgmma GEMM (tc_gemm_wg.cu) wherever the GEMM runs on a tiled matrix (batch > 8;
+ * the model parameter cuda_matmul = "wgmma", CLI TERN_CUDA_GEMM=wgmma); a family the
+ * shape cannot take falls back as above.
  */
 #ifndef TERN_KERNELS_CUDA_MM_CHOOSE_H
 #define TERN_KERNELS_CUDA_MM_CHOOSE_H
@@ -46,12 +48,16 @@ typedef enum tc_mm_family {
     TC_MM_GENERIC,        /* fp32 input, any kind, one warp per row */
     TC_MM_GEMM_NOSPLIT,   /* force only: the default choice, the GEMM without split-K and its
                              earlier token tiles (32..128; caps.gemm_splits = 1), for A/B runs */
+    TC_MM_WGMMA,          /* force only: the default choice, with the Hopper wgmma GEMM
+                             (tc_gemm_wg.cu, gemm_mode TC_GEMM_WG) where the GEMM runs */
     TC_MM_N
 } tc_mm_family;
 
 /* Prefill modes of the tensor-core GEMM (the model parameter cuda_prefill). */
 #define TC_GEMM_EXACT 1 /* both activation planes: the GEMV's integers */
 #define TC_GEMM_INT8 2  /* the hi plane only (8-bit activations; about half the time) */
+#define TC_GEMM_WG 3    /* exact, on the wgmma GEMM (tc_gemm_wg.cu; tiled matrices, sm_90a): the
+                           family TC_MM_WGMMA forced; tc_gemm_tc exact where it refuses */
 
 /* What the chooser knows of the device and the model's parameters. */
 typedef struct tc_mm_caps {
@@ -70,7 +76,7 @@ typedef struct tc_mm_choice {
                         t128k 1, 2, 3, 4, 6 or 8; t128 1 or 4; 0 otherwise */
     int rows;        /* rows per warp of the file-layout kernels (t128k, t128), else 0 */
     int stage;       /* tiled: 2 or 4 (staged loop at <= 96 / 106 registers), 0 unstaged */
-    int gemm_mode;   /* TC_MM_GEMM: TC_GEMM_EXACT or TC_GEMM_INT8 */
+    int gemm_mode;   /* TC_MM_GEMM: TC_GEMM_EXACT, TC_GEMM_INT8 or TC_GEMM_WG */
 } tc_mm_choice;
 
 /* Kinds as cuda.h numbers them (tc_kind); repeated here so that this header stands
@@ -86,7 +92,7 @@ static inline size_t tc_mm_stage_bytes(int nbr, int64_t K) {
 }
 
 static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm", "t128k",
-                                                 "t128", "generic_sk", "generic", "gemm_nosplit"};
+                                                 "t128", "generic_sk", "generic", "gemm_nosplit", "wgmma"};
 
 /* The family named s (tc_mm_names), or -1. */
 static inline int tc_mm_family_of(const char *s) {
@@ -205,7 +211,7 @@ static inline tc_mm_choice tc_mm_choose(int kind, int64_t rows, int64_t cols, si
         if (cols % 128) return c;
         if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_TILED && f != TC_MM_TILED_MULTI) {
             c.family = TC_MM_GEMM;
-            c.gemm_mode = mode;
+            c.gemm_mode = f == TC_MM_WGMMA ? TC_GEMM_WG : mode;
             return c;
         }
         c.family = batch <= 8 && f != TC_MM_TILED ? TC_MM_TILED_MULTI : TC_MM_TILED;

@@ -2,7 +2,8 @@
  * tc_matmul.cu - ternary and dense products on the GPU: the dispatch.
  * PQ2_0 / Q2_0 g128 take the integer path (the activation format: act.cuh).
  * The products of a call are dispatched as the matmul chooser says (mm_choose.h):
- * the tiled GEMV (tc_gemv.cu), the tensor-core GEMM (tc_gemm_tc.cu), the file-layout
+ * the tiled GEMV (tc_gemv.cu), the tensor-core GEMM (tc_gemm_tc.cu, or tc_gemm_wg.cu
+ * under the wgmma force), the file-layout
  * and fp32 kernels (tc_gemv_file.cu); the activation is quantised once per call
  * (tc_actq.cu). Everything else (Q2_0 g64, Q1_0, F32/F16/BF16) takes the fp32 path.
  */
@@ -27,7 +28,10 @@ static void products_one(const tc_mat *m, const tc_mm_choice &c, const tc_act *a
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    if (c.family == TC_MM_GEMM && tc_gemm_tc(tc_cur, m, act, y, ys, c.gemm_mode)) return;
+    if (c.family == TC_MM_GEMM && c.gemm_mode == TC_GEMM_WG && tc_gemm_wg(tc_cur, m, act, y, ys)) return;
+    if (c.family == TC_MM_GEMM &&
+        tc_gemm_tc(tc_cur, m, act, y, ys, c.gemm_mode == TC_GEMM_WG ? TC_GEMM_EXACT : c.gemm_mode))
+        return;
     if (m->kind == TC_TERN128T) {
         tc_gemv_tiled(tc_cur, m, act, y, ys);
         return;

@@ -1,0 +1,233 @@
+/*
+ * persist_ref.c - the persistent decode step's plain reference (cu_persist.h): the
+ * program of persist.h run on the host with the kernel's semantics, so that the
+ * program (task ranges, partial slots, norm sources, buffer offsets, the attention
+ * stage) is checked against the fixtures without a GPU (tests/unit/test_persist_build.c),
+ * and tc_persist.cu is a translation of this file's stage code. Matrices in the file's
+ * row layout (128-group ternary blocks: fp16 d, 32 code bytes); KV cache float32.
+ */
+#include "backends/cuda/cu_persist.h"
+#include "core/blocks.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tp_ref {
+    const tp_prog *p;
+    int n_ctx, n_layers_kv;
+    size_t kvw;
+    float *scratch, *part_f, *xs, *row, *kc, *vc;
+    int *part_i;
+};
+
+tern_status tp_ref_new(const tp_prog *p, const tern_model *m, int n_ctx, tp_ref **out) {
+    *out = NULL;
+    tp_ref *r = calloc(1, sizeof *r);
+    if (!r) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    const tm_hparams *hp = &m->hp;
+    r->p = p;
+    r->n_ctx = n_ctx;
+    r->n_layers_kv = hp->n_attn_layers > 0 ? hp->n_attn_layers : hp->n_layer;
+    r->kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t kvn = (size_t)r->n_layers_kv * (size_t)n_ctx * r->kvw;
+    r->scratch = calloc(p->scratch_floats, sizeof(float));
+    r->part_f = calloc((size_t)p->n_tasks, sizeof(float));
+    r->part_i = calloc((size_t)p->n_tasks, sizeof(int));
+    r->xs = calloc((size_t)p->max_in_k + 1, sizeof(float));
+    r->row = calloc((size_t)p->max_in_k + (size_t)hp->n_embd + 1, sizeof(float));
+    r->kc = calloc(kvn + 1, sizeof(float));
+    r->vc = calloc(kvn + 1, sizeof(float));
+    if (!r->scratch || !r->part_f || !r->part_i || !r->xs || !r->row || !r->kc || !r->vc) {
+        tp_ref_free(r);
+        return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    }
+    *out = r;
+    return TERN_OK;
+}
+
+void tp_ref_free(tp_ref *r) {
+    if (!r) return;
+    free(r->scratch);
+    free(r->part_f);
+    free(r->part_i);
+    free(r->xs);
+    free(r->row);
+    free(r->kc);
+    free(r->vc);
+    free(r);
+}
+
+/* row `i` of a 128-group ternary matrix (file layout) as k floats */
+static void dequant_row(const void *w, int64_t rb, int64_t i, int64_t k, float *out) {
+    const uint8_t *b = (const uint8_t *)w + (size_t)i * (size_t)rb;
+    for (int64_t g = 0; g < k / 128; g++, b += TERN_PQ2_0_BYTES) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const float d = tern_f16_to_f32(h);
+        for (int j = 0; j < 128; j++) {
+            const int c = (b[TERN_BLOCK_QS + (j >> 2)] >> (2 * (j & 3))) & 3;
+            out[g * 128 + j] = (float)(c - 1) * d;
+        }
+    }
+}
+
+static float dot(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    for (int64_t j = 0; j < n; j++) s += a[j] * b[j];
+    return s;
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static void embed(tp_ref *r, const tp_stage *st, const tp_task *t, int token) {
+    float *x = r->scratch + r->p->buf_off[TP_BUF_X];
+    dequant_row(st->w[0], st->rb[0], token, st->in_k, r->row);
+    float ss = 0;
+    for (int64_t j = t->a; j < t->b; j++) {
+        x[j] = r->row[j];
+        ss += x[j] * x[j];
+    }
+    r->part_f[st->task0 + t->idx] = ss;
+}
+
+static void matmul(tp_ref *r, const tp_stage *st, const tp_task *t) {
+    const tp_prog *p = r->p;
+    const int K = st->in_k;
+    const float *src = r->scratch + (st->in_mode == TP_IN_NORM ? p->buf_off[TP_BUF_X] : p->buf_off[st->in_buf]);
+    if (st->in_mode == TP_IN_NORM) {
+        const tp_stage *ns = &p->stages[st->norm_src];
+        float ss = 0;
+        for (int i = 0; i < ns->n_tasks; i++) ss += r->part_f[ns->task0 + i];
+        const float inv = (float)(1.0 / sqrt((double)ss / K + (double)st->eps));
+        for (int j = 0; j < K; j++) r->xs[j] = src[j] * inv * st->gain[j];
+    } else {
+        memcpy(r->xs, src, (size_t)K * sizeof(float));
+    }
+    float *x = r->scratch + p->buf_off[TP_BUF_X];
+    const bool swiglu = st->out_mode == TP_OUT_SWIGLU;
+    float ss = 0, best = -INFINITY;
+    int besti = -1;
+    for (int64_t g = t->a; g < t->b; g++) {
+        int mi = 0;
+        int64_t ls = g;
+        if (!swiglu) {
+            while (mi + 1 < st->n_mat && g >= st->strip0[mi + 1]) mi++;
+            ls = g - st->strip0[mi];
+        }
+        for (int rr = 0; rr < 16; rr++) {
+            const int64_t row = ls * 16 + rr;
+            if (row >= st->n[mi]) break;
+            dequant_row(st->w[mi], st->rb[mi], row, K, r->row);
+            const float y0 = dot(r->row, r->xs, K);
+            switch (st->out_mode) {
+            case TP_OUT_ROWS: r->scratch[p->buf_off[st->out_buf[mi]] + st->out_off[mi] + row] = y0; break;
+            case TP_OUT_RESID:
+                x[row] += y0;
+                ss += x[row] * x[row];
+                break;
+            case TP_OUT_SWIGLU: {
+                dequant_row(st->w[1], st->rb[1], row, K, r->row);
+                const float y1 = dot(r->row, r->xs, K);
+                r->scratch[p->buf_off[st->out_buf[0]] + row] = silu(y0) * y1;
+                break;
+            }
+            default:
+                r->scratch[p->buf_off[st->out_buf[0]] + row] = y0;
+                if (y0 > best) {
+                    best = y0;
+                    besti = (int)row;
+                }
+                break;
+            }
+        }
+    }
+    if (st->out_mode == TP_OUT_RESID) r->part_f[st->task0 + t->idx] = ss;
+    if (st->out_mode == TP_OUT_LOGITS) {
+        r->part_f[st->task0 + t->idx] = best;
+        r->part_i[st->task0 + t->idx] = besti;
+    }
+}
+
+/* dst = RoPE(rmsnorm(src) * gain) over one head (the kernel's tp_head_prep) */
+static void head_prep(const float *src, const float *gain, float eps, int hd, int rot, float theta, int pos,
+                      float *dst) {
+    float ss = 0;
+    for (int j = 0; j < hd; j++) ss += src[j] * src[j];
+    const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
+    for (int j = 0; j < hd; j++) dst[j] = src[j] * inv * gain[j];
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)pos * pow((double)theta, -2.0 * i / rot);
+        float cs = (float)cos(ang), sn = (float)sin(ang);
+        float x0 = dst[i], x1 = dst[i + half];
+        dst[i] = x0 * cs - x1 * sn;
+        dst[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static void attn(tp_ref *r, const tp_stage *st, const tp_task *t, int pos) {
+    const tp_prog *p = r->p;
+    const int HD = st->head_dim, NH = st->n_head, NKV = st->n_head_kv, grp = NH / NKV;
+    const int h = (int)t->a, kh = h / grp;
+    const size_t qw = (size_t)NH * HD, kvw = r->kvw;
+    const float *qkv = r->scratch + p->buf_off[TP_BUF_QKV];
+    float q[256], k[256];
+    head_prep(qkv + (size_t)h * HD, st->q_norm, st->eps, HD, st->rope_dims, st->theta, pos, q);
+    head_prep(qkv + qw + (size_t)kh * HD, st->k_norm, st->eps, HD, st->rope_dims, st->theta, pos, k);
+    float *kc = r->kc + (size_t)st->kv_index * r->n_ctx * kvw, *vc = r->vc + (size_t)st->kv_index * r->n_ctx * kvw;
+    if (h % grp == 0)
+        for (int j = 0; j < HD; j++) {
+            kc[(size_t)pos * kvw + (size_t)kh * HD + j] = k[j];
+            vc[(size_t)pos * kvw + (size_t)kh * HD + j] = qkv[qw + kvw + (size_t)kh * HD + j];
+        }
+    /* the current position from this task's own k, v (the kernel's shared memory) */
+    const float *vcur = qkv + qw + kvw + (size_t)kh * HD;
+    double m = -INFINITY, l = 0, acc[256] = {0};
+    for (int ps = 0; ps <= pos; ps++) {
+        const float *kp = ps < pos ? kc + (size_t)ps * kvw + (size_t)kh * HD : k;
+        const float *vp = ps < pos ? vc + (size_t)ps * kvw + (size_t)kh * HD : vcur;
+        const double d = (double)dot(q, kp, HD) * st->scale;
+        const double mn = d > m ? d : m, corr = exp(m - mn), pe = exp(d - mn);
+        l = l * corr + pe;
+        for (int j = 0; j < HD; j++) acc[j] = acc[j] * corr + pe * vp[j];
+        m = mn;
+    }
+    float *out = r->scratch + p->buf_off[TP_BUF_ATT] + (size_t)h * HD;
+    for (int j = 0; j < HD; j++) out[j] = (float)(acc[j] / l);
+}
+
+int tp_ref_step(tp_ref *r, int token, int pos, float *logits) {
+    const tp_prog *p = r->p;
+    if (token < 0 || token >= p->n_vocab || pos < 0 || pos >= r->n_ctx || p->stages[0].n_mat < 1) return -1;
+    int argmax = -1;
+    /* stage by stage (the dependencies are the stage before), each stage's tasks in
+     * the order of the CTA lists */
+    for (int s = 0; s < p->n_stages; s++) {
+        const tp_stage *st = &p->stages[s];
+        for (int i = 0; i < p->n_tasks; i++) {
+            const tp_task *t = &p->tasks[i];
+            if (t->stage != s) continue;
+            switch (st->kind) {
+            case TP_EMBED: embed(r, st, t, token); break;
+            case TP_MATMUL: matmul(r, st, t); break;
+            case TP_ATTN: attn(r, st, t, pos); break;
+            default: {
+                const tp_stage *hs = &p->stages[st->norm_src];
+                float v = -INFINITY;
+                for (int k = 0; k < hs->n_tasks; k++) {
+                    const float f = r->part_f[hs->task0 + k];
+                    const int fi = r->part_i[hs->task0 + k];
+                    if (fi >= 0 && (argmax < 0 || f > v || (f == v && fi < argmax))) {
+                        v = f;
+                        argmax = fi;
+                    }
+                }
+                break;
+            }
+            }
+        }
+    }
+    memcpy(logits, r->scratch + p->buf_off[TP_BUF_LOGITS], (size_t)p->n_vocab * sizeof(float));
+    return argmax;
+}

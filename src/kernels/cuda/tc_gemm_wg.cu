@@ -1,0 +1,578 @@
+/*
+ * tc_gemm_wg.cu - the ternary GEMM on Hopper's warpgroup MMA (wgmma, sm_90a): the same
+ * product, inputs and integers as tc_gemm_tc.cu's exact mode on a TC_TERN128T (tiled)
+ * matrix, for batched decode and prefill (batch > 8) under the wgmma force (mm_choose.h
+ * TC_MM_WGMMA; the model parameter cuda_matmul = "wgmma").
+ *
+ * Y[t][r] = sum_k W[r][k] X[t][k]; W tiled (gemv_tiled.h: 16-row strips of 256-input
+ * tiles of 1088 bytes), X the integer path's activation (act.cuh: x_q = 128*hi + lo,
+ * |x_q| <= 16256, one fp32 scale sx per 128 inputs, planes as 32 hi then 32 lo bytes per
+ * 32-input unit). Per 128-group the integer S = 128*sum(w*hi) + sum(w*lo) = sum(w*x_q)
+ * is formed exactly and rescaled into fp32 accumulators with tc_gemm_tc's magic-number
+ * trick (its header says why it is exact): acc = fma(fma(bits(S + 1.5*2^23), d,
+ * -1.5*2^23*d), sx, acc), per group in K order, so with the same K splits the floats are
+ * tc_gemm_tc's bit for bit.
+ *
+ * CTA: 128 weight rows (two consumer warpgroups of 64 rows, the M of wgmma) x TOK tokens
+ * (TOK = 16, 32 or 64: wgmma's N), plus one producer warp; 288 threads. K in stages of 256
+ * inputs (two groups), NS stages in shared memory, each filled by the producer warp and
+ * consumed by both warpgroups, with a full and an empty mbarrier per stage:
+ *   activations: 4 TMA boxes (cp.async.bulk.tensor.2d, a tensor map over q: rows of 2K
+ *     bytes, M rows; box 128 bytes x TOK tokens, 128-byte swizzle; tokens past M read as
+ *     zeros), box b = bytes 128b..128b+127 of the stage's 512 = units 2b, 2b+1 (hi, lo);
+ *   weights: the CTA's 8 strips' tiles of the stage, 8 x 1088 contiguous bytes
+ *     (cp.async.bulk, one per strip; strips past the matrix repeat the last: dropped);
+ *   per (token, group): sx and 1.5*2^23 - corr (corr = the group's sum of x_q, from the
+ *     activation's per-32 sums), stored by the producer's lanes (loaded before they wait
+ *     for the slot to be free, so the loads' latency hides behind the wait).
+ * The full barrier expects 33 arrivals (lane 0's arrive.expect_tx for the bulk bytes and
+ * each producer lane's arrive after its stores); the empty barrier 8 (lane 0 of each
+ * consumer warp once its wgmmas of the stage have completed).
+ * Consumer warp w (0..3) of warpgroup wg holds rows 16w..16w+15 of its 64 (strip 4wg+w of
+ * the CTA); lane (g, t) reads, per unit u of the stage, the 16 bytes of (row g, unit u)
+ * and (row 8+g, unit u) of the strip's tile (both groups' two code words: lds.128) and
+ * decodes the A fragment of wgmma m64nNk32 in registers (A from registers: rows g and 8+g,
+ * k slots 4t..4t+3 and 16+4t..16+4t+3 = field t of the unit's code words 0 and 1, as
+ * tc_gemm_tc), shift and mask: the codes c = w + 1 (0..2) as unsigned bytes (wgmma
+ * .u8.s8), so the MMA forms sum(c*x) = S + sum(x) and the epilogue takes the group's
+ * sum(x_q) off (two integer ops per weight register saved). The B operand (TOK x 32
+ * bytes of one unit's plane, K-major) is read by wgmma from the swizzled box through a
+ * shared-memory descriptor (128-byte swizzle, 8-row groups 1024 bytes apart; the k32
+ * step's start 64*(u&1) + 32*plane bytes into the box's rows).
+ * Per group: 4 wgmmas on the hi plane into I_hi and 4 on the lo plane into I_lo (each
+ * chain's first with scale-d = 0), S = 128*I_hi + I_lo - corr (|128*I_hi + I_lo| <=
+ * 2*128*16256 < 2^22, |S| <= 128*16256); with TOK <= 32 both groups of the
+ * stage are issued together (two accumulator sets), at 64 one group at a time.
+ * Split-K exactly as tc_gemm_tc (mm_choose.h tc_mm_gemm_splits, the context's workspace and
+ * counters, the partials summed in split order by the tile's last CTA: deterministic).
+ * The kernel body exists in the sm_90a image only (the file is built for sm_90a alone,
+ * CMakeLists.txt); tc_gemm_wg refuses where that image cannot load.
+ */
+#include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gemv_tiled.h"
+#include "kernels/cuda/ptx.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_WG_BODY 1
+#else
+#define TC_WG_BODY 0
+#endif
+
+namespace {
+
+constexpr int kRows = 128;     /* weight rows per CTA (two warpgroups of 64) */
+constexpr int kStageK = 256;   /* inputs per stage: one tile of each strip */
+constexpr int kTile = TCT_TILE; /* 1088 */
+constexpr int kThreads = 288;  /* 2 consumer warpgroups + 1 producer warp */
+constexpr uint32_t kMagic = 0x4B400000u; /* 1.5 * 2^23 */
+constexpr float kMagicF = 12582912.0f;
+static_assert(kRows == TC_GEMM_ROWS && kStageK == TC_GEMM_STAGE_K, "mm_choose.h's GEMM tile");
+
+template <int NT> struct wcfg {
+    static constexpr int TOK = 16 * NT;                 /* wgmma N */
+    static constexpr int NR = TOK / 2;                  /* accumulator registers per thread */
+    static constexpr int NS = NT == 1 ? 5 : 4;          /* pipeline stages */
+    static constexpr int MINB = NT == 1 ? 2 : 1;        /* CTAs per SM (launch bounds) */
+    static constexpr int DB = NT <= 2;                  /* both groups of a stage in flight */
+    static constexpr int ABYTES = TOK * 512;            /* 4 boxes of TOK x 128 bytes */
+    static constexpr int WOFF = ABYTES;                 /* 8 strips' tiles */
+    static constexpr int SOFF = WOFF + 8 * kTile;       /* [TOK][2 groups] x (sx, 1.5*2^23 - corr) */
+    static constexpr int STAGE = (SOFF + TOK * 16 + 1023) / 1024 * 1024;
+    static constexpr int SMEM = NS * STAGE + 1024;      /* + alignment slack (1024: the swizzle atom) */
+    static constexpr uint32_t TX = ABYTES + 8 * kTile;  /* bulk bytes per stage */
+};
+
+/* 4 codes (one 2-bit field per byte, already shifted down) -> 4 unsigned bytes c (0..2);
+ * the MMA forms sum(c*x) = sum((c-1)*x) + sum(x), and the group's sum(x) (the activation's
+ * corr) is taken off in the epilogue */
+__device__ __forceinline__ uint32_t dec4(uint32_t x) { return x & 0x03030303u; }
+
+/* ---- mbarriers, bulk copies, wgmma (PTX) */
+__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+/* Waits for the phase of the given parity to complete. A watchdog: a wait of more than
+ * ~2^32 cycles (seconds; a stage takes microseconds) is a pipeline bug: trapped (the
+ * launch fails with a CUDA error) rather than hanging the device. */
+__device__ __forceinline__ uint32_t mbar_try(uint32_t a, uint32_t parity) {
+    uint32_t ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+    return ok;
+}
+__device__ __noinline__ void mbar_wait_slow(uint32_t a, uint32_t parity) {
+    const long long t0 = clock64();
+    while (!mbar_try(a, parity))
+        if (clock64() - t0 > (1ll << 32)) __trap();
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+    if (!mbar_try(a, parity)) mbar_wait_slow(a, parity);
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+/* keeps the compiler from moving accumulator reads and writes across wgmma fences */
+template <int R> __device__ __forceinline__ void wg_reg_fence(int (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+/* B descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart (LBO unused: 1) */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+/* D (s32, 64 x N per warpgroup) += A (u8, registers) . B (s8, descriptor); acc = 0: D = A.B */
+__device__ __forceinline__ void wg_mma_n16(int (&d)[8], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+__device__ __forceinline__ void wg_mma_n32(int (&d)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+__device__ __forceinline__ void wg_mma_n64(int (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
+}
+template <int R> __device__ __forceinline__ void wg_mma(int (&d)[R], const uint32_t (&a)[4], uint64_t desc, int acc);
+template <> __device__ __forceinline__ void wg_mma<8>(int (&d)[8], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    wg_mma_n16(d, a, desc, acc);
+}
+template <> __device__ __forceinline__ void wg_mma<16>(int (&d)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    wg_mma_n32(d, a, desc, acc);
+}
+template <> __device__ __forceinline__ void wg_mma<32>(int (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    wg_mma_n64(d, a, desc, acc);
+}
+
+/* The A fragments of group e of a stage: w[h][u] = the 16 bytes of (row g + 8h, unit u) */
+__device__ __forceinline__ void decode_group(const uint4 (&w)[2][4], int e, int sh, uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint32_t x0 = e ? w[0][u].z : w[0][u].x, x1 = e ? w[0][u].w : w[0][u].y;
+        const uint32_t y0 = e ? w[1][u].z : w[1][u].x, y1 = e ? w[1][u].w : w[1][u].y;
+        a[u][0] = dec4(x0 >> sh);
+        a[u][1] = dec4(y0 >> sh);
+        a[u][2] = dec4(x1 >> sh);
+        a[u][3] = dec4(y1 >> sh);
+    }
+}
+
+/* The 8 wgmmas of group e (units 4e..4e+3, hi then lo) of the stage whose boxes start at
+ * abase (shared address) into hi / lo. */
+template <int NT>
+__device__ __forceinline__ void issue_group(int (&hi)[wcfg<NT>::NR], int (&lo)[wcfg<NT>::NR], const uint32_t (&a)[4][4],
+                                            uint64_t dbase, int e) {
+    typedef wcfg<NT> C;
+#pragma unroll
+    for (int p = 0; p < 2; p++)
+#pragma unroll
+        for (int uu = 0; uu < 4; uu++) {
+            const int u = 4 * e + uu;
+            /* the start address field (bits 0-13, 16-byte units) moves by the step's offset */
+            const uint64_t d = dbase + (uint64_t)(((u >> 1) * C::TOK * 128 + 64 * (u & 1) + 32 * p) >> 4);
+            if (p == 0) wg_mma<C::NR>(hi, a[uu], d, uu > 0);
+            else wg_mma<C::NR>(lo, a[uu], d, uu > 0);
+        }
+}
+
+/* Group e's integers into the fp32 accumulators: ws = the strip's tile in shared memory
+ * (scales at 1024 + 8g), sx = the stage's [TOK][2] scales. */
+template <int NT>
+__device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&hi)[wcfg<NT>::NR],
+                                        const int (&lo)[wcfg<NT>::NR], const uint8_t *ws, const uint8_t *sc, int g,
+                                        int t, int e) {
+    typedef wcfg<NT> C;
+    const float da = tc_ld_f16(ws + 1024 + 8 * g + 2 * e), db = tc_ld_f16(ws + 1024 + 8 * g + 4 + 2 * e);
+    const float ma = -kMagicF * da, mb = -kMagicF * db;
+#pragma unroll
+    for (int j = 0; j < C::NR / 4; j++) {
+        const int tk = 8 * j + 2 * t;
+        /* (sx, 1.5*2^23 - corr) of tokens tk and tk + 1, group e */
+        const uint2 p0 = *(const uint2 *)(sc + (tk * 2 + e) * 8), p1 = *(const uint2 *)(sc + (tk * 2 + 2 + e) * 8);
+        const float s0 = __uint_as_float(p0.x), s1 = __uint_as_float(p1.x);
+        int b[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            b[q] = (int)((uint32_t)hi[4 * j + q] * 128u + (uint32_t)lo[4 * j + q] + ((q & 1) ? p1.y : p0.y));
+        acc[4 * j + 0] = fmaf(fmaf(__int_as_float(b[0]), da, ma), s0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(fmaf(__int_as_float(b[1]), da, ma), s1, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(fmaf(__int_as_float(b[2]), db, mb), s0, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(fmaf(__int_as_float(b[3]), db, mb), s1, acc[4 * j + 3]);
+    }
+}
+
+/* W: the tiled matrix (16-byte aligned), n rows, K % 256 == 0; amap: the tensor map of the
+ * activation's q (2K bytes x M rows); sx [M][K/128]; nsp = gridDim.z K splits; part / cnt
+ * as tc_gemm_tc's. */
+template <int NT>
+__global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
+    k_gemm_wg(const __grid_constant__ CUtensorMap amap, const uint8_t *__restrict__ W, int n, int K,
+              const float *__restrict__ sx, const int *__restrict__ corr, int M, float *__restrict__ y, size_t ys, int nsp,
+              float *__restrict__ part, int *__restrict__ cnt) {
+#if TC_WG_BODY
+    typedef wcfg<NT> C;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t full[C::NS], empty[C::NS];
+    __shared__ int s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t sraw = smem_u32(smem_raw);
+    const uint32_t sbase = (sraw + 1023u) & ~1023u; /* stages 1024-aligned (the swizzle atom) */
+    uint8_t *const smem = smem_raw + (sbase - sraw);
+    const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
+    const int z = (int)blockIdx.z, nb = K >> 7;
+    const int st0 = (int)((int64_t)z * (K / kStageK) / nsp);
+    const int nst = (int)((int64_t)(z + 1) * (K / kStageK) / nsp) - st0;
+
+    if (tid == 0) {
+        for (int s = 0; s < C::NS; s++) {
+            mbar_init(smem_u32(&full[s]), 33);
+            mbar_init(smem_u32(&empty[s]), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == 8) {
+        /* the producer warp */
+        const int64_t nstrips = ((int64_t)n + 15) >> 4, kt = K >> 8;
+        constexpr int PPL = (2 * C::TOK + 31) / 32; /* (token, group) pairs per lane */
+        for (int ks = 0; ks < nst; ks++) {
+            const int slot = ks % C::NS;
+            const int st = st0 + ks;
+            /* the pairs' sx and unit corrs, loaded before the wait (their latency hidden by it) */
+            float ps[PPL];
+            int4 pc[PPL];
+#pragma unroll
+            for (int i = 0; i < PPL; i++) {
+                const int pr = lane + 32 * i, tk = pr >> 1, e = pr & 1;
+                int gt = tok0 + tk;
+                gt = gt < M ? gt : M - 1;
+                if (pr < 2 * C::TOK) {
+                    ps[i] = __ldg(sx + (size_t)gt * nb + 2 * st + e);
+                    pc[i] = __ldg((const int4 *)(corr + (size_t)gt * (size_t)(K >> 5) + 8 * st + 4 * e));
+                }
+            }
+            if (ks >= C::NS) mbar_wait(smem_u32(&empty[slot]), (uint32_t)(((ks / C::NS) & 1) ^ 1));
+            const uint32_t sb = sbase + (uint32_t)(slot * C::STAGE), fb = smem_u32(&full[slot]);
+            if (lane == 0) {
+                mbar_expect_tx(fb, C::TX);
+#pragma unroll
+                for (int b = 0; b < 4; b++) tma_2d(sb + (uint32_t)(b * C::TOK * 128), &amap, st * 512 + 128 * b, tok0, fb);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int64_t sp = (int64_t)(row0 >> 4) + i;
+                    sp = sp < nstrips ? sp : nstrips - 1;
+                    bulk_g2s(sb + (uint32_t)(C::WOFF + i * kTile), W + ((size_t)sp * (size_t)kt + (size_t)st) * kTile,
+                             (uint32_t)kTile, fb);
+                }
+            }
+            uint8_t *sp = smem + slot * C::STAGE + C::SOFF;
+#pragma unroll
+            for (int i = 0; i < PPL; i++) {
+                const int pr = lane + 32 * i;
+                if (pr < 2 * C::TOK) {
+                    const int c = pc[i].x + pc[i].y + pc[i].z + pc[i].w;
+                    *(uint2 *)(sp + 8 * pr) = make_uint2(__float_as_uint(ps[i]), kMagic - (uint32_t)c);
+                }
+            }
+            mbar_arrive(fb); /* release: the stores above are seen by the consumers' wait */
+        }
+        return;
+    }
+
+    /* the consumers: warpgroup wg, warp w of it, lane (g, t) */
+    const int wg = warp >> 2, w = warp & 3, g = lane >> 2, t = lane & 3, sh = 2 * t;
+    const int strip = wg * 4 + w;
+    float acc[C::NR];
+#pragma unroll
+    for (int i = 0; i < C::NR; i++) acc[i] = 0.0f;
+    int hi0[C::NR], lo0[C::NR], hi1[C::NR], lo1[C::NR];
+#pragma unroll
+    for (int i = 0; i < C::NR; i++) hi0[i] = lo0[i] = hi1[i] = lo1[i] = 0;
+    uint32_t a0[4][4], a1[4][4];
+
+    /* the stage's A fragments: wait for the stage, read the strip's 8 slots, decode */
+    auto load_decode = [&](int ks) {
+        const int slot = ks % C::NS;
+        mbar_wait(smem_u32(&full[slot]), (uint32_t)((ks / C::NS) & 1));
+        const uint8_t *ws = smem + slot * C::STAGE + C::WOFF + strip * kTile;
+        uint4 wv[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[h][u] = *(const uint4 *)(ws + h * 512 + 16 * (4 * g + u));
+        decode_group(wv, 0, sh, a0);
+        decode_group(wv, 1, sh, a1);
+    };
+
+    if (nst > 0) load_decode(0);
+#pragma unroll 1
+    for (int ks = 0; ks < nst; ks++) {
+        const int slot = ks % C::NS;
+        const uint8_t *sb = smem + slot * C::STAGE;
+        const uint64_t dbase = desc_sw128(sbase + (uint32_t)(slot * C::STAGE));
+        const uint8_t *ws = sb + C::WOFF + strip * kTile;
+        const uint8_t *ssx = sb + C::SOFF;
+        if (C::DB) {
+            wg_fence();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            wg_reg_fence<C::NR>(hi1); wg_reg_fence<C::NR>(lo1);
+            issue_group<NT>(hi0, lo0, a0, dbase, 0);
+            issue_group<NT>(hi1, lo1, a1, dbase, 1);
+            wg_commit();
+            wg_wait0();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            wg_reg_fence<C::NR>(hi1); wg_reg_fence<C::NR>(lo1);
+            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 0);
+            rescale<NT>(acc, hi1, lo1, ws, ssx, g, t, 1);
+        } else {
+            wg_fence();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            issue_group<NT>(hi0, lo0, a0, dbase, 0);
+            wg_commit();
+            wg_wait0();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 0);
+            wg_fence();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            issue_group<NT>(hi0, lo0, a1, dbase, 1);
+            wg_commit();
+            wg_wait0();
+            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
+            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 1);
+        }
+        /* the stage is consumed by this warp (its wgmmas have completed): release it */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
+        if (ks + 1 < nst) load_decode(ks + 1);
+    }
+
+    const int ctid = tid; /* 0..255 */
+    if (nsp > 1) {
+        /* split-K: store the partial, count it; the tile's last CTA sums them in order */
+        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), ntiles = (int)(gridDim.x * gridDim.y);
+        float *mine = part + ((size_t)z * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
+#pragma unroll
+        for (int i = 0; i < C::NR; i++) __stcg(mine + (size_t)i * 256, acc[i]);
+        __threadfence();
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (ctid == 0) s_last = atomicAdd(&cnt[tile], 1) == nsp - 1;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (!s_last) return;
+        __threadfence();
+        float r[C::NR];
+#pragma unroll 1
+        for (int s = 0; s < nsp; s++) {
+            const float *ps = part + ((size_t)s * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
+#pragma unroll
+            for (int i = 0; i < C::NR; i++) {
+                const float v = s == z ? acc[i] : __ldcg(ps + (size_t)i * 256);
+                r[i] = s == 0 ? v : r[i] + v;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < C::NR; i++) acc[i] = r[i];
+        if (ctid == 0) cnt[tile] = 0; /* every CTA of the tile has counted: ready for the next launch */
+    }
+
+    const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
+#pragma unroll
+    for (int j = 0; j < C::NR / 4; j++) {
+        const int tk = tok0 + 8 * j + 2 * t;
+        if (tk < M) {
+            if (ra < n) y[(size_t)tk * ys + ra] = acc[4 * j + 0];
+            if (rb < n) y[(size_t)tk * ys + rb] = acc[4 * j + 2];
+        }
+        if (tk + 1 < M) {
+            if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[4 * j + 1];
+            if (rb < n) y[(size_t)(tk + 1) * ys + rb] = acc[4 * j + 3];
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+/* ------------------------------------------------------------------ host */
+
+/* CTAs of k_gemm_wg<NT> resident per SM, memoised per context (as tc_gemm_tc's). */
+int wg_occ(const void *fn, size_t smem) {
+    tc_ctx *cx = tc_cur;
+    for (int i = 0; i < cx->n_occ; i++)
+        if (cx->occ[i].fn == fn && cx->occ[i].threads == kThreads && cx->occ[i].smem == smem) return cx->occ[i].occ;
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    if (occ < 1) occ = 1;
+    if (cx->n_occ < 4 * TC_MEMO) {
+        cx->occ[cx->n_occ].fn = fn;
+        cx->occ[cx->n_occ].threads = kThreads;
+        cx->occ[cx->n_occ].smem = smem;
+        cx->occ[cx->n_occ].occ = occ;
+        cx->n_occ++;
+    }
+    return occ;
+}
+
+/* The split-K workspace (tc_gemm_tc's, shared: launches on one stream do not overlap),
+ * allocated here unless the stream is being captured. */
+bool wg_ws(void) {
+    tc_ctx *c = tc_cur;
+    if (c->gemm_part && c->gemm_cnt) return true;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return false;
+    }
+    if (!c->gemm_cnt) c->gemm_cnt = (int *)tc_malloc(c, TC_GEMM_MAX_TILES * sizeof(int));
+    if (!c->gemm_part) c->gemm_part = (float *)tc_malloc(c, TC_GEMM_WS_FLOATS * sizeof(float));
+    return c->gemm_part && c->gemm_cnt;
+}
+
+/* cuTensorMapEncodeTiled from the driver (no link to libcuda); NULL when missing */
+PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = NULL;
+        }
+        return (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }();
+    return fn;
+}
+
+/* The kernel's attributes set (once per context) and its image loadable here: false on a
+ * device without the sm_90a image (the error cleared, not noted: the caller falls back). */
+template <int NT> bool wg_ready(void) {
+    typedef wcfg<NT> C;
+    const void *fn = (const void *)k_gemm_wg<NT>;
+    if (tc_attr_once(fn, C::SMEM)) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            /* forget the memo so that every call refuses (and falls back) */
+            tc_ctx *c = tc_cur;
+            for (int i = 0; i < c->n_attr; i++)
+                if (c->attr[i].fn == fn) c->attr[i].v = -1;
+            return false;
+        }
+    } else {
+        tc_ctx *c = tc_cur;
+        for (int i = 0; i < c->n_attr; i++)
+            if (c->attr[i].fn == fn && c->attr[i].v < 0) return false;
+    }
+    return true;
+}
+
+template <int NT> int wg_splits(const tc_mat *m, int M, int force) {
+    typedef wcfg<NT> C;
+    return tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), wg_occ((const void *)k_gemm_wg<NT>, C::SMEM),
+                             force);
+}
+
+template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force) {
+    typedef wcfg<NT> C;
+    if (!wg_ready<NT>()) return 0;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
+    if (!enc) return 0;
+    const int M = (int)act->batch;
+    CUtensorMap map;
+    const cuuint64_t gdim[2] = {(cuuint64_t)(2 * m->k), (cuuint64_t)M};
+    const cuuint64_t gstride[1] = {(cuuint64_t)(2 * m->k)};
+    const cuuint32_t box[2] = {128, (cuuint32_t)C::TOK};
+    const cuuint32_t estride[2] = {1, 1};
+    if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)act->q, gdim, gstride, box, estride,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return 0;
+    int nsp = wg_splits<NT>(m, M, force);
+    if (nsp > 1 && !wg_ws()) nsp = 1;
+    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
+    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(map, m->data, (int)m->n, (int)m->k, act->sx, act->corr, M, y, ys,
+                                                               nsp, tc_cur->gemm_part, tc_cur->gemm_cnt);
+    tc_check_launch();
+    return 1;
+}
+
+/* tokens per CTA: tc_gemm_tc's exact-mode rule (16, 32, else 64) */
+int wg_tok(size_t M, int force) { return tc_mm_gemm_tok(M, TC_GEMM_EXACT, force == 1); }
+
+bool wg_shape_ok(const tc_mat *m, const tc_act *act) {
+    return m->kind == TC_TERN128T && act && act->k == m->k && m->k > 0 && m->k % kStageK == 0 &&
+           m->k <= (1 << 24) && m->n > 0 && m->n <= ((int64_t)65535 * kRows) && act->batch > 0 &&
+           act->batch <= (size_t)1 << 30 && ((uintptr_t)m->data & 15) == 0 &&
+           m->row_bytes == (size_t)(m->k / kStageK) * kTile && ((uintptr_t)act->q & 15) == 0 &&
+           ((uintptr_t)act->sx & 7) == 0 && act->corr && ((uintptr_t)act->corr & 15) == 0;
+}
+
+} // namespace
+
+extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act) {
+    TC_CTX(cx);
+    if (!wg_shape_ok(m, act) || !wg_encoder()) return 0;
+    const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
+    return tok == 16 ? wg_ready<1>() : tok == 32 ? wg_ready<2>() : wg_ready<4>();
+}
+
+extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits) {
+    TC_CTX(cx);
+    *tok = 0;
+    *splits = 0;
+    if (!tc_gemm_wg_supported(cx, m, act)) return 0;
+    const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
+    *tok = wg_tok(act->batch, force);
+    *splits = *tok == 16 ? wg_splits<1>(m, M, force) : *tok == 32 ? wg_splits<2>(m, M, force) : wg_splits<4>(m, M, force);
+    return 1;
+}
+
+extern "C" int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+    TC_CTX(cx);
+    if (!wg_shape_ok(m, act)) return 0;
+    TC_PROF(TC_FAM_MATMUL);
+    const int force = tc_mm_gemm_split_force(&cx->mm);
+    const int tok = wg_tok(act->batch, force);
+    if (tok == 16) return wg_launch<1>(m, act, y, ys, force);
+    if (tok == 32) return wg_launch<2>(m, act, y, ys, force);
+    return wg_launch<4>(m, act, y, ys, force);
+}

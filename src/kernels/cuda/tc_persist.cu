@@ -1,0 +1,694 @@
+/*
+ * tc_persist.cu - the persistent decode step (docs/persistent.md): one cooperative
+ * kernel of one CTA per SM runs a whole single-token step of a qwen3 model from the
+ * program of persist.h (made on the host by src/backends/cuda/persist_build.c).
+ *
+ * Each CTA walks its task list in stage order. A task waits for the counter of the
+ * stage it depends on (thread 0: ld.acquire.gpu, __nanosleep back-off, a clock64
+ * budget: the watchdog), runs, and signals its own stage's counter (bar.sync, then
+ * thread 0: fence + red.release.gpu). Activations written by other CTAs in this launch
+ * are read with ld.global.cg (L2), never through the non-coherent paths.
+ *
+ * Matmuls read the tiled ternary layout (gemv_tiled.h) in fp32: lane (g, t) of a warp
+ * decodes its 16 bytes of rows g and 8+g of a 256-input tile against the normed input
+ * in shared memory; the warps of a CTA split the tiles of a strip (or the strips of a
+ * round when the rows are short), summed in a fixed order (deterministic).
+ */
+#include "kernels/cuda/attn.cuh"
+#include "kernels/cuda/gemv_tiled.h"
+#include "kernels/cuda/persist.h"
+
+#include <math.h>
+
+struct tp_args {
+    const tp_stage *stages;
+    const tp_task *tasks;
+    const int32_t *cta_off;
+    float *scratch;
+    float *part_f;      /* per task slot: a sum of squares, or the max of a head task */
+    int *part_i;        /* per task slot: the argmax of a head task */
+    unsigned *cnt;      /* [n_stages + 1]: per stage, tasks done; the last never signalled */
+    int *status;        /* [0] 0, or the stage that timed out + 1; [1] the argmax token */
+    int n_stages;
+    int token, pos, n_ctx;
+    int kv_type;
+    void *kcache, *vcache; /* the session's caches (all layers) */
+    size_t k_row, v_row;
+    long long budget;   /* clock64 cycles a wait may spin */
+    int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
+    size_t buf_off[TP_BUF_COUNT];
+};
+
+/* ------------------------------------------------------------ synchronisation */
+
+__device__ __forceinline__ unsigned tp_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void tp_red_release(unsigned *p) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+
+/* Wait until stage dep has signalled all its tasks; false when the CTA must leave (the
+ * budget ran out: the status names stage s; or another CTA already failed). Every
+ * thread of the CTA gets the same answer. */
+__device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
+    if (threadIdx.x == 0) {
+        int abort = 0;
+        const bool hang = s == a.hang_stage;
+        if (dep >= 0 || hang) {
+            const unsigned *c = hang ? a.cnt + a.n_stages : a.cnt + dep;
+            const unsigned target = hang ? 1u : (unsigned)a.stages[dep].n_tasks;
+            const long long t0 = clock64();
+            unsigned ns = 32;
+            while (tp_ld_acquire(c) < target) {
+                if (*(volatile int *)a.status != 0) {
+                    abort = 1;
+                    break;
+                }
+                if (clock64() - t0 > a.budget) {
+                    atomicCAS(a.status, 0, s + 1);
+                    abort = 1;
+                    break;
+                }
+                __nanosleep(ns);
+                if (ns < 128) ns <<= 1; /* short: every stage boundary pays the wake-up */
+            }
+        }
+        *flag = abort;
+    }
+    __syncthreads();
+    const bool ok = !*flag;
+    __syncthreads(); /* the flag is read before thread 0 writes it again */
+    return ok;
+}
+
+__device__ __forceinline__ void tp_signal(const tp_args &a, int s) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        tp_red_release(a.cnt + s);
+    }
+}
+
+/* the sum of v over the CTA, the same in every thread (fixed order) */
+__device__ float tp_block_sum(float v, float *red) {
+    v = tc_warp_sum(v);
+    const int w = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[w] = v;
+    __syncthreads();
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < TP_WARPS; i++) s += red[i];
+    __syncthreads();
+    return s;
+}
+
+/* (max, lowest index of the max) over the CTA into *bv, *bi of thread 0 */
+__device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *bv, int *bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ov > v || (ov == v && oi >= 0 && (i < 0 || oi < i))) {
+            v = ov;
+            i = oi;
+        }
+    }
+    const int w = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        redf[w] = v;
+        redi[w] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = redf[0];
+        int mi = redi[0];
+        for (int k = 1; k < TP_WARPS; k++)
+            if (redf[k] > m || (redf[k] == m && redi[k] >= 0 && (mi < 0 || redi[k] < mi))) {
+                m = redf[k];
+                mi = redi[k];
+            }
+        *bv = m;
+        *bi = mi;
+    }
+    __syncthreads();
+}
+
+/* ------------------------------------------------------------ embed */
+
+__device__ __forceinline__ float tp_tiled_elem(const uint8_t *w, int64_t kt, int64_t r, int64_t j) {
+    const int c = (w[tct_code_byte(r, j, kt)] >> (2 * (j & 3))) & 3;
+    const float d = tc_ld_f16(w + tct_scale_byte(r, j >> 7, kt));
+    return (float)(c - 1) * d;
+}
+
+__device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t, float *red) {
+    float *x = a.scratch + a.buf_off[TP_BUF_X];
+    float ss = 0;
+    for (int64_t j = t.a + threadIdx.x; j < t.b; j += TP_THREADS) {
+        const float v = tp_tiled_elem((const uint8_t *)st.w[0], st.kt[0], a.token, j);
+        x[j] = v;
+        ss += v * v;
+    }
+    ss = tp_block_sum(ss, red);
+    if (threadIdx.x == 0) a.part_f[st.task0 + t.idx] = ss;
+}
+
+/* ------------------------------------------------------------ matmul */
+
+/* Sum over the 16 inputs of code word w of (code - 1) * x[input]. The word's input
+ * 4b + s sits at bits 8b + 2s; in each 16-bit half, input 8h + i at bits 2i, so
+ * float(0x4B000000 | (half & 3 << 2i)) - 2^23 = code * 4^i exactly (no int-to-float
+ * conversion: one LOP3, one FADD, one FFMA a weight). x holds the inputs pre-scaled by
+ * 4^-(i % 8) (tp_matmul's prologue; exact), xsum the 16 unscaled inputs' sum. */
+__device__ __forceinline__ float tp_wdot(uint32_t w, const float *x, float xsum) {
+    const uint32_t hi = w >> 16;
+    const float4 a0 = *(const float4 *)x, a1 = *(const float4 *)(x + 4);
+    const float4 b0 = *(const float4 *)(x + 8), b1 = *(const float4 *)(x + 12);
+    const float xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    float s = 0, u = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        s = fmaf(__uint_as_float(0x4B000000u | (w & (3u << (2 * i)))) - 8388608.0f, xa[i], s);
+        u = fmaf(__uint_as_float(0x4B000000u | (hi & (3u << (2 * i)))) - 8388608.0f, xb[i], u);
+    }
+    return (s + u) - xsum;
+}
+
+/* A lane's share of one tile (lane = 4g + t): its 16 code bytes of rows g and 8+g, and
+ * the four scales of rows g, 8+g (gemv_tiled.h). */
+struct tp_tl {
+    uint4 wg, wh;
+    uint2 sc;
+};
+#define TP_INFLIGHT 4 /* tiles a warp loads before it computes them */
+
+__device__ __forceinline__ tp_tl tp_tile_load(const uint8_t *tile, int lane) {
+    tp_tl l;
+    l.wg = __ldg((const uint4 *)(tile + 16 * lane));
+    l.wh = __ldg((const uint4 *)(tile + 512 + 16 * lane));
+    l.sc = __ldg((const uint2 *)(tile + 1024 + 8 * (lane >> 2)));
+    return l;
+}
+
+/* rows g and 8+g of one tile against xt (the tile's 256 inputs, scaled as tp_wdot says)
+ * and st (their 16-input sums) */
+__device__ __forceinline__ void tp_tile(const tp_tl &l, const float *xt, const float *st, int lane, float &ag,
+                                        float &ah) {
+    const int t = lane & 3;
+    const uint4 wg = l.wg, wh = l.wh;
+    const uint2 sc = l.sc;
+    const float *x0 = xt + 32 * t, *x1 = xt + 128 + 32 * t;
+    const float *s0 = st + 2 * t, *s1 = st + 8 + 2 * t;
+    const float g0 = tp_wdot(wg.x, x0, s0[0]) + tp_wdot(wg.y, x0 + 16, s0[1]);
+    const float g1 = tp_wdot(wg.z, x1, s1[0]) + tp_wdot(wg.w, x1 + 16, s1[1]);
+    const float h0 = tp_wdot(wh.x, x0, s0[0]) + tp_wdot(wh.y, x0 + 16, s0[1]);
+    const float h1 = tp_wdot(wh.z, x1, s1[0]) + tp_wdot(wh.w, x1 + 16, s1[1]);
+    const float2 dg = __half22float2(*(const __half2 *)&sc.x); /* (row g, group 2j), (row g, 2j+1) */
+    const float2 dh = __half22float2(*(const __half2 *)&sc.y); /* rows 8+g */
+    ag = fmaf(dg.x, g0, fmaf(dg.y, g1, ag));
+    ah = fmaf(dh.x, h0, fmaf(dh.y, h1, ah));
+}
+
+__device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, float *red,
+                          int *redi) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int K = st.in_k;
+    const int KT = (int)st.kt[0];
+    const int KP = KT * 256;
+    float *xs = sm;               /* [KP] the input, input j scaled by 4^-(j % 8) (tp_wdot) */
+    float *xsum = sm + KP;        /* [KP / 16] sums of 16 unscaled inputs */
+    float *part = xsum + KP / 16; /* [TP_WARPS][32]: per warp, 16 rows x (one or two matrices) */
+    /* the input row into shared memory: the norm site's (x normed with the partial sums
+     * of the stage that wrote x, in slot order) or a buffer as is */
+    const float *src = a.scratch + (st.in_mode == TP_IN_NORM ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
+    if (st.in_mode == TP_IN_NORM) {
+        const tp_stage &ns = a.stages[st.norm_src];
+        float ss = 0;
+        if (warp == 0) {
+            for (int i = lane; i < ns.n_tasks; i += 32) ss += __ldcg(a.part_f + ns.task0 + i);
+            ss = tc_warp_sum(ss);
+            if (lane == 0) red[0] = ss;
+        }
+        __syncthreads();
+        const float inv = (float)(1.0 / sqrt((double)red[0] / K + (double)st.eps));
+        for (int j = tid; j < KP; j += TP_THREADS) xs[j] = j < K ? __ldcg(src + j) * inv * st.gain[j] : 0.0f;
+    } else {
+        for (int j = tid; j < KP; j += TP_THREADS) xs[j] = j < K ? __ldcg(src + j) : 0.0f;
+    }
+    __syncthreads();
+    for (int b = tid; b < KP / 16; b += TP_THREADS) { /* sums, then the scaling (exact) */
+        float s = 0;
+#pragma unroll
+        for (int i = 0; i < 16; i++) s += xs[16 * b + i];
+        xsum[b] = s;
+    }
+    __syncthreads();
+    for (int j = tid; j < KP; j += TP_THREADS) xs[j] = ldexpf(xs[j], -2 * (j & 7));
+    __syncthreads();
+    const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
+    const int spr = KT >= 8 ? 1 : KT >= 4 ? 2 : KT >= 2 ? 4 : 8; /* strips per round */
+    const int wps = TP_WARPS / spr;                               /* warps per strip */
+    const int so = warp % spr, t0 = warp / spr;
+    float ss = 0, best = -INFINITY;
+    int besti = -1;
+    float *x = a.scratch + a.buf_off[TP_BUF_X];
+    for (int64_t g0 = t.a; g0 < t.b; g0 += spr) {
+        const int64_t g = g0 + so;
+        float a00 = 0, a01 = 0, a10 = 0, a11 = 0; /* [matrix q][row g, 8+g] */
+        if (g < t.b) {
+            /* this warp's tiles of strip g: j = t0, t0 + wps, .. of matrix 0 (and of the
+             * up matrix for SwiGLU), TP_INFLIGHT loads issued before their products */
+            const uint8_t *b0, *b1;
+            if (swiglu) {
+                b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
+                b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
+            } else {
+                int mi = 0;
+                while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
+                b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
+            }
+            const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0;
+            const int total = ntile * (swiglu ? 2 : 1);
+            for (int n0 = 0; n0 < total; n0 += TP_INFLIGHT) {
+                tp_tl tl[TP_INFLIGHT];
+#pragma unroll
+                for (int u = 0; u < TP_INFLIGHT; u++) {
+                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                    if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
+                }
+#pragma unroll
+                for (int u = 0; u < TP_INFLIGHT; u++) {
+                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                    if (n < total) {
+                        float ag = 0, ah = 0;
+                        tp_tile(tl[u], xs + j * 256, xsum + j * 16, lane, ag, ah);
+                        if (q) {
+                            a10 += ag;
+                            a11 += ah;
+                        } else {
+                            a00 += ag;
+                            a01 += ah;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+            a00 += __shfl_xor_sync(0xffffffffu, a00, o);
+            a01 += __shfl_xor_sync(0xffffffffu, a01, o);
+            a10 += __shfl_xor_sync(0xffffffffu, a10, o);
+            a11 += __shfl_xor_sync(0xffffffffu, a11, o);
+        }
+        if ((lane & 3) == 0) {
+            const int gi = lane >> 2;
+            part[warp * 32 + gi] = a00;
+            part[warp * 32 + 8 + gi] = a01;
+            part[warp * 32 + 16 + gi] = a10;
+            part[warp * 32 + 24 + gi] = a11;
+        }
+        __syncthreads();
+        if (tid < spr * 16) {
+            const int s2 = tid >> 4, r = tid & 15;
+            const int64_t g2 = g0 + s2;
+            if (g2 < t.b) {
+                float y0 = 0, y1 = 0;
+                for (int w = s2; w < TP_WARPS; w += spr) {
+                    y0 += part[w * 32 + r];
+                    y1 += part[w * 32 + 16 + r];
+                }
+                int mi = 0;
+                int64_t ls = g2;
+                if (!swiglu) {
+                    while (mi + 1 < st.n_mat && g2 >= st.strip0[mi + 1]) mi++;
+                    ls = g2 - st.strip0[mi];
+                }
+                const int64_t row = ls * 16 + r;
+                if (row < st.n[mi]) {
+                    switch (st.out_mode) {
+                    case TP_OUT_ROWS:
+                        a.scratch[a.buf_off[st.out_buf[mi]] + st.out_off[mi] + row] = y0;
+                        break;
+                    case TP_OUT_RESID: {
+                        const float v = __ldcg(x + row) + y0;
+                        x[row] = v;
+                        ss += v * v;
+                        break;
+                    }
+                    case TP_OUT_SWIGLU:
+                        a.scratch[a.buf_off[st.out_buf[0]] + row] = tc_silu(y0) * y1;
+                        break;
+                    default: /* TP_OUT_LOGITS */
+                        a.scratch[a.buf_off[st.out_buf[0]] + row] = y0;
+                        if (y0 > best) {
+                            best = y0;
+                            besti = (int)row;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (st.out_mode == TP_OUT_RESID) {
+        ss = tp_block_sum(ss, red);
+        if (tid == 0) a.part_f[st.task0 + t.idx] = ss;
+    } else if (st.out_mode == TP_OUT_LOGITS) {
+        float bv;
+        int bi;
+        tp_block_argmax(best, besti, red, redi, &bv, &bi);
+        if (tid == 0) {
+            a.part_f[st.task0 + t.idx] = bv;
+            a.part_i[st.task0 + t.idx] = bi;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math) */
+__device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, float theta, int pos,
+                             float *dst) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0;
+    for (int j = lane; j < hd; j += 32) {
+        const float v = __ldcg(src + j);
+        ss += v * v;
+    }
+    ss = tc_warp_sum(ss);
+    const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
+    for (int j = lane; j < hd; j += 32) dst[j] = __ldcg(src + j) * inv * gain[j];
+    __syncwarp();
+    const int half = rot / 2;
+    for (int i = lane; i < half; i += 32) {
+        double iv = pow((double)theta, -2.0 * i / rot);
+        double ang = (double)pos * iv;
+        float cs = (float)cos(ang), sn = (float)sin(ang);
+        float x0 = dst[i], x1 = dst[i + half];
+        dst[i] = x0 * cs - x1 * sn;
+        dst[i + half] = x1 * cs + x0 * sn;
+    }
+    __syncwarp();
+}
+
+/* x as the cache stores it (what the per-op path reads back at the current position) */
+__device__ __forceinline__ float tp_round(float x, const float *) { return x; }
+__device__ __forceinline__ float tp_round(float x, const __half *) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+template <typename KV>
+__device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int HD = st.head_dim, NH = st.n_head, NKV = st.n_head_kv, grp = NH / NKV;
+    const int h = (int)t.a, kh = h / grp, pos = a.pos;
+    const size_t qw = (size_t)NH * HD, kvw = (size_t)NKV * HD;
+    const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
+    float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
+    float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
+    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, st.theta, pos, sq);
+    if (warp == 1) {
+        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, st.theta, pos, sk);
+        for (int j = lane; j < HD; j += 32) sk[j] = tp_round(sk[j], (const KV *)0);
+    }
+    if (warp == 2)
+        for (int j = lane; j < HD; j += 32) sv[j] = tp_round(__ldcg(qkv + qw + kvw + (size_t)kh * HD + j), (const KV *)0);
+    __syncthreads();
+    KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
+    KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
+    if (h % grp == 0) /* the group's first query head stores the position's k and v */
+        for (int j = tid; j < HD; j += TP_THREADS) {
+            att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
+            att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
+        }
+    float q[ATT_EPL], acc[ATT_EPL];
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        const int j = lane + 32 * e;
+        q[e] = j < HD ? sq[j] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int p = warp; p <= pos; p += TP_WARPS) {
+        const size_t base = att_kv_index(p, kvw, kh, HD);
+        float d = 0;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            const int j = lane + 32 * e;
+            if (j < HD) d += q[e] * (p < pos ? att_f(kc[base + j]) : sk[j]);
+        }
+        d = tc_warp_sum(d) * st.scale;
+        const float mn = fmaxf(m, d);
+        const float corr = expf(m - mn), pe = expf(d - mn);
+        l = l * corr + pe;
+#pragma unroll
+        for (int e = 0; e < ATT_EPL; e++) {
+            const int j = lane + 32 * e;
+            if (j < HD) acc[e] = acc[e] * corr + pe * (p < pos ? att_f(vc[base + j]) : sv[j]);
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < ATT_EPL; e++) {
+        const int j = lane + 32 * e;
+        if (j < HD) wacc[warp * HD + j] = acc[e];
+    }
+    __syncthreads();
+    float *out = a.scratch + a.buf_off[TP_BUF_ATT] + (size_t)h * HD;
+    for (int j = tid; j < HD; j += TP_THREADS) {
+        float M = -INFINITY;
+        for (int w = 0; w < TP_WARPS; w++) M = fmaxf(M, wm[w]);
+        float L = 0, o = 0;
+        for (int w = 0; w < TP_WARPS; w++) {
+            const float f = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M);
+            L += wl[w] * f;
+            o += wacc[w * HD + j] * f;
+        }
+        out[j] = o / L;
+    }
+}
+
+/* ------------------------------------------------------------ the kernel */
+
+template <typename KV>
+__global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
+    extern __shared__ float4 tp_smem4[];
+    float *sm = (float *)tp_smem4;
+    __shared__ float red[TP_WARPS];
+    __shared__ int redi[TP_WARPS];
+    __shared__ int flag;
+    const int c = blockIdx.x;
+    for (int i = a.cta_off[c]; i < a.cta_off[c + 1]; i++) {
+        const tp_task t = a.tasks[i];
+        const tp_stage &st = a.stages[t.stage];
+        if (!tp_wait(a, t.stage, st.dep, &flag)) return;
+        switch (st.kind) {
+        case TP_EMBED: tp_embed(a, st, t, red); break;
+        case TP_MATMUL: tp_matmul(a, st, t, sm, red, redi); break;
+        case TP_ATTN: tp_attn<KV>(a, st, t, sm); break;
+        default: { /* TP_ARGMAX over the head's partial slots */
+            const tp_stage &hs = a.stages[st.norm_src];
+            float v = -INFINITY;
+            int vi = -1;
+            for (int k = threadIdx.x; k < hs.n_tasks; k += TP_THREADS) {
+                const float f = __ldcg(a.part_f + hs.task0 + k);
+                const int fi = __ldcg(a.part_i + hs.task0 + k);
+                if (fi >= 0 && (vi < 0 || f > v || (f == v && fi < vi))) {
+                    v = f;
+                    vi = fi;
+                }
+            }
+            float bv;
+            int bi;
+            tp_block_argmax(v, vi, red, redi, &bv, &bi);
+            if (threadIdx.x == 0) a.status[1] = bi;
+            break;
+        }
+        }
+        tp_signal(a, t.stage);
+    }
+}
+
+/* ------------------------------------------------------------ host side */
+
+struct tc_persist {
+    tc_ctx *cx;
+    tp_stage *stages;
+    tp_task *tasks;
+    int32_t *cta_off;
+    float *scratch, *part_f;
+    int *part_i;
+    unsigned *words; /* [2] status, then [n_stages + 1] counters */
+    size_t n_stages_b, n_tasks_b, n_off_b, scratch_b, part_b, words_b;
+    int n_stages, n_cta, V, logits_stage;
+    size_t smem;
+    size_t buf_off[TP_BUF_COUNT];
+    long long budget;
+    int hang_stage;
+};
+
+template <typename KV> static int tp_prepare(size_t smem, int sms) {
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_persist<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TC_ERR_UNSUPPORTED;
+    }
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV>, TP_THREADS, smem) != cudaSuccess ||
+        nb < 1) {
+        (void)cudaGetLastError();
+        return TC_ERR_UNSUPPORTED;
+    }
+    (void)sms;
+    return 0;
+}
+
+extern "C" int tc_persist_sms(tc_ctx *cx) {
+    TC_CTX(cx);
+    int coop = 0;
+    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, cx->device) != cudaSuccess || !coop) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return tc_sm_count();
+}
+
+extern "C" void tc_persist_free(tc_persist *ps) {
+    if (!ps) return;
+    tc_ctx *cx = ps->cx;
+    if (ps->stages) tc_free(cx, ps->stages, ps->n_stages_b);
+    if (ps->tasks) tc_free(cx, ps->tasks, ps->n_tasks_b);
+    if (ps->cta_off) tc_free(cx, ps->cta_off, ps->n_off_b);
+    if (ps->scratch) tc_free(cx, ps->scratch, ps->scratch_b);
+    if (ps->part_f) tc_free(cx, ps->part_f, ps->part_b);
+    if (ps->part_i) tc_free(cx, ps->part_i, ps->part_b);
+    if (ps->words) tc_free(cx, ps->words, ps->words_b);
+    free(ps);
+}
+
+extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
+    TC_CTX(cx);
+    *out = NULL;
+    if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
+    const size_t smem = tp_smem_bytes(p);
+    int e = tp_prepare<float>(smem, p->n_cta);
+    if (!e) e = tp_prepare<__half>(smem, p->n_cta);
+    if (!e) e = tp_prepare<__nv_bfloat16>(smem, p->n_cta);
+    if (e) return e;
+    tc_persist *ps = (tc_persist *)calloc(1, sizeof *ps);
+    if (!ps) return (int)cudaErrorMemoryAllocation;
+    ps->cx = cx;
+    ps->n_stages = p->n_stages;
+    ps->n_cta = p->n_cta;
+    ps->V = p->n_vocab;
+    ps->logits_stage = p->logits_stage;
+    ps->smem = smem;
+    memcpy(ps->buf_off, p->buf_off, sizeof ps->buf_off);
+    ps->budget = 1LL << 33;
+    ps->hang_stage = -1;
+    ps->n_stages_b = (size_t)p->n_stages * sizeof(tp_stage);
+    ps->n_tasks_b = (size_t)p->n_tasks * sizeof(tp_task);
+    ps->n_off_b = ((size_t)p->n_cta + 1) * sizeof(int32_t);
+    ps->scratch_b = p->scratch_floats * sizeof(float);
+    ps->part_b = (size_t)p->n_tasks * 4;
+    ps->words_b = (2 + (size_t)p->n_stages + 1) * sizeof(unsigned);
+    ps->stages = (tp_stage *)tc_malloc(cx, ps->n_stages_b);
+    ps->tasks = (tp_task *)tc_malloc(cx, ps->n_tasks_b);
+    ps->cta_off = (int32_t *)tc_malloc(cx, ps->n_off_b);
+    ps->scratch = (float *)tc_malloc(cx, ps->scratch_b);
+    ps->part_f = (float *)tc_malloc(cx, ps->part_b);
+    ps->part_i = (int *)tc_malloc(cx, ps->part_b);
+    ps->words = (unsigned *)tc_malloc(cx, ps->words_b);
+    if (!ps->stages || !ps->tasks || !ps->cta_off || !ps->scratch || !ps->part_f || !ps->part_i || !ps->words) {
+        tc_persist_free(ps);
+        return (int)cudaErrorMemoryAllocation;
+    }
+    e = tc_upload(cx, ps->stages, p->stages, ps->n_stages_b);
+    if (!e) e = tc_upload(cx, ps->tasks, p->tasks, ps->n_tasks_b);
+    if (!e) e = tc_upload(cx, ps->cta_off, p->cta_off, ps->n_off_b);
+    if (e) {
+        tc_persist_free(ps);
+        return e;
+    }
+    *out = ps;
+    return 0;
+}
+
+extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budget_cycles) {
+    if (!ps) return;
+    ps->hang_stage = hang_stage;
+    ps->budget = budget_cycles > 0 ? budget_cycles : 1LL << 33;
+}
+
+template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
+    void *args[] = {(void *)a};
+    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV>, dim3((unsigned)ps->n_cta), dim3(TP_THREADS),
+                                            args, ps->smem, tc_cur->stream);
+}
+
+extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out,
+                               int *failed_stage) {
+    TC_CTX(ps->cx);
+    *failed_stage = -1;
+    if (sq->kv_type != TC_KV_F32 && sq->kv_type != TC_KV_F16 && sq->kv_type != TC_KV_BF16) return TC_ERR_UNSUPPORTED;
+    tp_args a;
+    memset(&a, 0, sizeof a);
+    a.stages = ps->stages;
+    a.tasks = ps->tasks;
+    a.cta_off = ps->cta_off;
+    a.scratch = ps->scratch;
+    a.part_f = ps->part_f;
+    a.part_i = ps->part_i;
+    a.status = (int *)ps->words;
+    a.cnt = ps->words + 2;
+    a.n_stages = ps->n_stages;
+    a.token = sq->token;
+    a.pos = sq->pos;
+    a.n_ctx = sq->n_ctx;
+    a.kv_type = sq->kv_type;
+    a.kcache = sq->kcache;
+    a.vcache = sq->vcache;
+    a.k_row = sq->k_row;
+    a.v_row = sq->v_row;
+    a.budget = ps->budget;
+    a.hang_stage = ps->hang_stage;
+    memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
+    cudaStream_t s = tc_cur->stream;
+    int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
+    if (!e) {
+        switch (sq->kv_type) {
+        case TC_KV_F32: e = tp_launch<float>(ps, &a); break;
+        case TC_KV_F16: e = tp_launch<__half>(ps, &a); break;
+        default: e = tp_launch<__nv_bfloat16>(ps, &a); break;
+        }
+        tc_cur->launches++;
+    }
+    int words[2] = {0, -1};
+    if (!e) e = (int)cudaMemcpyAsync(words, ps->words, sizeof words, cudaMemcpyDeviceToHost, s);
+    if (!e) e = (int)cudaStreamSynchronize(s);
+    if (!e && words[0]) {
+        *failed_stage = words[0] - 1;
+        return TC_PERSIST_WATCHDOG;
+    }
+    if (!e && logits_host)
+        e = (int)cudaMemcpyAsync(logits_host, ps->scratch + ps->buf_off[TP_BUF_LOGITS], (size_t)ps->V * sizeof(float),
+                                 cudaMemcpyDeviceToHost, s);
+    if (!e) e = (int)cudaStreamSynchronize(s);
+    if (e) {
+        (void)cudaGetLastError();
+        tc_note(e);
+        return e;
+    }
+    if (token_out) *token_out = words[1];
+    return 0;
+}
