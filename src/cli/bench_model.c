@@ -292,7 +292,7 @@ int tern_bench_model(int argc, char **argv) {
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
     double launches = 0, kernel_ms = 0; /* kernel_ms: the profile's GPU time per decode token */
-    char prof[2048] = "", pprof[2048] = "";
+    char prof[4096] = "", pprof[2048] = "";
     (void)profile;
     (void)pprof;
 #if defined(TERN_HAVE_CUDA)
@@ -311,6 +311,9 @@ int tern_bench_model(int argc, char **argv) {
         if (!st) {
             int32_t pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
             if (profile) tc_profile_enable(tc, 1);
+            /* the persistent step (when it runs these steps): its in-kernel profile instead */
+            struct tc_persist *pk = persistent && profile ? tm_backend_cuda_persist(m->be) : NULL;
+            if (pk && tc_persist_profile(pk, 1)) pk = NULL;
             tc_launches_reset(tc);
             for (int i = 0; i < steps && !st; i++) {
                 st = tern_session_eval(ps, &pt, 1, NULL);
@@ -323,6 +326,19 @@ int tern_bench_model(int argc, char **argv) {
                 for (int i = 0; i < ne; i++) kernel_ms += pe[i].ms / steps;
                 tc_profile_text(tc, prof, sizeof prof);
                 tc_profile_enable(tc, 0);
+            }
+            if (pk) { /* and the same steps without the weights' L2 prefetch (an A/B in one run) */
+                int w = tc_persist_profile_text(pk, prof, sizeof prof);
+                tc_persist_profile(pk, 1);
+                tc_persist_set_prefetch(pk, 0);
+                for (int i = 0; i < steps && !st; i++) {
+                    st = tern_session_eval(ps, &pt, 1, NULL);
+                    pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
+                }
+                if (w > 0 && (size_t)w < sizeof prof)
+                    tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
+                tc_persist_set_prefetch(pk, -1);
+                tc_persist_profile(pk, 0);
             }
         }
         tern_session_free(ps);

@@ -355,9 +355,8 @@ tern_status tp_build(const tern_model *m, const tm_plan *plan, int n_cta, int la
 
 void tp_prog_free(tp_prog *p) {
     if (!p) return;
-    free(p->stages);
-    free(p->tasks);
-    free(p->cta_off);
+    void *own[] = {p->stages, p->tasks, p->cta_off};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
     memset(p, 0, sizeof *p);
 }
 

@@ -48,14 +48,8 @@ tern_status tp_ref_new(const tp_prog *p, const tern_model *m, int n_ctx, tp_ref 
 
 void tp_ref_free(tp_ref *r) {
     if (!r) return;
-    free(r->scratch);
-    free(r->part_f);
-    free(r->part_i);
-    free(r->xs);
-    free(r->row);
-    free(r->kc);
-    free(r->vc);
-    free(r);
+    void *own[] = {r->scratch, r->part_f, r->part_i, r->xs, r->row, r->kc, r->vc, r};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
 }
 
 /* row `i` of a 128-group ternary matrix (file layout) as k floats */

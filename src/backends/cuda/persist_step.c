@@ -68,8 +68,13 @@ tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, co
                          .n_ctx = s->n_ctx, .pos = s->pos, .token = tok, .kv_type = (int)s->k_type};
     float *dst = st->rows_out ? st->rows_out : s->logits;
     int failed = -1, argmax = -1;
-    *took = true;
     const int e = tc_persist_step(p->ps, &sq, dst, &argmax, &failed);
+    if (e == TC_ERR_UNSUPPORTED) { /* the grid could not be co-resident: the per-op path from now on */
+        tern_log(TERN_LOG_INFO, "CUDA persistent step off: the cooperative launch was refused");
+        p->state = -1;
+        return TERN_OK;
+    }
+    *took = true;
     if (e == TC_PERSIST_WATCHDOG) {
         char d[256];
         tp_describe_stage(&p->prog, failed, d, sizeof d);

@@ -133,6 +133,16 @@ int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
  * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
 struct tc_persist;
 void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
+/* The persistent step's in-kernel profile (globaltimer stamps per task: wait start, run
+ * start, end), summed per family of stages over the steps run while on (on resets the
+ * sums; off frees the host side). 0, or -1 without memory. */
+int tc_persist_profile(struct tc_persist *ps, int on);
+/* The profile as text (per family: tasks, run and wait us per step, share of CTA time;
+ * the busy share); snprintf rules. */
+int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
+/* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
+ * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
+void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
 
 #ifdef __cplusplus
 }

@@ -129,8 +129,9 @@ int tc_persist_sms(struct tc_ctx *cx);
 int tc_persist_new(struct tc_ctx *cx, const tp_prog *p, tc_persist **out);
 void tc_persist_free(tc_persist *ps);
 /* One step: launch, then the status (and the argmax token) and the logits (n_vocab
- * floats) into host memory (logits_host may be NULL). 0, TC_PERSIST_WATCHDOG, or a CUDA
- * error (also noted in the context's sticky error). Synchronous. */
+ * floats) into host memory (logits_host may be NULL). 0, TC_PERSIST_WATCHDOG,
+ * TC_ERR_UNSUPPORTED (the grid cannot be co-resident: nothing ran, nothing noted), or a
+ * CUDA error (also noted in the context's sticky error). Synchronous. */
 int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out, int *failed_stage);
 
 #ifdef __cplusplus

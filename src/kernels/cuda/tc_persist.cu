@@ -19,6 +19,7 @@
 #include "kernels/cuda/persist.h"
 
 #include <math.h>
+#include <stdio.h>
 
 struct tp_args {
     const tp_stage *stages;
@@ -36,8 +37,16 @@ struct tp_args {
     size_t k_row, v_row;
     long long budget;   /* clock64 cycles a wait may spin */
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
+    unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
+    long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
     size_t buf_off[TP_BUF_COUNT];
 };
+
+__device__ __forceinline__ unsigned long long tp_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 /* ------------------------------------------------------------ synchronisation */
 
@@ -134,6 +143,27 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         *bi = mi;
     }
     __syncthreads();
+}
+
+/* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
+ * L2 for its strips (contiguous in each matrix: strip s at w + s * KT * 1088), up to
+ * `cap` bytes per matrix, one 128-byte line per thread and step. */
+__device__ void tp_prefetch(const tp_stage &st, const tp_task &t, long long cap) {
+    if (st.kind != TP_MATMUL || cap <= 0) return;
+    const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
+    const size_t sb = (size_t)st.kt[0] * TCT_TILE;
+    for (int q = 0; q < (swiglu ? 2 : st.n_mat); q++) {
+        /* the task's strips of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
+        const int64_t lo = swiglu ? t.a : (t.a > st.strip0[q] ? t.a : st.strip0[q]);
+        const int64_t hi = swiglu ? t.b : (t.b < st.strip0[q + 1] ? t.b : st.strip0[q + 1]);
+        if (hi <= lo) continue;
+        const int64_t s0 = swiglu ? 0 : st.strip0[q];
+        const uint8_t *p = (const uint8_t *)st.w[q] + (size_t)(lo - s0) * sb;
+        size_t n = (size_t)(hi - lo) * sb;
+        if (n > (size_t)cap) n = (size_t)cap;
+        for (size_t o = (size_t)threadIdx.x * 128; o < n; o += (size_t)TP_THREADS * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+    }
 }
 
 /* ------------------------------------------------------------ embed */
@@ -491,7 +521,11 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
     for (int i = a.cta_off[c]; i < a.cta_off[c + 1]; i++) {
         const tp_task t = a.tasks[i];
         const tp_stage &st = a.stages[t.stage];
+        unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
+        if (pr && threadIdx.x == 0) pr[0] = tp_now();
+        tp_prefetch(st, t, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) return;
+        if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
         case TP_MATMUL: tp_matmul(a, st, t, sm, red, redi); break;
@@ -516,10 +550,33 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         }
         }
         tp_signal(a, t.stage);
+        if (pr && threadIdx.x == 0) pr[2] = tp_now();
     }
 }
 
 /* ------------------------------------------------------------ host side */
+
+/* families of stages in the profile */
+enum { TP_F_EMBED, TP_F_QKV, TP_F_ATTN, TP_F_O, TP_F_GATEUP, TP_F_DOWN, TP_F_HEAD, TP_F_ARGMAX, TP_FAMS };
+static const char *const tp_fam_name[TP_FAMS] = {"embed", "matmul q,k,v (+norm)", "attention", "matmul o (+resid)",
+                                                 "matmul gate,up+swiglu", "matmul down (+resid)", "matmul head",
+                                                 "argmax"};
+static int tp_family(const tp_stage *s) {
+    switch (s->kind) {
+    case TP_EMBED: return TP_F_EMBED;
+    case TP_ATTN: return TP_F_ATTN;
+    case TP_ARGMAX: return TP_F_ARGMAX;
+    default:
+        switch (s->out_mode) {
+        case TP_OUT_ROWS: return TP_F_QKV;
+        case TP_OUT_SWIGLU: return TP_F_GATEUP;
+        case TP_OUT_LOGITS: return TP_F_HEAD;
+        default: return s->in_buf == TP_BUF_ATT ? TP_F_O : TP_F_DOWN;
+        }
+    }
+}
+
+#define TP_PREFETCH_DEFAULT (128 * 1024) /* bytes per matrix of a matmul task (132 x 2 x this < L2) */
 
 struct tc_persist {
     tc_ctx *cx;
@@ -535,6 +592,14 @@ struct tc_persist {
     size_t buf_off[TP_BUF_COUNT];
     long long budget;
     int hang_stage;
+    long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
+    /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
+     * family of stages the sums over the profiled steps */
+    unsigned long long *prof, *prof_host;
+    size_t prof_b;
+    tp_stage *st_host;   /* the stages (families, task slots) */
+    double fam_wait[TP_FAMS], fam_run[TP_FAMS], span, work;
+    long long fam_tasks[TP_FAMS], steps;
 };
 
 template <typename KV> static int tp_prepare(size_t smem, int sms) {
@@ -573,6 +638,9 @@ extern "C" void tc_persist_free(tc_persist *ps) {
     if (ps->part_f) tc_free(cx, ps->part_f, ps->part_b);
     if (ps->part_i) tc_free(cx, ps->part_i, ps->part_b);
     if (ps->words) tc_free(cx, ps->words, ps->words_b);
+    if (ps->prof) tc_free(cx, ps->prof, ps->prof_b);
+    free(ps->prof_host);
+    free(ps->st_host);
     free(ps);
 }
 
@@ -596,6 +664,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     memcpy(ps->buf_off, p->buf_off, sizeof ps->buf_off);
     ps->budget = 1LL << 33;
     ps->hang_stage = -1;
+    ps->prefetch = TP_PREFETCH_DEFAULT;
     ps->n_stages_b = (size_t)p->n_stages * sizeof(tp_stage);
     ps->n_tasks_b = (size_t)p->n_tasks * sizeof(tp_task);
     ps->n_off_b = ((size_t)p->n_cta + 1) * sizeof(int32_t);
@@ -609,7 +678,11 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     ps->part_f = (float *)tc_malloc(cx, ps->part_b);
     ps->part_i = (int *)tc_malloc(cx, ps->part_b);
     ps->words = (unsigned *)tc_malloc(cx, ps->words_b);
-    if (!ps->stages || !ps->tasks || !ps->cta_off || !ps->scratch || !ps->part_f || !ps->part_i || !ps->words) {
+    ps->st_host = (tp_stage *)malloc(ps->n_stages_b);
+    if (ps->st_host) memcpy(ps->st_host, p->stages, ps->n_stages_b);
+    ps->prof_b = (size_t)p->n_tasks * 3 * sizeof(unsigned long long);
+    if (!ps->stages || !ps->tasks || !ps->cta_off || !ps->scratch || !ps->part_f || !ps->part_i || !ps->words ||
+        !ps->st_host) {
         tc_persist_free(ps);
         return (int)cudaErrorMemoryAllocation;
     }
@@ -622,6 +695,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     }
     *out = ps;
     return 0;
+}
+
+extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
+    if (ps) ps->prefetch = bytes < 0 ? TP_PREFETCH_DEFAULT : bytes;
 }
 
 extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budget_cycles) {
@@ -662,6 +739,8 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.v_row = sq->v_row;
     a.budget = ps->budget;
     a.hang_stage = ps->hang_stage;
+    a.prof = ps->prof_host ? ps->prof : NULL;
+    a.prefetch = ps->prefetch;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -672,6 +751,10 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
         default: e = tp_launch<__nv_bfloat16>(ps, &a); break;
         }
         tc_cur->launches++;
+        if (e == (int)cudaErrorCooperativeLaunchTooLarge) { /* not this device now: the caller falls back */
+            (void)cudaGetLastError();
+            return TC_ERR_UNSUPPORTED;
+        }
     }
     int words[2] = {0, -1};
     if (!e) e = (int)cudaMemcpyAsync(words, ps->words, sizeof words, cudaMemcpyDeviceToHost, s);
@@ -690,5 +773,63 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
         return e;
     }
     if (token_out) *token_out = words[1];
+    if (a.prof && !cudaMemcpy(ps->prof_host, ps->prof, ps->prof_b, cudaMemcpyDeviceToHost)) {
+        unsigned long long t0 = ~0ull, t1 = 0;
+        for (int s = 0; s < ps->n_stages; s++) {
+            const tp_stage *st = &ps->st_host[s];
+            const int f = tp_family(st);
+            for (int i = 0; i < st->n_tasks; i++) {
+                const unsigned long long *r = ps->prof_host + 3 * (size_t)(st->task0 + i);
+                if (r[0] < t0) t0 = r[0];
+                if (r[2] > t1) t1 = r[2];
+                ps->fam_wait[f] += (double)(r[1] - r[0]);
+                ps->fam_run[f] += (double)(r[2] - r[1]);
+                ps->fam_tasks[f]++;
+            }
+        }
+        ps->span += (double)(t1 - t0);
+        ps->steps++;
+    }
     return 0;
+}
+
+extern "C" int tc_persist_profile(tc_persist *ps, int on) {
+    if (!ps) return -1;
+    memset(ps->fam_wait, 0, sizeof ps->fam_wait);
+    memset(ps->fam_run, 0, sizeof ps->fam_run);
+    memset(ps->fam_tasks, 0, sizeof ps->fam_tasks);
+    ps->span = 0;
+    ps->steps = 0;
+    if (!on) {
+        free(ps->prof_host);
+        ps->prof_host = NULL;
+        return 0;
+    }
+    TC_CTX(ps->cx);
+    if (!ps->prof) ps->prof = (unsigned long long *)tc_malloc(ps->cx, ps->prof_b);
+    if (!ps->prof_host) ps->prof_host = (unsigned long long *)malloc(ps->prof_b);
+    return ps->prof && ps->prof_host ? 0 : -1;
+}
+
+extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
+    if (!ps || !ps->steps) return snprintf(buf, n, "persistent step: no profiled steps\n");
+    const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
+    size_t o = 0;
+    int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
+                     "L2 prefetch %lld KiB a matrix\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3, ps->steps,
+                     ps->n_cta, ps->prefetch / 1024, "family",
+                     "tasks", "run us/step", "wait us/step", "run %");
+    double run = 0;
+    for (int f = 0; f < TP_FAMS; f++) {
+        o = w > 0 ? (size_t)w : 0;
+        if (!ps->fam_tasks[f]) continue;
+        run += ps->fam_run[f];
+        w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0, "  %-24s %8.0f %12.1f %12.1f %7.1f%%\n",
+                      tp_fam_name[f], ps->fam_tasks[f] / steps, ps->fam_run[f] / steps / 1e3,
+                      ps->fam_wait[f] / steps / 1e3, 100.0 * ps->fam_run[f] / cta_ns);
+    }
+    o = w > 0 ? (size_t)w : 0;
+    w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0,
+                  "  busy %.1f%% of CTA time (run / (CTAs x step)); the rest waits or idles\n", 100.0 * run / cta_ns);
+    return w;
 }
