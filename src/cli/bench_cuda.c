@@ -104,7 +104,9 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
     static const size_t Ms[] = {16, 32, 64, 512};
     const size_t MM = 512;
     int bad = 0;
-    printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K\n"
+    printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
+           "wgmma = tc_gemm_wg (exact; wg-a2d: activation as 2D boxes, wg-wbk: weights as bulk copies,\n"
+           "wg-2+b: both; rows the same as wgmma's loads are left out)\n"
            "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s\n",
            "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !bad; s++) {
@@ -130,10 +132,19 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
             for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
-                for (int old = 0; old < 3 && !bad; old++) {
-                    /* old 2: the wgmma GEMM (exact mode only), the split rule */
-                    const int wg = old == 2;
+                for (int old = 0; old < 6 && !bad; old++) {
+                    /* old 2..5: the wgmma GEMM (exact mode only), the split rule, its loads
+                     * (lab.h tc_gemm_wg_ex) lmode = old - 2: 0 the default (3D TMA), 1 the
+                     * activation as 2D boxes, 2 the weights as bulk copies, 3 both */
+                    const int wg = old >= 2, lm = old - 2;
                     if (wg && mode != TC_GEMM_EXACT) continue;
+                    if (wg && lm == 0 && s == 0 && mi == 0)
+                        printf("(wgmma's default loads here: lmode %d = %s activation, %s weights)\n",
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0),
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0) & TC_WG_ACT_2D ? "2D-box" : "3D-TMA",
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0) & TC_WG_W_BULK ? "bulk-copy" : "3D-TMA");
+                    if (wg && lm > 0 && tc_gemm_wg_lmode(g_tc, &tm[0], &act, lm) == tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0))
+                        continue; /* the same loads as the default row */
                     tc_gemm_set_splits(g_tc, old == 1 ? 1 : 0);
                     int tok = 0, sp = 0;
                     if (wg && !tc_gemm_wg_plan(g_tc, &tm[0], &act, &tok, &sp)) {
@@ -143,14 +154,14 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     }
                     if (!wg) tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
                     for (int c = 0; c < copies; c++)
-                        if (!(wg ? tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n)
+                        if (!(wg ? tc_gemm_wg_ex(g_tc, &tm[c], &act, dy, (size_t)n, lm)
                                  : tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)))
                             bad = 1;
                     if (bad || tc_sync(g_tc)) { bad = 1; break; }
                     double t0 = now_s();
                     for (int r = 0; r < reps; r++)
                         for (int c = 0; c < copies; c++)
-                            if (wg) tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n);
+                            if (wg) tc_gemm_wg_ex(g_tc, &tm[c], &act, dy, (size_t)n, lm);
                             else tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode);
                     if (tc_sync(g_tc)) { bad = 1; break; }
                     const double dt = (now_s() - t0) / (reps * copies);
@@ -170,8 +181,9 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
                     printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e\n",
-                           wg ? "wgmma" : mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k,
-                           (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
+                           wg ? (const char *[]){"wgmma", "wg-a2d", "wg-wbk", "wg-2+b"}[lm]
+                              : mode == TC_GEMM_EXACT ? "exact" : "int8",
+                           g_shapes[s].what, (long long)k, (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
                            2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,
                            ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err);
                 }
