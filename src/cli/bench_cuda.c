@@ -100,13 +100,33 @@ static const shape g_shapes[] = {
  * bytes (the file's 34 B per 128, read once per call), its share of the read ceiling,
  * max rel err of sampled outputs against float64 (exact mode must stay < 1e-3).
  * Text mode only; 0 = ok. */
+/* one GEMM call of a bench row, rotating among the copies (for tc_bench_us's graph) */
+typedef struct gemm_call {
+    const tc_mat *tm;
+    const tc_act *act;
+    float *dy;
+    int64_t n;
+    int copies, next, mode, wg, lm;
+} gemm_call;
+static void gemm_call_fn(void *p) {
+    gemm_call *g = p;
+    const tc_mat *m = &g->tm[g->next];
+    g->next = (g->next + 1) % g->copies;
+    if (g->wg) tc_gemm_wg_ex(g_tc, m, g->act, g->dy, (size_t)g->n, g->lm);
+    else tc_gemm_tc(g_tc, m, g->act, g->dy, (size_t)g->n, g->mode);
+}
+
 static int bench_gemm_tc(int reps, double ceil_gbps) {
     static const size_t Ms[] = {16, 32, 64, 512};
     const size_t MM = 512;
     int bad = 0;
-    printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K\n"
-           "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s\n",
-           "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err");
+    printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
+           "wgmma = tc_gemm_wg (exact; wg-a2d: activation as 2D boxes, wg-wbk: weights as bulk copies,\n"
+           "wg-2+b: both; rows the same as wgmma's loads are left out)\n"
+           "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share\n"
+           "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s %9s %7s\n",
+           "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err", "graph_us",
+           "g_ceil%");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !bad; s++) {
         const int64_t k = g_shapes[s].k, n = g_shapes[s].n;
         const size_t fb = (size_t)n * (size_t)(k / 128) * 34, yb = MM * (size_t)n * 4;
@@ -130,10 +150,19 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
             for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
-                for (int old = 0; old < 3 && !bad; old++) {
-                    /* old 2: the wgmma GEMM (exact mode only), the split rule */
-                    const int wg = old == 2;
+                for (int old = 0; old < 6 && !bad; old++) {
+                    /* old 2..5: the wgmma GEMM (exact mode only), the split rule, its loads
+                     * (lab.h tc_gemm_wg_ex) lmode = old - 2: 0 the default (3D TMA), 1 the
+                     * activation as 2D boxes, 2 the weights as bulk copies, 3 both */
+                    const int wg = old >= 2, lm = old - 2;
                     if (wg && mode != TC_GEMM_EXACT) continue;
+                    if (wg && lm == 0 && s == 0 && mi == 0)
+                        printf("(wgmma's default loads here: lmode %d = %s activation, %s weights)\n",
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0),
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0) & TC_WG_ACT_2D ? "2D-box" : "3D-TMA",
+                               tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0) & TC_WG_W_BULK ? "bulk-copy" : "3D-TMA");
+                    if (wg && lm > 0 && tc_gemm_wg_lmode(g_tc, &tm[0], &act, lm) == tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0))
+                        continue; /* the same loads as the default row */
                     tc_gemm_set_splits(g_tc, old == 1 ? 1 : 0);
                     int tok = 0, sp = 0;
                     if (wg && !tc_gemm_wg_plan(g_tc, &tm[0], &act, &tok, &sp)) {
@@ -143,14 +172,14 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     }
                     if (!wg) tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
                     for (int c = 0; c < copies; c++)
-                        if (!(wg ? tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n)
+                        if (!(wg ? tc_gemm_wg_ex(g_tc, &tm[c], &act, dy, (size_t)n, lm)
                                  : tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)))
                             bad = 1;
                     if (bad || tc_sync(g_tc)) { bad = 1; break; }
                     double t0 = now_s();
                     for (int r = 0; r < reps; r++)
                         for (int c = 0; c < copies; c++)
-                            if (wg) tc_gemm_wg(g_tc, &tm[c], &act, dy, (size_t)n);
+                            if (wg) tc_gemm_wg_ex(g_tc, &tm[c], &act, dy, (size_t)n, lm);
                             else tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode);
                     if (tc_sync(g_tc)) { bad = 1; break; }
                     const double dt = (now_s() - t0) / (reps * copies);
@@ -166,14 +195,19 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     }
                     double err = mr > 0 ? md / mr : md;
                     if (mode == TC_GEMM_EXACT && !(err < 1e-3)) bad = 2;
+                    gemm_call gc = {tm, &act, dy, n, copies, 0, mode, wg, lm};
+                    const double gus = tc_bench_us(g_tc, gemm_call_fn, &gc, copies, reps < 3 ? 3 : reps, 1);
+                    if (gus <= 0) tc_sync(g_tc); /* a failed capture: noted, cleared; the column reads -1 */
                     char plan[24];
                     snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
-                    printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e\n",
-                           wg ? "wgmma" : mode == TC_GEMM_EXACT ? "exact" : "int8", g_shapes[s].what, (long long)k,
-                           (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
+                    printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e %9.1f %6.1f%%\n",
+                           wg ? (const char *[]){"wgmma", "wg-a2d", "wg-wbk", "wg-2+b"}[lm]
+                              : mode == TC_GEMM_EXACT ? "exact" : "int8",
+                           g_shapes[s].what, (long long)k, (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
                            2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,
-                           ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err);
+                           ceil_gbps > 0 ? 100 * gbps / ceil_gbps : 0.0, err, gus,
+                           gus > 0 && ceil_gbps > 0 ? 100 * (fb / (gus * 1e-6) / 1e9) / ceil_gbps : 0.0);
                 }
         }
         tc_gemm_set_splits(g_tc, 0);

@@ -433,6 +433,7 @@ static void chat_turn_run(chat *c, const char *msg, bool tty_out, bool hide) {
         fprintf(stderr, "[%zu prompt tokens %.1f tok/s, %zu generated %.1f tok/s, %s]\n", n_prompt,
                 prompt_s > 0 ? n_prompt / prompt_s : 0.0, reply.n, gen_s > 0 ? reply.n / gen_s : 0.0,
                 tern_stop_reason_str(res.reason));
+    if (!st && g->drafter) gen_spec_report("chat", g, &res, o->quiet);
     if (!st) chat_keep(c, msg, text.data ? text.data : "", opened, user_cost + reply.n + c->end_turn.n);
     tern_gen_result_free(&res);
     tern_str_free(&text);

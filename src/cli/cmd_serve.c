@@ -63,9 +63,10 @@ static void usage(FILE *f) {
             "                       whole sequence)\n"
             "  --admit-free-mib N   admit a request only while the back-end has N MiB free, else 503 with\n"
             "                       Retry-After (default 0 = 256 on a GPU, no check on the CPU)\n"
-            "  --spec ngram         speculative decoding by prompt lookup for every request (a request opts\n"
-            "                       out with \"speculative\": false); greedy replies are the same bytes;\n"
-            "                       --spec-k N drafts a pass at most (default 8). /metrics: tern_spec_*\n"
+            "  --spec ngram|draft:PATH  speculative decoding for every request: prompt lookup, or a draft\n"
+            "                       model with the same tokenizer (a draft session per slot); a request\n"
+            "                       opts out with \"speculative\": false; greedy replies are the same\n"
+            "                       bytes; --spec-k N drafts a pass at most (default 8). /metrics: tern_spec_*\n"
             "  --prefill-budget N   prompt tokens evaluated per scheduler round while any slot decodes\n"
             "                       (default 0 = one prefill chunk: 64 on the CPU, 512 on CUDA); longer\n"
             "                       prompts wait their turn in chunks, so the streams keep flowing\n"
@@ -147,8 +148,8 @@ static const char *base_name(const char *p) {
 }
 
 
-/* --spec ngram / --spec-k N: 0 taken (i moved past the value), else the usage error's
- * exit code. A draft model is not served yet: its session is per slot (tern run / chat have it). */
+/* --spec ngram|draft:PATH / --spec-k N: 0 taken (i moved past the value), else the usage
+ * error's exit code. */
 static int serve_spec_opt(int argc, char **argv, int *i, const char **spec, int64_t *k) {
     const char *a = argv[*i];
     if (*i + 1 >= argc) return cli_usage_error("serve", "%s needs a value", a);
@@ -157,10 +158,8 @@ static int serve_spec_opt(int argc, char **argv, int *i, const char **spec, int6
         if (!cli_parse_i64(v, 1, 16, k)) return cli_usage_error("serve", "bad --spec-k '%s' (1..16)", v);
         return 0;
     }
-    if (!strncmp(v, "draft:", 6))
-        return cli_usage_error("serve", "--spec %s: a draft model is not served yet (tern run and tern chat take it); "
-                               "use --spec ngram", v);
-    if (strcmp(v, "ngram")) return cli_usage_error("serve", "bad value '%s' for --spec (ngram)", v);
+    if (strcmp(v, "ngram") && (strncmp(v, "draft:", 6) || !v[6]))
+        return cli_usage_error("serve", "bad value '%s' for --spec (ngram or draft:PATH)", v);
     *spec = v;
     return 0;
 }
@@ -293,18 +292,42 @@ int tern_cmd_serve(int argc, char **argv) {
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,
                            (int)sample_threads, (uint64_t)admit_mib << 20};
     tern_drafter *drafter = NULL;
-    if (spec && (st = tern_drafter_ngram_new(0, 0, &drafter))) {
+    tern_model *dm = NULL;
+    tern_tokenizer *dtok = NULL;
+    if (spec && !strcmp(spec, "ngram")) {
+        st = tern_drafter_ngram_new(0, 0, &drafter);
+    } else if (spec) { /* a draft model: loaded once, a draft session per slot (srv_sched_new) */
+        tern_model_params dmp = mp;
+        dmp.tp = 0;
+        if (!(st = tern_tokenizer_load(spec + 6, &dtok))) st = tern_model_load(spec + 6, &dmp, &dm);
+        if (!st && (st = tern_tokenizer_compare(tok, dtok))) {
+            fprintf(stderr, "tern serve: --spec %s: %s (first: the model's, second: the draft's)\n", spec,
+                    tern_last_error());
+            tern_model_free(dm);
+            tern_tokenizer_free(dtok);
+            tern_model_free(m);
+            tern_tokenizer_free(tok);
+            return 1;
+        }
+    }
+    if (st) {
+        tern_model_free(dm);
+        tern_tokenizer_free(dtok);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return cli_lib_error("serve", st);
     }
     sp.drafter = drafter;
+    sp.draft_model = dm;
+    sp.draft_tok = dtok;
     sp.spec_k = (int)spec_k;
     sp.prefill_chunk = (int)prefill_chunk;
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         fprintf(stderr, "tern serve: %s\n", srv_sched_error());
         tern_drafter_free(drafter);
+        tern_model_free(dm);
+        tern_tokenizer_free(dtok);
         int rc = 1;
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -347,6 +370,8 @@ int tern_cmd_serve(int argc, char **argv) {
         srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_drafter_free(drafter);
+        tern_model_free(dm);
+        tern_tokenizer_free(dtok);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -382,6 +407,8 @@ int tern_cmd_serve(int argc, char **argv) {
         srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_drafter_free(drafter);
+        tern_model_free(dm);
+        tern_tokenizer_free(dtok);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -436,6 +463,8 @@ int tern_cmd_serve(int argc, char **argv) {
         srv_embedder_free(embedder);
         srv_sched_free(sched);
         tern_drafter_free(drafter);
+        tern_model_free(dm);
+        tern_tokenizer_free(dtok);
         tern_model_free(m);
         tern_tokenizer_free(tok);
         return 1;
@@ -452,6 +481,8 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_embedder_free(embedder);
     srv_sched_free(sched);
     tern_drafter_free(drafter);
+    tern_model_free(dm);
+    tern_tokenizer_free(dtok);
     tern_model_free(m);
     tern_tokenizer_free(tok);
     return 0;

@@ -84,6 +84,12 @@ void tern_qmat_free_repacked(tern_qmat *w);
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride,
                  float *y, size_t y_stride, tern_pool *pool);
 
+/* The largest batch for which tern_matmul computes every row exactly (bit for bit) as a
+ * batch of one, 0 for any: the GEMV at every batch, or the GEMM at every batch (its rows do
+ * not depend on each other); GEMM_MIN - 1 for the file-layout AVX-512 ternary types, which
+ * switch kernels there. Speculative verification splits its batches by it. */
+size_t tern_matmul_exact_batch(const tern_qmat *w);
+
 /* Several matrices with the same k sharing one activation (q+k+v, gate+up,
  * qkv+z): one pass over x preparation, one dispatch; results identical to the
  * separate calls. */

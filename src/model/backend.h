@@ -105,6 +105,9 @@ typedef struct tm_ops {
     /* GDN output tiled -> grouped: dst head k*r+j = src head j*n_k+k (rows of n_v*dv). */
     void (*permute_tiled_grouped)(tm_backend *be, const float *src, float *dst, size_t rows,
                                   int n_k, int n_v, int dv);
+    /* Optional: the largest batch for which matmul gives every row bit-identical to a batch
+     * of one (0: any; NULL: any). A step with `exact` splits larger batches by it. */
+    size_t (*matmul_exact_batch)(tm_backend *be, const tern_qmat *w);
     /* store k/v rows (float) into the layer's caches kc/vc ([n_ctx] rows of kvw values
      * in types kt/vt, tern_kv_row_bytes apart) at positions pos0.. */
     void (*kv_store)(tm_backend *be, void *kc, void *vc, tern_kv_type kt, tern_kv_type vt,
@@ -141,7 +144,7 @@ enum {
      * the random depth fill are refused */
     TM_CAP_PRIVATE_STATE = 1u << 1,
     /* exec honours tm_step.exact: a chunk's rows come out bit-identical to single-token
-     * steps (the CPU: the GDN walk, matmuls of <= 9 rows on the single-row kernels).
+     * steps (the CPU: the GDN walk, matmuls split by matmul_exact_batch).
      * Without it a speculative verify (tern_session_verify) runs its rows as single-token
      * steps: exact, but the weights are read once per row */
     TM_CAP_EXACT_ROWS = 1u << 2,

@@ -258,6 +258,16 @@ static inline const float *signs_of(const tern_model *m, int had) {
     return had > 0 ? tm_model_signs(m, had) : NULL;
 }
 
+/* The rows of a batch the back-end computes each as alone, for every matrix (T: all). */
+static size_t exact_piece(tm_backend *be, const tern_qmat *const *w, int n, size_t T) {
+    size_t piece = T;
+    for (int i = 0; i < n && be->ops->matmul_exact_batch; i++) {
+        size_t e = be->ops->matmul_exact_batch(be, w[i]);
+        if (e && e < piece) piece = e;
+    }
+    return piece ? piece : 1;
+}
+
 tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *op, float *logits,
                            bool all_rows) {
     tern_session *w = st->w;
@@ -286,8 +296,15 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
             y[i] = tm_step_buf(st, op->out_buf[i]);
             ys[i] = (size_t)op->out_w[i];
         }
-        if (op->n_mat == 1) o->matmul(be, wm[0], in, T, W, y[0], ys[0]);
-        else o->matmul_multi(be, op->n_mat, wm, in, T, W, y, ys);
+        /* exact: in pieces each row of which the kernels compute as alone */
+        const size_t piece = st->exact ? exact_piece(be, wm, op->n_mat, T) : T;
+        for (size_t r = 0; r < T; r += piece) {
+            const size_t c = T - r < piece ? T - r : piece;
+            float *yr[TM_PLAN_MAX_MATS];
+            for (int i = 0; i < op->n_mat; i++) yr[i] = y[i] + r * ys[i];
+            if (op->n_mat == 1) o->matmul(be, wm[0], in + r * W, c, W, yr[0], ys[0]);
+            else o->matmul_multi(be, op->n_mat, wm, in + r * W, c, W, yr, ys);
+        }
         return TERN_OK;
     }
     case TM_OP_SPLIT_HEADS:
@@ -322,7 +339,10 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
         if (all_rows) {
             o->add_rmsnorm_hadamard(be, in, in2, tm_plan_vec(m, op->vec), op->eps, out, out2, T, W, blk,
                                     signs_of(m, op->had));
-            o->matmul(be, tm_plan_mat(m, op->mat[0], true), rot ? out2 : out, T, W, logits, V);
+            const tern_qmat *head = tm_plan_mat(m, op->mat[0], true);
+            const size_t piece = st->exact ? exact_piece(be, &head, 1, T) : T;
+            for (size_t r = 0; r < T; r += piece)
+                o->matmul(be, head, (rot ? out2 : out) + r * W, T - r < piece ? T - r : piece, W, logits + r * V, V);
         } else {
             const size_t lo = (T - 1) * W;
             o->add_rmsnorm_hadamard(be, in + lo, in2 + lo, tm_plan_vec(m, op->vec), op->eps, out + lo,

@@ -5,8 +5,8 @@
  *
  * Exactness: the pass runs with tm_step.exact, so each row is bit-identical to
  * evaluating the tokens one at a time (the GDN recurrence walks token by token instead
- * of the block scan; the matmuls of <= 9 rows stay on the single-row kernels on every
- * CPU ISA, see tests/unit/test_spec.c). Greedy text with speculation is then
+ * of the block scan; the matmuls run in pieces whose rows the kernels compute as alone:
+ * tm_ops.matmul_exact_batch; tests/unit/test_spec.c compares the bytes). Greedy text with speculation is then
  * byte-identical to plain greedy. A back-end without TM_CAP_EXACT_ROWS (CUDA today: its
  * multi-row kernels accumulate in another order than its decode GEMV) runs the rows as
  * single-token steps: still exact, no faster than decoding them.

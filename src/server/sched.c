@@ -86,6 +86,7 @@ typedef struct slot {
     int n_snaps, cap_snaps;
     int info_snaps;
     int wait;                       /* SLOT_WAIT: the slot of the job's lead */
+    tern_drafter *drafter;          /* serve --spec draft:PATH: this slot's draft session */
     int32_t ch_id;                  /* slot_choose's result, used by slot_sample */
     tern_stop_reason ch_why;
     bool ch_fail;
@@ -126,9 +127,9 @@ static slot *lead_slot(srv_sched *s, const srv_job *j);
 /* serve --spec: the drafter for a request that did not opt out ("speculative": false).
  * A speculating slot's session moves several positions a pass, so the prefix cache does
  * not follow it (its tokens are not reused by the next request; correct, only colder). */
-static void spec_params(const srv_sched *s, const srv_job *j, tern_gen_params *gp) {
-    if (!s->p.drafter || j->no_spec) return;
-    gp->drafter = s->p.drafter;
+static void spec_params(const srv_sched *s, const slot *sl, const srv_job *j, tern_gen_params *gp) {
+    if (j->no_spec) return;
+    gp->drafter = sl->drafter ? sl->drafter : s->p.drafter;
     gp->spec_k = s->p.spec_k;
 }
 static void follower_cold(srv_sched *s, slot *sl);
@@ -538,7 +539,7 @@ static void slot_start(srv_sched *s, slot *sl, srv_job *j) {
         gp.cancel = &j->cancel;
         gp.ignore_eos = j->ignore_eos;
         gp.grammar = j->gm;
-        spec_params(s, j, &gp);
+        spec_params(s, sl, j, &gp);
         sl->hook = (gen_hook){s, j, &sl->gen};
         if (j->n_bias) {
             gp.process = hook_bias;
@@ -834,6 +835,7 @@ static void sched_free(srv_sched *s) {
     for (int i = 0; s->slots && i < s->p.n_parallel; i++) {
         tern_session_free(s->slots[i].sess);
         tern_gen_free(s->slots[i].gen);
+        tern_drafter_free(s->slots[i].drafter);
         tern_sampler_free(s->slots[i].smp);
         tern_tokens_free(&s->slots[i].cached);
         for (int k = 0; k < s->slots[i].n_snaps; k++) tern_session_snapshot_free(s->slots[i].snaps[k].snap);
@@ -889,6 +891,11 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
         tern_status st = tern_session_new(m, &sp, &s->slots[i].sess);
         if (st) { sched_free(s); return st; }
         s->slots[i].recurrent = !tern_session_can_truncate(s->slots[i].sess);
+        if (p->draft_model && (st = tern_drafter_model_new(p->draft_model, p->draft_tok, tok, tern_session_n_ctx(s->slots[i].sess),
+                                                          &s->slots[i].drafter))) {
+            sched_free(s);
+            return st;
+        }
         if (!i && (st = srv_sched_fit(m, s->slots[0].sess, p->n_parallel,
                                       s->slots[0].recurrent && !p->no_prefix_cache ? p->snapshot_budget : 0,
                                       free0))) {

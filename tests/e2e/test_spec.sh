@@ -50,14 +50,20 @@ if [ -f "$FIX/qwen3-tiny/model-q2_0.gguf" ]; then
   [ $fail = 0 ] && echo "ok   draft model with another tokenizer refused: $(grep -o 'the tokenizers differ[^(]*' "$TMP/e")"
 fi
 # the server
-"$TERN" serve -m "$SRC/models/tern-default.gguf" --spec draft:x >/dev/null 2>"$TMP/e"; rc=$?
-[ $rc = 2 ] || { echo "FAIL serve --spec draft: rc $rc"; fail=1; }
-"$TERN" serve -m "$SRC/models/tern-default.gguf" --port 0 --threads 2 --quiet --parallel 2 --spec ngram $DEV \
+"$TERN" serve -m "$SRC/models/tern-default.gguf" --spec draft: >/dev/null 2>"$TMP/e"; rc=$?
+[ $rc = 2 ] || { echo "FAIL serve --spec draft: (no path): rc $rc"; fail=1; }
+if [ -f "$FIX/qwen3-tiny/model-q2_0.gguf" ]; then
+  "$TERN" serve -m "$SRC/models/tern-default.gguf" --port 0 --spec "draft:$FIX/qwen3-tiny/model-q2_0.gguf" \
+    >/dev/null 2>"$TMP/e"; rc=$?
+  { [ $rc = 1 ] && grep -q "tokenizers differ" "$TMP/e"; } || { echo "FAIL serve: another tokenizer's draft model: rc $rc"; fail=1; }
+fi
+for spec in ngram "draft:$SRC/models/tern-default.gguf"; do
+"$TERN" serve -m "$SRC/models/tern-default.gguf" --port 0 --threads 2 --quiet --parallel 2 --spec "$spec" $DEV \
   >"$TMP/s.out" 2>"$TMP/s.err" &
 PIDS+=($!)
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/s.out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/s.out") || { echo "FAIL serve did not start"; cat "$TMP/s.err"; exit 1; }
-timeout 120 python3 - "$URL" "$P" <<'PY' || fail=1
+timeout 120 python3 - "$URL" "$P" "${spec%%:*}" <<'PY' || fail=1
 import json, sys, urllib.request, urllib.error
 url, prompt = sys.argv[1].rstrip('/'), sys.argv[2]
 def post(body):
@@ -72,8 +78,11 @@ ok = ok and c3 == 400 and "speculative" in e["error"]["message"]
 m = urllib.request.urlopen(url + "/metrics").read().decode()
 vals = {l.split()[0]: float(l.split()[1]) for l in m.splitlines() if l.startswith("tern_spec_")}
 ok = ok and vals.get("tern_spec_drafted_total", 0) > 0 and 0 < vals.get("tern_spec_accepted_total", 0) <= vals["tern_spec_drafted_total"]
-print(("ok  " if ok else "FAIL") + " serve --spec ngram: same greedy reply as \"speculative\": false, 400 on a non-boolean, metrics",
+print(("ok  " if ok else "FAIL") + " serve --spec %s: same greedy reply as \"speculative\": false, 400 on a non-boolean, metrics" % sys.argv[3],
       {k: v for k, v in vals.items()})
 sys.exit(0 if ok else 1)
 PY
+kill "${PIDS[-1]}" 2>/dev/null; wait "${PIDS[-1]}" 2>/dev/null
+rm -f "$TMP/s.out"
+done
 exit $fail

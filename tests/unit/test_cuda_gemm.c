@@ -570,6 +570,41 @@ TEST(wg_vs_f64_and_mma) {
     fprintf(stderr, "  wg: %d runs bit-equal to tc_gemm_tc, %d split launches\n", same_plan, nsplit);
 }
 
+/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) give the same bits. */
+TEST(wg_load_modes) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{1000, 5120}, {129, 2304}, {5120, 512}, {37, 256}};
+    static const size_t Ms[] = {9, 16, 40, 100};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            gcase c;
+            case_make(&c, shapes[s][0], shapes[s][1], 0, Ms[mi], 1);
+            float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
+            if (s == 0 && mi == 0)
+                fprintf(stderr, "  wg default loads: lmode %d\n", tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, 0));
+            for (int lm = 0; lm < 4; lm++) {
+                char what[96];
+                snprintf(what, sizeof what, "wg n %lld k %lld M %zu lmode %d (takes %d)", (long long)c.n, (long long)c.k,
+                         c.M, lm, tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, lm));
+                for (size_t i = 0; i < c.yn; i++) b[i] = 7.0f;
+                CHECK(tc_upload(g_tc, c.dy, b, c.yn * 4) == 0);
+                CHECK_MSG(tc_gemm_wg_ex(g_tc, &c.tm, &c.act, c.dy, c.ys, lm) == 1, "%s: refused", what);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                CHECK(tc_download(g_tc, b, c.dy, c.yn * 4) == 0);
+                wg_dump(&c, b, what);
+                check_out(&c, TC_GEMM_EXACT, b, what);
+                if (lm == 0) memcpy(a, b, c.yn * 4);
+                else {
+                    const size_t nd = n_differ(&c, a, b);
+                    CHECK_MSG(nd == 0, "%s: differs from lmode 0 in %zu values", what, nd);
+                }
+            }
+            free(a);
+            free(b);
+            case_free(&c);
+        }
+}
+
 static void wgcall_fn(void *p) {
     gcase *c = p;
     tc_gemm_wg(g_tc, &c->tm, &c->act, c->dy, c->ys);
@@ -678,6 +713,7 @@ int main(void) {
     RUN(gemm_split_deterministic);
     RUN(gemm_refusals_and_chooser);
     RUN(wg_small);
+    RUN(wg_load_modes);
     RUN(wg_vs_f64_and_mma);
     RUN(wg_deterministic);
     RUN(wg_chooser);

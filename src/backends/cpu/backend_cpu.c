@@ -30,6 +30,11 @@ static void cpu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, c
     tern_matmul_multi(n, w, x, batch, xs, y, ys, pool);
 }
 
+static size_t cpu_matmul_exact_batch(tm_backend *be, const tern_qmat *w) {
+    (void)be;
+    return tern_matmul_exact_batch(w);
+}
+
 static void cpu_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
                          const float *signs) {
     (void)be;
@@ -156,6 +161,7 @@ static const tm_ops g_cpu_ops = {
     .mul_sigmoid = cpu_mul_sigmoid,
     .permute_tiled_grouped = cpu_permute_tiled_grouped,
     .kv_store = cpu_kv_store,
+    .matmul_exact_batch = cpu_matmul_exact_batch,
 };
 
 /* ------------------------------------------------------------- the instance */

@@ -330,6 +330,16 @@ void tern_matmul_multi(int n_mats, const tern_qmat *const *w, const float *x, si
     tern_pool_run(pool, mm_task, &s, 2 * s.nr);
 }
 
+size_t tern_matmul_exact_batch(const tern_qmat *w) {
+    const tern_kern_table *kt = tern_kern_get();
+    if ((unsigned)w->type >= TERN_DT_COUNT) return 1;
+    const tern_mm_ops *o = w->layout != TERN_LAYOUT_R16 ? &kt->mm[w->type]
+                           : w->type == TERN_DT_Q1_0 ? &kt->mm_r16q1 : &kt->mm_r16;
+    if (!o->gemm_rows || o->gemm_min_batch <= 1) return 0;
+    if (w->k % o->gemm_k_align) return 0; /* never the GEMM */
+    return (size_t)o->gemm_min_batch - 1;
+}
+
 void tern_matmul(const tern_qmat *w, const float *x, size_t batch, size_t x_stride, float *y,
                  size_t y_stride, tern_pool *pool) {
     tern_matmul_multi(1, &w, x, batch, x_stride, &y, &y_stride, pool);

@@ -65,6 +65,15 @@ int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *
 int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act);
 int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
 int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits);
+/* tc_gemm_wg with its loads chosen (A/B runs): lmode 0 = one 3D TMA per stage for the
+ * activation and one for the weights (the default; where the driver refuses a 3D map the
+ * launch takes the other way); TC_WG_ACT_2D: the activation as 16 2D boxes per stage;
+ * TC_WG_W_BULK: the weights as 8 bulk copies per stage. Same results bit for bit.
+ * tc_gemm_wg_lmode: the lmode a launch would take for lmode (or -1: refused). */
+#define TC_WG_ACT_2D 1
+#define TC_WG_W_BULK 2
+int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode);
+int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 
 /* 1 when tc_attention_decode runs the old per-query-head kernels (tc_set_attn_old(1):
  * the oracle for tests and benches; 0 or -1: the default). Applies from the next

@@ -14,12 +14,13 @@
  * tc_gemm_tc's bit for bit.
  *
  * CTA: 128 weight rows (two consumer warpgroups of 64 rows, the M of wgmma) x TOK tokens
- * (TOK = 16, 32 or 64: wgmma's N), plus one producer warp; 288 threads. K in stages of 256
+ * (TOK = 16, 32 or 64; wgmma's N = 2*TOK: both planes), plus one producer warp; 288 threads. K in stages of 256
  * inputs (two groups), NS stages in shared memory, each filled by the producer warp and
  * consumed by both warpgroups, with a full and an empty mbarrier per stage:
- *   activations: 4 TMA boxes (cp.async.bulk.tensor.2d, a tensor map over q: rows of 2K
- *     bytes, M rows; box 128 bytes x TOK tokens, 128-byte swizzle; tokens past M read as
- *     zeros), box b = bytes 128b..128b+127 of the stage's 512 = units 2b, 2b+1 (hi, lo);
+ *   activations: 16 TMA boxes (cp.async.bulk.tensor.2d, a tensor map over q: rows of 2K
+ *     bytes, M rows; box 32 bytes x TOK tokens, 32-byte swizzle; tokens past M read as
+ *     zeros), one per (unit u, plane p) of the stage, at row p*TOK of unit u's block of
+ *     2*TOK rows x 32 bytes: the B operand of one wgmma with both planes as columns;
  *   weights: the CTA's 8 strips' tiles of the stage, 8 x 1088 contiguous bytes
  *     (cp.async.bulk, one per strip; strips past the matrix repeat the last: dropped);
  *   per (token, group): sx and 1.5*2^23 - corr (corr = the group's sum of x_q, from the
@@ -35,12 +36,14 @@
  * k slots 4t..4t+3 and 16+4t..16+4t+3 = field t of the unit's code words 0 and 1, as
  * tc_gemm_tc), shift and mask: the codes c = w + 1 (0..2) as unsigned bytes (wgmma
  * .u8.s8), so the MMA forms sum(c*x) = S + sum(x) and the epilogue takes the group's
- * sum(x_q) off (two integer ops per weight register saved). The B operand (TOK x 32
- * bytes of one unit's plane, K-major) is read by wgmma from the swizzled box through a
- * shared-memory descriptor (128-byte swizzle, 8-row groups 1024 bytes apart; the k32
- * step's start 64*(u&1) + 32*plane bytes into the box's rows).
- * Per group: 4 wgmmas on the hi plane into I_hi and 4 on the lo plane into I_lo (each
- * chain's first with scale-d = 0), S = 128*I_hi + I_lo - corr (|128*I_hi + I_lo| <=
+ * sum(x_q) off (two integer ops per weight register saved). The B operand (2*TOK x 32
+ * bytes: unit u's hi plane of the TOK tokens, then its lo plane, K-major) is read by wgmma
+ * from the unit's block through a shared-memory descriptor (32-byte swizzle, 8-row
+ * groups 256 bytes apart). (One wgmma of N = 2*TOK rather than two of TOK: at small N a
+ * wgmma costs more than its arithmetic; H200 2026-12-04, M 16: 24-29 us per FFN matrix
+ * with two.)
+ * Per group: 4 wgmmas (a chain, the first with scale-d = 0) into I, whose columns
+ * j < TOK are I_hi of token j and TOK + j I_lo; S = 128*I_hi + I_lo - corr (|128*I_hi + I_lo| <=
  * 2*128*16256 < 2^22, |S| <= 128*16256); with TOK <= 32 both groups of the
  * stage are issued together (two accumulator sets), at 64 one group at a time.
  * Split-K exactly as tc_gemm_tc (mm_choose.h tc_mm_gemm_splits, the context's workspace and
@@ -80,7 +83,8 @@ template <int NT> struct wcfg {
     static constexpr int NS = NT == 1 ? 5 : 4;          /* pipeline stages */
     static constexpr int MINB = NT == 1 ? 2 : 1;        /* CTAs per SM (launch bounds) */
     static constexpr int DB = NT <= 2;                  /* both groups of a stage in flight */
-    static constexpr int ABYTES = TOK * 512;            /* 4 boxes of TOK x 128 bytes */
+    static constexpr int UBYTES = TOK * 64;             /* a unit's block: 2*TOK rows of 32 bytes */
+    static constexpr int ABYTES = 8 * UBYTES;           /* the stage's 8 units */
     static constexpr int WOFF = ABYTES;                 /* 8 strips' tiles */
     static constexpr int SOFF = WOFF + 8 * kTile;       /* [TOK][2 groups] x (sx, 1.5*2^23 - corr) */
     static constexpr int STAGE = (SOFF + TOK * 16 + 1023) / 1024 * 1024;
@@ -128,6 +132,13 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+__device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+            dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
@@ -143,19 +154,14 @@ template <int R> __device__ __forceinline__ void wg_reg_fence(int (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
-/* B descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart (LBO unused: 1) */
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
+/* B descriptor: K-major, 32-byte swizzle (rows of 32 bytes = one k32 step), 8-row groups
+ * 256 bytes apart (LBO unused: 1) */
+__device__ __forceinline__ uint64_t desc_sw32(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(256 >> 4) << 32) |
+           ((uint64_t)3 << 62);
 }
 
 /* D (s32, 64 x N per warpgroup) += A (u8, registers) . B (s8, descriptor); acc = 0: D = A.B */
-__device__ __forceinline__ void wg_mma_n16(int (&d)[8], const uint32_t (&a)[4], uint64_t desc, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
-}
 __device__ __forceinline__ void wg_mma_n32(int (&d)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
@@ -168,15 +174,22 @@ __device__ __forceinline__ void wg_mma_n64(int (&d)[32], const uint32_t (&a)[4],
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }
-template <int R> __device__ __forceinline__ void wg_mma(int (&d)[R], const uint32_t (&a)[4], uint64_t desc, int acc);
-template <> __device__ __forceinline__ void wg_mma<8>(int (&d)[8], const uint32_t (&a)[4], uint64_t desc, int acc) {
-    wg_mma_n16(d, a, desc, acc);
+__device__ __forceinline__ void wg_mma_n128(int (&d)[64], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));
 }
+
+template <int R> __device__ __forceinline__ void wg_mma(int (&d)[R], const uint32_t (&a)[4], uint64_t desc, int acc);
 template <> __device__ __forceinline__ void wg_mma<16>(int (&d)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
     wg_mma_n32(d, a, desc, acc);
 }
 template <> __device__ __forceinline__ void wg_mma<32>(int (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
     wg_mma_n64(d, a, desc, acc);
+}
+template <> __device__ __forceinline__ void wg_mma<64>(int (&d)[64], const uint32_t (&a)[4], uint64_t desc, int acc) {
+    wg_mma_n128(d, a, desc, acc);
 }
 
 /* The A fragments of group e of a stage: w[h][u] = the 16 bytes of (row g + 8h, unit u) */
@@ -192,30 +205,26 @@ __device__ __forceinline__ void decode_group(const uint4 (&w)[2][4], int e, int 
     }
 }
 
-/* The 8 wgmmas of group e (units 4e..4e+3, hi then lo) of the stage whose boxes start at
- * abase (shared address) into hi / lo. */
+/* The 4 wgmmas of group e (units 4e..4e+3) of the stage whose descriptor base is dbase into
+ * ia (hi columns, then lo). */
 template <int NT>
-__device__ __forceinline__ void issue_group(int (&hi)[wcfg<NT>::NR], int (&lo)[wcfg<NT>::NR], const uint32_t (&a)[4][4],
-                                            uint64_t dbase, int e) {
+__device__ __forceinline__ void issue_group(int (&ia)[wcfg<NT>::TOK], const uint32_t (&a)[4][4], uint64_t dbase, int e) {
     typedef wcfg<NT> C;
 #pragma unroll
-    for (int p = 0; p < 2; p++)
-#pragma unroll
-        for (int uu = 0; uu < 4; uu++) {
-            const int u = 4 * e + uu;
-            /* the start address field (bits 0-13, 16-byte units) moves by the step's offset */
-            const uint64_t d = dbase + (uint64_t)(((u >> 1) * C::TOK * 128 + 64 * (u & 1) + 32 * p) >> 4);
-            if (p == 0) wg_mma<C::NR>(hi, a[uu], d, uu > 0);
-            else wg_mma<C::NR>(lo, a[uu], d, uu > 0);
-        }
+    for (int uu = 0; uu < 4; uu++) {
+        const int u = 4 * e + uu;
+        /* unit u's block (2*TOK rows of 32 bytes: hi then lo); the start address field
+         * (bits 0-13, 16-byte units) moves by the block's offset */
+        const uint64_t d = dbase + (uint64_t)((u * C::UBYTES) >> 4);
+        wg_mma<C::TOK>(ia, a[uu], d, uu > 0);
+    }
 }
 
 /* Group e's integers into the fp32 accumulators: ws = the strip's tile in shared memory
  * (scales at 1024 + 8g), sx = the stage's [TOK][2] scales. */
 template <int NT>
-__device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&hi)[wcfg<NT>::NR],
-                                        const int (&lo)[wcfg<NT>::NR], const uint8_t *ws, const uint8_t *sc, int g,
-                                        int t, int e) {
+__device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&ia)[wcfg<NT>::TOK], const uint8_t *ws,
+                                        const uint8_t *sc, int g, int t, int e) {
     typedef wcfg<NT> C;
     const float da = tc_ld_f16(ws + 1024 + 8 * g + 2 * e), db = tc_ld_f16(ws + 1024 + 8 * g + 4 + 2 * e);
     const float ma = -kMagicF * da, mb = -kMagicF * db;
@@ -228,7 +237,7 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
         int b[4];
 #pragma unroll
         for (int q = 0; q < 4; q++)
-            b[q] = (int)((uint32_t)hi[4 * j + q] * 128u + (uint32_t)lo[4 * j + q] + ((q & 1) ? p1.y : p0.y));
+            b[q] = (int)((uint32_t)ia[4 * j + q] * 128u + (uint32_t)ia[C::NR + 4 * j + q] + ((q & 1) ? p1.y : p0.y));
         acc[4 * j + 0] = fmaf(fmaf(__int_as_float(b[0]), da, ma), s0, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(fmaf(__int_as_float(b[1]), da, ma), s1, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(fmaf(__int_as_float(b[2]), db, mb), s0, acc[4 * j + 2]);
@@ -237,11 +246,16 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
 }
 
 /* W: the tiled matrix (16-byte aligned), n rows, K % 256 == 0; amap: the tensor map of the
- * activation's q (2K bytes x M rows); sx [M][K/128]; nsp = gridDim.z K splits; part / cnt
- * as tc_gemm_tc's. */
+ * activation's q, lmode & TC_WG_ACT_2D: 2D (2K bytes x M rows, box 32 x TOK: 16 loads per
+ * stage), else 3D (32 bytes x M tokens x K/16 plane-units, box 32 x TOK x 16: one load);
+ * wmap: the tiled matrix as 8-byte words x K/256 tiles x strips (box 136 x 1 x 8: the
+ * CTA's 8 strips' tiles of a stage, one load; strips past the matrix read as zeros) unless
+ * lmode & TC_WG_W_BULK (8 bulk copies per stage); sx [M][K/128], corr [M][K/32]; nsp =
+ * gridDim.z K splits; part / cnt as tc_gemm_tc's. */
 template <int NT>
 __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
-    k_gemm_wg(const __grid_constant__ CUtensorMap amap, const uint8_t *__restrict__ W, int n, int K,
+    k_gemm_wg(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap wmap, int lmode,
+              const uint8_t *__restrict__ W, int n, int K,
               const float *__restrict__ sx, const int *__restrict__ corr, int M, float *__restrict__ y, size_t ys, int nsp,
               float *__restrict__ part, int *__restrict__ cnt) {
 #if TC_WG_BODY
@@ -291,14 +305,26 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
             const uint32_t sb = sbase + (uint32_t)(slot * C::STAGE), fb = smem_u32(&full[slot]);
             if (lane == 0) {
                 mbar_expect_tx(fb, C::TX);
+                if (lmode & TC_WG_ACT_2D) {
 #pragma unroll
-                for (int b = 0; b < 4; b++) tma_2d(sb + (uint32_t)(b * C::TOK * 128), &amap, st * 512 + 128 * b, tok0, fb);
+                    for (int u = 0; u < 8; u++)
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    int64_t sp = (int64_t)(row0 >> 4) + i;
-                    sp = sp < nstrips ? sp : nstrips - 1;
-                    bulk_g2s(sb + (uint32_t)(C::WOFF + i * kTile), W + ((size_t)sp * (size_t)kt + (size_t)st) * kTile,
-                             (uint32_t)kTile, fb);
+                        for (int p = 0; p < 2; p++)
+                            tma_2d(sb + (uint32_t)(u * C::UBYTES + p * C::TOK * 32), &amap, st * 512 + 64 * u + 32 * p,
+                                   tok0, fb);
+                } else {
+                    tma_3d(sb, &amap, 0, tok0, 16 * st, fb);
+                }
+                if (lmode & TC_WG_W_BULK) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        int64_t sp = (int64_t)(row0 >> 4) + i;
+                        sp = sp < nstrips ? sp : nstrips - 1;
+                        bulk_g2s(sb + (uint32_t)(C::WOFF + i * kTile),
+                                 W + ((size_t)sp * (size_t)kt + (size_t)st) * kTile, (uint32_t)kTile, fb);
+                    }
+                } else {
+                    tma_3d(sb + (uint32_t)C::WOFF, &wmap, 0, st, row0 >> 4, fb);
                 }
             }
             uint8_t *sp = smem + slot * C::STAGE + C::SOFF;
@@ -321,9 +347,9 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     float acc[C::NR];
 #pragma unroll
     for (int i = 0; i < C::NR; i++) acc[i] = 0.0f;
-    int hi0[C::NR], lo0[C::NR], hi1[C::NR], lo1[C::NR];
+    int i0[C::TOK], i1[C::TOK]; /* per group: columns 0..TOK-1 the hi plane, TOK..2TOK-1 the lo plane */
 #pragma unroll
-    for (int i = 0; i < C::NR; i++) hi0[i] = lo0[i] = hi1[i] = lo1[i] = 0;
+    for (int i = 0; i < C::TOK; i++) i0[i] = i1[i] = 0;
     uint32_t a0[4][4], a1[4][4];
 
     /* the stage's A fragments: wait for the stage, read the strip's 8 slots, decode */
@@ -345,36 +371,36 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     for (int ks = 0; ks < nst; ks++) {
         const int slot = ks % C::NS;
         const uint8_t *sb = smem + slot * C::STAGE;
-        const uint64_t dbase = desc_sw128(sbase + (uint32_t)(slot * C::STAGE));
+        const uint64_t dbase = desc_sw32(sbase + (uint32_t)(slot * C::STAGE));
         const uint8_t *ws = sb + C::WOFF + strip * kTile;
         const uint8_t *ssx = sb + C::SOFF;
         if (C::DB) {
             wg_fence();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            wg_reg_fence<C::NR>(hi1); wg_reg_fence<C::NR>(lo1);
-            issue_group<NT>(hi0, lo0, a0, dbase, 0);
-            issue_group<NT>(hi1, lo1, a1, dbase, 1);
+            wg_reg_fence<C::TOK>(i0);
+            wg_reg_fence<C::TOK>(i1);
+            issue_group<NT>(i0, a0, dbase, 0);
+            issue_group<NT>(i1, a1, dbase, 1);
             wg_commit();
             wg_wait0();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            wg_reg_fence<C::NR>(hi1); wg_reg_fence<C::NR>(lo1);
-            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 0);
-            rescale<NT>(acc, hi1, lo1, ws, ssx, g, t, 1);
+            wg_reg_fence<C::TOK>(i0);
+            wg_reg_fence<C::TOK>(i1);
+            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+            rescale<NT>(acc, i1, ws, ssx, g, t, 1);
         } else {
             wg_fence();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            issue_group<NT>(hi0, lo0, a0, dbase, 0);
+            wg_reg_fence<C::TOK>(i0);
+            issue_group<NT>(i0, a0, dbase, 0);
             wg_commit();
             wg_wait0();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 0);
+            wg_reg_fence<C::TOK>(i0);
+            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
             wg_fence();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            issue_group<NT>(hi0, lo0, a1, dbase, 1);
+            wg_reg_fence<C::TOK>(i0);
+            issue_group<NT>(i0, a1, dbase, 1);
             wg_commit();
             wg_wait0();
-            wg_reg_fence<C::NR>(hi0); wg_reg_fence<C::NR>(lo0);
-            rescale<NT>(acc, hi0, lo0, ws, ssx, g, t, 1);
+            wg_reg_fence<C::TOK>(i0);
+            rescale<NT>(acc, i0, ws, ssx, g, t, 1);
         }
         /* the stage is consumed by this warp (its wgmmas have completed): release it */
         __syncwarp();
@@ -511,26 +537,57 @@ template <int NT> int wg_splits(const tc_mat *m, int M, int force) {
                              force);
 }
 
-template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force) {
+/* The tensor maps of a launch (lmode may gain TC_WG_ACT_2D / TC_WG_W_BULK where the
+ * driver refuses the 3D maps); false when none can be made. */
+template <int NT> bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, CUtensorMap *amap, CUtensorMap *wmap) {
+    typedef wcfg<NT> C;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
+    if (!enc) return false;
+    const cuuint64_t K = (cuuint64_t)m->k, M = (cuuint64_t)act->batch;
+    memset(amap, 0, sizeof *amap);
+    memset(wmap, 0, sizeof *wmap);
+    if (!(*lmode & TC_WG_ACT_2D)) {
+        /* (byte of a plane-unit, token, plane-unit): strides 2K and 32 bytes */
+        const cuuint64_t gdim[3] = {32, M, K / 16}, gstride[2] = {2 * K, 32};
+        const cuuint32_t box[3] = {32, (cuuint32_t)C::TOK, 16}, es[3] = {1, 1, 1};
+        if (enc(amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)act->q, gdim, gstride, box, es,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+            *lmode |= TC_WG_ACT_2D;
+    }
+    if (*lmode & TC_WG_ACT_2D) {
+        const cuuint64_t gdim[2] = {2 * K, M}, gstride[1] = {2 * K};
+        const cuuint32_t box[2] = {32, (cuuint32_t)C::TOK}, es[2] = {1, 1};
+        if (enc(amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)act->q, gdim, gstride, box, es,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+            return false;
+    }
+    if (!(*lmode & TC_WG_W_BULK)) {
+        /* (8-byte word of a tile, tile along K, strip): strides 1088 and K/256 * 1088 bytes */
+        const cuuint64_t kt = K / kStageK, strips = (cuuint64_t)((m->n + 15) / 16);
+        const cuuint64_t gdim[3] = {kTile / 8, kt, strips}, gstride[2] = {(cuuint64_t)kTile, kt * kTile};
+        const cuuint32_t box[3] = {kTile / 8, 1, 8}, es[3] = {1, 1, 1};
+        if (enc(wmap, CU_TENSOR_MAP_DATA_TYPE_UINT64, 3, (void *)m->data, gdim, gstride, box, es,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+            *lmode |= TC_WG_W_BULK;
+    }
+    return true;
+}
+
+template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force, int lmode) {
     typedef wcfg<NT> C;
     if (!wg_ready<NT>()) return 0;
-    PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
-    if (!enc) return 0;
     const int M = (int)act->batch;
-    CUtensorMap map;
-    const cuuint64_t gdim[2] = {(cuuint64_t)(2 * m->k), (cuuint64_t)M};
-    const cuuint64_t gstride[1] = {(cuuint64_t)(2 * m->k)};
-    const cuuint32_t box[2] = {128, (cuuint32_t)C::TOK};
-    const cuuint32_t estride[2] = {1, 1};
-    if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)act->q, gdim, gstride, box, estride,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-        return 0;
+    CUtensorMap amap, wmap;
+    if (!wg_maps<NT>(m, act, &lmode, &amap, &wmap)) return 0;
     int nsp = wg_splits<NT>(m, M, force);
     if (nsp > 1 && !wg_ws()) nsp = 1;
     dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
-    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(map, m->data, (int)m->n, (int)m->k, act->sx, act->corr, M, y, ys,
-                                                               nsp, tc_cur->gemm_part, tc_cur->gemm_cnt);
+    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(amap, wmap, lmode, m->data, (int)m->n, (int)m->k,
+                                                               act->sx, act->corr, M, y, ys, nsp, tc_cur->gemm_part,
+                                                               tc_cur->gemm_cnt);
     tc_check_launch();
     return 1;
 }
@@ -566,13 +623,29 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     return 1;
 }
 
-extern "C" int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode) {
     TC_CTX(cx);
     if (!wg_shape_ok(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
     const int force = tc_mm_gemm_split_force(&cx->mm);
     const int tok = wg_tok(act->batch, force);
-    if (tok == 16) return wg_launch<1>(m, act, y, ys, force);
-    if (tok == 32) return wg_launch<2>(m, act, y, ys, force);
-    return wg_launch<4>(m, act, y, ys, force);
+    lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
+    if (tok == 16) return wg_launch<1>(m, act, y, ys, force, lmode);
+    if (tok == 32) return wg_launch<2>(m, act, y, ys, force, lmode);
+    return wg_launch<4>(m, act, y, ys, force, lmode);
+}
+
+extern "C" int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys) {
+    return tc_gemm_wg_ex(cx, m, act, y, ys, 0);
+}
+
+extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode) {
+    TC_CTX(cx);
+    if (!wg_shape_ok(m, act)) return -1;
+    CUtensorMap a, w;
+    lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
+    const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
+    const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
+                    : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
+    return ok ? lmode : -1;
 }
