@@ -56,7 +56,7 @@ __device__ __forceinline__ unsigned tp_ld_acquire(const unsigned *p) {
     return v;
 }
 __device__ __forceinline__ void tp_red_release(unsigned *p) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+    asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
 /* Wait until stage dep has signalled all its tasks; false when the CTA must leave (the
@@ -96,12 +96,11 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
     return ok;
 }
 
+/* the CTA's writes, then the counter (CUTLASS's semaphore: an acq_rel fence at gpu scope
+ * after the barrier, then a relaxed add; lighter than a sequentially consistent fence) */
 __device__ __forceinline__ void tp_signal(const tp_args &a, int s) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        tp_red_release(a.cnt + s);
-    }
+    if (threadIdx.x == 0) tp_red_release(a.cnt + s);
 }
 
 /* the sum of v over the CTA, the same in every thread (fixed order) */
@@ -187,6 +186,15 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
     }
     ss = tp_block_sum(ss, red);
     if (threadIdx.x == 0) a.part_f[st.task0 + t.idx] = ss;
+    if (t.idx == 0) { /* the position's RoPE angles, once a step (k_attn_prep's math) */
+        float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
+        const int rot = st.rope_dims, half = rot / 2;
+        for (int i = threadIdx.x; i < half; i += TP_THREADS) {
+            const double ang = (double)a.pos * pow((double)st.theta, -2.0 * i / rot);
+            rt[i] = (float)cos(ang);
+            rt[half + i] = (float)sin(ang);
+        }
+    }
 }
 
 /* ------------------------------------------------------------ matmul */
@@ -411,8 +419,9 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
 
 /* ------------------------------------------------------------ attention */
 
-/* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math) */
-__device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, float theta, int pos,
+/* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
+ * angles' cos and sin from the step's table rt) */
+__device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, const float *rt,
                              float *dst) {
     const int lane = threadIdx.x & 31;
     float ss = 0;
@@ -426,9 +435,7 @@ __device__ void tp_head_prep(const float *src, const float *gain, float eps, int
     __syncwarp();
     const int half = rot / 2;
     for (int i = lane; i < half; i += 32) {
-        double iv = pow((double)theta, -2.0 * i / rot);
-        double ang = (double)pos * iv;
-        float cs = (float)cos(ang), sn = (float)sin(ang);
+        const float cs = __ldcg(rt + i), sn = __ldcg(rt + half + i);
         float x0 = dst[i], x1 = dst[i + half];
         dst[i] = x0 * cs - x1 * sn;
         dst[i + half] = x1 * cs + x0 * sn;
@@ -443,7 +450,8 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-#define TP_APOS 4 /* positions a warp loads before it scores them */
+#define TP_APOS 8 /* positions a warp loads before it scores them */
+#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
 
 template <typename KV>
 __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
@@ -454,9 +462,10 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
     float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
-    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, st.theta, pos, sq);
+    const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
+    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
     if (warp == 1) {
-        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, st.theta, pos, sk);
+        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, rt, sk);
         for (int j = lane; j < HD; j += 32) sk[j] = tp_round(sk[j], (const KV *)0);
     }
     if (warp == 2)
@@ -469,9 +478,9 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
             att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
         }
-    float q[ATT_EPL], acc[ATT_EPL];
+    float q[TP_EPL], acc[TP_EPL];
 #pragma unroll
-    for (int e = 0; e < ATT_EPL; e++) {
+    for (int e = 0; e < TP_EPL; e++) {
         const int j = lane + 32 * e;
         q[e] = j < HD ? sq[j] : 0.0f;
         acc[e] = 0.0f;
@@ -480,13 +489,13 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
      * the products (the same order as one at a time: the same result) */
     for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
-        float kv[TP_APOS][ATT_EPL], vv[TP_APOS][ATT_EPL];
+        float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
 #pragma unroll
         for (int u = 0; u < TP_APOS; u++) {
             const int p = p0 + u * TP_WARPS;
             const size_t base = att_kv_index(p, kvw, kh, HD);
 #pragma unroll
-            for (int e = 0; e < ATT_EPL; e++) {
+            for (int e = 0; e < TP_EPL; e++) {
                 const int j = lane + 32 * e;
                 const bool in = j < HD && p <= pos;
                 kv[u][e] = !in ? 0.0f : p < pos ? att_f(kc[base + j]) : sk[j];
@@ -498,13 +507,13 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
             float d = 0;
 #pragma unroll
-            for (int e = 0; e < ATT_EPL; e++) d += q[e] * kv[u][e];
+            for (int e = 0; e < TP_EPL; e++) d += q[e] * kv[u][e];
             d = tc_warp_sum(d) * st.scale;
             const float mn = fmaxf(m, d);
             const float corr = expf(m - mn), pe = expf(d - mn);
             l = l * corr + pe;
 #pragma unroll
-            for (int e = 0; e < ATT_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
+            for (int e = 0; e < TP_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
             m = mn;
         }
     }
@@ -513,7 +522,7 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         wl[warp] = l;
     }
 #pragma unroll
-    for (int e = 0; e < ATT_EPL; e++) {
+    for (int e = 0; e < TP_EPL; e++) {
         const int j = lane + 32 * e;
         if (j < HD) wacc[warp * HD + j] = acc[e];
     }
