@@ -210,11 +210,18 @@ __device__ __forceinline__ float tp_wdot(uint32_t w, const float *x, float xsum)
     const float4 b0 = *(const float4 *)(x + 8), b1 = *(const float4 *)(x + 12);
     const float xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     const float xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    /* the exponent in a register the compiler cannot fold, so that (w & mask) | magic is
+     * one LOP3 (both as immediates it takes two) */
+    uint32_t magic;
+    asm volatile("mov.b32 %0, 0x4B000000;" : "=r"(magic));
     float s = 0, u = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        s = fmaf(__uint_as_float(0x4B000000u | (w & (3u << (2 * i)))) - 8388608.0f, xa[i], s);
-        u = fmaf(__uint_as_float(0x4B000000u | (hi & (3u << (2 * i)))) - 8388608.0f, xb[i], u);
+        uint32_t a0, b0;
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(a0) : "r"(w), "r"(3u << (2 * i)), "r"(magic));
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(b0) : "r"(hi), "r"(3u << (2 * i)), "r"(magic));
+        s = fmaf(__uint_as_float(a0) - 8388608.0f, xa[i], s);
+        u = fmaf(__uint_as_float(b0) - 8388608.0f, xb[i], u);
     }
     return (s + u) - xsum;
 }
