@@ -39,6 +39,7 @@ struct tp_args {
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
     unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
     long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
+    int pipe;           /* tp_matmul<true>: the next round's first loads during this round */
     size_t buf_off[TP_BUF_COUNT];
 };
 
@@ -262,6 +263,23 @@ __device__ __forceinline__ void tp_tile(const tp_tl &l, const float *xt, const f
     ah = fmaf(dh.x, h0, fmaf(dh.y, h1, ah));
 }
 
+/* the tiles of strip g of a stage: matrix 0's (b0) and, for SwiGLU, the up matrix's (b1) */
+__device__ __forceinline__ void tp_strip_bases(const tp_stage &st, bool swiglu, int64_t g, int KT, const uint8_t *&b0,
+                                               const uint8_t *&b1) {
+    if (swiglu) {
+        b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
+        b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
+    } else {
+        int mi = 0;
+        while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
+        b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
+    }
+}
+
+/* PIPE: each warp loads the first TP_INFLIGHT tiles of its next round's strip into
+ * registers before it computes the last batch of the current one (the loads of a round
+ * overlap the products of the one before; lab.h tc_persist_set_pipeline) */
+template <bool PIPE>
 __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, float *red,
                           int *redi) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -305,6 +323,18 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     float ss = 0, best = -INFINITY;
     int besti = -1;
     float *x = a.scratch + a.buf_off[TP_BUF_X];
+    const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0; /* this warp's tiles of a strip */
+    const int total = ntile * (swiglu ? 2 : 1);
+    tp_tl nx[TP_INFLIGHT]; /* PIPE: the first batch of this warp's next strip */
+    if (PIPE && t.a + so < t.b) {
+        const uint8_t *c0, *c1;
+        tp_strip_bases(st, swiglu, t.a + so, KT, c0, c1);
+#pragma unroll
+        for (int u = 0; u < TP_INFLIGHT; u++) {
+            const int q = u >= ntile, j = t0 + (u - q * ntile) * wps;
+            if (u < total) nx[u] = tp_tile_load((q ? c1 : c0) + (size_t)j * TCT_TILE, lane);
+        }
+    }
     for (int64_t g0 = t.a; g0 < t.b; g0 += spr) {
         /* the strips TP_PF_ROUNDS rounds ahead into L2 (one round's loads keep too few
          * bytes in flight; the wait's prefetch covered the first rounds) */
@@ -318,22 +348,27 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
             /* this warp's tiles of strip g: j = t0, t0 + wps, .. of matrix 0 (and of the
              * up matrix for SwiGLU), TP_INFLIGHT loads issued before their products */
             const uint8_t *b0, *b1;
-            if (swiglu) {
-                b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
-                b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
-            } else {
-                int mi = 0;
-                while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
-                b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
-            }
-            const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0;
-            const int total = ntile * (swiglu ? 2 : 1);
+            tp_strip_bases(st, swiglu, g, KT, b0, b1);
             for (int n0 = 0; n0 < total; n0 += TP_INFLIGHT) {
                 tp_tl tl[TP_INFLIGHT];
+                if (PIPE && n0 == 0) {
 #pragma unroll
-                for (int u = 0; u < TP_INFLIGHT; u++) {
-                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
-                    if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
+                    for (int u = 0; u < TP_INFLIGHT; u++) tl[u] = nx[u];
+                } else {
+#pragma unroll
+                    for (int u = 0; u < TP_INFLIGHT; u++) {
+                        const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                        if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
+                    }
+                }
+                if (PIPE && n0 + TP_INFLIGHT >= total && g + spr < t.b) { /* the next round's first batch */
+                    const uint8_t *c0, *c1;
+                    tp_strip_bases(st, swiglu, g + spr, KT, c0, c1);
+#pragma unroll
+                    for (int u = 0; u < TP_INFLIGHT; u++) {
+                        const int q = u >= ntile, j = t0 + (u - q * ntile) * wps;
+                        if (u < total) nx[u] = tp_tile_load((q ? c1 : c0) + (size_t)j * TCT_TILE, lane);
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < TP_INFLIGHT; u++) {
@@ -568,7 +603,10 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
-        case TP_MATMUL: tp_matmul(a, st, t, sm, red, redi); break;
+        case TP_MATMUL:
+            if (a.pipe) tp_matmul<true>(a, st, t, sm, red, redi);
+            else tp_matmul<false>(a, st, t, sm, red, redi);
+            break;
         case TP_ATTN: tp_attn<KV>(a, st, t, sm); break;
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
@@ -633,6 +671,7 @@ struct tc_persist {
     long long budget;
     int hang_stage;
     long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
+    int pipe;           /* tp_args.pipe (tc_persist_set_pipeline) */
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
@@ -737,6 +776,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     return 0;
 }
 
+extern "C" void tc_persist_set_pipeline(tc_persist *ps, int on) {
+    if (ps) ps->pipe = on != 0;
+}
+
 extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
     if (ps) ps->prefetch = bytes < 0 ? TP_PREFETCH_DEFAULT : bytes;
 }
@@ -781,6 +824,7 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.hang_stage = ps->hang_stage;
     a.prof = ps->prof_host ? ps->prof : NULL;
     a.prefetch = ps->prefetch;
+    a.pipe = ps->pipe;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -856,8 +900,8 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
     size_t o = 0;
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
-                     "L2 prefetch %lld KiB a matrix\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3, ps->steps,
-                     ps->n_cta, ps->prefetch / 1024, "family",
+                     "L2 prefetch %lld KiB a matrix, pipeline %s\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3,
+                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "on" : "off", "family",
                      "tasks", "run us/step", "wait us/step", "run %");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
