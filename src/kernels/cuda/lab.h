@@ -72,6 +72,13 @@ int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, in
 int tc_attn_old(tc_ctx *cx);
 void tc_set_attn_old(tc_ctx *cx, int old);
 
+/* 1 when the GQA decode kernels (tc_attention_decode and the batch step's
+ * tc_attention_decode_batch) run the walk and merge before 2026-12-04
+ * (tc_set_attn_walk_old(1): the A/B reference; 0 or -1: the default, the prefetching
+ * walk and, for <= 32 splits, one merge CTA per query head). Applies from the next launch. */
+int tc_attn_walk_old(tc_ctx *cx);
+void tc_set_attn_walk_old(tc_ctx *cx, int old);
+
 /* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
  * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
  * 16-byte aligned); 0 when it would run the old kernels or refuse. For tests. */
