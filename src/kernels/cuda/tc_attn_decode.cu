@@ -177,7 +177,7 @@ template <> struct ag_row<att_q8> {
 
 template <typename T> struct ag_unroll { static constexpr int u = 4; };
 template <> struct ag_unroll<float> { static constexpr int u = 2; };
-/* The prefetching walk (the default since 2026-12-04): AG_U positions per step while
+/* The prefetching walks (walk 1 the default since 2026-12-04): U positions per step while
  * the next step's rows are loading (two register sets of rows, so half the old step). */
 template <typename T> struct ag_unroll_pf { static constexpr int u = 2; };
 template <> struct ag_unroll_pf<float> { static constexpr int u = 1; };
@@ -266,18 +266,116 @@ __device__ __forceinline__ void ag_fold(const ag_row<T> (&kr)[U], const ag_row<T
     }
 }
 
+/* Walk 2 (hd 256: a row of a head is the whole warp, 32 lanes x 8 values): the same
+ * fold for U = 2 positions with the scores summed by a transposing butterfly - the 2 GC
+ * partial dot products (slot k = u GC + g, padded to P = 2^LG slots) halved across the
+ * lanes at each of the first LG levels (lanes with bit 4 - lev set keep the upper half of
+ * the slots and send the lower), so lane l ends with the whole sum of slot l >> (5 - LG):
+ * P - 1 + 5 - LG shuffles instead of 5 per slot (16 instead of 60 at GC 6). The lane
+ * of slot (u, g) then does that score's softmax step alone (two expf instead of 2 GC + GC),
+ * and every lane takes the weights, the rescale factor and the new max of each head from
+ * the lanes of its slots (4 GC shuffles). Same arithmetic as ag_fold but the dot products'
+ * summation order. */
+template <int P> struct ag_lg { static constexpr int v = 1 + ag_lg<P / 2>::v; };
+template <> struct ag_lg<1> { static constexpr int v = 0; };
+template <int GC> struct ag_slots { static constexpr int p = 2 * GC <= 2 ? 2 : 2 * GC <= 4 ? 4 : 2 * GC <= 8 ? 8 : 16; };
+
+/* t[P] partial sums per lane -> the total over the warp of slot lane >> (5 - LG). */
+template <int P>
+__device__ __forceinline__ float ag_transpose_sum(float (&t)[P], int lane) {
+    constexpr int LG = ag_lg<P>::v;
+#pragma unroll
+    for (int lev = 0; lev < LG; lev++) {
+        const int o = 16 >> lev, half = P >> (lev + 1);
+        const bool hi = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < half; i++) {
+            const float send = hi ? t[i] : t[i + half];
+            const float keep = hi ? t[i + half] : t[i];
+            t[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float r = t[0];
+#pragma unroll
+    for (int o = 16 >> LG; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    return r;
+}
+
+template <typename T, int GC>
+__device__ __forceinline__ void ag_fold2(const ag_row<T> (&kr)[2], const ag_row<T> (&vr)[2], int pb, int p1,
+                                         float scale, const float (&qr)[GC][AG_VEC], float (&acc)[GC][AG_VEC],
+                                         float (&m)[GC], float (&l)[GC], int lane) {
+    constexpr int P = ag_slots<GC>::p, SH = 5 - ag_lg<P>::v;
+    float t[P];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float f[AG_VEC];
+        kr[u].get(f);
+        const float kd = kr[u].d();
+#pragma unroll
+        for (int g = 0; g < GC; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) d = fmaf(qr[g][e], f[e], d);
+            t[u * GC + g] = ag_row<T>::scaled ? d * kd : d;
+        }
+    }
+#pragma unroll
+    for (int k = 2 * GC; k < P; k++) t[k] = 0.0f;
+    const float sum = ag_transpose_sum<P>(t, lane);
+    if (pb >= p1) return; /* warp-uniform (one walker per warp) */
+    const int k = lane >> SH, u = k >= GC ? 1 : 0, g = k - u * GC; /* this lane's slot; k >= 2 GC: padding */
+    const bool real = k < 2 * GC && pb + u < p1;
+    const float sc = real ? sum * scale : -INFINITY;
+    const int kp = u ? k - GC : k + GC; /* the slot of the other position, same head */
+    const float so = __shfl_sync(0xffffffffu, sc, (kp << SH) & 31);
+    float mg = m[0];
+#pragma unroll
+    for (int gg = 1; gg < GC; gg++)
+        if (g == gg) mg = m[gg];
+    const float mn = fmaxf(mg, fmaxf(sc, so)); /* finite on real slots: position pb is real */
+    const float c = expf(mg - mn);             /* 0 on the first step (m = -inf) */
+    const float pw = expf(sc - mn);            /* 0 for a position past p1 */
+#pragma unroll
+    for (int gg = 0; gg < GC; gg++) {
+        const float cg = __shfl_sync(0xffffffffu, c, gg << SH);
+        const float mng = __shfl_sync(0xffffffffu, mn, gg << SH);
+        if (mng > m[gg]) {
+            l[gg] *= cg;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) acc[gg][e] *= cg;
+            m[gg] = mng;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float f[AG_VEC];
+        vr[u].get(f);
+        const float vd = vr[u].d();
+#pragma unroll
+        for (int gg = 0; gg < GC; gg++) {
+            const float p = __shfl_sync(0xffffffffu, pw, (u * GC + gg) << SH);
+            l[gg] += p;
+            const float pv = ag_row<T>::scaled ? p * vd : p;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) acc[gg][e] = fmaf(pv, f[e], acc[gg][e]);
+        }
+    }
+}
+
 /* part[(h * splits + split) * (hd + 2)]: M, L, acc[hd] (unnormalised), as k_attn_split. */
 /* B: sequence blockIdx.z of a batch (bt): its position and caches from the device
  * table, its q and partials at the batch strides (B false: bt unused, the code as it
- * was). PF: the prefetching walk (ag_unroll_pf positions per step, the next step's rows
- * loaded before this step's arithmetic; compiled for ag_minb CTAs per SM); false: the
- * walk before 2026-12-04 (tc_set_attn_walk_old). */
-template <typename T, int GC, bool B, bool PF>
-__global__ void __launch_bounds__(AG_WARPS * 32, PF ? ag_minb<T, GC>::n : 1) k_attn_gqa(const float *__restrict__ q,
+ * was). WALK (tc_set_attn_walk): 1 the prefetching walk (ag_unroll_pf positions per
+ * step, the next step's rows loaded before this step's arithmetic; compiled for ag_minb
+ * CTAs per SM); 2 the same with ag_fold2 (hd 256 only); 0 the walk before 2026-12-04. */
+template <typename T, int GC, bool B, int WALK>
+__global__ void __launch_bounds__(AG_WARPS * 32, WALK ? ag_minb<T, GC>::n : 1) k_attn_gqa(const float *__restrict__ q,
         const T *__restrict__ kc, const T *__restrict__ vc, float *__restrict__ part, int pos0,
         const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch,
         const tc_attn_bat bt) {
-    constexpr int U = PF ? ag_unroll_pf<T>::u : ag_unroll<T>::u;
+    constexpr bool PF = WALK > 0;
+    constexpr int U = WALK == 2 ? 2 : PF ? ag_unroll_pf<T>::u : ag_unroll<T>::u;
     constexpr int NWALK_MAX = AG_WARPS * 32 / 4; /* hd >= 32: at least 4 lanes per row */
     __shared__ float s_acc[GC][AG_WARPS * 32 * AG_VEC];
     __shared__ float s_m[GC][NWALK_MAX], s_l[GC][NWALK_MAX];
@@ -329,7 +427,8 @@ __global__ void __launch_bounds__(AG_WARPS * 32, PF ? ag_minb<T, GC>::n : 1) k_a
         for (; pw < p1; pw += nwalk * U) {
             ag_row<T> kn[U], vn[U];
             ag_load<T, U>(kn, vn, kc, vc, pw + nwalk * U + lg * U, p1, kvw, col); /* the next step's */
-            ag_fold<T, GC, U>(kr, vr, pw + lg * U, p1, lpr, scale, qr, acc, m, l);
+            if constexpr (WALK == 2) ag_fold2<T, GC>(kr, vr, pw + lg * U, p1, scale, qr, acc, m, l, lane);
+            else ag_fold<T, GC, U>(kr, vr, pw + lg * U, p1, lpr, scale, qr, acc, m, l);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 kr[u] = kn[u];
@@ -512,9 +611,10 @@ __global__ void __launch_bounds__(256) k_attn_gqa_merge_h(const float *__restric
 /* tc_set_attn_old: the old kernels as the oracle (tests, benches); per context */
 extern "C" int tc_attn_old(tc_ctx *cx) { return cx->attn_old; }
 extern "C" void tc_set_attn_old(tc_ctx *cx, int old) { cx->attn_old = old > 0; }
-/* tc_set_attn_walk_old: the GQA kernels' walk and merge as before 2026-12-04 (A/B) */
-extern "C" int tc_attn_walk_old(tc_ctx *cx) { return cx->attn_walk_old; }
-extern "C" void tc_set_attn_walk_old(tc_ctx *cx, int old) { cx->attn_walk_old = old > 0; }
+/* tc_set_attn_walk: the GQA kernels' walk (A/B; -1 the default, AG_WALK_DEFAULT) */
+#define AG_WALK_DEFAULT 1
+extern "C" int tc_attn_walk(tc_ctx *cx) { return cx->attn_walk ? cx->attn_walk - 1 : AG_WALK_DEFAULT; }
+extern "C" void tc_set_attn_walk(tc_ctx *cx, int walk) { cx->attn_walk = walk >= 0 && walk <= 2 ? walk + 1 : 0; }
 
 /* The GQA kernel's shape: query heads per CTA (*gc, its template size *GC) and chunks
  * per group (*hch), the splits. 0 when it does not take the call (the old kernels do). */
@@ -584,12 +684,12 @@ extern "C" int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void
                            &splits);
 }
 
-template <typename T, bool B, bool PF>
+template <typename T, bool B, int WALK>
 static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                       float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
                       int hch, const tc_attn_bat &bt) {
 #define AG_L(n)                                                                                      \
-    tc_launch(k_attn_gqa<T, n, B, PF>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
+    tc_launch(k_attn_gqa<T, n, B, WALK>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
               part, pos0, B ? (const int *)NULL : tc_cur->dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
     switch (GC) {
     case 1: AG_L(1); break;
@@ -605,13 +705,15 @@ template <typename T, bool B>
 static void ag_launch_walk(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                            float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
                            int hch, const tc_attn_bat &bt) {
-    if (tc_attn_walk_old(tc_cur)) ag_launch<T, B, false>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
-    else ag_launch<T, B, true>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    const int w = tc_attn_walk(tc_cur);
+    if (w == 0) ag_launch<T, B, 0>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    else if (w == 2 && hd == 256 && !std::is_same<T, float>::value) ag_launch<T, B, 2>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    else ag_launch<T, B, 1>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
 }
 
 /* The GQA kernel and its merge over n sequences (B: blockIdx.z, bt; else n = 1). The
  * merge: one CTA per query head for <= AG_MERGE_H_SPLITS splits (the same bits), else
- * (and with tc_set_attn_walk_old) one per 32 columns of it. */
+ * (and with walk 0, tc_set_attn_walk) one per 32 columns of it. */
 template <bool B>
 static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *q, const void *kcache,
                    const void *vcache, const float *gate, float *out, float *part, int pos0, int n_head,
@@ -624,7 +726,7 @@ static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *
     default: ag_launch_walk<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
     }
     const int *dp = B ? (const int *)NULL : tc_cur->dyn_pos;
-    if (!tc_attn_walk_old(tc_cur) && splits <= AG_MERGE_H_SPLITS)
+    if (tc_attn_walk(tc_cur) && splits <= AG_MERGE_H_SPLITS)
         tc_launch(k_attn_gqa_merge_h<B>, dim3((unsigned)n_head, 1u, (unsigned)n),
                   dim3((unsigned)((head_dim + 31) / 32 * 32)), 0, 1, part, gate, out, pos0, dp, head_dim, splits, bt);
     else
