@@ -518,8 +518,10 @@ static int bench_attn_batch(int reps) {
     const double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 3);
     printf("\nbatched decode attention at the 27B shape (24 q / 4 kv heads of 256, gate), n sequences at "
            "positions 460..600, %d layers' caches of %d positions each: us per call, median of %d rounds of "
-           "%d calls; GB/s of K/V rows read (graph), read ceiling %.0f GB/s\n%-5s %-5s %-4s %9s %9s %9s %6s\n",
-           ATT_L, ATTB_CTX, reps, ATT_L, ceil_gbps, "n", "cache", "walk", "stream", "graph", "GB/s", "ceil%");
+           "%d calls; GB/s of K/V rows read (graph), read ceiling %.0f GB/s; ctas/SM: the split rule's target "
+           "(tc_set_attn_batch_ctas)\n%-5s %-5s %-4s %-7s %9s %9s %9s %6s\n",
+           ATT_L, ATTB_CTX, reps, ATT_L, ceil_gbps, "n", "cache", "walk", "ctas/SM", "stream", "graph", "GB/s",
+           "ceil%");
     int pos[ATTB_MAXN];
     for (int i = 0; i < ATTB_MAXN; i++) pos[i] = 460 + (i * 53) % 141;
     int failed = 0;
@@ -560,21 +562,27 @@ static int bench_attn_batch(int reps) {
             fprintf(stderr, "tern bench: out of device memory for the batched attention caches\n");
             failed = 1;
         }
+        /* (walk, CTAs per SM of the split rule; 0 the default, 8) */
+        static const int var[7][2] = {{0, 0}, {1, 0}, {2, 0}, {1, 4}, {1, 16}, {2, 4}, {2, 16}};
         for (int ni = 0; ni < 2 && !failed; ni++)
-            for (int walk = 0; walk < 3 && !failed; walk++) {
+            for (int vi = 0; vi < 7 && !failed; vi++) {
                 double us[2], kv = 0;
+                const int walk = var[vi][0];
                 a.n = ns[ni];
                 for (int i = 0; i < a.n; i++) kv += 2.0 * (double)(pos[i] + 1) * (double)a.rb;
                 tc_set_attn_walk(g_tc, walk);
+                tc_set_attn_batch_ctas(g_tc, var[vi][1]);
                 for (int m = 0; m < 2; m++) {
                     us[m] = tc_bench_us(g_tc, attnb_call, &a, ATT_L, reps, m);
                     if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
                 }
                 const double gbps = kv / (us[1] * 1e3);
-                printf("%-5d %-5s %-4d %9.2f %9.2f %9.1f %6.1f\n", a.n, t ? "q8_0" : "f16", walk,
+                printf("%-5d %-5s %-4d %-7d %9.2f %9.2f %9.1f %6.1f\n", a.n, t ? "q8_0" : "f16", walk,
+                       var[vi][1] ? var[vi][1] : 8,
                        us[0], us[1], gbps, ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
             }
         tc_set_attn_walk(g_tc, -1);
+        tc_set_attn_batch_ctas(g_tc, 0);
         for (int i = 0; i < ATTB_MAXN; i++) {
             if (kc[i]) tc_free(g_tc, kc[i], bytes);
             if (vc[i]) tc_free(g_tc, vc[i], bytes);

@@ -244,6 +244,12 @@ TEST(decode_batch_vs_f64) {
     decode_batch_case(5, 8, 4, TERN_KV_Q8_0, 0);
     decode_batch_case(5, 8, 2, TERN_KV_F16, 0);
     decode_batch_case(5, 16, 2, TERN_KV_Q8_0, 1);
+    /* the split rule's other targets (tc_set_attn_batch_ctas): 3 splits at n 64, 33 at n 16 */
+    tc_set_attn_batch_ctas(g_tc, 4);
+    decode_batch_case(64, 24, 4, TERN_KV_F16, 0);
+    tc_set_attn_batch_ctas(g_tc, 16);
+    decode_batch_case(16, 24, 4, TERN_KV_F16, 1);
+    tc_set_attn_batch_ctas(g_tc, 0);
 }
 
 int main(void) {

@@ -81,6 +81,10 @@ void tc_set_attn_old(tc_ctx *cx, int old);
  * set the default). Applies from the next launch. */
 int tc_attn_walk(tc_ctx *cx);
 void tc_set_attn_walk(tc_ctx *cx, int walk);
+/* The CTAs per SM tc_attention_decode_batch's split rule aims at (splits per sequence =
+ * ceil(per_sm * SMs / (kv heads x n)), at most the single sequence's): <= 0 the default, 8.
+ * For the A/B of the bench; applies from the next launch. */
+void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm);
 
 /* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
  * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches

@@ -759,6 +759,10 @@ extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcac
                   head_dim, scale, tc_attn_bat{});
 }
 
+/* The CTAs per SM the batch step's split rule aims at (tc_set_attn_batch_ctas for the A/B). */
+#define AG_BAT_CTAS_PER_SM 8
+extern "C" void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm) { cx->attn_bat_ctas = per_sm > 0 ? per_sm : 0; }
+
 /* The batch's caches are in the device table: the caller checks their alignment
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
 alignas(16) static const uint8_t g_ag_aligned[16] = {0};
@@ -804,7 +808,8 @@ extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type
      * and the merge alike, so any split count is exact. */
     {
         const long long ctas = (long long)n_head_kv * hch * n;
-        long long sb = (8LL * tc_sm_count() + ctas - 1) / ctas;
+        const long long per_sm = tc_cur->attn_bat_ctas > 0 ? tc_cur->attn_bat_ctas : AG_BAT_CTAS_PER_SM;
+        long long sb = (per_sm * tc_sm_count() + ctas - 1) / ctas;
         if (sb < 1) sb = 1;
         if (sb < splits) splits = (int)sb;
     }
