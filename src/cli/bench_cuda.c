@@ -18,7 +18,8 @@
  * --gemm): bench_gemm_tc.
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
- * the GQA kernel vs the old ones): bench_attn_depth.
+ * the GQA kernel vs the old ones): bench_attn_depth, and the batch step's decode attention
+ * at 16 and 64 sequences (walks 0, 1, 2: tc_set_attn_walk): bench_attn_batch.
  * Then (or alone with --gdn) the GDN prefill call at the 27B head shape, scan vs walk:
  * bench_gdn.
  */
@@ -426,7 +427,8 @@ static void ops_free(ops_bufs *b) {
 
 /* Decode attention at the 27B shape (24 q / 4 kv heads of 256, gated) at positions
  * 1,023 and 32,767, f16 and q8_0 caches, the GQA kernel (default) and the old
- * per-query-head kernels (tc_set_attn_old(1)): us per call (tc_bench_us, median of
+ * per-query-head kernels (tc_set_attn_old(1)), the GQA kernel with walks 0, 1, 2
+ * (tc_set_attn_walk: gqa0 .. gqa2): us per call (tc_bench_us, median of
  * `reps` rounds of 16 calls, one per layer's cache, like the model's 16 attention
  * layers: 16 caches of 32,768 positions, 2.1 GB f16 / 1.1 GB q8_0, so the K/V rows
  * come from HBM, not from L2), plain launches and as one graph, and the graph's K/V
@@ -489,20 +491,24 @@ static int bench_attn_depth(int reps) {
             failed = 1;
         }
         for (int pi = 0; pi < 2 && !failed; pi++)
-            for (int old = 0; old < 2 && !failed; old++) {
+            for (int kv = 0; kv < 4 && !failed; kv++) { /* GQA walks 0, 1, 2 (tc_set_attn_walk), old kernels */
                 double us[2];
+                const int old = kv == 3;
                 tc_set_attn_old(g_tc, old);
+                tc_set_attn_walk(g_tc, old ? -1 : kv);
                 a.pos = posv[pi];
                 for (int m = 0; m < 2; m++) {
                     us[m] = tc_bench_us(g_tc, attn_call, &a, ATT_L, reps, m);
                     if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
                 }
                 const double gbps = 2.0 * (double)(a.pos + 1) * (double)rb[t] / (us[1] * 1e3);
+                static const char *const kname[4] = {"gqa0", "gqa1", "gqa2", "old"};
                 printf("%-8d %-5s %-4s %9.2f %9.2f %9.1f %6.1f\n", a.pos, t ? "q8_0" : "f16",
-                       old ? "old" : "gqa", us[0], us[1], gbps,
+                       kname[kv], us[0], us[1], gbps,
                        ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
             }
         tc_set_attn_old(g_tc, -1);
+        tc_set_attn_walk(g_tc, -1);
         for (int l = 0; l < ATT_L; l++) {
             if (a.kc[l]) tc_free(g_tc, a.kc[l], bytes);
             if (a.vc[l]) tc_free(g_tc, a.vc[l], bytes);
@@ -512,6 +518,115 @@ static int bench_attn_depth(int reps) {
         if (a.out) tc_free(g_tc, a.out, QW27 * 4);
     }
     if (failed) fprintf(stderr, "tern bench: decode attention: CUDA error\n");
+    return failed;
+}
+
+/* The batch step's decode attention (tc_attention_decode_batch: one GQA launch and one
+ * merge for all the sequences) at the 27B shape, gated: n = 16 and 64 sequences at
+ * positions 460..600 (mean ~530, as `bench model -p 512`), each with its own cache of
+ * ATT_L layers x ATTB_CTX positions (f16: 1.3 GB for 64 sequences per K and V), the
+ * calls walking the layers like a step; f16 and q8_0; walks 0 (before 2026-12-04), 1 (the
+ * prefetching walk, the default) and 2 (1 with the transposed score sums): tc_set_attn_walk. us per call
+ * (stream, graph) and the graph's K/V bytes read per second against the same run's read
+ * ceiling. Text only; 0 = ok. */
+#define ATTB_CTX 640
+#define ATTB_MAXN 64
+typedef struct attnb_bench {
+    int k, type, n;
+    float *q, *g, *out;
+    tc_attn_seq *dtab;
+    size_t rb;
+} attnb_bench;
+
+static void attnb_call(void *p) {
+    attnb_bench *a = p;
+    tc_attn_bat bt = {.seqs = a->dtab, .kv_index = a->k++ % ATT_L, .k_row = a->rb, .v_row = a->rb,
+                      .qg_stride = 2 * (size_t)QW27, .kv_stride = KVW27, .q_stride = QW27};
+    tc_attention_decode_batch(g_tc, a->q, a->type, a->type, a->g, a->out, a->n, &bt, ATTB_CTX, 24, 4, 256,
+                              1.0f / 16.0f);
+}
+
+static int bench_attn_batch(int reps) {
+    const int types[2] = {TC_KV_F16, TC_KV_Q8_0}, ns[2] = {16, 64};
+    const size_t rbs[2] = {(size_t)KVW27 * 2, (size_t)KVW27 / 32 * 34};
+    const double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 3);
+    printf("\nbatched decode attention at the 27B shape (24 q / 4 kv heads of 256, gate), n sequences at "
+           "positions 460..600, %d layers' caches of %d positions each: us per call, median of %d rounds of "
+           "%d calls; GB/s of K/V rows read (graph), read ceiling %.0f GB/s; ctas/SM: the split rule's target "
+           "(tc_set_attn_batch_ctas)\n%-5s %-5s %-4s %-7s %9s %9s %9s %6s\n",
+           ATT_L, ATTB_CTX, reps, ATT_L, ceil_gbps, "n", "cache", "walk", "ctas/SM", "stream", "graph", "GB/s",
+           "ceil%");
+    int pos[ATTB_MAXN];
+    for (int i = 0; i < ATTB_MAXN; i++) pos[i] = 460 + (i * 53) % 141;
+    int failed = 0;
+    for (int t = 0; t < 2 && !failed; t++) {
+        attnb_bench a;
+        memset(&a, 0, sizeof a);
+        a.type = types[t];
+        a.rb = rbs[t];
+        const size_t bytes = (size_t)ATT_L * ATTB_CTX * a.rb; /* one sequence's K (or V) cache */
+        void *kc[ATTB_MAXN] = {0}, *vc[ATTB_MAXN] = {0};
+        tc_attn_seq tab[ATTB_MAXN];
+        uint8_t *h = malloc(bytes);
+        a.q = ops_dev((size_t)ATTB_MAXN * QW27, 1.0f, 0);
+        a.g = ops_dev((size_t)ATTB_MAXN * QW27, 1.0f, 0);
+        a.out = ops_dev((size_t)ATTB_MAXN * QW27, 1.0f, 0);
+        a.dtab = tc_malloc(g_tc, sizeof tab);
+        int bad = !h || !a.q || !a.g || !a.out || !a.dtab;
+        if (h && types[t] == TC_KV_F16) {
+            uint16_t *hh = (uint16_t *)h;
+            for (size_t i = 0; i < bytes / 2; i++)
+                hh[i] = tern_f32_to_f16((float)((double)(rnd64() >> 11) * 0x1p-53 - 0.5));
+        } else if (h) { /* q8_0 blocks: d in [0.002, 0.006), q in [-127, 127] */
+            for (size_t o = 0; o + 34 <= bytes; o += 34) {
+                uint16_t d = tern_f32_to_f16(0.002f + (float)(rnd64() % 1000) * 4e-6f);
+                memcpy(h + o, &d, 2);
+                for (int i = 0; i < 32; i++) h[o + 2 + i] = (uint8_t)(int8_t)((int)(rnd64() % 255) - 127);
+            }
+        }
+        for (int i = 0; i < ATTB_MAXN && !bad; i++) {
+            kc[i] = tc_malloc(g_tc, bytes);
+            vc[i] = tc_malloc(g_tc, bytes);
+            if (!kc[i] || !vc[i] || tc_upload(g_tc, kc[i], h, bytes) || tc_upload(g_tc, vc[i], h, bytes)) bad = 1;
+            tab[i] = (tc_attn_seq){.kcache = kc[i], .vcache = vc[i], .pos0 = pos[i], .n_ctx = ATTB_CTX};
+        }
+        free(h);
+        if (!bad && tc_upload(g_tc, a.dtab, tab, sizeof tab)) bad = 1;
+        if (bad || tc_sync(g_tc)) {
+            fprintf(stderr, "tern bench: out of device memory for the batched attention caches\n");
+            failed = 1;
+        }
+        /* (walk, CTAs per SM of the split rule; 0 the default, 8) */
+        static const int var[7][2] = {{0, 0}, {1, 0}, {2, 0}, {1, 4}, {1, 16}, {2, 4}, {2, 16}};
+        for (int ni = 0; ni < 2 && !failed; ni++)
+            for (int vi = 0; vi < 7 && !failed; vi++) {
+                double us[2], kv = 0;
+                const int walk = var[vi][0];
+                a.n = ns[ni];
+                for (int i = 0; i < a.n; i++) kv += 2.0 * (double)(pos[i] + 1) * (double)a.rb;
+                tc_set_attn_walk(g_tc, walk);
+                tc_set_attn_batch_ctas(g_tc, var[vi][1]);
+                for (int m = 0; m < 2; m++) {
+                    us[m] = tc_bench_us(g_tc, attnb_call, &a, ATT_L, reps, m);
+                    if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
+                }
+                const double gbps = kv / (us[1] * 1e3);
+                printf("%-5d %-5s %-4d %-7d %9.2f %9.2f %9.1f %6.1f\n", a.n, t ? "q8_0" : "f16", walk,
+                       var[vi][1] ? var[vi][1] : 8,
+                       us[0], us[1], gbps, ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
+            }
+        tc_set_attn_walk(g_tc, -1);
+        tc_set_attn_batch_ctas(g_tc, 0);
+        for (int i = 0; i < ATTB_MAXN; i++) {
+            if (kc[i]) tc_free(g_tc, kc[i], bytes);
+            if (vc[i]) tc_free(g_tc, vc[i], bytes);
+        }
+        if (a.dtab) tc_free(g_tc, a.dtab, sizeof tab);
+        if (a.q) tc_free(g_tc, a.q, (size_t)ATTB_MAXN * QW27 * 4);
+        if (a.g) tc_free(g_tc, a.g, (size_t)ATTB_MAXN * QW27 * 4);
+        if (a.out) tc_free(g_tc, a.out, (size_t)ATTB_MAXN * QW27 * 4);
+    }
+    if (failed) fprintf(stderr, "tern bench: batched decode attention: CUDA error\n");
     return failed;
 }
 
@@ -552,6 +667,7 @@ static int bench_ops(int reps) {
     }
     if (failed) fprintf(stderr, "tern bench: decode ops: CUDA error\n");
     if (!failed) failed = bench_attn_depth(reps);
+    if (!failed) failed = bench_attn_batch(reps);
     return failed;
 }
 

@@ -4,7 +4,9 @@
  * and the plain kernel (tc_set_attn_old(1): the reference and fallback) against float64
  * computed here from the same f16 cache values, at awkward shapes: query rows not a
  * multiple of the 64-row tile, a cache already holding pos0 positions, GQA groups of 1,
- * 4 and 6, sharp and flat softmaxes. Without a CUDA build or device: skipped.
+ * 4 and 6, sharp and flat softmaxes. And the batch step's decode attention
+ * (tc_attention_decode_batch) at the 27B bench's shape against float64. Without a CUDA
+ * build or device: skipped.
  */
 #include "check.h"
 #include "kern_check.h"
@@ -112,6 +114,144 @@ TEST(prefill_attention_vs_f64) {
     }
 }
 
+/* The batch step's decode attention (tc_attention_decode_batch: one launch of the GQA
+ * kernel and one of the merge for all the sequences) at the 27B bench's shape - 24 q / 4 kv
+ * heads of 256, n sequences at positions 400..600, each with its own two-layer cache of
+ * its own n_ctx (layer 1 read) - against float64 softmax attention of the stored cache
+ * values (f16, q8_0), gated and not, with each walk (tc_set_attn_walk 0, 1, 2): each
+ * within 1e-5 of the largest reference value (fp32 sums over <= 601 positions, as
+ * test_cuda_kernels' decode cases), walks 1 and 2 within 2e-5 of walk 0. n 64 and 16:
+ * the bench's batches (5 and 17 splits, the merge with a CTA per head); n 3 and 5: 64
+ * splits (the merge per 32 columns); group sizes 1, 2, 4, 6, 8. */
+static void decode_batch_case(int n, int nh, int nkv, tern_kv_type t, int gated) {
+    const int hd = 256, G = nh / nkv;
+    const size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd, rb = tern_kv_row_bytes(t, kvw);
+    const float scale = 1.0f / sqrtf((float)hd);
+    int *pos = malloc(n * sizeof *pos), *ctx = malloc(n * sizeof *ctx), max_ctx = 0;
+    float *q = malloc(n * qw * 4), *g = malloc(n * qw * 4), *got[3];
+    float **kf = malloc(n * sizeof *kf), **vf = malloc(n * sizeof *vf);
+    void **kc = malloc(n * sizeof *kc), **vc = malloc(n * sizeof *vc);
+    tc_attn_seq *tab = malloc(n * sizeof *tab);
+    double *ref = malloc(n * qw * sizeof *ref), *w = malloc(1024 * sizeof *w), rmax = 0;
+    for (size_t i = 0; i < n * qw; i++) {
+        q[i] = check_rand_normal();
+        g[i] = check_rand_normal();
+    }
+    for (int i = 0; i < n; i++) {
+        pos[i] = 400 + (int)(check_rand_unit() * 201.0); /* 400..600 */
+        if (pos[i] > 600) pos[i] = 600;
+        ctx[i] = i % 3 == 0 ? 1024 : i % 3 == 1 ? 608 : pos[i] + 1 + (i & 7); /* per-sequence layer stride */
+        if (ctx[i] > max_ctx) max_ctx = ctx[i];
+        const size_t np = (size_t)pos[i] + 1;
+        float *f = malloc(np * kvw * 4);
+        uint8_t *b = calloc((size_t)2 * ctx[i], rb);
+        kf[i] = malloc(np * kvw * 4);
+        vf[i] = malloc(np * kvw * 4);
+        for (int kv = 0; kv < 2; kv++) { /* layer 1 of two: rows ctx .. ctx + np */
+            float *dst = kv ? vf[i] : kf[i];
+            for (size_t j = 0; j < np * kvw; j++) f[j] = check_rand_normal() * (kv ? 1.0f : 2.0f);
+            tern_kv_store(t, b + (size_t)ctx[i] * rb, rb, f, kvw, np, kvw);
+            for (size_t p = 0; p < np; p++) tern_kv_load(t, b + ((size_t)ctx[i] + p) * rb, kvw, dst + p * kvw);
+            void *d = tc_malloc(g_tc, (size_t)2 * ctx[i] * rb);
+            CHECK(d && tc_upload(g_tc, d, b, (size_t)2 * ctx[i] * rb) == 0);
+            if (kv) vc[i] = d;
+            else kc[i] = d;
+        }
+        free(f);
+        free(b);
+        tab[i] = (tc_attn_seq){.kcache = kc[i], .vcache = vc[i], .pos0 = pos[i], .n_ctx = ctx[i]};
+        for (int h = 0; h < nh; h++) {
+            const float *qh = q + i * qw + (size_t)h * hd;
+            const int kh = h / G;
+            double mx = -INFINITY, l = 0;
+            for (size_t p = 0; p < np; p++) {
+                double sd = 0;
+                for (int j = 0; j < hd; j++) sd += (double)qh[j] * kf[i][p * kvw + (size_t)kh * hd + j];
+                w[p] = sd * scale;
+                if (w[p] > mx) mx = w[p];
+            }
+            for (size_t p = 0; p < np; p++) l += (w[p] = exp(w[p] - mx));
+            for (int j = 0; j < hd; j++) {
+                double o = 0;
+                for (size_t p = 0; p < np; p++) o += w[p] * vf[i][p * kvw + (size_t)kh * hd + j];
+                o /= l;
+                if (gated) o /= 1 + exp(-(double)g[i * qw + (size_t)h * hd + j]);
+                ref[i * qw + (size_t)h * hd + j] = o;
+                if (fabs(o) > rmax) rmax = fabs(o);
+            }
+        }
+    }
+    tc_attn_seq *dtab = tc_malloc(g_tc, n * sizeof *tab);
+    float *dq = tc_malloc(g_tc, n * qw * 4), *dg = tc_malloc(g_tc, n * qw * 4), *dout = tc_malloc(g_tc, n * qw * 4);
+    CHECK(dtab && dq && dg && dout);
+    CHECK(tc_upload(g_tc, dtab, tab, n * sizeof *tab) == 0);
+    CHECK(tc_upload(g_tc, dq, q, n * qw * 4) == 0);
+    CHECK(tc_upload(g_tc, dg, g, n * qw * 4) == 0);
+    CHECK(tc_attention_decode_batch_ok(g_tc, (int)t, (int)t, max_ctx, nh, nkv, hd));
+    tc_attn_bat bt = {.seqs = dtab, .kv_index = 1, .k_row = rb, .v_row = rb, .qg_stride = 2 * qw, .kv_stride = kvw,
+                      .q_stride = qw};
+    for (int walk = 0; walk < 3; walk++) {
+        tc_set_attn_walk(g_tc, walk);
+        CHECK_EQ_INT(tc_attn_walk(g_tc), walk);
+        got[walk] = malloc(n * qw * 4);
+        memset(got[walk], 0xff, n * qw * 4); /* NaN: outputs not written show */
+        CHECK(tc_upload(g_tc, dout, got[walk], n * qw * 4) == 0);
+        tc_launches_reset(g_tc);
+        tc_attention_decode_batch(g_tc, dq, (int)t, (int)t, gated ? dg : NULL, dout, n, &bt, max_ctx, nh, nkv, hd,
+                                  scale);
+        CHECK_MSG(tc_sync(g_tc) == 0, "decode batch n %d type %d walk %d: CUDA error", n, (int)t, walk);
+        CHECK_EQ_INT((int)tc_launches(g_tc), 2); /* the GQA kernel and the merge, for all n */
+        CHECK(tc_download(g_tc, got[walk], dout, n * qw * 4) == 0);
+        double md = 0, mw = 0;
+        for (size_t i = 0; i < n * qw; i++) {
+            double d = fabs((double)got[walk][i] - ref[i]), d0 = fabs((double)got[walk][i] - got[0][i]);
+            if (!(d0 <= mw)) mw = isnan(d0) ? INFINITY : d0;
+            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        }
+        CHECK_MSG(md <= 1e-5 * rmax, "decode batch n %d heads %d:%d type %d gated %d walk %d: max|diff| %g of %g", n,
+                  nh, nkv, (int)t, gated, walk, md, rmax);
+        CHECK_MSG(mw <= 2e-5 * rmax, "decode batch n %d heads %d:%d type %d gated %d: walk %d vs 0 max|diff| %g", n,
+                  nh, nkv, (int)t, gated, walk, mw);
+        fprintf(stderr, "  decode batch n %2d heads %2d:%d %s gated %d walk %d: max|diff| %.2e, vs walk 0 %.2e "
+                "(largest %.2f)\n", n, nh, nkv, t == TERN_KV_F16 ? "f16 " : "q8_0", gated, walk, md, mw, rmax);
+    }
+    tc_set_attn_walk(g_tc, -1);
+    CHECK_EQ_INT(tc_attn_walk(g_tc), 1); /* the default */
+    for (int i = 0; i < n; i++) {
+        tc_free(g_tc, kc[i], (size_t)2 * ctx[i] * rb);
+        tc_free(g_tc, vc[i], (size_t)2 * ctx[i] * rb);
+        free(kf[i]);
+        free(vf[i]);
+    }
+    tc_free(g_tc, dtab, n * sizeof *tab);
+    tc_free(g_tc, dq, n * qw * 4);
+    tc_free(g_tc, dg, n * qw * 4);
+    tc_free(g_tc, dout, n * qw * 4);
+    free(pos); free(ctx); free(q); free(g); free(got[0]); free(got[1]); free(got[2]); free(kf); free(vf); free(kc); free(vc);
+    free(tab); free(ref); free(w);
+}
+
+TEST(decode_batch_vs_f64) {
+    NEED_GPU();
+    decode_batch_case(64, 24, 4, TERN_KV_F16, 1);
+    decode_batch_case(64, 24, 4, TERN_KV_Q8_0, 1);
+    decode_batch_case(16, 24, 4, TERN_KV_F16, 0);
+    decode_batch_case(16, 24, 4, TERN_KV_Q8_0, 1);
+    decode_batch_case(3, 24, 4, TERN_KV_F16, 1);
+    decode_batch_case(3, 24, 4, TERN_KV_Q8_0, 0);
+    /* the other group sizes (walk 2's slot counts 2, 4, 8, 16) */
+    decode_batch_case(5, 4, 4, TERN_KV_F16, 1);
+    decode_batch_case(5, 8, 4, TERN_KV_Q8_0, 0);
+    decode_batch_case(5, 8, 2, TERN_KV_F16, 0);
+    decode_batch_case(5, 16, 2, TERN_KV_Q8_0, 1);
+    /* the split rule's other targets (tc_set_attn_batch_ctas): 3 splits at n 64, 33 at n 16 */
+    tc_set_attn_batch_ctas(g_tc, 4);
+    decode_batch_case(64, 24, 4, TERN_KV_F16, 0);
+    tc_set_attn_batch_ctas(g_tc, 16);
+    decode_batch_case(16, 24, 4, TERN_KV_F16, 1);
+    tc_set_attn_batch_ctas(g_tc, 0);
+}
+
 int main(void) {
     check_seed();
     if (tc_device_count() > 0 && tc_ctx_new(0, &g_tc) == 0) {
@@ -121,6 +261,7 @@ int main(void) {
         fprintf(stderr, "SKIP: no CUDA device\n");
     }
     RUN(prefill_attention_vs_f64);
+    RUN(decode_batch_vs_f64);
     if (g_tc) tc_ctx_free(g_tc);
     return check_summary();
 }

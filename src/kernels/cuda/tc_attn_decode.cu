@@ -177,17 +177,205 @@ template <> struct ag_row<att_q8> {
 
 template <typename T> struct ag_unroll { static constexpr int u = 4; };
 template <> struct ag_unroll<float> { static constexpr int u = 2; };
+/* The prefetching walks (walk 1 the default since 2026-12-04): U positions per step while
+ * the next step's rows are loading (two register sets of rows, so half the old step). */
+template <typename T> struct ag_unroll_pf { static constexpr int u = 2; };
+template <> struct ag_unroll_pf<float> { static constexpr int u = 1; };
+/* CTAs per SM the prefetching kernel is compiled for (its register cap, 65,536 / (128 n)):
+ * the old kernel took 186-226 registers at GC 6 (2 CTAs, 8 warps per SM: too few loads
+ * in flight for the batch step's ~1,300 CTAs); ptxas -v: 168 at GC 6 without spills
+ * (q8_0 unbatched: 20 bytes), GC 8 at 3 CTAs spilled 100-312 bytes */
+template <typename T, int GC> struct ag_minb { static constexpr int n = GC >= 8 ? 2 : GC <= 4 ? 4 : 3; };
+template <int GC> struct ag_minb<att_q8, GC> { static constexpr int n = GC >= 8 ? 2 : 3; };
+
+/* Rows of positions pb .. pb + U - 1 of the lane's AG_VEC columns (zeros past p1). */
+template <typename T, int U>
+__device__ __forceinline__ void ag_load(ag_row<T> (&kr)[U], ag_row<T> (&vr)[U], const T *__restrict__ kc,
+                                        const T *__restrict__ vc, int pb, int p1, size_t kvw, size_t col) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (pb + u < p1) {
+            const size_t i = (size_t)(pb + u) * kvw + col;
+            kr[u].load(kc, i);
+            vr[u].load(vc, i);
+        } else {
+            kr[u].zero();
+            vr[u].zero();
+        }
+    }
+}
+
+/* The loaded rows of positions pb .. pb + U - 1 (< p1) folded into the walker's states:
+ * scores (the lane group's partial dot products summed by shuffles: every lane of the
+ * warp calls it), the running max, the weighted V. */
+template <typename T, int GC, int U>
+__device__ __forceinline__ void ag_fold(const ag_row<T> (&kr)[U], const ag_row<T> (&vr)[U], int pb, int p1,
+                                        int lpr, float scale, const float (&qr)[GC][AG_VEC],
+                                        float (&acc)[GC][AG_VEC], float (&m)[GC], float (&l)[GC]) {
+    float s[U][GC];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float f[AG_VEC];
+        kr[u].get(f);
+        const float kd = kr[u].d();
+#pragma unroll
+        for (int g = 0; g < GC; g++) {
+            float t = 0.0f;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) t = fmaf(qr[g][e], f[e], t);
+            s[u][g] = ag_row<T>::scaled ? t * kd : t;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int g = 0; g < GC; g++)
+            for (int o = lpr >> 1; o > 0; o >>= 1)
+                s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+    if (pb < p1) { /* lane-group-uniform; position pb is real, so the max is finite */
+#pragma unroll
+        for (int g = 0; g < GC; g++) {
+            float mt = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                s[u][g] = pb + u < p1 ? s[u][g] * scale : -INFINITY;
+                mt = fmaxf(mt, s[u][g]);
+            }
+            if (mt > m[g]) {
+                const float c = expf(m[g] - mt); /* 0 on the first step (m = -inf) */
+                l[g] *= c;
+#pragma unroll
+                for (int e = 0; e < AG_VEC; e++) acc[g][e] *= c;
+                m[g] = mt;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float f[AG_VEC];
+            vr[u].get(f);
+            const float vd = vr[u].d();
+#pragma unroll
+            for (int g = 0; g < GC; g++) {
+                const float p = expf(s[u][g] - m[g]); /* 0 for positions past p1 */
+                l[g] += p;
+                const float pv = ag_row<T>::scaled ? p * vd : p;
+#pragma unroll
+                for (int e = 0; e < AG_VEC; e++) acc[g][e] = fmaf(pv, f[e], acc[g][e]);
+            }
+        }
+    }
+}
+
+/* Walk 2 (hd 256: a row of a head is the whole warp, 32 lanes x 8 values): the same
+ * fold for U = 2 positions with the scores summed by a transposing butterfly - the 2 GC
+ * partial dot products (slot k = u GC + g, padded to P = 2^LG slots) halved across the
+ * lanes at each of the first LG levels (lanes with bit 4 - lev set keep the upper half of
+ * the slots and send the lower), so lane l ends with the whole sum of slot l >> (5 - LG):
+ * P - 1 + 5 - LG shuffles instead of 5 per slot (16 instead of 60 at GC 6). The lane
+ * of slot (u, g) then does that score's softmax step alone (two expf instead of 2 GC + GC),
+ * and every lane takes the weights, the rescale factor and the new max of each head from
+ * the lanes of its slots (4 GC shuffles). Same arithmetic as ag_fold but the dot products'
+ * summation order. */
+template <int P> struct ag_lg { static constexpr int v = 1 + ag_lg<P / 2>::v; };
+template <> struct ag_lg<1> { static constexpr int v = 0; };
+template <int GC> struct ag_slots { static constexpr int p = 2 * GC <= 2 ? 2 : 2 * GC <= 4 ? 4 : 2 * GC <= 8 ? 8 : 16; };
+
+/* t[P] partial sums per lane -> the total over the warp of slot lane >> (5 - LG). */
+template <int P>
+__device__ __forceinline__ float ag_transpose_sum(float (&t)[P], int lane) {
+    constexpr int LG = ag_lg<P>::v;
+#pragma unroll
+    for (int lev = 0; lev < LG; lev++) {
+        const int o = 16 >> lev, half = P >> (lev + 1);
+        const bool hi = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < half; i++) {
+            const float send = hi ? t[i] : t[i + half];
+            const float keep = hi ? t[i + half] : t[i];
+            t[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float r = t[0];
+#pragma unroll
+    for (int o = 16 >> LG; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    return r;
+}
+
+template <typename T, int GC>
+__device__ __forceinline__ void ag_fold2(const ag_row<T> (&kr)[2], const ag_row<T> (&vr)[2], int pb, int p1,
+                                         float scale, const float (&qr)[GC][AG_VEC], float (&acc)[GC][AG_VEC],
+                                         float (&m)[GC], float (&l)[GC], int lane) {
+    constexpr int P = ag_slots<GC>::p, SH = 5 - ag_lg<P>::v;
+    float t[P];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float f[AG_VEC];
+        kr[u].get(f);
+        const float kd = kr[u].d();
+#pragma unroll
+        for (int g = 0; g < GC; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) d = fmaf(qr[g][e], f[e], d);
+            t[u * GC + g] = ag_row<T>::scaled ? d * kd : d;
+        }
+    }
+#pragma unroll
+    for (int k = 2 * GC; k < P; k++) t[k] = 0.0f;
+    const float sum = ag_transpose_sum<P>(t, lane);
+    if (pb >= p1) return; /* warp-uniform (one walker per warp) */
+    const int k = lane >> SH, u = k >= GC ? 1 : 0, g = k - u * GC; /* this lane's slot; k >= 2 GC: padding */
+    const bool real = k < 2 * GC && pb + u < p1;
+    const float sc = real ? sum * scale : -INFINITY;
+    const int kp = u ? k - GC : k + GC; /* the slot of the other position, same head */
+    const float so = __shfl_sync(0xffffffffu, sc, (kp << SH) & 31);
+    float mg = m[0];
+#pragma unroll
+    for (int gg = 1; gg < GC; gg++)
+        if (g == gg) mg = m[gg];
+    const float mn = fmaxf(mg, fmaxf(sc, so)); /* finite on real slots: position pb is real */
+    const float c = expf(mg - mn);             /* 0 on the first step (m = -inf) */
+    const float pw = expf(sc - mn);            /* 0 for a position past p1 */
+#pragma unroll
+    for (int gg = 0; gg < GC; gg++) {
+        const float cg = __shfl_sync(0xffffffffu, c, gg << SH);
+        const float mng = __shfl_sync(0xffffffffu, mn, gg << SH);
+        if (mng > m[gg]) {
+            l[gg] *= cg;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) acc[gg][e] *= cg;
+            m[gg] = mng;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float f[AG_VEC];
+        vr[u].get(f);
+        const float vd = vr[u].d();
+#pragma unroll
+        for (int gg = 0; gg < GC; gg++) {
+            const float p = __shfl_sync(0xffffffffu, pw, (u * GC + gg) << SH);
+            l[gg] += p;
+            const float pv = ag_row<T>::scaled ? p * vd : p;
+#pragma unroll
+            for (int e = 0; e < AG_VEC; e++) acc[gg][e] = fmaf(pv, f[e], acc[gg][e]);
+        }
+    }
+}
 
 /* part[(h * splits + split) * (hd + 2)]: M, L, acc[hd] (unnormalised), as k_attn_split. */
 /* B: sequence blockIdx.z of a batch (bt): its position and caches from the device
  * table, its q and partials at the batch strides (B false: bt unused, the code as it
- * was). */
-template <typename T, int GC, bool B>
-__global__ void __launch_bounds__(AG_WARPS * 32) k_attn_gqa(const float *__restrict__ q,
+ * was). WALK (tc_set_attn_walk): 1 the prefetching walk (ag_unroll_pf positions per
+ * step, the next step's rows loaded before this step's arithmetic; compiled for ag_minb
+ * CTAs per SM); 2 the same with ag_fold2 (hd 256 only); 0 the walk before 2026-12-04. */
+template <typename T, int GC, bool B, int WALK>
+__global__ void __launch_bounds__(AG_WARPS * 32, WALK ? ag_minb<T, GC>::n : 1) k_attn_gqa(const float *__restrict__ q,
         const T *__restrict__ kc, const T *__restrict__ vc, float *__restrict__ part, int pos0,
         const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch,
         const tc_attn_bat bt) {
-    constexpr int U = ag_unroll<T>::u;
+    constexpr bool PF = WALK > 0;
+    constexpr int U = WALK == 2 ? 2 : PF ? ag_unroll_pf<T>::u : ag_unroll<T>::u;
     constexpr int NWALK_MAX = AG_WARPS * 32 / 4; /* hd >= 32: at least 4 lanes per row */
     __shared__ float s_acc[GC][AG_WARPS * 32 * AG_VEC];
     __shared__ float s_m[GC][NWALK_MAX], s_l[GC][NWALK_MAX];
@@ -230,73 +418,28 @@ __global__ void __launch_bounds__(AG_WARPS * 32) k_attn_gqa(const float *__restr
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    /* warp-uniform trip count (the shuffles below need every lane); a walker whose
-     * first position is past p1 only shuffles */
-    for (int pw = p0 + warp * rpw * U; pw < p1; pw += nwalk * U) {
-        const int pb = pw + lg * U;
+    /* warp-uniform trip count (the shuffles need every lane); a walker whose first
+     * position is past p1 only shuffles */
+    if (PF) {
+        int pw = p0 + warp * rpw * U;
         ag_row<T> kr[U], vr[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (pb + u < p1) {
-                const size_t i = (size_t)(pb + u) * kvw + col;
-                kr[u].load(kc, i);
-                vr[u].load(vc, i);
-            } else {
-                kr[u].zero();
-                vr[u].zero();
-            }
-        }
-        float s[U][GC];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            float f[AG_VEC];
-            kr[u].get(f);
-            const float kd = kr[u].d();
-#pragma unroll
-            for (int g = 0; g < GC; g++) {
-                float t = 0.0f;
-#pragma unroll
-                for (int e = 0; e < AG_VEC; e++) t = fmaf(qr[g][e], f[e], t);
-                s[u][g] = ag_row<T>::scaled ? t * kd : t;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int g = 0; g < GC; g++)
-                for (int o = lpr >> 1; o > 0; o >>= 1)
-                    s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
-        if (pb < p1) { /* lane-group-uniform; position pb is real, so the max is finite */
-#pragma unroll
-            for (int g = 0; g < GC; g++) {
-                float mt = -INFINITY;
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    s[u][g] = pb + u < p1 ? s[u][g] * scale : -INFINITY;
-                    mt = fmaxf(mt, s[u][g]);
-                }
-                if (mt > m[g]) {
-                    const float c = expf(m[g] - mt); /* 0 on the first step (m = -inf) */
-                    l[g] *= c;
-#pragma unroll
-                    for (int e = 0; e < AG_VEC; e++) acc[g][e] *= c;
-                    m[g] = mt;
-                }
-            }
+        ag_load<T, U>(kr, vr, kc, vc, pw + lg * U, p1, kvw, col);
+        for (; pw < p1; pw += nwalk * U) {
+            ag_row<T> kn[U], vn[U];
+            ag_load<T, U>(kn, vn, kc, vc, pw + nwalk * U + lg * U, p1, kvw, col); /* the next step's */
+            if constexpr (WALK == 2) ag_fold2<T, GC>(kr, vr, pw + lg * U, p1, scale, qr, acc, m, l, lane);
+            else ag_fold<T, GC, U>(kr, vr, pw + lg * U, p1, lpr, scale, qr, acc, m, l);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float f[AG_VEC];
-                vr[u].get(f);
-                const float vd = vr[u].d();
-#pragma unroll
-                for (int g = 0; g < GC; g++) {
-                    const float p = expf(s[u][g] - m[g]); /* 0 for positions past p1 */
-                    l[g] += p;
-                    const float pv = ag_row<T>::scaled ? p * vd : p;
-#pragma unroll
-                    for (int e = 0; e < AG_VEC; e++) acc[g][e] = fmaf(pv, f[e], acc[g][e]);
-                }
+                kr[u] = kn[u];
+                vr[u] = vn[u];
             }
+        }
+    } else {
+        for (int pw = p0 + warp * rpw * U; pw < p1; pw += nwalk * U) {
+            ag_row<T> kr[U], vr[U];
+            ag_load<T, U>(kr, vr, kc, vc, pw + lg * U, p1, kvw, col);
+            ag_fold<T, GC, U>(kr, vr, pw + lg * U, p1, lpr, scale, qr, acc, m, l);
         }
     }
     /* the walkers' states merged: value e of lane li of walker w sits at
@@ -412,9 +555,66 @@ __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float
     }
 }
 
+/* The merge of k_attn_gqa_merge with one CTA per query head (all its hd <= 256 columns,
+ * thread j column j) for at most AG_MERGE_H_SPLITS splits: the splits' (M, L) in the
+ * lanes of every warp, the same operations in the same order as k_attn_gqa_merge (M the
+ * exact max; L the warp's butterfly sum of L_s w_s; column j's 8 partial sums over
+ * s = r, r + 8, ... added in order r = 0..7), so the same bits with 1/8 of its CTAs
+ * (a batch-64 step of the 27B: 1,536 CTAs instead of 12,288). */
+#define AG_MERGE_H_SPLITS 32
+template <bool B>
+__global__ void __launch_bounds__(256) k_attn_gqa_merge_h(const float *__restrict__ part,
+        const float *__restrict__ gate, float *__restrict__ out, int pos0,
+        const int *__restrict__ dpos, int hd, int splits, const tc_attn_bat bt) {
+    constexpr int NW = AG_MERGE_THREADS / 32; /* k_attn_gqa_merge's warps: its sum order */
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    if (B) {
+        pos0 = bt.seqs[blockIdx.z].pos0;
+        part += (size_t)blockIdx.z * bt.part_stride;
+        if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
+        out += (size_t)blockIdx.z * bt.q_stride;
+    } else if (dpos) {
+        pos0 = *dpos;
+    }
+    const int np = pos0 + 1, span = ag_span(np, splits);
+    const int used = min(splits, (np + span - 1) / span); /* <= AG_MERGE_H_SPLITS */
+    const int h = blockIdx.x, j = threadIdx.x, lane = threadIdx.x & 31;
+    const size_t st = (size_t)hd + 2;
+    const float *pp = part + (size_t)h * splits * st;
+    float ms = -INFINITY, ls = 0.0f;
+    if (lane < used) {
+        ms = pp[lane * st];
+        ls = pp[lane * st + 1];
+    }
+    const float M = tc_warp_max(ls > 0 ? ms : -INFINITY);
+    const float w = ls > 0 ? expf(ms - M) : 0.0f;
+    float lw = 0.0f;
+    lw += ls * w;
+    const float L = tc_warp_sum(lw);
+    if (j >= hd) return; /* warp-uniform: hd is a multiple of 32 */
+    float t = 0.0f;
+#pragma unroll
+    for (int r = 0; r < NW; r++) {
+        float v = 0.0f;
+        for (int s = r; s < used; s += NW) {
+            const float ws = __shfl_sync(0xffffffffu, w, s);
+            if (ws != 0.0f) v += pp[s * st + 2 + j] * ws;
+        }
+        t += v;
+    }
+    t /= L;
+    if (gate) t *= tc_sigmoid(gate[(size_t)h * hd + j]);
+    out[(size_t)h * hd + j] = t;
+}
+
 /* tc_set_attn_old: the old kernels as the oracle (tests, benches); per context */
 extern "C" int tc_attn_old(tc_ctx *cx) { return cx->attn_old; }
 extern "C" void tc_set_attn_old(tc_ctx *cx, int old) { cx->attn_old = old > 0; }
+/* tc_set_attn_walk: the GQA kernels' walk (A/B; -1 the default, AG_WALK_DEFAULT) */
+#define AG_WALK_DEFAULT 1
+extern "C" int tc_attn_walk(tc_ctx *cx) { return cx->attn_walk ? cx->attn_walk - 1 : AG_WALK_DEFAULT; }
+extern "C" void tc_set_attn_walk(tc_ctx *cx, int walk) { cx->attn_walk = walk >= 0 && walk <= 2 ? walk + 1 : 0; }
 
 /* The GQA kernel's shape: query heads per CTA (*gc, its template size *GC) and chunks
  * per group (*hch), the splits. 0 when it does not take the call (the old kernels do). */
@@ -484,12 +684,12 @@ extern "C" int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void
                            &splits);
 }
 
-template <typename T, bool B>
+template <typename T, bool B, int WALK>
 static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                       float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
                       int hch, const tc_attn_bat &bt) {
 #define AG_L(n)                                                                                      \
-    tc_launch(k_attn_gqa<T, n, B>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
+    tc_launch(k_attn_gqa<T, n, B, WALK>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
               part, pos0, B ? (const int *)NULL : tc_cur->dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
     switch (GC) {
     case 1: AG_L(1); break;
@@ -501,21 +701,37 @@ static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const v
 #undef AG_L
 }
 
-/* The GQA kernel and its merge over n sequences (B: blockIdx.z, bt; else n = 1). */
+template <typename T, bool B>
+static void ag_launch_walk(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
+                           float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
+                           int hch, const tc_attn_bat &bt) {
+    const int w = tc_attn_walk(tc_cur);
+    if (w == 0) ag_launch<T, B, 0>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    else if (w == 2 && hd == 256 && !std::is_same<T, float>::value) ag_launch<T, B, 2>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    else ag_launch<T, B, 1>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+}
+
+/* The GQA kernel and its merge over n sequences (B: blockIdx.z, bt; else n = 1). The
+ * merge: one CTA per query head for <= AG_MERGE_H_SPLITS splits (the same bits), else
+ * (and with walk 0, tc_set_attn_walk) one per 32 columns of it. */
 template <bool B>
 static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *q, const void *kcache,
                    const void *vcache, const float *gate, float *out, float *part, int pos0, int n_head,
                    int n_head_kv, int head_dim, float scale, const tc_attn_bat &bt) {
     const dim3 grid((unsigned)(n_head_kv * hch), (unsigned)splits, (unsigned)n);
     switch (k_type) {
-    case TC_KV_F32: ag_launch<float, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
-    case TC_KV_F16: ag_launch<__half, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
-    case TC_KV_BF16: ag_launch<__nv_bfloat16, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
-    default: ag_launch<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    case TC_KV_F32: ag_launch_walk<float, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    case TC_KV_F16: ag_launch_walk<__half, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    case TC_KV_BF16: ag_launch_walk<__nv_bfloat16, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
+    default: ag_launch_walk<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
     }
-    tc_launch(k_attn_gqa_merge<B>, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32), (unsigned)n),
-              dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, B ? (const int *)NULL : tc_cur->dyn_pos,
-              head_dim, splits, bt);
+    const int *dp = B ? (const int *)NULL : tc_cur->dyn_pos;
+    if (tc_attn_walk(tc_cur) && splits <= AG_MERGE_H_SPLITS)
+        tc_launch(k_attn_gqa_merge_h<B>, dim3((unsigned)n_head, 1u, (unsigned)n),
+                  dim3((unsigned)((head_dim + 31) / 32 * 32)), 0, 1, part, gate, out, pos0, dp, head_dim, splits, bt);
+    else
+        tc_launch(k_attn_gqa_merge<B>, dim3((unsigned)n_head, (unsigned)((head_dim + 31) / 32), (unsigned)n),
+                  dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, dp, head_dim, splits, bt);
 }
 
 extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
@@ -542,6 +758,10 @@ extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcac
     ag_run<false>(k_type, GC, hch, splits, 1, q, kcache, vcache, gate, out, part, pos0, n_head, n_head_kv,
                   head_dim, scale, tc_attn_bat{});
 }
+
+/* The CTAs per SM the batch step's split rule aims at (tc_set_attn_batch_ctas for the A/B). */
+#define AG_BAT_CTAS_PER_SM 8
+extern "C" void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm) { cx->attn_bat_ctas = per_sm > 0 ? per_sm : 0; }
 
 /* The batch's caches are in the device table: the caller checks their alignment
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
@@ -588,7 +808,8 @@ extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type
      * and the merge alike, so any split count is exact. */
     {
         const long long ctas = (long long)n_head_kv * hch * n;
-        long long sb = (8LL * tc_sm_count() + ctas - 1) / ctas;
+        const long long per_sm = tc_cur->attn_bat_ctas > 0 ? tc_cur->attn_bat_ctas : AG_BAT_CTAS_PER_SM;
+        long long sb = (per_sm * tc_sm_count() + ctas - 1) / ctas;
         if (sb < 1) sb = 1;
         if (sb < splits) splits = (int)sb;
     }
