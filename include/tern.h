@@ -316,7 +316,7 @@ TERN_API tern_status tern_backend_describe(int i, const char **name, bool *compi
 TERN_API const tern_model_info *tern_model_get_info(const tern_model *m);
 /* How many sessions one tern_session_eval_batch() call should advance on this
  * model's back-end (a server's decode group): 5 on the CPU (the largest batch that
- * stays bit-identical to stepping alone), 16 on CUDA; 1 for NULL. */
+ * stays bit-identical to stepping alone), 64 on CUDA; 1 for NULL. */
 TERN_API int tern_model_batch_hint(const tern_model *m);
 /* The model file's metadata (GGUF key/value pairs; an MLX pack has none), e.g. the
  * recommended sampling of llama.cpp's general.sampling.* keys. TERN_ERR_NOT_FOUND

@@ -33,7 +33,8 @@
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
 #                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
 #              verify: bench model --verify-k 8 on VERIFY_PRESETS (ternary-bonsai-27b) -> in gpu-check.log
-#              (servebench: SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags)
+#              (servebench: SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags;
+#               SB_BATCHES=none skips the levels, SB_BG_BASE= (empty) skips the run without the long prompt)
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
 #                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json
@@ -269,6 +270,7 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
   m=$W/${SB_PRESET:-ternary-bonsai-27b}.gguf
   [ -s $m ] || $B/tern synth --preset ${SB_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
   for db in ${SB_BATCHES:-0 64}; do
+    [ "$db" = none ] && continue  # SB_BATCHES=none: only the background-prompt runs
     $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db ${SB_SERVE_ARGS:-} --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
     for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18090/health')" 2>/dev/null && break; sleep 0.5; done
     timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
@@ -282,7 +284,7 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
   if [ -n "${SB_BG:-}" ]; then # the decoding streams' ITL with and without a concurrent SB_BG-token prompt
     $B/tern serve -m $m --device cuda --port 18091 --parallel 64 --ctx $((SB_BG + 1024)) ${SB_SERVE_ARGS:-} --quiet > $W/sb-bg-serve.log 2>&1 & sp=$!
     for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18091/health')" 2>/dev/null && break; sleep 0.5; done
-    for bg in 0 $SB_BG; do
+    for bg in ${SB_BG_BASE-0} $SB_BG; do
       timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18091 --label "tern cuda, background prompt $bg" \
         --concurrency ${SB_BG_LEVEL:-8} --num-requests 1x --input-len 512 --output-len ${SB_OUT:-128} --background-prompt $bg \
         --json-out $OUT/servebench-bg$bg.json > $W/sb-bg$bg.txt 2>&1; rc=$?

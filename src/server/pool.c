@@ -17,7 +17,6 @@ struct srv_pool {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned long gen;              /* bumped per run */
-    bool quit;
     void (*fn)(void *ctx, int i);
     void *ctx;
     int n;
@@ -34,9 +33,9 @@ static void *worker(void *u) {
     unsigned long seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
-        if (p->quit) break;
+        while (p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
         seen = p->gen;
+        if (!p->fn) break;          /* srv_pool_free */
         pthread_mutex_unlock(&p->mu);
         take(p);
         pthread_mutex_lock(&p->mu);
@@ -44,6 +43,19 @@ static void *worker(void *u) {
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Hand the workers a new run (fn NULL: leave). */
+static void wake(srv_pool *p, void (*fn)(void *ctx, int i), void *ctx, int n) {
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    p->busy = p->n_threads;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
 }
 
 srv_pool *srv_pool_new(int threads) {
@@ -69,15 +81,7 @@ void srv_pool_run(srv_pool *p, int n, void (*fn)(void *ctx, int i), void *ctx) {
         for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->busy = p->n_threads;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
+    wake(p, fn, ctx, n);
     take(p);
     pthread_mutex_lock(&p->mu);
     while (p->busy) pthread_cond_wait(&p->done, &p->mu);
@@ -86,14 +90,11 @@ void srv_pool_run(srv_pool *p, int n, void (*fn)(void *ctx, int i), void *ctx) {
 
 void srv_pool_free(srv_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->quit = true;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
+    if (p->n_threads) wake(p, NULL, NULL, 0);
     for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
     free(p->th);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->go);
+    pthread_mutex_destroy(&p->mu);
     free(p);
 }

@@ -339,6 +339,7 @@ typedef struct cu_sess {
     void *act_buf;    /* the quantised activation of one site, shared by the matmuls
                        * reading it: tc_act_bytes(n_chunk, k) for the widest matmul input k */
     size_t act_bytes;
+    bool pinned;      /* the session's host logits are page-locked (tc_host_pin) */
 } cu_sess;
 
 static tern_status cu_session_init(tm_backend *be, tern_session *s) {
@@ -372,6 +373,9 @@ static tern_status cu_session_init(tm_backend *be, tern_session *s) {
         return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the attention workspace (n_ctx %d)", s->n_ctx);
     if (tc_ctx_reserve_ids(tcc, (size_t)s->n_chunk))
         return tern_fail(TERN_ERR_NOMEM, "CUDA: out of pinned host memory for %d token ids", s->n_chunk);
+    /* the host logits page-locked: every step's row comes home by DMA (a batch step's rows
+     * straight into each session's logits: cu_head) */
+    cs->pinned = s->logits && !tc_host_pin(tcc, s->logits, (size_t)hp->n_vocab * sizeof(float));
     return TERN_OK;
 }
 
@@ -382,6 +386,7 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
     if (!cs) return;
     cu_graph_free(tcc, cs->graph);
     if (cs->act_buf) tc_free(tcc, cs->act_buf, cs->act_bytes);
+    if (cs->pinned) tc_host_unpin(tcc, s->logits);
     free(cs);
     s->be_state = NULL;
 }
@@ -697,6 +702,15 @@ static tern_status cu_head(cuda_backend *c, const tm_step *st, const tm_plan_op 
         return tm_be_download(be, w->logits, w->dlogits, V * sizeof(float));
     }
     CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, true));
+    enum { ROWS_DIRECT = 512 };
+    if (st->rows_out == w->blogits && st->R == 1 && st->n_seq == st->T && st->n_seq <= ROWS_DIRECT) {
+        /* a batch step whose rows nobody asked for: each row straight into its session's
+         * (page-locked) logits, no pass through the rows buffer (64 rows of 248,320 floats
+         * are 64 MB a step) */
+        float *dst[ROWS_DIRECT];
+        for (int i = 0; i < st->n_seq; i++) dst[i] = st->ss[i]->logits;
+        return cu_status(tc_download_rows(tcx(be), dst, w->dlogits, V, st->n_seq), "download");
+    }
     tern_status s = tm_be_download(be, st->rows_out, w->dlogits, (size_t)st->T * V * sizeof(float));
     for (int i = 0; i < st->n_seq && !s; i++)
         memcpy(st->ss[i]->logits, st->rows_out + (size_t)(i + st->R - 1) * V, V * sizeof(float));

@@ -82,6 +82,12 @@ void *tc_malloc(tc_ctx *cx, size_t n);          /* device memory (zeroed); NULL 
 void tc_free(tc_ctx *cx, void *p, size_t n);   /* n: the size given to tc_malloc */
 int tc_upload(tc_ctx *cx, void *dst, const void *src_host, size_t n);
 int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n);
+/* n rows of row_floats floats, src row i into dst_host[i], then one wait for the stream. */
+int tc_download_rows(tc_ctx *cx, float *const *dst_host, const float *src, size_t row_floats, int n);
+/* Page-lock host memory so copies into it are direct DMA (cudaHostRegister); nonzero when the
+ * driver refuses (the memory then stays pageable: copies still work, staged). */
+int tc_host_pin(tc_ctx *cx, void *p, size_t n);
+void tc_host_unpin(tc_ctx *cx, void *p);
 int tc_zero(tc_ctx *cx, void *p, size_t n);
 int tc_copy(tc_ctx *cx, void *dst, const void *src, size_t n); /* device to device, queued on the stream */
 int tc_sync(tc_ctx *cx);                  /* waits for the stream; first error since the last sync */

@@ -174,6 +174,30 @@ extern "C" int tc_download(tc_ctx *cx, void *dst_host, const void *src, size_t n
     return e;
 }
 
+extern "C" int tc_download_rows(tc_ctx *cx, float *const *dst_host, const float *src, size_t row_floats, int n) {
+    if (n <= 0 || !row_floats) return 0;
+    TC_CTX(cx);
+    int e = 0;
+    for (int i = 0; i < n && !e; i++)
+        e = (int)cudaMemcpyAsync(dst_host[i], src + (size_t)i * row_floats, row_floats * sizeof(float),
+                                 cudaMemcpyDeviceToHost, tc_cur->stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_cur->stream);
+    tc_note(e);
+    return e;
+}
+
+extern "C" int tc_host_pin(tc_ctx *cx, void *p, size_t n) {
+    TC_CTX(cx);
+    int e = (int)cudaHostRegister(p, n, cudaHostRegisterDefault);
+    if (e) (void)cudaGetLastError(); /* not fatal: the memory stays pageable */
+    return e;
+}
+
+extern "C" void tc_host_unpin(tc_ctx *cx, void *p) {
+    TC_CTX(cx);
+    if (cudaHostUnregister(p)) (void)cudaGetLastError();
+}
+
 extern "C" int tc_zero(tc_ctx *cx, void *p, size_t n) {
     if (!n) return 0;
     TC_CTX(cx);
