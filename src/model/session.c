@@ -505,9 +505,13 @@ tern_status tm_session_run(tern_session *s, const int32_t *tokens, size_t n, flo
     for (size_t i = 0; i < n && !st;) {
         int c = one ? 1 : (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
         float *o = out ? out + i * W : NULL;
+        /* exact one at a time: the decode step itself (a device may replay its graph), the
+         * row copied from the session's logits */
+        const bool step = kind == TM_RUN_EXACT && one;
         st = kind == TM_RUN_HIDDEN ? tm_forward_hidden(s, tokens + i, c, o)
              : kind == TM_RUN_EXACT && !one ? tm_forward_verify(s, tokens + i, c, o)
-                                            : tm_forward_chunk(s, tokens + i, c, o);
+                                            : tm_forward_chunk(s, tokens + i, c, step ? NULL : o);
+        if (!st && step && o) memcpy(o, s->logits, W * sizeof(float));
         if (!st) {
             tm_session_stamp(s, s->pos, c);
             s->pos += c;
