@@ -203,6 +203,19 @@ static int serve_spec_open(const char *spec, const tern_model_params *mp, const 
     return 0;
 }
 
+
+/* The end of tern serve, whichever way: everything it made, freed; returns rc. */
+static int serve_end(char *key_pem, char *cert_pem, srv_embedder *e, srv_sched *sched, tern_model *m,
+                     tern_tokenizer *tok, int rc) {
+    free(key_pem);
+    free(cert_pem);
+    srv_embedder_free(e);
+    srv_sched_free(sched);
+    tern_model_free(m);
+    tern_tokenizer_free(tok);
+    return rc;
+}
+
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *ssl_key = NULL, *ssl_cert = NULL;
@@ -365,10 +378,7 @@ int tern_cmd_serve(int argc, char **argv) {
             pool = pt == 1 ? TERN_POOLING_MEAN : pt == 2 ? TERN_POOLING_CLS : TERN_POOLING_LAST;
         if ((st = srv_embedder_new(m, n_ctx, cache_k, cache_v, pool, &embedder))) {
             fprintf(stderr, "tern serve: the embedding session: %s\n", tern_last_error());
-            srv_sched_free(sched);
-            tern_model_free(m);
-            tern_tokenizer_free(tok);
-            return 1;
+            return serve_end(NULL, NULL, NULL, sched, m, tok, 1);
         }
         if (!quiet)
             fprintf(stderr, "tern serve: embeddings on (/v1/embeddings, /embedding): %d dimensions, %s pooling, "
@@ -383,12 +393,7 @@ int tern_cmd_serve(int argc, char **argv) {
     char *key_pem = NULL, *cert_pem = NULL;     /* HTTPS: read now, valid while the server runs */
     if (ssl_key && (!(key_pem = read_text(ssl_key)) || !(cert_pem = read_text(ssl_cert)))) {
         fprintf(stderr, "tern serve: cannot read %s: %s\n", key_pem ? ssl_cert : ssl_key, strerror(errno));
-        free(key_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, NULL, embedder, sched, m, tok, 1);
     }
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
@@ -416,13 +421,7 @@ int tern_cmd_serve(int argc, char **argv) {
     int bound = 0;
     if (srv_http_start(&c, sched, tok, &http, &bound, err, sizeof err)) {
         fprintf(stderr, "tern serve: %s\n", err);
-        free(key_pem);
-        free(cert_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 1);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const tern_model_info *info = tern_model_get_info(m);
@@ -469,13 +468,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if (pthread_create(&sig_th, NULL, sig_main, &sc)) {
         fprintf(stderr, "tern serve: cannot start the signal thread\n");
         srv_http_stop(http);
-        free(key_pem);
-        free(cert_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 1);
     }
     srv_sched_run(sched);           /* until SIGINT / SIGTERM */
     pthread_kill(sig_th, SIGTERM);  /* in case the loop ended on its own */
@@ -484,11 +477,5 @@ int tern_cmd_serve(int argc, char **argv) {
      * event and [DONE] of a stream, a 503) before the connections close */
     srv_http_wait_idle(http, 5000);
     srv_http_stop(http);
-    free(key_pem);
-    free(cert_pem);
-    srv_embedder_free(embedder);
-    srv_sched_free(sched);
-    tern_model_free(m);
-    tern_tokenizer_free(tok);
-    return 0;
+    return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 0);
 }
