@@ -6,10 +6,11 @@
  * Exactness: the pass runs with tm_step.exact, so each row is bit-identical to
  * evaluating the tokens one at a time (the GDN recurrence walks token by token instead
  * of the block scan; the matmuls run in pieces whose rows the kernels compute as alone:
- * tm_ops.matmul_exact_batch; tests/unit/test_spec.c compares the bytes). Greedy text with speculation is then
- * byte-identical to plain greedy. A back-end without TM_CAP_EXACT_ROWS (CUDA today: its
- * multi-row kernels accumulate in another order than its decode GEMV) runs the rows as
- * single-token steps: still exact, no faster than decoding them.
+ * tm_ops.matmul_exact_batch; tests/unit/test_spec.c compares the bytes). Greedy text
+ * with speculation is then byte-identical to plain greedy. A back-end without
+ * TM_CAP_EXACT_ROWS (CUDA today: its multi-row kernels accumulate in another order than
+ * its decode GEMV) runs each row as the decode step itself (on CUDA its graph replay):
+ * still exact, no faster than decoding them.
  *
  * Rollback: attention rows after the kept prefix are simply overwritten later (the
  * position goes back). The GDN conv and recurrent states cannot be rewound, so one
