@@ -43,6 +43,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...);
 int cli_lib_error(const char *cmd, tern_status st);
 /* Strict number parsing: whole string, range-checked. false on error. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* The median of v[0..n) (sorts v in place; n >= 1). */
+double cli_median(double *v, int n);
 bool cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* Parse "1,2,3" (also spaces/newlines) into a malloc'd int32 array. false on error. */
 bool cli_parse_ids(const char *s, int32_t **out, size_t *n);

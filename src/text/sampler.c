@@ -492,6 +492,13 @@ static int32_t sample_staged(tern_sampler *s, float *l, float lmax) {
     return draw(s, c, pr, 1, m, 1.0);
 }
 
+int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft) {
+    s->draft = draft >= 0 && draft < s->n_vocab ? draft : -1;
+    int32_t id = tern_sampler_sample(s, logits);
+    s->draft = -1;
+    return id;
+}
+
 int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
     const int n = s->n_vocab;
     const tern_sampler_params *p = &s->p;
@@ -583,13 +590,6 @@ int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
     }
     if (m <= 0) return best;
     return draw(s, c, &c[0].p, sizeof *c / sizeof(float), m, sum);
-}
-
-int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft) {
-    s->draft = draft >= 0 && draft < s->n_vocab ? draft : -1;
-    int32_t id = tern_sampler_sample(s, logits);
-    s->draft = -1;
-    return id;
 }
 
 const char *tern_stop_reason_str(tern_stop_reason r) {
