@@ -284,7 +284,7 @@ int tern_bench_model(int argc, char **argv) {
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
     double launches = 0, kernel_ms = 0; /* kernel_ms: the profile's GPU time per decode token */
-    char prof[4096] = "", pprof[2048] = "";
+    char prof[6144] = "", pprof[2048] = "";
     (void)profile;
     (void)pprof;
 #if defined(TERN_HAVE_CUDA)
@@ -328,8 +328,18 @@ int tern_bench_model(int argc, char **argv) {
                     pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
                 }
                 if (w > 0 && (size_t)w < sizeof prof)
-                    tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
+                    w += tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
                 tc_persist_set_prefetch(pk, -1);
+                /* and with the matmul's next-round loads during the current round */
+                tc_persist_profile(pk, 1);
+                tc_persist_set_pipeline(pk, 1);
+                for (int i = 0; i < steps && !st; i++) {
+                    st = tern_session_eval(ps, &pt, 1, NULL);
+                    pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
+                }
+                if (w > 0 && (size_t)w < sizeof prof)
+                    tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
+                tc_persist_set_pipeline(pk, 0);
                 tc_persist_profile(pk, 0);
             }
         }

@@ -184,7 +184,8 @@ static int check_prog(const tern_model *m, const tp_prog *p, bool loud) {
     /* buffers apart and wide enough */
     const tm_hparams *hp = &m->hp;
     const size_t w[TP_BUF_COUNT] = {(size_t)hp->n_embd, (size_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim,
-                                    (size_t)hp->n_head * hp->head_dim, (size_t)hp->n_ff, (size_t)hp->n_vocab};
+                                    (size_t)hp->n_head * hp->head_dim, (size_t)hp->n_ff, (size_t)hp->n_vocab,
+                                    (size_t)hp->head_dim};
     for (int i = 0; i < TP_BUF_COUNT; i++) {
         size_t end = i + 1 < TP_BUF_COUNT ? p->buf_off[i + 1] : p->scratch_floats;
         if (p->buf_off[i] + w[i] > end) BAD("buffer %d: %zu floats in [%zu, %zu)", i, w[i], p->buf_off[i], end);

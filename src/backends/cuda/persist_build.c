@@ -99,7 +99,7 @@ static bool walk(pb *b) {
                  "Hadamard here)");
         return false;
     }
-    if (E < 1 || HD < 2 || HD > 256 || HD % 32 || NH < 1 || NKV < 1 || NH % NKV || hp->rope_dims > HD ||
+    if (E < 1 || HD < 2 || HD > 128 || HD % 32 || NH < 1 || NKV < 1 || NH % NKV || hp->rope_dims > HD ||
         hp->rope_dims % 2) {
         snprintf(b->why, sizeof b->why, "attention shape: head_dim %d, heads %d/%d, rope %d", HD, NH, NKV,
                  hp->rope_dims);
@@ -122,6 +122,8 @@ static bool walk(pb *b) {
             s->kt[0] = ktiles(E);
             s->rb[0] = (int64_t)w->row_bytes;
             s->in_k = E;
+            s->rope_dims = hp->rope_dims;
+            s->theta = hp->rope_theta;
             s->out_mode = TP_OUT_RESID;
             b->last_resid = b->n_st - 1;
             break;
@@ -337,7 +339,7 @@ tern_status tp_build(const tern_model *m, const tm_plan *plan, int n_cta, int la
     const int qkvw = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     const size_t widths[TP_BUF_COUNT] = {(size_t)hp->n_embd, (size_t)qkvw,
                                          (size_t)hp->n_head * hp->head_dim, (size_t)hp->n_ff,
-                                         (size_t)hp->n_vocab};
+                                         (size_t)hp->n_vocab, (size_t)hp->head_dim};
     size_t o = 0;
     for (int i = 0; i < TP_BUF_COUNT; i++) {
         out->buf_off[i] = o;

@@ -153,7 +153,8 @@ int tc_profile_text(tc_ctx *cx, char *buf, size_t n);
 
 /* The persistent decode step (tc_persist.cu), tests only: stage hang_stage (-1: none)
  * waits for a counter nothing signals, and a wait may spin budget_cycles clock64 cycles
- * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG. */
+ * (<= 0: the default, 2^33) before the kernel leaves with TC_PERSIST_WATCHDOG (the
+ * injected wait a quarter of it, so that it is the one named). */
 struct tc_persist;
 void tc_persist_debug(struct tc_persist *ps, int hang_stage, long long budget_cycles);
 /* The persistent step's in-kernel profile (globaltimer stamps per task: wait start, run
@@ -166,6 +167,9 @@ int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 /* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
  * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
 void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
+/* 1: each warp of a matmul task loads its next strip's first tiles while it computes the
+ * current one (tp_matmul<true>); 0 (the default): one round at a time. */
+void tc_persist_set_pipeline(struct tc_persist *ps, int on);
 
 #ifdef __cplusplus
 }

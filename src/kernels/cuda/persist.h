@@ -31,7 +31,8 @@ extern "C" {
 #define TP_WARPS (TP_THREADS / 32)
 
 enum tp_kind {
-    TP_EMBED = 0, /* x = row `token` of w[0] (width in_k); partial sums of squares */
+    TP_EMBED = 0, /* x = row `token` of w[0] (width in_k); partial sums of squares; task 0
+                   * also the position's RoPE table (rope_dims, theta) */
     TP_MATMUL,    /* out rows = W in (see in_mode / out_mode) */
     TP_ATTN,      /* one query head per task: q/k head norm + RoPE, k/v to the cache, attention */
     TP_ARGMAX,    /* one task: the argmax of the logits from the head's partial slots */
@@ -51,7 +52,9 @@ enum tp_out {
 };
 
 /* Activation buffers: float offsets into the program's scratch (tp_prog.buf_off). */
-enum tp_buf { TP_BUF_X = 0, TP_BUF_QKV, TP_BUF_ATT, TP_BUF_ACT, TP_BUF_LOGITS, TP_BUF_COUNT };
+enum tp_buf { TP_BUF_X = 0, TP_BUF_QKV, TP_BUF_ATT, TP_BUF_ACT, TP_BUF_LOGITS,
+              TP_BUF_ROPE, /* the step's RoPE cos[rope_dims/2], sin[rope_dims/2] (EMBED task 0 writes it) */
+              TP_BUF_COUNT };
 
 typedef struct tp_stage {
     int32_t kind;        /* tp_kind */

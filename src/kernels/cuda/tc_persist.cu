@@ -39,6 +39,7 @@ struct tp_args {
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
     unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
     long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
+    int pipe;           /* tp_matmul<true>: the next round's first loads during this round */
     size_t buf_off[TP_BUF_COUNT];
 };
 
@@ -56,7 +57,7 @@ __device__ __forceinline__ unsigned tp_ld_acquire(const unsigned *p) {
     return v;
 }
 __device__ __forceinline__ void tp_red_release(unsigned *p) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+    asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
 /* Wait until stage dep has signalled all its tasks; false when the CTA must leave (the
@@ -69,6 +70,9 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
         if (dep >= 0 || hang) {
             const unsigned *c = hang ? a.cnt + a.n_stages : a.cnt + dep;
             const unsigned target = hang ? 1u : (unsigned)a.stages[dep].n_tasks;
+            /* the injected wait runs out first (a quarter of the budget), so that the
+             * stages waiting behind it do not name themselves */
+            const long long budget = hang ? a.budget / 4 : a.budget;
             const long long t0 = clock64();
             unsigned ns = 32;
             while (tp_ld_acquire(c) < target) {
@@ -76,7 +80,7 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
                     abort = 1;
                     break;
                 }
-                if (clock64() - t0 > a.budget) {
+                if (clock64() - t0 > budget) {
                     atomicCAS(a.status, 0, s + 1);
                     abort = 1;
                     break;
@@ -93,12 +97,11 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
     return ok;
 }
 
+/* the CTA's writes, then the counter (CUTLASS's semaphore: an acq_rel fence at gpu scope
+ * after the barrier, then a relaxed add; lighter than a sequentially consistent fence) */
 __device__ __forceinline__ void tp_signal(const tp_args &a, int s) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        tp_red_release(a.cnt + s);
-    }
+    if (threadIdx.x == 0) tp_red_release(a.cnt + s);
 }
 
 /* the sum of v over the CTA, the same in every thread (fixed order) */
@@ -148,14 +151,14 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
 /* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
  * L2 for its strips (contiguous in each matrix: strip s at w + s * KT * 1088), up to
  * `cap` bytes per matrix, one 128-byte line per thread and step. */
-__device__ void tp_prefetch(const tp_stage &st, const tp_task &t, long long cap) {
-    if (st.kind != TP_MATMUL || cap <= 0) return;
+__device__ void tp_prefetch(const tp_stage &st, int64_t a, int64_t b, long long cap) {
+    if (st.kind != TP_MATMUL || cap <= 0 || b <= a) return;
     const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
     const size_t sb = (size_t)st.kt[0] * TCT_TILE;
     for (int q = 0; q < (swiglu ? 2 : st.n_mat); q++) {
-        /* the task's strips of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
-        const int64_t lo = swiglu ? t.a : (t.a > st.strip0[q] ? t.a : st.strip0[q]);
-        const int64_t hi = swiglu ? t.b : (t.b < st.strip0[q + 1] ? t.b : st.strip0[q + 1]);
+        /* the strips [a, b) of matrix q: [max(a, strip0[q]), min(b, strip0[q+1])) */
+        const int64_t lo = swiglu ? a : (a > st.strip0[q] ? a : st.strip0[q]);
+        const int64_t hi = swiglu ? b : (b < st.strip0[q + 1] ? b : st.strip0[q + 1]);
         if (hi <= lo) continue;
         const int64_t s0 = swiglu ? 0 : st.strip0[q];
         const uint8_t *p = (const uint8_t *)st.w[q] + (size_t)(lo - s0) * sb;
@@ -184,6 +187,15 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
     }
     ss = tp_block_sum(ss, red);
     if (threadIdx.x == 0) a.part_f[st.task0 + t.idx] = ss;
+    if (t.idx == 0) { /* the position's RoPE angles, once a step (k_attn_prep's math) */
+        float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
+        const int rot = st.rope_dims, half = rot / 2;
+        for (int i = threadIdx.x; i < half; i += TP_THREADS) {
+            const double ang = (double)a.pos * pow((double)st.theta, -2.0 * i / rot);
+            rt[i] = (float)cos(ang);
+            rt[half + i] = (float)sin(ang);
+        }
+    }
 }
 
 /* ------------------------------------------------------------ matmul */
@@ -199,11 +211,18 @@ __device__ __forceinline__ float tp_wdot(uint32_t w, const float *x, float xsum)
     const float4 b0 = *(const float4 *)(x + 8), b1 = *(const float4 *)(x + 12);
     const float xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     const float xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    /* the exponent in a register the compiler cannot fold, so that (w & mask) | magic is
+     * one LOP3 (both as immediates it takes two) */
+    uint32_t magic;
+    asm volatile("mov.b32 %0, 0x4B000000;" : "=r"(magic));
     float s = 0, u = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        s = fmaf(__uint_as_float(0x4B000000u | (w & (3u << (2 * i)))) - 8388608.0f, xa[i], s);
-        u = fmaf(__uint_as_float(0x4B000000u | (hi & (3u << (2 * i)))) - 8388608.0f, xb[i], u);
+        uint32_t a0, b0;
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(a0) : "r"(w), "r"(3u << (2 * i)), "r"(magic));
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(b0) : "r"(hi), "r"(3u << (2 * i)), "r"(magic));
+        s = fmaf(__uint_as_float(a0) - 8388608.0f, xa[i], s);
+        u = fmaf(__uint_as_float(b0) - 8388608.0f, xb[i], u);
     }
     return (s + u) - xsum;
 }
@@ -214,7 +233,8 @@ struct tp_tl {
     uint4 wg, wh;
     uint2 sc;
 };
-#define TP_INFLIGHT 4 /* tiles a warp loads before it computes them */
+#define TP_INFLIGHT 4  /* tiles a warp loads before it computes them */
+#define TP_PF_ROUNDS 4 /* rounds of strips a matmul task asks L2 for ahead (with prefetch on) */
 
 __device__ __forceinline__ tp_tl tp_tile_load(const uint8_t *tile, int lane) {
     tp_tl l;
@@ -243,6 +263,23 @@ __device__ __forceinline__ void tp_tile(const tp_tl &l, const float *xt, const f
     ah = fmaf(dh.x, h0, fmaf(dh.y, h1, ah));
 }
 
+/* the tiles of strip g of a stage: matrix 0's (b0) and, for SwiGLU, the up matrix's (b1) */
+__device__ __forceinline__ void tp_strip_bases(const tp_stage &st, bool swiglu, int64_t g, int KT, const uint8_t *&b0,
+                                               const uint8_t *&b1) {
+    if (swiglu) {
+        b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
+        b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
+    } else {
+        int mi = 0;
+        while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
+        b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
+    }
+}
+
+/* PIPE: each warp loads the first TP_INFLIGHT tiles of its next round's strip into
+ * registers before it computes the last batch of the current one (the loads of a round
+ * overlap the products of the one before; lab.h tc_persist_set_pipeline) */
+template <bool PIPE>
 __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, float *red,
                           int *redi) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -286,29 +323,52 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
     float ss = 0, best = -INFINITY;
     int besti = -1;
     float *x = a.scratch + a.buf_off[TP_BUF_X];
+    const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0; /* this warp's tiles of a strip */
+    const int total = ntile * (swiglu ? 2 : 1);
+    tp_tl nx[TP_INFLIGHT]; /* PIPE: the first batch of this warp's next strip */
+    if (PIPE && t.a + so < t.b) {
+        const uint8_t *c0, *c1;
+        tp_strip_bases(st, swiglu, t.a + so, KT, c0, c1);
+#pragma unroll
+        for (int u = 0; u < TP_INFLIGHT; u++) {
+            const int q = u >= ntile, j = t0 + (u - q * ntile) * wps;
+            if (u < total) nx[u] = tp_tile_load((q ? c1 : c0) + (size_t)j * TCT_TILE, lane);
+        }
+    }
     for (int64_t g0 = t.a; g0 < t.b; g0 += spr) {
+        /* the strips TP_PF_ROUNDS rounds ahead into L2 (one round's loads keep too few
+         * bytes in flight; the wait's prefetch covered the first rounds) */
+        if (a.prefetch > 0) {
+            const int64_t pa = g0 + (int64_t)TP_PF_ROUNDS * spr, pb = pa + spr;
+            tp_prefetch(st, pa, pb < t.b ? pb : t.b, 1LL << 30);
+        }
         const int64_t g = g0 + so;
         float a00 = 0, a01 = 0, a10 = 0, a11 = 0; /* [matrix q][row g, 8+g] */
         if (g < t.b) {
             /* this warp's tiles of strip g: j = t0, t0 + wps, .. of matrix 0 (and of the
              * up matrix for SwiGLU), TP_INFLIGHT loads issued before their products */
             const uint8_t *b0, *b1;
-            if (swiglu) {
-                b0 = (const uint8_t *)st.w[0] + (size_t)g * KT * TCT_TILE;
-                b1 = (const uint8_t *)st.w[1] + (size_t)g * KT * TCT_TILE;
-            } else {
-                int mi = 0;
-                while (mi + 1 < st.n_mat && g >= st.strip0[mi + 1]) mi++;
-                b0 = b1 = (const uint8_t *)st.w[mi] + (size_t)(g - st.strip0[mi]) * KT * TCT_TILE;
-            }
-            const int ntile = t0 < KT ? (KT - t0 + wps - 1) / wps : 0;
-            const int total = ntile * (swiglu ? 2 : 1);
+            tp_strip_bases(st, swiglu, g, KT, b0, b1);
             for (int n0 = 0; n0 < total; n0 += TP_INFLIGHT) {
                 tp_tl tl[TP_INFLIGHT];
+                if (PIPE && n0 == 0) {
 #pragma unroll
-                for (int u = 0; u < TP_INFLIGHT; u++) {
-                    const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
-                    if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
+                    for (int u = 0; u < TP_INFLIGHT; u++) tl[u] = nx[u];
+                } else {
+#pragma unroll
+                    for (int u = 0; u < TP_INFLIGHT; u++) {
+                        const int n = n0 + u, q = n >= ntile, j = t0 + (n - q * ntile) * wps;
+                        if (n < total) tl[u] = tp_tile_load((q ? b1 : b0) + (size_t)j * TCT_TILE, lane);
+                    }
+                }
+                if (PIPE && n0 + TP_INFLIGHT >= total && g + spr < t.b) { /* the next round's first batch */
+                    const uint8_t *c0, *c1;
+                    tp_strip_bases(st, swiglu, g + spr, KT, c0, c1);
+#pragma unroll
+                    for (int u = 0; u < TP_INFLIGHT; u++) {
+                        const int q = u >= ntile, j = t0 + (u - q * ntile) * wps;
+                        if (u < total) nx[u] = tp_tile_load((q ? c1 : c0) + (size_t)j * TCT_TILE, lane);
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < TP_INFLIGHT; u++) {
@@ -401,8 +461,9 @@ __device__ void tp_matmul(const tp_args &a, const tp_stage &st, const tp_task &t
 
 /* ------------------------------------------------------------ attention */
 
-/* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math) */
-__device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, float theta, int pos,
+/* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
+ * angles' cos and sin from the step's table rt) */
+__device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, const float *rt,
                              float *dst) {
     const int lane = threadIdx.x & 31;
     float ss = 0;
@@ -416,9 +477,7 @@ __device__ void tp_head_prep(const float *src, const float *gain, float eps, int
     __syncwarp();
     const int half = rot / 2;
     for (int i = lane; i < half; i += 32) {
-        double iv = pow((double)theta, -2.0 * i / rot);
-        double ang = (double)pos * iv;
-        float cs = (float)cos(ang), sn = (float)sin(ang);
+        const float cs = __ldcg(rt + i), sn = __ldcg(rt + half + i);
         float x0 = dst[i], x1 = dst[i + half];
         dst[i] = x0 * cs - x1 * sn;
         dst[i + half] = x1 * cs + x0 * sn;
@@ -433,6 +492,9 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+#define TP_APOS 8 /* positions a warp loads before it scores them */
+#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
+
 template <typename KV>
 __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -442,9 +504,10 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
     float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
-    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, st.theta, pos, sq);
+    const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
+    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
     if (warp == 1) {
-        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, st.theta, pos, sk);
+        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, rt, sk);
         for (int j = lane; j < HD; j += 32) sk[j] = tp_round(sk[j], (const KV *)0);
     }
     if (warp == 2)
@@ -457,39 +520,51 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
             att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
         }
-    float q[ATT_EPL], acc[ATT_EPL];
+    float q[TP_EPL], acc[TP_EPL];
 #pragma unroll
-    for (int e = 0; e < ATT_EPL; e++) {
+    for (int e = 0; e < TP_EPL; e++) {
         const int j = lane + 32 * e;
         q[e] = j < HD ? sq[j] : 0.0f;
         acc[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int p = warp; p <= pos; p += TP_WARPS) {
-        const size_t base = att_kv_index(p, kvw, kh, HD);
-        float d = 0;
+    /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
+     * the products (the same order as one at a time: the same result) */
+    for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
+        float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
 #pragma unroll
-        for (int e = 0; e < ATT_EPL; e++) {
-            const int j = lane + 32 * e;
-            if (j < HD) d += q[e] * (p < pos ? att_f(kc[base + j]) : sk[j]);
-        }
-        d = tc_warp_sum(d) * st.scale;
-        const float mn = fmaxf(m, d);
-        const float corr = expf(m - mn), pe = expf(d - mn);
-        l = l * corr + pe;
+        for (int u = 0; u < TP_APOS; u++) {
+            const int p = p0 + u * TP_WARPS;
+            const size_t base = att_kv_index(p, kvw, kh, HD);
 #pragma unroll
-        for (int e = 0; e < ATT_EPL; e++) {
-            const int j = lane + 32 * e;
-            if (j < HD) acc[e] = acc[e] * corr + pe * (p < pos ? att_f(vc[base + j]) : sv[j]);
+            for (int e = 0; e < TP_EPL; e++) {
+                const int j = lane + 32 * e;
+                const bool in = j < HD && p <= pos;
+                kv[u][e] = !in ? 0.0f : p < pos ? att_f(kc[base + j]) : sk[j];
+                vv[u][e] = !in ? 0.0f : p < pos ? att_f(vc[base + j]) : sv[j];
+            }
         }
-        m = mn;
+#pragma unroll
+        for (int u = 0; u < TP_APOS; u++) {
+            if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
+            float d = 0;
+#pragma unroll
+            for (int e = 0; e < TP_EPL; e++) d += q[e] * kv[u][e];
+            d = tc_warp_sum(d) * st.scale;
+            const float mn = fmaxf(m, d);
+            const float corr = expf(m - mn), pe = expf(d - mn);
+            l = l * corr + pe;
+#pragma unroll
+            for (int e = 0; e < TP_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
+            m = mn;
+        }
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
 #pragma unroll
-    for (int e = 0; e < ATT_EPL; e++) {
+    for (int e = 0; e < TP_EPL; e++) {
         const int j = lane + 32 * e;
         if (j < HD) wacc[warp * HD + j] = acc[e];
     }
@@ -523,12 +598,15 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         const tp_stage &st = a.stages[t.stage];
         unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
-        tp_prefetch(st, t, a.prefetch);
+        tp_prefetch(st, t.a, t.b, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) return;
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
-        case TP_MATMUL: tp_matmul(a, st, t, sm, red, redi); break;
+        case TP_MATMUL:
+            if (a.pipe) tp_matmul<true>(a, st, t, sm, red, redi);
+            else tp_matmul<false>(a, st, t, sm, red, redi);
+            break;
         case TP_ATTN: tp_attn<KV>(a, st, t, sm); break;
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
@@ -593,6 +671,7 @@ struct tc_persist {
     long long budget;
     int hang_stage;
     long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
+    int pipe;           /* tp_args.pipe (tc_persist_set_pipeline) */
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
@@ -697,6 +776,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     return 0;
 }
 
+extern "C" void tc_persist_set_pipeline(tc_persist *ps, int on) {
+    if (ps) ps->pipe = on != 0;
+}
+
 extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
     if (ps) ps->prefetch = bytes < 0 ? TP_PREFETCH_DEFAULT : bytes;
 }
@@ -741,6 +824,7 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.hang_stage = ps->hang_stage;
     a.prof = ps->prof_host ? ps->prof : NULL;
     a.prefetch = ps->prefetch;
+    a.pipe = ps->pipe;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -816,8 +900,8 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
     size_t o = 0;
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
-                     "L2 prefetch %lld KiB a matrix\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3, ps->steps,
-                     ps->n_cta, ps->prefetch / 1024, "family",
+                     "L2 prefetch %lld KiB a matrix, pipeline %s\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3,
+                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "on" : "off", "family",
                      "tasks", "run us/step", "wait us/step", "run %");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
