@@ -593,13 +593,7 @@ int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t 
 }
 
 const char *tern_stop_reason_str(tern_stop_reason r) {
-    switch (r) {
-    case TERN_STOP_NONE: return "none";
-    case TERN_STOP_EOG: return "eog";
-    case TERN_STOP_STRING: return "stop_string";
-    case TERN_STOP_MAX_TOKENS: return "max_tokens";
-    case TERN_STOP_CONTEXT_FULL: return "context_full";
-    case TERN_STOP_CANCELLED: return "cancelled";
-    }
-    return "unknown";
+    /* indexed by the enum's values (tern.h: 0..5) */
+    static const char *const name[] = {"none", "eog", "stop_string", "max_tokens", "context_full", "cancelled"};
+    return (unsigned)r < sizeof name / sizeof name[0] ? name[r] : "unknown";
 }
