@@ -78,9 +78,12 @@ __global__ void k_attn_merge(const float *__restrict__ part, const float *__rest
  * hd / AG_VEC lanes of AG_VEC (8) consecutive values (one 16-byte load for f16 / bf16,
  * two for f32; q8_0: the lane's 8 bytes and its block's scale), so a warp holds
  * 32 * 8 / hd rows at once; each such lane group ("walker") keeps its own (m, l, acc)
- * per query head and walks AG_U consecutive positions per step (the loads of all AG_U
- * K and V rows issued before any arithmetic). The walkers' states are merged in shared
- * memory and written as the old kernel's partials (M, L, acc[hd]) per (query head, split).
+ * per query head and walks ag_unroll consecutive positions per step (the loads of all
+ * its K and V rows issued before any arithmetic). At hd 256 (f16 / bf16 / q8_0: the 27B)
+ * the prefetching walk instead: 2 positions per step, the next step's rows loading during
+ * this step's arithmetic, the scores summed by a transposing butterfly (ag_fold2),
+ * compiled for 3-4 CTAs per SM. The walkers' states are merged in shared memory and
+ * written as the old kernel's partials (M, L, acc[hd]) per (query head, split).
  *
  * The span depends on the position only, not on the grid: span = ceil(np / splits)
  * rounded up to a multiple of AG_SPAN_MIN (np = pos0 + 1 positions), so every split
