@@ -81,19 +81,6 @@ int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 int tc_attn_old(tc_ctx *cx);
 void tc_set_attn_old(tc_ctx *cx, int old);
 
-/* The walk of the GQA decode kernels (tc_attention_decode and the batch step's
- * tc_attention_decode_batch), for the A/B: 0 the walk and merge before 2026-12-04; 1 the
- * prefetching walk (the next step's K/V rows loaded during this step's arithmetic) and,
- * for <= 32 splits, one merge CTA per query head (the same bits as the old merge); 2 walk
- * 1 with the scores summed by a transposing butterfly and one softmax step per lane (head
- * dim 256, f16 / bf16 / q8_0 caches; others run walk 1). tc_attn_walk: the walk now (-1 and values out of range
- * set the default). Applies from the next launch. */
-int tc_attn_walk(tc_ctx *cx);
-void tc_set_attn_walk(tc_ctx *cx, int walk);
-/* The CTAs per SM tc_attention_decode_batch's split rule aims at (splits per sequence =
- * ceil(per_sm * SMs / (kv heads x n)), at most the single sequence's): <= 0 the default, 8.
- * For the A/B of the bench; applies from the next launch. */
-void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm);
 
 /* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
  * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches
