@@ -461,7 +461,9 @@ TEST(gemm_refusals_and_chooser) {
  * integers and of the float input, the padding untouched, tc_gemm_tc's exact mode equal
  * bit for bit when both take the same plan (tokens per CTA and K splits: the same integers
  * per group, the same fp32 order), else within fp32 order; determinism and a graph replay;
- * the chooser under the wgmma force. A launch it refuses on an H100/H200 is a failure
+ * the chooser under the wgmma force. The split rule's default is stream-K (plan splits < 0:
+ * every CTA an even share of all the tiles' stages, the split tiles summed in CTA order),
+ * forced splits the classic split-K. A launch it refuses on an H100/H200 is a failure
  * (the sm_90a image or the tensor-map entry point missing). */
 
 /* y after one wgmma GEMM with the padding preset to 7; 1 when launched */
@@ -550,7 +552,7 @@ TEST(wg_vs_f64_and_mma) {
                 CHECK_MSG(run_wg(&c, y) == 1, "%s: not launched", what);
                 wg_dump(&c, y, what);
                 check_out(&c, TC_GEMM_EXACT, y, what);
-                nsplit += sp > 1;
+                nsplit += sp > 1 || sp < 0; /* < 0: stream-K over -sp CTAs */
                 CHECK_EQ_INT(run_gemm(&c, 1, TC_GEMM_EXACT, ym), 1);
                 if (tok == mtok && sp == msp) {
                     const size_t nd = n_differ(&c, y, ym);

@@ -61,7 +61,8 @@ int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *
  * fp32 order (the same order when both take the same splits). Returns 1 when launched, 0
  * when refused (another kind or shape, a GPU without the sm_90a image, no tensor-map entry
  * point): the caller falls back. tc_gemm_wg_plan: tokens per CTA and K splits it would
- * launch with (1), or 0 when it would refuse. */
+ * launch with (1), or 0 when it would refuse; splits < 0: stream-K over -splits CTAs (the
+ * split rule's default when the workspace is there; forced splits run classic split-K). */
 int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act);
 int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
 int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits);

@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     k_gemm_wg(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap wmap, int lmode,
               const uint8_t *__restrict__ W, int n, int K,
               const float *__restrict__ sx, const int *__restrict__ corr, int M, float *__restrict__ y, size_t ys, int nsp,
-              float *__restrict__ part, int *__restrict__ cnt) {
+              int tok_tiles, int ntiles, float *__restrict__ part, int *__restrict__ cnt) {
 #if TC_WG_BODY
     typedef wcfg<NT> C;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -267,10 +267,21 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     const uint32_t sraw = smem_u32(smem_raw);
     const uint32_t sbase = (sraw + 1023u) & ~1023u; /* stages 1024-aligned (the swizzle atom) */
     uint8_t *const smem = smem_raw + (sbase - sraw);
-    const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
-    const int z = (int)blockIdx.z, nb = K >> 7;
-    const int st0 = (int)((int64_t)z * (K / kStageK) / nsp);
-    const int nst = (int)((int64_t)(z + 1) * (K / kStageK) / nsp) - st0;
+    const int nb = K >> 7, NST = K / kStageK;
+    /* this CTA's range [g0, g1) of the global stage index g = tile * NST + stage (tile =
+     * row tile * tok_tiles + token tile): stream-K (nsp == 0) an even share of all of
+     * them, else split z of tile (blockIdx.x, blockIdx.y) */
+    const bool sk = nsp == 0;
+    const int Wst = ntiles * NST; /* < 2^30 (the launcher checks) */
+    int g0, g1;
+    if (sk) {
+        g0 = (int)((int64_t)blockIdx.x * Wst / gridDim.x);
+        g1 = (int)((int64_t)(blockIdx.x + 1) * Wst / gridDim.x);
+    } else {
+        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), z = (int)blockIdx.z;
+        g0 = tile * NST + z * NST / nsp;
+        g1 = tile * NST + (z + 1) * NST / nsp;
+    }
 
     if (tid == 0) {
         for (int s = 0; s < C::NS; s++) {
@@ -285,9 +296,11 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         /* the producer warp */
         const int64_t nstrips = ((int64_t)n + 15) >> 4, kt = K >> 8;
         constexpr int PPL = (2 * C::TOK + 31) / 32; /* (token, group) pairs per lane */
-        for (int ks = 0; ks < nst; ks++) {
+        int ks = 0;
+        for (int gg = g0; gg < g1; gg++, ks++) {
             const int slot = ks % C::NS;
-            const int st = st0 + ks;
+            const int tile = gg / NST, st = gg - tile * NST;
+            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
             /* the pairs' sx and unit corrs, loaded before the wait (their latency hidden by it) */
             float ps[PPL];
             int4 pc[PPL];
@@ -366,88 +379,129 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         decode_group(wv, 1, sh, a1);
     };
 
-    if (nst > 0) load_decode(0);
+    int ks = 0; /* the global stage counter (slots and phases) */
+    if (g0 < g1) load_decode(0);
 #pragma unroll 1
-    for (int ks = 0; ks < nst; ks++) {
-        const int slot = ks % C::NS;
-        const uint8_t *sb = smem + slot * C::STAGE;
-        const uint64_t dbase = desc_sw32(sbase + (uint32_t)(slot * C::STAGE));
-        const uint8_t *ws = sb + C::WOFF + strip * kTile;
-        const uint8_t *ssx = sb + C::SOFF;
-        if (C::DB) {
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            wg_reg_fence<C::TOK>(i1);
-            issue_group<NT>(i0, a0, dbase, 0);
-            issue_group<NT>(i1, a1, dbase, 1);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            wg_reg_fence<C::TOK>(i1);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
-            rescale<NT>(acc, i1, ws, ssx, g, t, 1);
-        } else {
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            issue_group<NT>(i0, a0, dbase, 0);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            issue_group<NT>(i0, a1, dbase, 1);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 1);
+    for (int gp = g0; gp < g1;) {
+        /* one piece: stages [a, b) of tile */
+        const int tile = gp / NST, a = gp - tile * NST;
+        const int b = a + (g1 - gp) < NST ? a + (g1 - gp) : NST;
+#pragma unroll
+        for (int i = 0; i < C::NR; i++) acc[i] = 0.0f;
+#pragma unroll 1
+        for (int st = a; st < b; st++, ks++) {
+            const int slot = ks % C::NS;
+            const uint8_t *sb = smem + slot * C::STAGE;
+            const uint64_t dbase = desc_sw32(sbase + (uint32_t)(slot * C::STAGE));
+            const uint8_t *ws = sb + C::WOFF + strip * kTile;
+            const uint8_t *ssx = sb + C::SOFF;
+            if (C::DB) {
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                wg_reg_fence<C::TOK>(i1);
+                issue_group<NT>(i0, a0, dbase, 0);
+                issue_group<NT>(i1, a1, dbase, 1);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                wg_reg_fence<C::TOK>(i1);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+                rescale<NT>(acc, i1, ws, ssx, g, t, 1);
+            } else {
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                issue_group<NT>(i0, a0, dbase, 0);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                issue_group<NT>(i0, a1, dbase, 1);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 1);
+            }
+            /* the stage is consumed by this warp (its wgmmas have completed): release it */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
+            if (st + 1 < b) load_decode(ks + 1); /* the piece's next stage */
         }
-        /* the stage is consumed by this warp (its wgmmas have completed): release it */
-        __syncwarp();
-        if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
-        if (ks + 1 < nst) load_decode(ks + 1);
-    }
 
-    const int ctid = tid; /* 0..255 */
-    if (nsp > 1) {
-        /* split-K: store the partial, count it; the tile's last CTA sums them in order */
-        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), ntiles = (int)(gridDim.x * gridDim.y);
-        float *mine = part + ((size_t)z * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
+        const int ctid = tid; /* 0..255 */
+        bool write = true;
+        if (a != 0 || b != NST) {
+            /* a partial tile: store it, count it; the tile's last piece to arrive sums the
+             * pieces in order (split z = 0, 1, ... or, stream-K, their CTAs in order) */
+            int slotidx, c0 = 0, c1 = 0, expect;
+            if (sk) {
+                /* the CTAs owning the tile's first and last stage */
+                auto start = [&](int c) { return (int)((int64_t)c * Wst / gridDim.x); };
+                auto owner = [&](int gs) {
+                    int c = (int)((int64_t)gs * gridDim.x / Wst);
+                    while (c + 1 < (int)gridDim.x && start(c + 1) <= gs) c++;
+                    while (c > 0 && start(c) > gs) c--;
+                    return c;
+                };
+                c0 = owner(tile * NST);
+                c1 = owner(tile * NST + NST - 1);
+                expect = c1 - c0 + 1;
+                slotidx = 2 * (int)blockIdx.x + (gp == g0 ? 0 : 1);
+            } else {
+                expect = nsp;
+                slotidx = (int)blockIdx.z * ntiles + tile;
+            }
+            float *mine = part + (size_t)slotidx * (size_t)(C::NR * 256) + ctid;
 #pragma unroll
-        for (int i = 0; i < C::NR; i++) __stcg(mine + (size_t)i * 256, acc[i]);
-        __threadfence();
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (ctid == 0) s_last = atomicAdd(&cnt[tile], 1) == nsp - 1;
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (!s_last) return;
-        __threadfence();
-        float r[C::NR];
+            for (int i = 0; i < C::NR; i++) __stcg(mine + (size_t)i * 256, acc[i]);
+            __threadfence();
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (ctid == 0) s_last = atomicAdd(&cnt[tile], 1) == expect - 1;
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            write = s_last != 0;
+            if (write) {
+                /* all pieces from the workspace, this CTA's too (the bits it stored) */
+                __threadfence();
+                const int np = sk ? c1 - c0 + 1 : nsp;
 #pragma unroll 1
-        for (int s = 0; s < nsp; s++) {
-            const float *ps = part + ((size_t)s * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
+                for (int q = 0; q < np; q++) {
+                    int sq;
+                    if (sk) {
+                        const int cq = c0 + q;
+                        /* the piece is cq's first (slot 0) unless cq's range starts in an earlier tile */
+                        sq = 2 * cq + ((int)((int64_t)cq * Wst / gridDim.x) / NST == tile ? 0 : 1);
+                    } else {
+                        sq = q * ntiles + tile;
+                    }
+                    const float *ps = part + (size_t)sq * (size_t)(C::NR * 256) + ctid;
 #pragma unroll
-            for (int i = 0; i < C::NR; i++) {
-                const float v = s == z ? acc[i] : __ldcg(ps + (size_t)i * 256);
-                r[i] = s == 0 ? v : r[i] + v;
+                    for (int i = 0; i < C::NR; i++) {
+                        const float v = __ldcg(ps + (size_t)i * 256);
+                        acc[i] = q == 0 ? v : acc[i] + v;
+                    }
+                }
+                if (ctid == 0) cnt[tile] = 0; /* every piece has counted: ready for the next launch */
             }
         }
+        if (write) {
+            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
+            const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
 #pragma unroll
-        for (int i = 0; i < C::NR; i++) acc[i] = r[i];
-        if (ctid == 0) cnt[tile] = 0; /* every CTA of the tile has counted: ready for the next launch */
-    }
-
-    const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
-#pragma unroll
-    for (int j = 0; j < C::NR / 4; j++) {
-        const int tk = tok0 + 8 * j + 2 * t;
-        if (tk < M) {
-            if (ra < n) y[(size_t)tk * ys + ra] = acc[4 * j + 0];
-            if (rb < n) y[(size_t)tk * ys + rb] = acc[4 * j + 2];
+            for (int j = 0; j < C::NR / 4; j++) {
+                const int tk = tok0 + 8 * j + 2 * t;
+                if (tk < M) {
+                    if (ra < n) y[(size_t)tk * ys + ra] = acc[4 * j + 0];
+                    if (rb < n) y[(size_t)tk * ys + rb] = acc[4 * j + 2];
+                }
+                if (tk + 1 < M) {
+                    if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[4 * j + 1];
+                    if (rb < n) y[(size_t)(tk + 1) * ys + rb] = acc[4 * j + 3];
+                }
+            }
         }
-        if (tk + 1 < M) {
-            if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[4 * j + 1];
-            if (rb < n) y[(size_t)(tk + 1) * ys + rb] = acc[4 * j + 3];
-        }
+        gp += b - a;
+        if (gp < g1) load_decode(ks); /* the next piece's first stage */
     }
 #else
     __trap();
@@ -531,10 +585,23 @@ template <int NT> bool wg_ready(void) {
     return true;
 }
 
-template <int NT> int wg_splits(const tc_mat *m, int M, int force) {
+/* The launch's K splits: > 0 classic split-K (tc_mm_gemm_splits: forced splits, or the
+ * rule where stream-K cannot run), 0 stream-K over *ctas CTAs (the default: every
+ * resident slot takes an even share of all tiles' stages, so no CTA starts more than once
+ * and none idles; the partials of the tiles split between CTAs, at most two per CTA, are
+ * summed in CTA order by the tile's last piece: deterministic). ws: the workspace is there. */
+template <int NT> int wg_splits(const tc_mat *m, int M, int force, bool ws, int *ctas) {
     typedef wcfg<NT> C;
-    return tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), wg_occ((const void *)k_gemm_wg<NT>, C::SMEM),
-                             force);
+    const int occ = wg_occ((const void *)k_gemm_wg<NT>, C::SMEM);
+    const int64_t tiles = (int64_t)((M + C::TOK - 1) / C::TOK) * ((m->n + kRows - 1) / kRows);
+    const int64_t stages = tiles * (m->k / kStageK), slots = (int64_t)tc_sm_count() * occ;
+    *ctas = 0;
+    if (force == 0 && ws && tiles <= TC_GEMM_MAX_TILES && 2 * slots * C::TOK * kRows <= (int64_t)TC_GEMM_WS_FLOATS) {
+        *ctas = (int)(stages < slots ? stages : slots);
+        return 0;
+    }
+    const int s = tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), occ, force);
+    return s > 1 && !ws ? 1 : s;
 }
 
 /* The tensor maps of a launch (lmode may gain TC_WG_ACT_2D / TC_WG_W_BULK where the
@@ -582,11 +649,14 @@ template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, si
     const int M = (int)act->batch;
     CUtensorMap amap, wmap;
     if (!wg_maps<NT>(m, act, &lmode, &amap, &wmap)) return 0;
-    int nsp = wg_splits<NT>(m, M, force);
-    if (nsp > 1 && !wg_ws()) nsp = 1;
-    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
+    const int tok_tiles = (M + C::TOK - 1) / C::TOK, row_tiles = (int)((m->n + kRows - 1) / kRows);
+    if ((int64_t)tok_tiles * row_tiles * (m->k / kStageK) >= ((int64_t)1 << 30)) return 0; /* the kernel's 32-bit stage index */
+    int ctas = 0;
+    const int nsp = wg_splits<NT>(m, M, force, wg_ws(), &ctas);
+    const dim3 grid = nsp == 0 ? dim3((unsigned)ctas, 1, 1) : dim3((unsigned)tok_tiles, (unsigned)row_tiles, (unsigned)nsp);
     k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(amap, wmap, lmode, m->data, (int)m->n, (int)m->k,
-                                                               act->sx, act->corr, M, y, ys, nsp, tc_cur->gemm_part,
+                                                               act->sx, act->corr, M, y, ys, nsp, tok_tiles,
+                                                               tok_tiles * row_tiles, tc_cur->gemm_part,
                                                                tc_cur->gemm_cnt);
     tc_check_launch();
     return 1;
@@ -619,7 +689,10 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     if (!tc_gemm_wg_supported(cx, m, act)) return 0;
     const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
     *tok = wg_tok(act->batch, force);
-    *splits = *tok == 16 ? wg_splits<1>(m, M, force) : *tok == 32 ? wg_splits<2>(m, M, force) : wg_splits<4>(m, M, force);
+    int ctas = 0;
+    const int s = *tok == 16 ? wg_splits<1>(m, M, force, true, &ctas)
+                  : *tok == 32 ? wg_splits<2>(m, M, force, true, &ctas) : wg_splits<4>(m, M, force, true, &ctas);
+    *splits = s > 0 ? s : -ctas;
     return 1;
 }
 
