@@ -123,7 +123,8 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
     printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
            "wgmma = tc_gemm_wg (exact; wg-a2d: activation as 2D boxes, wg-wbk: weights as bulk copies,\n"
            "wg-2+b: both; rows the same as wgmma's loads are left out)\n"
-           "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share\n"
+           "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share;\n"
+           "plan TOKxS: S K splits, TOKxskG: stream-K over G CTAs\n"
            "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s %9s %7s\n",
            "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err", "graph_us",
            "g_ceil%");
@@ -199,7 +200,8 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     const double gus = tc_bench_us(g_tc, gemm_call_fn, &gc, copies, reps < 3 ? 3 : reps, 1);
                     if (gus <= 0) tc_sync(g_tc); /* a failed capture: noted, cleared; the column reads -1 */
                     char plan[24];
-                    snprintf(plan, sizeof plan, "%dx%d", tok, sp);
+                    if (sp < 0) snprintf(plan, sizeof plan, "%dxsk%d", tok, -sp); /* stream-K over -sp CTAs */
+                    else snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
                     printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e %9.1f %6.1f%%\n",
                            wg ? (const char *[]){"wgmma", "wg-a2d", "wg-wbk", "wg-2+b"}[lm]
