@@ -290,6 +290,10 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT, OV>::MINB)
         g1 = tile * NST + (z + 1) * NST / nsp;
     }
 
+    if (tid == 256) { /* the tensor maps' descriptors fetched while the barriers are made */
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&amap) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
+    }
     if (tid == 0) {
         for (int s = 0; s < C::NS; s++) {
             mbar_init(smem_u32(&full[s]), 33);
