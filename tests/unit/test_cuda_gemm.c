@@ -437,7 +437,9 @@ TEST(gemm_refusals_and_chooser) {
             tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(n, k));
             free_mat(&t);
         }
-    /* the chooser's GEMM at batch 16 is the split GEMM */
+    /* the chooser's mma.sync GEMM (forced: the default is wgmma, wg_chooser) at batch 16 is
+     * the split GEMM */
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_GEMM_MMA);
     gcase c;
     case_make(&c, 5120, 5120, 0, 16, 0);
     int tok, sp;
@@ -452,6 +454,7 @@ TEST(gemm_refusals_and_chooser) {
     CHECK(tc_download(g_tc, b, c.dy, c.yn * 4) == 0);
     size_t nd = n_differ(&c, a, b);
     CHECK_MSG(nd == 0, "the chooser's GEMM differs from the direct call in %zu values", nd);
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
     free(a); free(b);
     case_free(&c);
 }
@@ -644,11 +647,12 @@ TEST(wg_deterministic) {
         }
 }
 
-/* Under the wgmma force the chooser runs it at batch > 8 (the same bits as the direct
- * call), keeps the GEMV at 8, and serves K = 384 (refused by both GEMMs) with the GEMV. */
+/* The chooser (default, and the wgmma force: the same) runs it at batch > 8 (the same bits
+ * as the direct call), keeps the GEMV at 8, and serves K = 384 (refused by both GEMMs)
+ * with the GEMV. */
 TEST(wg_chooser) {
     NEED_GPU();
-    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_WGMMA);
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
     static const size_t Bs[] = {8, 16, 33};
     for (size_t bi = 0; bi < 3; bi++) {
         gcase c;
