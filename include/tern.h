@@ -790,6 +790,9 @@ typedef struct tern_gen_params {
     bool spec_always;               /* draft at every step: no backing off to plain steps while
                                      * verify passes cost more per token than plain steps do
                                      * (measured as it goes; tests, benchmarks) */
+    const int32_t *spec_history;    /* may be NULL: the n_spec_history tokens the session holds */
+    size_t n_spec_history;          /* before `prompt` (a chat's earlier turns): the drafter looks
+                                     * them up too */
 } tern_gen_params;
 typedef struct tern_gen_result {
     tern_tokens tokens;             /* sampled ids (the end-of-generation id included when it ended so) */

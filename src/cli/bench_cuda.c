@@ -19,7 +19,7 @@
  * Then (or alone with --ops) the decode step's other ops at the 27B shapes, batch 1
  * and 8: bench_ops, and decode attention at positions 1,023 and 32,767 (f16, q8_0;
  * the GQA kernel vs the old ones): bench_attn_depth, and the batch step's decode attention
- * at 16 and 64 sequences (walks 0, 1, 2: tc_set_attn_walk): bench_attn_batch.
+ * at 16 and 64 sequences: bench_attn_batch.
  * Then (or alone with --gdn) the GDN prefill call at the 27B head shape, scan vs walk:
  * bench_gdn.
  */
@@ -122,9 +122,9 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
     const size_t MM = 512;
     int bad = 0;
     printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
-           "wgmma = tc_gemm_wg (exact; wg-a2d: activation as 2D boxes, wg-wbk: weights as bulk copies,\n"
-           "wg-2+b: both; rows the same as wgmma's loads are left out)\n"
-           "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share\n"
+           "wgmma = tc_gemm_wg (exact), wg-ov = the same with TC_WG_OVERLAP (TOK 16/32 only)\n"
+           "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share;\n"
+           "plan TOKxS: S K splits, TOKxskG: stream-K over G CTAs\n"
            "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s %9s %7s\n",
            "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err", "graph_us",
            "g_ceil%");
@@ -151,11 +151,11 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
             for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
-                for (int old = 0; old < 6 && !bad; old++) {
-                    /* old 2..5: the wgmma GEMM (exact mode only), the split rule, its loads
-                     * (lab.h tc_gemm_wg_ex) lmode = old - 2: 0 the default (3D TMA), 1 the
-                     * activation as 2D boxes, 2 the weights as bulk copies, 3 both */
-                    const int wg = old >= 2, lm = old - 2;
+                for (int old = 0; old < 4 && !bad; old++) {
+                    /* old 2, 3: the wgmma GEMM (exact mode only), the split rule, lab.h
+                     * tc_gemm_wg_ex's lmode 0 (the default) and TC_WG_OVERLAP (the load modes
+                     * 1..3 measured the same as 0 on the H200, 2026-12-04 15:33) */
+                    const int wg = old >= 2, lm = old == 3 ? TC_WG_OVERLAP : 0;
                     if (wg && mode != TC_GEMM_EXACT) continue;
                     if (wg && lm == 0 && s == 0 && mi == 0)
                         printf("(wgmma's default loads here: lmode %d = %s activation, %s weights)\n",
@@ -200,10 +200,11 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                     const double gus = tc_bench_us(g_tc, gemm_call_fn, &gc, copies, reps < 3 ? 3 : reps, 1);
                     if (gus <= 0) tc_sync(g_tc); /* a failed capture: noted, cleared; the column reads -1 */
                     char plan[24];
-                    snprintf(plan, sizeof plan, "%dx%d", tok, sp);
+                    if (sp < 0) snprintf(plan, sizeof plan, "%dxsk%d", tok, -sp); /* stream-K over -sp CTAs */
+                    else snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
                     printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e %9.1f %6.1f%%\n",
-                           wg ? (const char *[]){"wgmma", "wg-a2d", "wg-wbk", "wg-2+b"}[lm]
+                           wg ? (lm ? "wg-ov" : "wgmma")
                               : mode == TC_GEMM_EXACT ? "exact" : "int8",
                            g_shapes[s].what, (long long)k, (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
                            2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,
@@ -427,8 +428,7 @@ static void ops_free(ops_bufs *b) {
 
 /* Decode attention at the 27B shape (24 q / 4 kv heads of 256, gated) at positions
  * 1,023 and 32,767, f16 and q8_0 caches, the GQA kernel (default) and the old
- * per-query-head kernels (tc_set_attn_old(1)), the GQA kernel with walks 0, 1, 2
- * (tc_set_attn_walk: gqa0 .. gqa2): us per call (tc_bench_us, median of
+ * per-query-head kernels (tc_set_attn_old(1)): us per call (tc_bench_us, median of
  * `reps` rounds of 16 calls, one per layer's cache, like the model's 16 attention
  * layers: 16 caches of 32,768 positions, 2.1 GB f16 / 1.1 GB q8_0, so the K/V rows
  * come from HBM, not from L2), plain launches and as one graph, and the graph's K/V
@@ -491,24 +491,20 @@ static int bench_attn_depth(int reps) {
             failed = 1;
         }
         for (int pi = 0; pi < 2 && !failed; pi++)
-            for (int kv = 0; kv < 4 && !failed; kv++) { /* GQA walks 0, 1, 2 (tc_set_attn_walk), old kernels */
+            for (int old = 0; old < 2 && !failed; old++) {
                 double us[2];
-                const int old = kv == 3;
                 tc_set_attn_old(g_tc, old);
-                tc_set_attn_walk(g_tc, old ? -1 : kv);
                 a.pos = posv[pi];
                 for (int m = 0; m < 2; m++) {
                     us[m] = tc_bench_us(g_tc, attn_call, &a, ATT_L, reps, m);
                     if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
                 }
                 const double gbps = 2.0 * (double)(a.pos + 1) * (double)rb[t] / (us[1] * 1e3);
-                static const char *const kname[4] = {"gqa0", "gqa1", "gqa2", "old"};
                 printf("%-8d %-5s %-4s %9.2f %9.2f %9.1f %6.1f\n", a.pos, t ? "q8_0" : "f16",
-                       kname[kv], us[0], us[1], gbps,
+                       old ? "old" : "gqa", us[0], us[1], gbps,
                        ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
             }
         tc_set_attn_old(g_tc, -1);
-        tc_set_attn_walk(g_tc, -1);
         for (int l = 0; l < ATT_L; l++) {
             if (a.kc[l]) tc_free(g_tc, a.kc[l], bytes);
             if (a.vc[l]) tc_free(g_tc, a.vc[l], bytes);
@@ -525,8 +521,8 @@ static int bench_attn_depth(int reps) {
  * merge for all the sequences) at the 27B shape, gated: n = 16 and 64 sequences at
  * positions 460..600 (mean ~530, as `bench model -p 512`), each with its own cache of
  * ATT_L layers x ATTB_CTX positions (f16: 1.3 GB for 64 sequences per K and V), the
- * calls walking the layers like a step; f16 and q8_0; walks 0 (before 2026-12-04), 1 (the
- * prefetching walk, the default) and 2 (1 with the transposed score sums): tc_set_attn_walk. us per call
+ * calls walking the layers like a step; f16 and q8_0 (the walks and split targets this
+ * replaced: docs/performance.md, 2026-12-04). us per call
  * (stream, graph) and the graph's K/V bytes read per second against the same run's read
  * ceiling. Text only; 0 = ok. */
 #define ATTB_CTX 640
@@ -552,10 +548,8 @@ static int bench_attn_batch(int reps) {
     const double ceil_gbps = tc_read_ceiling_gbps(g_tc, (size_t)1 << 30, 3);
     printf("\nbatched decode attention at the 27B shape (24 q / 4 kv heads of 256, gate), n sequences at "
            "positions 460..600, %d layers' caches of %d positions each: us per call, median of %d rounds of "
-           "%d calls; GB/s of K/V rows read (graph), read ceiling %.0f GB/s; ctas/SM: the split rule's target "
-           "(tc_set_attn_batch_ctas)\n%-5s %-5s %-4s %-7s %9s %9s %9s %6s\n",
-           ATT_L, ATTB_CTX, reps, ATT_L, ceil_gbps, "n", "cache", "walk", "ctas/SM", "stream", "graph", "GB/s",
-           "ceil%");
+           "%d calls; GB/s of K/V rows read (graph), read ceiling %.0f GB/s\n%-5s %-5s %9s %9s %9s %6s\n",
+           ATT_L, ATTB_CTX, reps, ATT_L, ceil_gbps, "n", "cache", "stream", "graph", "GB/s", "ceil%");
     int pos[ATTB_MAXN];
     for (int i = 0; i < ATTB_MAXN; i++) pos[i] = 460 + (i * 53) % 141;
     int failed = 0;
@@ -596,27 +590,18 @@ static int bench_attn_batch(int reps) {
             fprintf(stderr, "tern bench: out of device memory for the batched attention caches\n");
             failed = 1;
         }
-        /* (walk, CTAs per SM of the split rule; 0 the default, 8) */
-        static const int var[7][2] = {{0, 0}, {1, 0}, {2, 0}, {1, 4}, {1, 16}, {2, 4}, {2, 16}};
-        for (int ni = 0; ni < 2 && !failed; ni++)
-            for (int vi = 0; vi < 7 && !failed; vi++) {
-                double us[2], kv = 0;
-                const int walk = var[vi][0];
-                a.n = ns[ni];
-                for (int i = 0; i < a.n; i++) kv += 2.0 * (double)(pos[i] + 1) * (double)a.rb;
-                tc_set_attn_walk(g_tc, walk);
-                tc_set_attn_batch_ctas(g_tc, var[vi][1]);
-                for (int m = 0; m < 2; m++) {
-                    us[m] = tc_bench_us(g_tc, attnb_call, &a, ATT_L, reps, m);
-                    if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
-                }
-                const double gbps = kv / (us[1] * 1e3);
-                printf("%-5d %-5s %-4d %-7d %9.2f %9.2f %9.1f %6.1f\n", a.n, t ? "q8_0" : "f16", walk,
-                       var[vi][1] ? var[vi][1] : 8,
-                       us[0], us[1], gbps, ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
+        for (int ni = 0; ni < 2 && !failed; ni++) {
+            double us[2], kv = 0;
+            a.n = ns[ni];
+            for (int i = 0; i < a.n; i++) kv += 2.0 * (double)(pos[i] + 1) * (double)a.rb;
+            for (int m = 0; m < 2; m++) {
+                us[m] = tc_bench_us(g_tc, attnb_call, &a, ATT_L, reps, m);
+                if (us[m] < 0 || tc_sync(g_tc)) failed = 1;
             }
-        tc_set_attn_walk(g_tc, -1);
-        tc_set_attn_batch_ctas(g_tc, 0);
+            const double gbps = kv / (us[1] * 1e3);
+            printf("%-5d %-5s %9.2f %9.2f %9.1f %6.1f\n", a.n, t ? "q8_0" : "f16", us[0], us[1], gbps,
+                   ceil_gbps > 0 ? 100.0 * gbps / ceil_gbps : 0.0);
+        }
         for (int i = 0; i < ATTB_MAXN; i++) {
             if (kc[i]) tc_free(g_tc, kc[i], bytes);
             if (vc[i]) tc_free(g_tc, vc[i], bytes);

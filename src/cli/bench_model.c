@@ -89,10 +89,6 @@ static void usage(FILE *f) {
 }
 
 /* ------------------------------------------------------------ read ceiling */
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 /* ,"key":"text" with the text's newlines, quotes and backslashes escaped (nothing when empty) */
 static void json_text_field(const char *key, const char *text) {
     if (!text[0]) return;
@@ -105,10 +101,6 @@ static void json_text_field(const char *key, const char *text) {
     printf("\"");
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int tern_bench_model(int argc, char **argv) {
     const char *model = NULL;
@@ -287,7 +279,7 @@ int tern_bench_model(int argc, char **argv) {
             for (int64_t b = 0; b < blist[k]; b++) btok[b] = (int32_t)cli_argmax(tern_session_logits(bs[b]), V);
         }
     }
-    for (int k = 0; k < nbl; k++) bmed[k] = 1.0 / median(bt + k * ng, (int)ng); /* steps per second */
+    for (int k = 0; k < nbl; k++) bmed[k] = 1.0 / cli_median(bt + k * ng, (int)ng); /* steps per second */
     if (nbl) bt_med = bmed[0];
     /* GPU: launches (= graph nodes) per decode token, counted op by op, and with
      * --profile the time per kernel family over the same steps */
@@ -377,8 +369,8 @@ int tern_bench_model(int argc, char **argv) {
         ceiling = tern_read_ceiling_gbps(pool, nt, (size_t)2 << 30, 4);
         tern_pool_free(pool);
     }
-    double pp_med = median(pp, (int)reps);
-    double tg_med = 1.0 / median(tg, (int)ng);
+    double pp_med = cli_median(pp, (int)reps);
+    double tg_med = 1.0 / cli_median(tg, (int)ng);
     double wbpt = (double)info->decode_bytes_per_token;
     double kvbpt = (double)tern_session_cache_bytes(s, tg_pos);
     double bpt = wbpt + kvbpt;

@@ -24,19 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int tern_bench_verify(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
     int64_t threads = 0, np = 64, ng = 8, reps = 3, kmax = 8;
     bool json = false, fill_random = false;
+    /* the numeric options: name, alias, range, where */
+    const struct { const char *name, *alias; int64_t lo, hi; int64_t *dst; } num[] = {
+        {"--threads", "-t", 1, 256, &threads}, {"-p", NULL, 1, 1 << 20, &np}, {"-n", NULL, 1, 4096, &ng},
+        {"--reps", NULL, 1, 1000, &reps}, {"--verify-k", NULL, 1, 16, &kmax}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = true; continue; }
@@ -45,23 +40,19 @@ int tern_bench_verify(int argc, char **argv) {
                                    "--reps, --device, --depth-fill, --json)", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
+        bool taken = false;
+        for (size_t o = 0; o < sizeof num / sizeof num[0] && !taken; o++) {
+            if (strcmp(a, num[o].name) && (!num[o].alias || strcmp(a, num[o].alias))) continue;
+            if (!cli_parse_i64(v, num[o].lo, num[o].hi, num[o].dst))
+                return cli_usage_error("bench model", "bad %s '%s' (%lld..%lld)", a, v, (long long)num[o].lo,
+                                       (long long)num[o].hi);
+            taken = true;
+        }
+        if (taken) continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--device")) device = v;
-        else if (!strcmp(a, "--depth-fill")) {
-            if (!strcmp(v, "random")) fill_random = true;
-            else if (!strcmp(v, "real")) fill_random = false;
-            else return cli_usage_error("bench model", "bad --depth-fill '%s' (real or random)", v);
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
-        } else if (!strcmp(a, "-p")) {
-            if (!cli_parse_i64(v, 1, 1 << 20, &np)) return cli_usage_error("bench model", "bad -p '%s'", v);
-        } else if (!strcmp(a, "-n")) {
-            if (!cli_parse_i64(v, 1, 4096, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
-        } else if (!strcmp(a, "--reps")) {
-            if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
-        } else if (!strcmp(a, "--verify-k")) {
-            if (!cli_parse_i64(v, 1, 16, &kmax)) return cli_usage_error("bench model", "bad --verify-k '%s' (1..16)", v);
-        }
+        else if (!strcmp(v, "random") || !strcmp(v, "real")) fill_random = !strcmp(v, "random"); /* --depth-fill */
+        else return cli_usage_error("bench model", "bad --depth-fill '%s' (real or random)", v);
     }
     if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
     tern_model_params mp;
@@ -94,7 +85,7 @@ int tern_bench_verify(int argc, char **argv) {
         st = tern_session_eval(s, ids + np + i, 1, NULL);
         t[i - 1] = tern_now_s() - t0;
     }
-    if (!st) dec_ms = 1e3 * median(t, (int)(ng > 1 ? ng - 1 : 1));
+    if (!st) dec_ms = 1e3 * cli_median(t, (int)(ng > 1 ? ng - 1 : 1));
     for (int k = 1; !st && k <= kmax; k++) {
         for (int r = 0; !st && r < reps; r++) {
             double t0 = tern_now_s();
@@ -105,8 +96,8 @@ int tern_bench_verify(int argc, char **argv) {
             t2[r] = tern_now_s() - t1;
         }
         if (!st) {
-            ver_ms[k] = 1e3 * median(t, (int)reps);
-            keep_ms[k] = 1e3 * median(t2, (int)reps);
+            ver_ms[k] = 1e3 * cli_median(t, (int)reps);
+            keep_ms[k] = 1e3 * cli_median(t2, (int)reps);
         }
         for (int r = 0; !st && r < reps; r++) {
             st = snap ? tern_session_snapshot_retake(s, snap) : tern_session_snapshot_take_in(s, TERN_SNAPSHOT_BACKEND, &snap);
@@ -115,7 +106,7 @@ int tern_bench_verify(int argc, char **argv) {
             t[r] = tern_now_s() - t0;
             if (!st) st = tern_session_snapshot_restore(s, snap);
         }
-        if (!st) chunk_ms[k] = 1e3 * median(t, (int)reps);
+        if (!st) chunk_ms[k] = 1e3 * cli_median(t, (int)reps);
     }
     tern_session_snapshot_free(snap);
     if (st) {

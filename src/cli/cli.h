@@ -43,6 +43,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...);
 int cli_lib_error(const char *cmd, tern_status st);
 /* Strict number parsing: whole string, range-checked. false on error. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* The median of v[0..n) (sorts v in place; n >= 1). */
+double cli_median(double *v, int n);
 bool cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* Parse "1,2,3" (also spaces/newlines) into a malloc'd int32 array. false on error. */
 bool cli_parse_ids(const char *s, int32_t **out, size_t *n);
@@ -100,7 +102,7 @@ void cli_model_params_from_env(tern_model_params *p);
     "  TERN_CUDA_TC=int8   CUDA: prefill GEMM with 8-bit activations (default exact)\n"         \
     "  TERN_CUDA_GEMV=NAME CUDA: force a matmul family for A/B runs (tiled_multi, tiled, gemm,\n" \
     "                      t128k, t128, generic_sk, generic; old = t128)\n"                 \
-    "  TERN_CUDA_GEMM=wgmma CUDA: the Hopper wgmma GEMM for batches > 8 (A/B; default mma)\n"
+    "  TERN_CUDA_GEMM=mma  CUDA: the mma.sync GEMM for batches > 8 (A/B; default wgmma)\n"
 
 /* The line subcommands that load a model end their help with. */
 #define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US, TERN_CUDA_* (see tern --help)\n"

@@ -148,14 +148,6 @@ static void noop_task(void *ctx, int t, int n) {
     (void)n;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void emit(bool json, const char *op, const char *name, int64_t k, int64_t n, int batch, int threads,
                  double ms, double gbps, double gflops, double ceiling, double err) {
@@ -307,7 +299,7 @@ static int bench_kernels(int argc, char **argv) {
     for (int ci = 0; ci < nc; ci++) {
         config *c = &cfg[ci];
         const shape *sh = &g_shapes[c->shape];
-        double t = median(c->times, c->n_times);
+        double t = cli_median(c->times, c->n_times);
         double gb = (double)wbytes[c->shape] / t / 1e9;
         double gf = 2.0 * c->batch * (double)sh->k * (double)sh->n / t / 1e9;
         bool r16 = c->layout == TERN_LAYOUT_R16;
@@ -336,7 +328,7 @@ static int bench_kernels(int argc, char **argv) {
                 ht[r] = tern_now_s() - t0;
                 if (op == 1) for (size_t i = 0; i < n; i++) a[i] = cc[i]; /* keep values bounded */
             }
-            double t = median(ht, hreps);
+            double t = cli_median(ht, hreps);
             /* bytes: hadamard r+w n; addnorm r: 2n + gain, w: r, normed, rotated; swiglu r 2n, w n */
             double bytes = 4.0 * (double)n * (op == 0 ? 2 : op == 1 ? 6 : 3);
             const char *ops[3] = {"hadamard", "add_rmsnorm_had", "swiglu_had"};

@@ -247,6 +247,7 @@ typedef struct chat {
     tern_tokens end_turn;           /* "<|im_end|>\n" */
     chat_turn *turns;               /* complete turns in the session, oldest first */
     size_t n_turns, cap_turns, next_no, n_dropped;
+    tern_tokens spec_hist;          /* --spec: the session's tokens so far, for the drafter */
 } chat;
 
 static void turn_free(chat_turn *t) {
@@ -361,6 +362,16 @@ static bool chat_make_room(chat *c, const char *user, const tern_tokens *tail, s
     return true;
 }
 
+/* --spec: what this generate fed the session (the prompt, the reply but a final
+ * end-of-turn id, which the next turn's prompt brings again). */
+static tern_status spec_hist_add(chat *c, const tern_tokens *prompt, const tern_gen_result *r) {
+    size_t n = r->tokens.n - (r->reason == TERN_STOP_EOG && r->tokens.n ? 1 : 0);
+    tern_status st = TERN_OK;
+    for (size_t i = 0; i < prompt->n && !st; i++) st = tern_tokens_push(&c->spec_hist, prompt->ids[i]);
+    for (size_t i = 0; i < n && !st; i++) st = tern_tokens_push(&c->spec_hist, r->tokens.ids[i]);
+    return st;
+}
+
 /* One turn: the message, the reply streamed, the turn kept. */
 static void chat_turn_run(chat *c, const char *msg, bool tty_out, bool hide) {
     gen_ctx *g = c->g;
@@ -404,6 +415,9 @@ static void chat_turn_run(chat *c, const char *msg, bool tty_out, bool hide) {
         int left = o->n_predict > 0 ? o->n_predict - (int)reply.n : 0;
         tern_gen_params gp = {left, NULL, 0, on_text, &v, &gen_cancel};
         gen_ctx_spec(g, o, &gp);
+        if (g->drafter && !tern_session_pos(g->sess)) c->spec_hist.n = 0; /* the session starts over */
+        gp.spec_history = c->spec_hist.ids;
+        gp.n_spec_history = c->spec_hist.n;
         gen_sigint_arm();
         st = tern_generate(g->sess, g->tok, g->smp, ids.ids, ids.n, &gp, &res);
         gen_sigint_disarm();
@@ -412,6 +426,7 @@ static void chat_turn_run(chat *c, const char *msg, bool tty_out, bool hide) {
         prompt_s += res.prompt_s;
         gen_s += res.gen_s;
         for (size_t i = 0; i < res.tokens.n && !st; i++) st = tern_tokens_push(&reply, res.tokens.ids[i]);
+        if (!st && g->drafter) st = spec_hist_add(c, &ids, &res);
         if (!st) st = tern_str_append(&text, res.text.data, res.text.len);
         if (st || res.reason != TERN_STOP_CONTEXT_FULL || !c->shift || !c->n_turns) break;
         if (o->n_predict > 0 && reply.n >= (size_t)o->n_predict) { res.reason = TERN_STOP_MAX_TOKENS; break; }
@@ -604,6 +619,7 @@ int tern_cmd_chat(int argc, char **argv) {
     free(c.turns);
     free(g_paste.s);
     tern_tokens_free(&c.end_turn);
+    tern_tokens_free(&c.spec_hist);
     free(c.system);
     gen_ctx_close(&g);
     return 0;

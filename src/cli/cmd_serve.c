@@ -164,6 +164,58 @@ static int serve_spec_opt(int argc, char **argv, int *i, const char **spec, int6
     return 0;
 }
 
+
+/* --spec: the drafter, and for draft:PATH the draft model and its tokenizer (loaded once;
+ * srv_sched_new gives each slot a draft session on it). */
+typedef struct serve_spec {
+    tern_drafter *drafter;
+    tern_model *dm;
+    tern_tokenizer *dtok;
+} serve_spec;
+
+static void serve_spec_free(serve_spec *x) {
+    tern_drafter_free(x->drafter);
+    tern_model_free(x->dm);
+    tern_tokenizer_free(x->dtok);
+    memset(x, 0, sizeof *x);
+}
+
+/* 0, or 1 after printing why (nothing left allocated). */
+static int serve_spec_open(const char *spec, const tern_model_params *mp, const tern_tokenizer *tok, serve_spec *x) {
+    tern_status st;
+    if (!strcmp(spec, "ngram")) {
+        st = tern_drafter_ngram_new(0, 0, &x->drafter);
+    } else {
+        tern_model_params dmp = *mp;
+        dmp.tp = 0;
+        if (!(st = tern_tokenizer_load(spec + 6, &x->dtok))) st = tern_model_load(spec + 6, &dmp, &x->dm);
+        if (!st && (st = tern_tokenizer_compare(tok, x->dtok))) {
+            fprintf(stderr, "tern serve: --spec %s: %s (first: the model's, second: the draft's)\n", spec,
+                    tern_last_error());
+            serve_spec_free(x);
+            return 1;
+        }
+    }
+    if (st) {
+        serve_spec_free(x);
+        return cli_lib_error("serve", st);
+    }
+    return 0;
+}
+
+
+/* The end of tern serve, whichever way: everything it made, freed; returns rc. */
+static int serve_end(char *key_pem, char *cert_pem, srv_embedder *e, srv_sched *sched, tern_model *m,
+                     tern_tokenizer *tok, int rc) {
+    free(key_pem);
+    free(cert_pem);
+    srv_embedder_free(e);
+    srv_sched_free(sched);
+    tern_model_free(m);
+    tern_tokenizer_free(tok);
+    return rc;
+}
+
 int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *ssl_key = NULL, *ssl_cert = NULL;
@@ -291,43 +343,21 @@ int tern_cmd_serve(int argc, char **argv) {
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,
                            (int)sample_threads, (uint64_t)admit_mib << 20};
-    tern_drafter *drafter = NULL;
-    tern_model *dm = NULL;
-    tern_tokenizer *dtok = NULL;
-    if (spec && !strcmp(spec, "ngram")) {
-        st = tern_drafter_ngram_new(0, 0, &drafter);
-    } else if (spec) { /* a draft model: loaded once, a draft session per slot (srv_sched_new) */
-        tern_model_params dmp = mp;
-        dmp.tp = 0;
-        if (!(st = tern_tokenizer_load(spec + 6, &dtok))) st = tern_model_load(spec + 6, &dmp, &dm);
-        if (!st && (st = tern_tokenizer_compare(tok, dtok))) {
-            fprintf(stderr, "tern serve: --spec %s: %s (first: the model's, second: the draft's)\n", spec,
-                    tern_last_error());
-            tern_model_free(dm);
-            tern_tokenizer_free(dtok);
-            tern_model_free(m);
-            tern_tokenizer_free(tok);
-            return 1;
-        }
-    }
-    if (st) {
-        tern_model_free(dm);
-        tern_tokenizer_free(dtok);
+    serve_spec sx = {0};
+    if (spec && serve_spec_open(spec, &mp, tok, &sx)) {
         tern_model_free(m);
         tern_tokenizer_free(tok);
-        return cli_lib_error("serve", st);
+        return 1;
     }
-    sp.drafter = drafter;
-    sp.draft_model = dm;
-    sp.draft_tok = dtok;
+    sp.drafter = sx.drafter;
+    sp.draft_model = sx.dm;
+    sp.draft_tok = sx.dtok;
     sp.spec_k = (int)spec_k;
     sp.prefill_chunk = (int)prefill_chunk;
     srv_sched *sched = NULL;
     if ((st = srv_sched_new(m, tok, &sp, &sched))) {
         fprintf(stderr, "tern serve: %s\n", srv_sched_error());
-        tern_drafter_free(drafter);
-        tern_model_free(dm);
-        tern_tokenizer_free(dtok);
+        serve_spec_free(&sx); /* the scheduler's once made */
         int rc = 1;
         tern_model_free(m);
         tern_tokenizer_free(tok);
@@ -348,10 +378,7 @@ int tern_cmd_serve(int argc, char **argv) {
             pool = pt == 1 ? TERN_POOLING_MEAN : pt == 2 ? TERN_POOLING_CLS : TERN_POOLING_LAST;
         if ((st = srv_embedder_new(m, n_ctx, cache_k, cache_v, pool, &embedder))) {
             fprintf(stderr, "tern serve: the embedding session: %s\n", tern_last_error());
-            srv_sched_free(sched);
-            tern_model_free(m);
-            tern_tokenizer_free(tok);
-            return 1;
+            return serve_end(NULL, NULL, NULL, sched, m, tok, 1);
         }
         if (!quiet)
             fprintf(stderr, "tern serve: embeddings on (/v1/embeddings, /embedding): %d dimensions, %s pooling, "
@@ -366,15 +393,7 @@ int tern_cmd_serve(int argc, char **argv) {
     char *key_pem = NULL, *cert_pem = NULL;     /* HTTPS: read now, valid while the server runs */
     if (ssl_key && (!(key_pem = read_text(ssl_key)) || !(cert_pem = read_text(ssl_cert)))) {
         fprintf(stderr, "tern serve: cannot read %s: %s\n", key_pem ? ssl_cert : ssl_key, strerror(errno));
-        free(key_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_drafter_free(drafter);
-        tern_model_free(dm);
-        tern_tokenizer_free(dtok);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, NULL, embedder, sched, m, tok, 1);
     }
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
                     (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
@@ -402,16 +421,7 @@ int tern_cmd_serve(int argc, char **argv) {
     int bound = 0;
     if (srv_http_start(&c, sched, tok, &http, &bound, err, sizeof err)) {
         fprintf(stderr, "tern serve: %s\n", err);
-        free(key_pem);
-        free(cert_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_drafter_free(drafter);
-        tern_model_free(dm);
-        tern_tokenizer_free(dtok);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 1);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const tern_model_info *info = tern_model_get_info(m);
@@ -458,16 +468,7 @@ int tern_cmd_serve(int argc, char **argv) {
     if (pthread_create(&sig_th, NULL, sig_main, &sc)) {
         fprintf(stderr, "tern serve: cannot start the signal thread\n");
         srv_http_stop(http);
-        free(key_pem);
-        free(cert_pem);
-        srv_embedder_free(embedder);
-        srv_sched_free(sched);
-        tern_drafter_free(drafter);
-        tern_model_free(dm);
-        tern_tokenizer_free(dtok);
-        tern_model_free(m);
-        tern_tokenizer_free(tok);
-        return 1;
+        return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 1);
     }
     srv_sched_run(sched);           /* until SIGINT / SIGTERM */
     pthread_kill(sig_th, SIGTERM);  /* in case the loop ended on its own */
@@ -476,14 +477,5 @@ int tern_cmd_serve(int argc, char **argv) {
      * event and [DONE] of a stream, a 503) before the connections close */
     srv_http_wait_idle(http, 5000);
     srv_http_stop(http);
-    free(key_pem);
-    free(cert_pem);
-    srv_embedder_free(embedder);
-    srv_sched_free(sched);
-    tern_drafter_free(drafter);
-    tern_model_free(dm);
-    tern_tokenizer_free(dtok);
-    tern_model_free(m);
-    tern_tokenizer_free(tok);
-    return 0;
+    return serve_end(key_pem, cert_pem, embedder, sched, m, tok, 0);
 }

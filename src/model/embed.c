@@ -29,28 +29,9 @@ tern_status tern_session_eval_hidden(tern_session *s, const int32_t *tokens, siz
     if (!s || (!tokens && n) || (!hidden && n))
         return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval_hidden: NULL argument");
     if (n == 0) return TERN_OK;
-    const int V = s->m->hp.n_vocab;
-    const size_t E = (size_t)s->m->hp.n_embd;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)", (int)tokens[i],
-                             i, V);
-    if (n > (size_t)(s->n_ctx - s->pos))
-        return tern_fail(TERN_ERR_CONTEXT_FULL, "context full: %zu tokens at position %d exceed the context of %d",
-                         n, s->pos, s->n_ctx);
-    pthread_mutex_lock(&s->m->eval_mu);
-    tern_status st = TERN_OK;
-    for (size_t i = 0; i < n && !st;) {
-        int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
-        st = tm_forward_hidden(s, tokens + i, c, hidden + i * E);
-        if (!st) {
-            tm_session_stamp(s, s->pos, c);
-            s->pos += c;
-            i += (size_t)c;
-        }
-    }
-    pthread_mutex_unlock(&s->m->eval_mu);
-    return st;
+    tern_status cst = tm_session_check(s, tokens, n);
+    if (cst) return cst;
+    return tm_session_run(s, tokens, n, hidden, TM_RUN_HIDDEN, false);
 }
 
 static void l2_normalize(float *v, size_t n) {

@@ -480,7 +480,12 @@ tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed) {
 tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, float *all_logits) {
     if (!s || (!tokens && n)) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_eval: NULL argument");
     if (n == 0) return TERN_OK;
-    int V = s->m->hp.n_vocab;
+    tern_status st = tm_session_check(s, tokens, n);
+    return st ? st : tm_session_run(s, tokens, n, all_logits, TM_RUN_LOGITS, false);
+}
+
+tern_status tm_session_check(const tern_session *s, const int32_t *tokens, size_t n) {
+    const int V = s->m->hp.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)",
@@ -489,12 +494,24 @@ tern_status tern_session_eval(tern_session *s, const int32_t *tokens, size_t n, 
         return tern_fail(TERN_ERR_CONTEXT_FULL,
                          "context full: %zu tokens at position %d exceed the context of %d", n,
                          s->pos, s->n_ctx);
+    return TERN_OK;
+}
+
+tern_status tm_session_run(tern_session *s, const int32_t *tokens, size_t n, float *out, tm_run_kind kind, bool one) {
+    const size_t W = (size_t)(kind == TM_RUN_HIDDEN ? s->m->hp.n_embd : s->m->hp.n_vocab);
     /* sessions of one model may be used from several threads: one at a time */
     pthread_mutex_lock(&s->m->eval_mu);
     tern_status st = TERN_OK;
     for (size_t i = 0; i < n && !st;) {
-        int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
-        st = tm_forward_chunk(s, tokens + i, c, all_logits ? all_logits + i * (size_t)V : NULL);
+        int c = one ? 1 : (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
+        float *o = out ? out + i * W : NULL;
+        /* exact one at a time: the decode step itself (a device may replay its graph), the
+         * row copied from the session's logits */
+        const bool step = kind == TM_RUN_EXACT && one;
+        st = kind == TM_RUN_HIDDEN ? tm_forward_hidden(s, tokens + i, c, o)
+             : kind == TM_RUN_EXACT && !one ? tm_forward_verify(s, tokens + i, c, o)
+                                            : tm_forward_chunk(s, tokens + i, c, step ? NULL : o);
+        if (!st && step && o) memcpy(o, s->logits, W * sizeof(float));
         if (!st) {
             tm_session_stamp(s, s->pos, c);
             s->pos += c;

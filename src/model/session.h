@@ -90,6 +90,16 @@ tern_status tm_forward_hidden(tern_session *s, const int32_t *tokens, int n, flo
  * at its own position, in one pass over w's scratch (w may be one of them). Row i of
  * logits_rows (host, n x n_vocab) and s[i]->logits get session i's logits. Positions
  * are not advanced here; the caller checked tokens and contexts. */
+/* Evaluate tokens[0..n) (checked by the caller) in pieces of at most n_chunk rows (one
+ * row a piece with `one`) under the model's eval lock, stamping the rows and advancing
+ * pos after each: out (may be NULL but for HIDDEN) gets every row, n_vocab floats (the
+ * logits) or n_embd (HIDDEN: the output norm's rows). EXACT: tm_forward_verify. */
+/* The checks before evaluating n tokens: ids in the vocabulary (TERN_ERR_RANGE), room in
+ * the context (TERN_ERR_CONTEXT_FULL). */
+tern_status tm_session_check(const tern_session *s, const int32_t *tokens, size_t n);
+typedef enum tm_run_kind { TM_RUN_LOGITS, TM_RUN_EXACT, TM_RUN_HIDDEN } tm_run_kind;
+tern_status tm_session_run(tern_session *s, const int32_t *tokens, size_t n, float *out, tm_run_kind kind, bool one);
+
 /* Mark rows [pos0, pos0 + n) of s as written now (a new stamp). */
 void tm_session_stamp(tern_session *s, int pos0, int n);
 

@@ -6,10 +6,11 @@
  * Exactness: the pass runs with tm_step.exact, so each row is bit-identical to
  * evaluating the tokens one at a time (the GDN recurrence walks token by token instead
  * of the block scan; the matmuls run in pieces whose rows the kernels compute as alone:
- * tm_ops.matmul_exact_batch; tests/unit/test_spec.c compares the bytes). Greedy text with speculation is then
- * byte-identical to plain greedy. A back-end without TM_CAP_EXACT_ROWS (CUDA today: its
- * multi-row kernels accumulate in another order than its decode GEMV) runs the rows as
- * single-token steps: still exact, no faster than decoding them.
+ * tm_ops.matmul_exact_batch; tests/unit/test_spec.c compares the bytes). Greedy text
+ * with speculation is then byte-identical to plain greedy. A back-end without
+ * TM_CAP_EXACT_ROWS (CUDA today: its multi-row kernels accumulate in another order than
+ * its decode GEMV) runs each row as the decode step itself (on CUDA its graph replay):
+ * still exact, no faster than decoding them.
  *
  * Rollback: attention rows after the kept prefix are simply overwritten later (the
  * position goes back). The GDN conv and recurrent states cannot be rewound, so one
@@ -28,36 +29,14 @@ static bool has_gdn(const tern_session *s) { return s->m->hp.n_gdn_layers > 0; }
 /* Evaluate tokens [0, n) exactly, in pieces of at most n_chunk rows (one row at a time on
  * a back-end without TM_CAP_EXACT_ROWS); advances pos. */
 static tern_status eval_exact(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
-    const size_t V = (size_t)s->m->hp.n_vocab;
-    const bool rows = (s->m->be->vt->caps & TM_CAP_EXACT_ROWS) != 0;
-    tern_status st = TERN_OK;
-    pthread_mutex_lock(&s->m->eval_mu);
-    for (size_t i = 0; i < n && !st;) {
-        int c = (int)(n - i < (size_t)s->n_chunk ? n - i : (size_t)s->n_chunk);
-        if (!rows) c = 1;
-        st = rows ? tm_forward_verify(s, tokens + i, c, logits ? logits + i * V : NULL)
-                  : tm_forward_chunk(s, tokens + i, 1, logits ? logits + i * V : NULL);
-        if (!st) {
-            tm_session_stamp(s, s->pos, c);
-            s->pos += c;
-            i += (size_t)c;
-        }
-    }
-    pthread_mutex_unlock(&s->m->eval_mu);
-    return st;
+    return tm_session_run(s, tokens, n, logits, TM_RUN_EXACT, !(s->m->be->vt->caps & TM_CAP_EXACT_ROWS));
 }
 
 tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
     if (!s || !tokens || !logits) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: NULL argument");
     if (n == 0) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: no tokens");
-    const int V = s->m->hp.n_vocab;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return tern_fail(TERN_ERR_RANGE, "token id %d at index %zu is out of range [0, %d)", (int)tokens[i],
-                             i, V);
-    if (n > (size_t)(s->n_ctx - s->pos))
-        return tern_fail(TERN_ERR_CONTEXT_FULL, "context full: %zu tokens at position %d exceed the context of %d",
-                         n, s->pos, s->n_ctx);
+    tern_status st = tm_session_check(s, tokens, n);
+    if (st) return st;
     if (s->m->be->vt->caps & TM_CAP_PRIVATE_STATE)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tern_session_verify: not supported on a tensor-parallel model (--tp)");
     if ((int)n > s->vcap) {
@@ -67,7 +46,6 @@ tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n
         s->vtok = t;
         s->vcap = cap;
     }
-    tern_status st = TERN_OK;
     if (has_gdn(s)) {
         if (!s->vsnap) {
             st = tern_session_snapshot_take_in(s, TERN_SNAPSHOT_BACKEND, &s->vsnap);
@@ -77,9 +55,9 @@ tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n
         }
         if (st) return st;
     } else {
-        if (!s->vlog0 && !(s->vlog0 = malloc((size_t)V * sizeof(float))))
+        if (!s->vlog0 && !(s->vlog0 = malloc((size_t)s->m->hp.n_vocab * sizeof(float))))
             return tern_fail(TERN_ERR_NOMEM, "tern_session_verify: out of memory");
-        memcpy(s->vlog0, s->logits, (size_t)V * sizeof(float));
+        memcpy(s->vlog0, s->logits, (size_t)s->m->hp.n_vocab * sizeof(float));
     }
     s->vn = 0;
     s->vrows = logits;

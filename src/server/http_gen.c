@@ -357,6 +357,7 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
     if (!c) return NULL;
     bool ok = true;
     if (!prompt) prompt = &j->prompt;
+    c->no_spec = j->no_spec; /* the choices of one request speculate alike */
     for (size_t i = 0; ok && i < prompt->n; i++) ok = !tern_tokens_push(&c->prompt, prompt->ids[i]);
     c->sp = j->sp;
     c->sp.seed = j->sp.seed + (uint64_t)k;
@@ -371,7 +372,6 @@ static srv_job *job_clone(srv_http *h, const srv_job *j, int k, const tern_str *
     c->max_tokens = j->max_tokens;
     c->stream = j->stream;
     c->ignore_eos = j->ignore_eos;
-    c->no_spec = j->no_spec;
     c->no_cache = j->no_cache;
     c->logprobs = j->logprobs;
     if (ok && j->n_bias) {
@@ -661,6 +661,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         dst = TERN_ERR_INVALID_ARG;
     }
     tern_sampler_free(probe);
+    j->no_spec = req.no_spec; /* "speculative": false (serve --spec) */
     if (dst) {
         for (int p = 0; p < SRV_MAX_PROMPTS; p++) tern_tokens_free(&ptoks[p]);
         srv_job_unref(j);
@@ -670,7 +671,6 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
     }
     j->max_tokens = req.max_tokens ? req.max_tokens : h->c.default_max_tokens;
     j->ignore_eos = req.ignore_eos;
-    j->no_spec = req.no_spec;
     j->no_cache = !req.cache_prompt;
     for (size_t i = 0; i < req.n_bias; i++)
         if (req.bias_ids[i] >= nv) {

@@ -120,6 +120,7 @@ struct srv_sched {
     srv_snap_stats snap;          /* count, bytes, each, taken, restored, evicted (under snap_mu) */
     uint64_t admit_free;            /* bytes free the back-end needs to admit a request (0: no check) */
     bool shed;                      /* a request was refused for memory: drop snapshots (under mu) */
+    bool own_spec;                  /* srv_sched_new succeeded: p.drafter, draft_model, draft_tok are ours */
 };
 
 static slot *lead_slot(srv_sched *s, const srv_job *j);
@@ -846,6 +847,11 @@ static void sched_free(srv_sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->snap_mu);
     pthread_cond_destroy(&s->cv);
+    if (s->own_spec) { /* after the slots' draft sessions */
+        tern_drafter_free(s->p.drafter);
+        tern_model_free(s->p.draft_model);
+        tern_tokenizer_free(s->p.draft_tok);
+    }
     free(s);
 }
 
@@ -922,6 +928,7 @@ tern_status srv_sched_new(tern_model *m, const tern_tokenizer *tok, const srv_sc
     s->steps.prefill_budget = s->budget;
     s->steps.decode_batch = s->batch;
     s->steps.chunk = s->chunk;
+    s->own_spec = true;
     *out = s;
     return TERN_OK;
 }

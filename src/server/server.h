@@ -353,11 +353,12 @@ typedef struct srv_sched_params {
                                      * bytes free (tern_model_memory_free; else 503 with
                                      * Retry-After); 0: 256 MiB on a GPU, no check on the host */
     tern_drafter *drafter;          /* serve --spec ngram: speculative decoding for every request
-                                     * that does not opt out (borrowed; NULL: off). Prompt lookup
-                                     * keeps no state, so the slots share it */
-    tern_model *draft_model;        /* serve --spec draft:PATH (borrowed; NULL: none): each slot
-                                     * gets a drafter of its own on it (a draft session of n_ctx) */
-    const tern_tokenizer *draft_tok;
+                                     * that does not opt out (NULL: off). Prompt lookup keeps no
+                                     * state, so the slots share it */
+    tern_model *draft_model;        /* serve --spec draft:PATH (NULL: none): each slot gets a
+                                     * drafter of its own on it (a draft session of n_ctx) */
+    tern_tokenizer *draft_tok;      /* the three: the scheduler's once srv_sched_new succeeded
+                                     * (freed by srv_sched_free), the caller's after a failure */
     int spec_k;                     /* --spec-k (0: 8) */
     int prefill_chunk;              /* the slots' prefill chunk (tern_session_params.n_chunk; 0: the
                                      * back-end's, 64 on the CPU, 512 on CUDA): every prompt is split

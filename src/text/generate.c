@@ -175,6 +175,8 @@ tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler 
         g->vtok = tern_malloc((size_t)g->vrows_cap * sizeof *g->vtok);
         g->defer = tern_malloc((size_t)g->vrows_cap * sizeof *g->defer);
         if (!g->vrows || !g->vtok || !g->defer) st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+        if (!st && g->p.spec_history && g->p.n_spec_history)
+            st = hist_push(g, g->p.spec_history, g->p.n_spec_history);
     }
     if (st) {
         tern_gen_free(g);

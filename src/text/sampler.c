@@ -492,6 +492,13 @@ static int32_t sample_staged(tern_sampler *s, float *l, float lmax) {
     return draw(s, c, pr, 1, m, 1.0);
 }
 
+int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft) {
+    s->draft = draft >= 0 && draft < s->n_vocab ? draft : -1;
+    int32_t id = tern_sampler_sample(s, logits);
+    s->draft = -1;
+    return id;
+}
+
 int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
     const int n = s->n_vocab;
     const tern_sampler_params *p = &s->p;
@@ -585,21 +592,8 @@ int32_t tern_sampler_sample(tern_sampler *s, const float *logits) {
     return draw(s, c, &c[0].p, sizeof *c / sizeof(float), m, sum);
 }
 
-int32_t tern_sampler_sample_draft(tern_sampler *s, const float *logits, int32_t draft) {
-    s->draft = draft >= 0 && draft < s->n_vocab ? draft : -1;
-    int32_t id = tern_sampler_sample(s, logits);
-    s->draft = -1;
-    return id;
-}
-
 const char *tern_stop_reason_str(tern_stop_reason r) {
-    switch (r) {
-    case TERN_STOP_NONE: return "none";
-    case TERN_STOP_EOG: return "eog";
-    case TERN_STOP_STRING: return "stop_string";
-    case TERN_STOP_MAX_TOKENS: return "max_tokens";
-    case TERN_STOP_CONTEXT_FULL: return "context_full";
-    case TERN_STOP_CANCELLED: return "cancelled";
-    }
-    return "unknown";
+    /* indexed by the enum's values (tern.h: 0..5) */
+    static const char *const name[] = {"none", "eog", "stop_string", "max_tokens", "context_full", "cancelled"};
+    return (unsigned)r < sizeof name / sizeof name[0] ? name[r] : "unknown";
 }

@@ -77,10 +77,11 @@ tern_status tern_drafter_model_new(tern_model *draft, const tern_tokenizer *draf
 }
 
 void tern_drafter_free(tern_drafter *d) {
-    if (!d) return;
-    tern_session_snapshot_free(d->snap);
-    tern_session_free(d->ds);
-    free(d->seen);
+    if (d) { /* the draft model is the caller's */
+        tern_session_snapshot_free(d->snap);
+        tern_session_free(d->ds);
+        free(d->seen);
+    }
     free(d);
 }
 

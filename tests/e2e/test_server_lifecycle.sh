@@ -11,6 +11,7 @@
 #   - SIGTERM while one request streams and another waits in the queue: the
 #     queued one gets 503 + Retry-After at once, the stream ends with an error
 #     event and "data: [DONE]" after --grace-s, and the server exits 0.
+# TERN_TEST_DEVICE=cuda: the same with the model on the GPU (the drain on a device).
 # Usage: bash test_server_lifecycle.sh /path/to/tern
 set -uo pipefail
 TERN=${1:?usage: test_server_lifecycle.sh /path/to/tern}
@@ -29,8 +30,11 @@ SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-"$TERN" serve --port 0 --threads 2 --parallel 1 --queue 2 --ctx 4096 --grace-s 2 --header-timeout-s 3 \
-  >"$TMP/out" 2>"$TMP/err" &
+# the SIGTERM case needs a stream still running after the grace period: on a GPU the embedded
+# model fills 4,096 positions in about a second, so the context is longer there
+CTX=4096; [ "${TERN_TEST_DEVICE:-cpu}" != cpu ] && CTX=65536
+"$TERN" serve --port 0 --threads 2 --device "${TERN_TEST_DEVICE:-cpu}" --parallel 1 --queue 2 --ctx $CTX --grace-s 2 \
+  --header-timeout-s 3 >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }

@@ -42,6 +42,16 @@ for m in "${models[@]}"; do
   done
 done
 [ $fail = 0 ] && echo "ok   run --spec ngram|draft: greedy text identical (k 1, 4, 8; ${#models[@]} models)"
+# tern chat: three turns (the drafter also looks up the earlier turns), the same text
+turns=$'Write: def add(a, b): return a + b\nNow write it again, exactly.\nAnd once more.\n/exit\n'
+c0=$(printf '%s' "$turns" | "$TERN" chat -m "$SRC/models/tern-default.gguf" --temp 0 -n 48 --repeat-penalty 1 $DEV 2>/dev/null)
+for spec in ngram "draft:$SRC/models/tern-default.gguf"; do
+  c1=$(printf '%s' "$turns" | "$TERN" chat -m "$SRC/models/tern-default.gguf" --temp 0 -n 48 --repeat-penalty 1 --spec "$spec" $DEV \
+       2>"$TMP/cerr")
+  [ "$c0" == "$c1" ] || { echo "FAIL chat --spec ${spec%%:*}: the three turns differ"; fail=1; }
+  [ "$(grep -c 'speculation (' "$TMP/cerr")" = 3 ] || { echo "FAIL chat --spec ${spec%%:*}: no speculation line per turn"; fail=1; }
+done
+[ $fail = 0 ] && echo "ok   chat --spec ngram|draft: three turns identical"
 if [ -f "$FIX/qwen3-tiny/model-q2_0.gguf" ]; then
   "$TERN" run -m "$FIX/qwen3-tiny/model-q2_0.gguf" -p hi -n 4 --spec "draft:$SRC/models/tern-default.gguf" $DEV \
     >/dev/null 2>"$TMP/e"; rc=$?

@@ -118,17 +118,17 @@ TEST(prefill_attention_vs_f64) {
  * kernel and one of the merge for all the sequences) at the 27B bench's shape - 24 q / 4 kv
  * heads of 256, n sequences at positions 400..600, each with its own two-layer cache of
  * its own n_ctx (layer 1 read) - against float64 softmax attention of the stored cache
- * values (f16, q8_0), gated and not, with each walk (tc_set_attn_walk 0, 1, 2): each
- * within 1e-5 of the largest reference value (fp32 sums over <= 601 positions, as
- * test_cuda_kernels' decode cases), walks 1 and 2 within 2e-5 of walk 0. n 64 and 16:
- * the bench's batches (5 and 17 splits, the merge with a CTA per head); n 3 and 5: 64
- * splits (the merge per 32 columns); group sizes 1, 2, 4, 6, 8. */
+ * values (f16, q8_0: the prefetching walk; f32: the other), gated and not, within 1e-5
+ * of the largest reference value (fp32 sums over <= 601 positions, as test_cuda_kernels'
+ * decode cases). n 64 and 16: the bench's batches (3 and 9 splits, the merge with a CTA
+ * per head); n 3 (44 splits) and n 5 at 2 kv heads (53): the merge per 32 columns; group
+ * sizes 1, 2, 4, 6, 8. */
 static void decode_batch_case(int n, int nh, int nkv, tern_kv_type t, int gated) {
     const int hd = 256, G = nh / nkv;
     const size_t qw = (size_t)nh * hd, kvw = (size_t)nkv * hd, rb = tern_kv_row_bytes(t, kvw);
     const float scale = 1.0f / sqrtf((float)hd);
     int *pos = malloc(n * sizeof *pos), *ctx = malloc(n * sizeof *ctx), max_ctx = 0;
-    float *q = malloc(n * qw * 4), *g = malloc(n * qw * 4), *got[3];
+    float *q = malloc(n * qw * 4), *g = malloc(n * qw * 4);
     float **kf = malloc(n * sizeof *kf), **vf = malloc(n * sizeof *vf);
     void **kc = malloc(n * sizeof *kc), **vc = malloc(n * sizeof *vc);
     tc_attn_seq *tab = malloc(n * sizeof *tab);
@@ -190,33 +190,23 @@ static void decode_batch_case(int n, int nh, int nkv, tern_kv_type t, int gated)
     CHECK(tc_attention_decode_batch_ok(g_tc, (int)t, (int)t, max_ctx, nh, nkv, hd));
     tc_attn_bat bt = {.seqs = dtab, .kv_index = 1, .k_row = rb, .v_row = rb, .qg_stride = 2 * qw, .kv_stride = kvw,
                       .q_stride = qw};
-    for (int walk = 0; walk < 3; walk++) {
-        tc_set_attn_walk(g_tc, walk);
-        CHECK_EQ_INT(tc_attn_walk(g_tc), walk);
-        got[walk] = malloc(n * qw * 4);
-        memset(got[walk], 0xff, n * qw * 4); /* NaN: outputs not written show */
-        CHECK(tc_upload(g_tc, dout, got[walk], n * qw * 4) == 0);
-        tc_launches_reset(g_tc);
-        tc_attention_decode_batch(g_tc, dq, (int)t, (int)t, gated ? dg : NULL, dout, n, &bt, max_ctx, nh, nkv, hd,
-                                  scale);
-        CHECK_MSG(tc_sync(g_tc) == 0, "decode batch n %d type %d walk %d: CUDA error", n, (int)t, walk);
-        CHECK_EQ_INT((int)tc_launches(g_tc), 2); /* the GQA kernel and the merge, for all n */
-        CHECK(tc_download(g_tc, got[walk], dout, n * qw * 4) == 0);
-        double md = 0, mw = 0;
-        for (size_t i = 0; i < n * qw; i++) {
-            double d = fabs((double)got[walk][i] - ref[i]), d0 = fabs((double)got[walk][i] - got[0][i]);
-            if (!(d0 <= mw)) mw = isnan(d0) ? INFINITY : d0;
-            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
-        }
-        CHECK_MSG(md <= 1e-5 * rmax, "decode batch n %d heads %d:%d type %d gated %d walk %d: max|diff| %g of %g", n,
-                  nh, nkv, (int)t, gated, walk, md, rmax);
-        CHECK_MSG(mw <= 2e-5 * rmax, "decode batch n %d heads %d:%d type %d gated %d: walk %d vs 0 max|diff| %g", n,
-                  nh, nkv, (int)t, gated, walk, mw);
-        fprintf(stderr, "  decode batch n %2d heads %2d:%d %s gated %d walk %d: max|diff| %.2e, vs walk 0 %.2e "
-                "(largest %.2f)\n", n, nh, nkv, t == TERN_KV_F16 ? "f16 " : "q8_0", gated, walk, md, mw, rmax);
+    float *got = malloc(n * qw * 4);
+    memset(got, 0xff, n * qw * 4); /* NaN: outputs not written show */
+    CHECK(tc_upload(g_tc, dout, got, n * qw * 4) == 0);
+    tc_launches_reset(g_tc);
+    tc_attention_decode_batch(g_tc, dq, (int)t, (int)t, gated ? dg : NULL, dout, n, &bt, max_ctx, nh, nkv, hd, scale);
+    CHECK_MSG(tc_sync(g_tc) == 0, "decode batch n %d type %d: CUDA error", n, (int)t);
+    CHECK_EQ_INT((int)tc_launches(g_tc), 2); /* the GQA kernel and the merge, for all n */
+    CHECK(tc_download(g_tc, got, dout, n * qw * 4) == 0);
+    double md = 0;
+    for (size_t i = 0; i < n * qw; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
     }
-    tc_set_attn_walk(g_tc, -1);
-    CHECK_EQ_INT(tc_attn_walk(g_tc), 1); /* the default */
+    CHECK_MSG(md <= 1e-5 * rmax, "decode batch n %d heads %d:%d type %d gated %d: max|diff| %g of %g", n, nh, nkv,
+              (int)t, gated, md, rmax);
+    fprintf(stderr, "  decode batch n %2d heads %2d:%d %s gated %d: max|diff| %.2e (largest %.2f)\n", n, nh, nkv,
+            t == TERN_KV_F16 ? "f16 " : t == TERN_KV_Q8_0 ? "q8_0" : "f32 ", gated, md, rmax);
     for (int i = 0; i < n; i++) {
         tc_free(g_tc, kc[i], (size_t)2 * ctx[i] * rb);
         tc_free(g_tc, vc[i], (size_t)2 * ctx[i] * rb);
@@ -227,7 +217,7 @@ static void decode_batch_case(int n, int nh, int nkv, tern_kv_type t, int gated)
     tc_free(g_tc, dq, n * qw * 4);
     tc_free(g_tc, dg, n * qw * 4);
     tc_free(g_tc, dout, n * qw * 4);
-    free(pos); free(ctx); free(q); free(g); free(got[0]); free(got[1]); free(got[2]); free(kf); free(vf); free(kc); free(vc);
+    free(pos); free(ctx); free(q); free(g); free(got); free(kf); free(vf); free(kc); free(vc);
     free(tab); free(ref); free(w);
 }
 
@@ -239,17 +229,13 @@ TEST(decode_batch_vs_f64) {
     decode_batch_case(16, 24, 4, TERN_KV_Q8_0, 1);
     decode_batch_case(3, 24, 4, TERN_KV_F16, 1);
     decode_batch_case(3, 24, 4, TERN_KV_Q8_0, 0);
-    /* the other group sizes (walk 2's slot counts 2, 4, 8, 16) */
+    /* the other group sizes (ag_fold2's slot counts 2, 4, 8, 16) */
     decode_batch_case(5, 4, 4, TERN_KV_F16, 1);
     decode_batch_case(5, 8, 4, TERN_KV_Q8_0, 0);
     decode_batch_case(5, 8, 2, TERN_KV_F16, 0);
     decode_batch_case(5, 16, 2, TERN_KV_Q8_0, 1);
-    /* the split rule's other targets (tc_set_attn_batch_ctas): 3 splits at n 64, 33 at n 16 */
-    tc_set_attn_batch_ctas(g_tc, 4);
-    decode_batch_case(64, 24, 4, TERN_KV_F16, 0);
-    tc_set_attn_batch_ctas(g_tc, 16);
-    decode_batch_case(16, 24, 4, TERN_KV_F16, 1);
-    tc_set_attn_batch_ctas(g_tc, 0);
+    /* f32 caches: the other walk (ag_fold, not prefetching) */
+    decode_batch_case(16, 24, 4, TERN_KV_F32, 1);
 }
 
 int main(void) {

@@ -437,7 +437,9 @@ TEST(gemm_refusals_and_chooser) {
             tc_free(g_tc, (void *)tm.data, tc_tiled_bytes(n, k));
             free_mat(&t);
         }
-    /* the chooser's GEMM at batch 16 is the split GEMM */
+    /* the chooser's mma.sync GEMM (forced: the default is wgmma, wg_chooser) at batch 16 is
+     * the split GEMM */
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_GEMM_MMA);
     gcase c;
     case_make(&c, 5120, 5120, 0, 16, 0);
     int tok, sp;
@@ -452,6 +454,7 @@ TEST(gemm_refusals_and_chooser) {
     CHECK(tc_download(g_tc, b, c.dy, c.yn * 4) == 0);
     size_t nd = n_differ(&c, a, b);
     CHECK_MSG(nd == 0, "the chooser's GEMM differs from the direct call in %zu values", nd);
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
     free(a); free(b);
     case_free(&c);
 }
@@ -461,7 +464,9 @@ TEST(gemm_refusals_and_chooser) {
  * integers and of the float input, the padding untouched, tc_gemm_tc's exact mode equal
  * bit for bit when both take the same plan (tokens per CTA and K splits: the same integers
  * per group, the same fp32 order), else within fp32 order; determinism and a graph replay;
- * the chooser under the wgmma force. A launch it refuses on an H100/H200 is a failure
+ * the chooser under the wgmma force. The split rule's default is stream-K (plan splits < 0:
+ * every CTA an even share of all the tiles' stages, the split tiles summed in CTA order),
+ * forced splits the classic split-K. A launch it refuses on an H100/H200 is a failure
  * (the sm_90a image or the tensor-map entry point missing). */
 
 /* y after one wgmma GEMM with the padding preset to 7; 1 when launched */
@@ -550,7 +555,7 @@ TEST(wg_vs_f64_and_mma) {
                 CHECK_MSG(run_wg(&c, y) == 1, "%s: not launched", what);
                 wg_dump(&c, y, what);
                 check_out(&c, TC_GEMM_EXACT, y, what);
-                nsplit += sp > 1;
+                nsplit += sp > 1 || sp < 0; /* < 0: stream-K over -sp CTAs */
                 CHECK_EQ_INT(run_gemm(&c, 1, TC_GEMM_EXACT, ym), 1);
                 if (tok == mtok && sp == msp) {
                     const size_t nd = n_differ(&c, y, ym);
@@ -570,7 +575,8 @@ TEST(wg_vs_f64_and_mma) {
     fprintf(stderr, "  wg: %d runs bit-equal to tc_gemm_tc, %d split launches\n", same_plan, nsplit);
 }
 
-/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) give the same bits. */
+/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) and the overlapped stage
+ * (TC_WG_OVERLAP) give the same bits. */
 TEST(wg_load_modes) {
     NEED_GPU();
     static const int64_t shapes[][2] = {{1000, 5120}, {129, 2304}, {5120, 512}, {37, 256}};
@@ -582,7 +588,7 @@ TEST(wg_load_modes) {
             float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
             if (s == 0 && mi == 0)
                 fprintf(stderr, "  wg default loads: lmode %d\n", tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, 0));
-            for (int lm = 0; lm < 4; lm++) {
+            for (int lm = 0; lm < 8; lm++) { /* TC_WG_ACT_2D | TC_WG_W_BULK | TC_WG_OVERLAP */
                 char what[96];
                 snprintf(what, sizeof what, "wg n %lld k %lld M %zu lmode %d (takes %d)", (long long)c.n, (long long)c.k,
                          c.M, lm, tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, lm));
@@ -641,11 +647,12 @@ TEST(wg_deterministic) {
         }
 }
 
-/* Under the wgmma force the chooser runs it at batch > 8 (the same bits as the direct
- * call), keeps the GEMV at 8, and serves K = 384 (refused by both GEMMs) with the GEMV. */
+/* The chooser (default, and the wgmma force: the same) runs it at batch > 8 (the same bits
+ * as the direct call), keeps the GEMV at 8, and serves K = 384 (refused by both GEMMs)
+ * with the GEMV. */
 TEST(wg_chooser) {
     NEED_GPU();
-    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_WGMMA);
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
     static const size_t Bs[] = {8, 16, 33};
     for (size_t bi = 0; bi < 3; bi++) {
         gcase c;

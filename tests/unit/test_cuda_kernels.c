@@ -1393,8 +1393,10 @@ static void attn_decode_case(int nh, int nkv, int hd, int pos0, int cap, tern_kv
 
 /* The batched decode attention (tc_attn_prep_batch + tc_attention_decode_batch, one
  * launch per op for n sequences, positions and caches from a device table, layer 1 of
- * two-layer caches) against the per-sequence ops on copies of the same data: q, gate,
- * output and all the cache bytes bitwise equal. Mixed n_ctx (512 and 1,024 rows): the
+ * two-layer caches) against the per-sequence ops on copies of the same data: q, gate and
+ * all the cache bytes bitwise equal; the output within 1e-5 of the largest value (the
+ * batch's split count follows the batch, ~4 CTAs per SM over all its sequences, so its
+ * spans of positions may differ from a lone sequence's: fp32 summation order only). Mixed n_ctx (512 and 1,024 rows): the
  * layer offsets differ per sequence, and the per-sequence calls are given the batch's
  * largest n_ctx as their length (the splits follow it; positions stay below 512).
  * Gated and not, the 27B's 24:4 x 256 shape and smaller ones, f16 / q8_0 / f32. */
@@ -1470,8 +1472,19 @@ static void attn_batch_case(int nh, int nkv, int hd, tern_kv_type t, int gated, 
     for (int k = 0; k < 3; k++) {
         if (k == 1 && !gated) continue;
         CHECK(tc_download(g_tc, x0, cmp[k].a, NS * qw * 4) == 0 && tc_download(g_tc, x1, cmp[k].b, NS * qw * 4) == 0);
-        CHECK_MSG(memcmp(x0, x1, NS * qw * 4) == 0, "attn batch %d:%d x %d type %d gated %d mixed %d: %s differs",
-                  nh, nkv, hd, (int)t, gated, mixed_ctx, cmp[k].what);
+        if (k < 2) {
+            CHECK_MSG(memcmp(x0, x1, NS * qw * 4) == 0, "attn batch %d:%d x %d type %d gated %d mixed %d: %s differs",
+                      nh, nkv, hd, (int)t, gated, mixed_ctx, cmp[k].what);
+        } else { /* the batch's splits follow the batch: the positions' partition may differ */
+            double md = 0, mx = 0;
+            for (size_t i = 0; i < NS * qw; i++) {
+                double d = fabs((double)x0[i] - x1[i]);
+                if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+                if (fabs(x0[i]) > mx) mx = fabs(x0[i]);
+            }
+            CHECK_MSG(md <= 1e-5 * mx, "attn batch %d:%d x %d type %d gated %d mixed %d: out differs by %g of %g", nh,
+                      nkv, hd, (int)t, gated, mixed_ctx, md, mx);
+        }
     }
     for (int i = 0; i < NS; i++) {
         const size_t nb = 2 * (size_t)ctx[i] * row;

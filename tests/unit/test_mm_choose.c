@@ -30,7 +30,7 @@ static const mm_case g_cases[] = {
     {T, 5120, 17408, 3, EX, 0, TC_MM_TILED_MULTI, 4, 0, 0},
     {T, 5120, 17408, 8, EX, 0, TC_MM_TILED_MULTI, 8, 0, 0},
     /* tiled, prefill: the tensor-core GEMM in the model's mode */
-    {T, 5120, 5120, 9, EX, 0, TC_MM_GEMM, 0, 0, EX},
+    {T, 5120, 5120, 9, EX, 0, TC_MM_GEMM, 0, 0, TC_GEMM_WG},
     {T, 5120, 5120, 512, I8, 0, TC_MM_GEMM, 0, 0, I8},
     /* K not in 256-tiles: the GEMV in chunks of 8 */
     {T, 512, 384, 64, EX, 0, TC_MM_TILED, 8, 4, 0},
@@ -63,12 +63,15 @@ static const mm_case g_cases[] = {
     {T, 5120, 5120, 16, I8, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, I8},
     {F, 4096, 4096, 3, EX, TC_MM_GEMM_NOSPLIT, TC_MM_T128K, 3, 0, 0},
     {F, 4096, 4096, 64, EX, TC_MM_GEMM_NOSPLIT, TC_MM_GEMM, 0, 0, EX},
-    /* wgmma: the default families, the GEMM past 8 in mode TC_GEMM_WG (tc_gemm_wg.cu; the
-     * launcher falls back to tc_gemm_tc exact where it refuses, e.g. the file layout) */
+    /* wgmma: the default (tiled, exact: the wgmma GEMM past 8; int8 stays on tc_gemm_tc);
+     * mma: the default with tc_gemm_tc in exact mode */
     {T, 5120, 5120, 8, EX, TC_MM_WGMMA, TC_MM_TILED_MULTI, 8, 4, 0},
     {T, 5120, 5120, 16, EX, TC_MM_WGMMA, TC_MM_GEMM, 0, 0, TC_GEMM_WG},
-    {T, 5120, 5120, 512, I8, TC_MM_WGMMA, TC_MM_GEMM, 0, 0, TC_GEMM_WG},
+    {T, 5120, 5120, 512, I8, TC_MM_WGMMA, TC_MM_GEMM, 0, 0, I8},
     {T, 512, 384, 64, EX, TC_MM_WGMMA, TC_MM_TILED, 8, 4, 0},
+    {T, 5120, 5120, 16, EX, TC_MM_GEMM_MMA, TC_MM_GEMM, 0, 0, EX},
+    {T, 5120, 5120, 512, I8, TC_MM_GEMM_MMA, TC_MM_GEMM, 0, 0, I8},
+    {T, 5120, 5120, 4, EX, TC_MM_GEMM_MMA, TC_MM_TILED_MULTI, 4, 2, 0},
     /* refusals: empty shapes, a kind the kernels do not know, tiled K off 128 */
     {T, 0, 5120, 1, EX, 0, TC_MM_NONE, 0, 0, 0},
     {T, 16, 5120, 0, EX, 0, TC_MM_NONE, 0, 0, 0},
@@ -90,9 +93,10 @@ TEST(choose_table) {
                   tc_mm_name(ch.family), ch.nb, ch.stage, ch.gemm_mode, tc_mm_name(c->family), c->nb, c->stage,
                   c->gemm_mode);
     }
-    /* no caps: the defaults (exact GEMM, nothing forced) */
+    /* no caps: the defaults (exact GEMM on wgmma for tiled matrices, nothing forced) */
     CHECK_EQ_INT(tc_mm_choose(T, 16, 256, 1, NULL).family, TC_MM_TILED_MULTI);
-    CHECK_EQ_INT(tc_mm_choose(T, 16, 256, 16, NULL).gemm_mode, TC_GEMM_EXACT);
+    CHECK_EQ_INT(tc_mm_choose(T, 16, 256, 16, NULL).gemm_mode, TC_GEMM_WG);
+    CHECK_EQ_INT(tc_mm_choose(F, 16, 256, 16, NULL).gemm_mode, TC_GEMM_EXACT);
 }
 
 TEST(repack_decision) {

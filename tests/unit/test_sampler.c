@@ -184,6 +184,12 @@ TEST(bad_params) {
     CHECK(tern_sampler_new(&p, 0, &s) == TERN_ERR_INVALID_ARG);
     CHECK(s == NULL);
     CHECK_STR(tern_stop_reason_str(TERN_STOP_CONTEXT_FULL), "context_full");
+    CHECK_STR(tern_stop_reason_str(TERN_STOP_NONE), "none");
+    CHECK_STR(tern_stop_reason_str(TERN_STOP_EOG), "eog");
+    CHECK_STR(tern_stop_reason_str(TERN_STOP_STRING), "stop_string");
+    CHECK_STR(tern_stop_reason_str(TERN_STOP_MAX_TOKENS), "max_tokens");
+    CHECK_STR(tern_stop_reason_str(TERN_STOP_CANCELLED), "cancelled");
+    CHECK_STR(tern_stop_reason_str((tern_stop_reason)99), "unknown");
 }
 
 /* The stop-string rule shared by tern_generate and the server, on hand-made cases. */

@@ -116,7 +116,7 @@ TEST(verify_rows) {
      * runs its rows as single-token steps, the path of back-ends without exact rows;
      * fb = 2: the weights in the file layout, whose AVX-512 kernels switch to the GEMM at
      * 10 rows (the verify splits its matmuls there: tern_matmul_exact_batch) */
-    for (int fb = 0; fb < 3; fb++)
+    for (int fb = 0; fb < (g_device ? 1 : 3); fb++) /* a device: its own path only */
     for (int mi = 0; paths[mi]; mi++) {
         g_no_repack = fb == 2;
         tern_model *m = load(paths[mi]);

@@ -214,8 +214,10 @@ void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a);
  * by tc_attention_decode_batch. The default for batch steps since 2026-12-03 (H200:
  * batch 8 577 vs 530 tok/s, parity passed); tc_attention_decode_batch_ok says whether the GQA
  * kernels take the shape (max_ctx: the largest n_ctx of the batch). Same kernels and
- * arithmetic as tc_attn_prep / tc_attention_decode per sequence: equal bits when
- * every n_ctx is max_ctx. */
+ * arithmetic as tc_attn_prep / tc_attention_decode per sequence (q, gate and the cache
+ * bytes bitwise equal); the attention's splits are sized for the whole batch (~4 CTAs
+ * per SM), so its spans of positions, and so the fp32 summation order, may differ from a
+ * lone sequence's (equal bits where the spans agree). */
 typedef struct tc_attn_seq {
     void *kcache, *vcache;
     int pos0, n_ctx;

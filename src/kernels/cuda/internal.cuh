@@ -44,8 +44,6 @@ struct tc_ctx {
     int pdl;                     /* programmatic dependent launch (tc_set_pdl) */
     tc_mm_caps mm;               /* the matmul chooser's caps (tc_mm_set_caps) */
     int ops_old, attn_old;       /* lab switches (tc_set_ops_old, tc_set_attn_old) */
-    int attn_walk;               /* lab switch: tc_set_attn_walk's walk + 1, 0 = the default */
-    int attn_bat_ctas;           /* lab switch: tc_set_attn_batch_ctas (0 = the default) */
     int gdn_path, gdn_rpt, gdn_wpc; /* tc_gdn_config */
     int *gdn_cnt;                /* the GDN step's cluster counters (tc_gdn_step.cu) */
     float *gemm_part;            /* the GEMM's split-K partials, TC_GEMM_WS_FLOATS (tc_gemm_reserve) */

@@ -61,17 +61,21 @@ int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *
  * fp32 order (the same order when both take the same splits). Returns 1 when launched, 0
  * when refused (another kind or shape, a GPU without the sm_90a image, no tensor-map entry
  * point): the caller falls back. tc_gemm_wg_plan: tokens per CTA and K splits it would
- * launch with (1), or 0 when it would refuse. */
+ * launch with (1), or 0 when it would refuse; splits < 0: stream-K over -splits CTAs (the
+ * split rule's default when the workspace is there; forced splits run classic split-K). */
 int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act);
 int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
 int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits);
 /* tc_gemm_wg with its loads chosen (A/B runs): lmode 0 = one 3D TMA per stage for the
  * activation and one for the weights (the default; where the driver refuses a 3D map the
  * launch takes the other way); TC_WG_ACT_2D: the activation as 16 2D boxes per stage;
- * TC_WG_W_BULK: the weights as 8 bulk copies per stage. Same results bit for bit.
+ * TC_WG_W_BULK: the weights as 8 bulk copies per stage; TC_WG_OVERLAP: the stage's two
+ * groups in two wgmma commit groups, overlapped as below. Same results bit for bit.
  * tc_gemm_wg_lmode: the lmode a launch would take for lmode (or -1: refused). */
 #define TC_WG_ACT_2D 1
 #define TC_WG_W_BULK 2
+#define TC_WG_OVERLAP 4 /* TOK 16/32: group 0's rescale and the next stage's fragments overlap
+                           group 1's wgmmas (TOK 16: 1 CTA per SM, 119 registers) */
 int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode);
 int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 
@@ -81,19 +85,6 @@ int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 int tc_attn_old(tc_ctx *cx);
 void tc_set_attn_old(tc_ctx *cx, int old);
 
-/* The walk of the GQA decode kernels (tc_attention_decode and the batch step's
- * tc_attention_decode_batch), for the A/B: 0 the walk and merge before 2026-12-04; 1 the
- * prefetching walk (the next step's K/V rows loaded during this step's arithmetic) and,
- * for <= 32 splits, one merge CTA per query head (the same bits as the old merge); 2 walk
- * 1 with the scores summed by a transposing butterfly and one softmax step per lane (head
- * dim 256, f16 / bf16 / q8_0 caches; others run walk 1). tc_attn_walk: the walk now (-1 and values out of range
- * set the default). Applies from the next launch. */
-int tc_attn_walk(tc_ctx *cx);
-void tc_set_attn_walk(tc_ctx *cx, int walk);
-/* The CTAs per SM tc_attention_decode_batch's split rule aims at (splits per sequence =
- * ceil(per_sm * SMs / (kv heads x n)), at most the single sequence's): <= 0 the default, 8.
- * For the A/B of the bench; applies from the next launch. */
-void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm);
 
 /* 1 when tc_attention_decode would run the GQA kernel for these arguments now (valid
  * arguments, not old, k_type == v_type, head_dim 32/64/128/256, f32/f16/bf16 caches

@@ -12,7 +12,8 @@
  *     grid (TC_MM_TILED_MULTI: 27B 204.7 vs 193.5 tok/s, 2026-12-03) — one matrix
  *     alone is the same kernel (TC_MM_TILED);
  *   tiled or TERN128, batch > 8 (prefill): the tensor-core GEMM (TC_MM_GEMM) in the
- *     prefill mode of the model parameters (exact or int8); a shape it refuses falls
+ *     prefill mode of the model parameters (exact or int8; exact on a tiled matrix runs
+ *     the wgmma GEMM, TC_GEMM_WG, where the GPU has it); a shape it refuses falls
  *     back to the GEMV in chunks of 8 (tiled) or k_gemv_t128 (file layout);
  *   TERN128 in the file layout, batch 1..8: k_gemv_t128k (split K per row);
  *   other kinds (TERN64, Q1, F32, F16, BF16): the fp32-input generic kernels, split
@@ -25,10 +26,11 @@
  * One override for A/B runs: tc_mm_caps.force (a family by name, tc_mm_family_of; the
  * back-end logs it once): tiled / tiled_multi keep the GEMV at every batch (no GEMM),
  * gemm takes the GEMM at every batch, t128k / t128 / generic_sk / generic keep the file
- * layout (no repack) and run that kernel; wgmma is the default choice with the
- * Hopper wgmma GEMM (tc_gemm_wg.cu) wherever the GEMM runs on a tiled matrix (batch > 8;
- * the model parameter cuda_matmul = "wgmma", CLI TERN_CUDA_GEMM=wgmma); a family the
- * shape cannot take falls back as above.
+ * layout (no repack) and run that kernel; mma is the default choice with the mma.sync
+ * GEMM (tc_gemm_tc.cu) where the default runs the Hopper wgmma GEMM (tc_gemm_wg.cu: tiled
+ * matrices, batch > 8, exact mode; the model parameter cuda_matmul = "mma", CLI
+ * TERN_CUDA_GEMM=mma; "wgmma" names the default); a family the shape cannot take falls
+ * back as above.
  */
 #ifndef TERN_KERNELS_CUDA_MM_CHOOSE_H
 #define TERN_KERNELS_CUDA_MM_CHOOSE_H
@@ -48,8 +50,10 @@ typedef enum tc_mm_family {
     TC_MM_GENERIC,        /* fp32 input, any kind, one warp per row */
     TC_MM_GEMM_NOSPLIT,   /* force only: the default choice, the GEMM without split-K and its
                              earlier token tiles (32..128; caps.gemm_splits = 1), for A/B runs */
-    TC_MM_WGMMA,          /* force only: the default choice, with the Hopper wgmma GEMM
-                             (tc_gemm_wg.cu, gemm_mode TC_GEMM_WG) where the GEMM runs */
+    TC_MM_WGMMA,          /* force only: the default choice (the Hopper wgmma GEMM, tc_gemm_wg.cu,
+                             gemm_mode TC_GEMM_WG, where the GEMM runs in exact mode) */
+    TC_MM_GEMM_MMA,       /* force only: the default choice with the mma.sync GEMM (tc_gemm_tc.cu)
+                             in place of wgmma, for A/B runs */
     TC_MM_N
 } tc_mm_family;
 
@@ -57,7 +61,8 @@ typedef enum tc_mm_family {
 #define TC_GEMM_EXACT 1 /* both activation planes: the GEMV's integers */
 #define TC_GEMM_INT8 2  /* the hi plane only (8-bit activations; about half the time) */
 #define TC_GEMM_WG 3    /* exact, on the wgmma GEMM (tc_gemm_wg.cu; tiled matrices, sm_90a): the
-                           family TC_MM_WGMMA forced; tc_gemm_tc exact where it refuses */
+                           default for tiled matrices in exact mode since 2026-12-04 (H200: 1.7-2.1x
+                           the mma.sync GEMM at M 64..512); tc_gemm_tc exact where it refuses */
 
 /* What the chooser knows of the device and the model's parameters. */
 typedef struct tc_mm_caps {
@@ -92,7 +97,7 @@ static inline size_t tc_mm_stage_bytes(int nbr, int64_t K) {
 }
 
 static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm", "t128k",
-                                                 "t128", "generic_sk", "generic", "gemm_nosplit", "wgmma"};
+                                                 "t128", "generic_sk", "generic", "gemm_nosplit", "wgmma", "mma"};
 
 /* The family named s (tc_mm_names), or -1. */
 static inline int tc_mm_family_of(const char *s) {
@@ -211,7 +216,9 @@ static inline tc_mm_choice tc_mm_choose(int kind, int64_t rows, int64_t cols, si
         if (cols % 128) return c;
         if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_TILED && f != TC_MM_TILED_MULTI) {
             c.family = TC_MM_GEMM;
-            c.gemm_mode = f == TC_MM_WGMMA ? TC_GEMM_WG : mode;
+            /* exact mode on the wgmma GEMM (tc_gemm_tc exact where it refuses: not sm_90a),
+             * unless the mma.sync GEMM is forced (mma, gemm_nosplit) */
+            c.gemm_mode = mode == TC_GEMM_EXACT && f != TC_MM_GEMM_MMA && f != TC_MM_GEMM_NOSPLIT ? TC_GEMM_WG : mode;
             return c;
         }
         c.family = batch <= 8 && f != TC_MM_TILED ? TC_MM_TILED_MULTI : TC_MM_TILED;

@@ -78,9 +78,12 @@ __global__ void k_attn_merge(const float *__restrict__ part, const float *__rest
  * hd / AG_VEC lanes of AG_VEC (8) consecutive values (one 16-byte load for f16 / bf16,
  * two for f32; q8_0: the lane's 8 bytes and its block's scale), so a warp holds
  * 32 * 8 / hd rows at once; each such lane group ("walker") keeps its own (m, l, acc)
- * per query head and walks AG_U consecutive positions per step (the loads of all AG_U
- * K and V rows issued before any arithmetic). The walkers' states are merged in shared
- * memory and written as the old kernel's partials (M, L, acc[hd]) per (query head, split).
+ * per query head and walks ag_unroll consecutive positions per step (the loads of all
+ * its K and V rows issued before any arithmetic). At hd 256 (f16 / bf16 / q8_0: the 27B)
+ * the prefetching walk instead: 2 positions per step, the next step's rows loading during
+ * this step's arithmetic, the scores summed by a transposing butterfly (ag_fold2),
+ * compiled for 3-4 CTAs per SM. The walkers' states are merged in shared memory and
+ * written as the old kernel's partials (M, L, acc[hd]) per (query head, split).
  *
  * The span depends on the position only, not on the grid: span = ceil(np / splits)
  * rounded up to a multiple of AG_SPAN_MIN (np = pos0 + 1 positions), so every split
@@ -177,14 +180,10 @@ template <> struct ag_row<att_q8> {
 
 template <typename T> struct ag_unroll { static constexpr int u = 4; };
 template <> struct ag_unroll<float> { static constexpr int u = 2; };
-/* The prefetching walks (walk 1 the default since 2026-12-04): U positions per step while
- * the next step's rows are loading (two register sets of rows, so half the old step). */
-template <typename T> struct ag_unroll_pf { static constexpr int u = 2; };
-template <> struct ag_unroll_pf<float> { static constexpr int u = 1; };
-/* CTAs per SM the prefetching kernel is compiled for (its register cap, 65,536 / (128 n)):
- * the old kernel took 186-226 registers at GC 6 (2 CTAs, 8 warps per SM: too few loads
- * in flight for the batch step's ~1,300 CTAs); ptxas -v: 168 at GC 6 without spills
- * (q8_0 unbatched: 20 bytes), GC 8 at 3 CTAs spilled 100-312 bytes */
+/* CTAs per SM the prefetching kernel (PF: hd 256, f16 / bf16 / q8_0) is compiled for (its
+ * register cap, 65,536 / (128 n)): the other walk takes 186-226 registers at GC 6 (2 CTAs,
+ * 8 warps per SM: too few loads in flight for a batch step's CTAs); ptxas -v: 168 at GC 6
+ * (16-44 bytes spilled), GC 8 at 3 CTAs spilled 100-312 bytes */
 template <typename T, int GC> struct ag_minb { static constexpr int n = GC >= 8 ? 2 : GC <= 4 ? 4 : 3; };
 template <int GC> struct ag_minb<att_q8, GC> { static constexpr int n = GC >= 8 ? 2 : 3; };
 
@@ -266,8 +265,8 @@ __device__ __forceinline__ void ag_fold(const ag_row<T> (&kr)[U], const ag_row<T
     }
 }
 
-/* Walk 2 (hd 256: a row of a head is the whole warp, 32 lanes x 8 values): the same
- * fold for U = 2 positions with the scores summed by a transposing butterfly - the 2 GC
+/* The prefetching kernel's fold (hd 256: a row of a head is the whole warp, 32 lanes x
+ * 8 values): ag_fold for U = 2 positions with the scores summed by a transposing butterfly - the 2 GC
  * partial dot products (slot k = u GC + g, padded to P = 2^LG slots) halved across the
  * lanes at each of the first LG levels (lanes with bit 4 - lev set keep the upper half of
  * the slots and send the lower), so lane l ends with the whole sum of slot l >> (5 - LG):
@@ -366,16 +365,15 @@ __device__ __forceinline__ void ag_fold2(const ag_row<T> (&kr)[2], const ag_row<
 /* part[(h * splits + split) * (hd + 2)]: M, L, acc[hd] (unnormalised), as k_attn_split. */
 /* B: sequence blockIdx.z of a batch (bt): its position and caches from the device
  * table, its q and partials at the batch strides (B false: bt unused, the code as it
- * was). WALK (tc_set_attn_walk): 1 the prefetching walk (ag_unroll_pf positions per
- * step, the next step's rows loaded before this step's arithmetic; compiled for ag_minb
- * CTAs per SM); 2 the same with ag_fold2 (hd 256 only); 0 the walk before 2026-12-04. */
-template <typename T, int GC, bool B, int WALK>
-__global__ void __launch_bounds__(AG_WARPS * 32, WALK ? ag_minb<T, GC>::n : 1) k_attn_gqa(const float *__restrict__ q,
+ * was). PF (hd 256, not f32; since 2026-12-04): the prefetching walk - 2 positions per
+ * step, the next step's rows loaded before this step's arithmetic (ag_fold2), compiled for
+ * ag_minb CTAs per SM; else the walk of ag_unroll positions per step with ag_fold. */
+template <typename T, int GC, bool B, bool PF>
+__global__ void __launch_bounds__(AG_WARPS * 32, PF ? ag_minb<T, GC>::n : 1) k_attn_gqa(const float *__restrict__ q,
         const T *__restrict__ kc, const T *__restrict__ vc, float *__restrict__ part, int pos0,
         const int *__restrict__ dpos, int nh, int nkv, int hd, float scale, int splits, int hch,
         const tc_attn_bat bt) {
-    constexpr bool PF = WALK > 0;
-    constexpr int U = WALK == 2 ? 2 : PF ? ag_unroll_pf<T>::u : ag_unroll<T>::u;
+    constexpr int U = PF ? 2 : ag_unroll<T>::u;
     constexpr int NWALK_MAX = AG_WARPS * 32 / 4; /* hd >= 32: at least 4 lanes per row */
     __shared__ float s_acc[GC][AG_WARPS * 32 * AG_VEC];
     __shared__ float s_m[GC][NWALK_MAX], s_l[GC][NWALK_MAX];
@@ -420,15 +418,14 @@ __global__ void __launch_bounds__(AG_WARPS * 32, WALK ? ag_minb<T, GC>::n : 1) k
     }
     /* warp-uniform trip count (the shuffles need every lane); a walker whose first
      * position is past p1 only shuffles */
-    if (PF) {
+    if constexpr (PF) {
         int pw = p0 + warp * rpw * U;
         ag_row<T> kr[U], vr[U];
         ag_load<T, U>(kr, vr, kc, vc, pw + lg * U, p1, kvw, col);
         for (; pw < p1; pw += nwalk * U) {
             ag_row<T> kn[U], vn[U];
             ag_load<T, U>(kn, vn, kc, vc, pw + nwalk * U + lg * U, p1, kvw, col); /* the next step's */
-            if constexpr (WALK == 2) ag_fold2<T, GC>(kr, vr, pw + lg * U, p1, scale, qr, acc, m, l, lane);
-            else ag_fold<T, GC, U>(kr, vr, pw + lg * U, p1, lpr, scale, qr, acc, m, l);
+            ag_fold2<T, GC>(kr, vr, pw + lg * U, p1, scale, qr, acc, m, l, lane);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 kr[u] = kn[u];
@@ -611,10 +608,6 @@ __global__ void __launch_bounds__(256) k_attn_gqa_merge_h(const float *__restric
 /* tc_set_attn_old: the old kernels as the oracle (tests, benches); per context */
 extern "C" int tc_attn_old(tc_ctx *cx) { return cx->attn_old; }
 extern "C" void tc_set_attn_old(tc_ctx *cx, int old) { cx->attn_old = old > 0; }
-/* tc_set_attn_walk: the GQA kernels' walk (A/B; -1 the default, AG_WALK_DEFAULT) */
-#define AG_WALK_DEFAULT 1
-extern "C" int tc_attn_walk(tc_ctx *cx) { return cx->attn_walk ? cx->attn_walk - 1 : AG_WALK_DEFAULT; }
-extern "C" void tc_set_attn_walk(tc_ctx *cx, int walk) { cx->attn_walk = walk >= 0 && walk <= 2 ? walk + 1 : 0; }
 
 /* The GQA kernel's shape: query heads per CTA (*gc, its template size *GC) and chunks
  * per group (*hch), the splits. 0 when it does not take the call (the old kernels do). */
@@ -684,12 +677,12 @@ extern "C" int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void
                            &splits);
 }
 
-template <typename T, bool B, int WALK>
+template <typename T, bool B, bool PF>
 static void ag_launch(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                       float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
                       int hch, const tc_attn_bat &bt) {
 #define AG_L(n)                                                                                      \
-    tc_launch(k_attn_gqa<T, n, B, WALK>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
+    tc_launch(k_attn_gqa<T, n, B, PF>, grid, dim3(AG_WARPS * 32), 0, 1, q, (const T *)kc, (const T *)vc, \
               part, pos0, B ? (const int *)NULL : tc_cur->dyn_pos, nh, nkv, hd, scale, splits, hch, bt)
     switch (GC) {
     case 1: AG_L(1); break;
@@ -705,15 +698,18 @@ template <typename T, bool B>
 static void ag_launch_walk(int GC, dim3 grid, const float *q, const void *kc, const void *vc,
                            float *part, int pos0, int nh, int nkv, int hd, float scale, int splits,
                            int hch, const tc_attn_bat &bt) {
-    const int w = tc_attn_walk(tc_cur);
-    if (w == 0) ag_launch<T, B, 0>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
-    else if (w == 2 && hd == 256 && !std::is_same<T, float>::value) ag_launch<T, B, 2>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
-    else ag_launch<T, B, 1>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+    if constexpr (!std::is_same<T, float>::value) { /* f32 rows: no registers for two sets */
+        if (hd == 256) {
+            ag_launch<T, B, true>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
+            return;
+        }
+    }
+    ag_launch<T, B, false>(GC, grid, q, kc, vc, part, pos0, nh, nkv, hd, scale, splits, hch, bt);
 }
 
 /* The GQA kernel and its merge over n sequences (B: blockIdx.z, bt; else n = 1). The
  * merge: one CTA per query head for <= AG_MERGE_H_SPLITS splits (the same bits), else
- * (and with walk 0, tc_set_attn_walk) one per 32 columns of it. */
+ * one per 32 columns of it. */
 template <bool B>
 static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *q, const void *kcache,
                    const void *vcache, const float *gate, float *out, float *part, int pos0, int n_head,
@@ -726,7 +722,7 @@ static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *
     default: ag_launch_walk<att_q8, B>(GC, grid, q, kcache, vcache, part, pos0, n_head, n_head_kv, head_dim, scale, splits, hch, bt); break;
     }
     const int *dp = B ? (const int *)NULL : tc_cur->dyn_pos;
-    if (tc_attn_walk(tc_cur) && splits <= AG_MERGE_H_SPLITS)
+    if (splits <= AG_MERGE_H_SPLITS)
         tc_launch(k_attn_gqa_merge_h<B>, dim3((unsigned)n_head, 1u, (unsigned)n),
                   dim3((unsigned)((head_dim + 31) / 32 * 32)), 0, 1, part, gate, out, pos0, dp, head_dim, splits, bt);
     else
@@ -759,9 +755,9 @@ extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcac
                   head_dim, scale, tc_attn_bat{});
 }
 
-/* The CTAs per SM the batch step's split rule aims at (tc_set_attn_batch_ctas for the A/B). */
-#define AG_BAT_CTAS_PER_SM 8
-extern "C" void tc_set_attn_batch_ctas(tc_ctx *cx, int per_sm) { cx->attn_bat_ctas = per_sm > 0 ? per_sm : 0; }
+/* The CTAs per SM the batch step's split rule aims at: 4 (H200, 2026-12-04, 27B shape, 64
+ * sequences at ~530 positions: 107.5 us per call against 123.8 at 8 and 138.6 at 16). */
+#define AG_BAT_CTAS_PER_SM 4
 
 /* The batch's caches are in the device table: the caller checks their alignment
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
@@ -802,14 +798,13 @@ extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type
         return;
     }
     /* ag_plan sizes the splits for one sequence (~8 CTAs per SM); n sequences share the
-     * SMs, so each takes ~1/n of them (at least 1 split): 64 sequences at ~530 positions
+     * SMs (AG_BAT_CTAS_PER_SM), so each takes its share (at least 1 split): 64 sequences at ~530 positions
      * launched 67,584 CTAs of 16 positions, most of them empty, 471 us per layer on the
      * H200 (2026-12-03). The span follows from the position and the splits in the kernel
      * and the merge alike, so any split count is exact. */
     {
         const long long ctas = (long long)n_head_kv * hch * n;
-        const long long per_sm = tc_cur->attn_bat_ctas > 0 ? tc_cur->attn_bat_ctas : AG_BAT_CTAS_PER_SM;
-        long long sb = (per_sm * tc_sm_count() + ctas - 1) / ctas;
+        long long sb = ((long long)AG_BAT_CTAS_PER_SM * tc_sm_count() + ctas - 1) / ctas;
         if (sb < 1) sb = 1;
         if (sb < splits) splits = (int)sb;
     }

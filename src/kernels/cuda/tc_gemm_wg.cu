@@ -45,7 +45,11 @@
  * Per group: 4 wgmmas (a chain, the first with scale-d = 0) into I, whose columns
  * j < TOK are I_hi of token j and TOK + j I_lo; S = 128*I_hi + I_lo - corr (|128*I_hi + I_lo| <=
  * 2*128*16256 < 2^22, |S| <= 128*16256); with TOK <= 32 both groups of the
- * stage are issued together (two accumulator sets), at 64 one group at a time.
+ * stage are issued together (two accumulator sets), at 64 one group at a time (two sets
+ * of 64 registers do not fit beside a producer warp's share). Template OV (lab mode
+ * TC_WG_OVERLAP, TOK <= 32): the two groups in two commit groups; group 0 is rescaled and
+ * the next stage's group-0 fragments decoded while group 1's wgmmas run (TOK 16: 119
+ * registers, so 1 CTA per SM instead of 2).
  * Split-K exactly as tc_gemm_tc (mm_choose.h tc_mm_gemm_splits, the context's workspace and
  * counters, the partials summed in split order by the tile's last CTA: deterministic).
  * The kernel body exists in the sm_90a image only (the file is built for sm_90a alone,
@@ -77,11 +81,11 @@ constexpr uint32_t kMagic = 0x4B400000u; /* 1.5 * 2^23 */
 constexpr float kMagicF = 12582912.0f;
 static_assert(kRows == TC_GEMM_ROWS && kStageK == TC_GEMM_STAGE_K, "mm_choose.h's GEMM tile");
 
-template <int NT> struct wcfg {
+template <int NT, int OV = 0> struct wcfg {
     static constexpr int TOK = 16 * NT;                 /* wgmma N */
     static constexpr int NR = TOK / 2;                  /* accumulator registers per thread */
     static constexpr int NS = NT == 1 ? 5 : 4;          /* pipeline stages */
-    static constexpr int MINB = NT == 1 ? 2 : 1;        /* CTAs per SM (launch bounds) */
+    static constexpr int MINB = NT == 1 && !OV ? 2 : 1; /* CTAs per SM (launch bounds) */
     static constexpr int DB = NT <= 2;                  /* both groups of a stage in flight */
     static constexpr int UBYTES = TOK * 64;             /* a unit's block: 2*TOK rows of 32 bytes */
     static constexpr int ABYTES = 8 * UBYTES;           /* the stage's 8 units */
@@ -149,6 +153,9 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *map, int
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 /* keeps the compiler from moving accumulator reads and writes across wgmma fences */
 template <int R> __device__ __forceinline__ void wg_reg_fence(int (&d)[R]) {
 #pragma unroll
@@ -252,14 +259,14 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
  * CTA's 8 strips' tiles of a stage, one load; strips past the matrix read as zeros) unless
  * lmode & TC_WG_W_BULK (8 bulk copies per stage); sx [M][K/128], corr [M][K/32]; nsp =
  * gridDim.z K splits; part / cnt as tc_gemm_tc's. */
-template <int NT>
-__global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
+template <int NT, int OV>
+__global__ void __launch_bounds__(kThreads, wcfg<NT, OV>::MINB)
     k_gemm_wg(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap wmap, int lmode,
               const uint8_t *__restrict__ W, int n, int K,
               const float *__restrict__ sx, const int *__restrict__ corr, int M, float *__restrict__ y, size_t ys, int nsp,
-              float *__restrict__ part, int *__restrict__ cnt) {
+              int tok_tiles, int ntiles, float *__restrict__ part, int *__restrict__ cnt) {
 #if TC_WG_BODY
-    typedef wcfg<NT> C;
+    typedef wcfg<NT, OV> C;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[C::NS], empty[C::NS];
     __shared__ int s_last;
@@ -267,11 +274,26 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     const uint32_t sraw = smem_u32(smem_raw);
     const uint32_t sbase = (sraw + 1023u) & ~1023u; /* stages 1024-aligned (the swizzle atom) */
     uint8_t *const smem = smem_raw + (sbase - sraw);
-    const int row0 = blockIdx.y * kRows, tok0 = blockIdx.x * C::TOK;
-    const int z = (int)blockIdx.z, nb = K >> 7;
-    const int st0 = (int)((int64_t)z * (K / kStageK) / nsp);
-    const int nst = (int)((int64_t)(z + 1) * (K / kStageK) / nsp) - st0;
+    const int nb = K >> 7, NST = K / kStageK;
+    /* this CTA's range [g0, g1) of the global stage index g = tile * NST + stage (tile =
+     * row tile * tok_tiles + token tile): stream-K (nsp == 0) an even share of all of
+     * them, else split z of tile (blockIdx.x, blockIdx.y) */
+    const bool sk = nsp == 0;
+    const int Wst = ntiles * NST; /* < 2^30 (the launcher checks) */
+    int g0, g1;
+    if (sk) {
+        g0 = (int)((int64_t)blockIdx.x * Wst / gridDim.x);
+        g1 = (int)((int64_t)(blockIdx.x + 1) * Wst / gridDim.x);
+    } else {
+        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), z = (int)blockIdx.z;
+        g0 = tile * NST + z * NST / nsp;
+        g1 = tile * NST + (z + 1) * NST / nsp;
+    }
 
+    if (tid == 256) { /* the tensor maps' descriptors fetched while the barriers are made */
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&amap) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
+    }
     if (tid == 0) {
         for (int s = 0; s < C::NS; s++) {
             mbar_init(smem_u32(&full[s]), 33);
@@ -285,9 +307,11 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         /* the producer warp */
         const int64_t nstrips = ((int64_t)n + 15) >> 4, kt = K >> 8;
         constexpr int PPL = (2 * C::TOK + 31) / 32; /* (token, group) pairs per lane */
-        for (int ks = 0; ks < nst; ks++) {
+        int ks = 0;
+        for (int gg = g0; gg < g1; gg++, ks++) {
             const int slot = ks % C::NS;
-            const int st = st0 + ks;
+            const int tile = gg / NST, st = gg - tile * NST;
+            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
             /* the pairs' sx and unit corrs, loaded before the wait (their latency hidden by it) */
             float ps[PPL];
             int4 pc[PPL];
@@ -365,89 +389,169 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         decode_group(wv, 0, sh, a0);
         decode_group(wv, 1, sh, a1);
     };
-
-    if (nst > 0) load_decode(0);
-#pragma unroll 1
-    for (int ks = 0; ks < nst; ks++) {
-        const int slot = ks % C::NS;
-        const uint8_t *sb = smem + slot * C::STAGE;
-        const uint64_t dbase = desc_sw32(sbase + (uint32_t)(slot * C::STAGE));
-        const uint8_t *ws = sb + C::WOFF + strip * kTile;
-        const uint8_t *ssx = sb + C::SOFF;
-        if (C::DB) {
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            wg_reg_fence<C::TOK>(i1);
-            issue_group<NT>(i0, a0, dbase, 0);
-            issue_group<NT>(i1, a1, dbase, 1);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            wg_reg_fence<C::TOK>(i1);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
-            rescale<NT>(acc, i1, ws, ssx, g, t, 1);
-        } else {
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            issue_group<NT>(i0, a0, dbase, 0);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 0);
-            wg_fence();
-            wg_reg_fence<C::TOK>(i0);
-            issue_group<NT>(i0, a1, dbase, 1);
-            wg_commit();
-            wg_wait0();
-            wg_reg_fence<C::TOK>(i0);
-            rescale<NT>(acc, i0, ws, ssx, g, t, 1);
+    /* group e's A fragments of the (waited) stage in slot: the two code words of group e
+     * of each (row, unit) slot (8 bytes) */
+    auto load_group = [&](int slot, int e, uint32_t(&a)[4][4]) {
+        const uint8_t *ws = smem + slot * C::STAGE + C::WOFF + strip * kTile;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint2 x = *(const uint2 *)(ws + 16 * (4 * g + u) + 8 * e);
+            const uint2 y = *(const uint2 *)(ws + 512 + 16 * (4 * g + u) + 8 * e);
+            a[u][0] = dec4(x.x >> sh);
+            a[u][1] = dec4(y.x >> sh);
+            a[u][2] = dec4(x.y >> sh);
+            a[u][3] = dec4(y.y >> sh);
         }
-        /* the stage is consumed by this warp (its wgmmas have completed): release it */
-        __syncwarp();
-        if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
-        if (ks + 1 < nst) load_decode(ks + 1);
-    }
+    };
 
-    const int ctid = tid; /* 0..255 */
-    if (nsp > 1) {
-        /* split-K: store the partial, count it; the tile's last CTA sums them in order */
-        const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), ntiles = (int)(gridDim.x * gridDim.y);
-        float *mine = part + ((size_t)z * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
-#pragma unroll
-        for (int i = 0; i < C::NR; i++) __stcg(mine + (size_t)i * 256, acc[i]);
-        __threadfence();
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (ctid == 0) s_last = atomicAdd(&cnt[tile], 1) == nsp - 1;
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (!s_last) return;
-        __threadfence();
-        float r[C::NR];
+    int ks = 0; /* the global stage counter (slots and phases) */
+    if (g0 < g1) load_decode(0);
 #pragma unroll 1
-        for (int s = 0; s < nsp; s++) {
-            const float *ps = part + ((size_t)s * (size_t)ntiles + (size_t)tile) * (size_t)(C::NR * 256) + ctid;
+    for (int gp = g0; gp < g1;) {
+        /* one piece: stages [a, b) of tile */
+        const int tile = gp / NST, a = gp - tile * NST;
+        const int b = a + (g1 - gp) < NST ? a + (g1 - gp) : NST;
 #pragma unroll
-            for (int i = 0; i < C::NR; i++) {
-                const float v = s == z ? acc[i] : __ldcg(ps + (size_t)i * 256);
-                r[i] = s == 0 ? v : r[i] + v;
+        for (int i = 0; i < C::NR; i++) acc[i] = 0.0f;
+#pragma unroll 1
+        for (int st = a; st < b; st++, ks++) {
+            const int slot = ks % C::NS;
+            const uint8_t *sb = smem + slot * C::STAGE;
+            const uint64_t dbase = desc_sw32(sbase + (uint32_t)(slot * C::STAGE));
+            const uint8_t *ws = sb + C::WOFF + strip * kTile;
+            const uint8_t *ssx = sb + C::SOFF;
+            if (C::DB && OV) {
+                /* group 0 and group 1 in two commit groups: group 0's rescale and the next
+                 * stage's group-0 fragments overlap group 1's wgmmas */
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                wg_reg_fence<C::TOK>(i1);
+                issue_group<NT>(i0, a0, dbase, 0);
+                wg_commit();
+                issue_group<NT>(i1, a1, dbase, 1);
+                wg_commit();
+                wg_wait<1>();
+                wg_reg_fence<C::TOK>(i0);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+                if (st + 1 < b) {
+                    const int nslot = (ks + 1) % C::NS;
+                    mbar_wait(smem_u32(&full[nslot]), (uint32_t)(((ks + 1) / C::NS) & 1));
+                    load_group(nslot, 0, a0); /* a0's wgmmas have completed */
+                }
+                wg_wait<0>();
+                wg_reg_fence<C::TOK>(i1);
+                rescale<NT>(acc, i1, ws, ssx, g, t, 1);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
+                if (st + 1 < b) load_group((ks + 1) % C::NS, 1, a1);
+                continue;
+            } else if (C::DB) {
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                wg_reg_fence<C::TOK>(i1);
+                issue_group<NT>(i0, a0, dbase, 0);
+                issue_group<NT>(i1, a1, dbase, 1);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                wg_reg_fence<C::TOK>(i1);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+                rescale<NT>(acc, i1, ws, ssx, g, t, 1);
+            } else {
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                issue_group<NT>(i0, a0, dbase, 0);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 0);
+                wg_fence();
+                wg_reg_fence<C::TOK>(i0);
+                issue_group<NT>(i0, a1, dbase, 1);
+                wg_commit();
+                wg_wait0();
+                wg_reg_fence<C::TOK>(i0);
+                rescale<NT>(acc, i0, ws, ssx, g, t, 1);
+            }
+            /* the stage is consumed by this warp (its wgmmas have completed): release it */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
+            if (st + 1 < b) load_decode(ks + 1); /* the piece's next stage */
+        }
+
+        const int ctid = tid; /* 0..255 */
+        bool write = true;
+        if (a != 0 || b != NST) {
+            /* a partial tile: store it, count it; the tile's last piece to arrive sums the
+             * pieces in order (split z = 0, 1, ... or, stream-K, their CTAs in order) */
+            int slotidx, c0 = 0, c1 = 0, expect;
+            if (sk) {
+                /* the CTAs owning the tile's first and last stage */
+                auto start = [&](int c) { return (int)((int64_t)c * Wst / gridDim.x); };
+                auto owner = [&](int gs) {
+                    int c = (int)((int64_t)gs * gridDim.x / Wst);
+                    while (c + 1 < (int)gridDim.x && start(c + 1) <= gs) c++;
+                    while (c > 0 && start(c) > gs) c--;
+                    return c;
+                };
+                c0 = owner(tile * NST);
+                c1 = owner(tile * NST + NST - 1);
+                expect = c1 - c0 + 1;
+                slotidx = 2 * (int)blockIdx.x + (gp == g0 ? 0 : 1);
+            } else {
+                expect = nsp;
+                slotidx = (int)blockIdx.z * ntiles + tile;
+            }
+            float *mine = part + (size_t)slotidx * (size_t)(C::NR * 256) + ctid;
+#pragma unroll
+            for (int i = 0; i < C::NR; i++) __stcg(mine + (size_t)i * 256, acc[i]);
+            __threadfence();
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (ctid == 0) s_last = atomicAdd(&cnt[tile], 1) == expect - 1;
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            write = s_last != 0;
+            if (write) {
+                /* all pieces from the workspace, this CTA's too (the bits it stored) */
+                __threadfence();
+                const int np = sk ? c1 - c0 + 1 : nsp;
+#pragma unroll 1
+                for (int q = 0; q < np; q++) {
+                    int sq;
+                    if (sk) {
+                        const int cq = c0 + q;
+                        /* the piece is cq's first (slot 0) unless cq's range starts in an earlier tile */
+                        sq = 2 * cq + ((int)((int64_t)cq * Wst / gridDim.x) / NST == tile ? 0 : 1);
+                    } else {
+                        sq = q * ntiles + tile;
+                    }
+                    const float *ps = part + (size_t)sq * (size_t)(C::NR * 256) + ctid;
+#pragma unroll
+                    for (int i = 0; i < C::NR; i++) {
+                        const float v = __ldcg(ps + (size_t)i * 256);
+                        acc[i] = q == 0 ? v : acc[i] + v;
+                    }
+                }
+                if (ctid == 0) cnt[tile] = 0; /* every piece has counted: ready for the next launch */
             }
         }
+        if (write) {
+            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
+            const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
 #pragma unroll
-        for (int i = 0; i < C::NR; i++) acc[i] = r[i];
-        if (ctid == 0) cnt[tile] = 0; /* every CTA of the tile has counted: ready for the next launch */
-    }
-
-    const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
-#pragma unroll
-    for (int j = 0; j < C::NR / 4; j++) {
-        const int tk = tok0 + 8 * j + 2 * t;
-        if (tk < M) {
-            if (ra < n) y[(size_t)tk * ys + ra] = acc[4 * j + 0];
-            if (rb < n) y[(size_t)tk * ys + rb] = acc[4 * j + 2];
+            for (int j = 0; j < C::NR / 4; j++) {
+                const int tk = tok0 + 8 * j + 2 * t;
+                if (tk < M) {
+                    if (ra < n) y[(size_t)tk * ys + ra] = acc[4 * j + 0];
+                    if (rb < n) y[(size_t)tk * ys + rb] = acc[4 * j + 2];
+                }
+                if (tk + 1 < M) {
+                    if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[4 * j + 1];
+                    if (rb < n) y[(size_t)(tk + 1) * ys + rb] = acc[4 * j + 3];
+                }
+            }
         }
-        if (tk + 1 < M) {
-            if (ra < n) y[(size_t)(tk + 1) * ys + ra] = acc[4 * j + 1];
-            if (rb < n) y[(size_t)(tk + 1) * ys + rb] = acc[4 * j + 3];
-        }
+        gp += b - a;
+        if (gp < g1) load_decode(ks); /* the next piece's first stage */
     }
 #else
     __trap();
@@ -510,11 +614,11 @@ PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void) {
 
 /* The kernel's attributes set (once per context) and its image loadable here: false on a
  * device without the sm_90a image (the error cleared, not noted: the caller falls back). */
-template <int NT> bool wg_ready(void) {
-    typedef wcfg<NT> C;
-    const void *fn = (const void *)k_gemm_wg<NT>;
+template <int NT, int OV> bool wg_ready(void) {
+    typedef wcfg<NT, OV> C;
+    const void *fn = (const void *)k_gemm_wg<NT, OV>;
     if (tc_attr_once(fn, C::SMEM)) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<NT, OV>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) {
             cudaGetLastError();
             /* forget the memo so that every call refuses (and falls back) */
@@ -531,10 +635,23 @@ template <int NT> bool wg_ready(void) {
     return true;
 }
 
-template <int NT> int wg_splits(const tc_mat *m, int M, int force) {
-    typedef wcfg<NT> C;
-    return tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), wg_occ((const void *)k_gemm_wg<NT>, C::SMEM),
-                             force);
+/* The launch's K splits: > 0 classic split-K (tc_mm_gemm_splits: forced splits, or the
+ * rule where stream-K cannot run), 0 stream-K over *ctas CTAs (the default: every
+ * resident slot takes an even share of all tiles' stages, so no CTA starts more than once
+ * and none idles; the partials of the tiles split between CTAs, at most two per CTA, are
+ * summed in CTA order by the tile's last piece: deterministic). ws: the workspace is there. */
+template <int NT, int OV> int wg_splits(const tc_mat *m, int M, int force, bool ws, int *ctas) {
+    typedef wcfg<NT, OV> C;
+    const int occ = wg_occ((const void *)k_gemm_wg<NT, OV>, C::SMEM);
+    const int64_t tiles = (int64_t)((M + C::TOK - 1) / C::TOK) * ((m->n + kRows - 1) / kRows);
+    const int64_t stages = tiles * (m->k / kStageK), slots = (int64_t)tc_sm_count() * occ;
+    *ctas = 0;
+    if (force == 0 && ws && tiles <= TC_GEMM_MAX_TILES && 2 * slots * C::TOK * kRows <= (int64_t)TC_GEMM_WS_FLOATS) {
+        *ctas = (int)(stages < slots ? stages : slots);
+        return 0;
+    }
+    const int s = tc_mm_gemm_splits(m->n, m->k, (size_t)M, C::TOK, tc_sm_count(), occ, force);
+    return s > 1 && !ws ? 1 : s;
 }
 
 /* The tensor maps of a launch (lmode may gain TC_WG_ACT_2D / TC_WG_W_BULK where the
@@ -576,17 +693,20 @@ template <int NT> bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, C
     return true;
 }
 
-template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force, int lmode) {
-    typedef wcfg<NT> C;
-    if (!wg_ready<NT>()) return 0;
+template <int NT, int OV> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force, int lmode) {
+    typedef wcfg<NT, OV> C;
+    if (!wg_ready<NT, OV>()) return 0;
     const int M = (int)act->batch;
     CUtensorMap amap, wmap;
     if (!wg_maps<NT>(m, act, &lmode, &amap, &wmap)) return 0;
-    int nsp = wg_splits<NT>(m, M, force);
-    if (nsp > 1 && !wg_ws()) nsp = 1;
-    dim3 grid((unsigned)((M + C::TOK - 1) / C::TOK), (unsigned)((m->n + kRows - 1) / kRows), (unsigned)nsp);
-    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(amap, wmap, lmode, m->data, (int)m->n, (int)m->k,
-                                                               act->sx, act->corr, M, y, ys, nsp, tc_cur->gemm_part,
+    const int tok_tiles = (M + C::TOK - 1) / C::TOK, row_tiles = (int)((m->n + kRows - 1) / kRows);
+    if ((int64_t)tok_tiles * row_tiles * (m->k / kStageK) >= ((int64_t)1 << 30)) return 0; /* the kernel's 32-bit stage index */
+    int ctas = 0;
+    const int nsp = wg_splits<NT, OV>(m, M, force, wg_ws(), &ctas);
+    const dim3 grid = nsp == 0 ? dim3((unsigned)ctas, 1, 1) : dim3((unsigned)tok_tiles, (unsigned)row_tiles, (unsigned)nsp);
+    k_gemm_wg<NT, OV><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(amap, wmap, lmode, m->data, (int)m->n, (int)m->k,
+                                                               act->sx, act->corr, M, y, ys, nsp, tok_tiles,
+                                                               tok_tiles * row_tiles, tc_cur->gemm_part,
                                                                tc_cur->gemm_cnt);
     tc_check_launch();
     return 1;
@@ -609,7 +729,7 @@ extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *a
     TC_CTX(cx);
     if (!wg_shape_ok(m, act) || !wg_encoder()) return 0;
     const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
-    return tok == 16 ? wg_ready<1>() : tok == 32 ? wg_ready<2>() : wg_ready<4>();
+    return tok == 16 ? wg_ready<1, 0>() : tok == 32 ? wg_ready<2, 0>() : wg_ready<4, 0>();
 }
 
 extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits) {
@@ -619,7 +739,10 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     if (!tc_gemm_wg_supported(cx, m, act)) return 0;
     const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
     *tok = wg_tok(act->batch, force);
-    *splits = *tok == 16 ? wg_splits<1>(m, M, force) : *tok == 32 ? wg_splits<2>(m, M, force) : wg_splits<4>(m, M, force);
+    int ctas = 0;
+    const int s = *tok == 16 ? wg_splits<1, 0>(m, M, force, true, &ctas)
+                  : *tok == 32 ? wg_splits<2, 0>(m, M, force, true, &ctas) : wg_splits<4, 0>(m, M, force, true, &ctas);
+    *splits = s > 0 ? s : -ctas;
     return 1;
 }
 
@@ -629,10 +752,11 @@ extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, flo
     TC_PROF(TC_FAM_MATMUL);
     const int force = tc_mm_gemm_split_force(&cx->mm);
     const int tok = wg_tok(act->batch, force);
+    const bool ov = (lmode & TC_WG_OVERLAP) != 0;
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
-    if (tok == 16) return wg_launch<1>(m, act, y, ys, force, lmode);
-    if (tok == 32) return wg_launch<2>(m, act, y, ys, force, lmode);
-    return wg_launch<4>(m, act, y, ys, force, lmode);
+    if (tok == 16) return ov ? wg_launch<1, 1>(m, act, y, ys, force, lmode) : wg_launch<1, 0>(m, act, y, ys, force, lmode);
+    if (tok == 32) return ov ? wg_launch<2, 1>(m, act, y, ys, force, lmode) : wg_launch<2, 0>(m, act, y, ys, force, lmode);
+    return wg_launch<4, 0>(m, act, y, ys, force, lmode);
 }
 
 extern "C" int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys) {
@@ -643,9 +767,10 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     TC_CTX(cx);
     if (!wg_shape_ok(m, act)) return -1;
     CUtensorMap a, w;
+    const int ov = lmode & TC_WG_OVERLAP;
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
     const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
     const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
                     : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
-    return ok ? lmode : -1;
+    return ok ? lmode | (tok <= 32 ? ov : 0) : -1;
 }
