@@ -69,13 +69,10 @@ int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, in
 /* tc_gemm_wg with its loads chosen (A/B runs): lmode 0 = one 3D TMA per stage for the
  * activation and one for the weights (the default; where the driver refuses a 3D map the
  * launch takes the other way); TC_WG_ACT_2D: the activation as 16 2D boxes per stage;
- * TC_WG_W_BULK: the weights as 8 bulk copies per stage; TC_WG_OVERLAP: the stage's two
- * groups in two wgmma commit groups, overlapped as below. Same results bit for bit.
+ * TC_WG_W_BULK: the weights as 8 bulk copies per stage. Same results bit for bit.
  * tc_gemm_wg_lmode: the lmode a launch would take for lmode (or -1: refused). */
 #define TC_WG_ACT_2D 1
 #define TC_WG_W_BULK 2
-#define TC_WG_OVERLAP 4 /* TOK 16/32: group 0's rescale and the next stage's fragments overlap
-                           group 1's wgmmas (TOK 16: 1 CTA per SM, 119 registers) */
 int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode);
 int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 
