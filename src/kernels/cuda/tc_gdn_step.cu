@@ -4,6 +4,7 @@
  * two (k_gdn_step_conv + k_gdn_step_rec).
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gdn_state.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -144,11 +145,14 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
         sq_[e] = row[(size_t)kh * dk + e];
         sk[e] = row[(size_t)nk * dk + (size_t)kh * dk + e];
     }
-    float *Sj = a.state[i] + (size_t)p * dk * dv + j; /* this thread's column: Sj[e * dv] */
+    const bool bf = a.state_bf16;
+    const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
+    /* this thread's column: element e at Sj + e * rs */
+    uint8_t *Sj = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + j) * gdn_ses(bf);
     asm volatile("" : "+l"(Sj)); /* opaque: else ptxas keeps every element's address live (spills) */
     float S[KMAX];
 #pragma unroll
-    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? Sj[(size_t)e * dv] : 0.0f;
+    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? gdn_ldb(Sj + e * rs, bf) : 0.0f;
     __syncthreads();
     const float x = a.a[(size_t)i * a.ab_stride + p] + a.dt_bias[p];
     const float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
     if (act) {
 #pragma unroll
         for (int e = 0; e < KMAX; e++)
-            if (e < dk) Sj[(size_t)e * dv] = S[e];
+            if (e < dk) gdn_stb(Sj + e * rs, S[e], bf);
     }
     float ss = tc_warp_sum(o * o);
     if ((j & 31) == 0) red[j >> 5] = ss;
@@ -308,13 +312,14 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     const bool colok = 4 * cg < dv, tq = t < dk, tv = t < dv;
 
     /* the state block first (the longest wait): S[e] = row rg*RPT + e, columns 4cg.. */
-    float *Sb = a.state[i] + (size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg;
+    const bool bf = a.state_bf16; /* bf16 storage: 8-byte loads of 4 columns */
+    const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
+    uint8_t *Sb = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg) * gdn_ses(bf);
     asm volatile("" : "+l"(Sb)); /* opaque: one base address, not RPT live ones */
     float4 S[RPT];
 #pragma unroll
     for (int e = 0; e < RPT; e++)
-        S[e] = colok && rg * RPT + e < dk ? *(const float4 *)(Sb + (size_t)e * dv)
-                                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        S[e] = colok && rg * RPT + e < dk ? gdn_ld4b(Sb + e * rs, bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     /* AB: x and the two weight rows to shared memory, asynchronously */
     const int kab = AB ? (int)a.ab_w[0].k : 0, kind = a.ab_w[0].kind;
     const int es = kind == TC_F32 ? 4 : 2;
@@ -453,7 +458,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         float *s4 = &S[e].x;
 #pragma unroll
         for (int c = 0; c < 4; c++) s4[c] = fmaf(kk, d[c], s4[c]);
-        if (colok && rg * RPT + e < dk) *(float4 *)(Sb + (size_t)e * dv) = S[e];
+        if (colok && rg * RPT + e < dk) gdn_st4b(Sb + e * rs, S[e], bf);
     }
 
     /* gated RMSNorm over the dv columns (thread t = column t) */

@@ -5,6 +5,7 @@
  * the fp32 delta rule with the state column of each thread in registers, gated RMSNorm.
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gdn_state.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -69,9 +70,11 @@ __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     const int kh = a.v_tiled ? p % nk : p / r;
     const bool act = j < dv;
     float S[KMAX];
-    float *Sg = a.state + (size_t)p * dk * dv;
+    const bool bf = a.state_bf16;
+    const size_t rs = (size_t)dv * gdn_ses(bf);
+    uint8_t *Sg = (uint8_t *)a.state + ((size_t)p * dk * dv + (act ? j : 0)) * gdn_ses(bf);
 #pragma unroll
-    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? Sg[(size_t)i * dv + j] : 0.0f;
+    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? gdn_ldb(Sg + i * rs, bf) : 0.0f;
     const int nw = (blockDim.x + 31) >> 5;
     for (int t = 0; t < a.rows; t++) {
         const float *row = a.work + (size_t)t * C;
@@ -116,7 +119,7 @@ __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     }
 #pragma unroll
     for (int i = 0; i < KMAX; i++)
-        if (act && i < dk) Sg[(size_t)i * dv + j] = S[i];
+        if (act && i < dk) gdn_stb(Sg + i * rs, S[i], bf);
 }
 
 template <int KMAX>
