@@ -129,8 +129,9 @@ __device__ __forceinline__ void gdn_step_out(const tc_gdn_step_args &a, int g, i
     }
 }
 
-/* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p. */
-template <int KMAX, bool XF>
+/* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p.
+ * BF: the state stored in bf16 (a.state_bf16). */
+template <int KMAX, bool XF, bool BF>
 __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C) {
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
         sq_[e] = row[(size_t)kh * dk + e];
         sk[e] = row[(size_t)nk * dk + (size_t)kh * dk + e];
     }
-    const bool bf = a.state_bf16;
+    constexpr bool bf = BF;
     const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
     /* this thread's column: element e at Sj + e * rs */
     uint8_t *Sj = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + j) * gdn_ses(bf);
@@ -196,8 +197,13 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
 template <int KMAX>
 static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
     const dim3 grid((unsigned)a->n_v, (unsigned)a->n), block((unsigned)((a->dv + 31) / 32 * 32));
-    if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true>, grid, block, 0, (unsigned)cs, *a, C);
-    else tc_launch(k_gdn_step_rec<KMAX, false>, grid, block, 0, 1, *a, C);
+    if (a->state_bf16) {
+        if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true, true>, grid, block, 0, (unsigned)cs, *a, C);
+        else tc_launch(k_gdn_step_rec<KMAX, false, true>, grid, block, 0, 1, *a, C);
+    } else {
+        if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true, false>, grid, block, 0, (unsigned)cs, *a, C);
+        else tc_launch(k_gdn_step_rec<KMAX, false, false>, grid, block, 0, 1, *a, C);
+    }
 }
 
 /* ------------------------------------------------ GDN decode step, one kernel
@@ -292,7 +298,7 @@ __device__ __forceinline__ float gdn_dot(const uint8_t *w, int kind, const float
  * (k floats), then row p of ab_w[0] and of ab_w[1] (k elements each), copied with
  * cp.async right after the state loads (registers stay free for the state); each
  * thread sums j = t, t+128, ..., then the warps as for the norms. */
-template <int KMAX, bool XF, bool AB>
+template <int KMAX, bool XF, bool AB, bool BF>
 __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gdn_step_args a, int C,
                                                            int *__restrict__ cnt) {
     tc_pdl_trigger();
@@ -312,7 +318,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     const bool colok = 4 * cg < dv, tq = t < dk, tv = t < dv;
 
     /* the state block first (the longest wait): S[e] = row rg*RPT + e, columns 4cg.. */
-    const bool bf = a.state_bf16; /* bf16 storage: 8-byte loads of 4 columns */
+    constexpr bool bf = BF; /* bf16 storage (a.state_bf16): 8-byte loads of 4 columns */
     const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
     uint8_t *Sb = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg) * gdn_ses(bf);
     asm volatile("" : "+l"(Sb)); /* opaque: one base address, not RPT live ones */
@@ -496,15 +502,20 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
 
 #define GDN_AB_SMEM (96 * 1024) /* the AB kernels' dynamic shared memory limit */
 
-template <int KMAX, bool XF, bool AB>
-static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+template <int KMAX, bool XF, bool AB, bool BF>
+static void launch_fused4(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
     if (AB) {
-        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB>, GDN_AB_SMEM))
-            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB, BF>, GDN_AB_SMEM))
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  GDN_AB_SMEM);
     }
-    tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
+    tc_launch(k_gdn_step_fused<KMAX, XF, AB, BF>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
               smem, cs, *a, C, tc_cur->gdn_cnt);
+}
+template <int KMAX, bool XF, bool AB>
+static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+    if (a->state_bf16) launch_fused4<KMAX, XF, AB, true>(a, C, cs, smem);
+    else launch_fused4<KMAX, XF, AB, false>(a, C, cs, smem);
 }
 
 /* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the
