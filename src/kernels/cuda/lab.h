@@ -94,8 +94,9 @@ int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void *kcache, c
  * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
 int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a);
 
-/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, -1 the
- * default (the scan); rpt = state rows per thread
+/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, 2 the
+ * chunked form on tensor cores (tc_gdn_chunk.cu: conv + L2, the chunk kernel, the gated
+ * norm; dk <= 128, else the scan), -1 the default (the scan); rpt = state rows per thread
  * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
  * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
  * other values (nothing changed). */

@@ -392,6 +392,10 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
 
 /* ------------------------------------------------------------------ host */
 
+/* tc_gdn_chunk.cu: the chunked form on tensor cores (tc_gdn_config(2, ..)) */
+extern "C" int tc_gdn_chunk_ok(const tc_gdn_args *a);
+extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C);
+
 /* the context's gdn_path: 0 the walk (tc_gdn_walk.cu, the oracle); 1 the scan
  * (tc_gdn_config); gdn_rpt, gdn_wpc: its shape (0: by dk) */
 
@@ -402,7 +406,7 @@ static bool gs_valid(int rpt, int wpc) {
 
 extern "C" int tc_gdn_config(tc_ctx *cx, int path, int rpt, int warps) {
     TC_CTX(cx);
-    if (path < -1 || path > 1 || !gs_valid(rpt, warps)) return -1;
+    if (path < -1 || path > 2 || !gs_valid(rpt, warps)) return -1;
     cx->gdn_path = path < 0 ? 1 : path; /* -1: the default, the scan */
     cx->gdn_rpt = rpt;
     cx->gdn_wpc = warps;
@@ -453,7 +457,8 @@ static void gs_launch(const tc_gdn_args *a, int C, int wpc, int cs, int vec) {
 extern "C" int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a) {
     TC_CTX(cx);
     int rpt, L, wpc, cs;
-    if (!tc_cur->gdn_path || !gs_plan(a, &rpt, &L, &wpc, &cs)) return 0;
+    const bool chunk = tc_cur->gdn_path == 2 && tc_gdn_chunk_ok(a); /* tc_gdn_chunk.cu */
+    if (!tc_cur->gdn_path || (!chunk && !gs_plan(a, &rpt, &L, &wpc, &cs))) return 0;
     const int nk = a->n_k, dk = a->dk, T = a->rows;
     const int VW = a->n_v * a->dv, C = 2 * nk * dk + VW;
     const int vec = ((uintptr_t)a->work % 16 == 0 && (uintptr_t)a->z % 16 == 0 && C % 4 == 0 &&
@@ -463,6 +468,10 @@ extern "C" int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a) {
     tc_launch(k_gdn_conv_l2, dim3((unsigned)nseg, (unsigned)((T + GS_TT - 1) / GS_TT)),
               dim3((unsigned)cth), (size_t)GS_TT * dk * sizeof(float), 1u, a->qkv, a->conv_w,
               (const float *)a->conv_state, a->work, C, a->conv_k, T, nk, dk);
+    if (chunk) {
+        tc_gdn_chunk_launch(a, C);
+        return 1;
+    }
     switch (rpt * 16 + L) {
     case 8 * 16 + 1: gs_launch<8, 1>(a, C, wpc, cs, vec); break;
     case 8 * 16 + 2: gs_launch<8, 2>(a, C, wpc, cs, vec); break;
