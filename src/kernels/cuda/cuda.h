@@ -248,6 +248,10 @@ typedef struct tc_gdn_args {
  * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
  * (the reference) the older three (tc_gdn_walk.cu: conv serial per channel, one CTA per value head). */
 void tc_gdn(tc_ctx *cx, const tc_gdn_args *a);
+/* on != 0: tc_gdn takes the chunked form on tensor cores (tc_gdn_chunk.cu: conv + L2,
+ * 64-token chunks with TF32 x3 products, gated norm; dk <= 128, else the scan); 0: the
+ * scan (the default). The model parameter cuda_gdn_chunk. */
+void tc_gdn_use_chunk(tc_ctx *cx, int on);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:

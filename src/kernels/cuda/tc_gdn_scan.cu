@@ -413,6 +413,8 @@ extern "C" int tc_gdn_config(tc_ctx *cx, int path, int rpt, int warps) {
     return 0;
 }
 
+extern "C" void tc_gdn_use_chunk(tc_ctx *cx, int on) { tc_gdn_config(cx, on ? 2 : -1, 0, 0); }
+
 /* RPT rows per thread, L lanes per column, warps per CTA, cs CTAs per head; false: not
  * taken. L: the least power of two with L*RPT >= dk, at least 4 for RPT 16 and 32 (the
  * kernels built; more lanes than needed only add zero rows), at most 8. */
