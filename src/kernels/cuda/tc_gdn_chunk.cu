@@ -94,14 +94,20 @@ __device__ __forceinline__ void gc_gemm(float (&acc)[MT][NT][4], int K8, int r0,
     }
 }
 
-template <int MT, int NT>
-__device__ __forceinline__ void gc_zero(float (&acc)[MT][NT][4]) {
+/* f(row, column, element) for each accumulator element of the warp's tile at rows r0.. */
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void gc_each(float (&acc)[MT][NT][4], int r0, F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[mt][nt][q] = 0.0f;
+            for (int q = 0; q < 4; q++) f(r0 + 16 * mt + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1), acc[mt][nt][q]);
+}
+template <int MT, int NT>
+__device__ __forceinline__ void gc_zero(float (&acc)[MT][NT][4]) {
+    gc_each(acc, 0, [](int, int, float &x) { x = 0.0f; });
 }
 
 template <bool BF>
@@ -113,7 +119,7 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
     float *Vs = Ws + GC_L * GC_LDK, *Ss = Vs + GC_L * GC_LDC, *As = Ss + GC_DK * GC_LDC;
     float *Ms = As + GC_L * GC_LDA, *dec = Ms + GC_L * GC_LDA, *bet = dec + GC_L, *ev = bet + GC_L;
     float *ecol = ev + GC_L;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int tid = threadIdx.x, w = tid >> 5;
     const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, T = a.rows;
     const int p = blockIdx.y, kh = a.v_tiled ? p % nk : p / (nv / nk);
     const int j0 = blockIdx.x * GC_CS, cols = min(GC_CS, dv - j0);
@@ -180,14 +186,8 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
             auto fKt = [&](int k, int c) { return Ks[c * GC_LDK + k]; };
             gc_gemm(kk, GC_DK / 8, 16 * w, 0, fK, fKt);
             gc_gemm(qk, GC_DK / 8, 16 * w, 0, fQ, fKt);
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int r = 16 * w + g + 8 * (q >> 1), c = 8 * nt + 2 * t4 + (q & 1);
-                    As[r * GC_LDA + c] = kk[0][nt][q];
-                    Ms[r * GC_LDA + c] = qk[0][nt][q];
-                }
+            gc_each(kk, 16 * w, [&](int r, int c, float &x) { As[r * GC_LDA + c] = x; });
+            gc_each(qk, 16 * w, [&](int r, int c, float &x) { Ms[r * GC_LDA + c] = x; });
         }
         __syncthreads();
         if (tid < GC_L) { /* row i: the decay weights, the masks, e_i, ecol; then the
@@ -240,54 +240,28 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
             auto fS = [&](int k, int c) { return Ss[k * GC_LDC + c]; };
             gc_gemm(ws, GC_DK / 8, 16 * w, 0, fW, fS);
             gc_gemm(o, GC_DK / 8, 16 * w, 0, fQ, fS);
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int r = 16 * w + g + 8 * (q >> 1), c = 8 * nt + 2 * t4 + (q & 1);
-                    Vs[r * GC_LDC + c] -= ws[0][nt][q]; /* this warp's rows only */
-                    o[0][nt][q] *= ev[r];
-                }
+            gc_each(ws, 16 * w, [&](int r, int c, float &x) { Vs[r * GC_LDC + c] -= x; }); /* own rows */
+            gc_each(o, 16 * w, [&](int r, int, float &x) { x *= ev[r]; });
         }
         __syncthreads(); /* V' complete */
         { /* O += M V', to out (un-normed) */
             auto fM = [&](int r, int k) { return Ms[r * GC_LDA + k]; };
             auto fV = [&](int k, int c) { return Vs[k * GC_LDC + c]; };
             gc_gemm(o, GC_L / 8, 16 * w, 0, fM, fV);
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int r = 16 * w + g + 8 * (q >> 1), c = 8 * nt + 2 * t4 + (q & 1);
-                    if (r < n && c < cols) a.out[(size_t)(t0 + r) * VW + (size_t)p * dv + j0 + c] = o[0][nt][q];
-                }
+            gc_each(o, 16 * w, [&](int r, int c, float &x) {
+                if (r < n && c < cols) a.out[(size_t)(t0 + r) * VW + (size_t)p * dv + j0 + c] = x;
+            });
         }
         { /* S = e_{n-1} S0 + (diag(ecol) K)^T V': warp w rows 32w.. of S, 32 columns */
             float s[2][4][4];
             const float el = ev[n - 1];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int r = 32 * w + 16 * mt + g + 8 * (q >> 1), c = 8 * nt + 2 * t4 + (q & 1);
-                        s[mt][nt][q] = el * Ss[r * GC_LDC + c];
-                    }
+            gc_each(s, 32 * w, [&](int r, int c, float &x) { x = el * Ss[r * GC_LDC + c]; });
             auto fKe = [&](int r, int k) { return ecol[k] * Ks[k * GC_LDK + r]; };
             auto fV = [&](int k, int c) { return Vs[k * GC_LDC + c]; };
             gc_gemm(s, GC_L / 8, 32 * w, 0, fKe, fV);
             /* every warp's reads of S0 (the V' / O products above) ended at the barrier
              * before M V'; these rows are this warp's alone */
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int r = 32 * w + 16 * mt + g + 8 * (q >> 1), c = 8 * nt + 2 * t4 + (q & 1);
-                        Ss[r * GC_LDC + c] = s[mt][nt][q];
-                    }
+            gc_each(s, 32 * w, [&](int r, int c, float &x) { Ss[r * GC_LDC + c] = x; });
         }
     }
     __syncthreads();
