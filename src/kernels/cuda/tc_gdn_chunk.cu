@@ -110,8 +110,63 @@ __device__ __forceinline__ void gc_zero(float (&acc)[MT][NT][4]) {
     gc_each(acc, 0, [](int, int, float &x) { x = 0.0f; });
 }
 
+/* (I + A) x = b for one column X[i * ld] (i < GC_L), in registers: x_i = b_i - sum_{j<i}
+ * A_ij x_j, four partial sums per row, A's rows read as float4 (A_ij = 0 for j >= i, so
+ * the last group's extra terms add zeros; padding rows have b = 0 and stay 0). */
+__device__ __forceinline__ void gc_subst(float *X, int ld, const float *As) {
+    float x[GC_L];
+#pragma unroll
+    for (int i = 0; i < GC_L; i++) x[i] = X[i * ld];
+#pragma unroll
+    for (int i = 1; i < GC_L; i++) {
+        const float4 *A4 = (const float4 *)(As + i * GC_LDA);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma unroll
+        for (int j4 = 0; j4 < (i + 3) / 4; j4++) {
+            const float4 v = A4[j4];
+            s0 = fmaf(v.x, x[4 * j4], s0);
+            s1 = fmaf(v.y, x[4 * j4 + 1], s1);
+            s2 = fmaf(v.z, x[4 * j4 + 2], s2);
+            s3 = fmaf(v.w, x[4 * j4 + 3], s3);
+        }
+        x[i] -= (s0 + s1) + (s2 + s3);
+    }
+#pragma unroll
+    for (int i = 1; i < GC_L; i++) X[i * ld] = x[i];
+}
+
+/* K K^T and Q K^T of one chunk of one key head (they serve its n_v/n_k value heads and
+ * every column slice): grid (chunks, n_k); kq[(kh * chunks + c)][2][GC_L][GC_L]. */
+__global__ void __launch_bounds__(128) k_gdn_kk(tc_gdn_args a, int C, float *__restrict__ kq) {
+    extern __shared__ __align__(16) float gk_sm[];
+    tc_pdl_trigger();
+    tc_pdl_wait();
+    float *Qs = gk_sm, *Ks = Qs + GC_L * GC_LDK;
+    const int tid = threadIdx.x, w = tid >> 5, dk = a.dk, nk = a.n_k;
+    const int c = blockIdx.x, kh = blockIdx.y, t0 = c * GC_L, n = min(GC_L, a.rows - t0);
+    for (int e = tid; e < GC_L * GC_DK; e += 128) {
+        const int i = e / GC_DK, d = e % GC_DK;
+        const bool ok = i < n && d < dk;
+        const float *row = a.work + (size_t)(t0 + i) * C;
+        Qs[i * GC_LDK + d] = ok ? row[(size_t)kh * dk + d] : 0.0f;
+        Ks[i * GC_LDK + d] = ok ? row[(size_t)(nk + kh) * dk + d] : 0.0f;
+    }
+    __syncthreads();
+    float kk[1][8][4], qk[1][8][4];
+    gc_zero(kk);
+    gc_zero(qk);
+    auto fK = [&](int r, int k) { return Ks[r * GC_LDK + k]; };
+    auto fQ = [&](int r, int k) { return Qs[r * GC_LDK + k]; };
+    auto fKt = [&](int k, int col) { return Ks[col * GC_LDK + k]; };
+    gc_gemm(kk, GC_DK / 8, 16 * w, 0, fK, fKt);
+    gc_gemm(qk, GC_DK / 8, 16 * w, 0, fQ, fKt);
+    float *o = kq + (size_t)(kh * gridDim.x + c) * 2 * GC_L * GC_L;
+    gc_each(kk, 16 * w, [&](int r, int col, float &x) { o[r * GC_L + col] = x; });
+    gc_each(qk, 16 * w, [&](int r, int col, float &x) { o[GC_L * GC_L + r * GC_L + col] = x; });
+}
+
 template <bool BF>
-__global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
+__global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, const float *__restrict__ kq) {
     extern __shared__ __align__(16) float gc_sm[];
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -177,17 +232,13 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
             bet[i] = bt;
         }
         __syncthreads();
-        { /* K K^T into A, Q K^T into M: warp w rows 16w.., all 64 columns */
-            float kk[1][8][4], qk[1][8][4];
-            gc_zero(kk);
-            gc_zero(qk);
-            auto fK = [&](int r, int k) { return Ks[r * GC_LDK + k]; };
-            auto fQ = [&](int r, int k) { return Qs[r * GC_LDK + k]; };
-            auto fKt = [&](int k, int c) { return Ks[c * GC_LDK + k]; };
-            gc_gemm(kk, GC_DK / 8, 16 * w, 0, fK, fKt);
-            gc_gemm(qk, GC_DK / 8, 16 * w, 0, fQ, fKt);
-            gc_each(kk, 16 * w, [&](int r, int c, float &x) { As[r * GC_LDA + c] = x; });
-            gc_each(qk, 16 * w, [&](int r, int c, float &x) { Ms[r * GC_LDA + c] = x; });
+        { /* K K^T into A, Q K^T into M (k_gdn_kk) */
+            const float4 *src = (const float4 *)(kq + (size_t)(kh * ((T + GC_L - 1) / GC_L) + t0 / GC_L) * 2 * GC_L * GC_L);
+            for (int e = tid; e < 2 * GC_L * GC_L / 4; e += 128) {
+                const float4 v = src[e];
+                const int m = e / (GC_L * GC_L / 4), r = (e / (GC_L / 4)) % GC_L, c4 = e % (GC_L / 4);
+                *(float4 *)((m ? Ms : As) + r * GC_LDA + 4 * c4) = v;
+            }
         }
         __syncthreads();
         if (tid < GC_L) { /* row i: the decay weights, the masks, e_i, ecol; then the
@@ -212,23 +263,9 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C) {
             for (int c = 0; c < GC_CS; c++) Vs[i * GC_LDC + c] *= bet[i];
         }
         __syncthreads();
-        { /* forward substitution (I + A) X = B, a thread per column: W's 128, then V's 32 */
-            for (int col = tid; col < GC_DK + GC_CS; col += 128) {
-                float *X = col < GC_DK ? Ws + col : Vs + (col - GC_DK);
-                const int ld = col < GC_DK ? GC_LDK : GC_LDC;
-                for (int i = 1; i < n; i++) {
-                    const float *Ai = As + i * GC_LDA;
-                    float s0 = 0.0f, s1 = 0.0f;
-                    int j = 0;
-                    for (; j + 1 < i; j += 2) {
-                        s0 = fmaf(Ai[j], X[j * ld], s0);
-                        s1 = fmaf(Ai[j + 1], X[(j + 1) * ld], s1);
-                    }
-                    if (j < i) s0 = fmaf(Ai[j], X[j * ld], s0);
-                    X[i * ld] -= s0 + s1;
-                }
-            }
-        }
+        /* forward substitution (I + A) X = B, a thread per column: W's 128, then V's 32 */
+        for (int col = tid; col < GC_DK + GC_CS; col += 128)
+            gc_subst(col < GC_DK ? Ws + col : Vs + (col - GC_DK), col < GC_DK ? GC_LDK : GC_LDC, As);
         __syncthreads();
         float o[1][4][4];
         { /* V' = U - W S0 (into V), O = diag(e) Q S0: warp w rows 16w.., 32 columns */
@@ -288,14 +325,29 @@ __global__ void __launch_bounds__(128) k_gdn_onorm(tc_gdn_args a) {
     for (int j = tid; j < dv; j += 128) a.out[base + j] = a.out[base + j] * inv * a.norm[j] * tc_silu(a.z[base + j]);
 }
 
-/* the chunked path takes the call: dk <= 128 (the rows a CTA holds) */
+/* the chunked path takes the call: dk <= 128 (the rows a CTA holds), at least GC_MIN_ROWS
+ * rows (fewer: the scan; a single-token step may be recorded into a graph, where the
+ * K K^T workspace must not grow) */
+#define GC_MIN_ROWS 16
 extern "C" int tc_gdn_chunk_ok(const tc_gdn_args *a) {
     return a->dk >= 1 && a->dk <= GC_DK && a->dv >= 1 && a->n_k >= 1 && a->n_v % a->n_k == 0 &&
-           a->n_v <= 65535 && a->rows >= 1 && a->rows <= 65535 && a->conv_k >= 1;
+           a->n_v <= 65535 && a->rows >= GC_MIN_ROWS && a->rows <= 65535 && a->conv_k >= 1;
 }
 
-/* k_gdn_chunk + k_gdn_onorm after the caller's k_gdn_conv_l2 */
+/* k_gdn_kk + k_gdn_chunk + k_gdn_onorm after the caller's k_gdn_conv_l2 */
 extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
+    const int nch = (a->rows + GC_L - 1) / GC_L;
+    float *kq = (float *)tc_workspace(3, (size_t)a->n_k * nch * 2 * GC_L * GC_L * sizeof(float));
+    if (!kq) return; /* noted */
+    const size_t ksmem = (size_t)2 * GC_L * GC_LDK * sizeof(float);
+    if (tc_attr_once((const void *)k_gdn_kk, (long long)ksmem)) {
+        int e = (int)cudaFuncSetAttribute(k_gdn_kk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ksmem);
+        if (e) {
+            tc_note(e);
+            return;
+        }
+    }
+    tc_launch(k_gdn_kk, dim3((unsigned)nch, (unsigned)a->n_k), dim3(128), ksmem, 1u, *a, C, kq);
     const size_t smem = (size_t)GC_SMEM_FLOATS * sizeof(float);
     const void *fn = a->state_bf16 ? (const void *)k_gdn_chunk<true> : (const void *)k_gdn_chunk<false>;
     if (tc_attr_once(fn, (long long)smem)) {
@@ -306,7 +358,7 @@ extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
         }
     }
     const dim3 grid((unsigned)((a->dv + GC_CS - 1) / GC_CS), (unsigned)a->n_v);
-    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(128), smem, 1u, *a, C);
-    else tc_launch(k_gdn_chunk<false>, grid, dim3(128), smem, 1u, *a, C);
+    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq);
+    else tc_launch(k_gdn_chunk<false>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq);
     tc_launch(k_gdn_onorm, dim3((unsigned)a->rows, (unsigned)a->n_v), dim3(128), 0, 1u, *a);
 }
