@@ -135,22 +135,41 @@ __device__ __forceinline__ void gc_subst(float *X, int ld, const float *As) {
     for (int i = 1; i < GC_L; i++) X[i * ld] = x[i];
 }
 
+/* q, k of key head kh for tokens t0 .. t0+n-1 into Qs, Ks [GC_L][GC_LDK], zero-padded
+ * (rows >= n, columns >= dk); vec: 16-byte loads (work 16-byte aligned, C, dk % 4 == 0) */
+__device__ __forceinline__ void gc_stage_qk(const tc_gdn_args &a, int C, int kh, int t0, int n, float *Qs,
+                                            float *Ks, bool vec) {
+    const int dk = a.dk, nk = a.n_k, tid = threadIdx.x;
+    if (vec) {
+        for (int e = tid; e < GC_L * GC_DK / 4; e += 128) {
+            const int i = e / (GC_DK / 4), d = 4 * (e % (GC_DK / 4));
+            const bool ok = i < n && d < dk;
+            const float *row = a.work + (size_t)(t0 + i) * C;
+            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *(float4 *)(Qs + i * GC_LDK + d) = ok ? *(const float4 *)(row + (size_t)kh * dk + d) : z;
+            *(float4 *)(Ks + i * GC_LDK + d) = ok ? *(const float4 *)(row + (size_t)(nk + kh) * dk + d) : z;
+        }
+    } else {
+        for (int e = tid; e < GC_L * GC_DK; e += 128) {
+            const int i = e / GC_DK, d = e % GC_DK;
+            const bool ok = i < n && d < dk;
+            const float *row = a.work + (size_t)(t0 + i) * C;
+            Qs[i * GC_LDK + d] = ok ? row[(size_t)kh * dk + d] : 0.0f;
+            Ks[i * GC_LDK + d] = ok ? row[(size_t)(nk + kh) * dk + d] : 0.0f;
+        }
+    }
+}
+
 /* K K^T and Q K^T of one chunk of one key head (they serve its n_v/n_k value heads and
  * every column slice): grid (chunks, n_k); kq[(kh * chunks + c)][2][GC_L][GC_L]. */
-__global__ void __launch_bounds__(128) k_gdn_kk(tc_gdn_args a, int C, float *__restrict__ kq) {
+__global__ void __launch_bounds__(128) k_gdn_kk(tc_gdn_args a, int C, float *__restrict__ kq, int vec) {
     extern __shared__ __align__(16) float gk_sm[];
     tc_pdl_trigger();
     tc_pdl_wait();
     float *Qs = gk_sm, *Ks = Qs + GC_L * GC_LDK;
-    const int tid = threadIdx.x, w = tid >> 5, dk = a.dk, nk = a.n_k;
+    const int tid = threadIdx.x, w = tid >> 5;
     const int c = blockIdx.x, kh = blockIdx.y, t0 = c * GC_L, n = min(GC_L, a.rows - t0);
-    for (int e = tid; e < GC_L * GC_DK; e += 128) {
-        const int i = e / GC_DK, d = e % GC_DK;
-        const bool ok = i < n && d < dk;
-        const float *row = a.work + (size_t)(t0 + i) * C;
-        Qs[i * GC_LDK + d] = ok ? row[(size_t)kh * dk + d] : 0.0f;
-        Ks[i * GC_LDK + d] = ok ? row[(size_t)(nk + kh) * dk + d] : 0.0f;
-    }
+    gc_stage_qk(a, C, kh, t0, n, Qs, Ks, vec);
     __syncthreads();
     float kk[1][8][4], qk[1][8][4];
     gc_zero(kk);
@@ -166,7 +185,7 @@ __global__ void __launch_bounds__(128) k_gdn_kk(tc_gdn_args a, int C, float *__r
 }
 
 template <bool BF>
-__global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, const float *__restrict__ kq) {
+__global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, const float *__restrict__ kq, int vec) {
     extern __shared__ __align__(16) float gc_sm[];
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -205,19 +224,21 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
     for (int t0 = 0; t0 < T; t0 += GC_L) {
         const int n = min(GC_L, T - t0);
         __syncthreads(); /* the previous chunk is done with every buffer */
-        /* q, k rows of the key head, v columns of the slice, zero-padded */
-        for (int e = tid; e < GC_L * GC_DK; e += 128) {
-            const int i = e / GC_DK, d = e % GC_DK;
-            const bool ok = i < n && d < dk;
-            const float *row = a.work + (size_t)(t0 + i) * C;
-            Qs[i * GC_LDK + d] = ok ? row[(size_t)kh * dk + d] : 0.0f;
-            Ks[i * GC_LDK + d] = ok ? row[(size_t)(nk + kh) * dk + d] : 0.0f;
-        }
-        for (int e = tid; e < GC_L * GC_CS; e += 128) {
-            const int i = e / GC_CS, c = e % GC_CS;
-            Vs[i * GC_LDC + c] = i < n && c < cols ? a.work[(size_t)(t0 + i) * C + (size_t)2 * nk * dk +
-                                                            (size_t)p * dv + j0 + c]
-                                                   : 0.0f;
+        /* q, k rows of the key head, v columns of the slice, zero-padded (vec: dv % 4 == 0
+         * too, so the slice's columns come in whole float4) */
+        gc_stage_qk(a, C, kh, t0, n, Qs, Ks, vec);
+        const float *vsrc = a.work + (size_t)t0 * C + (size_t)2 * nk * dk + (size_t)p * dv + j0;
+        if (vec) {
+            for (int e = tid; e < GC_L * GC_CS / 4; e += 128) {
+                const int i = e / (GC_CS / 4), c = 4 * (e % (GC_CS / 4));
+                *(float4 *)(Vs + i * GC_LDC + c) = i < n && c < cols ? *(const float4 *)(vsrc + (size_t)i * C + c)
+                                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        } else {
+            for (int e = tid; e < GC_L * GC_CS; e += 128) {
+                const int i = e / GC_CS, c = e % GC_CS;
+                Vs[i * GC_LDC + c] = i < n && c < cols ? vsrc[(size_t)i * C + c] : 0.0f;
+            }
         }
         if (tid < GC_L) { /* padding tokens: decay 1, beta 0 (no effect on S or e) */
             const int i = tid;
@@ -257,11 +278,14 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
                 if (wgt < 1e-30f) wgt = 0.0f; /* no denormals: nothing of S0 is left */
             }
             if (i >= n) ecol[i] = 0.0f; /* padding tokens add nothing to S */
-            const float be = bet[i] * wgt; /* wgt = e_i */
-            ev[i] = wgt;
-            for (int d = 0; d < GC_DK; d++) Ws[i * GC_LDK + d] = be * Ks[i * GC_LDK + d];
-            for (int c = 0; c < GC_CS; c++) Vs[i * GC_LDC + c] *= bet[i];
+            ev[i] = wgt;                /* e_i */
         }
+        __syncthreads();
+        for (int e = tid; e < GC_L * GC_DK; e += 128) { /* the right-hand sides, spread */
+            const int i = e / GC_DK, d = e % GC_DK;
+            Ws[i * GC_LDK + d] = bet[i] * ev[i] * Ks[i * GC_LDK + d];
+        }
+        for (int e = tid; e < GC_L * GC_CS; e += 128) Vs[(e / GC_CS) * GC_LDC + e % GC_CS] *= bet[e / GC_CS];
         __syncthreads();
         /* forward substitution (I + A) X = B, a thread per column: W's 128, then V's 32 */
         for (int col = tid; col < GC_DK + GC_CS; col += 128)
@@ -347,7 +371,8 @@ extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
             return;
         }
     }
-    tc_launch(k_gdn_kk, dim3((unsigned)nch, (unsigned)a->n_k), dim3(128), ksmem, 1u, *a, C, kq);
+    const int vec = (uintptr_t)a->work % 16 == 0 && C % 4 == 0 && a->dk % 4 == 0 && a->dv % 4 == 0;
+    tc_launch(k_gdn_kk, dim3((unsigned)nch, (unsigned)a->n_k), dim3(128), ksmem, 1u, *a, C, kq, vec);
     const size_t smem = (size_t)GC_SMEM_FLOATS * sizeof(float);
     const void *fn = a->state_bf16 ? (const void *)k_gdn_chunk<true> : (const void *)k_gdn_chunk<false>;
     if (tc_attr_once(fn, (long long)smem)) {
@@ -358,7 +383,7 @@ extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
         }
     }
     const dim3 grid((unsigned)((a->dv + GC_CS - 1) / GC_CS), (unsigned)a->n_v);
-    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq);
-    else tc_launch(k_gdn_chunk<false>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq);
+    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq, vec);
+    else tc_launch(k_gdn_chunk<false>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq, vec);
     tc_launch(k_gdn_onorm, dim3((unsigned)a->rows, (unsigned)a->n_v), dim3(128), 0, 1u, *a);
 }
