@@ -3,8 +3,8 @@
  * (tc_gdn_config(2, ..); a lab path until measured, the scan stays the default). After
  * k_gdn_conv_l2 (tc_gdn_scan.cu: conv + SiLU, q/k L2 norms into `work`):
  *
- *   k_gdn_chunk  grid (ceil(dv/GC_CS), n_v): CTA (32 value columns, value head p) of 4
- *                warps, the state slice S [dk][32] in shared memory, walks the call's
+ *   k_gdn_chunk  grid (ceil(dv/GC_CS), n_v): CTA (64 value columns, value head p) of 8
+ *                warps, the state slice S [dk][64] in shared memory, walks the call's
  *                tokens in chunks of GC_L = 64. In a chunk of n tokens with incoming S0,
  *                E_ij = prod_{j<s<=i} decay_s (running products, never a quotient),
  *                e_i = prod_{s<=i} decay_s:
@@ -33,9 +33,10 @@
 
 #define GC_L 64    /* tokens per chunk */
 #define GC_DK 128  /* key rows (dk zero-padded) */
-#define GC_CS 32   /* value columns per CTA */
+#define GC_CS 64   /* value columns per CTA */
+#define GC_T 256   /* threads of k_gdn_chunk (8 warps) */
 #define GC_LDK 132 /* row stride of Q, K, W (conflict-free fragment loads) */
-#define GC_LDC 40  /* row stride of V / U / V' and S */
+#define GC_LDC 72  /* row stride of V / U / V' and S (conflict-free fragment loads) */
 #define GC_LDA 68  /* row stride of A and M */
 
 /* shared memory in floats: Q, K, W [GC_L][GC_LDK]; V [GC_L][GC_LDC]; S [GC_DK][GC_LDC];
@@ -94,20 +95,21 @@ __device__ __forceinline__ void gc_gemm(float (&acc)[MT][NT][4], int K8, int r0,
     }
 }
 
-/* f(row, column, element) for each accumulator element of the warp's tile at rows r0.. */
+/* f(row, column, element) for each accumulator element of the warp's tile at (r0, c0) */
 template <int MT, int NT, typename F>
-__device__ __forceinline__ void gc_each(float (&acc)[MT][NT][4], int r0, F f) {
+__device__ __forceinline__ void gc_each(float (&acc)[MT][NT][4], int r0, int c0, F f) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) f(r0 + 16 * mt + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1), acc[mt][nt][q]);
+            for (int q = 0; q < 4; q++)
+                f(r0 + 16 * mt + g + 8 * (q >> 1), c0 + 8 * nt + 2 * t + (q & 1), acc[mt][nt][q]);
 }
 template <int MT, int NT>
 __device__ __forceinline__ void gc_zero(float (&acc)[MT][NT][4]) {
-    gc_each(acc, 0, [](int, int, float &x) { x = 0.0f; });
+    gc_each(acc, 0, 0, [](int, int, float &x) { x = 0.0f; });
 }
 
 /* (I + A) x = b for one column X[i * ld] (i < GC_L), in registers: x_i = b_i - sum_{j<i}
@@ -139,9 +141,9 @@ __device__ __forceinline__ void gc_subst(float *X, int ld, const float *As) {
  * (rows >= n, columns >= dk); vec: 16-byte loads (work 16-byte aligned, C, dk % 4 == 0) */
 __device__ __forceinline__ void gc_stage_qk(const tc_gdn_args &a, int C, int kh, int t0, int n, float *Qs,
                                             float *Ks, bool vec) {
-    const int dk = a.dk, nk = a.n_k, tid = threadIdx.x;
+    const int dk = a.dk, nk = a.n_k, tid = threadIdx.x, nth = blockDim.x;
     if (vec) {
-        for (int e = tid; e < GC_L * GC_DK / 4; e += 128) {
+        for (int e = tid; e < GC_L * GC_DK / 4; e += nth) {
             const int i = e / (GC_DK / 4), d = 4 * (e % (GC_DK / 4));
             const bool ok = i < n && d < dk;
             const float *row = a.work + (size_t)(t0 + i) * C;
@@ -150,7 +152,7 @@ __device__ __forceinline__ void gc_stage_qk(const tc_gdn_args &a, int C, int kh,
             *(float4 *)(Ks + i * GC_LDK + d) = ok ? *(const float4 *)(row + (size_t)(nk + kh) * dk + d) : z;
         }
     } else {
-        for (int e = tid; e < GC_L * GC_DK; e += 128) {
+        for (int e = tid; e < GC_L * GC_DK; e += nth) {
             const int i = e / GC_DK, d = e % GC_DK;
             const bool ok = i < n && d < dk;
             const float *row = a.work + (size_t)(t0 + i) * C;
@@ -180,12 +182,12 @@ __global__ void __launch_bounds__(128) k_gdn_kk(tc_gdn_args a, int C, float *__r
     gc_gemm(kk, GC_DK / 8, 16 * w, 0, fK, fKt);
     gc_gemm(qk, GC_DK / 8, 16 * w, 0, fQ, fKt);
     float *o = kq + (size_t)(kh * gridDim.x + c) * 2 * GC_L * GC_L;
-    gc_each(kk, 16 * w, [&](int r, int col, float &x) { o[r * GC_L + col] = x; });
-    gc_each(qk, 16 * w, [&](int r, int col, float &x) { o[GC_L * GC_L + r * GC_L + col] = x; });
+    gc_each(kk, 16 * w, 0, [&](int r, int col, float &x) { o[r * GC_L + col] = x; });
+    gc_each(qk, 16 * w, 0, [&](int r, int col, float &x) { o[GC_L * GC_L + r * GC_L + col] = x; });
 }
 
 template <bool BF>
-__global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, const float *__restrict__ kq, int vec) {
+__global__ void __launch_bounds__(GC_T, 1) k_gdn_chunk(tc_gdn_args a, int C, const float *__restrict__ kq, int vec) {
     extern __shared__ __align__(16) float gc_sm[];
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -193,7 +195,8 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
     float *Vs = Ws + GC_L * GC_LDK, *Ss = Vs + GC_L * GC_LDC, *As = Ss + GC_DK * GC_LDC;
     float *Ms = As + GC_L * GC_LDA, *dec = Ms + GC_L * GC_LDA, *bet = dec + GC_L, *ev = bet + GC_L;
     float *ecol = ev + GC_L;
-    const int tid = threadIdx.x, w = tid >> 5;
+    /* warp w: rows 16 (w % 4) .. of the 64-row products, columns 32 (w / 4) .. */
+    const int tid = threadIdx.x, w = tid >> 5, wr = w & 3, wc = 32 * (w >> 2);
     const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, T = a.rows;
     const int p = blockIdx.y, kh = a.v_tiled ? p % nk : p / (nv / nk);
     const int j0 = blockIdx.x * GC_CS, cols = min(GC_CS, dv - j0);
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
         const int K = a.conv_k, nb = (int)(gridDim.x * gridDim.y);
         const int bi = (int)(blockIdx.y * gridDim.x + blockIdx.x);
         const int c0 = (int)((long long)C * bi / nb), c1 = (int)((long long)C * (bi + 1) / nb);
-        for (int ch = c0 + tid; ch < c1; ch += 128)
+        for (int ch = c0 + tid; ch < c1; ch += GC_T)
             for (int i = 0; i < K - 1; i++) {
                 const int src = T - (K - 1) + i;
                 a.conv_state[(size_t)i * C + ch] = src >= 0 ? a.qkv[(size_t)src * C + ch]
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
 
     /* S slice: rows d < dk, columns j0 .. j0+cols (zero padding elsewhere) */
     const uint8_t *Sg = (const uint8_t *)a.state + (size_t)p * dk * dv * gdn_ses(BF);
-    for (int e = tid; e < GC_DK * GC_CS; e += 128) {
+    for (int e = tid; e < GC_DK * GC_CS; e += GC_T) {
         const int d = e / GC_CS, c = e % GC_CS;
         Ss[d * GC_LDC + c] = d < dk && c < cols ? gdn_ldb(Sg + ((size_t)d * dv + j0 + c) * gdn_ses(BF), BF) : 0.0f;
     }
@@ -229,13 +232,13 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
         gc_stage_qk(a, C, kh, t0, n, Qs, Ks, vec);
         const float *vsrc = a.work + (size_t)t0 * C + (size_t)2 * nk * dk + (size_t)p * dv + j0;
         if (vec) {
-            for (int e = tid; e < GC_L * GC_CS / 4; e += 128) {
+            for (int e = tid; e < GC_L * GC_CS / 4; e += GC_T) {
                 const int i = e / (GC_CS / 4), c = 4 * (e % (GC_CS / 4));
                 *(float4 *)(Vs + i * GC_LDC + c) = i < n && c < cols ? *(const float4 *)(vsrc + (size_t)i * C + c)
                                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
         } else {
-            for (int e = tid; e < GC_L * GC_CS; e += 128) {
+            for (int e = tid; e < GC_L * GC_CS; e += GC_T) {
                 const int i = e / GC_CS, c = e % GC_CS;
                 Vs[i * GC_LDC + c] = i < n && c < cols ? vsrc[(size_t)i * C + c] : 0.0f;
             }
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
         __syncthreads();
         { /* K K^T into A, Q K^T into M (k_gdn_kk) */
             const float4 *src = (const float4 *)(kq + (size_t)(kh * ((T + GC_L - 1) / GC_L) + t0 / GC_L) * 2 * GC_L * GC_L);
-            for (int e = tid; e < 2 * GC_L * GC_L / 4; e += 128) {
+            for (int e = tid; e < 2 * GC_L * GC_L / 4; e += GC_T) {
                 const float4 v = src[e];
                 const int m = e / (GC_L * GC_L / 4), r = (e / (GC_L / 4)) % GC_L, c4 = e % (GC_L / 4);
                 *(float4 *)((m ? Ms : As) + r * GC_LDA + 4 * c4) = v;
@@ -281,53 +284,53 @@ __global__ void __launch_bounds__(128, 1) k_gdn_chunk(tc_gdn_args a, int C, cons
             ev[i] = wgt;                /* e_i */
         }
         __syncthreads();
-        for (int e = tid; e < GC_L * GC_DK; e += 128) { /* the right-hand sides, spread */
+        for (int e = tid; e < GC_L * GC_DK; e += GC_T) { /* the right-hand sides, spread */
             const int i = e / GC_DK, d = e % GC_DK;
             Ws[i * GC_LDK + d] = bet[i] * ev[i] * Ks[i * GC_LDK + d];
         }
-        for (int e = tid; e < GC_L * GC_CS; e += 128) Vs[(e / GC_CS) * GC_LDC + e % GC_CS] *= bet[e / GC_CS];
+        for (int e = tid; e < GC_L * GC_CS; e += GC_T) Vs[(e / GC_CS) * GC_LDC + e % GC_CS] *= bet[e / GC_CS];
         __syncthreads();
-        /* forward substitution (I + A) X = B, a thread per column: W's 128, then V's 32 */
-        for (int col = tid; col < GC_DK + GC_CS; col += 128)
+        /* forward substitution (I + A) X = B, a thread per column: W's 128, then V's 64 */
+        for (int col = tid; col < GC_DK + GC_CS; col += GC_T)
             gc_subst(col < GC_DK ? Ws + col : Vs + (col - GC_DK), col < GC_DK ? GC_LDK : GC_LDC, As);
         __syncthreads();
         float o[1][4][4];
-        { /* V' = U - W S0 (into V), O = diag(e) Q S0: warp w rows 16w.., 32 columns */
+        { /* V' = U - W S0 (into V), O = diag(e) Q S0: warp w a 16 x 32 tile */
             float ws[1][4][4];
             gc_zero(ws);
             gc_zero(o);
             auto fW = [&](int r, int k) { return Ws[r * GC_LDK + k]; };
             auto fQ = [&](int r, int k) { return Qs[r * GC_LDK + k]; };
             auto fS = [&](int k, int c) { return Ss[k * GC_LDC + c]; };
-            gc_gemm(ws, GC_DK / 8, 16 * w, 0, fW, fS);
-            gc_gemm(o, GC_DK / 8, 16 * w, 0, fQ, fS);
-            gc_each(ws, 16 * w, [&](int r, int c, float &x) { Vs[r * GC_LDC + c] -= x; }); /* own rows */
-            gc_each(o, 16 * w, [&](int r, int, float &x) { x *= ev[r]; });
+            gc_gemm(ws, GC_DK / 8, 16 * wr, wc, fW, fS);
+            gc_gemm(o, GC_DK / 8, 16 * wr, wc, fQ, fS);
+            gc_each(ws, 16 * wr, wc, [&](int r, int c, float &x) { Vs[r * GC_LDC + c] -= x; }); /* own tile */
+            gc_each(o, 16 * wr, wc, [&](int r, int, float &x) { x *= ev[r]; });
         }
         __syncthreads(); /* V' complete */
         { /* O += M V', to out (un-normed) */
             auto fM = [&](int r, int k) { return Ms[r * GC_LDA + k]; };
             auto fV = [&](int k, int c) { return Vs[k * GC_LDC + c]; };
-            gc_gemm(o, GC_L / 8, 16 * w, 0, fM, fV);
-            gc_each(o, 16 * w, [&](int r, int c, float &x) {
+            gc_gemm(o, GC_L / 8, 16 * wr, wc, fM, fV);
+            gc_each(o, 16 * wr, wc, [&](int r, int c, float &x) {
                 if (r < n && c < cols) a.out[(size_t)(t0 + r) * VW + (size_t)p * dv + j0 + c] = x;
             });
         }
-        { /* S = e_{n-1} S0 + (diag(ecol) K)^T V': warp w rows 32w.. of S, 32 columns */
+        { /* S = e_{n-1} S0 + (diag(ecol) K)^T V': warp w rows 32 (w % 4).. of S, 32 columns */
             float s[2][4][4];
             const float el = ev[n - 1];
-            gc_each(s, 32 * w, [&](int r, int c, float &x) { x = el * Ss[r * GC_LDC + c]; });
+            gc_each(s, 32 * wr, wc, [&](int r, int c, float &x) { x = el * Ss[r * GC_LDC + c]; });
             auto fKe = [&](int r, int k) { return ecol[k] * Ks[k * GC_LDK + r]; };
             auto fV = [&](int k, int c) { return Vs[k * GC_LDC + c]; };
-            gc_gemm(s, GC_L / 8, 32 * w, 0, fKe, fV);
+            gc_gemm(s, GC_L / 8, 32 * wr, wc, fKe, fV);
             /* every warp's reads of S0 (the V' / O products above) ended at the barrier
              * before M V'; these rows are this warp's alone */
-            gc_each(s, 32 * w, [&](int r, int c, float &x) { Ss[r * GC_LDC + c] = x; });
+            gc_each(s, 32 * wr, wc, [&](int r, int c, float &x) { Ss[r * GC_LDC + c] = x; });
         }
     }
     __syncthreads();
     uint8_t *Sw = (uint8_t *)a.state + (size_t)p * dk * dv * gdn_ses(BF);
-    for (int e = tid; e < GC_DK * GC_CS; e += 128) {
+    for (int e = tid; e < GC_DK * GC_CS; e += GC_T) {
         const int d = e / GC_CS, c = e % GC_CS;
         if (d < dk && c < cols) gdn_stb(Sw + ((size_t)d * dv + j0 + c) * gdn_ses(BF), Ss[d * GC_LDC + c], BF);
     }
@@ -383,7 +386,7 @@ extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
         }
     }
     const dim3 grid((unsigned)((a->dv + GC_CS - 1) / GC_CS), (unsigned)a->n_v);
-    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq, vec);
-    else tc_launch(k_gdn_chunk<false>, grid, dim3(128), smem, 1u, *a, C, (const float *)kq, vec);
+    if (a->state_bf16) tc_launch(k_gdn_chunk<true>, grid, dim3(GC_T), smem, 1u, *a, C, (const float *)kq, vec);
+    else tc_launch(k_gdn_chunk<false>, grid, dim3(GC_T), smem, 1u, *a, C, (const float *)kq, vec);
     tc_launch(k_gdn_onorm, dim3((unsigned)a->rows, (unsigned)a->n_v), dim3(128), 0, 1u, *a);
 }
