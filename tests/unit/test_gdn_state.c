@@ -55,7 +55,7 @@ static tern_model *load(const char *fixture, const char *file, int gdn_state) {
     mp.n_threads = 2;
     mp.device = g_device;
     mp.gdn_state = gdn_state;
-    mp.cuda_gdn_chunk = g_chunk;
+    if (g_chunk) mp.cuda_gdn_chunk = true; /* else the default */
     tern_model *m = NULL;
     tern_status st = tern_model_load(p, &mp, &m);
     CHECK_MSG(st == TERN_OK, "load %s: %s", p, tern_last_error());
