@@ -364,6 +364,9 @@ void tc_profile_enable(tc_ctx *cx, int on);  /* also resets the accumulated figu
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
 double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes);
+/* The int8 tensor-core rate (TOPS, wgmma chains on operands on chip; tc_gemm_wg.cu), best of
+ * passes; 0 without sm_90a. */
+double tc_int8_mma_tops(tc_ctx *cx, int passes);
 
 #ifdef __cplusplus
 }
