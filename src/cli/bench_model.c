@@ -56,7 +56,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench model -m MODEL [--threads N] [-p N[,N...]] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B[,B...]] [--depth D] [--depth-fill real|random]\n"
-            "                        [--cache-type T] [--no-repack]\n"
+            "                        [--cache-type T] [--gdn-state f32|bf16] [--no-repack]\n"
             "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--persistent] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
@@ -70,7 +70,8 @@ static void usage(FILE *f) {
             "  GDN states read and written and KV rows read, over the ceiling); a comma list\n"
             "  (--batch 1,8,16,32,64) measures each (with --profile on a GPU: per B, the time\n"
             "  per kernel family of 4 batch steps). --persistent: --device cuda's single-token steps\n"
-            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --no-repack: weights used in the file layout (default: copied into\n"
+            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --gdn-state bf16: qwen35's\n"
+            "  GDN states stored in bf16 (half their bytes; docs/kernels.md). --no-repack: weights used in the file layout (default: copied into\n"
             "  the kernels' fastest layout at load where there is one, file pages dropped;\n"
             "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
@@ -116,6 +117,7 @@ int tern_bench_model(int argc, char **argv) {
     int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, profile = false, fill_random = false, persistent = false;
+    int gdn_state = TERN_GDN_STATE_F32;
     int repack = -1; /* -1: the library's default */
     const char *device = NULL;
     for (int i = 1; i < argc; i++)
@@ -132,6 +134,9 @@ int tern_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--profile")) { profile = true; continue; }
         if (!strcmp(a, "--persistent")) { persistent = true; continue; }
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
+        if (cr == 2) return 2;
+        if (cr == 1) continue;
+        cr = cli_parse_gdn_state("bench model", argc, argv, &i, &gdn_state);
         if (cr == 2) return 2;
         if (cr == 1) continue;
         if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d --tp "
@@ -201,6 +206,7 @@ int tern_bench_model(int argc, char **argv) {
     mp.device = device;
     mp.tp = (int)tp;
     mp.cuda_persistent = persistent;
+    mp.gdn_state = gdn_state;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);

@@ -240,6 +240,8 @@ typedef struct tc_gdn_args {
     int rows, n_k, n_v, dk, dv, conv_k;
     int v_tiled;
     float eps;
+    int state_bf16; /* state holds n_v*dk*dv bf16 values (read once, updated in fp32,
+                       written once rounded to nearest even) at the same address */
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
  * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
@@ -289,6 +291,9 @@ typedef struct tc_gdn_step_args {
     tc_mat ab_w[2];
     const float *ab_x;
     size_t ab_x_stride;
+    /* each state[i] holds n_v*dk*dv bf16 values (the model parameter gdn_state): read
+     * once, updated in fp32 registers, written once rounded to nearest even */
+    int state_bf16;
 } tc_gdn_step_args;
 void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 
