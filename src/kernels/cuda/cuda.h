@@ -117,6 +117,14 @@ tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_b
  * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
 void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
                        float *const *y, const size_t *ys);
+/* The same products for the rows of a speculative verify: every row bit-identical to
+ * the call with that row alone (batch 1: the decode step's kernels and launch shapes),
+ * the tiled matrices' weights read once for up to 12 rows (tc_gemv_rows.cu), other
+ * kinds row by row. _q: the activation given (as tc_matmul_multi_q). */
+void tc_matmul_multi_exact(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                           float *const *y, const size_t *ys);
+void tc_matmul_multi_q_exact(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+                             float *const *y, const size_t *ys);
 
 /* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
  * strips of 256-input tiles in the order the tensor-core GEMV's lanes load them
