@@ -342,6 +342,9 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
 typedef struct cu_sess {
     cu_graph *graph;  /* single-token step graph (NULL: none yet) */
     int graph_state;  /* 0 no step yet, 1 record at the next step, -1 graphs off */
+    /* verify graphs by row count (cu_exec_exact): vgraph[R], vstate[R] as graph_state */
+    cu_graph *vgraph[TC_GRAPH_ROWS + 1];
+    signed char vstate[TC_GRAPH_ROWS + 1];
     void *act_buf;    /* the quantised activation of one site, shared by the matmuls
                        * reading it: tc_act_bytes(n_chunk, k) for the widest matmul input k */
     size_t act_bytes;
@@ -391,6 +394,7 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
     cu_sess *cs = s->be_state;
     if (!cs) return;
     cu_graph_free(tcc, cs->graph);
+    for (int r = 0; r <= TC_GRAPH_ROWS; r++) cu_graph_free(tcc, cs->vgraph[r]);
     if (cs->act_buf) tc_free(tcc, cs->act_buf, cs->act_bytes);
     if (cs->pinned) tc_host_unpin(tcc, s->logits);
     free(cs);
@@ -508,6 +512,7 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
         for (int i = 0; i < st->T; i++) {
             tern_session *s = st->ss[st->n_seq == 1 ? 0 : i];
             const int pos = s->pos + (st->n_seq == 1 ? i : 0);
+            if (st->n_seq == 1) tc_graph_row(tcc, i); /* a verify graph: row i's position word */
             uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
             uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
             float *qi = qo + (size_t)i * qw, *gi = hp->attn_gate ? go + (size_t)i * qw : NULL;
@@ -522,6 +527,7 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
             tc_attention_decode(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
+        tc_graph_row(tcc, 0);
     } else {
         if (gated) tc_split_heads(tcc, big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
         attn_ops(st, a, gated ? first->out2 : TM_BUF_NONE);
@@ -740,6 +746,7 @@ static tern_status cu_head(cuda_backend *c, const tm_step *st, const tm_plan_op 
         return tm_be_download(be, w->logits, w->dlogits, V * sizeof(float));
     }
     CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, true));
+    if (c->recording) return TERN_OK; /* a verify graph: graph_end adds the rows' copy */
     enum { ROWS_DIRECT = 512 };
     if (st->rows_out == w->blogits && st->R == 1 && st->n_seq == st->T && st->n_seq <= ROWS_DIRECT) {
         /* a batch step whose rows nobody asked for: each row straight into its session's
@@ -867,6 +874,73 @@ static tern_status plain(tm_backend *be, const tm_step *st) {
 
 static tern_status cu_run_step(tm_backend *be, const tm_step *st);
 
+/* A verify step of T <= TC_GRAPH_ROWS rows whose logits rows are asked for, as a graph
+ * per T (the rule of cu_run_step: the first step of a T op by op, the second recorded,
+ * later ones replayed with the positions and tokens in the graph's words; the per-row
+ * kernels read their row's position word: tc_graph_row). Otherwise op by op. */
+static tern_status exact_graph(tm_backend *be, const tm_step *st) {
+    tc_ctx *tcc = tcx(be);
+    cuda_backend *c = (cuda_backend *)be;
+    tern_session *s = st->w;
+    cu_sess *cs = s->be_state;
+    const int T = st->T;
+    if (!st->rows_out || T > TC_GRAPH_ROWS || !graphs_on(c) || !cs || cs->graph_state < 0 || cs->vstate[T] < 0)
+        return plain(be, st);
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    int ran = 0;
+    tern_status e;
+    if (cs->vgraph[T]) {
+        e = cu_status(tc_graph_run_rows(tcc, cs->vgraph[T]->g, s->pos, st->tokens, st->rows_out, &ran),
+                      "verify graph replay");
+        if (e) return e;
+        if (ran) {
+            memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
+            return TERN_OK;
+        }
+        cu_graph_free(tcc, cs->vgraph[T]); /* stale: record again */
+        cs->vgraph[T] = NULL;
+    }
+    if (cs->vstate[T] == 0) { /* the first of this T: op by op */
+        cs->vstate[T] = 1;
+        return plain(be, st);
+    }
+    cu_graph *cg = calloc(1, sizeof *cg);
+    if (!cg) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    if (s->m->hp.n_gdn_layers > 0 && !gdn_ptrs(c, st, cg)) {
+        e = tern_fail(TERN_ERR_INTERNAL, "CUDA: GDN state table for a verify graph");
+    } else {
+        e = cu_status(tc_graph_begin_rows(tcc, s->pos, st->tokens, T, V, &cg->g), "verify graph capture");
+        if (!e) {
+            c->recording = true;
+            c->exact = true;
+            e = cu_exec(be, st);
+            c->exact = false;
+            c->recording = false;
+            tern_status e2 = cu_status(tc_graph_end(tcc, cg->g, s->dlogits), "verify graph capture");
+            if (e2) cg->g = NULL;
+            if (!e) e = e2;
+        } else {
+            cg->g = NULL;
+        }
+    }
+    c->ptr_cur = NULL;
+    if (e) {
+        cu_graph_free(tcc, cg);
+        tern_log(TERN_LOG_WARN, "verify graphs of %d rows off for this session: %s", T, tern_last_error());
+        cs->vstate[T] = -1;
+        tern_clear_error();
+        return plain(be, st);
+    }
+    cs->vgraph[T] = cg;
+    e = cu_status(tc_graph_run_rows(tcc, cg->g, s->pos, st->tokens, st->rows_out, &ran), "verify graph replay");
+    if (e) return e;
+    if (ran) {
+        memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
+        return TERN_OK;
+    }
+    return plain(be, st);
+}
+
 /* Does the fused code take every mixer of this model in a verify step (cu_exec_exact)?
  * The decode shapes of the GDN step and of the attention prologue; else the rows run as
  * decode steps. */
@@ -906,7 +980,7 @@ static tern_status cu_exec_exact(tm_backend *be, const tm_step *st) {
         s->pos = p0;
         return e;
     }
-    return plain(be, st);
+    return exact_graph(be, st);
 }
 
 /* Single-token steps of a session (unless cuda_graphs is false): the first runs op by op,
