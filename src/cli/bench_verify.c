@@ -7,12 +7,12 @@
  *             cache and GDN states filled with pseudo-random values: the cost of a step
  *             depends on the cache length, not its contents)
  *   decode    -n N single-token steps: the median step time
- *   verify    for each k, --reps R passes over k + 1 tokens, each followed by
+ *   verify    for each k, two untimed warm-up passes (CUDA records its verify graph of
+ *             k + 1 rows at the second), then --reps R passes over k + 1 tokens, each followed by
  *             tern_session_verify_keep(0) (the rollback, timed apart): median times;
  *             chunk: the same k + 1 tokens as a plain chunk (tern_session_eval, every row's
  *             logits; not exact: the back-end's multi-row kernels, the GDN block scan),
- *             rewound by a snapshot: what a back-end without TM_CAP_EXACT_ROWS (CUDA) would
- *             pay once its multi-row path is made exact;
+ *             rewound by a snapshot (the back-end's multi-row kernels, not exact);
  *             ratio = verify / decode step; tokens/s at acceptance a (expected tokens a
  *             pass: (1 - a^(k+1)) / (1 - a)) is printed for a = 0.5, 0.8
  * --json: one object with decode_ms and "verify": [{k, verify_ms, ratio, keep0_ms}].
@@ -87,6 +87,13 @@ int tern_bench_verify(int argc, char **argv) {
     }
     if (!st) dec_ms = 1e3 * cli_median(t, (int)(ng > 1 ? ng - 1 : 1));
     for (int k = 1; !st && k <= kmax; k++) {
+        /* warm-up, untimed: two passes of k + 1 rows (a back-end may run the first of a row
+         * count op by op and record the second into a graph: CUDA; the decode step's
+         * warm-up above does the same for one row) */
+        for (int r = 0; !st && r < 2; r++) {
+            st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
+            if (!st) st = tern_session_verify_keep(s, 0);
+        }
         for (int r = 0; !st && r < reps; r++) {
             double t0 = tern_now_s();
             st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
