@@ -963,10 +963,12 @@ static bool exact_fused_ok(const tern_model *m) {
  * for all rows with batch 1's float order (tc_matmul_multi_exact); the attention
  * prologue + decode attention and the GDN step run row after row, position after
  * position, with the decode step's kernels (cu_attn_core, cu_gdn_core). A model those
- * fused kernels do not take runs the rows as decode steps (exact, no faster). */
+ * fused kernels do not take, and the persistent decode kernel (cuda_persistent), run the
+ * rows as decode steps (exact, no faster). */
 static tern_status cu_exec_exact(tm_backend *be, const tm_step *st) {
     tern_session *s = st->ss[0];
-    if (st->T == 1 || !exact_fused_ok(s->m)) {
+    /* the persistent kernel's decode steps are its own arithmetic: rows as its steps */
+    if (st->T == 1 || ((cuda_backend *)be)->persistent || !exact_fused_ok(s->m)) {
         const size_t V = (size_t)s->m->hp.n_vocab;
         const int p0 = s->pos;
         tern_status e = TERN_OK;
@@ -1001,11 +1003,12 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     tern_session *s = st->w;
     cu_sess *cs = s->be_state;
     bool took = false;
+    /* a verify step (before the persistent kernel, which writes no rows) */
+    if (ex1(st) && !st->hidden_out) return cu_exec_exact(be, st);
     if (c->persistent) { /* a single-token step of a model it runs: one launch (persist_step.c) */
         tern_status pe = tm_cuda_persist_step(tcc, &c->persist, CU_LAYOUT_T, st, &took);
         if (took) return pe;
     }
-    if (ex1(st) && !st->hidden_out) return cu_exec_exact(be, st);
     if (st->n_seq != 1 || st->T != 1 || st->rows_out || st->hidden_out || !graphs_on(c) || !cs || cs->graph_state < 0)
         return plain(be, st);
     const size_t V = (size_t)s->m->hp.n_vocab;
