@@ -5,7 +5,8 @@
  * one input, with a one-row activation quantised on its own), and within the quantiser's
  * bound of float64 of the dequantized matrix. Awkward sizes: one row, row counts off the
  * 16-row strips, an odd number of 128-blocks, K up to 17408, R = 1..17 (one pass holds
- * 12 rows), one to four matrices per call; y padding untouched. Oracles come from the
+ * 12 rows), one to four matrices per call; y padding untouched. TERN_TEST_QUICK=1 leaves
+ * out the two largest sets (for compute-sanitizer). Oracles come from the
  * random trits and scales the test draws (kern_check.h).
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
  */
@@ -70,7 +71,10 @@ TEST(rows_vs_batch1_and_f64) {
                                {5120, 0, 0, 0}};
     const int64_t ks[] = {2560, 128, 384, 1152, 640, 5120, 17408, 2560, 6144};
     const size_t Rs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17};
-    for (size_t si = 0; si < sizeof ks / sizeof ks[0]; si++) {
+    /* TERN_TEST_QUICK (a compute-sanitizer run): the sets up to 1000 rows only */
+    const char *quick = getenv("TERN_TEST_QUICK");
+    const size_t nsets = quick && *quick && strcmp(quick, "0") ? 7 : sizeof ks / sizeof ks[0];
+    for (size_t si = 0; si < nsets; si++) {
         const int64_t k = ks[si];
         mats S;
         mats_make(&S, sets[si], k);
