@@ -115,6 +115,40 @@ __device__ __forceinline__ void tp_emit(const tp_args &a, const tp_stage &st, bo
     }
 }
 
+/* The input's 128-blocks c0, c0 + TP_WARPS, .. (TP_INB of them) of one warp: lane l
+ * holds inputs 4l .. 4l+3 of each (tc_actq_block's layout) and their gains. */
+#define TP_INB 4
+struct tp_inb {
+    float4 x[TP_INB], gn[TP_INB];
+};
+__device__ __forceinline__ void tp_in_load(const tp_stage &st, const float *src, bool norm, int G, int c0, int lane,
+                                           tp_inb &d) {
+#pragma unroll
+    for (int k = 0; k < TP_INB; k++) {
+        const int blk = c0 + k * TP_WARPS, j = blk * 128 + 4 * lane;
+        d.x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        d.gn[k] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (blk < G) {
+            d.x[k] = __ldcg((const float4 *)(src + j)); /* the buffers are 64-float aligned, K % 128 == 0 */
+            if (norm) d.gn[k] = make_float4(__ldg(st.gain + j), __ldg(st.gain + j + 1), __ldg(st.gain + j + 2),
+                                            __ldg(st.gain + j + 3));
+        }
+    }
+}
+/* x * inv * gain (the per-op norm's order), quantised into shared memory */
+__device__ __forceinline__ void tp_in_quant(int GP, int c0, float inv, const tp_inb &d, int lane, int8_t *qs,
+                                            float *sxs, int *crs) {
+#pragma unroll
+    for (int k = 0; k < TP_INB; k++) {
+        const int blk = c0 + k * TP_WARPS;
+        if (blk < GP) { /* warp-uniform */
+            const float v[4] = {d.x[k].x * inv * d.gn[k].x, d.x[k].y * inv * d.gn[k].y, d.x[k].z * inv * d.gn[k].z,
+                                d.x[k].w * inv * d.gn[k].w};
+            tc_actq_block(v, lane, qs, sxs, crs, blk);
+        }
+    }
+}
+
 /* The task: first loads, the wait (false: the CTA must leave), the input, the products.
  * pr: the profile's stamps (NULL: off). */
 __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, uint8_t *sm, float *red, int *redi,
@@ -157,11 +191,16 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
     if (!tp_wait(a, t.stage, st.dep, flag)) return false;
     if (pr && tid == 0) pr[1] = tp_now();
 
-    /* the input, quantised: warp w takes the 128-blocks w, w + TP_WARPS, ... (padding
-     * blocks past K are zero: the tile's padding group has zero codes and scales) */
-    const float *src = a.scratch + (st.in_mode == TP_IN_NORM ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
+    /* the input, quantised: warp w takes the 128-blocks w, w + TP_WARPS, ..., TP_INB of
+     * them loaded before they are quantised (the first batch's loads beside the norm's
+     * partial sums: one L2 round trip, not one a block); padding blocks past K are zero
+     * (the tile's padding group has zero codes and scales) */
+    const bool norm = st.in_mode == TP_IN_NORM;
+    const float *src = a.scratch + (norm ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
+    tp_inb d;
+    tp_in_load(st, src, norm, G, warp, lane, d);
     float inv = 1.0f;
-    if (st.in_mode == TP_IN_NORM) {
+    if (norm) {
         const tp_stage &ns = a.stages[st.norm_src];
         if (warp == 0) {
             float ss = 0;
@@ -172,14 +211,10 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
         __syncthreads();
         inv = (float)(1.0 / sqrt((double)red[0] / K + (double)st.eps));
     }
-    for (int blk = warp; blk < GP; blk += TP_WARPS) {
-        float v[4];
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int j = blk * 128 + 4 * lane + s;
-            v[s] = blk >= G ? 0.0f : st.in_mode == TP_IN_NORM ? __ldcg(src + j) * inv * st.gain[j] : __ldcg(src + j);
-        }
-        tc_actq_block(v, lane, qs, sxs, crs, blk);
+    tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs);
+    for (int c0 = warp + TP_INB * TP_WARPS; c0 < GP; c0 += TP_INB * TP_WARPS) {
+        tp_in_load(st, src, norm, G, c0, lane, d);
+        tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs);
     }
     __syncthreads();
     for (int i = tid; i < GP; i += TP_THREADS)
