@@ -309,6 +309,8 @@ typedef struct tern_model_info {
     bool has_hadamard;
     uint64_t weight_bytes;          /* bytes of weights used at decode (mapped or repacked) */
     uint64_t decode_bytes_per_token;/* weight bytes read per decoded token (all but the embedding) */
+    uint64_t matmul_weights;        /* matrix elements multiplied per decoded token (all matrices but
+                                       the embedding table's lookup; the head counted) */
     uint64_t alloc_bytes;           /* bytes the model allocated (repacks, converted tensors) */
     const char *device;             /* "cpu" or "cuda" */
     const char *device_name;        /* the GPU's description ("" on the CPU) */

@@ -198,6 +198,8 @@ void tm_fill_info(tern_model *m) {
     size_t erb = tern_codec_row_bytes(m->tok_embd.type, (uint64_t)m->tok_embd.k);
     uint64_t emb = (uint64_t)(erb ? erb : m->tok_embd.row_bytes) * (uint64_t)m->tok_embd.n;
     in->decode_bytes_per_token = in->weight_bytes - (tied ? 0 : emb);
+    uint64_t emb_elems = (uint64_t)m->tok_embd.k * (uint64_t)m->tok_embd.n;
+    in->matmul_weights = m->mat_elems - (tied || m->mat_elems < emb_elems ? 0 : emb_elems);
     in->format = m->gguf ? "gguf" : "mlx";
     in->weight_type = hp->n_layer > 0 ? tern_dtype_name(m->layers[0].wgate.type) : "";
 }

@@ -86,6 +86,7 @@ struct tern_model {
     tm_hparams hp;
     char *path;
     char *name;
+    uint64_t mat_elems;           /* elements of every matrix loaded (tm_fill_info: info.matmul_weights) */
     void *gguf;                   /* tern_gguf* (NULL for an MLX pack) */
     void *mlx;                    /* tern_mlxpack* (NULL for a GGUF) */
     tm_layer *layers;

@@ -34,6 +34,15 @@ void tc_gemv_tiled(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, siz
 void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                          const size_t *ys);
 
+/* The exact R-row GEMV of a speculative verify (tc_gemv_rows.cu): tc_gemv_tiled_multi's
+ * product for every batch row of act, each row bit-identical to the same call with that
+ * row alone (batch 1), the weights read once per 12 rows. tc_matmul_multi_exact uses it. */
+void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                        const size_t *ys);
+/* The KS (warps per strip) each matrix's launch takes at batch 1 in tc_gemv_tiled_multi
+ * (nm > 1) or tc_gemv_tiled (nm 1), with act's buffer (tc_gemv.cu). */
+void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks);
+
 /* Tensor-core GEMM for prefill and batched decode (tc_gemm_tc.cu; split-K when the
  * output tiles are too few to fill the SMs): y[t*ys + r] = W[r,:] . x_t for the
  * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
@@ -156,8 +165,8 @@ int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 /* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
  * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
 void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
-/* 1: each warp of a matmul task loads its next strip's first tiles while it computes the
- * current one (tp_matmul<true>); 0 (the default): one round at a time. */
+/* 1: the matmul tasks run the first version's fp32 code (tc_persist_v1.cuh), for A/B
+ * runs; 0 (the default): the tensor-core task (tc_persist_mm.cuh). */
 void tc_persist_set_pipeline(struct tc_persist *ps, int on);
 
 #ifdef __cplusplus
