@@ -104,8 +104,11 @@ static uint16_t *state_bf16(size_t n, float scale, double *ref) {
     return d;
 }
 
-/* the device's bf16 state against float64: each element within half a bf16 ulp of the
- * reference (relative 2^-9; 2^-8 allowed) plus tol of the largest; 1e30 when an element is off */
+/* The device's bf16 state against float64, element by element: the one rounding of an
+ * fp32 value to bf16 moves it by at most half an ulp, 2^-9 of the value; allowed: 2^-8 of
+ * the element plus tol of the largest (the fp32 arithmetic before the rounding). Returns
+ * the largest |g - r| / allowance: <= 1 passes; a value of another element, another type
+ * or a lost update is off by far more (a state read as fp32 gives ~1e30). */
 static double state_err(const uint16_t *dev, const double *r, size_t n, double tol) {
     uint16_t *h = malloc(n * 2);
     CHECK(tc_download(g_tc, h, dev, n * 2) == 0);
@@ -114,12 +117,8 @@ static double state_err(const uint16_t *dev, const double *r, size_t n, double t
         if (fabs(r[e]) > mr) mr = fabs(r[e]);
     for (size_t e = 0; e < n; e++) {
         const double g = tern_bf16_to_f32(h[e]), d = fabs(g - r[e]);
-        const double allow = fabs(r[e]) / 256.0 + tol * mr;
-        if (!(d <= allow)) {
-            free(h);
-            return 1e30;
-        }
-        if (mr > 0 && d / mr > worst) worst = d / mr;
+        const double q = d / (fabs(r[e]) / 256.0 + tol * mr + 1e-30);
+        if (!(q <= worst)) worst = isnan(q) ? INFINITY : q;
     }
     free(h);
     return worst;
@@ -193,7 +192,8 @@ TEST(gdn_step_bf16_vs_f64) {
                 double e = out_err(go + i * os, ro, (size_t)nv * dv);
                 CHECK_MSG(e < 1e-4, "step cfg %d old %d step %d session %d: out %g", cc, old, step, i, e);
                 e = state_err(dst[i], rst + i * stn, stn, 1e-5);
-                CHECK_MSG(e < 1e-5, "step cfg %d old %d step %d session %d: state %g", cc, old, step, i, e);
+                CHECK_MSG(e <= 1.0, "step cfg %d old %d step %d session %d: state %g of the allowance", cc, old,
+                          step, i, e);
                 /* the next step starts from the device's bf16 state (the reference's rounding
                  * may differ by an ulp where a value lies on a rounding boundary) */
                 uint16_t *hs = malloc(stn * 2);
@@ -275,7 +275,7 @@ TEST(gdn_prefill_bf16_vs_f64) {
                 double e = out_err(go, ro, nz);
                 CHECK_MSG(e < 1e-4, "prefill cfg %zu path %d rows %d: out %g", c, path, T, e);
                 e = state_err(dst, rst, stn, 1e-4);
-                CHECK_MSG(e < 1e-4, "prefill cfg %zu path %d rows %d: state %g", c, path, T, e);
+                CHECK_MSG(e <= 1.0, "prefill cfg %zu path %d rows %d: state %g of the allowance", c, path, T, e);
                 uint16_t *hs = malloc(stn * 2);
                 CHECK(tc_download(g_tc, hs, dst, stn * 2) == 0);
                 for (size_t e2 = 0; e2 < stn; e2++) rst[e2] = tern_bf16_to_f32(hs[e2]);
@@ -384,13 +384,14 @@ TEST(gdn_chunk_vs_f64_and_walk) {
                 const char *pn = k ? "walk" : "chunk";
                 double e = out_err(go[k], ro, nz);
                 CHECK_MSG(e < 1e-4, "chunk cfg %zu rows %d %s: out vs f64 %g", c, T, pn, e);
-                if (bf) {
+                if (bf) { /* per element: half a bf16 ulp + 1e-4 of the largest */
                     e = state_err(dst[k], rst, stn, 1e-4);
+                    CHECK_MSG(e <= 1.0, "chunk cfg %zu rows %d %s: state vs f64 %g of the allowance", c, T, pn, e);
                 } else {
                     CHECK(tc_download(g_tc, tmp, dst[k], stn * 4) == 0);
                     e = out_err(tmp, rst, stn);
+                    CHECK_MSG(e < 1e-4, "chunk cfg %zu rows %d %s: state vs f64 %g", c, T, pn, e);
                 }
-                CHECK_MSG(e < 1e-4, "chunk cfg %zu rows %d %s: state vs f64 %g", c, T, pn, e);
                 if (csn) {
                     CHECK(tc_download(g_tc, tmp, dcs[k], csn * 4) == 0);
                     e = out_err(tmp, rcs, csn);
