@@ -202,19 +202,7 @@ __global__ void __launch_bounds__(GC_T, 1) k_gdn_chunk(tc_gdn_args a, int C, con
     const int j0 = blockIdx.x * GC_CS, cols = min(GC_CS, dv - j0);
     const size_t VW = (size_t)nv * dv;
 
-    /* conv state <- the last K-1 inputs of (state ++ rows), this CTA's share of the
-     * channels (ascending i: a slot read from the old state lies at or above i) */
-    if (a.conv_k > 1) {
-        const int K = a.conv_k, nb = (int)(gridDim.x * gridDim.y);
-        const int bi = (int)(blockIdx.y * gridDim.x + blockIdx.x);
-        const int c0 = (int)((long long)C * bi / nb), c1 = (int)((long long)C * (bi + 1) / nb);
-        for (int ch = c0 + tid; ch < c1; ch += GC_T)
-            for (int i = 0; i < K - 1; i++) {
-                const int src = T - (K - 1) + i;
-                a.conv_state[(size_t)i * C + ch] = src >= 0 ? a.qkv[(size_t)src * C + ch]
-                                                            : a.conv_state[(size_t)(K - 1 + src) * C + ch];
-            }
-    }
+    gdn_conv_shift(a, C); /* gdn_state.cuh */
 
     /* S slice: rows d < dk, columns j0 .. j0+cols (zero padding elsewhere) */
     const uint8_t *Sg = (const uint8_t *)a.state + (size_t)p * dk * dv * gdn_ses(BF);

@@ -221,20 +221,7 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
     float *inv_s = ssq + 2 * GS_SEG;
     const size_t VW = (size_t)nv * dv;
 
-    /* conv state <- the last K-1 inputs of (state ++ rows), this CTA's share of the
-     * channels (ascending i: a slot read from the old state lies at or above i) */
-    if (a.conv_k > 1) {
-        const int K = a.conv_k, nb = (int)(gridDim.x * gridDim.y);
-        const int bi = (int)(blockIdx.y * gridDim.x + blockIdx.x);
-        const int c0 = (int)((long long)C * bi / nb), c1 = (int)((long long)C * (bi + 1) / nb);
-        for (int ch = c0 + tid; ch < c1; ch += nth)
-            for (int i = 0; i < K - 1; i++) {
-                const int src = T - (K - 1) + i;
-                const float x = src >= 0 ? a.qkv[(size_t)src * C + ch]
-                                         : a.conv_state[(size_t)(K - 1 + src) * C + ch];
-                a.conv_state[(size_t)i * C + ch] = x;
-            }
-    }
+    gdn_conv_shift(a, C); /* gdn_state.cuh */
 
     /* this thread's rows of state column j0 + jc (fp32 or bf16 storage) */
     const bool bf = a.state_bf16;
