@@ -616,3 +616,36 @@ extern "C" void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, co
         ks[i] = c.stage && al ? tct_pick<0, 4, 2, 0>(tct_strips(w[i]->n), kt, smem).ks
                               : tct_pick<0, 4, 0, 0>(tct_strips(w[i]->n), kt, 0).ks;
 }
+
+/* One matrix, batch 1..4, through the staged NB4 loop (k_gemv_tiled<0, 4, 2, 0>) with KS
+ * forced to ks (tc_gemv_tiled_ks1: batch 1's, so every row gets batch 1's bits): the
+ * decode kernel itself for a verify's rows. Strips per CTA by the fixed rule (they do
+ * not touch a row's sum). Returns 0 (nothing launched) when the activation does not
+ * stage (too large, not aligned) or ks is past the build's 10 warps. */
+extern "C" int tc_gemv_tiled_nb4_ks(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int ks) {
+    TC_CTX(cx);
+    const int nb = (int)act->batch;
+    const int64_t K = m->k;
+    const size_t smem = tc_mm_stage_bytes(nb, K);
+    if (nb < 1 || nb > 4 || ks < 1 || ks > TCT_LB_THREADS(2) / 32 || smem > TC_MM_STAGE_MAX ||
+        !tct_aligned(act->q, act->sx, act->corr) || m->kind != TC_TERN128T || act->k != K)
+        return 0;
+    if (tc_attr_once((const void *)k_gemv_tiled<0, 4, 2, 0>, TC_MM_STAGE_MAX)) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<0, 4, 2, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             TC_MM_STAGE_MAX);
+        if (e != cudaSuccess) {
+            tc_note((int)e);
+            return 1;
+        }
+    }
+    tsk_mats M;
+    const int64_t strips = tsk_fill(&M, 1, &m, &ys);
+    M.y[0] = y;
+    int spc = ks >= 4 ? 1 : 4 / ks;
+    if (ks * spc > TCT_LB_THREADS(2) / 32) spc = TCT_LB_THREADS(2) / 32 / ks;
+    if (spc > strips) spc = (int)strips;
+    const unsigned grid = (unsigned)((strips + spc - 1) / spc);
+    tc_launch(k_gemv_tiled<0, 4, 2, 0>, dim3(grid), dim3(32 * ks * spc), smem, 1, M, (int)K, ks, act->q, act->sx,
+              act->corr, nb, 0);
+    return 1;
+}

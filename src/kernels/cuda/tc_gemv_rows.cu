@@ -16,6 +16,9 @@
  * launches with (tc_gemv_tiled_ks1: the launch shape decides nothing else a row sees).
  * The activation is read from global memory through L1 (the SA 0 loop of tc_gemv.cu:
  * the same bits as its staged loop), U tiles of weights in flight per warp.
+ * A chunk of <= 4 rows whose activation stages in shared memory runs the decode kernel
+ * itself (k_gemv_tiled NB4, staged, KS forced: tc_gemv_tiled_nb4_ks); k_gemv_rows takes
+ * the rest (5..12 rows a pass, and activations too large to stage).
  */
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
@@ -218,6 +221,8 @@ extern "C" void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, c
             const float *sx = act->sx + b0 * (size_t)(K / 128);
             const int *corr = act->corr + b0 * (size_t)(K / 32);
             float *yb = y[i] + b0 * ys[i];
+            const tc_act ca = {(int8_t *)q, (float *)sx, (int *)corr, K, (size_t)nb};
+            if (nb <= 4 && tc_gemv_tiled_nb4_ks(tc_cur, w[i], &ca, yb, ys[i], ks[i])) continue;
             if (nb <= 4) launch_rows<1>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
             else if (nb <= 8) launch_rows<2>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
             else launch_rows<3>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
