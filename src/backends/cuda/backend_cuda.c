@@ -24,6 +24,8 @@
 
 /* the back-end's CUDA context (every launcher takes it first) */
 static tc_ctx *tcx(const tm_backend *be);
+/* the model parameter gdn_state: GDN states stored in bf16 */
+static bool cu_gdn_bf16(const tm_backend *be);
 /* a verify step (tm_step.exact) is being queued: the matmuls give every row batch 1's bits */
 static bool cu_exact_now(const tm_backend *be);
 
@@ -142,7 +144,7 @@ static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
                      .conv_state = a->conv_state, .state = a->state, .out = a->out,
                      .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                      .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
-                     .eps = a->eps};
+                     .eps = a->eps, .state_bf16 = cu_gdn_bf16(be)};
     tc_gdn(tcc, &g);
 }
 
@@ -218,10 +220,12 @@ typedef struct cuda_backend {
     int attn_max_ctx;
     bool exact;       /* queuing a tm_step.exact step (cu_exec_exact) */
     bool persistent;  /* the model parameter cuda_persistent */
+    bool gdn_bf16;    /* the model parameter gdn_state: GDN states stored in bf16 */
     void *persist;    /* its state (persist_step.c) */
 } cuda_backend;
 
 static tc_ctx *tcx(const tm_backend *be) { return ((const cuda_backend *)be)->tc; }
+static bool cu_gdn_bf16(const tm_backend *be) { return ((const cuda_backend *)be)->gdn_bf16; }
 static bool cu_exact_now(const tm_backend *be) { return ((const cuda_backend *)be)->exact; }
 
 static void cu_destroy(tm_backend *be) {
@@ -286,10 +290,18 @@ static tern_status cu_sync(tm_backend *be) {
     (void)be;
     return cu_status(tc_sync(tcc), "forward pass");
 }
-/* the state is kept fully applied: nothing beside S */
+/* the state is kept fully applied: nothing beside S; in bf16 (gdn_state), S takes half
+ * the floats (n_v*dk*dv bf16 values, rounded up to whole floats) */
 static size_t cu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
-    (void)be;
-    return (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    const size_t n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    return ((const cuda_backend *)be)->gdn_bf16 ? (n + 1) / 2 : n;
+}
+/* a host state S (fp32, n_v*dk*dv floats) to the back-end's storage: bf16 in place */
+static void cu_gdn_state_plain(const tm_backend *be, const tm_hparams *hp, float *state) {
+    if (!((const cuda_backend *)be)->gdn_bf16) return;
+    const size_t n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    uint16_t *h = (uint16_t *)state;
+    for (size_t i = 0; i < n; i++) h[i] = tern_f32_to_bf16(state[i]); /* h[i] lies below state[i] */
 }
 /* A session's step graph and the device table of GDN state pointers it reads. */
 typedef struct cu_graph {
@@ -627,7 +639,7 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     }
     if (need > c->ptr_n) return false;
     const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
-    const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = cu_gdn_state_floats(&c->base, hp);
     float **t = c->ptr_tmp;
     for (size_t g = 0; g < L; g++)
         for (size_t i = 0; i < n; i++) {
@@ -694,7 +706,8 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
                            .state = c->ptr_cur + (gi * 2 + 1) * n, .out = B(st, g->out), .work = B(st, g->out2),
                            .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = g->conv_k,
                            .v_tiled = m->v_tiled, .eps = g->eps, .out_grouped = m->out_permute,
-                           .signs = tm_model_signs(m, VW), .block = m->had_block};
+                           .signs = tm_model_signs(m, VW), .block = m->had_block,
+                           .state_bf16 = c->gdn_bf16};
     if (oact) ga.act = *oact;
     if (ab_dense) {
         ga.ab_w[0] = to_mat(wab[0]);
@@ -1084,6 +1097,7 @@ static const tm_backend_vt g_cuda_vt = {
     .mem_available = cu_mem_available,
     .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16 | 1u << TERN_KV_Q8_0, /* default f16 */
     .gdn_state_floats = cu_gdn_state_floats,
+    .gdn_state_plain = cu_gdn_state_plain,
     .session_init = cu_session_init,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,
@@ -1132,6 +1146,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     c->device = dev;
     c->graphs = !(p && p->cuda_graphs_off);
     c->persistent = p && p->cuda_persistent;
+    c->gdn_bf16 = p && p->gdn_bf16;
     c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
                          .force = force};
     tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);

@@ -98,6 +98,14 @@ static void matmul(tp_ref *r, const tp_stage *st, const tp_task *t) {
     } else {
         memcpy(r->xs, src, (size_t)K * sizeof(float));
     }
+    /* the kernel's integer input (act.cuh): per 128 inputs x_q = round(x * 16256 / max|x|),
+     * the products taken with x_q * max|x| / 16256 */
+    for (int b = 0; b < K / 128; b++) {
+        float *xb = r->xs + (size_t)b * 128, amax = 0;
+        for (int j = 0; j < 128; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float inv = amax > 0 ? 16256.0f / amax : 0.0f, sx = amax / 16256.0f;
+        for (int j = 0; j < 128; j++) xb[j] = (float)(int)rintf(xb[j] * inv) * sx;
+    }
     float *x = r->scratch + p->buf_off[TP_BUF_X];
     const bool swiglu = st->out_mode == TP_OUT_SWIGLU;
     float ss = 0, best = -INFINITY;

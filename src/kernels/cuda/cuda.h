@@ -248,6 +248,8 @@ typedef struct tc_gdn_args {
     int rows, n_k, n_v, dk, dv, conv_k;
     int v_tiled;
     float eps;
+    int state_bf16; /* state holds n_v*dk*dv bf16 values (read once, updated in fp32,
+                       written once rounded to nearest even) at the same address */
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
  * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
@@ -297,6 +299,9 @@ typedef struct tc_gdn_step_args {
     tc_mat ab_w[2];
     const float *ab_x;
     size_t ab_x_stride;
+    /* each state[i] holds n_v*dk*dv bf16 values (the model parameter gdn_state): read
+     * once, updated in fp32 registers, written once rounded to nearest even */
+    int state_bf16;
 } tc_gdn_step_args;
 void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 
@@ -382,6 +387,9 @@ void tc_profile_enable(tc_ctx *cx, int on);  /* also resets the accumulated figu
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
 double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes);
+/* The int8 tensor-core rate (TOPS, wgmma chains on operands on chip; tc_gemm_wg.cu), best of
+ * passes; 0 without sm_90a. */
+double tc_int8_mma_tops(tc_ctx *cx, int passes);
 
 #ifdef __cplusplus
 }

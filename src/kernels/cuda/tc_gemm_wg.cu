@@ -681,6 +681,42 @@ bool wg_shape_ok(const tc_mat *m, const tc_act *act) {
            ((uintptr_t)act->sx & 7) == 0 && act->corr && ((uintptr_t)act->corr & 15) == 0;
 }
 
+/* ---- the int8 tensor-core ceiling (bench model's prefill share): two warpgroups an SM
+ * issue chains of wgmma m64n128k32 (u8 x s8 -> s32) on operands already in registers and
+ * shared memory, nothing loaded from DRAM; the rate is the device's int8 MMA ceiling as
+ * this file's kernels can use it (A from registers, B from a 32-byte-swizzled tile). */
+constexpr int kPeakChain = 32;  /* wgmmas per commit */
+__global__ void __launch_bounds__(256, 1) k_wg_peak(int iters, int *sink) {
+#if TC_WG_BODY
+    __shared__ __align__(1024) uint8_t sb[128 * 32];
+    for (int i = threadIdx.x; i < 128 * 32 / 4; i += blockDim.x)
+        ((uint32_t *)sb)[i] = (uint32_t)(i * 2654435761u) & 0x7F7F7F7Fu;
+    __syncthreads();
+    const uint64_t desc = desc_sw32((uint32_t)__cvta_generic_to_shared(sb));
+    uint32_t a[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) a[i] = ((threadIdx.x * 4 + i) * 0x9E3779B9u) & 0x02020202u;
+    int d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = 0;
+    for (int it = 0; it < iters; it++) {
+        wg_fence();
+#pragma unroll
+        for (int c = 0; c < kPeakChain; c++) wg_mma_n128(d, a, desc, 1);
+        wg_commit();
+        wg_wait0();
+        wg_reg_fence(d);
+    }
+    int x = 0;
+#pragma unroll
+    for (int i = 0; i < 64; i++) x ^= d[i];
+    if (x == 0x7FFFFFF1) *sink = x; /* practically never: keeps the products */
+#else
+    (void)iters;
+    (void)sink;
+#endif
+}
+
 } // namespace
 
 extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act) {
@@ -729,4 +765,42 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
                     : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
     return ok ? lmode : -1;
+}
+
+/* The int8 tensor-core rate in TOPS (2 ops a multiply-add), best of `passes` timed launches
+ * after a warm-up; 0 where wgmma is not available (not sm_90a) or a launch fails. */
+extern "C" double tc_int8_mma_tops(tc_ctx *cx, int passes) {
+    TC_CTX(cx);
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k_wg_peak) != cudaSuccess || fa.ptxVersion < 90 || fa.binaryVersion < 90) {
+        cudaGetLastError();
+        return 0;
+    }
+    int *sink = NULL;
+    if (cudaMalloc((void **)&sink, sizeof *sink) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int sms = tc_sm_count(), iters = 200; /* ~0.5 s a launch on an H200 */
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    double best = 0;
+    for (int r = 0; r < passes + 1; r++) {
+        cudaEventRecord(e0, tc_cur->stream);
+        k_wg_peak<<<sms, 256, 0, tc_cur->stream>>>(iters, sink);
+        cudaEventRecord(e1, tc_cur->stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        /* per CTA: 2 warpgroups x iters x chain wgmmas of 64 x 128 x 32 multiply-adds */
+        const double ops = 2.0 * sms * 2.0 * iters * kPeakChain * 64.0 * 128.0 * 32.0;
+        const double tops = ms > 0 ? ops / (ms * 1e-3) / 1e12 : 0;
+        if (r > 0 && tops > best) best = tops; /* the first launch is a warm-up */
+    }
+    if (cudaGetLastError() != cudaSuccess) best = 0;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(sink);
+    return best;
 }

@@ -1,0 +1,309 @@
+/*
+ * tc_persist_mm.cuh - the matmul task of the persistent step with integer tensor-core
+ * products (the default; the fp32 first version is tc_persist_v1.cuh). Included by
+ * tc_persist.cu after tp_args and the synchronisation helpers.
+ *
+ * The task's work is a list of items: its strips [a, b) in order, each strip KT tiles
+ * (SwiGLU: the gate's KT tiles, then the up matrix's). Warp w of NW takes the
+ * contiguous items [tsk_begin(w), tsk_begin(w + 1)) (gemv_tiled.h's stream-K split),
+ * with TP_U tiles in flight in registers (a slot is refilled as soon as its tile is
+ * multiplied); its first TP_U loads are issued before the task waits for its
+ * dependency (the weights do not depend on it, only the activation does). A strip
+ * inside one warp's range is finished by that warp; a strip split between warps gets
+ * one partial per warp (slot 0: the warp's first strip, 1: its last), added in warp
+ * order after a barrier. Deterministic: the same sums in the same order every step.
+ *
+ * The input (the norm site's output, or a buffer) is quantised once per task into
+ * shared memory in the integer path's activation layout (act.cuh, tc_actq_block: 14-bit
+ * x_q = 128 hi + lo per input, one scale per 128 inputs, the unit sums `corr`), and a
+ * tile is 8 mma.m16n8k32 (u8 codes x s8 activation, tct_a_frag) as in tc_gemv.cu at
+ * batch 1: column 0 of the mma is the hi plane, column 4 the lo plane (lanes t = 0 and
+ * t = 2 hold them); per group the float epilogue adds (sum - corr [lo only]) * d * sx;
+ * at the end of a strip 128 hi + lo meet by one shuffle.
+ */
+
+#define TP_U 8 /* tiles in flight per warp */
+
+struct tp_slot {
+    uint4 wa, wb; /* rows g, 8+g: the lane's 16 code bytes */
+    uint2 sc;     /* the four scales of rows g, 8+g */
+};
+
+__device__ __forceinline__ float tp_h(uint32_t v, int hi) {
+    return __half2float(__ushort_as_half((unsigned short)(hi ? v >> 16 : v & 0xffffu)));
+}
+
+/* the address of item n (0 .. T-1) of global strip S */
+__device__ __forceinline__ const uint8_t *tp_item_ptr(const tp_stage &st, bool swiglu, int64_t S, int n, int KT) {
+    if (swiglu) {
+        const int q = n >= KT;
+        return (const uint8_t *)(q ? st.w[1] : st.w[0]) + ((size_t)S * KT + (size_t)(n - q * KT)) * TCT_TILE;
+    }
+    int mi = 0;
+    while (mi + 1 < st.n_mat && S >= st.strip0[mi + 1]) mi++;
+    return (const uint8_t *)st.w[mi] + ((size_t)(S - st.strip0[mi]) * KT + (size_t)n) * TCT_TILE;
+}
+
+__device__ __forceinline__ void tp_slot_load(tp_slot &s, const uint8_t *p, int lane) {
+    s.wa = tct_ld_stream(p + 16 * lane);
+    s.wb = tct_ld_stream(p + 512 + 16 * lane);
+    s.sc = tct_ld_stream2(p + 1024 + 8 * (lane >> 2));
+}
+
+/* One tile: qa = the lane's B source of the tile's group 0 in shared memory (column g:
+ * plane g >> 2, unit t), ca = the tile's {sx, corr of the group} pairs; fg, fh: rows g,
+ * 8+g of the lane's column 2t (hi for t = 0, lo for t = 2, the rest unused). */
+__device__ __forceinline__ void tp_mma_tile(const tp_slot &sl, uint32_t qa, uint32_t ca, bool lo, float &fg,
+                                            float &fh) {
+    const uint32_t wg[4] = {sl.wa.x, sl.wa.y, sl.wa.z, sl.wa.w};
+    const uint32_t wh[4] = {sl.wb.x, sl.wb.y, sl.wb.z, sl.wb.w};
+    int4 h[2][2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        h[e][0] = tct_lds4(qa + 256u * e);
+        h[e][1] = tct_lds4(qa + 256u * e + 16);
+    }
+    int H[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) { /* the two groups' chains interleaved */
+            uint32_t af[4];
+            tct_a_frag(wg, wh, e, m, af);
+            const int4 hb = h[e][m >> 1];
+            tct_mma(H[e], af, (m & 1) ? hb.z : hb.x, (m & 1) ? hb.w : hb.y);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int2 c = tct_lds2(ca + 8u * e);
+        const float sx = __int_as_float(c.x);
+        const int cr = lo ? c.y : 0;
+        fg = fmaf((float)(H[e][0] - cr), tp_h(sl.sc.x, e) * sx, fg);
+        fh = fmaf((float)(H[e][2] - cr), tp_h(sl.sc.y, e) * sx, fh);
+    }
+}
+
+/* row r of global strip S of the stage gets y0 (and the up row's y1 for SwiGLU) */
+__device__ __forceinline__ void tp_emit(const tp_args &a, const tp_stage &st, bool swiglu, int64_t S, int r, float y0,
+                                        float y1, float &ss, float &best, int &besti) {
+    int mi = 0;
+    int64_t ls = S;
+    if (!swiglu) {
+        while (mi + 1 < st.n_mat && S >= st.strip0[mi + 1]) mi++;
+        ls = S - st.strip0[mi];
+    }
+    const int64_t row = ls * 16 + r;
+    if (row >= st.n[mi]) return;
+    switch (st.out_mode) {
+    case TP_OUT_ROWS: a.scratch[a.buf_off[st.out_buf[mi]] + st.out_off[mi] + row] = y0; break;
+    case TP_OUT_RESID: {
+        float *x = a.scratch + a.buf_off[TP_BUF_X];
+        const float v = __ldcg(x + row) + y0;
+        x[row] = v;
+        ss += v * v;
+        break;
+    }
+    case TP_OUT_SWIGLU: a.scratch[a.buf_off[st.out_buf[0]] + row] = tc_silu(y0) * y1; break;
+    default: /* TP_OUT_LOGITS */
+        a.scratch[a.buf_off[st.out_buf[0]] + row] = y0;
+        if (y0 > best) {
+            best = y0;
+            besti = (int)row;
+        }
+        break;
+    }
+}
+
+/* The input's 128-blocks c0, c0 + TP_WARPS, .. (TP_INB of them) of one warp: lane l
+ * holds inputs 4l .. 4l+3 of each (tc_actq_block's layout) and their gains. */
+#define TP_INB 4
+struct tp_inb {
+    float4 x[TP_INB], gn[TP_INB];
+};
+__device__ __forceinline__ void tp_in_load(const tp_stage &st, const float *src, bool norm, int G, int c0, int lane,
+                                           tp_inb &d) {
+#pragma unroll
+    for (int k = 0; k < TP_INB; k++) {
+        const int blk = c0 + k * TP_WARPS, j = blk * 128 + 4 * lane;
+        d.x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        d.gn[k] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (blk < G) {
+            d.x[k] = __ldcg((const float4 *)(src + j)); /* the buffers are 64-float aligned, K % 128 == 0 */
+            if (norm) d.gn[k] = make_float4(__ldg(st.gain + j), __ldg(st.gain + j + 1), __ldg(st.gain + j + 2),
+                                            __ldg(st.gain + j + 3));
+        }
+    }
+}
+/* x * inv * gain (the per-op norm's order), quantised into shared memory */
+__device__ __forceinline__ void tp_in_quant(int GP, int c0, float inv, const tp_inb &d, int lane, int8_t *qs,
+                                            float *sxs, int *crs) {
+#pragma unroll
+    for (int k = 0; k < TP_INB; k++) {
+        const int blk = c0 + k * TP_WARPS;
+        if (blk < GP) { /* warp-uniform */
+            const float v[4] = {d.x[k].x * inv * d.gn[k].x, d.x[k].y * inv * d.gn[k].y, d.x[k].z * inv * d.gn[k].z,
+                                d.x[k].w * inv * d.gn[k].w};
+            tc_actq_block(v, lane, qs, sxs, crs, blk);
+        }
+    }
+}
+
+/* The task: first loads, the wait (false: the CTA must leave), the input, the products.
+ * pr: the profile's stamps (NULL: off). */
+__device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, uint8_t *sm, float *red, int *redi,
+                      int *flag, unsigned long long *pr) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int K = st.in_k, KT = (int)st.kt[0], KP = KT * 256, G = K >> 7, GP = 2 * KT;
+    const bool swiglu = st.out_mode == TP_OUT_SWIGLU;
+    const int T = swiglu ? 2 * KT : KT;
+    const int64_t N = (t.b - t.a) * T;
+    const int64_t NW = N < TP_WARPS ? N : TP_WARPS;
+    const int64_t i0 = warp < NW ? tsk_begin(warp, N, NW) : 0, i1 = warp < NW ? tsk_begin(warp + 1, N, NW) : 0;
+    /* shared memory: q [KP][2] bytes, sx [GP], corr [GP][4], {sx, corr sum} [GP], part */
+    int8_t *qs = (int8_t *)sm;
+    float *sxs = (float *)(sm + 2 * KP);
+    int *crs = (int *)(sxs + GP);
+    int2 *pairs = (int2 *)(crs + 4 * GP);
+    float *part = (float *)(pairs + GP); /* [TP_WARPS][2 slots][32]: rows 0..15 matrix 0, 16..31 up */
+
+    /* the first TP_U tiles of the warp's range, and L2 for the rest, before the wait */
+    tp_slot sl[TP_U];
+    int64_t ls = i0 / T; /* load cursor: local strip, item, address */
+    int ln = (int)(i0 - ls * T);
+    const uint8_t *lp = i0 < i1 ? tp_item_ptr(st, swiglu, t.a + ls, ln, KT) : NULL;
+#pragma unroll
+    for (int u = 0; u < TP_U; u++) {
+        if (i0 + u < i1) {
+            tp_slot_load(sl[u], lp, lane);
+            if (++ln == T) {
+                ln = 0;
+                ls++;
+                if (i0 + u + 1 < i1) lp = tp_item_ptr(st, swiglu, t.a + ls, 0, KT);
+            } else if (swiglu && ln == KT) {
+                lp = tp_item_ptr(st, swiglu, t.a + ls, ln, KT);
+            } else {
+                lp += TCT_TILE;
+            }
+        }
+    }
+    tp_prefetch(st, t.a, t.b, a.prefetch);
+    if (!tp_wait(a, t.stage, st.dep, flag)) return false;
+    if (pr && tid == 0) pr[1] = tp_now();
+
+    /* the input, quantised: warp w takes the 128-blocks w, w + TP_WARPS, ..., TP_INB of
+     * them loaded before they are quantised (the first batch's loads beside the norm's
+     * partial sums: one L2 round trip, not one a block); padding blocks past K are zero
+     * (the tile's padding group has zero codes and scales) */
+    const bool norm = st.in_mode == TP_IN_NORM;
+    const float *src = a.scratch + (norm ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
+    tp_inb d;
+    tp_in_load(st, src, norm, G, warp, lane, d);
+    float inv = 1.0f;
+    if (norm) {
+        const tp_stage &ns = a.stages[st.norm_src];
+        if (warp == 0) {
+            float ss = 0;
+            for (int i = lane; i < ns.n_tasks; i += 32) ss += __ldcg(a.part_f + ns.task0 + i);
+            ss = tc_warp_sum(ss);
+            if (lane == 0) red[0] = ss;
+        }
+        __syncthreads();
+        inv = (float)(1.0 / sqrt((double)red[0] / K + (double)st.eps));
+    }
+    tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs);
+    for (int c0 = warp + TP_INB * TP_WARPS; c0 < GP; c0 += TP_INB * TP_WARPS) {
+        tp_in_load(st, src, norm, G, c0, lane, d);
+        tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs);
+    }
+    __syncthreads();
+    for (int i = tid; i < GP; i += TP_THREADS)
+        pairs[i] = make_int2(__float_as_int(sxs[i]), (crs[4 * i] + crs[4 * i + 1]) + (crs[4 * i + 2] + crs[4 * i + 3]));
+    __syncthreads();
+
+    /* the products: compute cursor (local strip cs, item cn) */
+    const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(qs) + (uint32_t)((g >> 2) * 32 + tq * 64);
+    const uint32_t s_c = (uint32_t)__cvta_generic_to_shared(pairs);
+    const bool lo = tq >= 2;
+    const float mult = tq == 0 ? 128.0f : tq == 2 ? 1.0f : 0.0f; /* hi, lo, unused columns */
+    int64_t cs = i0 / T;
+    int cn = (int)(i0 - cs * T);
+    float f0g = 0, f0h = 0, f1g = 0, f1h = 0;
+    float ss = 0, best = -INFINITY;
+    int besti = -1;
+#pragma unroll 1
+    for (int64_t i = i0; i < i1; i += TP_U) {
+#pragma unroll
+        for (int u = 0; u < TP_U; u++) {
+            const int64_t ii = i + u;
+            if (ii < i1) { /* warp-uniform */
+                const int q = swiglu && cn >= KT, j = cn - q * KT;
+                if (q) tp_mma_tile(sl[u], s_q + 512u * j, s_c + 16u * j, lo, f1g, f1h);
+                else tp_mma_tile(sl[u], s_q + 512u * j, s_c + 16u * j, lo, f0g, f0h);
+                if (ii + TP_U < i1) { /* refill the slot with item ii + TP_U */
+                    tp_slot_load(sl[u], lp, lane);
+                    if (++ln == T) {
+                        ln = 0;
+                        ls++;
+                        if (ii + TP_U + 1 < i1) lp = tp_item_ptr(st, swiglu, t.a + ls, 0, KT);
+                    } else if (swiglu && ln == KT) {
+                        lp = tp_item_ptr(st, swiglu, t.a + ls, ln, KT);
+                    } else {
+                        lp += TCT_TILE;
+                    }
+                }
+                if (++cn == T || ii + 1 == i1) { /* the strip ends here for this warp */
+                    float v[4] = {f0g * mult, f0h * mult, f1g * mult, f1h * mult};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) v[k] += __shfl_xor_sync(0xffffffffu, v[k], 2);
+                    const int64_t sb = cs * T;
+                    if (sb >= i0 && sb + T <= i1) { /* the whole strip is this warp's */
+                        if (tq == 0) {
+                            tp_emit(a, st, swiglu, t.a + cs, g, v[0], v[2], ss, best, besti);
+                            tp_emit(a, st, swiglu, t.a + cs, 8 + g, v[1], v[3], ss, best, besti);
+                        }
+                    } else if (tq == 0) {
+                        float *pp = part + (warp * 2 + (cs == i0 / T ? 0 : 1)) * 32;
+                        pp[g] = v[0];
+                        pp[8 + g] = v[1];
+                        pp[16 + g] = v[2];
+                        pp[24 + g] = v[3];
+                    }
+                    f0g = f0h = f1g = f1h = 0;
+                    cn = 0;
+                    cs++;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* the strips split between warps: boundary w (1 .. NW-1) inside a strip, the first
+     * such boundary of its strip adds the partials of the strip's warps in order */
+    if (tid < (NW - 1) * 16) {
+        const int64_t w = tid / 16 + 1, r = tid & 15, u = tsk_begin(w, N, NW), s = u / T;
+        if (u % T != 0 && (w == 1 || tsk_begin(w - 1, N, NW) <= s * T)) {
+            const int64_t e = (s + 1) * T < N ? (s + 1) * T : N;
+            const int64_t w0 = tsk_owner(s * T, N, NW), w1 = tsk_owner(e - 1, N, NW);
+            float y0 = 0, y1 = 0;
+            for (int64_t ws = w0; ws <= w1; ws++) {
+                const float *pp = part + (ws * 2 + (s == tsk_begin(ws, N, NW) / T ? 0 : 1)) * 32;
+                y0 += pp[r];
+                y1 += pp[16 + r];
+            }
+            tp_emit(a, st, swiglu, t.a + s, (int)r, y0, y1, ss, best, besti);
+        }
+    }
+    if (st.out_mode == TP_OUT_RESID) {
+        ss = tp_block_sum(ss, red);
+        if (tid == 0) a.part_f[st.task0 + t.idx] = ss;
+    } else if (st.out_mode == TP_OUT_LOGITS) {
+        float bv;
+        int bi;
+        tp_block_argmax(best, besti, red, redi, &bv, &bi);
+        if (tid == 0) {
+            a.part_f[st.task0 + t.idx] = bv;
+            a.part_i[st.task0 + t.idx] = bi;
+        }
+    }
+    return true;
+}
