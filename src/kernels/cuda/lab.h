@@ -36,7 +36,7 @@ void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_ac
 
 /* The exact R-row GEMV of a speculative verify (tc_gemv_rows.cu): tc_gemv_tiled_multi's
  * product for every batch row of act, each row bit-identical to the same call with that
- * row alone (batch 1), the weights read once per 12 rows. tc_matmul_multi_exact uses it. */
+ * row alone (batch 1), the weights read once per 4 rows. tc_matmul_multi_exact uses it. */
 void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                         const size_t *ys);
 /* The KS (warps per strip) each matrix's launch takes at batch 1 in tc_gemv_tiled_multi

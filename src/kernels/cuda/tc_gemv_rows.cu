@@ -1,7 +1,7 @@
 /*
  * tc_gemv_rows.cu - the exact R-row decode GEMV of a speculative verify (issue 24):
  * y = W x for R rows of one sequence on a tiled matrix (TC_TERN128T), the weights read
- * once for up to TCR_MAX_ROWS rows, and every row's floats bit-identical to the decode
+ * once per 4 rows, and every row's floats bit-identical to the decode
  * GEMV at batch 1 (tc_gemv.cu, k_gemv_tiled NB4), so a verify pass gives the logits of
  * stepping the tokens one by one.
  *
@@ -16,9 +16,12 @@
  * launches with (tc_gemv_tiled_ks1: the launch shape decides nothing else a row sees).
  * The activation is read from global memory through L1 (the SA 0 loop of tc_gemv.cu:
  * the same bits as its staged loop), U tiles of weights in flight per warp.
- * A chunk of <= 4 rows whose activation stages in shared memory runs the decode kernel
- * itself (k_gemv_tiled NB4, staged, KS forced: tc_gemv_tiled_nb4_ks); k_gemv_rows takes
- * the rest (5..12 rows a pass, and activations too large to stage).
+ * Used today only where the decode kernel itself does not take a chunk: the rows run in
+ * chunks of 4 through k_gemv_tiled's NB4 build with batch 1's KS (tc_gemv_tiled_nb4_ks,
+ * tc_gemv.cu), the weights read once per 4 rows. Measured on the H200 (2026-12-04, 27B
+ * synth, bench model --verify-k 4 --profile): this kernel's 2-group build (5..8 rows in
+ * one pass) cost 3.2x the batch-1 GEMV per call (128 registers, spills), its 1-group build
+ * about 2x at 2 rows; the decode kernel at 2..4 rows is the better pass.
  */
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
@@ -215,17 +218,17 @@ extern "C" void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, c
             tc_note(TC_ERR_UNSUPPORTED);
             return;
         }
-        for (size_t b0 = 0; b0 < act->batch; b0 += TCR_MAX_ROWS) {
-            const int nb = (int)(act->batch - b0 < TCR_MAX_ROWS ? act->batch - b0 : TCR_MAX_ROWS);
+        /* chunks of 4 rows through the decode kernel itself (its NB4 build, batch 1's
+         * KS); k_gemv_rows where that does not take the shape */
+        for (size_t b0 = 0; b0 < act->batch; b0 += 4) {
+            const int nb = (int)(act->batch - b0 < 4 ? act->batch - b0 : 4);
             const int8_t *q = act->q + b0 * (size_t)K * 2;
             const float *sx = act->sx + b0 * (size_t)(K / 128);
             const int *corr = act->corr + b0 * (size_t)(K / 32);
             float *yb = y[i] + b0 * ys[i];
             const tc_act ca = {(int8_t *)q, (float *)sx, (int *)corr, K, (size_t)nb};
-            if (nb <= 4 && tc_gemv_tiled_nb4_ks(tc_cur, w[i], &ca, yb, ys[i], ks[i])) continue;
-            if (nb <= 4) launch_rows<1>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
-            else if (nb <= 8) launch_rows<2>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
-            else launch_rows<3>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
+            if (!tc_gemv_tiled_nb4_ks(tc_cur, w[i], &ca, yb, ys[i], ks[i]))
+                launch_rows<1>(w[i], yb, ys[i], ks[i], q, sx, corr, nb);
         }
     }
 }
