@@ -239,12 +239,40 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
 #define TP_APOS 8 /* positions a warp loads before it scores them */
 #define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
 
+/* the cached positions p0, p0 + TP_WARPS, .. (TP_APOS of them, those < pos; the rest
+ * zero) of kv head kh: they do not depend on this step */
 template <typename KV>
-__device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
+__device__ __forceinline__ void tp_attn_load(const KV *kc, const KV *vc, int p0, int pos, size_t kvw, int kh, int HD,
+                                             int lane, float (&kv)[TP_APOS][TP_EPL], float (&vv)[TP_APOS][TP_EPL]) {
+#pragma unroll
+    for (int u = 0; u < TP_APOS; u++) {
+        const int p = p0 + u * TP_WARPS;
+        const size_t base = att_kv_index(p, kvw, kh, HD);
+#pragma unroll
+        for (int e = 0; e < TP_EPL; e++) {
+            const int j = lane + 32 * e;
+            const bool in = j < HD && p < pos;
+            kv[u][e] = in ? att_f(kc[base + j]) : 0.0f;
+            vv[u][e] = in ? att_f(vc[base + j]) : 0.0f;
+        }
+    }
+}
+
+/* The attention task: the first batch of cached positions loaded, the wait (false: the
+ * CTA must leave), q and the position's k, v made, the scores. */
+template <typename KV>
+__device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, int *flag,
+                        unsigned long long *pr) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int HD = st.head_dim, NH = st.n_head, NKV = st.n_head_kv, grp = NH / NKV;
     const int h = (int)t.a, kh = h / grp, pos = a.pos;
     const size_t qw = (size_t)NH * HD, kvw = (size_t)NKV * HD;
+    KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
+    KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
+    float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
+    tp_attn_load(kc, vc, warp, pos, kvw, kh, HD, lane, kv, vv);
+    if (!tp_wait(a, t.stage, st.dep, flag)) return false;
+    if (pr && tid == 0) pr[1] = tp_now();
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
     float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
@@ -257,8 +285,6 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     if (warp == 2)
         for (int j = lane; j < HD; j += 32) sv[j] = tp_round(__ldcg(qkv + qw + kvw + (size_t)kh * HD + j), (const KV *)0);
     __syncthreads();
-    KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
-    KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
     if (h % grp == 0) /* the group's first query head stores the position's k and v */
         for (int j = tid; j < HD; j += TP_THREADS) {
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
@@ -273,20 +299,19 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     }
     float m = -INFINITY, l = 0.0f;
     /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
-     * the products (the same order as one at a time: the same result) */
+     * the products (the same order as one at a time: the same result); the current
+     * position's from shared memory */
     for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
-        float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
+        if (p0 != warp) tp_attn_load(kc, vc, p0, pos, kvw, kh, HD, lane, kv, vv);
 #pragma unroll
         for (int u = 0; u < TP_APOS; u++) {
-            const int p = p0 + u * TP_WARPS;
-            const size_t base = att_kv_index(p, kvw, kh, HD);
+            if (p0 + u * TP_WARPS == pos) /* uniform across the warp */
 #pragma unroll
-            for (int e = 0; e < TP_EPL; e++) {
-                const int j = lane + 32 * e;
-                const bool in = j < HD && p <= pos;
-                kv[u][e] = !in ? 0.0f : p < pos ? att_f(kc[base + j]) : sk[j];
-                vv[u][e] = !in ? 0.0f : p < pos ? att_f(vc[base + j]) : sv[j];
-            }
+                for (int e = 0; e < TP_EPL; e++) {
+                    const int j = lane + 32 * e;
+                    kv[u][e] = j < HD ? sk[j] : 0.0f;
+                    vv[u][e] = j < HD ? sv[j] : 0.0f;
+                }
         }
 #pragma unroll
         for (int u = 0; u < TP_APOS; u++) {
@@ -325,6 +350,7 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         }
         out[j] = o / L;
     }
+    return true;
 }
 
 /* ------------------------------------------------------------ the kernel */
@@ -348,13 +374,18 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
             if (pr && threadIdx.x == 0) pr[2] = tp_now();
             continue;
         }
+        if (st.kind == TP_ATTN) { /* so does attention (its cached positions first) */
+            if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) return;
+            tp_signal(a, t.stage);
+            if (pr && threadIdx.x == 0) pr[2] = tp_now();
+            continue;
+        }
         tp_prefetch(st, t.a, t.b, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) return;
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
         case TP_MATMUL: tp_matmul<false>(a, st, t, sm, red, redi); break; /* v1 (lab) */
-        case TP_ATTN: tp_attn<KV>(a, st, t, sm); break;
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
             float v = -INFINITY;
