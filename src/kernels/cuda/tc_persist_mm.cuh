@@ -137,7 +137,7 @@ __device__ __forceinline__ void tp_in_load(const tp_stage &st, const float *src,
 }
 /* x * inv * gain (the per-op norm's order), quantised into shared memory */
 __device__ __forceinline__ void tp_in_quant(int GP, int c0, float inv, const tp_inb &d, int lane, int8_t *qs,
-                                            float *sxs, int *crs) {
+                                            float *sxs, int *crs, int2 *pairs) {
 #pragma unroll
     for (int k = 0; k < TP_INB; k++) {
         const int blk = c0 + k * TP_WARPS;
@@ -145,6 +145,10 @@ __device__ __forceinline__ void tp_in_quant(int GP, int c0, float inv, const tp_
             const float v[4] = {d.x[k].x * inv * d.gn[k].x, d.x[k].y * inv * d.gn[k].y, d.x[k].z * inv * d.gn[k].z,
                                 d.x[k].w * inv * d.gn[k].w};
             tc_actq_block(v, lane, qs, sxs, crs, blk);
+            __syncwarp();
+            if (lane == 0) /* the block's {sx, corr sum} pair, read by every lane of a tile */
+                pairs[blk] = make_int2(__float_as_int(sxs[blk]),
+                                       (crs[4 * blk] + crs[4 * blk + 1]) + (crs[4 * blk + 2] + crs[4 * blk + 3]));
         }
     }
 }
@@ -211,14 +215,11 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
         __syncthreads();
         inv = (float)(1.0 / sqrt((double)red[0] / K + (double)st.eps));
     }
-    tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs);
+    tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs, pairs);
     for (int c0 = warp + TP_INB * TP_WARPS; c0 < GP; c0 += TP_INB * TP_WARPS) {
         tp_in_load(st, src, norm, G, c0, lane, d);
-        tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs);
+        tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs, pairs);
     }
-    __syncthreads();
-    for (int i = tid; i < GP; i += TP_THREADS)
-        pairs[i] = make_int2(__float_as_int(sxs[i]), (crs[4 * i] + crs[4 * i + 1]) + (crs[4 * i + 2] + crs[4 * i + 3]));
     __syncthreads();
 
     /* the products: compute cursor (local strip cs, item cn) */
