@@ -330,7 +330,7 @@ int tern_bench_model(int argc, char **argv) {
                 if (w > 0 && (size_t)w < sizeof prof)
                     w += tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
                 tc_persist_set_prefetch(pk, -1);
-                /* and with the matmul's next-round loads during the current round */
+                /* and with the persistent step's lab variant (tc_persist_set_pipeline) */
                 tc_persist_profile(pk, 1);
                 tc_persist_set_pipeline(pk, 1);
                 for (int i = 0; i < steps && !st; i++) {

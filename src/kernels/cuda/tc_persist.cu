@@ -11,8 +11,8 @@
  *
  * Matmuls read the tiled ternary layout (gemv_tiled.h) with integer tensor-core
  * products against the input quantised once per task in shared memory, their first
- * weight loads issued before the task's wait (tc_persist_mm.cuh); the first version's
- * fp32 matmul stays as a lab variant for the A/B (tc_persist_v1.cuh).
+ * weight loads issued before the task's wait (tc_persist_mm.cuh); the lab variant
+ * (RING) adds a loader warp that streams the tiles into a shared-memory ring.
  */
 #include "kernels/cuda/attn.cuh"
 #include "kernels/cuda/act.cuh" /* after attn.cuh: it needs internal.cuh */
@@ -41,7 +41,8 @@ struct tp_args {
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
     unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
     long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
-    int pipe;           /* lab: the v1 fp32 matmul (tp_matmul<false>) instead of tp_mm */
+    int ring_slots;     /* the ring variant: R, and the ring's byte offset in shared memory */
+    size_t ring_off;
     size_t buf_off[TP_BUF_COUNT];
 };
 
@@ -52,6 +53,10 @@ __device__ __forceinline__ unsigned long long tp_now(void) {
 }
 
 /* ------------------------------------------------------------ synchronisation */
+
+/* the CTA's barrier among the TP_THREADS compute threads (named barrier 1: the ring
+ * variant's loader warp is not in it) */
+__device__ __forceinline__ void tp_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(TP_THREADS) : "memory"); }
 
 __device__ __forceinline__ unsigned tp_ld_acquire(const unsigned *p) {
     unsigned v;
@@ -93,16 +98,16 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
         }
         *flag = abort;
     }
-    __syncthreads();
+    tp_sync();
     const bool ok = !*flag;
-    __syncthreads(); /* the flag is read before thread 0 writes it again */
+    tp_sync(); /* the flag is read before thread 0 writes it again */
     return ok;
 }
 
 /* the CTA's writes, then the counter (CUTLASS's semaphore: an acq_rel fence at gpu scope
  * after the barrier, then a relaxed add; lighter than a sequentially consistent fence) */
 __device__ __forceinline__ void tp_signal(const tp_args &a, int s) {
-    __syncthreads();
+    tp_sync();
     if (threadIdx.x == 0) tp_red_release(a.cnt + s);
 }
 
@@ -111,11 +116,11 @@ __device__ float tp_block_sum(float v, float *red) {
     v = tc_warp_sum(v);
     const int w = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0) red[w] = v;
-    __syncthreads();
+    tp_sync();
     float s = 0;
 #pragma unroll
     for (int i = 0; i < TP_WARPS; i++) s += red[i];
-    __syncthreads();
+    tp_sync();
     return s;
 }
 
@@ -135,7 +140,7 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         redf[w] = v;
         redi[w] = i;
     }
-    __syncthreads();
+    tp_sync();
     if (threadIdx.x == 0) {
         float m = redf[0];
         int mi = redi[0];
@@ -147,7 +152,7 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         *bv = m;
         *bi = mi;
     }
-    __syncthreads();
+    tp_sync();
 }
 
 /* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
@@ -200,7 +205,6 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
     }
 }
 
-#include "kernels/cuda/tc_persist_v1.cuh"
 #include "kernels/cuda/tc_persist_mm.cuh"
 
 /* ------------------------------------------------------------ attention */
@@ -284,7 +288,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     }
     if (warp == 2)
         for (int j = lane; j < HD; j += 32) sv[j] = tp_round(__ldcg(qkv + qw + kvw + (size_t)kh * HD + j), (const KV *)0);
-    __syncthreads();
+    tp_sync();
     if (h % grp == 0) /* the group's first query head stores the position's k and v */
         for (int j = tid; j < HD; j += TP_THREADS) {
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
@@ -337,7 +341,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         const int j = lane + 32 * e;
         if (j < HD) wacc[warp * HD + j] = acc[e];
     }
-    __syncthreads();
+    tp_sync();
     float *out = a.scratch + a.buf_off[TP_BUF_ATT] + (size_t)h * HD;
     for (int j = tid; j < HD; j += TP_THREADS) {
         float M = -INFINITY;
@@ -355,37 +359,60 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
 
 /* ------------------------------------------------------------ the kernel */
 
-template <typename KV>
-__global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
+/* RING: the lab variant with a loader warp (TP_THREADS + 32 threads; tc_persist_mm.cuh) */
+template <typename KV, bool RING>
+__global__ void __launch_bounds__(TP_THREADS + (RING ? 32 : 0), 1) k_persist(const tp_args a) {
     extern __shared__ float4 tp_smem4[];
     float *sm = (float *)tp_smem4;
     __shared__ float red[TP_WARPS];
     __shared__ int redi[TP_WARPS];
     __shared__ int flag;
+    __shared__ int quit; /* RING: the compute threads left early (the loader stops) */
     const int c = blockIdx.x;
+    tp_ring rg = {0, 0, 0, 1, &quit};
+    uint32_t nbase = 0; /* RING: the CTA's tiles before this task's */
+    if (RING) {
+        rg.R = (uint32_t)a.ring_slots;
+        rg.buf = (uint32_t)__cvta_generic_to_shared(sm) + (uint32_t)a.ring_off;
+        rg.full = rg.buf + rg.R * TCT_TILE;
+        rg.empty = rg.full + 8u * rg.R;
+        if (threadIdx.x == 0) {
+            quit = 0;
+            for (uint32_t k = 0; k < rg.R; k++) {
+                tp_mbar_init(rg.full + 8u * k, 1);
+                tp_mbar_init(rg.empty + 8u * k, 1);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads(); /* all TP_THREADS + 32 */
+        if (threadIdx.x >= TP_THREADS) {
+            if (threadIdx.x == TP_THREADS) tp_loader(a, c, rg);
+            return;
+        }
+    }
     for (int i = a.cta_off[c]; i < a.cta_off[c + 1]; i++) {
         const tp_task t = a.tasks[i];
         const tp_stage &st = a.stages[t.stage];
         unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
-        if (st.kind == TP_MATMUL && !a.pipe) { /* the tensor-core task waits inside */
-            if (!tp_mm(a, st, t, (uint8_t *)sm, red, redi, &flag, pr)) return;
+        if (st.kind == TP_MATMUL) { /* the matmul task waits inside */
+            if (!tp_mm<RING>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
             tp_signal(a, t.stage);
             if (pr && threadIdx.x == 0) pr[2] = tp_now();
+            nbase += (uint32_t)((t.b - t.a) * (st.out_mode == TP_OUT_SWIGLU ? 2 : 1) * st.kt[0]);
             continue;
         }
         if (st.kind == TP_ATTN) { /* so does attention (its cached positions first) */
-            if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) return;
+            if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) break;
             tp_signal(a, t.stage);
             if (pr && threadIdx.x == 0) pr[2] = tp_now();
             continue;
         }
         tp_prefetch(st, t.a, t.b, a.prefetch);
-        if (!tp_wait(a, t.stage, st.dep, &flag)) return;
+        if (!tp_wait(a, t.stage, st.dep, &flag)) break;
         if (pr && threadIdx.x == 0) pr[1] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
-        case TP_MATMUL: tp_matmul<false>(a, st, t, sm, red, redi); break; /* v1 (lab) */
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
             float v = -INFINITY;
@@ -408,6 +435,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         tp_signal(a, t.stage);
         if (pr && threadIdx.x == 0) pr[2] = tp_now();
     }
+    if (RING && threadIdx.x == 0) *(volatile int *)&quit = 1; /* (after the last task: nothing left to load) */
 }
 
 /* ------------------------------------------------------------ host side */
@@ -449,7 +477,9 @@ struct tc_persist {
     long long budget;
     int hang_stage;
     long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
-    int pipe;           /* tp_args.pipe (tc_persist_set_pipeline: the v1 matmul) */
+    int pipe;           /* the ring variant on (tc_persist_set_pipeline; when ring_slots > 0) */
+    int ring_slots;     /* 0: the ring variant does not fit */
+    size_t ring_off, smem_ring;
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
@@ -459,21 +489,29 @@ struct tc_persist {
     long long fam_tasks[TP_FAMS], steps;
 };
 
-template <typename KV> static int tp_prepare(size_t smem, int sms) {
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_persist<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+template <typename KV, bool RING> static int tp_prepare(size_t smem) {
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV>, TP_THREADS, smem) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, RING>, TP_THREADS + (RING ? 32 : 0),
+                                                      smem) != cudaSuccess ||
         nb < 1) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
-    (void)sms;
     return 0;
 }
+template <bool RING> static int tp_prepare_all(size_t smem) {
+    int e = tp_prepare<float, RING>(smem);
+    if (!e) e = tp_prepare<__half, RING>(smem);
+    if (!e) e = tp_prepare<__nv_bfloat16, RING>(smem);
+    return e;
+}
+
+#define TP_RING_MAX 192 /* tile slots of the ring variant at most */
 
 extern "C" int tc_persist_sms(tc_ctx *cx) {
     TC_CTX(cx);
@@ -506,13 +544,23 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     *out = NULL;
     if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
     const size_t smem = tp_smem_bytes(p);
-    int e = tp_prepare<float>(smem, p->n_cta);
-    if (!e) e = tp_prepare<__half>(smem, p->n_cta);
-    if (!e) e = tp_prepare<__nv_bfloat16>(smem, p->n_cta);
+    int e = tp_prepare_all<false>(smem);
     if (e) return e;
     tc_persist *ps = (tc_persist *)calloc(1, sizeof *ps);
     if (!ps) return (int)cudaErrorMemoryAllocation;
     ps->cx = cx;
+    /* the ring variant: as many tile slots (and their two mbarriers) as fit beside */
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cx->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        optin = 0;
+    }
+    ps->ring_off = (smem + 127) & ~(size_t)127;
+    const size_t room = (size_t)optin > ps->ring_off + 1024 ? (size_t)optin - ps->ring_off - 1024 : 0;
+    size_t R = room / (TCT_TILE + 16);
+    if (R > TP_RING_MAX) R = TP_RING_MAX;
+    ps->smem_ring = ps->ring_off + R * (TCT_TILE + 16);
+    ps->ring_slots = R >= 16 && !tp_prepare_all<true>(ps->smem_ring) ? (int)R : 0;
     ps->n_stages = p->n_stages;
     ps->n_cta = p->n_cta;
     ps->V = p->n_vocab;
@@ -555,7 +603,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
 }
 
 extern "C" void tc_persist_set_pipeline(tc_persist *ps, int on) {
-    if (ps) ps->pipe = on != 0;
+    if (ps) ps->pipe = on != 0 && ps->ring_slots > 0;
 }
 
 extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
@@ -570,8 +618,11 @@ extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budge
 
 template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
     void *args[] = {(void *)a};
-    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV>, dim3((unsigned)ps->n_cta), dim3(TP_THREADS),
-                                            args, ps->smem, tc_cur->stream);
+    if (ps->pipe)
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, true>, dim3((unsigned)ps->n_cta),
+                                                dim3(TP_THREADS + 32), args, ps->smem_ring, tc_cur->stream);
+    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, false>, dim3((unsigned)ps->n_cta),
+                                            dim3(TP_THREADS), args, ps->smem, tc_cur->stream);
 }
 
 extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out,
@@ -602,7 +653,8 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.hang_stage = ps->hang_stage;
     a.prof = ps->prof_host ? ps->prof : NULL;
     a.prefetch = ps->prefetch;
-    a.pipe = ps->pipe;
+    a.ring_slots = ps->ring_slots;
+    a.ring_off = ps->ring_off;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -679,7 +731,7 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     size_t o = 0;
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
                      "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3,
-                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "v1 fp32 (lab)" : "tensor-core", "family",
+                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "tiles via the loader warp's ring (lab)" : "tiles in registers", "family",
                      "tasks", "run us/step", "wait us/step", "run %");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
