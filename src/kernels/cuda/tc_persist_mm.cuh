@@ -1,7 +1,7 @@
 /*
  * tc_persist_mm.cuh - the matmul task of the persistent step with integer tensor-core
- * products (the default; the fp32 first version is tc_persist_v1.cuh). Included by
- * tc_persist.cu after tp_args and the synchronisation helpers.
+ * products, and the ring lab variant's loader (below). Included by tc_persist.cu after
+ * tp_args and the synchronisation helpers.
  *
  * The task's work is a list of items: its strips [a, b) in order, each strip KT tiles
  * (SwiGLU: the gate's KT tiles, then the up matrix's). Warp w of NW takes the
