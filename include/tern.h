@@ -260,6 +260,12 @@ typedef struct tern_model_params {
                                        back-ends only for now; repack is ignored.
                                        TERN_ERR_UNSUPPORTED names a dimension that does not
                                        split N ways */
+    int gdn_state;                  /* TERN_GDN_STATE_F32 (0, default): the GDN layers' recurrent
+                                       states (qwen35) in fp32; TERN_GDN_STATE_BF16: stored in
+                                       bf16 (rounded to nearest even after every call; updated in
+                                       fp32), half the state bytes per session on cuda (more
+                                       sessions fit); the CPU rounds the same way but keeps fp32
+                                       slots (for measuring the error). docs/kernels.md */
     /* CUDA back-end (ignored by the others) */
     int cuda_prefill;               /* TERN_CUDA_PREFILL_EXACT (0, default): the prefill GEMM
                                        on both activation planes (the GEMV's integers);
@@ -279,6 +285,8 @@ typedef struct tern_model_params {
                                        model run as one persistent kernel (docs/persistent.md);
                                        other models and steps take the per-op path */
 } tern_model_params;
+#define TERN_GDN_STATE_F32 0
+#define TERN_GDN_STATE_BF16 1
 #define TERN_CUDA_PREFILL_EXACT 0
 #define TERN_CUDA_PREFILL_INT8 1
 TERN_API void tern_model_params_default(tern_model_params *p);
@@ -298,6 +306,8 @@ typedef struct tern_model_info {
     bool has_hadamard;
     uint64_t weight_bytes;          /* bytes of weights used at decode (mapped or repacked) */
     uint64_t decode_bytes_per_token;/* weight bytes read per decoded token (all but the embedding) */
+    uint64_t matmul_weights;        /* matrix elements multiplied per decoded token (all matrices but
+                                       the embedding table's lookup; the head counted) */
     uint64_t alloc_bytes;           /* bytes the model allocated (repacks, converted tensors) */
     const char *device;             /* "cpu" or "cuda" */
     const char *device_name;        /* the GPU's description ("" on the CPU) */

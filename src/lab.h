@@ -19,6 +19,9 @@ extern "C" {
  * read by the tern_set_threads kernel threads, as `tern bench` measures it); 0
  * when there is no such device or the build lacks it. */
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes);
+/* The device's int8 tensor-core rate in TOPS ("cuda": GPU 0, wgmma chains on operands
+ * held on chip, best of `passes`); 0 on the CPU, without the device or without sm_90a. */
+double tern_device_int8_tops(const char *device, int passes);
 
 #ifdef __cplusplus
 }

@@ -54,19 +54,24 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tern bench model -m MODEL [--threads N] [-p N] [-n N] [--reps N]\n"
+            "usage: tern bench model -m MODEL [--threads N] [-p N[,N...]] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B[,B...]] [--depth D] [--depth-fill real|random]\n"
-            "                        [--cache-type T] [--no-repack]\n"
+            "                        [--cache-type T] [--gdn-state f32|bf16] [--no-repack]\n"
             "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--persistent] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
+            "  -p 512,2048,8192: each prompt length prefilled --reps times (the first one\n"
+            "  before the decode steps), with the projections' int8 operations per second\n"
+            "  (2 x the matrix weights a prompt token multiplies) and, on a GPU, their share\n"
+            "  of the int8 tensor-core rate measured in the same run;\n"
             "  the memory read ceiling is measured in the same run. --batch B: also B\n"
             "  sequences decoding together (one pass per step; aggregate and per-sequence\n"
             "  tok/s, and the share of the batch roofline: weights once plus each sequence's\n"
             "  GDN states read and written and KV rows read, over the ceiling); a comma list\n"
             "  (--batch 1,8,16,32,64) measures each (with --profile on a GPU: per B, the time\n"
             "  per kernel family of 4 batch steps). --persistent: --device cuda's single-token steps\n"
-            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --no-repack: weights used in the file layout (default: copied into\n"
+            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --gdn-state bf16: qwen35's\n"
+            "  GDN states stored in bf16 (half their bytes; docs/kernels.md). --no-repack: weights used in the file layout (default: copied into\n"
             "  the kernels' fastest layout at load where there is one, file pages dropped;\n"
             "  TERN_REPACK=0 does the same; --repack: the default). --device cuda:\n"
             "  the model runs on GPU 0 and the ceiling is the GPU memory's read rate; it also\n"
@@ -107,9 +112,12 @@ int tern_bench_model(int argc, char **argv) {
     int64_t threads = 0, np = 64, ng = 16, reps = 3, chunk = 0, batch = 0, depth = 0, tp = 0;
     enum { MAXB = 16 };
     int64_t blist[MAXB]; /* --batch's list; batch = its largest */
+    enum { MAXP = 8 };
+    int64_t plist[MAXP] = {64}, npl = 1, np_max = 64; /* -p's list; np = its first */
     int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, profile = false, fill_random = false, persistent = false;
+    int gdn_state = TERN_GDN_STATE_F32;
     int repack = -1; /* -1: the library's default */
     const char *device = NULL;
     for (int i = 1; i < argc; i++)
@@ -126,6 +134,9 @@ int tern_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--profile")) { profile = true; continue; }
         if (!strcmp(a, "--persistent")) { persistent = true; continue; }
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
+        if (cr == 2) return 2;
+        if (cr == 1) continue;
+        cr = cli_parse_gdn_state("bench model", argc, argv, &i, &gdn_state);
         if (cr == 2) return 2;
         if (cr == 1) continue;
         if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --chunk --batch --device --depth -d --tp "
@@ -146,7 +157,20 @@ int tern_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
         } else if (!strcmp(a, "-p")) {
-            if (!cli_parse_i64(v, 1, 65536, &np)) return cli_usage_error("bench model", "bad -p '%s'", v);
+            char tmp[256];
+            if (strlen(v) >= sizeof tmp) return cli_usage_error("bench model", "bad -p '%s'", v);
+            strcpy(tmp, v);
+            npl = 0;
+            np_max = 0;
+            for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (npl == MAXP || !cli_parse_i64(t, 1, 65536, &plist[npl]))
+                    return cli_usage_error("bench model", "bad -p '%s' (1..65536, at most %d comma-separated)", v,
+                                           (int)MAXP);
+                if (plist[npl] > np_max) np_max = plist[npl];
+                npl++;
+            }
+            if (!npl) return cli_usage_error("bench model", "bad -p '%s'", v);
+            np = plist[0];
         } else if (!strcmp(a, "-n")) {
             if (!cli_parse_i64(v, 1, 65536, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
         } else if (!strcmp(a, "--reps")) {
@@ -173,6 +197,7 @@ int tern_bench_model(int argc, char **argv) {
     }
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("bench model", "no model: pass -m MODEL");
+    if (npl > 1 && depth) return cli_usage_error("bench model", "a -p list needs --depth 0 (one prompt length after a depth)");
 
     tern_model_params mp;
     cli_model_params_from_env(&mp);
@@ -181,6 +206,7 @@ int tern_bench_model(int argc, char **argv) {
     mp.device = device;
     mp.tp = (int)tp;
     mp.cuda_persistent = persistent;
+    mp.gdn_state = gdn_state;
     double t0 = tern_now_s();
     tern_model *m = NULL;
     tern_status st = tern_model_load(model, &mp, &m);
@@ -196,6 +222,7 @@ int tern_bench_model(int argc, char **argv) {
     tern_session_params sp;
     tern_session_params_default(&sp);
     sp.n_ctx = (int)(depth + (depth ? reps : 1) * np + (ng > 8 ? ng : 8) + 1); /* the profile runs 8 steps */
+    if (sp.n_ctx < np_max + 1) sp.n_ctx = (int)np_max + 1; /* -p's other lengths */
     tern_session_params bsp = sp; /* the batch sessions: every B of the list advances the first B */
     bsp.n_ctx = sp.n_ctx + (int)(ng * nbl + 4 * nbl);
     sp.n_chunk = (int)chunk;
@@ -208,9 +235,10 @@ int tern_bench_model(int argc, char **argv) {
         return cli_lib_error("bench model", st);
     }
     int V = info->n_vocab;
-    const int64_t nids = np > depth ? np : depth;
+    const int64_t nids = np_max > depth ? np_max : depth;
     int32_t *ids = malloc((size_t)nids * sizeof *ids);
     double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)ng * sizeof *tg);
+    double ppl[MAXP] = {0}; /* -p's lengths: median tok/s each (ppl[0] = pp_med) */
     double *bt = malloc((size_t)ng * MAXB * sizeof *bt); /* [b][step] */
     double bmed[MAXB] = {0}, gdn_bytes = 0; /* gdn_bytes: one sequence's GDN states */
     char bprof[MAXB][1024];
@@ -358,6 +386,19 @@ int tern_bench_model(int argc, char **argv) {
         }
     }
 #endif
+    /* -p's other prompt lengths, each --reps times from an empty context (after the
+     * decode steps: the first length's state is theirs) */
+    ppl[0] = cli_median(pp, (int)reps);
+    for (int j = 1; j < npl; j++) {
+        for (int64_t r = 0; r < reps; r++) {
+            tern_session_reset(s);
+            double a = tern_now_s();
+            if ((st = tern_session_eval(s, ids, (size_t)plist[j], NULL))) goto lib_err;
+            pp[r] = (double)plist[j] / (tern_now_s() - a);
+            if (!json) fprintf(stderr, "  pp %lld rep %lld: %.2f tok/s\n", (long long)plist[j], (long long)r, pp[r]);
+        }
+        ppl[j] = cli_median(pp, (int)reps);
+    }
     /* peak RSS before the ceiling buffer exists; then the ceiling, same threads */
     size_t rss = tern_peak_rss_bytes();
     tern_pool *pool = NULL;
@@ -369,7 +410,12 @@ int tern_bench_model(int argc, char **argv) {
         ceiling = tern_read_ceiling_gbps(pool, nt, (size_t)2 << 30, 4);
         tern_pool_free(pool);
     }
-    double pp_med = cli_median(pp, (int)reps);
+    double pp_med = ppl[0];
+    /* the projections' int8 operations per prompt token: 2 x the matrix weights, less the
+     * head (a prompt's logits are made for its last position only); the GPU's int8
+     * tensor-core rate, measured like the read ceiling */
+    const double ops_tok = 2.0 * ((double)info->matmul_weights - (double)info->n_vocab * info->n_embd);
+    const double tops = gpu ? tern_device_int8_tops(info->device, 3) : 0;
     double tg_med = 1.0 / cli_median(tg, (int)ng);
     double wbpt = (double)info->decode_bytes_per_token;
     double kvbpt = (double)tern_session_cache_bytes(s, tg_pos);
@@ -405,6 +451,11 @@ int tern_bench_model(int argc, char **argv) {
                (unsigned long long)tern_session_memory(s), t_load, mp.repack ? "true" : "false",
                info->device, (unsigned long long)info->device_bytes, launches, (long long)depth, tg_pos,
                ctk, ctv, wbpt, kvbpt, fill_random ? "random" : "real", depth_s);
+        printf(",\"int8_tops\":%.1f,\"prompt_ops_per_token\":%.0f,\"prompts\":[", tops, ops_tok);
+        for (int j = 0; j < npl; j++)
+            printf("%s{\"tokens\":%lld,\"tok_s\":%.4f,\"tops\":%.3f,\"int8_share\":%.4f}", j ? "," : "",
+                   (long long)plist[j], ppl[j], ppl[j] * ops_tok / 1e12, tops > 0 ? ppl[j] * ops_tok / 1e12 / tops : 0);
+        printf("]");
         printf(",\"persistent\":%s", !persistent ? "false" : tm_backend_cuda_persist(m->be) ? "true" : "\"not taken\"");
         if (nbl)
             printf(",\"batch\":%lld,\"batch_tok_s\":%.4f,\"batch_seq_tok_s\":%.4f,"
@@ -458,6 +509,13 @@ int tern_bench_model(int argc, char **argv) {
                    broof[k] > 0 ? 100 * bmed[k] * (double)blist[k] / broof[k] : 0);
         printf("pp             %.3f tok/s (median of %lld prefills of %lld tokens, chunk %lld%s)\n",
                pp_med, (long long)reps, (long long)np, (long long)tern_session_chunk(s), depth ? ", after the depth" : "");
+        if (tops > 0) printf("int8 TC rate   %.1f TOPS (wgmma chains on operands on chip, best of 3)\n", tops);
+        for (int j = 0; j < npl; j++) {
+            printf("pp %-11lld %.3f tok/s%s = %.3g TOPS of projections (int8 ops: %.2f G a token)", (long long)plist[j],
+                   ppl[j], j ? "" : " (above)", ppl[j] * ops_tok / 1e12, ops_tok / 1e9);
+            if (tops > 0) printf(", %.1f%% of the int8 TC rate", 100 * ppl[j] * ops_tok / 1e12 / tops);
+            printf("\n");
+        }
         printf("memory         peak RSS %.1f MiB (weights mapped %.1f MiB, model alloc %.1f MiB, "
                "session %.1f MiB)\n",
                rss / 1048576.0, info->weight_bytes / 1048576.0, info->alloc_bytes / 1048576.0,

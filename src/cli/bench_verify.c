@@ -7,17 +7,21 @@
  *             cache and GDN states filled with pseudo-random values: the cost of a step
  *             depends on the cache length, not its contents)
  *   decode    -n N single-token steps: the median step time
- *   verify    for each k, --reps R passes over k + 1 tokens, each followed by
+ *   verify    for each k, two untimed warm-up passes (CUDA records its verify graph of
+ *             k + 1 rows at the second), then --reps R passes over k + 1 tokens, each followed by
  *             tern_session_verify_keep(0) (the rollback, timed apart): median times;
  *             chunk: the same k + 1 tokens as a plain chunk (tern_session_eval, every row's
  *             logits; not exact: the back-end's multi-row kernels, the GDN block scan),
- *             rewound by a snapshot: what a back-end without TM_CAP_EXACT_ROWS (CUDA) would
- *             pay once its multi-row path is made exact;
+ *             rewound by a snapshot (the back-end's multi-row kernels, not exact);
  *             ratio = verify / decode step; tokens/s at acceptance a (expected tokens a
  *             pass: (1 - a^(k+1)) / (1 - a)) is printed for a = 0.5, 0.8
  * --json: one object with decode_ms and "verify": [{k, verify_ms, ratio, keep0_ms}].
+ * --profile (CUDA): afterwards, op by op (no graphs), the launches and the time per kernel
+ *             family of 3 decode steps and of 3 verify passes of K + 1 rows, per pass.
  */
+#include "backends/backends.h" /* tm_backend_cuda_ctx, tm_backend_cuda_session_no_graph */
 #include "cli/cli.h"
+#include "kernels/cuda/lab.h"      /* the launch counter and the kernel-family profile */
 #include "model/session.h" /* tm_session_fill_random: a benchmark aid (not in tern.h) */
 
 #include <math.h>
@@ -27,7 +31,7 @@
 int tern_bench_verify(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
     int64_t threads = 0, np = 64, ng = 8, reps = 3, kmax = 8;
-    bool json = false, fill_random = false;
+    bool json = false, fill_random = false, profile = false;
     /* the numeric options: name, alias, range, where */
     const struct { const char *name, *alias; int64_t lo, hi; int64_t *dst; } num[] = {
         {"--threads", "-t", 1, 256, &threads}, {"-p", NULL, 1, 1 << 20, &np}, {"-n", NULL, 1, 4096, &ng},
@@ -35,9 +39,10 @@ int tern_bench_verify(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--profile")) { profile = true; continue; }
         if (!cli_is_one_of(a, "-m --model --threads -t -p -n --reps --device --verify-k --depth-fill"))
             return cli_usage_error("bench model", "--verify-k: option '%s' not taken with it (-m, --threads, -p, -n, "
-                                   "--reps, --device, --depth-fill, --json)", a);
+                                   "--reps, --device, --depth-fill, --json, --profile)", a);
         if (i + 1 >= argc) return cli_usage_error("bench model", "option %s needs a value", a);
         const char *v = argv[++i];
         bool taken = false;
@@ -65,7 +70,7 @@ int tern_bench_verify(int argc, char **argv) {
     const int V = tern_model_get_info(m)->n_vocab;
     tern_session_params sp;
     tern_session_params_default(&sp);
-    sp.n_ctx = (int)(np + ng + kmax + 2);
+    sp.n_ctx = (int)(np + ng + kmax + 5); /* + 3 decode steps of --profile */
     tern_session *s = NULL;
     if ((st = tern_session_new(m, &sp, &s))) {
         tern_model_free(m);
@@ -87,6 +92,13 @@ int tern_bench_verify(int argc, char **argv) {
     }
     if (!st) dec_ms = 1e3 * cli_median(t, (int)(ng > 1 ? ng - 1 : 1));
     for (int k = 1; !st && k <= kmax; k++) {
+        /* warm-up, untimed: two passes of k + 1 rows (a back-end may run the first of a row
+         * count op by op and record the second into a graph: CUDA; the decode step's
+         * warm-up above does the same for one row) */
+        for (int r = 0; !st && r < 2; r++) {
+            st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
+            if (!st) st = tern_session_verify_keep(s, 0);
+        }
         for (int r = 0; !st && r < reps; r++) {
             double t0 = tern_now_s();
             st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
@@ -109,6 +121,27 @@ int tern_bench_verify(int argc, char **argv) {
         if (!st) chunk_ms[k] = 1e3 * cli_median(t, (int)reps);
     }
     tern_session_snapshot_free(snap);
+    char prof[2][6144] = {"", ""};
+    double launches[2] = {0, 0};
+    (void)profile;
+#if defined(TERN_HAVE_CUDA)
+    tc_ctx *tc = tm_backend_cuda_ctx(m->be);
+    if (!st && profile && tc) { /* op by op: graphs are not profiled */
+        tm_backend_cuda_session_no_graph(s);
+        for (int w = 0; w < 2 && !st; w++) {
+            tc_profile_enable(tc, 1);
+            tc_launches_reset(tc);
+            for (int r = 0; r < 3 && !st; r++) {
+                st = w ? tern_session_verify(s, ids + np, (size_t)kmax + 1, rows)
+                       : tern_session_eval(s, ids + np + r, 1, NULL);
+                if (!st && w) st = tern_session_verify_keep(s, 0);
+            }
+            launches[w] = (double)tc_launches(tc) / 3;
+            tc_profile_text(tc, prof[w], sizeof prof[w]);
+            tc_profile_enable(tc, 0);
+        }
+    }
+#endif
     if (st) {
         free(ids), free(rows), free(t), free(t2);
         tern_session_free(s);
@@ -142,6 +175,10 @@ int tern_bench_verify(int argc, char **argv) {
         }
         printf("(plain decode: %.1f tok/s; a = acceptance rate of each drafted token; tok/s from verify + keep0;\n"
                " chunk: the k + 1 tokens as a plain, not bit-exact chunk)\n", dec_ms > 0 ? 1e3 / dec_ms : 0);
+        for (int w = 0; w < 2; w++)
+            if (prof[w][0])
+                printf("\n%s, op by op, 3 of them (%.0f launches each):\n%s", w ? "verify passes" : "decode steps",
+                       launches[w], prof[w]);
     }
     free(ids), free(rows), free(t), free(t2);
     tern_session_free(s);

@@ -63,6 +63,11 @@ bool cli_is_help(const char *a);
  * printing a usage error (exit code 2). */
 int cli_parse_cache_type(const char *cmd, int argc, char **argv, int *i, tern_cache_type *k,
                          tern_cache_type *v);
+/* --gdn-state f32|bf16 (tern_model_params.gdn_state): as cli_parse_cache_type. */
+int cli_parse_gdn_state(const char *cmd, int argc, char **argv, int *i, int *gdn_state);
+#define CLI_GDN_STATE_HELP \
+    "  --gdn-state f32|bf16     qwen35 GDN recurrent states in bf16: half the state bytes\n" \
+    "                           per session on cuda (default f32; docs/kernels.md)\n"
 #define CLI_CACHE_TYPE_HELP                                                                       \
     "  --cache-type T           KV cache type: f32, f16 (default), bf16 or q8_0 (CPU and\n"      \
     "                           CUDA); --cache-type-k/-ctk, --cache-type-v/-ctv: one of them\n"

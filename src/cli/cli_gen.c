@@ -57,6 +57,7 @@ void gen_opts_help(FILE *f) {
             "                           docs/persistent.md; off by default)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
+            CLI_GDN_STATE_HELP
             "  --spec ngram|draft:PATH  speculative decoding: drafts from prompt lookup (n-grams of the\n"
             "                           prompt and reply) or a draft model with the same tokenizer, checked\n"
             "                           k at a time in one pass; the same text (greedy: byte for byte)\n"
@@ -117,6 +118,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--threads")) NUM_I(1, 1024, o->threads);
     if (!strcmp(a, "--ctx")) NUM_I(16, 1 << 22, o->ctx);
     { int r = cli_parse_cache_type(cmd, argc, argv, i, &o->cache_k, &o->cache_v); if (r) return r; }
+    { int r = cli_parse_gdn_state(cmd, argc, argv, i, &o->gdn_state); if (r) return r; }
     if (!strcmp(a, "--tp")) NUM_I(1, 64, o->tp);
     if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
     if (!strcmp(a, "--persistent")) { o->persistent = true; return 1; }
@@ -210,6 +212,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     mp.device = o->device;
     mp.tp = o->tp;
     mp.cuda_persistent = o->persistent;
+    mp.gdn_state = o->gdn_state;
     if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     const tern_model_info *info = tern_model_get_info(g->model);
     tern_session_params spp;

@@ -152,6 +152,19 @@ int cli_parse_cache_type(const char *cmd, int argc, char **argv, int *i, tern_ca
     return 1;
 }
 
+int cli_parse_gdn_state(const char *cmd, int argc, char **argv, int *i, int *gdn_state) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--gdn-state")) return 0;
+    const char *val = *i + 1 < argc ? argv[++*i] : NULL;
+    if (val && !strcmp(val, "f32")) *gdn_state = TERN_GDN_STATE_F32;
+    else if (val && !strcmp(val, "bf16")) *gdn_state = TERN_GDN_STATE_BF16;
+    else {
+        cli_usage_error(cmd, "bad value '%s' for --gdn-state (f32 or bf16)", val ? val : "");
+        return 2;
+    }
+    return 1;
+}
+
 void cli_cache_line(const tern_session *s, char *buf, size_t n) {
     const tern_cache_type k = tern_session_cache_type(s, false), v = tern_session_cache_type(s, true);
     char types[32];

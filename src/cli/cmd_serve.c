@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "  --ctx N              context per slot in tokens (default: min(4096, trained))\n"
             "  --cache-type T       KV cache type: f32, f16 (default), bf16 or q8_0; --cache-type-k/-ctk,\n"
             "                       --cache-type-v/-ctv: keys or values only\n"
+            "  --gdn-state f32|bf16 qwen35 GDN recurrent states in bf16: half their bytes per slot on\n"
+            "                       cuda, so more --parallel slots fit (default f32; docs/kernels.md)\n"
             "  --queue N            requests waiting for a slot before 503 (default 16)\n"
             "  --threads N          worker threads for the model (default: all cores)\n"
             "  --device cpu|cuda[:N] where the model runs (default cpu; `tern --version` lists them);\n"
@@ -220,6 +222,7 @@ int tern_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *alias = NULL, *api_key = NULL, *cors = NULL;
     const char *ssl_key = NULL, *ssl_cert = NULL;
     const char *device = NULL;
+    int gdn_state = TERN_GDN_STATE_F32;
     int64_t port = 8080, parallel = 0, ctx = 0, queue = 16, threads = 0, max_body = 8 << 20;
     int64_t max_tokens = 512, top_k = -1, snap_mib = 1024, prefill_budget = 0, decode_batch = 0, admit_mib = 0,
             sample_threads = 0, prefill_chunk = 0;
@@ -247,6 +250,9 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--no-embedding") || !strcmp(a, "--no-embeddings")) { embedding = false; continue; }
         {
             int r = cli_parse_cache_type("serve", argc, argv, &i, &cache_k, &cache_v);
+            if (r == 2) return 2;
+            if (r == 1) continue;
+            r = cli_parse_gdn_state("serve", argc, argv, &i, &gdn_state);
             if (r == 2) return 2;
             if (r == 1) continue;
         }
@@ -339,6 +345,7 @@ int tern_cmd_serve(int argc, char **argv) {
     cli_model_params_from_env(&mp);
     mp.n_threads = (int)threads;
     mp.device = device;
+    mp.gdn_state = gdn_state;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,

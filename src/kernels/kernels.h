@@ -219,6 +219,9 @@ typedef struct tern_gdn_args {
     int n_k, n_v, dk, dv, conv_k;
     bool v_tiled;          /* value head p reads key head p % n_k (else p / (n_v/n_k)) */
     float eps;
+    bool state_bf16;       /* after the call: pending folded in, S rounded to bf16 (nearest
+                              even) in its fp32 slots: the floats of a bf16-stored state
+                              (tern_gdn_state_round_bf16; the model parameter gdn_state) */
 } tern_gdn_args;
 void tern_gdn(const tern_gdn_args *a, tern_pool *pool);
 /* Tests and benchmarks: a chosen scan (AUTO = what tern_gdn does). */
@@ -226,6 +229,9 @@ typedef enum tern_gdn_scan { TERN_GDN_AUTO = 0, TERN_GDN_WALK = 1, TERN_GDN_BLOC
 void tern_gdn_with(const tern_gdn_args *a, tern_gdn_scan scan, tern_pool *pool);
 /* Rows from which tern_gdn takes the block scan (0: never). */
 int tern_gdn_block_min(void);
+/* S_true = pd*S + pk pdl^T of every value head, rounded to bf16 into S; pending emptied
+ * (pd = 1, pk = pdl = 0). Scalar (gdn_bf16.c). */
+void tern_gdn_state_round_bf16(float *state, float *pending, int n_v, int dk, int dv);
 
 /* ------------------------------------------------------------ read ceiling
  * Memory read bandwidth in GB/s: `bytes` (use >> the LLC; 0 -> 1 MiB minimum)

@@ -64,6 +64,8 @@ typedef struct tm_gdn_args {
     float eps;
     bool walk;             /* token by token, exactly as `rows` single-row calls would
                             * (tm_step.exact); else the back-end's choice of scan */
+    bool state_bf16;       /* the model's gdn_bf16: S rounded to bf16 at the end of the call
+                            * (the back-end's gdn_state_floats says how it is stored) */
 } tm_gdn_args;
 
 /* Op-sized building blocks. `be` is the instance the op runs on. */
@@ -227,6 +229,7 @@ typedef struct tm_backend_params {
     bool cuda_graphs_off, cuda_pdl_off, cuda_profile;
     const char *cuda_matmul; /* NULL: the chooser decides */
     bool cuda_persistent;  /* single-token steps through the persistent kernel */
+    bool gdn_bf16;         /* tern_model_params.gdn_state BF16 (CUDA: bf16 state storage) */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {

@@ -198,6 +198,8 @@ void tm_fill_info(tern_model *m) {
     size_t erb = tern_codec_row_bytes(m->tok_embd.type, (uint64_t)m->tok_embd.k);
     uint64_t emb = (uint64_t)(erb ? erb : m->tok_embd.row_bytes) * (uint64_t)m->tok_embd.n;
     in->decode_bytes_per_token = in->weight_bytes - (tied ? 0 : emb);
+    uint64_t emb_elems = (uint64_t)m->tok_embd.k * (uint64_t)m->tok_embd.n;
+    in->matmul_weights = m->mat_elems - (tied || m->mat_elems < emb_elems ? 0 : emb_elems);
     in->format = m->gguf ? "gguf" : "mlx";
     in->weight_type = hp->n_layer > 0 ? tern_dtype_name(m->layers[0].wgate.type) : "";
 }
@@ -222,13 +224,20 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
     tm_backend_params bp = {.n_threads = p->n_threads, .tp = p->tp, .cuda_prefill = p->cuda_prefill,
                             .cuda_graphs_off = !p->cuda_graphs, .cuda_pdl_off = !p->cuda_pdl,
                             .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul,
-                            .cuda_persistent = p->cuda_persistent};
+                            .cuda_persistent = p->cuda_persistent,
+                            .gdn_bf16 = p->gdn_state == TERN_GDN_STATE_BF16};
     tern_status st = tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);
         return st;
     }
     m->be->m = m;
+    if (p->gdn_state != TERN_GDN_STATE_F32 && p->gdn_state != TERN_GDN_STATE_BF16) {
+        tern_model_free(m);
+        return tern_fail(TERN_ERR_INVALID_ARG, "gdn_state %d: TERN_GDN_STATE_F32 or TERN_GDN_STATE_BF16",
+                         p->gdn_state);
+    }
+    m->gdn_bf16 = p->gdn_state == TERN_GDN_STATE_BF16; /* before any session: it sizes their states */
     const tm_backend_vt *vt = m->be->vt;
     if (stat(path, &sb) != 0) {
         st = tern_fail(TERN_ERR_IO, "%s: cannot open (no such file or directory)", path);

@@ -67,7 +67,9 @@ static tern_status bind(tern_model *m, const tm_src *s, tm_layer *l, const tm_ro
     if (r->val == TM_VAL_TERNARY || r->val == TM_VAL_DENSE) {
         tern_qmat *q = tm_model_mat_slot(m, l, r->id);
         if (!q) return tern_fail(TERN_ERR_INTERNAL, "%s: role %d has no matrix slot", s->path, (int)r->id);
-        return s->mat(s->u, r, il, k, n, q);
+        tern_status st = s->mat(s->u, r, il, k, n, q);
+        if (!st) m->mat_elems += (uint64_t)q->k * (uint64_t)q->n; /* an optional one absent: 0 x 0 */
+        return st;
     }
     const float **v = tm_model_vec_slot(m, l, r->id);
     if (!v) return tern_fail(TERN_ERR_INTERNAL, "%s: role %d has no vector slot", s->path, (int)r->id);

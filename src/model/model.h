@@ -86,6 +86,7 @@ struct tern_model {
     tm_hparams hp;
     char *path;
     char *name;
+    uint64_t mat_elems;           /* elements of every matrix loaded (tm_fill_info: info.matmul_weights) */
     void *gguf;                   /* tern_gguf* (NULL for an MLX pack) */
     void *mlx;                    /* tern_mlxpack* (NULL for a GGUF) */
     tm_layer *layers;
@@ -99,6 +100,7 @@ struct tern_model {
     tm_signs *signs;              /* [n_signs] (calloc; the vectors are model allocations) */
     int n_signs;
     bool v_tiled, out_permute;
+    bool gdn_bf16;                /* tern_model_params.gdn_state == TERN_GDN_STATE_BF16 */
     bool embd_inverse;            /* token_embd holds R e (inverse after gather) */
     bool repacked;                /* some fast_* copies exist (freed at the end) */
     /* owned allocations (repacks, converted tensors): a list, freed at the end */

@@ -380,7 +380,7 @@ tern_status tm_plan_run_op(tm_backend *be, const tm_step *st, const tm_plan_op *
                               .out = out + r0 * VW, .work = out2 + r0 * W,
                               .rows = (int)R, .n_k = op->n_head, .n_v = op->n_head_kv, .dk = op->head_dim,
                               .dv = op->dv, .conv_k = op->conv_k, .v_tiled = m->v_tiled, .eps = op->eps,
-                              .walk = st->exact};
+                              .walk = st->exact, .state_bf16 = m->gdn_bf16};
             o->gdn(be, &ga);
             continue;
         }

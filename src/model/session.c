@@ -433,6 +433,7 @@ tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed) {
     }
     size_t nf = rows_per * kvw;
     if (GF > nf) nf = GF;
+    if (SN > nf) nf = SN; /* a bf16 state (gdn_state) takes fewer floats than S */
     if (CS > nf) nf = CS;
     float *f = malloc(nf * sizeof(float));
     uint8_t *b = malloc(rows_per * (row_max ? row_max : 1));
@@ -464,7 +465,7 @@ tern_status tm_session_fill_random(tern_session *s, int n_pos, uint64_t seed) {
         st = tm_be_upload(be, s->conv_state + (size_t)l * CS, f, CS * sizeof(float));
         if (st) break;
         fill_values(&x, f, SN, 0.1f);
-        memset(f + SN, 0, (GF - SN) * sizeof(float));
+        if (GF > SN) memset(f + SN, 0, (GF - SN) * sizeof(float));
         if (be->vt->gdn_state_plain) be->vt->gdn_state_plain(be, hp, f);
         st = tm_be_upload(be, s->ssm_state + (size_t)l * GF, f, GF * sizeof(float));
     }

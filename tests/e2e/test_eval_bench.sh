@@ -55,6 +55,25 @@ a, b = (json.loads(open(p).read()) for p in sys.argv[1:3])
 assert a["kv_bytes_per_token"] == b["kv_bytes_per_token"] and a["tg_pos"] == b["tg_pos"], (a, b)
 EOF
 then ok "depth fills: same positions and bytes"; else bad "depth fills: same positions and bytes"; fi
+# -p LIST: each prompt length measured, the projections' int8 operations per prompt token
+# equal to 2 x the matrices' weights as the fixture's HF config gives them (the head, made
+# for the last position only, left out); no int8 rate on the CPU
+if "$TERN" bench model -m "$FIX/qwen3-tiny/model-q2_0.gguf" --threads 1 -p 8,16,12 -n 2 --reps 1 --json >"$W/pl" 2>"$W/e" &&
+   python3 - "$W/pl" "$FIX/qwen3-tiny/reference.json" <<'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+c = json.load(open(sys.argv[2]))["config"]["hf_config"]
+h, nh, nkv, hd, ff, L = (c[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                         "intermediate_size", "num_hidden_layers"))
+want = 2 * L * (h * nh * hd + 2 * h * nkv * hd + nh * hd * h + 3 * h * ff)
+assert j["prompt_ops_per_token"] == want, (j["prompt_ops_per_token"], want)
+assert [p["tokens"] for p in j["prompts"]] == [8, 16, 12], j["prompts"]
+assert all(p["tok_s"] > 0 and p["int8_share"] == 0 for p in j["prompts"]) and j["int8_tops"] == 0, j["prompts"]
+assert j["prompts"][0]["tok_s"] == j["pp_tok_s"] and j["prompt_tokens"] == 8
+EOF
+then ok "bench -p list"; else cat "$W/pl" "$W/e"; bad "bench -p list"; fi
+"$TERN" bench model -m "$FIX/qwen3-tiny/model-q2_0.gguf" -p 8,16 --depth 4 >/dev/null 2>&1
+if [ $? = 2 ]; then ok "-p list with --depth refused"; else bad "-p list with --depth refused"; fi
 "$TERN" bench model -m "$FIX/qwen3-tiny/model-q2_0.gguf" --depth 8 --depth-fill zeros >/dev/null 2>&1
 if [ $? = 2 ]; then ok "bad --depth-fill"; else bad "bad --depth-fill"; fi
 if "$TERN" bench model --help >/dev/null; then ok "help"; else bad "help"; fi

@@ -575,8 +575,7 @@ TEST(wg_vs_f64_and_mma) {
     fprintf(stderr, "  wg: %d runs bit-equal to tc_gemm_tc, %d split launches\n", same_plan, nsplit);
 }
 
-/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) and the overlapped stage
- * (TC_WG_OVERLAP) give the same bits. */
+/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) give the same bits. */
 TEST(wg_load_modes) {
     NEED_GPU();
     static const int64_t shapes[][2] = {{1000, 5120}, {129, 2304}, {5120, 512}, {37, 256}};
@@ -588,7 +587,7 @@ TEST(wg_load_modes) {
             float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
             if (s == 0 && mi == 0)
                 fprintf(stderr, "  wg default loads: lmode %d\n", tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, 0));
-            for (int lm = 0; lm < 8; lm++) { /* TC_WG_ACT_2D | TC_WG_W_BULK | TC_WG_OVERLAP */
+            for (int lm = 0; lm < 4; lm++) { /* TC_WG_ACT_2D | TC_WG_W_BULK */
                 char what[96];
                 snprintf(what, sizeof what, "wg n %lld k %lld M %zu lmode %d (takes %d)", (long long)c.n, (long long)c.k,
                          c.M, lm, tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, lm));

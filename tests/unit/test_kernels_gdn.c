@@ -223,9 +223,17 @@ static void check_case(gcase g, tern_pool *pool, const char *isa) {
     const size_t on = (size_t)g.rows * g.nv * g.dv, sn = (size_t)g.nv * g.dk * g.dv;
     double *ro = malloc(sizeof(double) * on), *rs = malloc(sizeof(double) * sn);
     reference(&in, ro, rs);
-    gresult blk, walk;
+    gresult blk, walk, walk_all;
     run_backend(&in, g.rows, TERN_GDN_BLOCKS, pool, &blk);
     run_backend(&in, 1, TERN_GDN_WALK, NULL, &walk);
+    /* the walk over all rows in one call: bit for bit the one-row calls (speculative
+     * verification relies on it: TM_CAP_EXACT_ROWS) */
+    run_backend(&in, g.rows, TERN_GDN_WALK, pool, &walk_all);
+    const size_t cn = (size_t)(in.K - 1) * in.C;
+    CHECK_MSG(!memcmp(walk_all.out, walk.out, sizeof(float) * on) && !memcmp(walk_all.S, walk.S, sizeof(float) * sn) &&
+                  !memcmp(walk_all.conv_state, walk.conv_state, sizeof(float) * cn),
+              "%s walk of %d rows in one call differs from one-row calls (dk %d dv %d)", isa, g.rows, g.dk, g.dv);
+    free(walk_all.out), free(walk_all.S), free(walk_all.conv_state);
     double eo_b = rel_err(blk.out, ro, on), es_b = rel_err(blk.S, rs, sn);
     double eo_w = rel_err(walk.out, ro, on), es_w = rel_err(walk.S, rs, sn);
     const double tol = 1e-4;

@@ -94,7 +94,7 @@ static void cpu_gdn(tm_backend *be, const tm_gdn_args *a) {
                        .pending = a->state + (size_t)a->n_v * a->dk * a->dv, .out = a->out,
                        .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                        .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
-                       .eps = a->eps};
+                       .eps = a->eps, .state_bf16 = a->state_bf16};
     tern_gdn_with(&k, a->walk ? TERN_GDN_WALK : TERN_GDN_AUTO, tm_backend_cpu_pool(be));
 }
 

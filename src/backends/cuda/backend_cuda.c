@@ -24,6 +24,10 @@
 
 /* the back-end's CUDA context (every launcher takes it first) */
 static tc_ctx *tcx(const tm_backend *be);
+/* the model parameter gdn_state: GDN states stored in bf16 */
+static bool cu_gdn_bf16(const tm_backend *be);
+/* a verify step (tm_step.exact) is being queued: the matmuls give every row batch 1's bits */
+static bool cu_exact_now(const tm_backend *be);
 
 static tern_status cu_status(int err, const char *what) {
     if (!err) return TERN_OK;
@@ -58,7 +62,8 @@ static void cu_matmul(tm_backend *be, const tern_qmat *w, const float *x, size_t
     tc_ctx *tcc = tcx(be);
     (void)be;
     tc_mat m = to_mat(w);
-    tc_matmul_multi(tcc, 1, &m, x, batch, xs, &y, &ys);
+    if (cu_exact_now(be)) tc_matmul_multi_exact(tcc, 1, &m, x, batch, xs, &y, &ys);
+    else tc_matmul_multi(tcc, 1, &m, x, batch, xs, &y, &ys);
 }
 
 static void cu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, const float *x,
@@ -69,7 +74,8 @@ static void cu_matmul_multi(tm_backend *be, int n, const tern_qmat *const *w, co
     TERN_ASSERT(n > 0 && n <= 8);
     for (int i = 0; i < n; i++) m[i] = to_mat(w[i]);
     /* the integer path quantises the activation once for all matrices of one kind */
-    tc_matmul_multi(tcc, n, m, x, batch, xs, y, ys);
+    if (cu_exact_now(be)) tc_matmul_multi_exact(tcc, n, m, x, batch, xs, y, ys);
+    else tc_matmul_multi(tcc, n, m, x, batch, xs, y, ys);
 }
 
 static void cu_hadamard(tm_backend *be, float *x, size_t rows, size_t n, size_t block,
@@ -138,7 +144,7 @@ static void cu_gdn(tm_backend *be, const tm_gdn_args *a) {
                      .conv_state = a->conv_state, .state = a->state, .out = a->out,
                      .work = a->work, .rows = a->rows, .n_k = a->n_k, .n_v = a->n_v,
                      .dk = a->dk, .dv = a->dv, .conv_k = a->conv_k, .v_tiled = a->v_tiled,
-                     .eps = a->eps};
+                     .eps = a->eps, .state_bf16 = cu_gdn_bf16(be)};
     tc_gdn(tcc, &g);
 }
 
@@ -212,11 +218,15 @@ typedef struct cuda_backend {
     size_t attn_cap;
     const tc_attn_seq *attn_cur;
     int attn_max_ctx;
+    bool exact;       /* queuing a tm_step.exact step (cu_exec_exact) */
     bool persistent;  /* the model parameter cuda_persistent */
+    bool gdn_bf16;    /* the model parameter gdn_state: GDN states stored in bf16 */
     void *persist;    /* its state (persist_step.c) */
 } cuda_backend;
 
 static tc_ctx *tcx(const tm_backend *be) { return ((const cuda_backend *)be)->tc; }
+static bool cu_gdn_bf16(const tm_backend *be) { return ((const cuda_backend *)be)->gdn_bf16; }
+static bool cu_exact_now(const tm_backend *be) { return ((const cuda_backend *)be)->exact; }
 
 static void cu_destroy(tm_backend *be) {
     cuda_backend *c = (cuda_backend *)be;
@@ -280,10 +290,18 @@ static tern_status cu_sync(tm_backend *be) {
     (void)be;
     return cu_status(tc_sync(tcc), "forward pass");
 }
-/* the state is kept fully applied: nothing beside S */
+/* the state is kept fully applied: nothing beside S; in bf16 (gdn_state), S takes half
+ * the floats (n_v*dk*dv bf16 values, rounded up to whole floats) */
 static size_t cu_gdn_state_floats(const tm_backend *be, const tm_hparams *hp) {
-    (void)be;
-    return (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    const size_t n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    return ((const cuda_backend *)be)->gdn_bf16 ? (n + 1) / 2 : n;
+}
+/* a host state S (fp32, n_v*dk*dv floats) to the back-end's storage: bf16 in place */
+static void cu_gdn_state_plain(const tm_backend *be, const tm_hparams *hp, float *state) {
+    if (!((const cuda_backend *)be)->gdn_bf16) return;
+    const size_t n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    uint16_t *h = (uint16_t *)state;
+    for (size_t i = 0; i < n; i++) h[i] = tern_f32_to_bf16(state[i]); /* h[i] lies below state[i] */
 }
 /* A session's step graph and the device table of GDN state pointers it reads. */
 typedef struct cu_graph {
@@ -336,6 +354,9 @@ static tern_status cu_prepare_matrix(tm_backend *be, tern_qmat *w, size_t *bytes
 typedef struct cu_sess {
     cu_graph *graph;  /* single-token step graph (NULL: none yet) */
     int graph_state;  /* 0 no step yet, 1 record at the next step, -1 graphs off */
+    /* verify graphs by row count (cu_exec_exact): vgraph[R], vstate[R] as graph_state */
+    cu_graph *vgraph[TC_GRAPH_ROWS + 1];
+    signed char vstate[TC_GRAPH_ROWS + 1];
     void *act_buf;    /* the quantised activation of one site, shared by the matmuls
                        * reading it: tc_act_bytes(n_chunk, k) for the widest matmul input k */
     size_t act_bytes;
@@ -385,6 +406,7 @@ static void cu_session_release(tm_backend *be, tern_session *s) {
     cu_sess *cs = s->be_state;
     if (!cs) return;
     cu_graph_free(tcc, cs->graph);
+    for (int r = 0; r <= TC_GRAPH_ROWS; r++) cu_graph_free(tcc, cs->vgraph[r]);
     if (cs->act_buf) tc_free(tcc, cs->act_buf, cs->act_bytes);
     if (cs->pinned) tc_host_unpin(tcc, s->logits);
     free(cs);
@@ -415,8 +437,10 @@ static const tc_act *act_for(const tm_step *st, size_t rows, int64_t k, tc_act *
 #define CU_TRY(x) do { tern_status e_ = (x); if (e_) return e_; } while (0)
 
 static inline float *B(const tm_step *st, int b) { return tm_step_buf(st, b); }
+/* a verify step of one sequence (tm_step.exact): every row with the bits of a decode step */
+static inline bool ex1(const tm_step *st) { return st->exact && st->n_seq == 1; }
 static inline const tern_qmat *matw(const tm_step *st, tm_mat_id id) {
-    return tm_plan_mat(st->w->m, id, st->dec);
+    return tm_plan_mat(st->w->m, id, st->dec || st->exact);
 }
 
 /* site norm (+ transform) with the matmul input quantised inside the kernel */
@@ -432,12 +456,19 @@ static const tc_act *cu_site(const tm_step *st, const tm_plan_op *op, tc_act *vi
     return act;
 }
 
-static void mm(tc_ctx *tcc, int n, const tern_qmat *const *w, const tc_act *act, const float *x, size_t batch,
-               size_t xs, float *const *y, const size_t *ys) {
+/* ex: a verify step's rows, each with batch 1's bits (tc_matmul_multi_exact) */
+static void mm(tc_ctx *tcc, bool ex, int n, const tern_qmat *const *w, const tc_act *act, const float *x,
+               size_t batch, size_t xs, float *const *y, const size_t *ys) {
     tc_mat mt[8];
     for (int i = 0; i < n; i++) mt[i] = to_mat(w[i]);
-    if (act && all_int(n, w)) tc_matmul_multi_q(tcc, n, mt, act, x, xs, y, ys);
-    else tc_matmul_multi(tcc, n, mt, x, batch, xs, y, ys);
+    if (act && all_int(n, w)) {
+        if (ex) tc_matmul_multi_q_exact(tcc, n, mt, act, x, xs, y, ys);
+        else tc_matmul_multi_q(tcc, n, mt, act, x, xs, y, ys);
+    } else if (ex) {
+        tc_matmul_multi_exact(tcc, n, mt, x, batch, xs, y, ys);
+    } else {
+        tc_matmul_multi(tcc, n, mt, x, batch, xs, y, ys);
+    }
 }
 
 /* a MATMUL op through mm (act: its input already quantised, or NULL) */
@@ -451,7 +482,7 @@ static void mm_op(const tm_step *st, const tm_plan_op *op, const tc_act *act) {
         y[i] = B(st, op->out_buf[i]);
         ys[i] = (size_t)op->out_w[i];
     }
-    mm(tcc, op->n_mat, w, act, B(st, op->in), (size_t)st->T, (size_t)op->width, y, ys);
+    mm(tcc, st->exact, op->n_mat, w, act, B(st, op->in), (size_t)st->T, (size_t)op->width, y, ys);
 }
 
 /* The attention core (plan ops [SPLIT_HEADS] .. ATTENTION [MUL_SIGMOID]): decode rows
@@ -471,7 +502,7 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
     const bool gated = first->kind == TM_OP_SPLIT_HEADS;
     float *big0 = B(st, gated ? first->in : a->in), *kbuf = B(st, TM_BUF_K), *vbuf = B(st, TM_BUF_V);
     float *qo = B(st, a->out2), *go = gated ? B(st, first->out2) : NULL, *big3 = B(st, a->out);
-    const bool dec_ops = R == 1 && HD <= 256 && a->rope_dims <= HD && a->rope_dims % 2 == 0;
+    const bool dec_ops = (R == 1 || ex1(st)) && HD <= 256 && a->rope_dims <= HD && a->rope_dims % 2 == 0;
     if (dec_ops && c->attn_cur) {
         /* a batch step (attn_tab took it): the same two ops for
          * all the sessions at once, positions and caches from the step's table */
@@ -488,8 +519,12 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
         tc_attention_decode_batch(tcc, qo, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? go : NULL,
                                   big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
     } else if (dec_ops) {
-        for (int i = 0; i < st->n_seq; i++) {
-            tern_session *s = st->ss[i];
+        /* a session per row; a verify step (ex1): its rows one position after another, each
+         * row's K/V stored before the next row's attention reads the cache */
+        for (int i = 0; i < st->T; i++) {
+            tern_session *s = st->ss[st->n_seq == 1 ? 0 : i];
+            const int pos = s->pos + (st->n_seq == 1 ? i : 0);
+            if (st->n_seq == 1) tc_graph_row(tcc, i); /* a verify graph: row i's position word */
             uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
             uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
             float *qi = qo + (size_t)i * qw, *gi = hp->attn_gate ? go + (size_t)i * qw : NULL;
@@ -497,13 +532,14 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
                                     .v = vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
                                     .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = a->eps,
                                     .theta = a->theta, .q_out = qi, .gate_out = gi,
-                                    .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
+                                    .kcache = kc, .vcache = vc, .pos0 = pos, .n_head = NH,
                                     .n_head_kv = NKV, .head_dim = HD, .rope_dims = a->rope_dims,
                                     .k_type = (int)s->k_type, .v_type = (int)s->v_type};
             tc_attn_prep(tcc, &pa);
-            tc_attention_decode(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, s->pos, s->n_ctx, NH, NKV,
+            tc_attention_decode(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, pos, s->n_ctx, NH, NKV,
                                 HD, 1.0f / sqrtf((float)HD));
         }
+        tc_graph_row(tcc, 0);
     } else {
         if (gated) tc_split_heads(tcc, big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
         attn_ops(st, a, gated ? first->out2 : TM_BUF_NONE);
@@ -584,7 +620,7 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     const tern_model *m = st->w->m;
     const tm_hparams *hp = &m->hp;
     c->ptr_cur = NULL;
-    if (!hp->n_gdn_layers || st->R != 1 || st->n_seq > CU_MAX_SEQ) return false;
+    if (!hp->n_gdn_layers || (st->R != 1 && !ex1(st)) || st->n_seq > CU_MAX_SEQ) return false;
     size_t n = (size_t)st->n_seq, L = (size_t)hp->n_gdn_layers, need = L * 2 * n;
     if (!c->ptr_dev) {
         size_t cap = L * 2 * CU_MAX_SEQ;
@@ -603,7 +639,7 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
     }
     if (need > c->ptr_n) return false;
     const size_t C = 2 * (size_t)hp->ssm_n_k * hp->ssm_dk + (size_t)hp->ssm_n_v * hp->ssm_dv;
-    const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = (size_t)hp->ssm_n_v * hp->ssm_dk * hp->ssm_dv;
+    const size_t conv_n = (size_t)(hp->conv_k - 1) * C, st_n = cu_gdn_state_floats(&c->base, hp);
     float **t = c->ptr_tmp;
     for (size_t g = 0; g < L; g++)
         for (size_t i = 0; i < n; i++) {
@@ -633,7 +669,7 @@ static bool gdn_ptrs(cuda_backend *c, const tm_step *st, cu_graph *own) {
  * state table made)? Otherwise their ops run one by one from the site on. */
 static bool gdn_fused(const cuda_backend *c, const tm_step *st) {
     const tm_hparams *hp = &st->w->m->hp;
-    return st->R == 1 && hp->ssm_dk <= 128 && hp->ssm_dv <= 256 && c->ptr_cur;
+    return (st->R == 1 || ex1(st)) && hp->ssm_dk <= 128 && hp->ssm_dv <= 256 && c->ptr_cur;
 }
 
 /* The GDN core (plan ops MATMUL(a|b) GDN [PERMUTE] HADAMARD MATMUL(out)): the two
@@ -656,7 +692,7 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
     if (!ab_dense) {
         float *yab[2] = {a, b};
         size_t ysab[2] = {(size_t)nv, (size_t)nv};
-        mm(tcc, 2, wab, NULL, B(st, ab->in), (size_t)T, (size_t)E, yab, ysab);
+        mm(tcc, st->exact, 2, wab, NULL, B(st, ab->in), (size_t)T, (size_t)E, yab, ysab);
     }
     const size_t n = (size_t)st->n_seq, gi = (size_t)g->cache;
     /* the output's permute, transform and quantisation in the step's second kernel */
@@ -670,7 +706,8 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
                            .state = c->ptr_cur + (gi * 2 + 1) * n, .out = B(st, g->out), .work = B(st, g->out2),
                            .n_k = nk, .n_v = nv, .dk = dk, .dv = dv, .conv_k = g->conv_k,
                            .v_tiled = m->v_tiled, .eps = g->eps, .out_grouped = m->out_permute,
-                           .signs = tm_model_signs(m, VW), .block = m->had_block};
+                           .signs = tm_model_signs(m, VW), .block = m->had_block,
+                           .state_bf16 = c->gdn_bf16};
     if (oact) ga.act = *oact;
     if (ab_dense) {
         ga.ab_w[0] = to_mat(wab[0]);
@@ -678,11 +715,31 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
         ga.ab_x = B(st, ab->in);
         ga.ab_x_stride = (size_t)E;
     }
-    tc_gdn_step(tcc, &ga);
+    if (ex1(st) && T > 1) { /* a verify step: the decode step's kernel row after row, the state advanced */
+        for (int r = 0; r < T; r++) {
+            tc_gdn_step_args gr = ga;
+            gr.qkv += (size_t)r * C;
+            gr.z += (size_t)r * VW;
+            gr.a += (size_t)r * nv;
+            gr.b += (size_t)r * nv;
+            gr.out += (size_t)r * VW;
+            gr.work += (size_t)r * C;
+            if (ab_dense) gr.ab_x += (size_t)r * E;
+            if (oact) {
+                gr.act.q += (size_t)r * VW * 2;
+                gr.act.sx += (size_t)r * (VW / 128);
+                gr.act.corr += (size_t)r * (VW / 32);
+                gr.act.batch = 1;
+            }
+            tc_gdn_step(tcc, &gr);
+        }
+    } else {
+        tc_gdn_step(tcc, &ga);
+    }
     const tern_qmat *wo = matw(st, out->mat[0]);
     float *yo[1] = {B(st, out->out_buf[0])};
     size_t yso[1] = {(size_t)out->out_w[0]};
-    mm(tcc, 1, &wo, oact, B(st, g->out), (size_t)T, (size_t)VW, yo, yso);
+    mm(tcc, st->exact, 1, &wo, oact, B(st, g->out), (size_t)T, (size_t)VW, yo, yso);
 }
 
 /* The logits land in the session's device rows and come home once per step. */
@@ -702,6 +759,7 @@ static tern_status cu_head(cuda_backend *c, const tm_step *st, const tm_plan_op 
         return tm_be_download(be, w->logits, w->dlogits, V * sizeof(float));
     }
     CU_TRY(tm_plan_run_op(be, st, op, w->dlogits, true));
+    if (c->recording) return TERN_OK; /* a verify graph: graph_end adds the rows' copy */
     enum { ROWS_DIRECT = 512 };
     if (st->rows_out == w->blogits && st->R == 1 && st->n_seq == st->T && st->n_seq <= ROWS_DIRECT) {
         /* a batch step whose rows nobody asked for: each row straight into its session's
@@ -818,11 +876,126 @@ static tern_status plain(tm_backend *be, const tm_step *st) {
     cuda_backend *c = (cuda_backend *)be;
     gdn_ptrs(c, st, NULL);
     attn_tab(c, st);
+    c->exact = ex1(st);
     tern_status s = cu_exec(be, st);
+    c->exact = false;
     c->ptr_cur = NULL;
     c->attn_cur = NULL;
     tern_status ss = tm_be_sync(be);
     return s ? s : ss;
+}
+
+static tern_status cu_run_step(tm_backend *be, const tm_step *st);
+
+/* A verify step of T <= TC_GRAPH_ROWS rows whose logits rows are asked for, as a graph
+ * per T (the rule of cu_run_step: the first step of a T op by op, the second recorded,
+ * later ones replayed with the positions and tokens in the graph's words; the per-row
+ * kernels read their row's position word: tc_graph_row). Otherwise op by op. */
+static tern_status exact_graph(tm_backend *be, const tm_step *st) {
+    tc_ctx *tcc = tcx(be);
+    cuda_backend *c = (cuda_backend *)be;
+    tern_session *s = st->w;
+    cu_sess *cs = s->be_state;
+    const int T = st->T;
+    if (!st->rows_out || T > TC_GRAPH_ROWS || !graphs_on(c) || !cs || cs->graph_state < 0 || cs->vstate[T] < 0)
+        return plain(be, st);
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    int ran = 0;
+    tern_status e;
+    if (cs->vgraph[T]) {
+        e = cu_status(tc_graph_run_rows(tcc, cs->vgraph[T]->g, s->pos, st->tokens, st->rows_out, &ran),
+                      "verify graph replay");
+        if (e) return e;
+        if (ran) {
+            memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
+            return TERN_OK;
+        }
+        cu_graph_free(tcc, cs->vgraph[T]); /* stale: record again */
+        cs->vgraph[T] = NULL;
+    }
+    if (cs->vstate[T] == 0) { /* the first of this T: op by op */
+        cs->vstate[T] = 1;
+        return plain(be, st);
+    }
+    cu_graph *cg = calloc(1, sizeof *cg);
+    if (!cg) return tern_fail(TERN_ERR_NOMEM, "out of memory");
+    if (s->m->hp.n_gdn_layers > 0 && !gdn_ptrs(c, st, cg)) {
+        e = tern_fail(TERN_ERR_INTERNAL, "CUDA: GDN state table for a verify graph");
+    } else {
+        e = cu_status(tc_graph_begin_rows(tcc, s->pos, st->tokens, T, V, &cg->g), "verify graph capture");
+        if (!e) {
+            c->recording = true;
+            c->exact = true;
+            e = cu_exec(be, st);
+            c->exact = false;
+            c->recording = false;
+            tern_status e2 = cu_status(tc_graph_end(tcc, cg->g, s->dlogits), "verify graph capture");
+            if (e2) cg->g = NULL;
+            if (!e) e = e2;
+        } else {
+            cg->g = NULL;
+        }
+    }
+    c->ptr_cur = NULL;
+    if (e) {
+        cu_graph_free(tcc, cg);
+        tern_log(TERN_LOG_WARN, "verify graphs of %d rows off for this session: %s", T, tern_last_error());
+        cs->vstate[T] = -1;
+        tern_clear_error();
+        return plain(be, st);
+    }
+    cs->vgraph[T] = cg;
+    e = cu_status(tc_graph_run_rows(tcc, cg->g, s->pos, st->tokens, st->rows_out, &ran), "verify graph replay");
+    if (e) return e;
+    if (ran) {
+        memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
+        return TERN_OK;
+    }
+    return plain(be, st);
+}
+
+/* Does the fused code take every mixer of this model in a verify step (cu_exec_exact)?
+ * The decode shapes of the GDN step and of the attention prologue; else the rows run as
+ * decode steps. */
+static bool exact_fused_ok(const tern_model *m) {
+    const tm_hparams *hp = &m->hp;
+    if (hp->n_gdn_layers && (hp->ssm_dk > 128 || hp->ssm_dv > 256)) return false;
+    const tm_plan *p = &m->plan;
+    for (int i = 0; i < p->n_ops; i++) {
+        const tm_plan_op *op = &p->ops[i];
+        if (op->kind == TM_OP_ATTENTION && (op->head_dim > 256 || op->rope_dims > op->head_dim || op->rope_dims % 2))
+            return false;
+    }
+    return true;
+}
+
+/* A verify step (tm_step.exact, one sequence, T rows): one pass over the weights whose
+ * rows come out bit-identical to T decode steps. The norms, quantisation, transforms and
+ * SwiGLU run over the T rows with the decode step's kernels (one CTA or cluster per row:
+ * the same arithmetic per row at any row count); the matmuls read each weight tile once
+ * for all rows with batch 1's float order (tc_matmul_multi_exact); the attention
+ * prologue + decode attention and the GDN step run row after row, position after
+ * position, with the decode step's kernels (cu_attn_core, cu_gdn_core). A model those
+ * fused kernels do not take, and the persistent decode kernel (cuda_persistent), run the
+ * rows as decode steps (exact, no faster). */
+static tern_status cu_exec_exact(tm_backend *be, const tm_step *st) {
+    tern_session *s = st->ss[0];
+    /* the persistent kernel's decode steps are its own arithmetic: rows as its steps */
+    if (st->T == 1 || ((cuda_backend *)be)->persistent || !exact_fused_ok(s->m)) {
+        const size_t V = (size_t)s->m->hp.n_vocab;
+        const int p0 = s->pos;
+        tern_status e = TERN_OK;
+        for (int r = 0; r < st->T && !e; r++) {
+            tm_step one = {.w = st->w, .ss = st->ss, .n_seq = 1, .T = 1, .R = 1, .tokens = st->tokens + r,
+                           .dec = true};
+            s->pos = p0 + r;
+            e = cu_run_step(be, &one);
+            if (!e && st->rows_out) memcpy(st->rows_out + (size_t)r * V, s->logits, V * sizeof(float));
+        }
+        s->pos = p0;
+        return e;
+    }
+    return exact_graph(be, st);
 }
 
 /* Single-token steps of a session (unless cuda_graphs is false): the first runs op by op,
@@ -843,6 +1016,8 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st) {
     tern_session *s = st->w;
     cu_sess *cs = s->be_state;
     bool took = false;
+    /* a verify step (before the persistent kernel, which writes no rows) */
+    if (ex1(st) && !st->hidden_out) return cu_exec_exact(be, st);
     if (c->persistent) { /* a single-token step of a model it runs: one launch (persist_step.c) */
         tern_status pe = tm_cuda_persist_step(tcc, &c->persist, CU_LAYOUT_T, st, &took);
         if (took) return pe;
@@ -908,6 +1083,8 @@ static const char *cu_device_name(const tm_backend *be) { return tc_device_name(
 static const tm_backend_vt g_cuda_vt = {
     .name = "cuda",
     .device_memory = true,
+    /* verify steps: one pass, each row a decode step's bits (cu_exec_exact) */
+    .caps = TM_CAP_EXACT_ROWS,
     .destroy = cu_destroy,
     .batch_hint = cu_batch_hint,
     .chunk_hint = cu_chunk_hint,
@@ -920,6 +1097,7 @@ static const tm_backend_vt g_cuda_vt = {
     .mem_available = cu_mem_available,
     .kv_types = 1u << TERN_KV_F32 | 1u << TERN_KV_F16 | 1u << TERN_KV_BF16 | 1u << TERN_KV_Q8_0, /* default f16 */
     .gdn_state_floats = cu_gdn_state_floats,
+    .gdn_state_plain = cu_gdn_state_plain,
     .session_init = cu_session_init,
     .session_release = cu_session_release,
     .prepare_matrix = cu_prepare_matrix,
@@ -968,6 +1146,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     c->device = dev;
     c->graphs = !(p && p->cuda_graphs_off);
     c->persistent = p && p->cuda_persistent;
+    c->gdn_bf16 = p && p->gdn_bf16;
     c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
                          .force = force};
     tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);

@@ -39,6 +39,16 @@ double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passe
     return g;
 }
 
+double tern_device_int8_tops(const char *device, int passes) {
+    if (!device || strncmp(device, "cuda", 4) || tc_device_count() < 1) return 0;
+    int dev = device[4] == ':' ? atoi(device + 5) : 0;
+    tc_ctx *tc = NULL;
+    if (tc_ctx_new(dev, &tc)) return 0;
+    double t = tc_int8_mma_tops(tc, passes);
+    tc_ctx_free(tc);
+    return t;
+}
+
 #else
 
 bool tm_backend_cuda_present(const char **what) {
@@ -50,6 +60,12 @@ const char *tm_backend_cuda_device(void) { return ""; }
 
 double tern_device_read_ceiling_gbps(const char *device, size_t bytes, int passes) {
     if (device && !strcmp(device, "cpu")) return tern_linear_pool_read_ceiling_gbps(bytes, passes);
+    return 0;
+}
+
+double tern_device_int8_tops(const char *device, int passes) {
+    (void)device;
+    (void)passes;
     return 0;
 }
 

@@ -176,6 +176,7 @@ void tern_gdn_with(const tern_gdn_args *a, tern_gdn_scan scan, tern_pool *pool) 
     tern_pool_run(small, gdn_conv_task, &c, nt);
     tern_pool_run(small, gdn_l2_task, &c, nt);
     tern_pool_run(pool, gdn_head_task, &c, a->n_v);
+    if (a->state_bf16) tern_gdn_state_round_bf16(a->state, a->pending, a->n_v, a->dk, a->dv);
 }
 
 void tern_gdn(const tern_gdn_args *a, tern_pool *pool) { tern_gdn_with(a, TERN_GDN_AUTO, pool); }

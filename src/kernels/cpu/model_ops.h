@@ -121,7 +121,64 @@ static inline float TK_FN(dot_)(const float *restrict x, const float *restrict y
  *   pass:   S <- pd*S + pk pdl^T (= S_true);  kv = S_true^T k;  sq = S_true^T q
  *   delta = (v - decay*kv) * beta;  o = decay*sq + (k.q) delta
  *   pending <- (decay, k, delta)
- * which is HF's S = S*g; delta = (v - S^T k) beta; S += k delta^T; o = S^T q. */
+ * which is HF's S = S*g; delta = (v - S^T k) beta; S += k delta^T; o = S^T q.
+ *
+ * Every column j of S (a value channel) evolves on its own: its pass needs pdl[j] and
+ * the token's scalars and k, q only. So the walk takes up to TK_GDN_WALK_T tokens at a
+ * time column block by column block (16 columns: dk x 64 bytes, in L1), and S is read
+ * and written once per group of tokens instead of once per token (a 64 KiB head state
+ * otherwise streams from L2/L3 for every token of a speculative verify). Each element
+ * still gets exactly the operations of a one-token call, in the same order (kv and sq
+ * summed over i = 0..dk-1), so any grouping gives the same bits as single steps. */
+#define TK_GDN_WALK_T 16
+
+/* The per-token tail: o -> out by the gated RMSNorm rmsnorm(o) * norm * silu(z). */
+static inline void TK_FN(gdn_gated_norm_)(const tern_gdn_args *a, int t, int p, const float *o) {
+    const int dv = a->dv, nv = a->n_v;
+    float ss = TK_FN(dot_)(o, o, dv);
+    const float inv = 1.0f / sqrtf(ss / (float)dv + a->eps);
+    const float *z = a->z + (size_t)t * nv * dv + (size_t)p * dv;
+    float *out = a->out + (size_t)t * nv * dv + (size_t)p * dv;
+    for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * TK_FN(silu_)(z[j]);
+}
+
+/* Columns [jb, jb + 16 nc) of S (nc a constant after inlining) over the group's nt tokens. */
+static inline __attribute__((always_inline)) void TK_FN(gdn_walk_cols_)(
+    const int nc, float *restrict S, float *restrict pdl, int dk, int dv, int jb, int nt,
+    const float *const *ks, const float *const *qs, const float *const *vs, const float *const *pks,
+    const float *pds, const float *dec, const float *bet, const float *kqs, float (*o)[512]) {
+    tk_v16 dl[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) dl[c] = tk_v16_load(pdl + jb + 16 * c);
+    for (int u = 0; u < nt; u++) {
+        const float *k = ks[u], *q = qs[u], *ai = pks[u];
+        const tk_v16 pdv = tk_v16_set1(pds[u]);
+        tk_v16 kvv[4], sqv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) kvv[c] = sqv[c] = tk_v16_set1(0.0f);
+        float *Si = S + jb;
+        for (int i = 0; i < dk; i++, Si += dv) {
+            const tk_v16 av = tk_v16_set1(ai[i]), kvi = tk_v16_set1(k[i]), qvi = tk_v16_set1(q[i]);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) {
+                tk_v16 sv = tk_v16_load(Si + 16 * c) * pdv + av * dl[c];
+                tk_v16_store(Si + 16 * c, sv);
+                kvv[c] = kvv[c] + sv * kvi;
+                sqv[c] = sqv[c] + sv * qvi;
+            }
+        }
+        const tk_v16 decv = tk_v16_set1(dec[u]), betv = tk_v16_set1(bet[u]), kqv = tk_v16_set1(kqs[u]);
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            const tk_v16 d = (tk_v16_load(vs[u] + jb + 16 * c) - decv * kvv[c]) * betv;
+            tk_v16_store(o[u] + jb + 16 * c, decv * sqv[c] + kqv * d);
+            dl[c] = d;
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++) tk_v16_store(pdl + jb + 16 * c, dl[c]);
+}
+
 void TK_FN(tern_gdn_head)(const tern_gdn_args *a, int conv_ch, int p) {
     const int dk = a->dk, dv = a->dv, C = conv_ch, nv = a->n_v, nk = a->n_k;
     const int r = nv / nk;
@@ -130,59 +187,58 @@ void TK_FN(tern_gdn_head)(const tern_gdn_args *a, int conv_ch, int p) {
     float *restrict pend = a->pending + (size_t)p * (1 + dk + dv);
     float *restrict pk = pend + 1, *restrict pdl = pend + 1 + dk;
     float kv[512] __attribute__((aligned(64))), sq[512] __attribute__((aligned(64)));
-    float o[512] __attribute__((aligned(64)));
-    for (int t = 0; t < a->rows; t++) {
-        const float *row = a->work + (size_t)t * C;
-        const float *q = row + (size_t)kh * dk;
-        const float *k = row + (size_t)nk * dk + (size_t)kh * dk;
-        const float *v = row + (size_t)2 * nk * dk + (size_t)p * dv;
-        float x = a->a[(size_t)t * nv + p] + a->dt_bias[p];
-        float sp = x > 20.0f ? x : log1pf(expf(x));
-        const float decay = expf(a->ssm_a[p] * sp);
-        const float beta = 1.0f / (1.0f + expf(-a->b[(size_t)t * nv + p]));
-        const float pd = pend[0];
-        for (int j = 0; j < dv; j++) kv[j] = sq[j] = 0;
+    float o[TK_GDN_WALK_T][512] __attribute__((aligned(64)));
+    for (int t0 = 0; t0 < a->rows; t0 += TK_GDN_WALK_T) {
+        const int nt = a->rows - t0 < TK_GDN_WALK_T ? a->rows - t0 : TK_GDN_WALK_T;
+        /* the tokens' scalars; token t's pending update is token t-1's (the stored one for
+         * the group's first) */
+        const float *qs[TK_GDN_WALK_T], *ks[TK_GDN_WALK_T], *vs[TK_GDN_WALK_T], *pks[TK_GDN_WALK_T];
+        float dec[TK_GDN_WALK_T], bet[TK_GDN_WALK_T], kqs[TK_GDN_WALK_T], pds[TK_GDN_WALK_T];
+        for (int u = 0; u < nt; u++) {
+            const int t = t0 + u;
+            const float *row = a->work + (size_t)t * C;
+            qs[u] = row + (size_t)kh * dk;
+            ks[u] = row + (size_t)nk * dk + (size_t)kh * dk;
+            vs[u] = row + (size_t)2 * nk * dk + (size_t)p * dv;
+            float x = a->a[(size_t)t * nv + p] + a->dt_bias[p];
+            float sp = x > 20.0f ? x : log1pf(expf(x));
+            dec[u] = expf(a->ssm_a[p] * sp);
+            bet[u] = 1.0f / (1.0f + expf(-a->b[(size_t)t * nv + p]));
+            kqs[u] = TK_FN(dot_)(ks[u], qs[u], dk);
+            pds[u] = u ? dec[u - 1] : pend[0];
+            pks[u] = u ? ks[u - 1] : pk;
+        }
         if (dv % 16 == 0) {
-            /* 16-wide vector extension (zmm / 2 ymm / 4 xmm per ISA build) */
-            const int nb = dv / 16;
-            const tk_v16 pdv = tk_v16_set1(pd);
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t)i * dv;
-                const tk_v16 ai = tk_v16_set1(pk[i]), ki = tk_v16_set1(k[i]),
-                             qi = tk_v16_set1(q[i]);
-                for (int jb = 0; jb < nb; jb++) {
-                    tk_v16 sv = tk_v16_load(Si + 16 * jb) * pdv + ai * tk_v16_load(pdl + 16 * jb);
-                    tk_v16_store(Si + 16 * jb, sv);
-                    tk_v16_store(kv + 16 * jb, tk_v16_load(kv + 16 * jb) + sv * ki);
-                    tk_v16_store(sq + 16 * jb, tk_v16_load(sq + 16 * jb) + sv * qi);
-                }
-            }
+            /* 16-wide vector extension (zmm / 2 ymm / 4 xmm per ISA build); 4 column blocks
+             * at a time where they fit, so 8 independent sums hide the add latency */
+            int jb = 0;
+            for (; jb + 64 <= dv; jb += 64) TK_FN(gdn_walk_cols_)(4, S, pdl, dk, dv, jb, nt, ks, qs, vs, pks, pds, dec, bet, kqs, o);
+            for (; jb < dv; jb += 16) TK_FN(gdn_walk_cols_)(1, S, pdl, dk, dv, jb, nt, ks, qs, vs, pks, pds, dec, bet, kqs, o);
         } else {
-            for (int i = 0; i < dk; i++) {
-                float *restrict Si = S + (size_t)i * dv;
-                const float ai = pk[i], ki = k[i], qi = q[i];
+            for (int u = 0; u < nt; u++) {
+                const float *k = ks[u], *q = qs[u], *ai = pks[u];
+                const float pd = pds[u], decay = dec[u], beta = bet[u], kq = kqs[u];
+                for (int j = 0; j < dv; j++) kv[j] = sq[j] = 0;
+                for (int i = 0; i < dk; i++) {
+                    float *restrict Si = S + (size_t)i * dv;
+                    const float aii = ai[i], ki = k[i], qi = q[i];
+                    for (int j = 0; j < dv; j++) {
+                        float sv = Si[j] * pd + aii * pdl[j];
+                        Si[j] = sv;
+                        kv[j] += sv * ki;
+                        sq[j] += sv * qi;
+                    }
+                }
                 for (int j = 0; j < dv; j++) {
-                    float sv = Si[j] * pd + ai * pdl[j];
-                    Si[j] = sv;
-                    kv[j] += sv * ki;
-                    sq[j] += sv * qi;
+                    float d = (vs[u][j] - decay * kv[j]) * beta;
+                    pdl[j] = d;
+                    o[u][j] = decay * sq[j] + kq * d;
                 }
             }
         }
-        const float kq = TK_FN(dot_)(k, q, dk);
-        for (int j = 0; j < dv; j++) {
-            float d = (v[j] - decay * kv[j]) * beta;
-            pdl[j] = d;
-            o[j] = decay * sq[j] + kq * d;
-        }
-        pend[0] = decay;
-        for (int i = 0; i < dk; i++) pk[i] = k[i];
-        /* gated RMSNorm: rmsnorm(o) * norm * silu(z) */
-        float ss = TK_FN(dot_)(o, o, dv);
-        const float inv = 1.0f / sqrtf(ss / (float)dv + a->eps);
-        const float *z = a->z + (size_t)t * nv * dv + (size_t)p * dv;
-        float *out = a->out + (size_t)t * nv * dv + (size_t)p * dv;
-        for (int j = 0; j < dv; j++) out[j] = o[j] * inv * a->norm[j] * TK_FN(silu_)(z[j]);
+        pend[0] = dec[nt - 1];
+        for (int i = 0; i < dk; i++) pk[i] = ks[nt - 1][i];
+        for (int u = 0; u < nt; u++) TK_FN(gdn_gated_norm_)(a, t0 + u, p, o[u]);
     }
 }
 

@@ -117,6 +117,14 @@ tc_act tc_act_view(void *buf, size_t batch, int64_t k); /* buf: device, tc_act_b
  * non-integer matrices only; may be NULL when every matrix is TERN128/TERN128R). */
 void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
                        float *const *y, const size_t *ys);
+/* The same products for the rows of a speculative verify: every row bit-identical to
+ * the call with that row alone (batch 1: the decode step's kernels and launch shapes),
+ * the tiled matrices' weights read once for up to 12 rows (tc_gemv_rows.cu), other
+ * kinds row by row. _q: the activation given (as tc_matmul_multi_q). */
+void tc_matmul_multi_exact(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                           float *const *y, const size_t *ys);
+void tc_matmul_multi_q_exact(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x, size_t xs,
+                             float *const *y, const size_t *ys);
 
 /* Load-time repack of a TC_TERN128 matrix (k % 128 == 0) into TC_TERN128T: 16-row
  * strips of 256-input tiles in the order the tensor-core GEMV's lanes load them
@@ -240,6 +248,8 @@ typedef struct tc_gdn_args {
     int rows, n_k, n_v, dk, dv, conv_k;
     int v_tiled;
     float eps;
+    int state_bf16; /* state holds n_v*dk*dv bf16 values (read once, updated in fp32,
+                       written once rounded to nearest even) at the same address */
 } tc_gdn_args;
 /* Conv + SiLU, L2 norms, delta rule (state [n_v][dk][dv], fully applied), gated norm.
  * Two launches (tc_gdn_scan.cu: conv + L2 parallel over tokens, then the walk split
@@ -289,6 +299,9 @@ typedef struct tc_gdn_step_args {
     tc_mat ab_w[2];
     const float *ab_x;
     size_t ab_x_stride;
+    /* each state[i] holds n_v*dk*dv bf16 values (the model parameter gdn_state): read
+     * once, updated in fp32 registers, written once rounded to nearest even */
+    int state_bf16;
 } tc_gdn_step_args;
 void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 
@@ -338,6 +351,16 @@ void tc_graphs_invalidate(tc_ctx *cx);
  * graph is stale (the caller captures again). */
 int tc_graph_run(tc_ctx *cx, tc_graph *g, int pos0, int32_t token, float *logits_host, int *ran);
 void tc_graph_free(tc_graph *g);
+/* A verify graph (issue 24): rows <= TC_GRAPH_ROWS rows of one sequence at positions
+ * pos0.., tokens and positions in the graph's words; tc_graph_end as above (it copies
+ * the rows x n_vocab logits). While capturing, tc_graph_row(r) points the kernels'
+ * position word at row r's (per-row kernels: the attention prologue and decode
+ * attention); outside a verify capture it does nothing. tc_graph_run_rows: replay at
+ * pos0 with these tokens, the rows' logits into logits_host ([rows][n_vocab]). */
+#define TC_GRAPH_ROWS 16
+int tc_graph_begin_rows(tc_ctx *cx, int pos0, const int32_t *tokens, int rows, size_t n_vocab, tc_graph **out);
+void tc_graph_row(tc_ctx *cx, int r);
+int tc_graph_run_rows(tc_ctx *cx, tc_graph *g, int pos0, const int32_t *tokens, float *logits_host, int *ran);
 
 /* ------------------------------------------------------------- profiling
  * Profiling (off by default; the model parameter cuda_profile turns it on): every
@@ -364,6 +387,9 @@ void tc_profile_enable(tc_ctx *cx, int on);  /* also resets the accumulated figu
 /* Device memory read bandwidth (GB/s): `bytes` read with 16-byte loads, best of
  * `passes` (timed with events). 0 on failure. */
 double tc_read_ceiling_gbps(tc_ctx *cx, size_t bytes, int passes);
+/* The int8 tensor-core rate (TOPS, wgmma chains on operands on chip; tc_gemm_wg.cu), best of
+ * passes; 0 without sm_90a. */
+double tc_int8_mma_tops(tc_ctx *cx, int passes);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,8 @@ struct tc_ctx {
     int *step_dev, *step_pin;    /* a graph's step words: [0] position, [1] token */
     const int *dyn_pos;          /* while capturing a step graph: the device words */
     const int32_t *dyn_ids;
+    int dyn_n;                   /* ids at dyn_ids (1 in a decode-step graph, R in a verify graph) */
+    int *rows_dev, *rows_pin;    /* a verify graph's words: [0, R) positions, [R, 2R) tokens */
     int pdl;                     /* programmatic dependent launch (tc_set_pdl) */
     tc_mm_caps mm;               /* the matmul chooser's caps (tc_mm_set_caps) */
     int ops_old, attn_old;       /* lab switches (tc_set_ops_old, tc_set_attn_old) */

@@ -34,6 +34,15 @@ void tc_gemv_tiled(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, siz
 void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                          const size_t *ys);
 
+/* The exact R-row GEMV of a speculative verify (tc_gemv_rows.cu): tc_gemv_tiled_multi's
+ * product for every batch row of act, each row bit-identical to the same call with that
+ * row alone (batch 1), the weights read once per 12 rows. tc_matmul_multi_exact uses it. */
+void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                        const size_t *ys);
+/* The KS (warps per strip) each matrix's launch takes at batch 1 in tc_gemv_tiled_multi
+ * (nm > 1) or tc_gemv_tiled (nm 1), with act's buffer (tc_gemv.cu). */
+void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks);
+
 /* Tensor-core GEMM for prefill and batched decode (tc_gemm_tc.cu; split-K when the
  * output tiles are too few to fill the SMs): y[t*ys + r] = W[r,:] . x_t for the
  * act->batch tokens of act, W a TC_TERN128 matrix (file layout, 2-byte aligned,
@@ -69,13 +78,10 @@ int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, in
 /* tc_gemm_wg with its loads chosen (A/B runs): lmode 0 = one 3D TMA per stage for the
  * activation and one for the weights (the default; where the driver refuses a 3D map the
  * launch takes the other way); TC_WG_ACT_2D: the activation as 16 2D boxes per stage;
- * TC_WG_W_BULK: the weights as 8 bulk copies per stage; TC_WG_OVERLAP: the stage's two
- * groups in two wgmma commit groups, overlapped as below. Same results bit for bit.
+ * TC_WG_W_BULK: the weights as 8 bulk copies per stage. Same results bit for bit.
  * tc_gemm_wg_lmode: the lmode a launch would take for lmode (or -1: refused). */
 #define TC_WG_ACT_2D 1
 #define TC_WG_W_BULK 2
-#define TC_WG_OVERLAP 4 /* TOK 16/32: group 0's rescale and the next stage's fragments overlap
-                           group 1's wgmmas (TOK 16: 1 CTA per SM, 119 registers) */
 int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode);
 int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 

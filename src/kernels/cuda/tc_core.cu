@@ -79,6 +79,8 @@ extern "C" void tc_ctx_free(tc_ctx *cx) {
     if (cx->pin_ids) cudaFreeHost(cx->pin_ids);
     if (cx->step_dev) cudaFree(cx->step_dev);
     if (cx->step_pin) cudaFreeHost(cx->step_pin);
+    if (cx->rows_dev) cudaFree(cx->rows_dev);
+    if (cx->rows_pin) cudaFreeHost(cx->rows_pin);
     if (cx->gdn_cnt) cudaFree(cx->gdn_cnt);
     if (cx->gemm_part) cudaFree(cx->gemm_part);
     if (cx->gemm_cnt) cudaFree(cx->gemm_cnt);
@@ -273,8 +275,9 @@ struct tc_graph {
     tc_ctx *cx;
     cudaGraphExec_t exec;
     unsigned ws_gen;
-    float *logits_pin;  /* [n_vocab] pinned */
+    float *logits_pin;  /* [n_vocab] pinned (a verify graph: rows x its vocabulary) */
     size_t n_vocab;
+    int rows;           /* 0: a decode-step graph; R: a verify graph (tc_graph_begin_rows) */
 };
 
 extern "C" void tc_graph_free(tc_graph *g) {
@@ -318,7 +321,80 @@ extern "C" int tc_graph_begin(tc_ctx *cx, int pos0, int32_t token, size_t n_voca
     tc_check_launch();
     cx->dyn_pos = cx->step_dev;
     cx->dyn_ids = cx->step_dev + 1;
+    cx->dyn_n = 1;
     *out = g;
+    return 0;
+}
+
+/* A verify graph: R rows of one sequence at positions pos0.., the step words [0, R) the
+ * positions and [R, 2R) the tokens, copied from pinned memory by the graph's first node;
+ * the per-row kernels read the position word of their row (tc_graph_row), embed the R
+ * token words; the last node copies R logits rows home. */
+extern "C" int tc_graph_begin_rows(tc_ctx *cx, int pos0, const int32_t *tokens, int rows, size_t n_vocab,
+                                   tc_graph **out) {
+    *out = NULL;
+    TC_CTX(cx);
+    if (rows < 1 || rows > TC_GRAPH_ROWS) return TC_ERR_UNSUPPORTED;
+    int e = 0;
+    if (!cx->rows_dev) {
+        if ((e = (int)cudaMalloc((void **)&cx->rows_dev, 2 * TC_GRAPH_ROWS * sizeof(int)))) return e;
+        if ((e = (int)cudaHostAlloc((void **)&cx->rows_pin, 2 * TC_GRAPH_ROWS * sizeof(int), cudaHostAllocDefault))) {
+            cudaFree(cx->rows_dev);
+            cx->rows_dev = NULL;
+            return e;
+        }
+    }
+    if ((e = tc_sync(cx))) return e;
+    tc_graph *g = (tc_graph *)calloc(1, sizeof *g);
+    if (!g) return (int)cudaErrorMemoryAllocation;
+    g->n_vocab = (size_t)rows * n_vocab;
+    g->rows = rows;
+    g->cx = cx;
+    if ((e = (int)cudaHostAlloc((void **)&g->logits_pin, g->n_vocab * sizeof(float), cudaHostAllocDefault))) {
+        free(g);
+        return e;
+    }
+    for (int r = 0; r < rows; r++) {
+        cx->rows_pin[r] = pos0 + r;
+        cx->rows_pin[rows + r] = tokens[r];
+    }
+    g->ws_gen = cx->ws_gen;
+    if ((e = (int)cudaStreamBeginCapture(tc_cur->stream, cudaStreamCaptureModeThreadLocal))) {
+        tc_graph_free(g);
+        return e;
+    }
+    cudaMemcpyAsync(cx->rows_dev, cx->rows_pin, 2 * (size_t)rows * sizeof(int), cudaMemcpyHostToDevice, cx->stream);
+    tc_check_launch();
+    cx->dyn_pos = cx->rows_dev;
+    cx->dyn_ids = cx->rows_dev + rows;
+    cx->dyn_n = rows;
+    *out = g;
+    return 0;
+}
+
+extern "C" void tc_graph_row(tc_ctx *cx, int r) {
+    if (cx->dyn_pos && cx->dyn_n > 1 && r >= 0 && r < cx->dyn_n) cx->dyn_pos = cx->rows_dev + r;
+}
+
+extern "C" int tc_graph_run_rows(tc_ctx *cx, tc_graph *g, int pos0, const int32_t *tokens, float *logits_host,
+                                 int *ran) {
+    *ran = 0;
+    TC_CTX(cx);
+    if (g->ws_gen != cx->ws_gen || !g->rows) return 0;
+    int e = tc_sync(cx);
+    if (e) return e;
+    for (int r = 0; r < g->rows; r++) {
+        cx->rows_pin[r] = pos0 + r;
+        cx->rows_pin[g->rows + r] = tokens[r];
+    }
+    e = (int)cudaGraphLaunch(g->exec, tc_cur->stream);
+    if (!e) e = (int)cudaStreamSynchronize(tc_cur->stream);
+    if (e) {
+        cudaGetLastError();
+        return e;
+    }
+    memcpy(logits_host, g->logits_pin, g->n_vocab * sizeof(float));
+    *ran = 1;
     return 0;
 }
 
@@ -329,6 +405,7 @@ extern "C" int tc_graph_end(tc_ctx *cx, tc_graph *g, const float *dlogits) {
     tc_check_launch();
     cx->dyn_pos = NULL;
     cx->dyn_ids = NULL;
+    cx->dyn_n = 0;
     cudaGraph_t graph = NULL;
     int e = (int)cudaStreamEndCapture(tc_cur->stream, &graph);
     int queued = cx->err; /* an error while queueing (e.g. a shape not supported) */

@@ -24,7 +24,7 @@ __global__ void k_embed(int kind, const uint8_t *__restrict__ emb, size_t rb, in
  * sync: nothing still reads the pinned ids). NULL on failure (error noted). */
 static const int32_t *embed_ids(const int32_t *ids_host, size_t n) {
     const int32_t *ids = tc_cur->dyn_ids;
-    if (ids && n == 1) return ids;
+    if (ids && n == (size_t)tc_cur->dyn_n) return ids;
     int32_t *dids = (int32_t *)tc_workspace(1, n * sizeof(int32_t));
     int32_t *pin = tc_pinned_ids(n);
     if (!dids || !pin) return NULL;

@@ -50,6 +50,7 @@
  * with tc_pdl_trigger(); tc_pdl_wait().
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gdn_state.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -235,17 +236,19 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
             }
     }
 
-    /* this thread's rows of state column j0 + jc */
+    /* this thread's rows of state column j0 + jc (fp32 or bf16 storage) */
+    const bool bf = a.state_bf16;
+    const size_t rs = (size_t)dv * gdn_ses(bf);
     float S[RPT];
     {
-        const float *Sg = a.state + (size_t)p * dk * dv + j0 + (act ? jc : 0);
+        const uint8_t *Sg = (const uint8_t *)a.state + ((size_t)p * dk * dv + j0 + (act ? jc : 0)) * gdn_ses(bf);
         asm volatile("" : "+l"(Sg)); /* opaque: one base, not an address per element */
 #pragma unroll
         for (int m = 0; m < RPT / 4; m++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int row = 4 * (sub + L * m) + e;
-                S[4 * m + e] = act && row < dk ? Sg[(size_t)row * dv] : 0.0f;
+                S[4 * m + e] = act && row < dk ? gdn_ldb(Sg + row * rs, bf) : 0.0f;
             }
     }
     for (int e = tid; e < 4 * GS_TS * KP + 2 * GS_TS * CPC; e += nth) gs_sm[e] = 0.0f;
@@ -375,14 +378,14 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
     }
     if (cs > 1) cg::this_cluster().sync(); /* no CTA leaves while another reads its ssq */
     if (act) {
-        float *Sw = a.state + (size_t)p * dk * dv + j0 + jc;
+        uint8_t *Sw = (uint8_t *)a.state + ((size_t)p * dk * dv + j0 + jc) * gdn_ses(bf);
         asm volatile("" : "+l"(Sw));
 #pragma unroll
         for (int m = 0; m < RPT / 4; m++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int row = 4 * (sub + L * m) + e;
-                if (row < dk) Sw[(size_t)row * dv] = S[4 * m + e];
+                if (row < dk) gdn_stb(Sw + row * rs, S[4 * m + e], bf);
             }
     }
 }

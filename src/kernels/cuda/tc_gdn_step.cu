@@ -4,6 +4,7 @@
  * two (k_gdn_step_conv + k_gdn_step_rec).
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gdn_state.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -128,8 +129,9 @@ __device__ __forceinline__ void gdn_step_out(const tc_gdn_step_args &a, int g, i
     }
 }
 
-/* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p. */
-template <int KMAX, bool XF>
+/* CTA (output slot g, session i); thread j owns state column S[:, j] of value head p.
+ * BF: the state stored in bf16 (a.state_bf16). */
+template <int KMAX, bool XF, bool BF>
 __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C) {
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -144,11 +146,14 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
         sq_[e] = row[(size_t)kh * dk + e];
         sk[e] = row[(size_t)nk * dk + (size_t)kh * dk + e];
     }
-    float *Sj = a.state[i] + (size_t)p * dk * dv + j; /* this thread's column: Sj[e * dv] */
+    constexpr bool bf = BF;
+    const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
+    /* this thread's column: element e at Sj + e * rs */
+    uint8_t *Sj = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + j) * gdn_ses(bf);
     asm volatile("" : "+l"(Sj)); /* opaque: else ptxas keeps every element's address live (spills) */
     float S[KMAX];
 #pragma unroll
-    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? Sj[(size_t)e * dv] : 0.0f;
+    for (int e = 0; e < KMAX; e++) S[e] = act && e < dk ? gdn_ldb(Sj + e * rs, bf) : 0.0f;
     __syncthreads();
     const float x = a.a[(size_t)i * a.ab_stride + p] + a.dt_bias[p];
     const float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -173,7 +178,7 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
     if (act) {
 #pragma unroll
         for (int e = 0; e < KMAX; e++)
-            if (e < dk) Sj[(size_t)e * dv] = S[e];
+            if (e < dk) gdn_stb(Sj + e * rs, S[e], bf);
     }
     float ss = tc_warp_sum(o * o);
     if ((j & 31) == 0) red[j >> 5] = ss;
@@ -192,8 +197,13 @@ __global__ void __launch_bounds__(256) k_gdn_step_rec(tc_gdn_step_args a, int C)
 template <int KMAX>
 static void launch_rec(const tc_gdn_step_args *a, int C, int cs) {
     const dim3 grid((unsigned)a->n_v, (unsigned)a->n), block((unsigned)((a->dv + 31) / 32 * 32));
-    if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true>, grid, block, 0, (unsigned)cs, *a, C);
-    else tc_launch(k_gdn_step_rec<KMAX, false>, grid, block, 0, 1, *a, C);
+    if (a->state_bf16) {
+        if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true, true>, grid, block, 0, (unsigned)cs, *a, C);
+        else tc_launch(k_gdn_step_rec<KMAX, false, true>, grid, block, 0, 1, *a, C);
+    } else {
+        if (cs > 0) tc_launch(k_gdn_step_rec<KMAX, true, false>, grid, block, 0, (unsigned)cs, *a, C);
+        else tc_launch(k_gdn_step_rec<KMAX, false, false>, grid, block, 0, 1, *a, C);
+    }
 }
 
 /* ------------------------------------------------ GDN decode step, one kernel
@@ -288,7 +298,7 @@ __device__ __forceinline__ float gdn_dot(const uint8_t *w, int kind, const float
  * (k floats), then row p of ab_w[0] and of ab_w[1] (k elements each), copied with
  * cp.async right after the state loads (registers stay free for the state); each
  * thread sums j = t, t+128, ..., then the warps as for the norms. */
-template <int KMAX, bool XF, bool AB>
+template <int KMAX, bool XF, bool AB, bool BF>
 __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gdn_step_args a, int C,
                                                            int *__restrict__ cnt) {
     tc_pdl_trigger();
@@ -308,13 +318,14 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     const bool colok = 4 * cg < dv, tq = t < dk, tv = t < dv;
 
     /* the state block first (the longest wait): S[e] = row rg*RPT + e, columns 4cg.. */
-    float *Sb = a.state[i] + (size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg;
+    constexpr bool bf = BF; /* bf16 storage (a.state_bf16): 8-byte loads of 4 columns */
+    const size_t rs = (size_t)dv * gdn_ses(bf); /* bytes between rows */
+    uint8_t *Sb = (uint8_t *)a.state[i] + ((size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * cg) * gdn_ses(bf);
     asm volatile("" : "+l"(Sb)); /* opaque: one base address, not RPT live ones */
     float4 S[RPT];
 #pragma unroll
     for (int e = 0; e < RPT; e++)
-        S[e] = colok && rg * RPT + e < dk ? *(const float4 *)(Sb + (size_t)e * dv)
-                                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        S[e] = colok && rg * RPT + e < dk ? gdn_ld4b(Sb + e * rs, bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     /* AB: x and the two weight rows to shared memory, asynchronously */
     const int kab = AB ? (int)a.ab_w[0].k : 0, kind = a.ab_w[0].kind;
     const int es = kind == TC_F32 ? 4 : 2;
@@ -453,7 +464,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         float *s4 = &S[e].x;
 #pragma unroll
         for (int c = 0; c < 4; c++) s4[c] = fmaf(kk, d[c], s4[c]);
-        if (colok && rg * RPT + e < dk) *(float4 *)(Sb + (size_t)e * dv) = S[e];
+        if (colok && rg * RPT + e < dk) gdn_st4b(Sb + e * rs, S[e], bf);
     }
 
     /* gated RMSNorm over the dv columns (thread t = column t) */
@@ -491,15 +502,20 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
 
 #define GDN_AB_SMEM (96 * 1024) /* the AB kernels' dynamic shared memory limit */
 
-template <int KMAX, bool XF, bool AB>
-static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+template <int KMAX, bool XF, bool AB, bool BF>
+static void launch_fused4(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
     if (AB) {
-        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB>, GDN_AB_SMEM))
-            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB, BF>, GDN_AB_SMEM))
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  GDN_AB_SMEM);
     }
-    tc_launch(k_gdn_step_fused<KMAX, XF, AB>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
+    tc_launch(k_gdn_step_fused<KMAX, XF, AB, BF>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
               smem, cs, *a, C, tc_cur->gdn_cnt);
+}
+template <int KMAX, bool XF, bool AB>
+static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+    if (a->state_bf16) launch_fused4<KMAX, XF, AB, true>(a, C, cs, smem);
+    else launch_fused4<KMAX, XF, AB, false>(a, C, cs, smem);
 }
 
 /* cs > 0: the output transform in the kernel (cluster of cs CTAs when > 1); ab: the

@@ -5,6 +5,7 @@
  * the fp32 delta rule with the state column of each thread in registers, gated RMSNorm.
  */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/cuda/gdn_state.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -58,7 +59,7 @@ __global__ void k_gdn_l2(float *__restrict__ work, int C, int T, int nk, int dk)
  * registers; dv <= 256 threads) over the chunk's rows:
  *   S *= decay; kv = S^T k; d = (v - kv)*beta; S += k d^T; o = S^T q
  *   (o = sq + (k.q) d with sq = (decayed S)^T q), out = rmsnorm(o)*norm*silu(z). */
-template <int KMAX>
+template <int KMAX, bool BF>
 __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     tc_pdl_trigger();
     tc_pdl_wait();
@@ -69,9 +70,11 @@ __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     const int kh = a.v_tiled ? p % nk : p / r;
     const bool act = j < dv;
     float S[KMAX];
-    float *Sg = a.state + (size_t)p * dk * dv;
+    constexpr bool bf = BF; /* the state stored in bf16 (a.state_bf16) */
+    const size_t rs = (size_t)dv * gdn_ses(bf);
+    uint8_t *Sg = (uint8_t *)a.state + ((size_t)p * dk * dv + (act ? j : 0)) * gdn_ses(bf);
 #pragma unroll
-    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? Sg[(size_t)i * dv + j] : 0.0f;
+    for (int i = 0; i < KMAX; i++) S[i] = act && i < dk ? gdn_ldb(Sg + i * rs, bf) : 0.0f;
     const int nw = (blockDim.x + 31) >> 5;
     for (int t = 0; t < a.rows; t++) {
         const float *row = a.work + (size_t)t * C;
@@ -116,14 +119,15 @@ __global__ void __launch_bounds__(256) k_gdn_rec(tc_gdn_args a, int C) {
     }
 #pragma unroll
     for (int i = 0; i < KMAX; i++)
-        if (act && i < dk) Sg[(size_t)i * dv + j] = S[i];
+        if (act && i < dk) gdn_stb(Sg + i * rs, S[i], bf);
 }
 
 template <int KMAX>
 static void gdn_rec(const tc_gdn_args *a, int C) {
     int threads = (a->dv + 31) / 32 * 32;
     size_t smem = (2 * KMAX + 32) * sizeof(float);
-    tc_launch(k_gdn_rec<KMAX>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
+    if (a->state_bf16) tc_launch(k_gdn_rec<KMAX, true>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
+    else tc_launch(k_gdn_rec<KMAX, false>, dim3((unsigned)a->n_v), dim3((unsigned)threads), smem, 1, *a, C);
 }
 
 extern "C" void tc_gdn(tc_ctx *cx, const tc_gdn_args *a) {

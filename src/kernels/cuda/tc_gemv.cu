@@ -592,3 +592,27 @@ extern "C" void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, 
                         act->corr + b0 * (size_t)(K / 32), nb);
     }
 }
+
+/* The KS (warps splitting a strip's tiles) of each matrix's launch at batch 1, exactly as
+ * tc_gemv_tiled_multi (nm > 1) or tc_gemv_tiled (nm 1) would launch it with a one-row
+ * activation of the same buffer: a row's float sum is fixed by KS alone (the warps' tile
+ * ranges and their order in the reduction), so tc_gemv_tiled_rows (tc_gemv_rows.cu)
+ * launched with these KS gives every row the bits of a batch of one. */
+extern "C" void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks) {
+    TC_CTX(cx);
+    const int64_t K = act->k, kt = tct_ktiles(K);
+    tc_mm_choice c = {};
+    tc_mm_tiled_build(K, 1, &c);
+    const size_t smem = tc_mm_stage_bytes(1, K);
+    const bool al = tct_aligned(act->q, act->sx, act->corr);
+    int64_t strips = 0;
+    for (int i = 0; i < nm; i++) strips += tct_strips(w[i]->n);
+    if (nm > 1 && strips <= INT32_MAX / 2 && c.stage && al) {
+        const int k1 = tct_pick<0, 4, 2, 1>(strips, kt, smem).ks;
+        for (int i = 0; i < nm; i++) ks[i] = k1;
+        return;
+    }
+    for (int i = 0; i < nm; i++)
+        ks[i] = c.stage && al ? tct_pick<0, 4, 2, 0>(tct_strips(w[i]->n), kt, smem).ks
+                              : tct_pick<0, 4, 0, 0>(tct_strips(w[i]->n), kt, 0).ks;
+}

@@ -10,6 +10,7 @@
 #include "kernels/cuda/internal.cuh"
 #include "kernels/cuda/gemv_tiled.h"
 #include "kernels/cuda/mm_choose.h"
+#include "kernels/cuda/lab.h"
 
 /* One matrix of a call, the family c (tc_mm_choose) with its fallbacks: a GEMM the
  * tensor-core kernel refuses runs the GEMV (tiled: in chunks of 8; file layout:
@@ -118,4 +119,87 @@ extern "C" void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_
             return;
         }
     products(nm, w, act, x, act->batch, xs, y, ys);
+}
+
+/* ------------------------------------------------ exact rows (a speculative verify)
+ * Each matrix as the call at batch 1 would run it (its family chosen for one row): the
+ * tiled matrices of the decode's one grid through tc_gemv_tiled_rows (the weights read
+ * once, each row with batch 1's bits), every other matrix row by row through the batch-1
+ * kernel itself. */
+static tc_act act_row(const tc_act *a, size_t r) {
+    tc_act o = {a->q + r * (size_t)a->k * 2, a->sx + r * (size_t)(a->k / 128), a->corr + r * (size_t)(a->k / 32),
+                a->k, 1};
+    return o;
+}
+
+static void products_exact(int nm, const tc_mat *w, const tc_act *act, const float *x, size_t batch, size_t xs,
+                           float *const *y, const size_t *ys) {
+    TC_PROF(TC_FAM_MATMUL);
+    const tc_mm_caps caps = tc_mm_caps_now();
+    tc_mm_choice c[8];
+    bool done[8] = {false};
+    const tc_mat *tw[TSK_MAXM];
+    float *ty[TSK_MAXM];
+    size_t tys[TSK_MAXM];
+    int nt = 0;
+    for (int i = 0; i < nm; i++) {
+        c[i] = tc_mm_choose(w[i].kind, w[i].n, w[i].k, 1, &caps);
+        if (c[i].family == TC_MM_TILED_MULTI && act && nt < TSK_MAXM) {
+            tw[nt] = &w[i];
+            ty[nt] = y[i];
+            tys[nt] = ys[i];
+            done[i] = true;
+            nt++;
+        }
+    }
+    if (nt) tc_gemv_tiled_rows(tc_cur, nt, tw, act, ty, tys);
+    for (int i = 0; i < nm; i++)
+        if (!done[i])
+            for (size_t r = 0; r < batch; r++) {
+                tc_act ar;
+                if (act) ar = act_row(act, r);
+                products_one(&w[i], c[i], act ? &ar : NULL, x ? x + r * xs : NULL, 1, xs, y[i] + r * ys[i], ys[i]);
+            }
+}
+
+extern "C" void tc_matmul_multi_exact(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
+                                      float *const *y, const size_t *ys) {
+    TC_CTX(cx);
+    if (!batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    const int64_t K = w[0].k;
+    const tc_mm_caps caps = tc_mm_caps_now();
+    bool any_int = false;
+    for (int i = 0; i < nm; i++) {
+        const int f = tc_mm_choose(w[i].kind, w[i].n, w[i].k, 1, &caps).family;
+        any_int |= f != TC_MM_GENERIC && f != TC_MM_GENERIC_SK && f != TC_MM_NONE;
+    }
+    tc_act act;
+    if (any_int) { /* the quantiser is per row: the rows of batch 1 */
+        TC_PROF(TC_FAM_ACTQ);
+        void *ws = tc_workspace(0, tc_act_bytes(batch, K));
+        if (!ws) return;
+        act = tc_act_view(ws, batch, K);
+        tc_quantize_rows(x, xs, &act);
+    }
+    products_exact(nm, w, any_int ? &act : NULL, x, batch, xs, y, ys);
+}
+
+extern "C" void tc_matmul_multi_q_exact(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, const float *x,
+                                        size_t xs, float *const *y, const size_t *ys) {
+    TC_CTX(cx);
+    if (!act || !act->batch || nm <= 0) return;
+    if (nm > 8) {
+        tc_note(TC_ERR_UNSUPPORTED);
+        return;
+    }
+    for (int i = 0; i < nm; i++)
+        if (w[i].k != act->k) {
+            tc_note(TC_ERR_UNSUPPORTED);
+            return;
+        }
+    products_exact(nm, w, act, x, act->batch, xs, y, ys);
 }
