@@ -347,10 +347,10 @@ int tern_bench_model(int argc, char **argv) {
                 tc_profile_text(tc, prof, sizeof prof);
                 tc_profile_enable(tc, 0);
             }
-            if (pk) { /* and the same steps without the weights' L2 prefetch (an A/B in one run) */
+            if (pk) { /* and the same steps with the weights' L2 prefetch (an A/B in one run) */
                 int w = tc_persist_profile_text(pk, prof, sizeof prof);
                 tc_persist_profile(pk, 1);
-                tc_persist_set_prefetch(pk, 0);
+                tc_persist_set_prefetch(pk, 128 * 1024);
                 for (int i = 0; i < steps && !st; i++) {
                     st = tern_session_eval(ps, &pt, 1, NULL);
                     pt = (int32_t)cli_argmax(tern_session_logits(ps), V);

@@ -162,7 +162,7 @@ int tc_persist_profile(struct tc_persist *ps, int on);
  * the busy share); snprintf rules. */
 int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 /* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
- * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
+ * < 0: the default, off). For A/B runs (tern bench model --persistent --profile). */
 void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
 /* 1: the ring variant (a loader warp streams the matmul tiles into shared memory across
  * stages; tc_persist_mm.cuh), where it fits; 0 (the default): tiles in registers. */

@@ -209,19 +209,28 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
 
 /* ------------------------------------------------------------ attention */
 
+#define TP_APOS 8 /* positions a warp loads before it scores them */
+#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
+
 /* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
  * angles' cos and sin from the step's table rt) */
 __device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, const float *rt,
                              float *dst) {
     const int lane = threadIdx.x & 31;
-    float ss = 0;
-    for (int j = lane; j < hd; j += 32) {
-        const float v = __ldcg(src + j);
-        ss += v * v;
+    float v[TP_EPL], ss = 0; /* lane's inputs lane + 32 e: read once */
+#pragma unroll
+    for (int e = 0; e < TP_EPL; e++) {
+        const int j = lane + 32 * e;
+        v[e] = j < hd ? __ldcg(src + j) : 0.0f;
+        ss += v[e] * v[e];
     }
     ss = tc_warp_sum(ss);
     const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
-    for (int j = lane; j < hd; j += 32) dst[j] = __ldcg(src + j) * inv * gain[j];
+#pragma unroll
+    for (int e = 0; e < TP_EPL; e++) {
+        const int j = lane + 32 * e;
+        if (j < hd) dst[j] = v[e] * inv * gain[j];
+    }
     __syncwarp();
     const int half = rot / 2;
     for (int i = lane; i < half; i += 32) {
@@ -240,25 +249,33 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-#define TP_APOS 8 /* positions a warp loads before it scores them */
-#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
+
+/* 4 consecutive cache entries as floats, one vector load (the non-coherent path: the
+ * positions read this way were written by earlier launches) */
+__device__ __forceinline__ float4 tp_kv4(const float *p) { return __ldg((const float4 *)p); }
+__device__ __forceinline__ float4 tp_kv4(const __half *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 tp_kv4(const __nv_bfloat16 *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
 
 /* the cached positions p0, p0 + TP_WARPS, .. (TP_APOS of them, those < pos; the rest
- * zero) of kv head kh: they do not depend on this step */
+ * zero) of kv head kh, lane l holding dims 4l .. 4l+3: they do not depend on this step */
 template <typename KV>
 __device__ __forceinline__ void tp_attn_load(const KV *kc, const KV *vc, int p0, int pos, size_t kvw, int kh, int HD,
-                                             int lane, float (&kv)[TP_APOS][TP_EPL], float (&vv)[TP_APOS][TP_EPL]) {
+                                             int lane, float4 (&kv)[TP_APOS], float4 (&vv)[TP_APOS]) {
 #pragma unroll
     for (int u = 0; u < TP_APOS; u++) {
         const int p = p0 + u * TP_WARPS;
-        const size_t base = att_kv_index(p, kvw, kh, HD);
-#pragma unroll
-        for (int e = 0; e < TP_EPL; e++) {
-            const int j = lane + 32 * e;
-            const bool in = j < HD && p < pos;
-            kv[u][e] = in ? att_f(kc[base + j]) : 0.0f;
-            vv[u][e] = in ? att_f(vc[base + j]) : 0.0f;
-        }
+        const size_t base = att_kv_index(p, kvw, kh, HD) + 4 * lane;
+        const bool in = 4 * lane < HD && p < pos;
+        kv[u] = in ? tp_kv4(kc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        vv[u] = in ? tp_kv4(vc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -273,12 +290,13 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     const size_t qw = (size_t)NH * HD, kvw = (size_t)NKV * HD;
     KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
     KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
-    float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
+    float4 kv[TP_APOS], vv[TP_APOS];
     tp_attn_load(kc, vc, warp, pos, kvw, kh, HD, lane, kv, vv);
     if (!tp_wait(a, t.stage, st.dep, flag)) return false;
     if (pr && tid == 0) pr[1] = tp_now();
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
-    float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
+    const float scale = st.scale;
+    float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD; /* 16-byte aligned: HD % 32 == 0 */
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
     const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
     if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
@@ -294,13 +312,9 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
             att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
         }
-    float q[TP_EPL], acc[TP_EPL];
-#pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
-        const int j = lane + 32 * e;
-        q[e] = j < HD ? sq[j] : 0.0f;
-        acc[e] = 0.0f;
-    }
+    const bool act = 4 * lane < HD; /* lane l: dims 4l .. 4l+3 */
+    const float4 q = act ? *(const float4 *)(sq + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float m = -INFINITY, l = 0.0f;
     /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
      * the products (the same order as one at a time: the same result); the current
@@ -308,27 +322,23 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
         if (p0 != warp) tp_attn_load(kc, vc, p0, pos, kvw, kh, HD, lane, kv, vv);
 #pragma unroll
-        for (int u = 0; u < TP_APOS; u++) {
-            if (p0 + u * TP_WARPS == pos) /* uniform across the warp */
-#pragma unroll
-                for (int e = 0; e < TP_EPL; e++) {
-                    const int j = lane + 32 * e;
-                    kv[u][e] = j < HD ? sk[j] : 0.0f;
-                    vv[u][e] = j < HD ? sv[j] : 0.0f;
-                }
-        }
+        for (int u = 0; u < TP_APOS; u++)
+            if (p0 + u * TP_WARPS == pos && act) { /* the position's k, v from shared memory */
+                kv[u] = *(const float4 *)(sk + 4 * lane);
+                vv[u] = *(const float4 *)(sv + 4 * lane);
+            }
 #pragma unroll
         for (int u = 0; u < TP_APOS; u++) {
             if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
-            float d = 0;
-#pragma unroll
-            for (int e = 0; e < TP_EPL; e++) d += q[e] * kv[u][e];
-            d = tc_warp_sum(d) * st.scale;
+            float d = q.x * kv[u].x + q.y * kv[u].y + q.z * kv[u].z + q.w * kv[u].w;
+            d = tc_warp_sum(d) * scale;
             const float mn = fmaxf(m, d);
             const float corr = expf(m - mn), pe = expf(d - mn);
             l = l * corr + pe;
-#pragma unroll
-            for (int e = 0; e < TP_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
+            acc.x = acc.x * corr + pe * vv[u].x;
+            acc.y = acc.y * corr + pe * vv[u].y;
+            acc.z = acc.z * corr + pe * vv[u].z;
+            acc.w = acc.w * corr + pe * vv[u].w;
             m = mn;
         }
     }
@@ -336,11 +346,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         wm[warp] = m;
         wl[warp] = l;
     }
-#pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
-        const int j = lane + 32 * e;
-        if (j < HD) wacc[warp * HD + j] = acc[e];
-    }
+    if (act) *(float4 *)(wacc + warp * HD + 4 * lane) = acc;
     tp_sync();
     float *out = a.scratch + a.buf_off[TP_BUF_ATT] + (size_t)h * HD;
     for (int j = tid; j < HD; j += TP_THREADS) {
@@ -460,7 +466,9 @@ static int tp_family(const tp_stage *s) {
     }
 }
 
-#define TP_PREFETCH_DEFAULT (128 * 1024) /* bytes per matrix of a matmul task (132 x 2 x this < L2) */
+/* bytes per matrix of a matmul task asked into L2 before its wait: off (on the 8B, 128 KiB
+ * made the step 3.73 ms, off 3.09: H200, 2026-12-04, docs/persistent.md) */
+#define TP_PREFETCH_DEFAULT 0
 
 struct tc_persist {
     tc_ctx *cx;
