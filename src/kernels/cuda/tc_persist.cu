@@ -39,7 +39,8 @@ struct tp_args {
     size_t k_row, v_row;
     long long budget;   /* clock64 cycles a wait may spin */
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
-    unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
+    unsigned long long *prof; /* NULL, or per task slot TP_PS stamps (ns): wait start, run start,
+                               * input done, products done, end (signalled) */
     long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
     int ring_slots;     /* the ring variant: R, and the ring's byte offset in shared memory */
     size_t ring_off;
@@ -51,6 +52,8 @@ __device__ __forceinline__ unsigned long long tp_now(void) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+
+#define TP_PS 5 /* profile stamps a task */
 
 /* ------------------------------------------------------------ synchronisation */
 
@@ -307,6 +310,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     if (warp == 2)
         for (int j = lane; j < HD; j += 32) sv[j] = tp_round(__ldcg(qkv + qw + kvw + (size_t)kh * HD + j), (const KV *)0);
     tp_sync();
+    if (pr && tid == 0) pr[2] = tp_now();
     if (h % grp == 0) /* the group's first query head stores the position's k and v */
         for (int j = tid; j < HD; j += TP_THREADS) {
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
@@ -342,6 +346,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             m = mn;
         }
     }
+    if (pr && tid == 0) pr[3] = tp_now(); /* (warp 0's positions) */
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
@@ -399,24 +404,24 @@ __global__ void __launch_bounds__(TP_THREADS + (RING ? 32 : 0), 1) k_persist(con
     for (int i = a.cta_off[c]; i < a.cta_off[c + 1]; i++) {
         const tp_task t = a.tasks[i];
         const tp_stage &st = a.stages[t.stage];
-        unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
+        unsigned long long *pr = a.prof ? a.prof + TP_PS * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
         if (st.kind == TP_MATMUL) { /* the matmul task waits inside */
             if (!tp_mm<RING>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
             tp_signal(a, t.stage);
-            if (pr && threadIdx.x == 0) pr[2] = tp_now();
+            if (pr && threadIdx.x == 0) pr[4] = tp_now();
             nbase += (uint32_t)((t.b - t.a) * (st.out_mode == TP_OUT_SWIGLU ? 2 : 1) * st.kt[0]);
             continue;
         }
         if (st.kind == TP_ATTN) { /* so does attention (its cached positions first) */
             if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) break;
             tp_signal(a, t.stage);
-            if (pr && threadIdx.x == 0) pr[2] = tp_now();
+            if (pr && threadIdx.x == 0) pr[4] = tp_now();
             continue;
         }
         tp_prefetch(st, t.a, t.b, a.prefetch);
         if (!tp_wait(a, t.stage, st.dep, &flag)) break;
-        if (pr && threadIdx.x == 0) pr[1] = tp_now();
+        if (pr && threadIdx.x == 0) pr[1] = pr[2] = pr[3] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
         default: { /* TP_ARGMAX over the head's partial slots */
@@ -439,7 +444,7 @@ __global__ void __launch_bounds__(TP_THREADS + (RING ? 32 : 0), 1) k_persist(con
         }
         }
         tp_signal(a, t.stage);
-        if (pr && threadIdx.x == 0) pr[2] = tp_now();
+        if (pr && threadIdx.x == 0) pr[4] = tp_now();
     }
     if (RING && threadIdx.x == 0) *(volatile int *)&quit = 1; /* (after the last task: nothing left to load) */
 }
@@ -493,7 +498,7 @@ struct tc_persist {
     unsigned long long *prof, *prof_host;
     size_t prof_b;
     tp_stage *st_host;   /* the stages (families, task slots) */
-    double fam_wait[TP_FAMS], fam_run[TP_FAMS], span, work;
+    double fam_wait[TP_FAMS], fam_run[TP_FAMS], fam_in[TP_FAMS], fam_prod[TP_FAMS], span, work;
     long long fam_tasks[TP_FAMS], steps;
 };
 
@@ -593,7 +598,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     ps->words = (unsigned *)tc_malloc(cx, ps->words_b);
     ps->st_host = (tp_stage *)malloc(ps->n_stages_b);
     if (ps->st_host) memcpy(ps->st_host, p->stages, ps->n_stages_b);
-    ps->prof_b = (size_t)p->n_tasks * 3 * sizeof(unsigned long long);
+    ps->prof_b = (size_t)p->n_tasks * TP_PS * sizeof(unsigned long long);
     if (!ps->stages || !ps->tasks || !ps->cta_off || !ps->scratch || !ps->part_f || !ps->part_i || !ps->words ||
         !ps->st_host) {
         tc_persist_free(ps);
@@ -701,11 +706,13 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
             const tp_stage *st = &ps->st_host[s];
             const int f = tp_family(st);
             for (int i = 0; i < st->n_tasks; i++) {
-                const unsigned long long *r = ps->prof_host + 3 * (size_t)(st->task0 + i);
+                const unsigned long long *r = ps->prof_host + TP_PS * (size_t)(st->task0 + i);
                 if (r[0] < t0) t0 = r[0];
-                if (r[2] > t1) t1 = r[2];
+                if (r[4] > t1) t1 = r[4];
                 ps->fam_wait[f] += (double)(r[1] - r[0]);
-                ps->fam_run[f] += (double)(r[2] - r[1]);
+                ps->fam_run[f] += (double)(r[4] - r[1]);
+                ps->fam_in[f] += (double)(r[2] - r[1]);
+                ps->fam_prod[f] += (double)(r[3] - r[2]);
                 ps->fam_tasks[f]++;
             }
         }
@@ -719,6 +726,8 @@ extern "C" int tc_persist_profile(tc_persist *ps, int on) {
     if (!ps) return -1;
     memset(ps->fam_wait, 0, sizeof ps->fam_wait);
     memset(ps->fam_run, 0, sizeof ps->fam_run);
+    memset(ps->fam_in, 0, sizeof ps->fam_in);
+    memset(ps->fam_prod, 0, sizeof ps->fam_prod);
     memset(ps->fam_tasks, 0, sizeof ps->fam_tasks);
     ps->span = 0;
     ps->steps = 0;
@@ -738,17 +747,21 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
     size_t o = 0;
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
-                     "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3,
-                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "tiles via the loader warp's ring (lab)" : "tiles in registers", "family",
-                     "tasks", "run us/step", "wait us/step", "run %");
+                     "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s  %s\n",
+                     ps->span / steps / 1e3, ps->steps, ps->n_cta, ps->prefetch / 1024,
+                     ps->pipe ? "tiles via the loader warp's ring (lab)" : "tiles in registers", "family", "tasks",
+                     "run us/step", "wait us/step", "run %", "a task, us: run = input + products + rest");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
         o = w > 0 ? (size_t)w : 0;
         if (!ps->fam_tasks[f]) continue;
         run += ps->fam_run[f];
-        w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0, "  %-24s %8.0f %12.1f %12.1f %7.1f%%\n",
-                      tp_fam_name[f], ps->fam_tasks[f] / steps, ps->fam_run[f] / steps / 1e3,
-                      ps->fam_wait[f] / steps / 1e3, 100.0 * ps->fam_run[f] / cta_ns);
+        const double nt = (double)ps->fam_tasks[f] * 1e3;
+        w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0,
+                      "  %-24s %8.0f %12.1f %12.1f %7.1f%%  %.2f = %.2f + %.2f + %.2f\n", tp_fam_name[f],
+                      ps->fam_tasks[f] / steps, ps->fam_run[f] / steps / 1e3, ps->fam_wait[f] / steps / 1e3,
+                      100.0 * ps->fam_run[f] / cta_ns, ps->fam_run[f] / nt, ps->fam_in[f] / nt, ps->fam_prod[f] / nt,
+                      (ps->fam_run[f] - ps->fam_in[f] - ps->fam_prod[f]) / nt);
     }
     o = w > 0 ? (size_t)w : 0;
     w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0,

@@ -324,6 +324,7 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
         tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs, pairs);
     }
     tp_sync();
+    if (pr && tid == 0) pr[2] = tp_now();
 
     /* the products: compute cursor (local strip cs, item cn) */
     const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(qs) + (uint32_t)((g >> 2) * 32 + tq * 64);
@@ -399,6 +400,7 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
         }
     }
     tp_sync();
+    if (pr && tid == 0) pr[3] = tp_now();
     /* the strips split between warps: boundary w (1 .. NW-1) inside a strip, the first
      * such boundary of its strip adds the partials of the strip's warps in order */
     if (tid < (NW - 1) * 16) {
