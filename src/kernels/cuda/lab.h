@@ -164,8 +164,9 @@ int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 /* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
  * < 0: the default, off). For A/B runs (tern bench model --persistent --profile). */
 void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
-/* 1: the ring variant (a loader warp streams the matmul tiles into shared memory across
- * stages; tc_persist_mm.cuh), where it fits; 0 (the default): tiles in registers. */
+/* Where the matmul tasks' tiles wait (tc_persist_mm.cuh), where the variant fits: 1 the
+ * ring (a loader warp streams them into shared memory across stages), 2 each warp's
+ * cp.async slots, 3 registers; 0 the default (2). For A/B runs and tests. */
 void tc_persist_set_pipeline(struct tc_persist *ps, int on);
 
 #ifdef __cplusplus

@@ -370,9 +370,11 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
 
 /* ------------------------------------------------------------ the kernel */
 
-/* RING: the lab variant with a loader warp (TP_THREADS + 32 threads; tc_persist_mm.cuh) */
-template <typename KV, bool RING>
-__global__ void __launch_bounds__(TP_THREADS + (RING ? 32 : 0), 1) k_persist(const tp_args a) {
+/* MODE (tc_persist_mm.cuh): TP_M_REGS, TP_M_RING (a loader warp: TP_THREADS + 32
+ * threads), TP_M_CPA */
+template <typename KV, int MODE>
+__global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) k_persist(const tp_args a) {
+    constexpr bool RING = MODE == TP_M_RING;
     extern __shared__ float4 tp_smem4[];
     float *sm = (float *)tp_smem4;
     __shared__ float red[TP_WARPS];
@@ -407,7 +409,7 @@ __global__ void __launch_bounds__(TP_THREADS + (RING ? 32 : 0), 1) k_persist(con
         unsigned long long *pr = a.prof ? a.prof + TP_PS * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
         if (st.kind == TP_MATMUL) { /* the matmul task waits inside */
-            if (!tp_mm<RING>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
+            if (!tp_mm<MODE>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
             tp_signal(a, t.stage);
             if (pr && threadIdx.x == 0) pr[4] = tp_now();
             nbase += (uint32_t)((t.b - t.a) * (st.out_mode == TP_OUT_SWIGLU ? 2 : 1) * st.kt[0]);
@@ -490,9 +492,10 @@ struct tc_persist {
     long long budget;
     int hang_stage;
     long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
-    int pipe;           /* the ring variant on (tc_persist_set_pipeline; when ring_slots > 0) */
+    int mode;           /* TP_M_* (tc_persist_set_pipeline) */
     int ring_slots;     /* 0: the ring variant does not fit */
-    size_t ring_off, smem_ring;
+    int cpa_ok;         /* the TP_M_CPA variant fits */
+    size_t ring_off, smem_ring, smem_cpa;
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
@@ -502,14 +505,14 @@ struct tc_persist {
     long long fam_tasks[TP_FAMS], steps;
 };
 
-template <typename KV, bool RING> static int tp_prepare(size_t smem) {
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <typename KV, int MODE> static int tp_prepare(size_t smem) {
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, RING>, TP_THREADS + (RING ? 32 : 0),
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, MODE>, TP_THREADS + (MODE == TP_M_RING ? 32 : 0),
                                                       smem) != cudaSuccess ||
         nb < 1) {
         (void)cudaGetLastError();
@@ -517,14 +520,16 @@ template <typename KV, bool RING> static int tp_prepare(size_t smem) {
     }
     return 0;
 }
-template <bool RING> static int tp_prepare_all(size_t smem) {
-    int e = tp_prepare<float, RING>(smem);
-    if (!e) e = tp_prepare<__half, RING>(smem);
-    if (!e) e = tp_prepare<__nv_bfloat16, RING>(smem);
+template <int MODE> static int tp_prepare_all(size_t smem) {
+    int e = tp_prepare<float, MODE>(smem);
+    if (!e) e = tp_prepare<__half, MODE>(smem);
+    if (!e) e = tp_prepare<__nv_bfloat16, MODE>(smem);
     return e;
 }
 
 #define TP_RING_MAX 192 /* tile slots of the ring variant at most */
+/* where the matmul tiles wait by default (tc_persist_mm.cuh; tc_persist_set_pipeline) */
+#define TP_MODE_DEFAULT TP_M_CPA
 
 extern "C" int tc_persist_sms(tc_ctx *cx) {
     TC_CTX(cx);
@@ -557,7 +562,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     *out = NULL;
     if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
     const size_t smem = tp_smem_bytes(p);
-    int e = tp_prepare_all<false>(smem);
+    int e = tp_prepare_all<TP_M_REGS>(smem);
     if (e) return e;
     tc_persist *ps = (tc_persist *)calloc(1, sizeof *ps);
     if (!ps) return (int)cudaErrorMemoryAllocation;
@@ -573,7 +578,11 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     size_t R = room / (TCT_TILE + 16);
     if (R > TP_RING_MAX) R = TP_RING_MAX;
     ps->smem_ring = ps->ring_off + R * (TCT_TILE + 16);
-    ps->ring_slots = R >= 16 && !tp_prepare_all<true>(ps->smem_ring) ? (int)R : 0;
+    ps->ring_slots = R >= 16 && !tp_prepare_all<TP_M_RING>(ps->smem_ring) ? (int)R : 0;
+    ps->smem_cpa = ps->ring_off + (size_t)TP_WARPS * TP_D * TCT_TILE;
+    ps->cpa_ok = ps->smem_cpa + 1024 <= (size_t)optin && !tp_prepare_all<TP_M_CPA>(ps->smem_cpa);
+    ps->mode = TP_MODE_DEFAULT;
+    if (ps->mode == TP_M_CPA && !ps->cpa_ok) ps->mode = TP_M_REGS;
     ps->n_stages = p->n_stages;
     ps->n_cta = p->n_cta;
     ps->V = p->n_vocab;
@@ -616,7 +625,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
 }
 
 extern "C" void tc_persist_set_pipeline(tc_persist *ps, int on) {
-    if (ps) ps->pipe = on != 0 && ps->ring_slots > 0;
+    if (!ps) return;
+    int m = on == 1 ? TP_M_RING : on == 2 ? TP_M_CPA : on == 3 ? TP_M_REGS : TP_MODE_DEFAULT;
+    if ((m == TP_M_RING && !ps->ring_slots) || (m == TP_M_CPA && !ps->cpa_ok)) m = TP_M_REGS;
+    ps->mode = m;
 }
 
 extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
@@ -631,10 +643,13 @@ extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budge
 
 template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
     void *args[] = {(void *)a};
-    if (ps->pipe)
-        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, true>, dim3((unsigned)ps->n_cta),
+    if (ps->mode == TP_M_RING)
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_RING>, dim3((unsigned)ps->n_cta),
                                                 dim3(TP_THREADS + 32), args, ps->smem_ring, tc_cur->stream);
-    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, false>, dim3((unsigned)ps->n_cta),
+    if (ps->mode == TP_M_CPA)
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_CPA>, dim3((unsigned)ps->n_cta),
+                                                dim3(TP_THREADS), args, ps->smem_cpa, tc_cur->stream);
+    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_REGS>, dim3((unsigned)ps->n_cta),
                                             dim3(TP_THREADS), args, ps->smem, tc_cur->stream);
 }
 
@@ -749,7 +764,10 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
                      "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s  %s\n",
                      ps->span / steps / 1e3, ps->steps, ps->n_cta, ps->prefetch / 1024,
-                     ps->pipe ? "tiles via the loader warp's ring (lab)" : "tiles in registers", "family", "tasks",
+                     ps->mode == TP_M_RING  ? "tiles via the loader warp's ring"
+                     : ps->mode == TP_M_CPA ? "tiles via cp.async into each warp's slots"
+                                            : "tiles in registers",
+                     "family", "tasks",
                      "run us/step", "wait us/step", "run %", "a task, us: run = input + products + rest");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {

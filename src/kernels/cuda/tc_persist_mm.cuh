@@ -22,7 +22,9 @@
  * at the end of a strip 128 hi + lo meet by one shuffle.
  */
 
-#define TP_U 8 /* tiles in flight per warp */
+#define TP_U 8  /* tiles in flight per warp (registers) */
+#define TP_D 20 /* tiles in flight per warp (TP_M_CPA: shared memory) */
+enum { TP_M_REGS = 0, TP_M_RING = 1, TP_M_CPA = 2 }; /* where a matmul task's tiles wait (tp_mm) */
 
 struct tp_slot {
     uint4 wa, wb; /* rows g, 8+g: the lane's 16 code bytes */
@@ -190,18 +192,21 @@ __device__ __noinline__ void tp_mbar_wait_slow(long long budget, int *status, in
             return;
         }
 }
+/* the lane's share of the tile at shared address b (the tile's own layout) */
+__device__ __forceinline__ void tp_slot_lds(tp_slot &sl, uint32_t b, int lane) {
+    const int4 x = tct_lds4(b + 16u * lane), y = tct_lds4(b + 512u + 16u * lane);
+    const int2 z = tct_lds2(b + 1024u + 8u * (lane >> 2));
+    sl.wa = make_uint4(x.x, x.y, x.z, x.w);
+    sl.wb = make_uint4(y.x, y.y, y.z, y.w);
+    sl.sc = make_uint2(z.x, z.y);
+}
 /* tile n of the CTA's stream (task stage s) into the lane's slot registers; the slot is
  * given back */
 __device__ __forceinline__ void tp_ring_get(const tp_args &a, int s, const tp_ring &rg, uint32_t n, int lane,
                                             tp_slot &sl) {
     const uint32_t k = n % rg.R, par = (n / rg.R) & 1u;
     if (!tp_mbar_try(rg.full + 8u * k, par)) tp_mbar_wait_slow(a.budget, a.status, s, rg.full + 8u * k, par);
-    const uint32_t b = rg.buf + k * TCT_TILE;
-    const int4 x = tct_lds4(b + 16u * lane), y = tct_lds4(b + 512u + 16u * lane);
-    const int2 z = tct_lds2(b + 1024u + 8u * (lane >> 2));
-    sl.wa = make_uint4(x.x, x.y, x.z, x.w);
-    sl.wb = make_uint4(y.x, y.y, y.z, y.w);
-    sl.sc = make_uint2(z.x, z.y);
+    tp_slot_lds(sl, rg.buf + k * TCT_TILE, lane);
     __syncwarp();
     if (lane == 0) tp_mbar_arrive(rg.empty + 8u * k);
 }
@@ -252,9 +257,11 @@ __device__ void tp_loader(const tp_args &a, int c, const tp_ring &rg) {
 }
 
 /* The task: (register variant) first loads, the wait (false: the CTA must leave), the
- * input, the products. pr: the profile's stamps (NULL: off). RING: the tiles come from
+ * input, the products. pr: the profile's stamps (NULL: off). MODE TP_M_CPA: each warp
+ * copies its next TP_D tiles into its own shared-memory slots (cp.async) instead of
+ * registers, the first TP_D before the wait. MODE TP_M_RING: the tiles come from
  * the ring, tile nbase of the CTA's stream being the task's first item. */
-template <bool RING>
+template <int MODE>
 __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, uint8_t *sm, float *red, int *redi,
                       int *flag, unsigned long long *pr, const tp_ring &rg, uint32_t nbase) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
@@ -272,25 +279,48 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
     float *part = (float *)(pairs + GP); /* [TP_WARPS][2 slots][32]: rows 0..15 matrix 0, 16..31 up */
 
     /* the first TP_U tiles of the warp's range, and L2 for the rest, before the wait */
-    tp_slot sl[RING ? 1 : TP_U];
+    constexpr bool RING = MODE == TP_M_RING, CPA = MODE == TP_M_CPA;
+    tp_slot sl[MODE == TP_M_REGS ? TP_U : 1];
     int64_t ls = i0 / T; /* load cursor: local strip, item, address */
     int ln = (int)(i0 - ls * T);
     const uint8_t *lp = NULL;
-    if (!RING) {
+    /* TP_M_CPA: this warp's TP_D tile slots */
+    const uint32_t wslots = (uint32_t)__cvta_generic_to_shared(sm) + (uint32_t)a.ring_off + (uint32_t)(warp * TP_D * TCT_TILE);
+    auto cp_tile = [&](uint32_t k) { /* the load cursor's tile into slot k, then the cursor on */
+        const uint32_t dst = wslots + k * TCT_TILE;
+        cp_async16(dst + 16u * lane, lp + 16 * lane);
+        cp_async16(dst + 512u + 16u * lane, lp + 512 + 16 * lane);
+        if (lane < 4) cp_async16(dst + 1024u + 16u * lane, lp + 1024 + 16 * lane);
+    };
+    auto advance = [&](int64_t next) { /* next: the item the cursor moves to */
+        if (++ln == T) {
+            ln = 0;
+            ls++;
+            if (next < i1) lp = tp_item_ptr(st, swiglu, t.a + ls, 0, KT);
+        } else if (swiglu && ln == KT) {
+            lp = tp_item_ptr(st, swiglu, t.a + ls, ln, KT);
+        } else {
+            lp += TCT_TILE;
+        }
+    };
+    if (CPA) {
+        lp = i0 < i1 ? tp_item_ptr(st, swiglu, t.a + ls, ln, KT) : NULL;
+#pragma unroll 1
+        for (int u = 0; u < TP_D; u++) {
+            if (i0 + u < i1) {
+                cp_tile((uint32_t)u);
+                advance(i0 + u + 1);
+            }
+            cp_commit(); /* one group a slot, empty or not */
+        }
+    }
+    if (MODE == TP_M_REGS) {
         lp = i0 < i1 ? tp_item_ptr(st, swiglu, t.a + ls, ln, KT) : NULL;
 #pragma unroll
         for (int u = 0; u < TP_U; u++) {
             if (i0 + u < i1) {
                 tp_slot_load(sl[u], lp, lane);
-                if (++ln == T) {
-                    ln = 0;
-                    ls++;
-                    if (i0 + u + 1 < i1) lp = tp_item_ptr(st, swiglu, t.a + ls, 0, KT);
-                } else if (swiglu && ln == KT) {
-                    lp = tp_item_ptr(st, swiglu, t.a + ls, ln, KT);
-                } else {
-                    lp += TCT_TILE;
-                }
+                advance(i0 + u + 1);
             }
         }
     }
@@ -360,7 +390,25 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
             cs++;
         }
     };
-    if (RING) {
+    if (CPA) {
+#pragma unroll 1
+        for (int64_t ii = i0; ii < i1; ii++) {
+            cp_wait<TP_D - 1>(); /* the oldest group: item ii */
+            __syncwarp();        /* (the scales came by lanes 0..3) */
+            const uint32_t k = (uint32_t)((ii - i0) % TP_D);
+            tp_slot_lds(sl[0], wslots + k * TCT_TILE, lane);
+            __syncwarp(); /* the slot read by every lane before its refill */
+            if (ii + TP_D < i1) {
+                cp_tile(k);
+                advance(ii + TP_D + 1);
+            }
+            cp_commit();
+            const int q = swiglu && cn >= KT, j = cn - q * KT;
+            if (q) tp_mma_tile(sl[0], s_q + 512u * j, s_c + 16u * j, lo, f1g, f1h);
+            else tp_mma_tile(sl[0], s_q + 512u * j, s_c + 16u * j, lo, f0g, f0h);
+            strip_end(ii);
+        }
+    } else if (RING) {
         tp_slot nx;
         if (i0 < i1) tp_ring_get(a, t.stage, rg, nbase + (uint32_t)i0, lane, sl[0]);
 #pragma unroll 1
@@ -376,7 +424,7 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
 #pragma unroll 1
         for (int64_t i = i0; i < i1; i += TP_U) {
 #pragma unroll
-            for (int u = 0; u < (RING ? 1 : TP_U); u++) {
+            for (int u = 0; u < (MODE == TP_M_REGS ? TP_U : 1); u++) {
                 const int64_t ii = i + u;
                 if (ii < i1) { /* warp-uniform */
                     const int q = swiglu && cn >= KT, j = cn - q * KT;
@@ -384,15 +432,7 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
                     else tp_mma_tile(sl[u], s_q + 512u * j, s_c + 16u * j, lo, f0g, f0h);
                     if (ii + TP_U < i1) { /* refill the slot with item ii + TP_U */
                         tp_slot_load(sl[u], lp, lane);
-                        if (++ln == T) {
-                            ln = 0;
-                            ls++;
-                            if (ii + TP_U + 1 < i1) lp = tp_item_ptr(st, swiglu, t.a + ls, 0, KT);
-                        } else if (swiglu && ln == KT) {
-                            lp = tp_item_ptr(st, swiglu, t.a + ls, ln, KT);
-                        } else {
-                            lp += TCT_TILE;
-                        }
+                        advance(ii + TP_U + 1);
                     }
                     strip_end(ii);
                 }
