@@ -20,6 +20,8 @@
 #include "kernels/cuda/persist.h"
 #include "kernels/cuda/ptx.cuh"
 
+#include <cuda_awbarrier_primitives.h>
+
 #include <math.h>
 #include <stdio.h>
 

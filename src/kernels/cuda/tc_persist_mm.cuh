@@ -166,21 +166,15 @@ struct tp_ring {
     uint32_t R;
     volatile int *quit; /* set when the compute threads leave early (a wait failed) */
 };
-__device__ __forceinline__ void tp_mbar_init(uint32_t a, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
+/* the mbarrier primitives of cuda_awbarrier_primitives.h on shared addresses; the test is
+ * the non-blocking one (the polling loops check their quit and budget conditions between
+ * tests) */
+__device__ __forceinline__ __mbarrier_t *tp_mbar(uint32_t a) { return (__mbarrier_t *)__cvta_shared_to_generic(a); }
+__device__ __forceinline__ void tp_mbar_init(uint32_t a, uint32_t count) { __mbarrier_init(tp_mbar(a), count); }
 __device__ __forceinline__ uint32_t tp_mbar_try(uint32_t a, uint32_t parity) {
-    uint32_t ok;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(ok)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-    return ok;
+    return __mbarrier_test_wait_parity(tp_mbar(a), parity != 0) ? 1u : 0u;
 }
-__device__ __forceinline__ void tp_mbar_arrive(uint32_t a) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
+__device__ __forceinline__ void tp_mbar_arrive(uint32_t a) { (void)__mbarrier_arrive(tp_mbar(a)); }
 /* consumer: a wait for the loader's copy can only fail by a bug (the loader never waits
  * for another CTA): past the watchdog's budget the status names the stage (the step
  * ends with the watchdog's error at the next wait) and the tile is taken as it is */
