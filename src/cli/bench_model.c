@@ -343,18 +343,18 @@ int tern_bench_model(int argc, char **argv) {
                 tc_profile_text(tc, prof, sizeof prof);
                 tc_profile_enable(tc, 0);
             }
-            if (pk) { /* and the same steps without the weights' L2 prefetch (an A/B in one run) */
+            if (pk) { /* and the same steps with the tiles in registers (an A/B in one run) */
                 int w = tc_persist_profile_text(pk, prof, sizeof prof);
                 tc_persist_profile(pk, 1);
-                tc_persist_set_prefetch(pk, 0);
+                tc_persist_set_pipeline(pk, 3);
                 for (int i = 0; i < steps && !st; i++) {
                     st = tern_session_eval(ps, &pt, 1, NULL);
                     pt = (int32_t)cli_argmax(tern_session_logits(ps), V);
                 }
                 if (w > 0 && (size_t)w < sizeof prof)
                     w += tc_persist_profile_text(pk, prof + w, sizeof prof - (size_t)w);
-                tc_persist_set_prefetch(pk, -1);
-                /* and with the matmul's next-round loads during the current round */
+                tc_persist_set_pipeline(pk, 0);
+                /* and with the persistent step's lab variant (tc_persist_set_pipeline) */
                 tc_persist_profile(pk, 1);
                 tc_persist_set_pipeline(pk, 1);
                 for (int i = 0; i < steps && !st; i++) {

@@ -166,10 +166,11 @@ int tc_persist_profile(struct tc_persist *ps, int on);
  * the busy share); snprintf rules. */
 int tc_persist_profile_text(struct tc_persist *ps, char *buf, size_t n);
 /* Bytes of each matmul task's weights (per matrix) asked into L2 before its wait (0: off;
- * < 0: the default, 128 KiB). For A/B runs (tern bench model --persistent --profile). */
+ * < 0: the default, off). For A/B runs (tern bench model --persistent --profile). */
 void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
-/* 1: the matmul tasks run the first version's fp32 code (tc_persist_v1.cuh), for A/B
- * runs; 0 (the default): the tensor-core task (tc_persist_mm.cuh). */
+/* Where the matmul tasks' tiles wait (tc_persist_mm.cuh), where the variant fits: 1 the
+ * ring (a loader warp streams them into shared memory across stages), 2 each warp's
+ * cp.async slots, 3 registers; 0 the default (2). For A/B runs and tests. */
 void tc_persist_set_pipeline(struct tc_persist *ps, int on);
 
 #ifdef __cplusplus

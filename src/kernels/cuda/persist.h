@@ -103,11 +103,8 @@ typedef struct tp_prog {
 
 /* Shared memory (bytes) a CTA of the program needs. */
 static inline size_t tp_smem_bytes(const tp_prog *p) {
-    /* the tensor-core matmul (tc_persist_mm.cuh): q, sx, corr, pairs, partials */
-    size_t mq = (size_t)p->max_in_k * 2 + (size_t)p->max_in_k / 128 * 28 + (size_t)TP_WARPS * 2 * 32 * 4 + 256;
-    /* the v1 fp32 matmul (lab variant, tc_persist_v1.cuh) */
-    size_t mm = (size_t)p->max_in_k * 4 + (size_t)p->max_in_k / 16 * 4 + (size_t)TP_WARPS * 32 * 2 * 4 + 256;
-    if (mq > mm) mm = mq;
+    /* the matmul (tc_persist_mm.cuh): q, sx, corr, {sx, corr} pairs, partials */
+    size_t mm = (size_t)p->max_in_k * 2 + (size_t)p->max_in_k / 128 * 28 + (size_t)TP_WARPS * 2 * 32 * 4 + 256;
     size_t at = (size_t)(3 + TP_WARPS) * (size_t)p->head_dim_max * 4 + 2 * TP_WARPS * 4 + 256;
     return mm > at ? mm : at;
 }

@@ -11,14 +11,16 @@
  *
  * Matmuls read the tiled ternary layout (gemv_tiled.h) with integer tensor-core
  * products against the input quantised once per task in shared memory, their first
- * weight loads issued before the task's wait (tc_persist_mm.cuh); the first version's
- * fp32 matmul stays as a lab variant for the A/B (tc_persist_v1.cuh).
+ * weight loads issued before the task's wait (tc_persist_mm.cuh); the lab variant
+ * (RING) adds a loader warp that streams the tiles into a shared-memory ring.
  */
 #include "kernels/cuda/attn.cuh"
 #include "kernels/cuda/act.cuh" /* after attn.cuh: it needs internal.cuh */
 #include "kernels/cuda/gemv_tiled.h"
 #include "kernels/cuda/persist.h"
 #include "kernels/cuda/ptx.cuh"
+
+#include <cuda_awbarrier_primitives.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -39,9 +41,11 @@ struct tp_args {
     size_t k_row, v_row;
     long long budget;   /* clock64 cycles a wait may spin */
     int hang_stage;     /* tests: this stage waits for the never-signalled counter (-1: none) */
-    unsigned long long *prof; /* NULL, or per task slot: [wait start, run start, end] (ns) */
+    unsigned long long *prof; /* NULL, or per task slot TP_PS stamps (ns): wait start, run start,
+                               * input done, products done, end (signalled) */
     long long prefetch; /* bytes of a matmul task's weights (per matrix) asked into L2 before its wait */
-    int pipe;           /* lab: the v1 fp32 matmul (tp_matmul<false>) instead of tp_mm */
+    int ring_slots;     /* the ring variant: R, and the ring's byte offset in shared memory */
+    size_t ring_off;
     size_t buf_off[TP_BUF_COUNT];
 };
 
@@ -51,7 +55,13 @@ __device__ __forceinline__ unsigned long long tp_now(void) {
     return t;
 }
 
+#define TP_PS 5 /* profile stamps a task */
+
 /* ------------------------------------------------------------ synchronisation */
+
+/* the CTA's barrier among the TP_THREADS compute threads (named barrier 1: the ring
+ * variant's loader warp is not in it) */
+__device__ __forceinline__ void tp_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(TP_THREADS) : "memory"); }
 
 __device__ __forceinline__ unsigned tp_ld_acquire(const unsigned *p) {
     unsigned v;
@@ -93,16 +103,16 @@ __device__ bool tp_wait(const tp_args &a, int s, int dep, int *flag) {
         }
         *flag = abort;
     }
-    __syncthreads();
+    tp_sync();
     const bool ok = !*flag;
-    __syncthreads(); /* the flag is read before thread 0 writes it again */
+    tp_sync(); /* the flag is read before thread 0 writes it again */
     return ok;
 }
 
 /* the CTA's writes, then the counter (CUTLASS's semaphore: an acq_rel fence at gpu scope
  * after the barrier, then a relaxed add; lighter than a sequentially consistent fence) */
 __device__ __forceinline__ void tp_signal(const tp_args &a, int s) {
-    __syncthreads();
+    tp_sync();
     if (threadIdx.x == 0) tp_red_release(a.cnt + s);
 }
 
@@ -111,11 +121,11 @@ __device__ float tp_block_sum(float v, float *red) {
     v = tc_warp_sum(v);
     const int w = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0) red[w] = v;
-    __syncthreads();
+    tp_sync();
     float s = 0;
 #pragma unroll
     for (int i = 0; i < TP_WARPS; i++) s += red[i];
-    __syncthreads();
+    tp_sync();
     return s;
 }
 
@@ -135,7 +145,7 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         redf[w] = v;
         redi[w] = i;
     }
-    __syncthreads();
+    tp_sync();
     if (threadIdx.x == 0) {
         float m = redf[0];
         int mi = redi[0];
@@ -147,7 +157,7 @@ __device__ void tp_block_argmax(float v, int i, float *redf, int *redi, float *b
         *bv = m;
         *bi = mi;
     }
-    __syncthreads();
+    tp_sync();
 }
 
 /* A matmul task's weights do not depend on the stage it waits for: before the wait, ask
@@ -200,24 +210,32 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
     }
 }
 
-#include "kernels/cuda/tc_persist_v1.cuh"
 #include "kernels/cuda/tc_persist_mm.cuh"
 
 /* ------------------------------------------------------------ attention */
+
+#define TP_APOS 8 /* positions a warp loads before it scores them */
+#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
 
 /* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
  * angles' cos and sin from the step's table rt) */
 __device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, const float *rt,
                              float *dst) {
     const int lane = threadIdx.x & 31;
-    float ss = 0;
-    for (int j = lane; j < hd; j += 32) {
-        const float v = __ldcg(src + j);
-        ss += v * v;
+    float v[TP_EPL], ss = 0; /* lane's inputs lane + 32 e: read once */
+#pragma unroll
+    for (int e = 0; e < TP_EPL; e++) {
+        const int j = lane + 32 * e;
+        v[e] = j < hd ? __ldcg(src + j) : 0.0f;
+        ss += v[e] * v[e];
     }
     ss = tc_warp_sum(ss);
     const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
-    for (int j = lane; j < hd; j += 32) dst[j] = __ldcg(src + j) * inv * gain[j];
+#pragma unroll
+    for (int e = 0; e < TP_EPL; e++) {
+        const int j = lane + 32 * e;
+        if (j < hd) dst[j] = v[e] * inv * gain[j];
+    }
     __syncwarp();
     const int half = rot / 2;
     for (int i = lane; i < half; i += 32) {
@@ -236,17 +254,54 @@ __device__ __forceinline__ float tp_round(float x, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-#define TP_APOS 8 /* positions a warp loads before it scores them */
-#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
 
+/* 4 consecutive cache entries as floats, one vector load (the non-coherent path: the
+ * positions read this way were written by earlier launches) */
+__device__ __forceinline__ float4 tp_kv4(const float *p) { return __ldg((const float4 *)p); }
+__device__ __forceinline__ float4 tp_kv4(const __half *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 tp_kv4(const __nv_bfloat16 *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+
+/* the cached positions p0, p0 + TP_WARPS, .. (TP_APOS of them, those < pos; the rest
+ * zero) of kv head kh, lane l holding dims 4l .. 4l+3: they do not depend on this step */
 template <typename KV>
-__device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm) {
+__device__ __forceinline__ void tp_attn_load(const KV *kc, const KV *vc, int p0, int pos, size_t kvw, int kh, int HD,
+                                             int lane, float4 (&kv)[TP_APOS], float4 (&vv)[TP_APOS]) {
+#pragma unroll
+    for (int u = 0; u < TP_APOS; u++) {
+        const int p = p0 + u * TP_WARPS;
+        const size_t base = att_kv_index(p, kvw, kh, HD) + 4 * lane;
+        const bool in = 4 * lane < HD && p < pos;
+        kv[u] = in ? tp_kv4(kc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        vv[u] = in ? tp_kv4(vc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+/* The attention task: the first batch of cached positions loaded, the wait (false: the
+ * CTA must leave), q and the position's k, v made, the scores. */
+template <typename KV>
+__device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, int *flag,
+                        unsigned long long *pr) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int HD = st.head_dim, NH = st.n_head, NKV = st.n_head_kv, grp = NH / NKV;
     const int h = (int)t.a, kh = h / grp, pos = a.pos;
     const size_t qw = (size_t)NH * HD, kvw = (size_t)NKV * HD;
+    KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
+    KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
+    float4 kv[TP_APOS], vv[TP_APOS];
+    tp_attn_load(kc, vc, warp, pos, kvw, kh, HD, lane, kv, vv);
+    if (!tp_wait(a, t.stage, st.dep, flag)) return false;
+    if (pr && tid == 0) pr[1] = tp_now();
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
-    float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD;
+    const float scale = st.scale;
+    float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD; /* 16-byte aligned: HD % 32 == 0 */
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
     const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
     if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
@@ -256,63 +311,50 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     }
     if (warp == 2)
         for (int j = lane; j < HD; j += 32) sv[j] = tp_round(__ldcg(qkv + qw + kvw + (size_t)kh * HD + j), (const KV *)0);
-    __syncthreads();
-    KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
-    KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
+    tp_sync();
+    if (pr && tid == 0) pr[2] = tp_now();
     if (h % grp == 0) /* the group's first query head stores the position's k and v */
         for (int j = tid; j < HD; j += TP_THREADS) {
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
             att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
         }
-    float q[TP_EPL], acc[TP_EPL];
-#pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
-        const int j = lane + 32 * e;
-        q[e] = j < HD ? sq[j] : 0.0f;
-        acc[e] = 0.0f;
-    }
+    const bool act = 4 * lane < HD; /* lane l: dims 4l .. 4l+3 */
+    const float4 q = act ? *(const float4 *)(sq + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float m = -INFINITY, l = 0.0f;
     /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
-     * the products (the same order as one at a time: the same result) */
+     * the products (the same order as one at a time: the same result); the current
+     * position's from shared memory */
     for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
-        float kv[TP_APOS][TP_EPL], vv[TP_APOS][TP_EPL];
+        if (p0 != warp) tp_attn_load(kc, vc, p0, pos, kvw, kh, HD, lane, kv, vv);
 #pragma unroll
-        for (int u = 0; u < TP_APOS; u++) {
-            const int p = p0 + u * TP_WARPS;
-            const size_t base = att_kv_index(p, kvw, kh, HD);
-#pragma unroll
-            for (int e = 0; e < TP_EPL; e++) {
-                const int j = lane + 32 * e;
-                const bool in = j < HD && p <= pos;
-                kv[u][e] = !in ? 0.0f : p < pos ? att_f(kc[base + j]) : sk[j];
-                vv[u][e] = !in ? 0.0f : p < pos ? att_f(vc[base + j]) : sv[j];
+        for (int u = 0; u < TP_APOS; u++)
+            if (p0 + u * TP_WARPS == pos && act) { /* the position's k, v from shared memory */
+                kv[u] = *(const float4 *)(sk + 4 * lane);
+                vv[u] = *(const float4 *)(sv + 4 * lane);
             }
-        }
 #pragma unroll
         for (int u = 0; u < TP_APOS; u++) {
             if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
-            float d = 0;
-#pragma unroll
-            for (int e = 0; e < TP_EPL; e++) d += q[e] * kv[u][e];
-            d = tc_warp_sum(d) * st.scale;
+            float d = q.x * kv[u].x + q.y * kv[u].y + q.z * kv[u].z + q.w * kv[u].w;
+            d = tc_warp_sum(d) * scale;
             const float mn = fmaxf(m, d);
             const float corr = expf(m - mn), pe = expf(d - mn);
             l = l * corr + pe;
-#pragma unroll
-            for (int e = 0; e < TP_EPL; e++) acc[e] = acc[e] * corr + pe * vv[u][e];
+            acc.x = acc.x * corr + pe * vv[u].x;
+            acc.y = acc.y * corr + pe * vv[u].y;
+            acc.z = acc.z * corr + pe * vv[u].z;
+            acc.w = acc.w * corr + pe * vv[u].w;
             m = mn;
         }
     }
+    if (pr && tid == 0) pr[3] = tp_now(); /* (warp 0's positions) */
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
-#pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
-        const int j = lane + 32 * e;
-        if (j < HD) wacc[warp * HD + j] = acc[e];
-    }
-    __syncthreads();
+    if (act) *(float4 *)(wacc + warp * HD + 4 * lane) = acc;
+    tp_sync();
     float *out = a.scratch + a.buf_off[TP_BUF_ATT] + (size_t)h * HD;
     for (int j = tid; j < HD; j += TP_THREADS) {
         float M = -INFINITY;
@@ -325,36 +367,67 @@ __device__ void tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         }
         out[j] = o / L;
     }
+    return true;
 }
 
 /* ------------------------------------------------------------ the kernel */
 
-template <typename KV>
-__global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
+/* MODE (tc_persist_mm.cuh): TP_M_REGS, TP_M_RING (a loader warp: TP_THREADS + 32
+ * threads), TP_M_CPA */
+template <typename KV, int MODE>
+__global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) k_persist(const tp_args a) {
+    constexpr bool RING = MODE == TP_M_RING;
     extern __shared__ float4 tp_smem4[];
     float *sm = (float *)tp_smem4;
     __shared__ float red[TP_WARPS];
     __shared__ int redi[TP_WARPS];
     __shared__ int flag;
+    __shared__ int quit; /* RING: the compute threads left early (the loader stops) */
     const int c = blockIdx.x;
+    tp_ring rg = {0, 0, 0, 1, &quit};
+    uint32_t nbase = 0; /* RING: the CTA's tiles before this task's */
+    if (RING) {
+        rg.R = (uint32_t)a.ring_slots;
+        rg.buf = (uint32_t)__cvta_generic_to_shared(sm) + (uint32_t)a.ring_off;
+        rg.full = rg.buf + rg.R * TCT_TILE;
+        rg.empty = rg.full + 8u * rg.R;
+        if (threadIdx.x == 0) {
+            quit = 0;
+            for (uint32_t k = 0; k < rg.R; k++) {
+                tp_mbar_init(rg.full + 8u * k, 1);
+                tp_mbar_init(rg.empty + 8u * k, 1);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads(); /* all TP_THREADS + 32 */
+        if (threadIdx.x >= TP_THREADS) {
+            if (threadIdx.x == TP_THREADS) tp_loader(a, c, rg);
+            return;
+        }
+    }
     for (int i = a.cta_off[c]; i < a.cta_off[c + 1]; i++) {
         const tp_task t = a.tasks[i];
         const tp_stage &st = a.stages[t.stage];
-        unsigned long long *pr = a.prof ? a.prof + 3 * (size_t)(st.task0 + t.idx) : NULL;
+        unsigned long long *pr = a.prof ? a.prof + TP_PS * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
-        if (st.kind == TP_MATMUL && !a.pipe) { /* the tensor-core task waits inside */
-            if (!tp_mm(a, st, t, (uint8_t *)sm, red, redi, &flag, pr)) return;
+        if (st.kind == TP_MATMUL) { /* the matmul task waits inside */
+            if (!tp_mm<MODE>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
             tp_signal(a, t.stage);
-            if (pr && threadIdx.x == 0) pr[2] = tp_now();
+            if (pr && threadIdx.x == 0) pr[4] = tp_now();
+            nbase += (uint32_t)((t.b - t.a) * (st.out_mode == TP_OUT_SWIGLU ? 2 : 1) * st.kt[0]);
+            continue;
+        }
+        if (st.kind == TP_ATTN) { /* so does attention (its cached positions first) */
+            if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) break;
+            tp_signal(a, t.stage);
+            if (pr && threadIdx.x == 0) pr[4] = tp_now();
             continue;
         }
         tp_prefetch(st, t.a, t.b, a.prefetch);
-        if (!tp_wait(a, t.stage, st.dep, &flag)) return;
-        if (pr && threadIdx.x == 0) pr[1] = tp_now();
+        if (!tp_wait(a, t.stage, st.dep, &flag)) break;
+        if (pr && threadIdx.x == 0) pr[1] = pr[2] = pr[3] = tp_now();
         switch (st.kind) {
         case TP_EMBED: tp_embed(a, st, t, red); break;
-        case TP_MATMUL: tp_matmul<false>(a, st, t, sm, red, redi); break; /* v1 (lab) */
-        case TP_ATTN: tp_attn<KV>(a, st, t, sm); break;
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
             float v = -INFINITY;
@@ -375,8 +448,9 @@ __global__ void __launch_bounds__(TP_THREADS, 1) k_persist(const tp_args a) {
         }
         }
         tp_signal(a, t.stage);
-        if (pr && threadIdx.x == 0) pr[2] = tp_now();
+        if (pr && threadIdx.x == 0) pr[4] = tp_now();
     }
+    if (RING && threadIdx.x == 0) *(volatile int *)&quit = 1; /* (after the last task: nothing left to load) */
 }
 
 /* ------------------------------------------------------------ host side */
@@ -401,7 +475,9 @@ static int tp_family(const tp_stage *s) {
     }
 }
 
-#define TP_PREFETCH_DEFAULT (128 * 1024) /* bytes per matrix of a matmul task (132 x 2 x this < L2) */
+/* bytes per matrix of a matmul task asked into L2 before its wait: off (on the 8B, 128 KiB
+ * made the step 3.73 ms, off 3.09: H200, 2026-12-04, docs/persistent.md) */
+#define TP_PREFETCH_DEFAULT 0
 
 struct tc_persist {
     tc_ctx *cx;
@@ -418,31 +494,44 @@ struct tc_persist {
     long long budget;
     int hang_stage;
     long long prefetch; /* tp_args.prefetch (tc_persist_set_prefetch) */
-    int pipe;           /* tp_args.pipe (tc_persist_set_pipeline: the v1 matmul) */
+    int mode;           /* TP_M_* (tc_persist_set_pipeline) */
+    int ring_slots;     /* 0: the ring variant does not fit */
+    int cpa_ok;         /* the TP_M_CPA variant fits */
+    size_t ring_off, smem_ring, smem_cpa;
     /* the in-kernel profile (tc_persist_profile): per task slot 3 timestamps, and per
      * family of stages the sums over the profiled steps */
     unsigned long long *prof, *prof_host;
     size_t prof_b;
     tp_stage *st_host;   /* the stages (families, task slots) */
-    double fam_wait[TP_FAMS], fam_run[TP_FAMS], span, work;
+    double fam_wait[TP_FAMS], fam_run[TP_FAMS], fam_in[TP_FAMS], fam_prod[TP_FAMS], span, work;
     long long fam_tasks[TP_FAMS], steps;
 };
 
-template <typename KV> static int tp_prepare(size_t smem, int sms) {
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_persist<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+template <typename KV, int MODE> static int tp_prepare(size_t smem) {
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV>, TP_THREADS, smem) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, MODE>, TP_THREADS + (MODE == TP_M_RING ? 32 : 0),
+                                                      smem) != cudaSuccess ||
         nb < 1) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
-    (void)sms;
     return 0;
 }
+template <int MODE> static int tp_prepare_all(size_t smem) {
+    int e = tp_prepare<float, MODE>(smem);
+    if (!e) e = tp_prepare<__half, MODE>(smem);
+    if (!e) e = tp_prepare<__nv_bfloat16, MODE>(smem);
+    return e;
+}
+
+#define TP_RING_MAX 192 /* tile slots of the ring variant at most */
+/* where the matmul tiles wait by default (tc_persist_mm.cuh; tc_persist_set_pipeline) */
+#define TP_MODE_DEFAULT TP_M_CPA
 
 extern "C" int tc_persist_sms(tc_ctx *cx) {
     TC_CTX(cx);
@@ -475,13 +564,27 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     *out = NULL;
     if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
     const size_t smem = tp_smem_bytes(p);
-    int e = tp_prepare<float>(smem, p->n_cta);
-    if (!e) e = tp_prepare<__half>(smem, p->n_cta);
-    if (!e) e = tp_prepare<__nv_bfloat16>(smem, p->n_cta);
+    int e = tp_prepare_all<TP_M_REGS>(smem);
     if (e) return e;
     tc_persist *ps = (tc_persist *)calloc(1, sizeof *ps);
     if (!ps) return (int)cudaErrorMemoryAllocation;
     ps->cx = cx;
+    /* the ring variant: as many tile slots (and their two mbarriers) as fit beside */
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cx->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        optin = 0;
+    }
+    ps->ring_off = (smem + 127) & ~(size_t)127;
+    const size_t room = (size_t)optin > ps->ring_off + 1024 ? (size_t)optin - ps->ring_off - 1024 : 0;
+    size_t R = room / (TCT_TILE + 16);
+    if (R > TP_RING_MAX) R = TP_RING_MAX;
+    ps->smem_ring = ps->ring_off + R * (TCT_TILE + 16);
+    ps->ring_slots = R >= 16 && !tp_prepare_all<TP_M_RING>(ps->smem_ring) ? (int)R : 0;
+    ps->smem_cpa = ps->ring_off + (size_t)TP_WARPS * TP_D * TCT_TILE;
+    ps->cpa_ok = ps->smem_cpa + 1024 <= (size_t)optin && !tp_prepare_all<TP_M_CPA>(ps->smem_cpa);
+    ps->mode = TP_MODE_DEFAULT;
+    if (ps->mode == TP_M_CPA && !ps->cpa_ok) ps->mode = TP_M_REGS;
     ps->n_stages = p->n_stages;
     ps->n_cta = p->n_cta;
     ps->V = p->n_vocab;
@@ -506,7 +609,7 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     ps->words = (unsigned *)tc_malloc(cx, ps->words_b);
     ps->st_host = (tp_stage *)malloc(ps->n_stages_b);
     if (ps->st_host) memcpy(ps->st_host, p->stages, ps->n_stages_b);
-    ps->prof_b = (size_t)p->n_tasks * 3 * sizeof(unsigned long long);
+    ps->prof_b = (size_t)p->n_tasks * TP_PS * sizeof(unsigned long long);
     if (!ps->stages || !ps->tasks || !ps->cta_off || !ps->scratch || !ps->part_f || !ps->part_i || !ps->words ||
         !ps->st_host) {
         tc_persist_free(ps);
@@ -524,7 +627,10 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
 }
 
 extern "C" void tc_persist_set_pipeline(tc_persist *ps, int on) {
-    if (ps) ps->pipe = on != 0;
+    if (!ps) return;
+    int m = on == 1 ? TP_M_RING : on == 2 ? TP_M_CPA : on == 3 ? TP_M_REGS : TP_MODE_DEFAULT;
+    if ((m == TP_M_RING && !ps->ring_slots) || (m == TP_M_CPA && !ps->cpa_ok)) m = TP_M_REGS;
+    ps->mode = m;
 }
 
 extern "C" void tc_persist_set_prefetch(tc_persist *ps, long long bytes) {
@@ -539,8 +645,14 @@ extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budge
 
 template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
     void *args[] = {(void *)a};
-    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV>, dim3((unsigned)ps->n_cta), dim3(TP_THREADS),
-                                            args, ps->smem, tc_cur->stream);
+    if (ps->mode == TP_M_RING)
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_RING>, dim3((unsigned)ps->n_cta),
+                                                dim3(TP_THREADS + 32), args, ps->smem_ring, tc_cur->stream);
+    if (ps->mode == TP_M_CPA)
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_CPA>, dim3((unsigned)ps->n_cta),
+                                                dim3(TP_THREADS), args, ps->smem_cpa, tc_cur->stream);
+    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_REGS>, dim3((unsigned)ps->n_cta),
+                                            dim3(TP_THREADS), args, ps->smem, tc_cur->stream);
 }
 
 extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out,
@@ -571,7 +683,8 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.hang_stage = ps->hang_stage;
     a.prof = ps->prof_host ? ps->prof : NULL;
     a.prefetch = ps->prefetch;
-    a.pipe = ps->pipe;
+    a.ring_slots = ps->ring_slots;
+    a.ring_off = ps->ring_off;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
@@ -610,11 +723,13 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
             const tp_stage *st = &ps->st_host[s];
             const int f = tp_family(st);
             for (int i = 0; i < st->n_tasks; i++) {
-                const unsigned long long *r = ps->prof_host + 3 * (size_t)(st->task0 + i);
+                const unsigned long long *r = ps->prof_host + TP_PS * (size_t)(st->task0 + i);
                 if (r[0] < t0) t0 = r[0];
-                if (r[2] > t1) t1 = r[2];
+                if (r[4] > t1) t1 = r[4];
                 ps->fam_wait[f] += (double)(r[1] - r[0]);
-                ps->fam_run[f] += (double)(r[2] - r[1]);
+                ps->fam_run[f] += (double)(r[4] - r[1]);
+                ps->fam_in[f] += (double)(r[2] - r[1]);
+                ps->fam_prod[f] += (double)(r[3] - r[2]);
                 ps->fam_tasks[f]++;
             }
         }
@@ -628,6 +743,8 @@ extern "C" int tc_persist_profile(tc_persist *ps, int on) {
     if (!ps) return -1;
     memset(ps->fam_wait, 0, sizeof ps->fam_wait);
     memset(ps->fam_run, 0, sizeof ps->fam_run);
+    memset(ps->fam_in, 0, sizeof ps->fam_in);
+    memset(ps->fam_prod, 0, sizeof ps->fam_prod);
     memset(ps->fam_tasks, 0, sizeof ps->fam_tasks);
     ps->span = 0;
     ps->steps = 0;
@@ -647,17 +764,24 @@ extern "C" int tc_persist_profile_text(tc_persist *ps, char *buf, size_t n) {
     const double steps = (double)ps->steps, cta_ns = ps->span * ps->n_cta;
     size_t o = 0;
     int w = snprintf(buf, n, "persistent step: %.1f us a step (first wait to last signal, mean of %lld), %d CTAs, "
-                     "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s\n", ps->span / steps / 1e3,
-                     ps->steps, ps->n_cta, ps->prefetch / 1024, ps->pipe ? "v1 fp32 (lab)" : "tensor-core", "family",
-                     "tasks", "run us/step", "wait us/step", "run %");
+                     "L2 prefetch %lld KiB a matrix, matmul %s\n  %-24s %8s %12s %12s %8s  %s\n",
+                     ps->span / steps / 1e3, ps->steps, ps->n_cta, ps->prefetch / 1024,
+                     ps->mode == TP_M_RING  ? "tiles via the loader warp's ring"
+                     : ps->mode == TP_M_CPA ? "tiles via cp.async into each warp's slots"
+                                            : "tiles in registers",
+                     "family", "tasks",
+                     "run us/step", "wait us/step", "run %", "a task, us: run = input + products + rest");
     double run = 0;
     for (int f = 0; f < TP_FAMS; f++) {
         o = w > 0 ? (size_t)w : 0;
         if (!ps->fam_tasks[f]) continue;
         run += ps->fam_run[f];
-        w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0, "  %-24s %8.0f %12.1f %12.1f %7.1f%%\n",
-                      tp_fam_name[f], ps->fam_tasks[f] / steps, ps->fam_run[f] / steps / 1e3,
-                      ps->fam_wait[f] / steps / 1e3, 100.0 * ps->fam_run[f] / cta_ns);
+        const double nt = (double)ps->fam_tasks[f] * 1e3;
+        w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0,
+                      "  %-24s %8.0f %12.1f %12.1f %7.1f%%  %.2f = %.2f + %.2f + %.2f\n", tp_fam_name[f],
+                      ps->fam_tasks[f] / steps, ps->fam_run[f] / steps / 1e3, ps->fam_wait[f] / steps / 1e3,
+                      100.0 * ps->fam_run[f] / cta_ns, ps->fam_run[f] / nt, ps->fam_in[f] / nt, ps->fam_prod[f] / nt,
+                      (ps->fam_run[f] - ps->fam_in[f] - ps->fam_prod[f]) / nt);
     }
     o = w > 0 ? (size_t)w : 0;
     w += snprintf(o < n ? buf + o : NULL, o < n ? n - o : 0,
