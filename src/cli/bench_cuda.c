@@ -656,8 +656,9 @@ static int bench_ops(int reps) {
 
 /* tc_gdn, the GDN prefill call (conv + L2, the delta rule, gated norm), at the 27B head
  * shape (16 k / 48 v heads of 128, conv 4) for 64 and 512 rows: the older walk
- * (tc_gdn_config(0, ..)), the scan (tc_gdn_chunk.cu) in its default shape and in three
- * others (rows per thread x warps per CTA). us per call: calls queued back to back (the
+ * (tc_gdn_config(0, ..)), the scan (tc_gdn_scan.cu) in its default shape and in three
+ * others (rows per thread x warps per CTA), and the chunked form on tensor cores
+ * (tc_gdn_config(2, ..), tc_gdn_chunk.cu). us per call: calls queued back to back (the
  * state carries over), mean of 8*reps after a first call. max_diff: the scan's output
  * against the walk's from the same state, relative to the largest (bound 1e-3; the test
  * gdn_chunk_vs_f64_and_walk holds both to 1e-4 of float64). Text mode only; 0 = ok. */
@@ -667,7 +668,7 @@ static int bench_gdn(int reps) {
     const size_t csn = (size_t)(K - 1) * C, stn = (size_t)nv * dk * dv;
     static const struct { int path, rpt, wpc; const char *what; } var[] = {
         {0, 0, 0, "walk"}, {1, 0, 0, "scan"}, {1, 32, 4, "scan 32x4"}, {1, 32, 8, "scan 32x8"},
-        {1, 16, 0, "scan 16x4"}};
+        {1, 16, 0, "scan 16x4"}, {2, 0, 0, "chunk tc"}};
     const size_t nvar = sizeof var / sizeof var[0];
     const size_t nq = (size_t)TM * C, nz = (size_t)TM * VW, nab = (size_t)TM * nv;
     const size_t big = nq > stn ? nq : stn;

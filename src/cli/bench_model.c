@@ -95,6 +95,22 @@ static void usage(FILE *f) {
 
 /* ------------------------------------------------------------ read ceiling */
 /* ,"key":"text" with the text's newlines, quotes and backslashes escaped (nothing when empty) */
+/* A comma list of 1..hi values, at most maxn: out[], *n and the largest *maxv; false
+ * when a value is bad, there are too many or none. */
+static bool parse_list(const char *v, int64_t hi, int64_t *out, int maxn, int *n, int64_t *maxv) {
+    char tmp[256];
+    if (strlen(v) >= sizeof tmp) return false;
+    strcpy(tmp, v);
+    *n = 0;
+    *maxv = 0;
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == maxn || !cli_parse_i64(t, 1, hi, &out[*n])) return false;
+        if (out[*n] > *maxv) *maxv = out[*n];
+        ++*n;
+    }
+    return *n > 0;
+}
+
 static void json_text_field(const char *key, const char *text) {
     if (!text[0]) return;
     printf(",\"%s\":\"", key);
@@ -113,7 +129,8 @@ int tern_bench_model(int argc, char **argv) {
     enum { MAXB = 16 };
     int64_t blist[MAXB]; /* --batch's list; batch = its largest */
     enum { MAXP = 8 };
-    int64_t plist[MAXP] = {64}, npl = 1, np_max = 64; /* -p's list; np = its first */
+    int64_t plist[MAXP] = {64}, np_max = 64; /* -p's list; np = its first */
+    int npl = 1;
     int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, profile = false, fill_random = false, persistent = false;
@@ -157,38 +174,17 @@ int tern_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_parse_i64(v, 1, 256, &threads)) return cli_usage_error("bench model", "bad --threads '%s'", v);
         } else if (!strcmp(a, "-p")) {
-            char tmp[256];
-            if (strlen(v) >= sizeof tmp) return cli_usage_error("bench model", "bad -p '%s'", v);
-            strcpy(tmp, v);
-            npl = 0;
-            np_max = 0;
-            for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (npl == MAXP || !cli_parse_i64(t, 1, 65536, &plist[npl]))
-                    return cli_usage_error("bench model", "bad -p '%s' (1..65536, at most %d comma-separated)", v,
-                                           (int)MAXP);
-                if (plist[npl] > np_max) np_max = plist[npl];
-                npl++;
-            }
-            if (!npl) return cli_usage_error("bench model", "bad -p '%s'", v);
+            if (!parse_list(v, 65536, plist, MAXP, &npl, &np_max))
+                return cli_usage_error("bench model", "bad -p '%s' (1..65536, at most %d comma-separated)", v, (int)MAXP);
             np = plist[0];
         } else if (!strcmp(a, "-n")) {
             if (!cli_parse_i64(v, 1, 65536, &ng)) return cli_usage_error("bench model", "bad -n '%s'", v);
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_i64(v, 1, 1000, &reps)) return cli_usage_error("bench model", "bad --reps '%s'", v);
         } else if (!strcmp(a, "--batch")) {
-            char tmp[256];
-            if (strlen(v) >= sizeof tmp) return cli_usage_error("bench model", "bad --batch '%s'", v);
-            strcpy(tmp, v);
-            nbl = 0;
-            batch = 0;
-            for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (nbl == MAXB || !cli_parse_i64(t, 1, 256, &blist[nbl]))
-                    return cli_usage_error("bench model", "bad --batch '%s' (1..256, at most %d comma-separated)", v,
-                                           (int)MAXB);
-                if (blist[nbl] > batch) batch = blist[nbl];
-                nbl++;
-            }
-            if (!nbl) return cli_usage_error("bench model", "bad --batch '%s'", v);
+            if (!parse_list(v, 256, blist, MAXB, &nbl, &batch))
+                return cli_usage_error("bench model", "bad --batch '%s' (1..256, at most %d comma-separated)", v,
+                                       (int)MAXB);
         } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
             if (!cli_parse_i64(v, 0, 1 << 22, &depth)) return cli_usage_error("bench model", "bad --depth '%s'", v);
         } else if (!strcmp(a, "--chunk")) {

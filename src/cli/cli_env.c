@@ -10,6 +10,8 @@
  *   TERN_CUDA_GRAPH=0, TERN_CUDA_PDL=0      cuda_graphs / cuda_pdl = false (debug)
  *   TERN_CUDA_PROFILE=1                     cuda_profile = true
  *   TERN_CUDA_TC=int8                       cuda_prefill = TERN_CUDA_PREFILL_INT8
+ *   TERN_CUDA_GDN=chunk|scan                cuda_gdn_chunk = true / false (the tensor-core GDN
+ *                                           prefill or the token scan; A/B)
  *   TERN_CUDA_GEMV=NAME                     cuda_matmul = NAME (A/B; "old" = t128)
  *   TERN_CUDA_GEMM=mma                      cuda_matmul = "mma" (the mma.sync GEMM for batch > 8
  *                                           in place of the default wgmma one; A/B; "wgmma"
@@ -46,6 +48,8 @@ void cli_env_model_params(tern_model_params *p) {
     if ((e = env("TERN_CUDA_PDL")) && !strcmp(e, "0")) p->cuda_pdl = false;
     if ((e = env("TERN_CUDA_PROFILE")) && strcmp(e, "0") != 0) p->cuda_profile = true;
     if ((e = env("TERN_CUDA_TC")) && !strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
+    if ((e = env("TERN_CUDA_GDN")) && (!strcmp(e, "chunk") || !strcmp(e, "scan")))
+        p->cuda_gdn_chunk = !strcmp(e, "chunk");
     if ((e = env("TERN_CUDA_GEMM")) && (!strcmp(e, "wgmma") || !strcmp(e, "mma")))
         p->cuda_matmul = !strcmp(e, "mma") ? "mma" : "wgmma";
     if ((e = env("TERN_CUDA_GEMV"))) p->cuda_matmul = !strcmp(e, "old") ? "t128" : e;

@@ -230,6 +230,7 @@ typedef struct tm_backend_params {
     const char *cuda_matmul; /* NULL: the chooser decides */
     bool cuda_persistent;  /* single-token steps through the persistent kernel */
     bool gdn_bf16;         /* tern_model_params.gdn_state BF16 (CUDA: bf16 state storage) */
+    bool cuda_gdn_chunk;   /* GDN prefill by the chunked tensor-core form */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {

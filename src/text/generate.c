@@ -83,8 +83,11 @@ struct tern_gen {
     /* cost control: seconds per token of plain steps and of verify windows (moving
      * averages, 0: not measured yet); while windows cost more per token than plain
      * steps, `cool` plain steps follow before drafting again (small models whose
-     * weights sit in the CPU's cache gain nothing from reading them once) */
-    double t_plain, t_spec, vt;
+     * weights sit in the CPU's cache gain nothing from reading them once). t_spec is
+     * v_time / v_tok, decayed sums of the windows' seconds and tokens: a window's cost
+     * per token weighted by its tokens, so one window that drafted badly (a single token)
+     * does not outweigh the well drafted ones that follow it */
+    double t_plain, t_spec, vt, v_time, v_tok;
     int cool, cool_len;
 };
 
@@ -273,7 +276,11 @@ static tern_status choose(tern_gen *g, int32_t *id_out, tern_stop_reason *reason
         } else { /* the window ends with this row: the tokens up to its own are kept */
             g->keep_at = g->vbase + g->vj + 1;
             int acc = g->vj, nd = g->vn - 1;
-            ema(&g->t_spec, g->vt / (acc + 1));
+            if (g->steps > 1) { /* the first window pays one-time costs (snapshot storage): not counted */
+                g->v_time = 0.7 * g->v_time + g->vt;
+                g->v_tok = 0.7 * g->v_tok + (acc + 1);
+                g->t_spec = g->v_time / g->v_tok;
+            }
             if (g->t_plain > 0 && g->t_spec > g->t_plain) { /* back off, longer each time */
                 g->cool_len = g->cool_len ? (g->cool_len < 256 ? 2 * g->cool_len : 256) : 8;
                 g->cool = g->cool_len;

@@ -2,7 +2,8 @@
  * speculative.c - the drafters of speculative decoding (tern.h tern_drafter_*):
  *   ngram  prompt lookup: the last n tokens (n = n_max down to n_min) searched for in
  *          the history (prompt and generated text), latest occurrence first; the tokens
- *          that followed it are the draft. Cheap: no model, the history only.
+ *          that followed it are the draft (continued periodically past the history's
+ *          end). Cheap: no model, the history only.
  *   draft  a small model with the target's tokenizer, run greedily on its own session:
  *          it evaluates the history it has not seen, then drafts k tokens by evaluating
  *          k - 1 of its own guesses, and rewinds them afterwards (tern_session_truncate on
@@ -97,13 +98,13 @@ static int draft_ngram(const tern_drafter *d, const int32_t *h, size_t n, int k,
         /* a match at j: h[j .. j+g) == key, followed by at least one token (j + g < n) */
         for (size_t j = n - g; j-- > 0;) {
             if (h[j] != key[0] || memcmp(h + j, key, (size_t)g * sizeof *h)) continue;
+            /* the tokens that followed it; where they run into the end of the history, the
+             * draft's own tokens (the text repeating with period n - from: short loops such
+             * as "+1, 0, +1, 0," draft k tokens, not one period) */
             size_t from = j + (size_t)g;
             int c = 0;
-            while (c < k && from + (size_t)c < n) {
-                out[c] = h[from + (size_t)c];
-                c++;
-            }
-            if (c) return c;
+            for (; c < k; c++) out[c] = from + (size_t)c < n ? h[from + (size_t)c] : out[from + (size_t)c - n];
+            return c;
         }
     }
     return 0;

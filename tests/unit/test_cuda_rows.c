@@ -63,7 +63,8 @@ static void mats_free(mats *S, int64_t k) {
 
 /* The row y of every matrix for R rows through path p: 0 tc_gemv_tiled_rows on a
  * quantised R-row activation, 1 tc_matmul_multi_exact (its own quantisation), 2
- * tc_matmul_multi_q_exact; each row then against batch 1 of the same row. */
+ * tc_matmul_multi_q_exact, 3 (one matrix, R <= 4) tc_gemv_tiled_nb4_ks with batch 1's KS;
+ * each row then against batch 1 of the same row. */
 TEST(rows_vs_batch1_and_f64) {
     NEED_GPU();
     const int64_t sets[][4] = {{1, 0, 0, 0},    {3, 0, 0, 0},        {17, 250, 0, 0}, {37, 0, 0, 0},
@@ -102,7 +103,8 @@ TEST(rows_vs_batch1_and_f64) {
                 CHECK_EQ_INT(tc_sync(g_tc), 0);
                 for (int i = 0; i < S.nm; i++) CHECK(tc_download(g_tc, y1[i] + r * ys[i], dy1[i], ys[i] * 4) == 0);
             }
-            for (int path = 0; path < 3; path++) {
+            for (int path = 0; path < 4; path++) {
+                if (path == 3 && (R > 4 || S.nm > 1)) break;
                 tc_mat mt[4];
                 for (int i = 0; i < S.nm; i++) mt[i] = S.tm[i];
                 if (path == 0) {
@@ -110,9 +112,14 @@ TEST(rows_vs_batch1_and_f64) {
                     tc_gemv_tiled_rows(g_tc, S.nm, S.tw, &act, dy, ys);
                 } else if (path == 1) {
                     tc_matmul_multi_exact(g_tc, S.nm, mt, dx, R, (size_t)k, dy, ys);
-                } else {
+                } else if (path == 2) {
                     tc_quantize(g_tc, dx, (size_t)k, &act);
                     tc_matmul_multi_q_exact(g_tc, S.nm, mt, &act, NULL, 0, dy, ys);
+                } else { /* the decode kernel with batch 1's KS (skipped when it does not stage) */
+                    int ks1;
+                    tc_quantize(g_tc, dx, (size_t)k, &act);
+                    tc_gemv_tiled_ks1(g_tc, 1, S.tw, &act, &ks1);
+                    if (!tc_gemv_tiled_nb4_ks(g_tc, &S.tm[0], &act, dy[0], ys[0], ks1)) break;
                 }
                 CHECK_EQ_INT(tc_sync(g_tc), 0);
                 for (int i = 0; i < S.nm; i++) {

@@ -12,8 +12,9 @@
  * everywhere and argmax equal where the margin exceeds 2 * BF16_BOUND (a state read as
  * the wrong type or at the wrong offset gives O(1..10)). The fixtures' own parity criteria
  * (0.02, argmax at 0.02, continuation) are reported, not required: the default stays fp32.
- * Also: on cuda the session's memory shrinks by exactly half the fp32 state bytes; the CPU
- * fold (tern_gdn_state_round_bf16) against a plain float64 fold.
+ * Also: on cuda the session's memory shrinks with the bf16 state; the CPU fold
+ * (tern_gdn_state_round_bf16) against a plain float64 fold; and on cuda the chunked GDN
+ * prefill on tensor cores (cuda_gdn_chunk) at the fixtures' parity criteria.
  */
 #include "check.h"
 #include "model_check.h"
@@ -42,6 +43,8 @@ static cJSON *load_ref(const char *fixture) {
     return j;
 }
 
+static bool g_chunk; /* load with cuda_gdn_chunk (the tensor-core GDN prefill) */
+
 static tern_model *load(const char *fixture, const char *file, int gdn_state) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/%s", fixture, file);
@@ -52,6 +55,7 @@ static tern_model *load(const char *fixture, const char *file, int gdn_state) {
     mp.n_threads = 2;
     mp.device = g_device;
     mp.gdn_state = gdn_state;
+    if (g_chunk) mp.cuda_gdn_chunk = true; /* else the default */
     tern_model *m = NULL;
     tern_status st = tern_model_load(p, &mp, &m);
     CHECK_MSG(st == TERN_OK, "load %s: %s", p, tern_last_error());
@@ -238,6 +242,64 @@ TEST(bf16_state_qwen35_ptq1_0) { bf16_vs_ref("qwen35-tiny", "model-ptq1_0.gguf",
 TEST(bf16_state_qwen35_mlx_pack) { bf16_vs_ref("qwen35-tiny", "mlx-pack", "A"); }
 TEST(bf16_state_qwen35_q2_0_nohadamard) { bf16_vs_ref("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C"); }
 
+/* The chunked GDN prefill on tensor cores (cuda_gdn_chunk; cuda only) at the fixtures'
+ * parity criteria, fp32 state: every sequence prefilled whole (chunks of 16+ rows take
+ * it), max|logit - ref| < 0.02, argmax equal where the margin > 0.02, the 24-token greedy
+ * continuation identical. */
+static void chunk_parity(const char *fixture, const char *file, const char *key) {
+    if (!g_device) SKIP_OPTIONAL("cuda only (TERN_TEST_DEVICE=cuda)");
+    cJSON *ref = load_ref(fixture);
+    if (!ref) SKIP("fixture %s missing", fixture);
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *fp = fixture_path(rel);
+    struct stat fst;
+    if (!fp || stat(fp, &fst) != 0) {
+        cJSON_Delete(ref);
+        SKIP_OPTIONAL("%s missing (a partial fixture copy)", rel);
+    }
+    g_chunk = true;
+    tern_model *m = load(fixture, file, TERN_GDN_STATE_F32);
+    g_chunk = false;
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences");
+    const cJSON *logits =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "models"), key), "logits");
+    const int V = m ? tern_model_get_info(m)->n_vocab : 0, ns = cJSON_GetArraySize(seqs);
+    for (int si = 0; m && si < ns; si++) {
+        size_t T, nc = 0, nb = 0;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, si), "ids"), &T);
+        int32_t *want = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(logits, si), "greedy_continuation"), &nc);
+        snprintf(rel, sizeof rel, "%s/%s", fixture,
+                 cJSON_GetObjectItem(cJSON_GetArrayItem(logits, si), "logits_file")->valuestring);
+        float *rl = (float *)check_slurp(fixture_path(rel), &nb), *got = malloc(T * (size_t)V * sizeof(float));
+        CHECK(rl && nb == T * (size_t)V * 4);
+        tern_session *s = new_sess(m, (int)T + 24);
+        cmp c = {0};
+        int same = 0;
+        if (s && rl && tern_session_eval(s, ids, T, got) == TERN_OK) {
+            compare(&c, got, rl, T, V);
+            same = check_greedy_steps(s, want, nc, V);
+        } else {
+            CHECK_MSG(0, "chunked eval: %s", tern_last_error());
+        }
+        char how[32];
+        snprintf(how, sizeof how, "seq %d chunk-tc", si);
+        report(fixture, file, how, &c, same, (int)nc);
+        CHECK_MSG(c.maxd < 0.02 && c.bad == 0 && same == (int)nc,
+                  "%s/%s seq %d, chunked prefill: max|diff| %g, %d argmax, continuation %d/%zu", fixture, file, si,
+                  c.maxd, c.bad, same, nc);
+        tern_session_free(s);
+        free(rl);
+        free(got);
+        free(ids);
+        free(want);
+    }
+    tern_model_free(m);
+    cJSON_Delete(ref);
+}
+TEST(chunk_prefill_parity_pq2_0) { chunk_parity("qwen35-tiny", "model-pq2_0.gguf", "A"); }
+TEST(chunk_prefill_parity_q2_0_nohadamard) { chunk_parity("qwen35-tiny", "model-q2_0-nohadamard.gguf", "C"); }
+
 /* The CPU fold: S_true = pd*S + pk pdl^T rounded to bf16, pending emptied; vs float64. */
 TEST(cpu_fold_round_vs_f64) {
     const int nv = 3, dk = 5, dv = 7, per = 1 + dk + dv;
@@ -273,5 +335,7 @@ int main(void) {
     RUN(bf16_state_qwen35_ptq1_0);
     RUN(bf16_state_qwen35_mlx_pack);
     RUN(bf16_state_qwen35_q2_0_nohadamard);
+    RUN(chunk_prefill_parity_pq2_0);
+    RUN(chunk_prefill_parity_q2_0_nohadamard);
     return check_summary();
 }

@@ -533,10 +533,34 @@ TEST(sample_dist) {
     tern_model_free(m);
 }
 
+/* Prompt lookup without a model: the latest match of the longest n-gram, its continuation,
+ * and past the history's end the draft repeating itself (a loop of period 3). */
+TEST(ngram_drafts) {
+    tern_drafter *ng = NULL;
+    CHECK(tern_drafter_ngram_new(3, 2, &ng) == TERN_OK);
+    const int32_t h[] = {9, 5, 6, 7, 1, 2, 5, 6, 7, 5, 6};
+    int32_t out[8];
+    /* the 3-gram (7, 5, 6) occurs only at the end; the 2-gram (5, 6) last at 6..7: its
+     * continuation 7, 5, 6 reaches the end, then the draft repeats it: 7, 5, 6, 7 */
+    int n = tern_drafter_draft(ng, h, sizeof h / sizeof *h, 7, out);
+    CHECK_EQ_INT(n, 7);
+    const int32_t want[] = {7, 5, 6, 7, 5, 6, 7};
+    CHECK(n == 7 && !memcmp(out, want, sizeof want));
+    /* no match: no draft */
+    const int32_t u[] = {1, 2, 3, 4};
+    CHECK_EQ_INT(tern_drafter_draft(ng, u, 4, 5, out), 0);
+    /* a long continuation inside the history is copied as is */
+    const int32_t l[] = {1, 2, 3, 4, 5, 6, 1, 2};
+    n = tern_drafter_draft(ng, l, 8, 3, out);
+    CHECK(n == 3 && out[0] == 3 && out[1] == 4 && out[2] == 5);
+    tern_drafter_free(ng);
+}
+
 int main(void) {
     g_device = getenv("TERN_TEST_DEVICE");
     g_small = getenv("TERN_SANITIZED") != NULL;
     if (g_device && (!*g_device || !strcmp(g_device, "cpu"))) g_device = NULL;
+    RUN(ngram_drafts);
     RUN(verify_rows);
     RUN(verify_repeat);
     RUN(greedy_same);

@@ -1157,6 +1157,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
         return tern_fail(TERN_ERR_NOMEM, "CUDA: out of device memory for the ids workspace");
     }
     tc_set_pdl(c->tc, !(p && p->cuda_pdl_off));
+    if (p && p->cuda_gdn_chunk) tc_gdn_use_chunk(c->tc, 1);
     if (p && p->cuda_profile) tc_profile_enable(c->tc, 1);
     if (force != TC_MM_NONE)
         tern_log(TERN_LOG_INFO, "CUDA: matmul family forced to %s (cuda_matmul, an A/B run)", tc_mm_name(force));

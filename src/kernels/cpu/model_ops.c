@@ -110,32 +110,48 @@ typedef struct {
     tern_gdn_head_fn head;
 } gdn_ctx;
 
-/* Conv + SiLU per channel range; also advances the conv state. */
+/* Conv + SiLU per channel range; also advances the conv state. Row by row over the
+ * range's channels (contiguous in qkv and the state; a channel at a time would stride
+ * C floats per input), each output summed as s += w[i] * x in i order as before. */
 static void gdn_conv_task(void *vc, int task, int n_tasks) {
     gdn_ctx *c = vc;
     const tern_gdn_args *a = c->a;
     int C = c->conv_ch, K = a->conv_k, T = a->rows;
     int c0 = (int)((int64_t)C * task / n_tasks), c1 = (int)((int64_t)C * (task + 1) / n_tasks);
-    for (int ch = c0; ch < c1; ch++) {
-        const float *w = a->conv_w + (size_t)ch * K;
-        for (int t = 0; t < T; t++) {
-            float s = 0;
-            for (int i = 0; i < K; i++) {
-                int src = t - (K - 1) + i; /* input index; negative: from the state */
-                float x = src >= 0 ? a->qkv[(size_t)src * C + ch]
-                                   : a->conv_state[(size_t)(K - 1 + src) * C + ch];
-                s += w[i] * x;
+    enum { KMAX = 16 }; /* the loader takes conv_k 2..16 */
+    TERN_ASSERT(K >= 1 && K <= KMAX);
+    for (int t = 0; t < T; t++) {
+        float *restrict out = a->work + (size_t)t * C;
+        const float *x[KMAX];
+        for (int i = 0; i < K; i++) {
+            int src = t - (K - 1) + i; /* input index; negative: from the state */
+            x[i] = src >= 0 ? a->qkv + (size_t)src * C : a->conv_state + (size_t)(K - 1 + src) * C;
+        }
+        if (K == 4) { /* the Bonsai kernel: sums in registers */
+            for (int ch = c0; ch < c1; ch++) {
+                const float *w = a->conv_w + (size_t)ch * 4;
+                float s = 0;
+                s += w[0] * x[0][ch];
+                s += w[1] * x[1][ch];
+                s += w[2] * x[2][ch];
+                s += w[3] * x[3][ch];
+                out[ch] = silu(s);
             }
-            a->work[(size_t)t * C + ch] = silu(s);
+            continue;
         }
-        /* new state: the last K-1 inputs of (state ++ rows) */
-        for (int i = 0; i < K - 1; i++) {
-            int src = T - (K - 1) + i;
-            float x = src >= 0 ? a->qkv[(size_t)src * C + ch]
-                               : a->conv_state[(size_t)(K - 1 + src) * C + ch];
-            /* src < 0 reads state slot K-1+src >= i: ascending order is safe */
-            a->conv_state[(size_t)i * C + ch] = x;
+        for (int ch = c0; ch < c1; ch++) {
+            const float *w = a->conv_w + (size_t)ch * K;
+            float s = 0;
+            for (int i = 0; i < K; i++) s += w[i] * x[i][ch];
+            out[ch] = silu(s);
         }
+    }
+    /* new state: the last K-1 inputs of (state ++ rows); a slot read from the state
+     * (K-1+src = T+i > i) is one not yet written in ascending i */
+    for (int i = 0; i < K - 1; i++) {
+        int src = T - (K - 1) + i;
+        const float *x = src >= 0 ? a->qkv + (size_t)src * C : a->conv_state + (size_t)(K - 1 + src) * C;
+        memmove(a->conv_state + (size_t)i * C + c0, x + c0, (size_t)(c1 - c0) * sizeof(float));
     }
 }
 

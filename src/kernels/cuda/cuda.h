@@ -119,7 +119,7 @@ void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, c
                        float *const *y, const size_t *ys);
 /* The same products for the rows of a speculative verify: every row bit-identical to
  * the call with that row alone (batch 1: the decode step's kernels and launch shapes),
- * the tiled matrices' weights read once for up to 12 rows (tc_gemv_rows.cu), other
+ * the tiled matrices' weights read once per 4 rows (tc_gemv_rows.cu), other
  * kinds row by row. _q: the activation given (as tc_matmul_multi_q). */
 void tc_matmul_multi_exact(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                            float *const *y, const size_t *ys);
@@ -256,6 +256,10 @@ typedef struct tc_gdn_args {
  * over value columns with the rows staged in shared memory), or after tc_gdn_config(0, ..)
  * (the reference) the older three (tc_gdn_walk.cu: conv serial per channel, one CTA per value head). */
 void tc_gdn(tc_ctx *cx, const tc_gdn_args *a);
+/* on != 0: tc_gdn takes the chunked form on tensor cores (tc_gdn_chunk.cu: conv + L2,
+ * 64-token chunks with TF32 x3 products, gated norm; dk <= 128, else the scan); 0: the
+ * scan (the default). The model parameter cuda_gdn_chunk. */
+void tc_gdn_use_chunk(tc_ctx *cx, int on);
 
 /* GDN decode step for n sessions, one token each, in one launch for all of them
  * (dk <= 128, dv <= 128, dv % 4 == 0, conv_k <= 4: k_gdn_step_fused) or else two:

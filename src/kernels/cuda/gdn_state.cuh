@@ -3,7 +3,8 @@
  * bf16 (tc_gdn_args / tc_gdn_step_args .state_bf16; the model parameter gdn_state). The
  * kernels read S once into fp32 registers and write it once: bf16 rounds to nearest even
  * (__float2bfloat16_rn, as tern_f32_to_bf16 on the CPU). Element e of the state is at
- * byte e*4 (fp32) or e*2 (bf16) of the same base.
+ * byte e*4 (fp32) or e*2 (bf16) of the same base. Also the prefill kernels' conv-state
+ * shift (the scan's and the chunked form's). Include after internal.cuh.
  */
 #ifndef TERN_KERNELS_CUDA_GDN_STATE_CUH
 #define TERN_KERNELS_CUDA_GDN_STATE_CUH
@@ -41,6 +42,23 @@ __device__ __forceinline__ void gdn_st4b(uint8_t *p, float4 v, bool bf) {
     } else {
         *(float4 *)p = v;
     }
+}
+
+/* The prefill call's conv-state shift: conv state <- the last K-1 inputs of (state ++ the
+ * call's qkv rows), the channels split over all CTAs of the grid, each CTA its share
+ * (ascending i: a slot read from the old state lies at or above i). After the conv
+ * kernel that reads the old state has completed (tc_pdl_wait). */
+__device__ __forceinline__ void gdn_conv_shift(const tc_gdn_args &a, int C) {
+    if (a.conv_k <= 1) return;
+    const int K = a.conv_k, T = a.rows, nb = (int)(gridDim.x * gridDim.y);
+    const int bi = (int)(blockIdx.y * gridDim.x + blockIdx.x);
+    const int c0 = (int)((long long)C * bi / nb), c1 = (int)((long long)C * (bi + 1) / nb);
+    for (int ch = c0 + (int)threadIdx.x; ch < c1; ch += (int)blockDim.x)
+        for (int i = 0; i < K - 1; i++) {
+            const int src = T - (K - 1) + i;
+            a.conv_state[(size_t)i * C + ch] =
+                src >= 0 ? a.qkv[(size_t)src * C + ch] : a.conv_state[(size_t)(K - 1 + src) * C + ch];
+        }
 }
 
 #endif

@@ -36,12 +36,15 @@ void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_ac
 
 /* The exact R-row GEMV of a speculative verify (tc_gemv_rows.cu): tc_gemv_tiled_multi's
  * product for every batch row of act, each row bit-identical to the same call with that
- * row alone (batch 1), the weights read once per 12 rows. tc_matmul_multi_exact uses it. */
+ * row alone (batch 1), the weights read once per 4 rows. tc_matmul_multi_exact uses it. */
 void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                         const size_t *ys);
 /* The KS (warps per strip) each matrix's launch takes at batch 1 in tc_gemv_tiled_multi
  * (nm > 1) or tc_gemv_tiled (nm 1), with act's buffer (tc_gemv.cu). */
 void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks);
+/* One matrix, batch 1..4, through the decode GEMV's staged NB4 loop with KS forced
+ * (tc_gemv.cu); 0 when that loop does not take it (nothing launched). */
+int tc_gemv_tiled_nb4_ks(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int ks);
 
 /* Tensor-core GEMM for prefill and batched decode (tc_gemm_tc.cu; split-K when the
  * output tiles are too few to fill the SMs): y[t*ys + r] = W[r,:] . x_t for the
@@ -103,8 +106,9 @@ int tc_attn_decode_gqa(tc_ctx *cx, int k_type, int v_type, const void *kcache, c
  * most 8 CTAs of <= 256 threads per value head: dv <= 512 for dk <= 128). */
 int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a);
 
-/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, -1 the
- * default (the scan); rpt = state rows per thread
+/* tc_gdn's path: 0 the older walk (the reference), 1 the two-launch scan, 2 the
+ * chunked form on tensor cores (tc_gdn_chunk.cu: conv + L2, the chunk kernel, the gated
+ * norm; dk <= 128, else the scan), -1 the default (the scan); rpt = state rows per thread
  * (8, 16, 32; 0 = by dk: 8 for dk <= 32, 16 for <= 64, else 32), warps per CTA (1, 2,
  * 4, 8; 0 = the fewest that give at most 8 CTAs per value head). Returns 0, or -1 for
  * other values (nothing changed). */

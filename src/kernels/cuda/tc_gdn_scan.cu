@@ -221,20 +221,7 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
     float *inv_s = ssq + 2 * GS_SEG;
     const size_t VW = (size_t)nv * dv;
 
-    /* conv state <- the last K-1 inputs of (state ++ rows), this CTA's share of the
-     * channels (ascending i: a slot read from the old state lies at or above i) */
-    if (a.conv_k > 1) {
-        const int K = a.conv_k, nb = (int)(gridDim.x * gridDim.y);
-        const int bi = (int)(blockIdx.y * gridDim.x + blockIdx.x);
-        const int c0 = (int)((long long)C * bi / nb), c1 = (int)((long long)C * (bi + 1) / nb);
-        for (int ch = c0 + tid; ch < c1; ch += nth)
-            for (int i = 0; i < K - 1; i++) {
-                const int src = T - (K - 1) + i;
-                const float x = src >= 0 ? a.qkv[(size_t)src * C + ch]
-                                         : a.conv_state[(size_t)(K - 1 + src) * C + ch];
-                a.conv_state[(size_t)i * C + ch] = x;
-            }
-    }
+    gdn_conv_shift(a, C); /* gdn_state.cuh */
 
     /* this thread's rows of state column j0 + jc (fp32 or bf16 storage) */
     const bool bf = a.state_bf16;
@@ -392,6 +379,10 @@ __global__ void __launch_bounds__(256, 1) k_gdn_scan(tc_gdn_args a, int C, int c
 
 /* ------------------------------------------------------------------ host */
 
+/* tc_gdn_chunk.cu: the chunked form on tensor cores (tc_gdn_config(2, ..)) */
+extern "C" int tc_gdn_chunk_ok(const tc_gdn_args *a);
+extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C);
+
 /* the context's gdn_path: 0 the walk (tc_gdn_walk.cu, the oracle); 1 the scan
  * (tc_gdn_config); gdn_rpt, gdn_wpc: its shape (0: by dk) */
 
@@ -402,12 +393,14 @@ static bool gs_valid(int rpt, int wpc) {
 
 extern "C" int tc_gdn_config(tc_ctx *cx, int path, int rpt, int warps) {
     TC_CTX(cx);
-    if (path < -1 || path > 1 || !gs_valid(rpt, warps)) return -1;
+    if (path < -1 || path > 2 || !gs_valid(rpt, warps)) return -1;
     cx->gdn_path = path < 0 ? 1 : path; /* -1: the default, the scan */
     cx->gdn_rpt = rpt;
     cx->gdn_wpc = warps;
     return 0;
 }
+
+extern "C" void tc_gdn_use_chunk(tc_ctx *cx, int on) { tc_gdn_config(cx, on ? 2 : -1, 0, 0); }
 
 /* RPT rows per thread, L lanes per column, warps per CTA, cs CTAs per head; false: not
  * taken. L: the least power of two with L*RPT >= dk, at least 4 for RPT 16 and 32 (the
@@ -453,7 +446,8 @@ static void gs_launch(const tc_gdn_args *a, int C, int wpc, int cs, int vec) {
 extern "C" int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a) {
     TC_CTX(cx);
     int rpt, L, wpc, cs;
-    if (!tc_cur->gdn_path || !gs_plan(a, &rpt, &L, &wpc, &cs)) return 0;
+    const bool chunk = tc_cur->gdn_path == 2 && tc_gdn_chunk_ok(a); /* tc_gdn_chunk.cu */
+    if (!tc_cur->gdn_path || (!chunk && !gs_plan(a, &rpt, &L, &wpc, &cs))) return 0;
     const int nk = a->n_k, dk = a->dk, T = a->rows;
     const int VW = a->n_v * a->dv, C = 2 * nk * dk + VW;
     const int vec = ((uintptr_t)a->work % 16 == 0 && (uintptr_t)a->z % 16 == 0 && C % 4 == 0 &&
@@ -463,6 +457,10 @@ extern "C" int tc_gdn_scan(tc_ctx *cx, const tc_gdn_args *a) {
     tc_launch(k_gdn_conv_l2, dim3((unsigned)nseg, (unsigned)((T + GS_TT - 1) / GS_TT)),
               dim3((unsigned)cth), (size_t)GS_TT * dk * sizeof(float), 1u, a->qkv, a->conv_w,
               (const float *)a->conv_state, a->work, C, a->conv_k, T, nk, dk);
+    if (chunk) {
+        tc_gdn_chunk_launch(a, C);
+        return 1;
+    }
     switch (rpt * 16 + L) {
     case 8 * 16 + 1: gs_launch<8, 1>(a, C, wpc, cs, vec); break;
     case 8 * 16 + 2: gs_launch<8, 2>(a, C, wpc, cs, vec); break;

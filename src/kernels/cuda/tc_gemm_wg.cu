@@ -767,8 +767,16 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     return ok ? lmode : -1;
 }
 
-/* The int8 tensor-core rate in TOPS (2 ops a multiply-add), best of `passes` timed launches
- * after a warm-up; 0 where wgmma is not available (not sm_90a) or a launch fails. */
+/* The int8 tensor-core rate in TOPS (2 ops a multiply-add), from the median of `passes`
+ * timed launches after a warm-up (tc_bench_us); 0 where wgmma is not available (not
+ * sm_90a) or a launch fails. */
+struct wg_peak_ctx {
+    int sms, iters, *sink;
+};
+static void wg_peak_launch(void *p) {
+    const wg_peak_ctx *c = (const wg_peak_ctx *)p;
+    k_wg_peak<<<c->sms, 256, 0, tc_cur->stream>>>(c->iters, c->sink);
+}
 extern "C" double tc_int8_mma_tops(tc_ctx *cx, int passes) {
     TC_CTX(cx);
     cudaFuncAttributes fa;
@@ -776,31 +784,14 @@ extern "C" double tc_int8_mma_tops(tc_ctx *cx, int passes) {
         cudaGetLastError();
         return 0;
     }
-    int *sink = NULL;
-    if (cudaMalloc((void **)&sink, sizeof *sink) != cudaSuccess) {
+    wg_peak_ctx c = {tc_sm_count(), 200 /* ~0.5 s a launch on an H200 */, NULL};
+    if (cudaMalloc((void **)&c.sink, sizeof *c.sink) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    const int sms = tc_sm_count(), iters = 200; /* ~0.5 s a launch on an H200 */
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    double best = 0;
-    for (int r = 0; r < passes + 1; r++) {
-        cudaEventRecord(e0, tc_cur->stream);
-        k_wg_peak<<<sms, 256, 0, tc_cur->stream>>>(iters, sink);
-        cudaEventRecord(e1, tc_cur->stream);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        /* per CTA: 2 warpgroups x iters x chain wgmmas of 64 x 128 x 32 multiply-adds */
-        const double ops = 2.0 * sms * 2.0 * iters * kPeakChain * 64.0 * 128.0 * 32.0;
-        const double tops = ms > 0 ? ops / (ms * 1e-3) / 1e12 : 0;
-        if (r > 0 && tops > best) best = tops; /* the first launch is a warm-up */
-    }
-    if (cudaGetLastError() != cudaSuccess) best = 0;
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(sink);
-    return best;
+    const double us = tc_bench_us(cx, wg_peak_launch, &c, 1, passes, 0);
+    cudaFree(c.sink);
+    /* per CTA: 2 warpgroups x iters x chain wgmmas of 64 x 128 x 32 multiply-adds */
+    const double ops = 2.0 * c.sms * 2.0 * c.iters * kPeakChain * 64.0 * 128.0 * 32.0;
+    return us > 0 ? ops / (us * 1e-6) / 1e12 : 0;
 }

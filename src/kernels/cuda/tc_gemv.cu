@@ -411,15 +411,19 @@ static tct_shape tct_shape_fixed(int sms, int64_t strips, int64_t kt) {
     return tct_shape{ks, ks >= 4 ? 1 : 4 / ks};
 }
 
+/* ksf > 0: KS forced to ksf (the exact rows of a verify: batch 1's KS), SPC chosen by the
+ * same cost for it */
 template <int NB8, int U, int SA, int MM>
-static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
+static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem, int ksf = 0) {
     const int sms = tc_sm_count();
     tc_ctx *cx = tc_cur; /* the launch shapes and occupancies are cached per context (device) */
     const void *fn = (const void *)k_gemv_tiled<NB8, U, SA, MM>;
+    const int64_t key = kt + ((int64_t)ksf << 40); /* a forced KS is its own entry */
     for (int i = 0; i < cx->n_shape; i++)
-        if (cx->shape[i].fn == fn && cx->shape[i].a == strips && cx->shape[i].b == kt && cx->shape[i].smem == smem)
+        if (cx->shape[i].fn == fn && cx->shape[i].a == strips && cx->shape[i].b == key && cx->shape[i].smem == smem)
             return tct_shape{cx->shape[i].x, cx->shape[i].y};
     tct_shape best = tct_shape_fixed(sms, strips, kt);
+    if (ksf > 0) best = tct_shape{ksf, ksf >= 4 ? 1 : 4 / ksf};
     double bc = 1e300;
     auto occ_of = [&](int threads) {
         int occ = -1;
@@ -445,7 +449,8 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
     const bool many = oo > 0 && (strips + best.spc - 1) / best.spc >= 3 * (int64_t)oo * sms;
     if (many) bc = -1;
     const int maxw = TCT_LB_THREADS(SA) / 32;
-    for (int ks = 1; ks <= maxw && ks <= kt; ks++)
+    for (int ks = 1; ks <= maxw && ks <= kt; ks++) {
+        if (ksf > 0 && ks != ksf) continue;
         for (int spc = 1; ks * spc <= maxw && spc <= strips; spc++) {
             if (many) break;
             const int occ = occ_of(32 * ks * spc);
@@ -462,10 +467,11 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem) {
                 best = tct_shape{ks, spc};
             }
         }
+    }
     const int slot = cx->n_shape < TC_MEMO ? cx->n_shape++ : (int)(strips % TC_MEMO);
     cx->shape[slot].fn = fn;
     cx->shape[slot].a = strips;
-    cx->shape[slot].b = kt;
+    cx->shape[slot].b = key;
     cx->shape[slot].smem = smem;
     cx->shape[slot].x = best.ks;
     cx->shape[slot].y = best.spc;
@@ -615,4 +621,42 @@ extern "C" void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, co
     for (int i = 0; i < nm; i++)
         ks[i] = c.stage && al ? tct_pick<0, 4, 2, 0>(tct_strips(w[i]->n), kt, smem).ks
                               : tct_pick<0, 4, 0, 0>(tct_strips(w[i]->n), kt, 0).ks;
+}
+
+/* One matrix, batch 1..4, through the decode GEMV's NB4 build with KS forced to ks
+ * (tc_gemv_tiled_ks1: batch 1's, so every row gets batch 1's bits): the staged loop
+ * (k_gemv_tiled<0, 4, 2, 0>) when the rows' activation stages and ks <= 10, else the
+ * unstaged one (<0, 4, 0, 0>: the same bits); strips per CTA by the shape rule's cost for
+ * that KS (they do not touch a row's sum). Returns 0 (nothing launched) when neither
+ * build takes it. */
+extern "C" int tc_gemv_tiled_nb4_ks(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int ks) {
+    TC_CTX(cx);
+    const int nb = (int)act->batch;
+    const int64_t K = m->k, kt = tct_ktiles(K);
+    if (nb < 1 || nb > 4 || ks < 1 || ks > kt || m->kind != TC_TERN128T || act->k != K) return 0;
+    const size_t smem = tc_mm_stage_bytes(nb, K);
+    const bool staged = smem <= TC_MM_STAGE_MAX && tct_aligned(act->q, act->sx, act->corr) &&
+                        ks <= TCT_LB_THREADS(2) / 32;
+    if (!staged && ks > TCT_LB_THREADS(0) / 32) return 0;
+    tsk_mats M;
+    const int64_t strips = tsk_fill(&M, 1, &m, &ys);
+    M.y[0] = y;
+    if (staged) {
+        if (tc_attr_once((const void *)k_gemv_tiled<0, 4, 2, 0>, TC_MM_STAGE_MAX)) {
+            cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<0, 4, 2, 0>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
+            if (e != cudaSuccess) {
+                tc_note((int)e);
+                return 1;
+            }
+        }
+        const tct_shape sh = tct_pick<0, 4, 2, 0>(strips, kt, smem, ks);
+        tc_launch(k_gemv_tiled<0, 4, 2, 0>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
+                  dim3(32 * ks * sh.spc), smem, 1, M, (int)K, ks, act->q, act->sx, act->corr, nb, 0);
+    } else {
+        const tct_shape sh = tct_pick<0, 4, 0, 0>(strips, kt, 0, ks);
+        tc_launch(k_gemv_tiled<0, 4, 0, 0>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
+                  dim3(32 * ks * sh.spc), 0, 1, M, (int)K, ks, act->q, act->sx, act->corr, nb, 0);
+    }
+    return 1;
 }
