@@ -284,9 +284,10 @@ typedef struct tern_model_params {
     bool cuda_persistent;           /* default false (for now): single-token steps of a qwen3
                                        model run as one persistent kernel (docs/persistent.md);
                                        other models and steps take the per-op path */
-    bool cuda_gdn_chunk;            /* default false: GDN prefill calls (qwen35) by the chunked
-                                       form on tensor cores (tc_gdn_chunk.cu) instead of the
-                                       token scan; an A/B switch until measured (docs/kernels.md) */
+    bool cuda_gdn_chunk;            /* default true: GDN prefill calls (qwen35) of 16 rows or more
+                                       by the chunked form on tensor cores (tc_gdn_chunk.cu);
+                                       false: the token scan (docs/kernels.md). The CLI maps
+                                       TERN_CUDA_GDN=scan|chunk onto it */
 } tern_model_params;
 #define TERN_GDN_STATE_F32 0
 #define TERN_GDN_STATE_BF16 1

@@ -63,6 +63,7 @@ void tern_model_params_default(tern_model_params *p) {
     p->repack = true;
     p->cuda_graphs = true;
     p->cuda_pdl = true;
+    p->cuda_gdn_chunk = true;
 }
 
 /* Every ternary matrix the forward pass multiplies by, with its fast_* slot. */

@@ -805,7 +805,7 @@ static double max_rel_ff(const float *g, const float *r, size_t n) {
  * dk > 128 (the walk does not take it: scan vs float64 only), conv_k 1 and 2. */
 TEST(gdn_chunk_vs_f64_and_walk) {
     NEED_GPU();
-    CHECK_EQ_INT(tc_gdn_config(g_tc, 2, 0, 0), -1);
+    CHECK_EQ_INT(tc_gdn_config(g_tc, 3, 0, 0), -1); /* 0 walk, 1 scan, 2 chunked (test_cuda_gdn) */
     CHECK_EQ_INT(tc_gdn_config(g_tc, 1, 12, 0), -1);
     CHECK_EQ_INT(tc_gdn_config(g_tc, 1, 0, 3), -1);
     static const struct {

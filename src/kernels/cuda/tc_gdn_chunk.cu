@@ -352,7 +352,10 @@ extern "C" int tc_gdn_chunk_ok(const tc_gdn_args *a) {
 /* k_gdn_kk + k_gdn_chunk + k_gdn_onorm after the caller's k_gdn_conv_l2 */
 extern "C" void tc_gdn_chunk_launch(const tc_gdn_args *a, int C) {
     const int nch = (a->rows + GC_L - 1) / GC_L;
-    float *kq = (float *)tc_workspace(3, (size_t)a->n_k * nch * 2 * GC_L * GC_L * sizeof(float));
+    /* sized for at least 512 rows (the back-end's prefill chunk) at once: a workspace that
+     * grows makes recorded step graphs stale, so it should grow once, not per call size */
+    const int nres = nch > 512 / GC_L ? nch : 512 / GC_L;
+    float *kq = (float *)tc_workspace(3, (size_t)a->n_k * nres * 2 * GC_L * GC_L * sizeof(float));
     if (!kq) return; /* noted */
     const size_t ksmem = (size_t)2 * GC_L * GC_LDK * sizeof(float);
     if (tc_attr_once((const void *)k_gdn_kk, (long long)ksmem)) {
