@@ -288,6 +288,15 @@ typedef struct tern_model_params {
                                        by the chunked form on tensor cores (tc_gdn_chunk.cu);
                                        false: the token scan (docs/kernels.md). The CLI maps
                                        TERN_CUDA_GDN=scan|chunk onto it */
+    bool batch_invariant;           /* default false. CUDA: a session's logits are the same bits
+                                       whatever other sessions share its batched decode pass
+                                       (tern_session_eval_batch, up to 64) and alone: every
+                                       ternary product takes the tensor-core GEMM at every
+                                       batch, its K splits fixed by the matrix's shape (greedy
+                                       replies under load then equal the same requests alone).
+                                       Costs decode speed at small batches (docs/kernels.md).
+                                       Not with cuda_persistent (TERN_ERR_INVALID_ARG). The CPU
+                                       back-end ignores it */
 } tern_model_params;
 #define TERN_GDN_STATE_F32 0
 #define TERN_GDN_STATE_BF16 1

@@ -37,7 +37,8 @@
 #               SB_BATCHES=none skips the levels, SB_BG_BASE= (empty) skips the run without the long prompt)
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
-#                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json
+#                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json;
+#                    LP_ARGS: more tern serve flags (e.g. --batch-invariant)
 #       (the CLI maps TERN_CUDA_GRAPH/PDL/PROFILE/TC/GEMV onto the model parameters: tern --help)
 #       GPU_TAG=x suffixes the bench files (an A/B in one call: run twice with an env switch)
 #
@@ -305,13 +306,13 @@ if has verify; then # issue 24: the verify pass over k+1 positions against one d
 fi
 if has loadparity; then # issue 26: greedy replies under load equal the same requests sent alone
   m=${LP_MODEL:-$W/fx/qwen35-tiny/model-pq2_0.gguf}
-  $B/tern serve -m $m --device cuda --port 18092 --parallel ${LP_LEVEL:-64} --ctx 1024 --quiet > $W/lp-serve.log 2>&1 & sp=$!
+  $B/tern serve -m $m --device cuda --port 18092 --parallel ${LP_LEVEL:-64} --ctx 1024 --quiet ${LP_ARGS:-} > $W/lp-serve.log 2>&1 & sp=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:18092/health >/dev/null 2>&1 && break; sleep 0.5; done
   timeout ${LP_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18092 --label "tern cuda load parity" \
     --concurrency ${LP_LEVEL:-64} --num-requests ${LP_REQS:-256} --input-len 96:0.5 --output-len ${LP_OUT:-32} --temperature 0 \
     --check-alone --json-out $OUT/loadparity.json > $W/lp.txt 2>&1; rc=$?
   cat $W/lp.txt >> "$log"
-  row "load parity c=${LP_LEVEL:-64}" "rc=$rc $(grep -o '[0-9]*/[0-9]* replies equal.*' $W/lp.txt | head -1)"
+  row "load parity c=${LP_LEVEL:-64} ${LP_ARGS:-}" "rc=$rc $(grep -o '[0-9]*/[0-9]* replies equal.*' $W/lp.txt | head -1)"
   # cancelled streams free their slots and device memory
   timeout 120 python3 scripts/serve_bench.py --base-url http://127.0.0.1:18092 --label "tern cuda cancel" \
     --concurrency ${LP_LEVEL:-64} --num-requests ${LP_LEVEL:-64} --input-len 96 --output-len 400 --cancel-after 5 \

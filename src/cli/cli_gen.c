@@ -55,6 +55,8 @@ void gen_opts_help(FILE *f) {
             "  --tp N                   N tensor-parallel shards of --device (default 1; docs/multi-gpu.md)\n"
             "  --persistent             --device cuda: single-token steps as one persistent kernel (qwen3;\n"
             "                           docs/persistent.md; off by default)\n"
+            "  --batch-invariant        --device cuda: the products of a batch-invariant server (the same\n"
+            "                           tokens as `tern serve --batch-invariant`; slower; docs/server.md)\n"
             "  --ctx N                  context size in tokens (default: min(4096, trained))\n"
             CLI_CACHE_TYPE_HELP
             CLI_GDN_STATE_HELP
@@ -122,6 +124,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     if (!strcmp(a, "--tp")) NUM_I(1, 64, o->tp);
     if (!strcmp(a, "--device")) { if (!take(cmd, argc, argv, i, &v)) return 2; o->device = v; return 1; }
     if (!strcmp(a, "--persistent")) { o->persistent = true; return 1; }
+    if (!strcmp(a, "--batch-invariant")) { o->batch_invariant = true; return 1; }
     if (!strcmp(a, "--seed")) {
         if (!take(cmd, argc, argv, i, &v)) return 2;
         char *end;
@@ -212,6 +215,7 @@ int gen_ctx_open(const char *cmd, const gen_opts *o, gen_ctx *g) {
     mp.device = o->device;
     mp.tp = o->tp;
     mp.cuda_persistent = o->persistent;
+    mp.batch_invariant = o->batch_invariant;
     mp.gdn_state = o->gdn_state;
     if ((st = tern_model_load(path, &mp, &g->model))) { gen_ctx_close(g); return cli_lib_error(cmd, st); }
     const tern_model_info *info = tern_model_get_info(g->model);

@@ -20,6 +20,7 @@ typedef struct gen_opts {
     tern_cache_type cache_k, cache_v; /* --cache-type[-k|-v] (0: default) */
     const char *device;             /* --device cpu|cuda (NULL: cpu) */
     bool persistent;                /* --persistent: cuda_persistent (docs/persistent.md) */
+    bool batch_invariant;           /* --batch-invariant: the model parameter batch_invariant */
     int gdn_state;                  /* --gdn-state: tern_model_params.gdn_state */
     int tp;                         /* --tp N shards (0/1: off) */
     int think;                      /* -1 default (model family), 0 off, 1 on */

@@ -78,6 +78,10 @@ static void usage(FILE *f) {
             "                       the decoding streams when a prompt arrives, slower prefill\n"
             "  --decode-batch N     decoding slots per batched pass (default 0 = the back-end's batch hint:\n"
             "                       5 on the CPU, 64 on CUDA; at most one prefill chunk)\n"
+            "  --batch-invariant    a request's greedy reply is the same bytes whatever else runs beside it\n"
+            "                       (CUDA: every product on the tensor-core GEMM with K splits fixed by the\n"
+            "                       matrix's shape, slower at low load; the CPU: --decode-batch at most 5,\n"
+            "                       its default; docs/server.md)\n"
             "  --sample-threads N   threads choosing the decoding slots' next tokens each round on\n"
             "                       vocabularies of 32768+ tokens (default 0 = the CPUs, at most 8 and at\n"
             "                       most --parallel; 1 = the scheduler thread alone)\n"
@@ -229,7 +233,7 @@ int tern_cmd_serve(int argc, char **argv) {
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
-    bool quiet = false, no_prefix_cache = false, embedding = true;
+    bool quiet = false, no_prefix_cache = false, embedding = true, batch_invariant = false;
     const char *spec = NULL;
     int64_t spec_k = 0;
     const char *pooling = NULL;
@@ -241,6 +245,7 @@ int tern_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--think")) { think = 1; continue; }
         if (!strcmp(a, "--no-think")) { think = 0; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix_cache = true; continue; }
+        if (!strcmp(a, "--batch-invariant")) { batch_invariant = true; continue; }
         if (!strcmp(a, "--spec") || !strcmp(a, "--spec-k")) {
             int r = serve_spec_opt(argc, argv, &i, &spec, &spec_k);
             if (r) return r;
@@ -324,6 +329,14 @@ int tern_cmd_serve(int argc, char **argv) {
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error("serve", "no model: use -m MODEL or set TERN_MODEL");
     if (!parallel) parallel = ctx > 4096 ? 2 : 4;
+    const bool on_cpu = !device || !strcmp(device, "cpu");
+    if (batch_invariant && on_cpu && decode_batch > 5)
+        return cli_usage_error("serve", "--batch-invariant on the CPU: --decode-batch %lld is above 5 (the CPU's batches "
+                                        "of up to 5 rows are the same bits as alone; larger ones are not)",
+                               (long long)decode_batch);
+    if (batch_invariant && !on_cpu && decode_batch > 64)
+        return cli_usage_error("serve", "--batch-invariant: --decode-batch %lld is above 64 (the fixed K splits hold "
+                                        "the same bits up to 64 rows a pass)", (long long)decode_batch);
 
     /* Signals: every thread created from here on inherits the block; the main
      * thread takes SIGINT / SIGTERM with sigwait. Writes to closed sockets must
@@ -346,6 +359,7 @@ int tern_cmd_serve(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.device = device;
     mp.gdn_state = gdn_state;
+    mp.batch_invariant = batch_invariant;
     if ((st = tern_model_load(model, &mp, &m))) { tern_tokenizer_free(tok); return cli_lib_error("serve", st); }
     srv_sched_params sp = {(int)parallel, (int)ctx, (int)queue, cache_k, cache_v, no_prefix_cache,
                            (uint64_t)snap_mib << 20, (int)prefill_budget, (int)decode_batch,

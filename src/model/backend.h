@@ -231,6 +231,7 @@ typedef struct tm_backend_params {
     bool cuda_persistent;  /* single-token steps through the persistent kernel */
     bool gdn_bf16;         /* tern_model_params.gdn_state BF16 (CUDA: bf16 state storage) */
     bool cuda_gdn_chunk;   /* GDN prefill by the chunked tensor-core form */
+    bool batch_invariant;  /* tern_model_params.batch_invariant */
 } tm_backend_params;
 
 typedef struct tm_backend_entry {

@@ -227,7 +227,7 @@ tern_status tern_model_load(const char *path, const tern_model_params *p, tern_m
                             .cuda_profile = p->cuda_profile, .cuda_matmul = p->cuda_matmul,
                             .cuda_persistent = p->cuda_persistent,
                             .gdn_bf16 = p->gdn_state == TERN_GDN_STATE_BF16,
-                            .cuda_gdn_chunk = p->cuda_gdn_chunk};
+                            .cuda_gdn_chunk = p->cuda_gdn_chunk, .batch_invariant = p->batch_invariant};
     tern_status st = tm_backend_create(p->device, &bp, &m->be);
     if (st) {
         tern_model_free(m);

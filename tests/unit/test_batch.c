@@ -34,6 +34,7 @@ static int g_threads = 2;
 static bool g_repack;
 static const char *g_device; /* NULL: cpu */
 static bool g_no_device;     /* the device was asked for and is absent */
+static bool g_invariant;     /* load with batch_invariant: every batch bit-identical to alone */
 
 static const char *default_model_path(void) {
     static char p[1024];
@@ -52,6 +53,7 @@ static tern_model *load(const char *path) {
     mp.n_threads = g_threads;
     mp.repack = g_repack;
     mp.device = g_device;
+    mp.batch_invariant = g_invariant;
     tern_model *m = NULL;
     tern_status st = tern_model_load(path, &mp, &m);
     if (st == TERN_ERR_UNSUPPORTED && g_device) {
@@ -164,7 +166,7 @@ static bool twins_step(twins *t, const int *idx, int k, bool give_rows, const ch
         double r = rel_diff(tern_session_logits(t->a[i]), tern_session_logits(t->b[i]), t->V, &same);
         if (r > g_worst_rel) g_worst_rel = r;
         if (r > g_test_worst) g_test_worst = r;
-        bool exact_needed = k < EXACT_ROWS && !g_device;
+        bool exact_needed = (k < EXACT_ROWS && !g_device) || g_invariant;
         if (exact_needed) {
             CHECK_MSG(same, "%s: batch of %d, member %d (pos %d): not bit-identical to alone "
                       "(rel %.3g)", label, k, j, tern_session_pos(t->b[i]) - 1, r);
@@ -266,6 +268,70 @@ done:
 
 TEST(batch_sizes_qwen35) { sizes(fx("qwen35-tiny/model-pq2_0.gguf"), "qwen35 sizes"); }
 TEST(batch_sizes_qwen3) { sizes(fx("qwen3-tiny/model-q2_0.gguf"), "qwen3 sizes"); }
+
+/* batch_invariant (CUDA): 64 sessions at mixed positions stepped in batches of 1..64 (the
+ * sizes a server's decode pass takes as requests come and go), every member bit-identical
+ * to its twin stepped alone, at every step; and the fixture's batch_vs_alone steps. The CPU
+ * back-end ignores the parameter (its batches from 6 rows round otherwise): skipped there. */
+static void invariant(const char *path, const char *label) {
+    if (!path) SKIP("%s: model absent", label);
+    if (!g_device) SKIP_OPTIONAL("%s: batch_invariant is a CUDA parameter (TERN_TEST_DEVICE=cuda)", label);
+    g_invariant = true;
+    tern_model *m = load(path);
+    g_invariant = false;
+    if (!m && g_no_device) SKIP("no %s device", g_device);
+    if (!m) return;
+    g_invariant = true;
+    g_test_worst = 0;
+    enum { N = 64 };
+    twins t = {0};
+    int plen[N], chunk[N];
+    for (int i = 0; i < N; i++) {
+        plen[i] = (i * 5) % 23;
+        chunk[i] = 64;
+    }
+    static const int ks[] = {64, 1, 9, 64, 2, 17, 33, 8, 5, 64, 16, 40, 3, 64, 1, 63, 12, 64};
+    int steps = 0;
+    if (!twins_new(&t, m, N, plen, chunk, 64)) {
+        CHECK(!"twins");
+        goto done;
+    }
+    int idx[N];
+    for (size_t si = 0; si < sizeof ks / sizeof ks[0]; si++) {
+        const int k = ks[si];
+        for (int j = 0; j < k; j++) idx[j] = (int)((j * 7 + si * 11) % N); /* 7 and 64: distinct */
+        if (!twins_step(&t, idx, k, si % 3 == 0, label)) break;
+        steps++;
+    }
+    CHECK_EQ_INT(steps, (int)(sizeof ks / sizeof ks[0]));
+done:
+    fprintf(stderr, "  %s: %d batched steps of 1..64 members, each bit-identical to alone (worst rel %.3g)\n",
+            label, steps, g_test_worst);
+    twins_free(&t);
+    tern_model_free(m);
+    g_invariant = false;
+}
+
+TEST(batch_invariant_qwen35) { invariant(fx("qwen35-tiny/model-pq2_0.gguf"), "qwen35 pq2_0 invariant"); }
+TEST(batch_invariant_qwen3) { invariant(fx("qwen3-tiny/model-q2_0.gguf"), "qwen3 q2_0 invariant"); }
+/* the persistent kernel's products are its own: the two together are refused at load */
+TEST(batch_invariant_not_persistent) {
+    const char *path = fx("qwen3-tiny/model-q2_0.gguf");
+    if (!path) SKIP("fixtures absent");
+    if (!g_device) SKIP_OPTIONAL("a CUDA parameter (TERN_TEST_DEVICE=cuda)");
+    tern_model_params mp;
+    tern_model_params_default(&mp);
+    mp.device = g_device;
+    mp.batch_invariant = true;
+    mp.cuda_persistent = true;
+    tern_model *m = NULL;
+    tern_status st = tern_model_load(path, &mp, &m);
+    if (st == TERN_ERR_UNSUPPORTED) SKIP("no %s device", g_device);
+    CHECK_EQ_INT(st, TERN_ERR_INVALID_ARG);
+    CHECK(m == NULL);
+    CHECK_MSG(strstr(tern_last_error(), "batch_invariant") != NULL, "message: %s", tern_last_error());
+    tern_model_free(m);
+}
 
 /* Every error is raised before any work: positions and logits unchanged, and the
  * sessions still step exactly like their twins afterwards. */
@@ -374,6 +440,9 @@ int main(void) {
     RUN(batch_repacked);
     RUN(batch_sizes_qwen35);
     RUN(batch_sizes_qwen3);
+    RUN(batch_invariant_qwen35);
+    RUN(batch_invariant_qwen3);
+    RUN(batch_invariant_not_persistent);
     fprintf(stderr, "worst relative difference batch vs alone: %.3g (bound %g from %d rows, "
             "bit-identical below)\n", g_worst_rel, TOL_REL, EXACT_ROWS);
     return check_summary();

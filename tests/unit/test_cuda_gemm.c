@@ -705,6 +705,58 @@ TEST(wg_chooser) {
     tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
 }
 
+/* Batch-invariant products (tc_mm_set_invariant): through the chooser, each row of a call
+ * of M rows is the same bits as the same row in a call of 64 (and of 1), at M = 1..64, on
+ * the wgmma GEMM and on the mma.sync GEMM (the same bits as each other: the fixed splits
+ * are the only part of the launch a row depends on); within the rounding bound of float64.
+ * Without it the rule's splits move with M (the default is not checked for equality). */
+TEST(gemm_invariant_rows) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{1000, 5120}, {5120, 1024}, {300, 17408}};
+    static const size_t Ms[] = {1, 2, 3, 5, 8, 9, 16, 17, 31, 33, 48, 64};
+    for (size_t si = 0; si < 3; si++) {
+        gcase c;
+        case_make(&c, shapes[si][0], shapes[si][1], 0, 64, 1);
+        float *full = malloc(c.yn * 4), *y = malloc(c.yn * 4), *ymma = malloc(c.yn * 4);
+        for (int pass = 0; pass < 2; pass++) {
+            tc_mm_set_caps(g_tc, TC_GEMM_EXACT, pass ? TC_MM_GEMM_MMA : TC_MM_NONE);
+            tc_mm_set_invariant(g_tc, 1);
+            float *dst = pass ? ymma : full;
+            for (size_t i = 0; i < c.yn; i++) dst[i] = 7.0f;
+            CHECK(tc_upload(g_tc, c.dy, dst, c.yn * 4) == 0);
+            tc_matmul_multi_q(g_tc, 1, &c.tm, &c.act, NULL, 0, &c.dy, &c.ys);
+            CHECK_EQ_INT(tc_sync(g_tc), 0);
+            CHECK(tc_download(g_tc, dst, c.dy, c.yn * 4) == 0);
+            check_out(&c, TC_GEMM_EXACT, dst, pass ? "invariant, mma, M 64" : "invariant, wgmma, M 64");
+            /* each M against the M = 64 result */
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const size_t M = Ms[mi];
+                tc_act sub = c.act;
+                sub.batch = M;
+                for (size_t i = 0; i < c.yn; i++) y[i] = 7.0f;
+                CHECK(tc_upload(g_tc, c.dy, y, c.yn * 4) == 0);
+                tc_matmul_multi_q(g_tc, 1, &c.tm, &sub, NULL, 0, &c.dy, &c.ys);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                CHECK(tc_download(g_tc, y, c.dy, c.yn * 4) == 0);
+                size_t nd = 0;
+                for (size_t i = 0; i < M * c.ys; i++) nd += memcmp(&y[i], &dst[i], 4) != 0;
+                CHECK_MSG(nd == 0, "n %lld k %lld M %zu (%s): %zu values differ from the same rows at M 64",
+                          (long long)c.n, (long long)c.k, M, pass ? "mma" : "wgmma", nd);
+            }
+        }
+        size_t nd = 0;
+        for (size_t i = 0; i < 64 * c.ys; i++) nd += memcmp(&ymma[i], &full[i], 4) != 0;
+        CHECK_MSG(nd == 0, "n %lld k %lld: mma.sync and wgmma differ in %zu values under the fixed splits",
+                  (long long)c.n, (long long)c.k, nd);
+        free(full);
+        free(y);
+        free(ymma);
+        case_free(&c);
+    }
+    tc_mm_set_invariant(g_tc, 0);
+    tc_mm_set_caps(g_tc, TC_GEMM_EXACT, TC_MM_NONE);
+}
+
 int main(void) {
     check_seed();
     tern_kernels_init();
@@ -723,6 +775,7 @@ int main(void) {
     RUN(wg_vs_f64_and_mma);
     RUN(wg_deterministic);
     RUN(wg_chooser);
+    RUN(gemm_invariant_rows);
     if (g_tc) tc_ctx_free(g_tc);
     return check_summary();
 }

@@ -185,19 +185,70 @@ TEST(gemm_split_rule) {
     CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 0, 16, 132, 2, 0), 1);
     /* the override: caps.gemm_splits, 1 under gemm_nosplit */
     tc_mm_caps caps = {.sms = 132, .gemm_mode = EX, .force = TC_MM_NONE, .gemm_splits = 0};
-    CHECK_EQ_INT(tc_mm_gemm_split_force(NULL), 0);
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(NULL, 5120, 5120), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
     caps.gemm_splits = 4;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 4);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 4);
     caps.gemm_splits = -3;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
     caps.force = TC_MM_GEMM_NOSPLIT;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps), 1);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 1);
     CHECK_EQ_INT(tc_mm_family_of("gemm_nosplit"), TC_MM_GEMM_NOSPLIT);
+}
+
+/* Batch-invariant products: the GEMM at every batch where it takes the shape, and K splits
+ * that depend on the matrix's shape alone and fit the workspace at every M up to
+ * TC_MM_INVARIANT_M. */
+static void choose_invariant(void) {
+    tc_mm_caps caps = {.sms = 132, .gemm_mode = EX, .force = TC_MM_NONE, .gemm_splits = 0, .invariant = 1};
+    for (size_t b = 1; b <= 80; b += (b < 10 ? 1 : 7)) {
+        tc_mm_choice c = tc_mm_choose(TC_MMK_TERN128T, 5120, 17408, b, &caps);
+        CHECK_EQ_INT(c.family, TC_MM_GEMM);
+        CHECK_EQ_INT(c.gemm_mode, TC_GEMM_WG);
+        c = tc_mm_choose(TC_MMK_TERN128, 1000, 1024, b, &caps);
+        CHECK_EQ_INT(c.family, TC_MM_GEMM);
+        /* K % 256 != 0: the GEMV as before (its rows do not depend on the batch either) */
+        c = tc_mm_choose(TC_MMK_TERN128T, 5120, 640, b, &caps);
+        CHECK(c.family == TC_MM_TILED_MULTI || c.family == TC_MM_TILED);
+        /* other kinds: unchanged */
+        c = tc_mm_choose(TC_MMK_BF16, 48, 5120, b, &caps);
+        CHECK_EQ_INT(c.family, TC_MM_GENERIC_SK);
+    }
+    /* a forced GEMV family still wins (A/B runs) */
+    caps.force = TC_MM_TILED;
+    CHECK_EQ_INT(tc_mm_choose(TC_MMK_TERN128T, 5120, 5120, 1, &caps).family, TC_MM_TILED);
+    caps.force = TC_MM_NONE;
+    /* the splits: the shape's alone, >= 1, and the same at every M <= TC_MM_INVARIANT_M
+     * (what a launch at M then takes: tc_mm_gemm_splits with that force) */
+    static const int64_t shapes[][2] = {{5120, 5120}, {34816, 5120}, {5120, 17408}, {10240, 5120},
+                                        {1000, 1024}, {248320, 5120}, {384, 256}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t r = shapes[i][0], k = shapes[i][1];
+        const int s = tc_mm_gemm_split_force(&caps, r, k);
+        CHECK(s >= 1 && s <= TC_GEMM_MAX_SPLITS);
+        CHECK_EQ_INT(s, tc_mm_gemm_splits_invariant(r, k, 132));
+        for (size_t M = 1; M <= TC_MM_INVARIANT_M; M++)
+            for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8; mode++) {
+                const int tok = tc_mm_gemm_tok(M, mode, s == 1);
+                CHECK_EQ_INT(tc_mm_gemm_splits(r, k, M, tok, 132, 2, s), s);
+            }
+    }
+    /* the explicit overrides come first */
+    caps.gemm_splits = 4;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 4);
+    caps.gemm_splits = 0;
+    caps.force = TC_MM_GEMM_NOSPLIT;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 1);
+    /* not invariant: the rule (0) */
+    caps.force = TC_MM_NONE;
+    caps.invariant = 0;
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
+    CHECK_EQ_INT(tc_mm_choose(TC_MMK_TERN128T, 5120, 5120, 1, &caps).family, TC_MM_TILED_MULTI);
 }
 
 int main(void) {
     RUN(choose_table);
+    RUN(choose_invariant);
     RUN(repack_decision);
     RUN(names_and_stage_bytes);
     RUN(gemm_split_rule);

@@ -1130,6 +1130,9 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
                          "t128, generic_sk, generic, gemm_nosplit)", p->cuda_matmul);
     if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
         return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
+    if (p && p->batch_invariant && p->cuda_persistent)
+        return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: batch_invariant and cuda_persistent together: the persistent "
+                                               "kernel's products are not the batch pass's (use one of them)");
     tc_ctx *tc = NULL;
     char what[64];
     snprintf(what, sizeof what, "initialising device cuda:%d", dev);
@@ -1150,6 +1153,8 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     c->mm = (tc_mm_caps){.gemm_mode = p && p->cuda_prefill == TERN_CUDA_PREFILL_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT,
                          .force = force};
     tc_mm_set_caps(c->tc, c->mm.gemm_mode, c->mm.force);
+    c->mm.invariant = p && p->batch_invariant;
+    tc_mm_set_invariant(c->tc, c->mm.invariant);
     /* embed's ids for a whole prefill chunk (workspace 1, sized up front) */
     if (tc_ctx_reserve(c->tc, 1, (size_t)cu_chunk_hint(&c->base) * sizeof(int32_t))) {
         tc_ctx_free(c->tc);

@@ -335,6 +335,9 @@ void tc_hadamard_q(tc_ctx *cx, float *x, size_t rows, size_t n, size_t block, co
  * Tests and benches have more (lab.h). */
 void tc_set_pdl(tc_ctx *cx, int on);
 void tc_mm_set_caps(tc_ctx *cx, int gemm_mode, int force);
+/* Batch-invariant products (the model parameter batch_invariant; mm_choose.h): on = a row's
+ * product is the same bits whatever other rows its call carries (up to TC_MM_INVARIANT_M). */
+void tc_mm_set_invariant(tc_ctx *cx, int on);
 
 /* ------------------------------------------------------ decode-step graphs
  * One single-token forward pass of a session is captured once and replayed for

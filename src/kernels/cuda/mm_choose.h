@@ -18,6 +18,8 @@
  *   TERN128 in the file layout, batch 1..8: k_gemv_t128k (split K per row);
  *   other kinds (TERN64, Q1, F32, F16, BF16): the fp32-input generic kernels, split
  *     K per row when the matrix has fewer than 4096 rows (TC_MM_GENERIC_SK).
+ * Batch-invariant products (caps.invariant, the model parameter batch_invariant): the GEMM
+ *   at every batch wherever it takes the shape, with K splits fixed by the matrix's shape.
  * The tiled GEMV's build: batch 1..4 NB4 with the branch-free staged loop at <= 96
  * registers (stage 2), batch 5..8 NB8 with the same loop at 106 registers (stage 4);
  * an activation too large to stage in 100 KiB of shared memory (batch 3+ at K 17408)
@@ -72,6 +74,11 @@ typedef struct tc_mm_caps {
     int gemm_splits; /* the GEMM's K splits: 0 the split rule (tc_mm_gemm_splits), 1 none
                         and the token tiles before split-K (the A/B reference), n > 1 n
                         splits where the shape and the workspace allow */
+    int invariant;   /* batch-invariant products (the model parameter batch_invariant): every
+                        TERN128 / tiled matrix with K % 256 == 0 takes the GEMM at every batch,
+                        its K splits fixed by the matrix's shape (tc_mm_gemm_split_force), so a
+                        row's bits do not depend on the other rows of the call (up to
+                        TC_MM_INVARIANT_M rows) */
 } tc_mm_caps;
 
 /* The choice for one matrix of a call. */
@@ -144,12 +151,6 @@ static inline void tc_mm_tiled_build(int64_t cols, size_t batch, tc_mm_choice *c
 #define TC_GEMM_MAX_TILES 8192              /* counters: output tiles of a split launch */
 #define TC_GEMM_REDUCE_COST 1               /* a split launch's reduction, in stage times */
 
-/* The K splits of a caps' override: caps->gemm_splits, 1 under the gemm_nosplit force. */
-static inline int tc_mm_gemm_split_force(const tc_mm_caps *caps) {
-    if (!caps) return 0;
-    if (caps->force == TC_MM_GEMM_NOSPLIT) return 1;
-    return caps->gemm_splits > 0 ? caps->gemm_splits : 0;
-}
 
 /* Tokens per CTA for a batch of M rows: 16 up to 16 rows (no 2-8x padding at batch
  * 9..16), 32 up to 32, 64 up to 64 (and in exact mode beyond: its two activation
@@ -203,6 +204,29 @@ static inline int tc_mm_gemm_splits(int64_t rows, int64_t cols, size_t M, int to
     return best;
 }
 
+/* Batch-invariant products (caps->invariant): the K splits of a rows x cols matrix are the
+ * rule's at TC_MM_INVARIANT_M tokens in tiles of 64 and one CTA per SM, whatever the call's
+ * M: the same partition of K (and the same order of the partials' sum) for every M up to
+ * TC_MM_INVARIANT_M, where the workspace holds them (the tiles at M 64 are the most), so a
+ * row's result is the same bits at any batch. The tensor-core GEMMs (mma.sync and wgmma)
+ * give the same integers and the same float operations per output at every token tile,
+ * so the split partition is the only part of the launch a row's bits depend on. */
+#define TC_MM_INVARIANT_M 64
+static inline int tc_mm_gemm_splits_invariant(int64_t rows, int64_t cols, int sms) {
+    return tc_mm_gemm_splits(rows, cols, TC_MM_INVARIANT_M, 64, sms, 1, 0);
+}
+
+/* The K splits of a caps' override for a rows x cols matrix: caps->gemm_splits, 1 under
+ * the gemm_nosplit force, the shape's fixed splits when invariant (>= 1), else 0 (the
+ * rule, or stream-K on the wgmma GEMM). */
+static inline int tc_mm_gemm_split_force(const tc_mm_caps *caps, int64_t rows, int64_t cols) {
+    if (!caps) return 0;
+    if (caps->force == TC_MM_GEMM_NOSPLIT) return 1;
+    if (caps->gemm_splits > 0) return caps->gemm_splits;
+    if (caps->invariant) return tc_mm_gemm_splits_invariant(rows, cols, caps->sms);
+    return 0;
+}
+
 /* The family for one matrix: kind (tc_kind), rows x cols, batch rows, whether the
  * call has a quantised activation (the integer path: TERN128 and tiled) and how many
  * tiled matrices the call holds (multi). */
@@ -211,10 +235,11 @@ static inline tc_mm_choice tc_mm_choose(int kind, int64_t rows, int64_t cols, si
     tc_mm_choice c = {0, 0, 0, 0, 0};
     const int f = caps ? caps->force : TC_MM_NONE;
     const int mode = caps && caps->gemm_mode == TC_GEMM_INT8 ? TC_GEMM_INT8 : TC_GEMM_EXACT;
+    const int inv = caps && caps->invariant;
     if (rows <= 0 || cols <= 0 || batch == 0) return c;
     if (kind == TC_MMK_TERN128T) {
         if (cols % 128) return c;
-        if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_TILED && f != TC_MM_TILED_MULTI) {
+        if ((batch > 8 || f == TC_MM_GEMM || inv) && cols % 256 == 0 && f != TC_MM_TILED && f != TC_MM_TILED_MULTI) {
             c.family = TC_MM_GEMM;
             /* exact mode on the wgmma GEMM (tc_gemm_tc exact where it refuses: not sm_90a),
              * unless the mma.sync GEMM is forced (mma, gemm_nosplit) */
@@ -226,7 +251,7 @@ static inline tc_mm_choice tc_mm_choose(int kind, int64_t rows, int64_t cols, si
         return c;
     }
     if (kind == TC_MMK_TERN128 && cols % 128 == 0) {
-        if ((batch > 8 || f == TC_MM_GEMM) && cols % 256 == 0 && f != TC_MM_T128 && f != TC_MM_T128K &&
+        if ((batch > 8 || f == TC_MM_GEMM || inv) && cols % 256 == 0 && f != TC_MM_T128 && f != TC_MM_T128K &&
             f != TC_MM_GENERIC && f != TC_MM_GENERIC_SK) {
             c.family = TC_MM_GEMM;
             c.gemm_mode = mode;

@@ -20,6 +20,8 @@ extern "C" void tc_mm_set_caps(tc_ctx *cx, int gemm_mode, int force) {
     cx->mm.force = force > TC_MM_NONE && force < TC_MM_N ? force : TC_MM_NONE;
 }
 
+extern "C" void tc_mm_set_invariant(tc_ctx *cx, int on) { cx->mm.invariant = on != 0; }
+
 void tc_note(int err) {
     if (err && !tc_cur->err) tc_cur->err = err;
 }

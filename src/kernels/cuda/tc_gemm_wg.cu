@@ -719,10 +719,16 @@ __global__ void __launch_bounds__(256, 1) k_wg_peak(int iters, int *sink) {
 
 } // namespace
 
+/* the K splits' override for m (tc_mm_gemm_split_force; after TC_CTX) */
+static int split_force(const tc_mat *m) {
+    const tc_mm_caps c = tc_mm_caps_now();
+    return tc_mm_gemm_split_force(&c, m->n, m->k);
+}
+
 extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act) {
     TC_CTX(cx);
     if (!wg_shape_ok(m, act) || !wg_encoder()) return 0;
-    const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
+    const int tok = wg_tok(act->batch, split_force(m));
     return tok == 16 ? wg_ready<1>() : tok == 32 ? wg_ready<2>() : wg_ready<4>();
 }
 
@@ -731,7 +737,8 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     *tok = 0;
     *splits = 0;
     if (!tc_gemm_wg_supported(cx, m, act)) return 0;
-    const int force = tc_mm_gemm_split_force(&cx->mm), M = (int)act->batch;
+    const tc_mm_caps caps = tc_mm_caps_now();
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k), M = (int)act->batch;
     *tok = wg_tok(act->batch, force);
     int ctas = 0;
     const int s = *tok == 16 ? wg_splits<1>(m, M, force, true, &ctas)
@@ -744,7 +751,8 @@ extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, flo
     TC_CTX(cx);
     if (!wg_shape_ok(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
-    const int force = tc_mm_gemm_split_force(&cx->mm);
+    const tc_mm_caps caps = tc_mm_caps_now();
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k);
     const int tok = wg_tok(act->batch, force);
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
     if (tok == 16) return wg_launch<1>(m, act, y, ys, force, lmode);
@@ -761,7 +769,7 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     if (!wg_shape_ok(m, act)) return -1;
     CUtensorMap a, w;
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
-    const int tok = wg_tok(act->batch, tc_mm_gemm_split_force(&cx->mm));
+    const int tok = wg_tok(act->batch, split_force(m));
     const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
                     : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
     return ok ? lmode : -1;
