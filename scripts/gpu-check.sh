@@ -33,7 +33,8 @@
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
 #                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
 #              verify: bench model --verify-k 8 on VERIFY_PRESETS (ternary-bonsai-27b) -> in gpu-check.log
-#              (servebench: SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags;
+#              (servebench: SB_IN / SB_OUT the prompt and output tokens (512 / 128), SB_CTX the slots' context
+#               (1024); SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags;
 #               SB_BATCHES=none skips the levels, SB_BG_BASE= (empty) skips the run without the long prompt)
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
@@ -272,10 +273,10 @@ if has servebench; then # issue 26: tern serve --device cuda on the 27B synth un
   [ -s $m ] || $B/tern synth --preset ${SB_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
   for db in ${SB_BATCHES:-0 64}; do
     [ "$db" = none ] && continue  # SB_BATCHES=none: only the background-prompt runs
-    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx 1024 --decode-batch $db ${SB_SERVE_ARGS:-} --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
+    $B/tern serve -m $m --device cuda --port 18090 --parallel 64 --ctx ${SB_CTX:-1024} --decode-batch $db ${SB_SERVE_ARGS:-} --quiet > $W/sb-serve-$db.log 2>&1 & sp=$!
     for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18090/health')" 2>/dev/null && break; sleep 0.5; done
     timeout ${SB_TIMEOUT:-240} python3 scripts/serve_bench.py --base-url http://127.0.0.1:18090 --label "tern cuda decode-batch $db" \
-      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len 512 --output-len ${SB_OUT:-128} --temperature ${SB_TEMP:-0} \
+      --concurrency ${SB_LEVELS:-1,8,64} --num-requests ${SB_REQS:-2x} --input-len ${SB_IN:-512} --output-len ${SB_OUT:-128} --temperature ${SB_TEMP:-0} \
       --json-out $OUT/servebench-$db.json > $W/sb-$db.txt 2>&1; rc=$?
     python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18090/metrics').read().decode())" 2>/dev/null | grep -E '^tern_(sched|decode_batch_size_(sum|count)|prefix_cache_snap|prompt_tokens|backend_memory)' >> $W/sb-$db.txt
     kill $sp 2>/dev/null; wait $sp 2>/dev/null
