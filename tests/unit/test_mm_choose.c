@@ -185,14 +185,14 @@ TEST(gemm_split_rule) {
     CHECK_EQ_INT(tc_mm_gemm_splits(5120, 5120, 0, 16, 132, 2, 0), 1);
     /* the override: caps.gemm_splits, 1 under gemm_nosplit */
     tc_mm_caps caps = {.sms = 132, .gemm_mode = EX, .force = TC_MM_NONE, .gemm_splits = 0};
-    CHECK_EQ_INT(tc_mm_gemm_split_force(NULL, 5120, 5120), 0);
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(NULL, 5120, 5120, 16), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 0);
     caps.gemm_splits = 4;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 4);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 4);
     caps.gemm_splits = -3;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 0);
     caps.force = TC_MM_GEMM_NOSPLIT;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 1);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 1);
     CHECK_EQ_INT(tc_mm_family_of("gemm_nosplit"), TC_MM_GEMM_NOSPLIT);
 }
 
@@ -224,7 +224,9 @@ static void choose_invariant(void) {
                                         {1000, 1024}, {248320, 5120}, {384, 256}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int64_t r = shapes[i][0], k = shapes[i][1];
-        const int s = tc_mm_gemm_split_force(&caps, r, k);
+        const int s = tc_mm_gemm_split_force(&caps, r, k, 1);
+        CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, r, k, TC_MM_INVARIANT_M), s);
+        CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, r, k, TC_MM_INVARIANT_M + 1), 0); /* a prompt chunk: the rule */
         CHECK(s >= 1 && s <= TC_GEMM_MAX_SPLITS);
         CHECK_EQ_INT(s, tc_mm_gemm_splits_invariant(r, k, 132));
         for (size_t M = 1; M <= TC_MM_INVARIANT_M; M++)
@@ -235,14 +237,14 @@ static void choose_invariant(void) {
     }
     /* the explicit overrides come first */
     caps.gemm_splits = 4;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 4);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 4);
     caps.gemm_splits = 0;
     caps.force = TC_MM_GEMM_NOSPLIT;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 1);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 1);
     /* not invariant: the rule (0) */
     caps.force = TC_MM_NONE;
     caps.invariant = 0;
-    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120), 0);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 0);
     CHECK_EQ_INT(tc_mm_choose(TC_MMK_TERN128T, 5120, 5120, 1, &caps).family, TC_MM_TILED_MULTI);
 }
 

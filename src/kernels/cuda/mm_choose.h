@@ -216,14 +216,15 @@ static inline int tc_mm_gemm_splits_invariant(int64_t rows, int64_t cols, int sm
     return tc_mm_gemm_splits(rows, cols, TC_MM_INVARIANT_M, 64, sms, 1, 0);
 }
 
-/* The K splits of a caps' override for a rows x cols matrix: caps->gemm_splits, 1 under
- * the gemm_nosplit force, the shape's fixed splits when invariant (>= 1), else 0 (the
- * rule, or stream-K on the wgmma GEMM). */
-static inline int tc_mm_gemm_split_force(const tc_mm_caps *caps, int64_t rows, int64_t cols) {
+/* The K splits of a caps' override for a rows x cols matrix at M rows: caps->gemm_splits,
+ * 1 under the gemm_nosplit force, the shape's fixed splits when invariant and M <=
+ * TC_MM_INVARIANT_M (>= 1; a longer call is one session's prompt chunk, the same M alone
+ * or under load: the rule's splits), else 0 (the rule, or stream-K on the wgmma GEMM). */
+static inline int tc_mm_gemm_split_force(const tc_mm_caps *caps, int64_t rows, int64_t cols, size_t M) {
     if (!caps) return 0;
     if (caps->force == TC_MM_GEMM_NOSPLIT) return 1;
     if (caps->gemm_splits > 0) return caps->gemm_splits;
-    if (caps->invariant) return tc_mm_gemm_splits_invariant(rows, cols, caps->sms);
+    if (caps->invariant && M <= TC_MM_INVARIANT_M) return tc_mm_gemm_splits_invariant(rows, cols, caps->sms);
     return 0;
 }
 

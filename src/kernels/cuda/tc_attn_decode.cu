@@ -730,6 +730,20 @@ static void ag_run(int k_type, int GC, int hch, int splits, int n, const float *
                   dim3(AG_MERGE_THREADS), 0, 1, part, gate, out, pos0, dp, head_dim, splits, bt);
 }
 
+/* The CTAs per SM the batch step's split rule aims at: 4 (H200, 2026-12-04, 27B shape, 64
+ * sequences at ~530 positions: 107.5 us per call against 123.8 at 8 and 138.6 at 16). */
+#define AG_BAT_CTAS_PER_SM 4
+/* Batch-invariant products (tc_mm_set_invariant): one sequence alone and every batch take the
+ * splits of a batch of AG_INVARIANT_N (a row's partials, and so its bits, follow the splits),
+ * whatever the batch's size; the batch rule's at 8 sequences. */
+#define AG_INVARIANT_N 8
+static int ag_batch_splits(int splits, int n_head_kv, int hch, int n) {
+    const long long ctas = (long long)n_head_kv * hch * n;
+    long long sb = ((long long)AG_BAT_CTAS_PER_SM * tc_sm_count() + ctas - 1) / ctas;
+    if (sb < 1) sb = 1;
+    return sb < splits ? (int)sb : splits;
+}
+
 extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
                                     int k_type, int v_type, const float *gate, float *out,
                                     int pos0, int max_len, int n_head, int n_head_kv,
@@ -749,15 +763,12 @@ extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcac
                         n_head_kv, head_dim, scale);
         return;
     }
+    if (tc_cur->mm.invariant) splits = ag_batch_splits(splits, n_head_kv, hch, AG_INVARIANT_N);
     float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
     if (!part) return;
     ag_run<false>(k_type, GC, hch, splits, 1, q, kcache, vcache, gate, out, part, pos0, n_head, n_head_kv,
                   head_dim, scale, tc_attn_bat{});
 }
-
-/* The CTAs per SM the batch step's split rule aims at: 4 (H200, 2026-12-04, 27B shape, 64
- * sequences at ~530 positions: 107.5 us per call against 123.8 at 8 and 138.6 at 16). */
-#define AG_BAT_CTAS_PER_SM 4
 
 /* The batch's caches are in the device table: the caller checks their alignment
  * (tc_attention_decode_batch_ok's contract); the plan sees an aligned stand-in. */
@@ -802,12 +813,7 @@ extern "C" void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type
      * launched 67,584 CTAs of 16 positions, most of them empty, 471 us per layer on the
      * H200 (2026-12-03). The span follows from the position and the splits in the kernel
      * and the merge alike, so any split count is exact. */
-    {
-        const long long ctas = (long long)n_head_kv * hch * n;
-        long long sb = ((long long)AG_BAT_CTAS_PER_SM * tc_sm_count() + ctas - 1) / ctas;
-        if (sb < 1) sb = 1;
-        if (sb < splits) splits = (int)sb;
-    }
+    splits = ag_batch_splits(splits, n_head_kv, hch, tc_cur->mm.invariant ? AG_INVARIANT_N : n);
     const size_t per = (size_t)n_head * splits * (head_dim + 2);
     float *part = (float *)tc_workspace(2, (size_t)n * per * sizeof(float));
     if (!part) return;

@@ -533,7 +533,7 @@ extern "C" int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int 
     if (mode != TC_GEMM_EXACT && mode != TC_GEMM_INT8) return 0;
     if (!tc_gemm_tc_supported(m, act)) return 0;
     const tc_mm_caps caps = tc_mm_caps_now();
-    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k), M = (int)act->batch;
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch), M = (int)act->batch;
     const int tl = m->kind == TC_TERN128T;
     int s;
     if (mode == TC_GEMM_EXACT) s = tl ? plan_pl<2, 1>(m, M, force, tok) : plan_pl<2, 0>(m, M, force, tok);
@@ -548,7 +548,7 @@ extern "C" int tc_gemm_tc(tc_ctx *cx, const tc_mat *m, const tc_act *act, float 
     if (!tc_gemm_tc_supported(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
     const tc_mm_caps caps = tc_mm_caps_now();
-    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k), M = (int)act->batch;
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch), M = (int)act->batch;
     if (m->kind == TC_TERN128T) {
         if (mode == TC_GEMM_EXACT) launch_pl<2, 1>(m->data, 0, m, act, M, y, ys, force);
         else launch_pl<1, 1>(m->data, 0, m, act, M, y, ys, force);

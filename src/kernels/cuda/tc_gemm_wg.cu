@@ -720,15 +720,15 @@ __global__ void __launch_bounds__(256, 1) k_wg_peak(int iters, int *sink) {
 } // namespace
 
 /* the K splits' override for m (tc_mm_gemm_split_force; after TC_CTX) */
-static int split_force(const tc_mat *m) {
+static int split_force(const tc_mat *m, size_t M) {
     const tc_mm_caps c = tc_mm_caps_now();
-    return tc_mm_gemm_split_force(&c, m->n, m->k);
+    return tc_mm_gemm_split_force(&c, m->n, m->k, M);
 }
 
 extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act) {
     TC_CTX(cx);
     if (!wg_shape_ok(m, act) || !wg_encoder()) return 0;
-    const int tok = wg_tok(act->batch, split_force(m));
+    const int tok = wg_tok(act->batch, split_force(m, act->batch));
     return tok == 16 ? wg_ready<1>() : tok == 32 ? wg_ready<2>() : wg_ready<4>();
 }
 
@@ -738,7 +738,7 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     *splits = 0;
     if (!tc_gemm_wg_supported(cx, m, act)) return 0;
     const tc_mm_caps caps = tc_mm_caps_now();
-    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k), M = (int)act->batch;
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch), M = (int)act->batch;
     *tok = wg_tok(act->batch, force);
     int ctas = 0;
     const int s = *tok == 16 ? wg_splits<1>(m, M, force, true, &ctas)
@@ -752,7 +752,7 @@ extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, flo
     if (!wg_shape_ok(m, act)) return 0;
     TC_PROF(TC_FAM_MATMUL);
     const tc_mm_caps caps = tc_mm_caps_now();
-    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k);
+    const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch);
     const int tok = wg_tok(act->batch, force);
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
     if (tok == 16) return wg_launch<1>(m, act, y, ys, force, lmode);
@@ -769,7 +769,7 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     if (!wg_shape_ok(m, act)) return -1;
     CUtensorMap a, w;
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
-    const int tok = wg_tok(act->batch, split_force(m));
+    const int tok = wg_tok(act->batch, split_force(m, act->batch));
     const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
                     : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
     return ok ? lmode : -1;
