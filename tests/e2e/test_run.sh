@@ -33,6 +33,13 @@ done
 "$TERN" run -m "$Q3" >/dev/null 2>&1; check "missing -p exits 2" [ $? -eq 2 ]
 "$TERN" run -m /nonexistent.gguf -p hi >/dev/null 2>"$TMP/e"; rc=$?
 check "missing model exits 1 naming the file" [ $rc -eq 1 ] && grep -q nonexistent "$TMP/e"
+# --batch-invariant: the CPU's batches of up to 5 rows are bit-identical already; serve refuses more
+"$TERN" serve -m "$Q3" --batch-invariant --decode-batch 6 >/dev/null 2>"$TMP/e"; rc=$?
+check "serve --batch-invariant --decode-batch 6 on the CPU exits 2 with one line naming it" \
+  [ $rc -eq 2 -a "$(wc -l <"$TMP/e")" -eq 1 ] && grep -q -- "--batch-invariant" "$TMP/e"
+a=$("$TERN" run -m "$Q3" -p hi -n 6 --temp 0 --json 2>/dev/null | tail -n 1 | jget "['tokens']")
+b=$("$TERN" run -m "$Q3" -p hi -n 6 --temp 0 --json --batch-invariant 2>/dev/null | tail -n 1 | jget "['tokens']")
+check "run --batch-invariant on the CPU: the same greedy tokens" [ -n "$a" -a "$a" = "$b" ]
 
 # --- greedy continuation vs the fixture reference (README table)
 ref_text() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['sequences'][2]['text']+'X', end='')" "$1"; }
