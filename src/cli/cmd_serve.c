@@ -428,6 +428,7 @@ int tern_cmd_serve(int argc, char **argv) {
     c.default_min_p = f_min_p >= 0 ? (float)f_min_p : ms.min_p;
     c.default_repeat_penalty = f_repeat > 0 ? (float)f_repeat : ms.repeat_penalty;
     c.default_top_k = top_k >= 0 ? (int)top_k : ms.top_k;
+    c.batch_invariant = batch_invariant;
     c.default_penalty_last_n = ms.penalty_last_n;
     c.default_freq = ms.freq;
     c.has_default_freq = ms.has_freq;

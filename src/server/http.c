@@ -166,6 +166,7 @@ static enum MHD_Result handle_props(srv_http *h, struct MHD_Connection *conn, co
     cJSON_AddStringToObject(o, "chat_format", h->fmt == TERN_CHAT_QWEN35 ? "qwen35" : "qwen3");
     cJSON_AddBoolToObject(o, "thinking_default", h->think_default);
     cJSON_AddBoolToObject(o, "prefix_cache", srv_sched_prefix_cache(h->sched));
+    cJSON_AddBoolToObject(o, "batch_invariant", h->c.batch_invariant);
     srv_snap_stats ss;
     srv_sched_snap_stats(h->sched, &ss);
     cJSON *ps = cJSON_AddObjectToObject(o, "prefix_cache_snapshots");

@@ -475,6 +475,7 @@ typedef struct srv_config {
     const char *tls_key_pem;        /* HTTPS (--ssl-key-file / --ssl-cert-file): the PEM texts; NULL: plain HTTP */
     const char *tls_cert_pem;
     struct srv_embedder *embedder;  /* --embedding: /v1/embeddings and /embedding (NULL: they answer 501) */
+    bool batch_invariant;           /* --batch-invariant (shown in /props) */
 } srv_config;
 
 typedef struct srv_http srv_http;

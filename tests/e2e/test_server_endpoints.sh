@@ -77,6 +77,7 @@ st, _, b = req("cors", "GET", "/props")
 p = json.loads(b)
 check("/props", st == 200 and p["total_slots"] == 2 and p["n_ctx"] == 512 and p["model"] == "mymodel", p)
 check("embedded (raw-text) model: thinking off by default", p.get("thinking_default") is False, p)
+check("/props: batch_invariant off by default", p.get("batch_invariant") is False, p)
 pp = json.loads(req("plain", "GET", "/props")[2])
 check("embedded model given with -m: thinking off (its tern.chat.thinking key)", pp.get("thinking_default") is False, pp)
 st, _, b = req("plain", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
