@@ -117,8 +117,10 @@ static void gemm_call_fn(void *p) {
     else tc_gemm_tc(g_tc, m, g->act, g->dy, (size_t)g->n, g->mode);
 }
 
-static int bench_gemm_tc(int reps, double ceil_gbps) {
-    static const size_t Ms[] = {16, 32, 64, 512};
+static int bench_gemm_tc(int reps, double ceil_gbps, size_t only_m, int only_shape) {
+    static const size_t Ms_all[] = {16, 32, 64, 512};
+    const size_t *Ms = only_m ? &only_m : Ms_all;
+    const size_t nMs = only_m ? 1 : sizeof Ms_all / sizeof Ms_all[0];
     const size_t MM = 512;
     int bad = 0;
     printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
@@ -129,6 +131,7 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
            "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err", "graph_us",
            "g_ceil%");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0] && !bad; s++) {
+        if (only_shape >= 0 && (int)s != only_shape) continue;
         const int64_t k = g_shapes[s].k, n = g_shapes[s].n;
         const size_t fb = (size_t)n * (size_t)(k / 128) * 34, yb = MM * (size_t)n * 4;
         int copies = (int)(((size_t)256 << 20) / fb) + 1;
@@ -146,7 +149,7 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
         tc_mat fm = {.kind = TC_TERN128, .data = d, .n = n, .k = k, .row_bytes = fb / (size_t)n};
         for (int c = 0; c < copies && !bad; c++)
             if (tc_repack_tiled(g_tc, &fm, &tm[c])) bad = 1;
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0] && !bad; mi++) {
+        for (size_t mi = 0; mi < nMs && !bad; mi++) {
             const size_t M = Ms[mi];
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
@@ -157,7 +160,7 @@ static int bench_gemm_tc(int reps, double ceil_gbps) {
                      * 2026-12-04 15:33) */
                     const int wg = old >= 2, lm = 0;
                     if (wg && mode != TC_GEMM_EXACT) continue;
-                    if (wg && lm == 0 && s == 0 && mi == 0)
+                    if (wg && lm == 0 && mi == 0 && (int)s == (only_shape >= 0 ? only_shape : 0))
                         printf("(wgmma's default loads here: lmode %d = %s activation, %s weights)\n",
                                tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0),
                                tc_gemm_wg_lmode(g_tc, &tm[0], &act, 0) & TC_WG_ACT_2D ? "2D-box" : "3D-TMA",
@@ -749,7 +752,8 @@ static int bench_gdn(int reps) {
 
 int tern_bench_kernels_cuda(int argc, char **argv) {
     bool json = false, quick = false, no_gemm = false, ops_only = false, gdn_only = false, gemm_only = false;
-    int reps = 0, only_b = 0;
+    int reps = 0, only_b = 0, gemm_shape = -1;
+    size_t gemm_m = 0;
     const char *lay_sel = "all";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -770,6 +774,20 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--ops")) ops_only = true;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = true;
         else if (!strcmp(argv[i], "--gemm")) gemm_only = true;
+        else if (!strcmp(argv[i], "--gemm-m") && i + 1 < argc) {
+            int64_t v;
+            if (!cli_parse_i64(argv[++i], 1, 512, &v))
+                return cli_usage_error("bench", "bad --gemm-m '%s' (1..512)", argv[i]);
+            gemm_m = (size_t)v;
+        } else if (!strcmp(argv[i], "--gemm-shape") && i + 1 < argc) {
+            const char *w = argv[++i];
+            gemm_shape = -2;
+            for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0]; s++)
+                if (!strcmp(w, g_shapes[s].what)) gemm_shape = (int)s;
+            if (gemm_shape < 0)
+                return cli_usage_error("bench", "bad --gemm-shape '%s' (a site name of the GEMM table, e.g. 'ffn gate/up')",
+                                       w);
+        }
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             int64_t v;
             if (!cli_parse_i64(argv[++i], 1, 8, &v))
@@ -801,7 +819,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
     if (gemm_only) {
         printf("tern bench kernels --device cuda --gemm: %s, read ceiling %.0f GB/s (same run)\n",
                tc_device_name(g_tc), ceil_gbps);
-        return bench_gemm_tc(reps, ceil_gbps) ? 1 : 0;
+        return bench_gemm_tc(reps, ceil_gbps, gemm_m, gemm_shape) ? 1 : 0;
     }
     if (!json)
         printf("tern bench kernels --device cuda: %s, read ceiling %.0f GB/s (same run), "
@@ -904,7 +922,7 @@ int tern_bench_kernels_cuda(int argc, char **argv) {
         tc_free(g_tc, dy, maxb * (size_t)n * 4);
         free(fm); free(h); free(x); free(y);
     }
-    if (!json && !failed && !no_gemm && bench_gemm_tc(reps, ceil_gbps)) failed = 1;
+    if (!json && !failed && !no_gemm && bench_gemm_tc(reps, ceil_gbps, gemm_m, gemm_shape)) failed = 1;
     if (!json && !failed && !no_gemm && bench_ops(reps < 5 ? 5 : reps * 2)) failed = 1;
     if (!json && !failed && !no_gemm && bench_gdn(reps)) failed = 1;
     if (json) printf("],\"worst_rel_err\":%.3g}\n", worst);

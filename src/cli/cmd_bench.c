@@ -54,6 +54,7 @@ static void bench_kernels_usage(FILE *f) {
             "                [--layout tiled|file|all] [--batch 1..8] [--no-gemm] (no\n"
             "                GEMM, no ops, no GDN) [--ops] (only the ops) [--gdn] (only GDN)\n"
             "                [--gemm] (only the GEMM: M 16, 32, 64, 512, split-K and unsplit)\n"
+            "                [--gemm-m M] [--gemm-shape SITE] (with --gemm: one M, 1..512; one site, e.g. 'ffn down')\n"
             "usage: tern bench model ...   (see tern bench model --help)\n"
             "usage: tern bench gdn ...     (the CPU GDN scans; see tern bench gdn --help)\n"
             "usage: tern bench sampler ... (choosing a token on the host; see tern bench sampler --help)\n");
