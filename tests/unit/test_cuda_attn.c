@@ -1,6 +1,6 @@
 /*
  * test_cuda_attn.c - the prefill (causal, GQA) attention of the CUDA kernel layer
- * (tc_attention): the tensor-core kernel (k_attn_flash: f16 caches, head dims 64/128/256)
+ * (tc_attention): the tensor-core kernel (k_attn_flash: f16 and q8_0 caches, head dims 64/128/256)
  * and the plain kernel (tc_set_attn_old(1): the reference and fallback) against float64
  * computed here from the same f16 cache values, at awkward shapes: query rows not a
  * multiple of the 64-row tile, a cache already holding pos0 positions, GQA groups of 1,
@@ -53,43 +53,75 @@ static void attn_ref(const float *q, const float *k, const float *v, double *out
     free(w);
 }
 
+/* a cache of n values (n % 32 == 0 for q8_0) in type t (TC_KV_F16 or TC_KV_Q8_0) from
+ * normal draws; x gets the values the cache holds (what the reference sees); bytes in *nb */
+static uint8_t *make_cache(int t, size_t n, float *x, size_t *nb) {
+    if (t == TC_KV_F16) {
+        uint16_t *h = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            h[i] = tern_f32_to_f16(check_rand_normal());
+            x[i] = tern_f16_to_f32(h[i]);
+        }
+        *nb = n * 2;
+        return (uint8_t *)h;
+    }
+    /* q8_0 blocks: fp16 d, then 32 int8 q (formats.md); value q * d */
+    uint8_t *b = malloc(n / 32 * 34);
+    for (size_t blk = 0; blk < n / 32; blk++) {
+        float v[32], amax = 0;
+        for (int j = 0; j < 32; j++) {
+            v[j] = check_rand_normal();
+            amax = fmaxf(amax, fabsf(v[j]));
+        }
+        const uint16_t dh = tern_f32_to_f16(amax / 127.0f);
+        const float d = tern_f16_to_f32(dh);
+        uint8_t *o = b + blk * 34;
+        memcpy(o, &dh, 2);
+        for (int j = 0; j < 32; j++) {
+            long qv = lrintf(d > 0 ? v[j] / d : 0.0f);
+            qv = qv > 127 ? 127 : qv < -127 ? -127 : qv;
+            o[2 + j] = (uint8_t)(int8_t)qv;
+            x[blk * 32 + (size_t)j] = d * (float)qv;
+        }
+    }
+    *nb = n / 32 * 34;
+    return b;
+}
+
 TEST(prefill_attention_vs_f64) {
     NEED_GPU();
     /* rows, pos0, nh, nkv, hd, q scale */
     const int cases[][6] = {{2, 0, 4, 1, 64, 1},      {17, 0, 8, 2, 128, 1},  {64, 0, 12, 2, 256, 1},
                             {100, 37, 24, 4, 256, 1}, {300, 0, 8, 2, 128, 3}, {65, 500, 6, 6, 64, 1},
                             {129, 64, 12, 2, 256, 4}, {512, 0, 8, 2, 128, 1}, {31, 1000, 24, 4, 256, 2}};
+    /* f16 caches, then q8_0 (the tensor-core kernel dequantises its tiles to f16) */
+    for (int ti = 0; ti < 2; ti++)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int t = ti ? TC_KV_Q8_0 : TC_KV_F16;
         const int rows = cases[c][0], pos0 = cases[c][1], nh = cases[c][2], nkv = cases[c][3], hd = cases[c][4];
         const float qsc = (float)cases[c][5];
         const int L = pos0 + rows;
         const size_t nq = (size_t)rows * nh * hd, nkvv = (size_t)L * nkv * hd;
         float *q = malloc(nq * 4), *k = malloc(nkvv * 4), *v = malloc(nkvv * 4), *got = malloc(nq * 4);
-        uint16_t *kh = malloc(nkvv * 2), *vh = malloc(nkvv * 2);
         double *ref = malloc(nq * sizeof *ref);
         for (size_t i = 0; i < nq; i++) q[i] = check_rand_normal() * qsc;
-        for (size_t i = 0; i < nkvv; i++) { /* the cache holds f16: the reference sees those values */
-            kh[i] = tern_f32_to_f16(check_rand_normal());
-            vh[i] = tern_f32_to_f16(check_rand_normal());
-            k[i] = tern_f16_to_f32(kh[i]);
-            v[i] = tern_f16_to_f32(vh[i]);
-        }
+        size_t kb = 0, vb = 0;
+        uint8_t *kh = make_cache(t, nkvv, k, &kb), *vh = make_cache(t, nkvv, v, &vb);
         const double scale = 1.0 / sqrt((double)hd);
         attn_ref(q, k, v, ref, rows, pos0, nh, nkv, hd, scale);
         double rmax = 0;
         for (size_t i = 0; i < nq; i++) rmax = fmax(rmax, fabs(ref[i]));
         float *dq = tc_malloc(g_tc, nq * 4), *dout = tc_malloc(g_tc, nq * 4);
-        void *dk = tc_malloc(g_tc, nkvv * 2), *dv = tc_malloc(g_tc, nkvv * 2);
+        void *dk = tc_malloc(g_tc, kb), *dv = tc_malloc(g_tc, vb);
         CHECK(dq && dout && dk && dv);
         CHECK(tc_upload(g_tc, dq, q, nq * 4) == 0);
-        CHECK(tc_upload(g_tc, dk, kh, nkvv * 2) == 0);
-        CHECK(tc_upload(g_tc, dv, vh, nkvv * 2) == 0);
+        CHECK(tc_upload(g_tc, dk, kh, kb) == 0);
+        CHECK(tc_upload(g_tc, dv, vh, vb) == 0);
         for (int old = 0; old < 2; old++) {
             tc_set_attn_old(g_tc, old);
             memset(got, 0xff, nq * 4); /* NaN: rows not written show */
             CHECK(tc_upload(g_tc, dout, got, nq * 4) == 0);
-            tc_attention(g_tc, dq, (size_t)nh * hd, dk, dv, TC_KV_F16, TC_KV_F16, dout, rows, pos0, nh, nkv, hd,
-                         (float)scale);
+            tc_attention(g_tc, dq, (size_t)nh * hd, dk, dv, t, t, dout, rows, pos0, nh, nkv, hd, (float)scale);
             CHECK_MSG(tc_sync(g_tc) == 0, "case %zu old %d: CUDA error", c, old);
             CHECK(tc_download(g_tc, got, dout, nq * 4) == 0);
             double md = 0;
@@ -97,19 +129,21 @@ TEST(prefill_attention_vs_f64) {
                 double d = fabs((double)got[i] - ref[i]);
                 if (!(d <= md)) md = isnan(d) ? INFINITY : d;
             }
-            /* the plain kernel: fp32 throughout; the tensor-core one rounds q and the
-             * softmax weights to f16 (11-bit significands): ~1e-3 of the largest value */
+            /* the plain kernel: fp32 throughout; the tensor-core one rounds q, the
+             * softmax weights (and q8_0's dequantised K / V) to f16 (11-bit
+             * significands): ~1e-3 of the largest value */
             const double bound = old ? 2e-5 : 4e-3;
-            CHECK_MSG(md <= bound * rmax, "case %zu (rows %d pos0 %d nh %d nkv %d hd %d) old %d: max|diff| %g of %g",
-                      c, rows, pos0, nh, nkv, hd, old, md, rmax);
-            fprintf(stderr, "  rows %3d pos0 %4d heads %2d/%d hd %3d %s: max|diff| %.2e (largest %.2f)\n", rows,
-                    pos0, nh, nkv, hd, old ? "plain" : "tensor-core", md, rmax);
+            CHECK_MSG(md <= bound * rmax,
+                      "%s case %zu (rows %d pos0 %d nh %d nkv %d hd %d) old %d: max|diff| %g of %g",
+                      ti ? "q8_0" : "f16", c, rows, pos0, nh, nkv, hd, old, md, rmax);
+            fprintf(stderr, "  %s rows %3d pos0 %4d heads %2d/%d hd %3d %s: max|diff| %.2e (largest %.2f)\n",
+                    ti ? "q8_0" : "f16 ", rows, pos0, nh, nkv, hd, old ? "plain" : "tensor-core", md, rmax);
         }
         tc_set_attn_old(g_tc, 0);
         tc_free(g_tc, dq, nq * 4);
         tc_free(g_tc, dout, nq * 4);
-        tc_free(g_tc, dk, nkvv * 2);
-        tc_free(g_tc, dv, nkvv * 2);
+        tc_free(g_tc, dk, kb);
+        tc_free(g_tc, dv, vb);
         free(q); free(k); free(v); free(got); free(kh); free(vh); free(ref);
     }
 }
