@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --max-conns N        open connections at most (default 256)\n"
             "  --per-ip N           open connections per client address (default 0 = no limit)\n"
             "  --header-timeout-s N headers must arrive within N s of connecting / of the last reply (default 10)\n"
+            "  --sse-ping-s S      a stream with nothing to send for S s gets an SSE comment line (\": ping\"),\n"
+            "                      so a request waiting long for its first token keeps its connection (default 15; 0: off)\n"
             "  --body-timeout-s N   the body must arrive within N s of the headers (default 60)\n"
             "  --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN (and answer OPTIONS preflights)\n"
             "  --ssl-key-file F, --ssl-cert-file F\n"
@@ -233,6 +235,7 @@ int tern_cmd_serve(int argc, char **argv) {
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
     int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
+    double sse_ping = 15;
     bool quiet = false, no_prefix_cache = false, embedding = true, batch_invariant = false;
     const char *spec = NULL;
     int64_t spec_k = 0;
@@ -263,7 +266,7 @@ int tern_cmd_serve(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
-                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --cors --max-tokens "
+                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --sse-ping-s --cors --max-tokens "
                                  "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --prefill-chunk --decode-batch --sample-threads --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
@@ -276,6 +279,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) { fnum = &f_top_p; flo = 1e-6; fhi = 1; }
         else if (!strcmp(a, "--min-p")) { fnum = &f_min_p; flo = 0; fhi = 1; }
         else if (!strcmp(a, "--repeat-penalty")) { fnum = &f_repeat; flo = 1e-3; fhi = 100; }
+        else if (!strcmp(a, "--sse-ping-s")) { fnum = &sse_ping; flo = 0; fhi = 86400; }
         if (fnum) {
             char *end;
             double d = strtod(v, &end);
@@ -417,7 +421,8 @@ int tern_cmd_serve(int argc, char **argv) {
         return serve_end(key_pem, NULL, embedder, sched, m, tok, 1);
     }
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
-                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, cors, think, (int)max_tokens};
+                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, sse_ping, cors, think,
+                    (int)max_tokens};
     /* sampling defaults: a flag > the model's general.sampling.* keys > built-in
      * (the Qwen3 model card, applied per request in http.c) */
     cli_model_sampling ms;

@@ -48,6 +48,7 @@ typedef struct stream {
     int n_ended;
     tern_str out;                   /* SSE bytes not yet handed to MHD */
     size_t out_off;
+    double last_out_ms;             /* now_ms() when bytes were last handed to MHD */
     bool finished;
     srv_usage total;
     size_t lp_sent[SRV_MAX_CHOICES]; /* logprob entries already streamed */
@@ -197,9 +198,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, s->out.data + s->out_off, n);
             s->out_off += n;
             if (s->out_off == s->out.len) s->out.len = s->out_off = 0;
+            s->last_out_ms = now_ms();
             return (ssize_t)n;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (s->h->c.sse_ping_s > 0 && now_ms() - s->last_out_ms >= s->h->c.sse_ping_s * 1e3) {
+            /* an SSE comment: clients skip it; the connection is not idle (libmicrohttpd
+             * closes one idle for 120 s: 64 prompts of 8K tokens queue longer than that) */
+            tern_str_append(&s->out, ": ping\n\n", 8);
+            continue;
+        }
         /* one choice: wait on it; several: poll each, then wait a little on the first one open */
         bool any = false;
         int first_open = -1;
@@ -753,6 +761,7 @@ enum MHD_Result srv_http_generate(srv_http *h, struct MHD_Connection *conn, conn
         srv_compat_stream_init(&s->cst, api, cid, cs->n_prompt);
         s->cs = cs;
         s->fd = fd;
+        s->last_out_ms = now_ms();
         s->id = id;
         s->thinking_open = thinking_open;
         s->include_usage = include_usage;

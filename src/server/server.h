@@ -462,6 +462,9 @@ typedef struct srv_config {
     int per_ip_limit;               /* connections per client address (0: no limit) */
     double header_timeout_s;        /* accept (or end of the last reply) to complete headers; 0: 10 s */
     double body_timeout_s;          /* complete headers to complete body; 0: 60 s */
+    double sse_ping_s;              /* a stream with nothing to send for this long gets an SSE comment
+                                     * line (": ping"), so the connection is never idle while a request
+                                     * waits for its first token; 0: never */
     const char *cors_origin;        /* NULL: no CORS headers */
     int think_default;              /* -1: by chat format (on for qwen35), 0 off, 1 on */
     int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */

@@ -8,6 +8,7 @@
 #     path (GARBAGE, GET: answered by the front door, not libmicrohttpd); a
 #     request line dripped byte by byte still gets 200; empty and silent
 #     connections are closed without disturbing anything; 503 carries Retry-After;
+#   - a stream evaluating a long prompt gets SSE ": ping" comments (--sse-ping-s);
 #   - SIGTERM while one request streams and another waits in the queue: the
 #     queued one gets 503 + Retry-After at once, the stream ends with an error
 #     event and "data: [DONE]" after --grace-s, and the server exits 0.
@@ -34,7 +35,7 @@ trap cleanup EXIT
 # model fills 4,096 positions in about a second, so the context is longer there
 CTX=4096; [ "${TERN_TEST_DEVICE:-cpu}" != cpu ] && CTX=65536
 "$TERN" serve --port 0 --threads 2 --device "${TERN_TEST_DEVICE:-cpu}" --parallel 1 --queue 2 --ctx $CTX --grace-s 2 \
-  --header-timeout-s 3 >"$TMP/out" 2>"$TMP/err" &
+  --header-timeout-s 3 --sse-ping-s 0.05 >"$TMP/out" 2>"$TMP/err" &
 SPID=$!
 for _ in $(seq 1 1200); do grep -q "listening on" "$TMP/out" 2>/dev/null && break; sleep 0.05; done
 URL=$(grep -o 'http://[^ ]*' "$TMP/out") || { echo "FAIL server did not start"; cat "$TMP/err"; exit 1; }
@@ -154,6 +155,28 @@ except OSError: gone = True
 check("a connection that sends nothing is closed after --header-timeout-s", gone)
 silent.close()
 for s in socks: s.close()
+
+# --- a stream whose first token is a while away gets SSE comments (": ping", here every
+# 0.05 s: --sse-ping-s 0.05) while its prompt of ~3,000 tokens is evaluated, so its
+# connection is never idle (libmicrohttpd cuts one idle for 120 s: on one GPU, 64 prompts
+# of 8K tokens take longer than that before their first tokens)
+b = json.dumps({"prompt": "The Linux kernel schedules tasks. " * 500, "max_tokens": 2, "stream": True,
+                "temperature": 0}).encode()
+sb = socket.create_connection((host, port), timeout=60 if os.environ.get("TERN_SANITIZED") == "1" else 20)
+sb.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(b) + b)
+got_b = b""
+try:
+    while b"[DONE]" not in got_b:
+        more = sb.recv(65536)
+        if not more: break
+        got_b += more
+except socket.timeout:
+    pass
+sb.close()
+before = got_b.partition(b"data: ")[0]
+check("a stream waiting for its first token gets ': ping' comments, then its events and [DONE]",
+      b": ping\n\n" in before and b"[DONE]" in got_b, got_b[:200])
 
 # --- SIGTERM while streaming, with a queued request and a full queue
 body = json.dumps({"prompt": "The Linux kernel", "max_tokens": 100000, "ignore_eos": True, "stream": True,
