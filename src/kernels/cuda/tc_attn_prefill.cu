@@ -7,6 +7,8 @@
 #include "kernels/cuda/attn.cuh"
 #include "kernels/cuda/ptx.cuh"
 
+#include <type_traits>
+
 /* One CTA per (query row, head): each warp walks positions w, w+4, ... with an
  * online softmax, then the warps' partial states are merged. */
 template <typename KT, typename VT>
@@ -84,9 +86,38 @@ __device__ __forceinline__ uint4 fa_q8_chunk(const att_q8 *__restrict__ c, size_
     return make_uint4(fa_pack(f[0], f[1]), fa_pack(f[2], f[3]), fa_pack(f[4], f[5]), fa_pack(f[6], f[7]));
 }
 
+/* the q8_0 kernel's tile load: PER chunks of 8 values per thread, all loads before the stores */
+template <int HD>
+__device__ __forceinline__ void fa_load_q8(const att_q8 *__restrict__ kc, const att_q8 *__restrict__ vc, uint8_t *sk,
+                                           uint8_t *sv, int kt, int last, size_t kvs, int kvh, int tid) {
+    constexpr int CH = HD / 8, ROWB = HD * 2;
+    constexpr int PER = FA_BN * CH / (FA_WARPS * 32); /* chunks per thread and tile */
+    static_assert(FA_BN * CH % (FA_WARPS * 32) == 0, "whole chunks per thread");
+    uint4 kv[PER], vv[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int idx = tid + j * FA_WARPS * 32, r = idx / CH, c = idx % CH, p = kt * FA_BN + r;
+        kv[j] = vv[j] = make_uint4(0u, 0u, 0u, 0u); /* past the causal edge: zeros */
+        if (p <= last) {
+            const size_t e = (size_t)p * kvs + (size_t)kvh * HD + (size_t)c * 8;
+            kv[j] = fa_q8_chunk(kc, e);
+            vv[j] = fa_q8_chunk(vc, e);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int idx = tid + j * FA_WARPS * 32, r = idx / CH, c = idx % CH;
+        const uint32_t o = fa_swz(r, c, ROWB);
+        *(uint4 *)(sk + o) = kv[j];
+        *(uint4 *)(sv + o) = vv[j];
+    }
+}
+
+template <bool Q8> using fa_kv_t = typename std::conditional<Q8, att_q8, __half>::type;
+
 template <int HD, bool Q8>
 __global__ void __launch_bounds__(FA_WARPS * 32) k_attn_flash(const float *__restrict__ q, size_t qs,
-        const void *__restrict__ kcv, const void *__restrict__ vcv, float *__restrict__ out, int rows,
+        const fa_kv_t<Q8> *__restrict__ kc, const fa_kv_t<Q8> *__restrict__ vc, float *__restrict__ out, int rows,
         int pos0, const int *__restrict__ dpos, int nh, int nkv, float scale_log2) {
     constexpr int CH = HD / 8, ROWB = HD * 2;
     extern __shared__ __align__(16) uint8_t fa_sm[];
@@ -112,32 +143,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32) k_attn_flash(const float *__res
         *(uint4 *)(sq + fa_swz(r, c, ROWB)) = v;
     }
     const size_t kvs = (size_t)nkv * HD;
-    const __half *kb = (const __half *)kcv + (size_t)kvh * HD, *vb = (const __half *)vcv + (size_t)kvh * HD;
+    const __half *kb = (const __half *)kc + (size_t)kvh * HD, *vb = (const __half *)vc + (size_t)kvh * HD;
     const int last = pos0 + min(i0 + FA_BM, rows) - 1; /* the last position a row of the tile sees */
     const int ntiles = last / FA_BN + 1;
     auto load = [&](int kt, int stage) {
         uint8_t *sk = skv + stage * 2 * FA_BN * ROWB, *sv = sk + FA_BN * ROWB;
         if constexpr (Q8) {
-            constexpr int PER = FA_BN * CH / (FA_WARPS * 32); /* chunks per thread and tile */
-            static_assert(FA_BN * CH % (FA_WARPS * 32) == 0, "whole chunks per thread");
-            uint4 kv[PER], vv[PER];
-#pragma unroll
-            for (int j = 0; j < PER; j++) {
-                const int idx = tid + j * FA_WARPS * 32, r = idx / CH, c = idx % CH, p = kt * FA_BN + r;
-                kv[j] = vv[j] = make_uint4(0u, 0u, 0u, 0u); /* past the causal edge: zeros */
-                if (p <= last) {
-                    const size_t e = (size_t)p * kvs + (size_t)kvh * HD + (size_t)c * 8;
-                    kv[j] = fa_q8_chunk((const att_q8 *)kcv, e);
-                    vv[j] = fa_q8_chunk((const att_q8 *)vcv, e);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < PER; j++) {
-                const int idx = tid + j * FA_WARPS * 32, r = idx / CH, c = idx % CH;
-                const uint32_t o = fa_swz(r, c, ROWB);
-                *(uint4 *)(sk + o) = kv[j];
-                *(uint4 *)(sv + o) = vv[j];
-            }
+            fa_load_q8<HD>((const att_q8 *)kc, (const att_q8 *)vc, sk, sv, kt, last, kvs, kvh, tid);
         } else {
             for (int idx = tid; idx < FA_BN * CH; idx += FA_WARPS * 32) {
                 const int r = idx / CH, c = idx % CH, p = kt * FA_BN + r;
@@ -278,29 +290,29 @@ static int flash_launch(const float *q, size_t qs, const void *kc, const void *v
         }
     }
     const dim3 grid((unsigned)((rows + FA_BM - 1) / FA_BM), (unsigned)nh);
-    tc_launch(k_attn_flash<HD, Q8>, grid, dim3(FA_WARPS * 32), SMEM, 1, q, qs, kc, vc, out, rows, pos0, tc_cur->dyn_pos, nh, nkv, scale * 1.4426950408889634f);
+    tc_launch(k_attn_flash<HD, Q8>, grid, dim3(FA_WARPS * 32), SMEM, 1, q, qs, (const fa_kv_t<Q8> *)kc,
+              (const fa_kv_t<Q8> *)vc, out, rows, pos0, tc_cur->dyn_pos, nh, nkv, scale * 1.4426950408889634f);
     return 1;
+}
+
+template <bool Q8>
+static int flash_hd(const float *q, size_t qs, const void *kc, const void *vc, float *out, int rows, int pos0, int nh,
+                    int nkv, int hd, float scale) {
+    switch (hd) {
+    case 64: return flash_launch<64, Q8>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
+    case 128: return flash_launch<128, Q8>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
+    case 256: return flash_launch<256, Q8>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
+    default: return 0;
+    }
 }
 
 static int attention_flash(const float *q, size_t qs, const void *kc, const void *vc, int k_type, int v_type,
                            float *out, int rows, int pos0, int nh, int nkv, int hd, float scale) {
     if (tc_attn_old(tc_cur) || k_type != v_type || rows < 2 || nh % nkv) return 0;
-    if (k_type == TC_KV_F16 && !(((uintptr_t)kc | (uintptr_t)vc) & 15)) {
-        switch (hd) {
-        case 64: return flash_launch<64, false>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        case 128: return flash_launch<128, false>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        case 256: return flash_launch<256, false>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        default: return 0;
-        }
-    }
-    if (k_type == TC_KV_Q8_0 && !(((uintptr_t)kc | (uintptr_t)vc) & 1)) {
-        switch (hd) {
-        case 64: return flash_launch<64, true>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        case 128: return flash_launch<128, true>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        case 256: return flash_launch<256, true>(q, qs, kc, vc, out, rows, pos0, nh, nkv, scale);
-        default: return 0;
-        }
-    }
+    /* f16: 16-byte rows for cp.async; q8_0: 2-byte aligned blocks */
+    const uintptr_t al = (uintptr_t)kc | (uintptr_t)vc;
+    if (k_type == TC_KV_F16 && !(al & 15)) return flash_hd<false>(q, qs, kc, vc, out, rows, pos0, nh, nkv, hd, scale);
+    if (k_type == TC_KV_Q8_0 && !(al & 1)) return flash_hd<true>(q, qs, kc, vc, out, rows, pos0, nh, nkv, hd, scale);
     return 0;
 }
 
