@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --max-conns N        open connections at most (default 256)\n"
             "  --per-ip N           open connections per client address (default 0 = no limit)\n"
             "  --header-timeout-s N headers must arrive within N s of connecting / of the last reply (default 10)\n"
+            "  --idle-timeout-s N  a connection with nothing to read or write for N s is closed (a stream\n"
+            "                      waiting for tokens is kept open by --sse-ping-s) (default 120)\n"
             "  --sse-ping-s S      a stream with nothing to send for S s gets an SSE comment line (\": ping\"),\n"
             "                      so a request waiting long for its first token keeps its connection (default 15; 0: off)\n"
             "  --body-timeout-s N   the body must arrive within N s of the headers (default 60)\n"
@@ -234,7 +236,7 @@ int tern_cmd_serve(int argc, char **argv) {
             sample_threads = 0, prefill_chunk = 0;
     double f_temp = -1, f_top_p = -1, f_min_p = -1, f_repeat = -1;
     int think = -1;
-    int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60;
+    int64_t grace = 10, max_conns = 256, per_ip = 0, hdr_to = 10, body_to = 60, idle_to = 120;
     double sse_ping = 15;
     bool quiet = false, no_prefix_cache = false, embedding = true, batch_invariant = false;
     const char *spec = NULL;
@@ -266,7 +268,7 @@ int tern_cmd_serve(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             if (cli_is_one_of(a, "-m --model --host --port --parallel --ctx --queue --threads --device --alias --api-key --max-body "
-                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --sse-ping-s --cors --max-tokens "
+                                 "--grace-s --max-conns --per-ip --header-timeout-s --body-timeout-s --sse-ping-s --idle-timeout-s --cors --max-tokens "
                                  "--temp --top-k --top-p --min-p --repeat-penalty --prefix-cache-mib --prefill-budget --prefill-chunk --decode-batch --sample-threads --pooling --admit-free-mib"))
                 return cli_usage_error("serve", "%s needs a value", a);
             return cli_usage_error("serve", "unknown option '%s'", a);
@@ -315,6 +317,7 @@ int tern_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--per-ip")) { num = &per_ip; lo = 0; hi = 65536; }
         else if (!strcmp(a, "--header-timeout-s")) { num = &hdr_to; lo = 1; hi = 86400; }
         else if (!strcmp(a, "--body-timeout-s")) { num = &body_to; lo = 1; hi = 86400; }
+        else if (!strcmp(a, "--idle-timeout-s")) { num = &idle_to; lo = 1; hi = 86400; }
         else if (!strcmp(a, "--port")) { num = &port; lo = 0; hi = 65535; }
         else if (!strcmp(a, "--parallel")) { num = &parallel; lo = 1; hi = 256; }
         else if (!strcmp(a, "--ctx")) { num = &ctx; lo = 16; hi = 1 << 22; }
@@ -421,7 +424,7 @@ int tern_cmd_serve(int argc, char **argv) {
         return serve_end(key_pem, NULL, embedder, sched, m, tok, 1);
     }
     srv_config c = {host, (int)port, alias ? alias : base_name(model), api_key, (size_t)max_body, quiet,
-                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, sse_ping, cors, think,
+                    (int)max_conns, (int)per_ip, (double)hdr_to, (double)body_to, sse_ping, (double)idle_to, cors, think,
                     (int)max_tokens};
     /* sampling defaults: a flag > the model's general.sampling.* keys > built-in
      * (the Qwen3 model card, applied per request in http.c) */

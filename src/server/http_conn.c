@@ -408,7 +408,7 @@ int srv_http_start(const srv_config *c, srv_sched *s, const tern_tokenizer *tok,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_LIMIT, limit,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->per_ip_limit > 0 ? c->per_ip_limit : 0),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(c->idle_timeout_s > 0 ? c->idle_timeout_s : 120),
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
                             MHD_OPTION_ARRAY, tls,
                             MHD_OPTION_END);

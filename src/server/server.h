@@ -465,6 +465,9 @@ typedef struct srv_config {
     double sse_ping_s;              /* a stream with nothing to send for this long gets an SSE comment
                                      * line (": ping"), so the connection is never idle while a request
                                      * waits for its first token; 0: never */
+    double idle_timeout_s;          /* libmicrohttpd closes a connection with nothing read or written
+                                     * for this long (a non-streamed reply in the making is not idle;
+                                     * a stream needs sse_ping_s below it); 0: 120 s */
     const char *cors_origin;        /* NULL: no CORS headers */
     int think_default;              /* -1: by chat format (on for qwen35), 0 off, 1 on */
     int default_max_tokens;         /* max_tokens when a request gives none (0: until end / full context) */
