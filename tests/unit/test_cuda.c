@@ -375,9 +375,10 @@ TEST(attention_gqa_vs_cpu) {
         CHECK(tm_be_sync(G) == TERN_OK);
         float *g = host_of(dout, (size_t)rows * nh * hd);
         double d = rel_diff(g, o, (size_t)rows * nh * hd);
-        /* f16 caches at head dims 64/128/256 take the tensor-core kernel, whose q and softmax
-         * weights are f16 (test_cuda_attn: ~1e-3 of the largest value vs float64) */
-        const bool tcore = kt == TERN_KV_F16 && vt == TERN_KV_F16 && (hd == 64 || hd == 128 || hd == 256);
+        /* f16 or q8_0 caches (K and V of one type) at head dims 64/128/256 take the tensor-core
+         * kernel, whose q and softmax weights are f16 (q8_0 dequantised into f16 tiles;
+         * test_cuda_attn: ~1e-3 of the largest value vs float64) */
+        const bool tcore = kt == vt && (kt == TERN_KV_F16 || kt == TERN_KV_Q8_0) && (hd == 64 || hd == 128 || hd == 256);
         CHECK_MSG(d < (tcore ? 4e-3 : 1e-5), "attention nh %d nkv %d hd %d pos0 %d kv %d/%d: %g", nh, nkv, hd, pos0,
                   (int)kt, (int)vt, d);
         free(q); free(kf); free(vf); free(k); free(v); free(o); free(sc); free(g);

@@ -519,27 +519,29 @@ static void cu_attn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *f
         tc_attention_decode_batch(tcc, qo, (int)s0->k_type, (int)s0->v_type, hp->attn_gate ? go : NULL,
                                   big3, st->n_seq, &bt, c->attn_max_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
     } else if (dec_ops) {
-        /* a session per row; a verify step (ex1): its rows one position after another, each
-         * row's K/V stored before the next row's attention reads the cache */
-        for (int i = 0; i < st->T; i++) {
-            tern_session *s = st->ss[st->n_seq == 1 ? 0 : i];
-            const int pos = s->pos + (st->n_seq == 1 ? i : 0);
-            if (st->n_seq == 1) tc_graph_row(tcc, i); /* a verify graph: row i's position word */
+        /* one session: its rows (a verify step, ex1) at positions pos.. in one launch per op
+         * (every row's K/V stored before the attention; row i reads positions <= pos + i), each
+         * row's bits those of a decode step at its position; else a session per row */
+        const bool one = st->n_seq == 1;
+        tc_graph_row(tcc, 0); /* a verify graph: the rows' position words from row 0's */
+        for (int i = 0; i < (one ? 1 : st->T); i++) {
+            tern_session *s = st->ss[i];
+            const int rows = one ? st->T : 1;
             uint8_t *kc = (uint8_t *)s->kcache + (size_t)l->kv_index * s->n_ctx * s->k_row;
             uint8_t *vc = (uint8_t *)s->vcache + (size_t)l->kv_index * s->n_ctx * s->v_row;
             float *qi = qo + (size_t)i * qw, *gi = hp->attn_gate ? go + (size_t)i * qw : NULL;
+            const tc_attn_bat rs = {.qg_stride = (size_t)l->wq.n, .kv_stride = (size_t)kvw, .q_stride = (size_t)qw};
             tc_attn_prep_args pa = {.qg = big0 + (size_t)i * l->wq.n, .k = kbuf + (size_t)i * kvw,
                                     .v = vbuf + (size_t)i * kvw, .gated = hp->attn_gate,
                                     .q_norm = l->q_norm, .k_norm = l->k_norm, .eps = a->eps,
                                     .theta = a->theta, .q_out = qi, .gate_out = gi,
-                                    .kcache = kc, .vcache = vc, .pos0 = pos, .n_head = NH,
+                                    .kcache = kc, .vcache = vc, .pos0 = s->pos, .n_head = NH,
                                     .n_head_kv = NKV, .head_dim = HD, .rope_dims = a->rope_dims,
                                     .k_type = (int)s->k_type, .v_type = (int)s->v_type};
-            tc_attn_prep(tcc, &pa);
-            tc_attention_decode(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, pos, s->n_ctx, NH, NKV,
-                                HD, 1.0f / sqrtf((float)HD));
+            tc_attn_prep_rows(tcc, &pa, rows, &rs);
+            tc_attention_decode_rows(tcc, qi, kc, vc, (int)s->k_type, (int)s->v_type, gi, big3 + (size_t)i * qw, rows,
+                                     (size_t)qw, s->pos, s->n_ctx, NH, NKV, HD, 1.0f / sqrtf((float)HD));
         }
-        tc_graph_row(tcc, 0);
     } else {
         if (gated) tc_split_heads(tcc, big0, (size_t)st->T, NH, HD, B(st, first->out), B(st, first->out2));
         attn_ops(st, a, gated ? first->out2 : TM_BUF_NONE);
@@ -715,27 +717,8 @@ static void cu_gdn_core(cuda_backend *c, const tm_step *st, const tm_plan_op *ab
         ga.ab_x = B(st, ab->in);
         ga.ab_x_stride = (size_t)E;
     }
-    if (ex1(st) && T > 1) { /* a verify step: the decode step's kernel row after row, the state advanced */
-        for (int r = 0; r < T; r++) {
-            tc_gdn_step_args gr = ga;
-            gr.qkv += (size_t)r * C;
-            gr.z += (size_t)r * VW;
-            gr.a += (size_t)r * nv;
-            gr.b += (size_t)r * nv;
-            gr.out += (size_t)r * VW;
-            gr.work += (size_t)r * C;
-            if (ab_dense) gr.ab_x += (size_t)r * E;
-            if (oact) {
-                gr.act.q += (size_t)r * VW * 2;
-                gr.act.sx += (size_t)r * (VW / 128);
-                gr.act.corr += (size_t)r * (VW / 32);
-                gr.act.batch = 1;
-            }
-            tc_gdn_step(tcc, &gr);
-        }
-    } else {
-        tc_gdn_step(tcc, &ga);
-    }
+    if (ex1(st) && T > 1) ga.rows = T; /* a verify step: the session's rows, the state advanced by each */
+    tc_gdn_step(tcc, &ga);
     const tern_qmat *wo = matw(st, out->mat[0]);
     float *yo[1] = {B(st, out->out_buf[0])};
     size_t yso[1] = {(size_t)out->out_w[0]};

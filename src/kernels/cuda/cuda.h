@@ -237,6 +237,17 @@ typedef struct tc_attn_bat {
     size_t qg_stride, kv_stride, q_stride, part_stride;
 } tc_attn_bat;
 void tc_attn_prep_batch(tc_ctx *cx, const tc_attn_prep_args *a, int n, const tc_attn_bat *bt);
+/* One sequence's rows in one launch per op (a verify step): row r at position pos0 + r
+ * (the graph's device word + r when capturing), its projection rows at r * qg_stride (qg)
+ * and r * kv_stride (k, v), its q / gate / output rows at r * q_stride (strides from st,
+ * its other fields unused); caches as tc_attn_prep / tc_attention_decode. The prologue
+ * stores every row's k/v before the attention reads the cache; row r's attention reads
+ * positions <= pos0 + r with the splits of a lone row (max_len), so each row's bits are
+ * those of tc_attn_prep + tc_attention_decode for it alone. */
+void tc_attn_prep_rows(tc_ctx *cx, const tc_attn_prep_args *a, int rows, const tc_attn_bat *st);
+void tc_attention_decode_rows(tc_ctx *cx, const float *q, const void *kcache, const void *vcache, int k_type,
+                              int v_type, const float *gate, float *out, int rows, size_t q_stride, int pos0,
+                              int max_len, int n_head, int n_head_kv, int head_dim, float scale);
 int tc_attention_decode_batch_ok(tc_ctx *cx, int k_type, int v_type, int max_ctx, int n_head, int n_head_kv, int head_dim);
 void tc_attention_decode_batch(tc_ctx *cx, const float *q, int k_type, int v_type, const float *gate, float *out, int n,
                                const tc_attn_bat *bt, int max_ctx, int n_head, int n_head_kv, int head_dim,
@@ -306,6 +317,12 @@ typedef struct tc_gdn_step_args {
     /* each state[i] holds n_v*dk*dv bf16 values (the model parameter gdn_state): read
      * once, updated in fp32 registers, written once rounded to nearest even */
     int state_bf16;
+    /* rows > 1 (n must be 1): the session's next `rows` tokens (a verify step), row r of
+     * qkv/z/a/b/out/ab_x/act at r times its stride; the state advanced row after row
+     * (in one launch where the one-kernel step takes the shape, the state and the conv
+     * window in registers between rows), each row's output bitwise that of a step of
+     * its own. 0 or 1: one row per session. */
+    int rows;
 } tc_gdn_step_args;
 void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a);
 

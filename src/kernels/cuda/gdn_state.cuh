@@ -44,6 +44,12 @@ __device__ __forceinline__ void gdn_st4b(uint8_t *p, float4 v, bool bf) {
     }
 }
 
+/* four values as a bf16 store and load would give them back */
+__device__ __forceinline__ float4 gdn_rnd4b(float4 v) {
+    return make_float4(__bfloat162float(__float2bfloat16_rn(v.x)), __bfloat162float(__float2bfloat16_rn(v.y)),
+                       __bfloat162float(__float2bfloat16_rn(v.z)), __bfloat162float(__float2bfloat16_rn(v.w)));
+}
+
 /* The prefill call's conv-state shift: conv state <- the last K-1 inputs of (state ++ the
  * call's qkv rows), the channels split over all CTAs of the grid, each CTA its share
  * (ascending i: a slot read from the old state lies at or above i). After the conv

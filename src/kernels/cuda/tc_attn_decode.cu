@@ -387,8 +387,11 @@ __global__ void __launch_bounds__(AG_WARPS * 32, PF ? ag_minb<T, GC>::n : 1) k_a
         vc = (const T *)((const uint8_t *)sq.vcache + (size_t)bt.kv_index * (size_t)sq.n_ctx * bt.v_row);
         q += (size_t)blockIdx.z * bt.q_stride;
         part += (size_t)blockIdx.z * bt.part_stride;
-    } else if (dpos) {
-        pos0 = *dpos;
+    } else { /* row blockIdx.z of one sequence's rows (bt's strides; zero for one row) */
+        if (dpos) pos0 = *dpos;
+        pos0 += (int)blockIdx.z;
+        q += (size_t)blockIdx.z * bt.q_stride;
+        part += (size_t)blockIdx.z * bt.part_stride;
     }
     const int np = pos0 + 1, span = ag_span(np, splits), sp = blockIdx.y;
     const int p0 = sp * span;
@@ -517,8 +520,12 @@ __global__ void __launch_bounds__(AG_MERGE_THREADS) k_attn_gqa_merge(const float
         part += (size_t)blockIdx.z * bt.part_stride;
         if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
         out += (size_t)blockIdx.z * bt.q_stride;
-    } else if (dpos) {
-        pos0 = *dpos;
+    } else { /* row blockIdx.z of one sequence's rows (as k_attn_gqa) */
+        if (dpos) pos0 = *dpos;
+        pos0 += (int)blockIdx.z;
+        part += (size_t)blockIdx.z * bt.part_stride;
+        if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
+        out += (size_t)blockIdx.z * bt.q_stride;
     }
     const int np = pos0 + 1, span = ag_span(np, splits);
     const int used = min(splits, (np + span - 1) / span);
@@ -571,8 +578,12 @@ __global__ void __launch_bounds__(256) k_attn_gqa_merge_h(const float *__restric
         part += (size_t)blockIdx.z * bt.part_stride;
         if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
         out += (size_t)blockIdx.z * bt.q_stride;
-    } else if (dpos) {
-        pos0 = *dpos;
+    } else { /* row blockIdx.z of one sequence's rows (as k_attn_gqa) */
+        if (dpos) pos0 = *dpos;
+        pos0 += (int)blockIdx.z;
+        part += (size_t)blockIdx.z * bt.part_stride;
+        if (gate) gate += (size_t)blockIdx.z * bt.q_stride;
+        out += (size_t)blockIdx.z * bt.q_stride;
     }
     const int np = pos0 + 1, span = ag_span(np, splits);
     const int used = min(splits, (np + span - 1) / span); /* <= AG_MERGE_H_SPLITS */
@@ -744,30 +755,48 @@ static int ag_batch_splits(int splits, int n_head_kv, int hch, int n) {
     return sb < splits ? (int)sb : splits;
 }
 
-extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
-                                    int k_type, int v_type, const float *gate, float *out,
-                                    int pos0, int max_len, int n_head, int n_head_kv,
-                                    int head_dim, float scale) {
+extern "C" void tc_attention_decode_rows(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
+                                         int k_type, int v_type, const float *gate, float *out, int rows,
+                                         size_t q_stride, int pos0, int max_len, int n_head, int n_head_kv,
+                                         int head_dim, float scale) {
     TC_CTX(cx);
     TC_PROF(TC_FAM_ATTENTION);
-    if (head_dim > ATT_EPL * 32 || head_dim < 1 || n_head < 1 || n_head_kv < 1 ||
-        !att_types_ok(k_type, v_type, head_dim) ||
-        n_head % n_head_kv || max_len < 1 || (!tc_cur->dyn_pos && (pos0 < 0 || pos0 >= max_len))) {
+    if (rows < 1 || rows > 65535 || q_stride < (size_t)n_head * head_dim || head_dim > ATT_EPL * 32 ||
+        head_dim < 1 || n_head < 1 || n_head_kv < 1 || !att_types_ok(k_type, v_type, head_dim) ||
+        n_head % n_head_kv || max_len < 1 || (!tc_cur->dyn_pos && (pos0 < 0 || pos0 + rows > max_len))) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
     int GC, hch, splits;
-    if (!ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch,
-                 &splits)) {
-        attn_decode_old(q, kcache, vcache, k_type, v_type, gate, out, pos0, max_len, n_head,
-                        n_head_kv, head_dim, scale);
+    if (!ag_plan(k_type, v_type, kcache, vcache, max_len, n_head, n_head_kv, head_dim, &GC, &hch, &splits)) {
+        /* the old kernels, a row at a time (its position word: the graph's next one) */
+        const int *dp = tc_cur->dyn_pos;
+        for (int r = 0; r < rows; r++) {
+            tc_cur->dyn_pos = dp ? dp + r : NULL;
+            attn_decode_old(q + (size_t)r * q_stride, kcache, vcache, k_type, v_type,
+                            gate ? gate + (size_t)r * q_stride : NULL, out + (size_t)r * q_stride, pos0 + r,
+                            max_len, n_head, n_head_kv, head_dim, scale);
+        }
+        tc_cur->dyn_pos = dp;
         return;
     }
     if (tc_cur->mm.invariant) splits = ag_batch_splits(splits, n_head_kv, hch, AG_INVARIANT_N);
-    float *part = (float *)tc_workspace(2, (size_t)n_head * splits * (head_dim + 2) * sizeof(float));
+    const size_t per = (size_t)n_head * splits * (head_dim + 2);
+    float *part = (float *)tc_workspace(2, (size_t)rows * per * sizeof(float));
     if (!part) return;
-    ag_run<false>(k_type, GC, hch, splits, 1, q, kcache, vcache, gate, out, part, pos0, n_head, n_head_kv,
-                  head_dim, scale, tc_attn_bat{});
+    tc_attn_bat b = {};
+    b.q_stride = q_stride;
+    b.part_stride = per;
+    ag_run<false>(k_type, GC, hch, splits, rows, q, kcache, vcache, gate, out, part, pos0, n_head, n_head_kv,
+                  head_dim, scale, b);
+}
+
+extern "C" void tc_attention_decode(tc_ctx *cx, const float *q, const void *kcache, const void *vcache,
+                                    int k_type, int v_type, const float *gate, float *out,
+                                    int pos0, int max_len, int n_head, int n_head_kv,
+                                    int head_dim, float scale) {
+    tc_attention_decode_rows(cx, q, kcache, vcache, k_type, v_type, gate, out, 1, (size_t)n_head * head_dim, pos0,
+                             max_len, n_head, n_head_kv, head_dim, scale);
 }
 
 /* The batch's caches are in the device table: the caller checks their alignment

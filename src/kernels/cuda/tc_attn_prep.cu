@@ -28,8 +28,14 @@ __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int
         a.v += z * bt.kv_stride;
         a.q_out += z * bt.q_stride;
         if (a.gate_out) a.gate_out += z * bt.q_stride;
-    } else {
-        pos = dpos ? *dpos : a.pos0;
+    } else { /* row blockIdx.y of one sequence's rows (bt's strides; zero for one row) */
+        const size_t z = blockIdx.y;
+        pos = (dpos ? *dpos : a.pos0) + (int)z;
+        a.qg += z * bt.qg_stride;
+        a.k += z * bt.kv_stride;
+        a.v += z * bt.kv_stride;
+        a.q_out += z * bt.q_stride;
+        if (a.gate_out) a.gate_out += z * bt.q_stride;
     }
     const int h = blockIdx.x, lane = threadIdx.x, hd = a.head_dim;
     const bool isq = h < a.n_head;
@@ -81,18 +87,26 @@ __global__ void __launch_bounds__(32) k_attn_prep(tc_attn_prep_args a, const int
     }
 }
 
-extern "C" void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a) {
+extern "C" void tc_attn_prep_rows(tc_ctx *cx, const tc_attn_prep_args *a, int rows, const tc_attn_bat *st) {
     TC_CTX(cx);
     TC_PROF(TC_FAM_ROPE);
-    if (a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 || a->n_head_kv < 1 ||
-        a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
-        !att_types_ok(a->k_type, a->v_type, a->head_dim) ||
-        (!tc_cur->dyn_pos && a->pos0 < 0)) {
+    if (rows < 1 || rows > 65535 || !st || a->head_dim < 1 || a->head_dim > ATT_EPL * 32 || a->n_head < 1 ||
+        a->n_head_kv < 1 || a->rope_dims < 0 || a->rope_dims > a->head_dim || a->rope_dims % 2 ||
+        !att_types_ok(a->k_type, a->v_type, a->head_dim) || (!tc_cur->dyn_pos && a->pos0 < 0)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    tc_launch(k_attn_prep<false>, dim3((unsigned)(a->n_head + a->n_head_kv)), dim3(32), 0, 1, *a, tc_cur->dyn_pos,
-              tc_attn_bat{});
+    tc_attn_bat b = {};
+    b.qg_stride = st->qg_stride;
+    b.kv_stride = st->kv_stride;
+    b.q_stride = st->q_stride;
+    tc_launch(k_attn_prep<false>, dim3((unsigned)(a->n_head + a->n_head_kv), (unsigned)rows), dim3(32), 0, 1, *a,
+              tc_cur->dyn_pos, b);
+}
+
+extern "C" void tc_attn_prep(tc_ctx *cx, const tc_attn_prep_args *a) {
+    const tc_attn_bat none = {};
+    tc_attn_prep_rows(cx, a, 1, &none);
 }
 
 extern "C" void tc_attn_prep_batch(tc_ctx *cx, const tc_attn_prep_args *a, int n, const tc_attn_bat *bt) {

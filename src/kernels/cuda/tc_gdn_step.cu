@@ -266,13 +266,28 @@ __device__ __forceinline__ void gdn_conv_ld(const float *cs, const float *w, siz
     *wl = on ? w[(size_t)ch * K + K - 1] : 0.0f;
 }
 
-/* the shifted rows of channel ch: row j <- old row j+1, row K-2 <- x */
-__device__ __forceinline__ void gdn_conv_st(float *cs, size_t C, int ch, int K, const float st[3],
-                                            float x) {
+/* the window after a row: row j <- row j+1 (j + 1 < K-1), row K-2 <- the row's x */
+__device__ __forceinline__ void gdn_conv_next(float st[3], int K, float x) {
 #pragma unroll
-    for (int j = 0; j < 2; j++)
-        if (j + 1 < K - 1) cs[(size_t)j * C + ch] = st[j + 1];
-    if (K > 1) cs[(size_t)(K - 2) * C + ch] = x;
+    for (int j = 0; j < 3; j++) st[j] = j + 1 < K - 1 ? st[j + 1] : (j == K - 2 ? x : st[j]);
+}
+
+/* gdn_conv_ld with the window from shared memory (w: [3][128], the thread's column t) */
+__device__ __forceinline__ void gdn_conv_ld2(const float (*w)[128], const float *cw, int ch, int t, int K,
+                                             bool on, float st[3], float wt[3], float *wl) {
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        st[j] = on && j < K - 1 ? w[j][t] : 0.0f;
+        wt[j] = on && j < K - 1 ? cw[(size_t)ch * K + j] : 0.0f;
+    }
+    *wl = on ? cw[(size_t)ch * K + K - 1] : 0.0f;
+}
+
+/* channel ch's K-1 conv-state rows from the window st */
+__device__ __forceinline__ void gdn_conv_put(float *cs, size_t C, int ch, int K, const float st[3]) {
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        if (j < K - 1) cs[(size_t)j * C + ch] = st[j];
 }
 
 /* one 16-byte asynchronous copy global -> shared (cp.async, no registers held) */
@@ -298,7 +313,7 @@ __device__ __forceinline__ float gdn_dot(const uint8_t *w, int kind, const float
  * (k floats), then row p of ab_w[0] and of ab_w[1] (k elements each), copied with
  * cp.async right after the state loads (registers stay free for the state); each
  * thread sums j = t, t+128, ..., then the warps as for the norms. */
-template <int KMAX, bool XF, bool AB, bool BF>
+template <int KMAX, bool XF, bool AB, bool BF, bool MR>
 __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gdn_step_args a, int C,
                                                            int *__restrict__ cnt) {
     tc_pdl_trigger();
@@ -308,7 +323,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     __shared__ __align__(16) float sqk[2][4 * RS]; /* q, k: row e at (e / RPT) * RS + e % RPT */
     __shared__ float red[5][4]; /* per warp: |q|^2, |k|^2, |o|^2, a, b partial sums */
     __shared__ float xo[128];
-    __shared__ float qkn[2][3][128]; /* q, k: new conv-state rows 0, 1 (old 1, 2) and x */
+    __shared__ float qkn[MR ? 3 : 2][3][128]; /* q, k (MR: and v): the windows after the row */
     __shared__ int last;
     const int g = blockIdx.x, i = blockIdx.y, t = threadIdx.x, lane = t & 31, w = t >> 5;
     const int dk = a.dk, dv = a.dv, nk = a.n_k, nv = a.n_v, r = nv / nk, K = a.conv_k;
@@ -342,35 +357,58 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    /* conv inputs of the thread's q, k, v channels */
     const int chq = kh * dk + t, chk = nk * dk + kh * dk + t, chv = 2 * nk * dk + p * dv + t;
     float *cst = a.conv_state[i];
-    const float *xr = a.qkv + (size_t)i * a.qkv_stride;
-    float stq[3], stk[3], stv[3], wq[3], wk[3], wv[3], lq, lk, lv;
-    gdn_conv_ld(cst, a.conv_w, (size_t)C, chq, K, tq, stq, wq, &lq);
-    gdn_conv_ld(cst, a.conv_w, (size_t)C, chk, K, tq, stk, wk, &lk);
-    gdn_conv_ld(cst, a.conv_w, (size_t)C, chv, K, tv, stv, wv, &lv);
-    const float xq = tq ? xr[chq] : 0.0f, xk = tq ? xr[chk] : 0.0f, xv = tv ? xr[chv] : 0.0f;
     const float dtb = a.dt_bias[p], sa = a.ssm_a[p];
-    float ax = AB ? 0.0f : a.a[(size_t)i * a.ab_stride + p];
-    float bx = AB ? 0.0f : a.b[(size_t)i * a.ab_stride + p];
-    const float zz = tv ? a.z[(size_t)i * a.z_stride + (size_t)p * dv + t] : 0.0f;
     const float nm = tv ? a.norm[t] : 0.0f;
     const float sgn = XF && tv ? a.signs[(size_t)g * dv + t] : 1.0f;
+    const int R = MR ? a.rows : 1;
+    int old = 0;
+    for (int rr = 0; rr < R; rr++) {
+    /* row ri: session i's, or (MR) row rr of the one session's rows (n = 1); the state
+     * stays in registers from row to row, the conv windows in qkn */
+    const size_t ri = (size_t)i + (size_t)rr;
+    /* the thread's q, k, v channels: their conv windows (the conv state; MR: after the
+     * first row the window the last row left) and weights */
+    float stq[3], stk[3], stv[3], wq[3], wk[3], wv[3], lq, lk, lv;
+    if (!MR || rr == 0) {
+        gdn_conv_ld(cst, a.conv_w, (size_t)C, chq, K, tq, stq, wq, &lq);
+        gdn_conv_ld(cst, a.conv_w, (size_t)C, chk, K, tq, stk, wk, &lk);
+        gdn_conv_ld(cst, a.conv_w, (size_t)C, chv, K, tv, stv, wv, &lv);
+    } else {
+        gdn_conv_ld2(qkn[0], a.conv_w, chq, t, K, tq, stq, wq, &lq);
+        gdn_conv_ld2(qkn[1], a.conv_w, chk, t, K, tq, stk, wk, &lk);
+        gdn_conv_ld2(qkn[2 % (MR ? 3 : 2)], a.conv_w, chv, t, K, tv, stv, wv, &lv);
+    }
+    const float *xr = a.qkv + ri * a.qkv_stride;
+    const float xq = tq ? xr[chq] : 0.0f, xk = tq ? xr[chk] : 0.0f, xv = tv ? xr[chv] : 0.0f;
+    float ax = AB ? 0.0f : a.a[ri * a.ab_stride + p];
+    float bx = AB ? 0.0f : a.b[ri * a.ab_stride + p];
+    const float zz = tv ? a.z[ri * a.z_stride + (size_t)p * dv + t] : 0.0f;
+    if (AB && rr > 0) { /* the row's x (the weight rows stay; the last row's reads are done) */
+        const uint8_t *xg = (const uint8_t *)(a.ab_x + ri * a.ab_x_stride);
+        for (int c = t; c < kab / 4; c += 128) gdn_cp16(xs + 4 * c, xg + 16 * c);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
 
-    /* conv + SiLU; q and k L2 norms as k_gdn_step_conv */
+    /* conv + SiLU; q and k L2 norms as k_gdn_step_conv; the windows moved on by the row */
     float cq = tq ? gdn_conv1(stq, wq, lq, xq, K) : 0.0f;
     float ck = tq ? gdn_conv1(stk, wk, lk, xk, K) : 0.0f;
     const float cv = tv ? gdn_conv1(stv, wv, lv, xv, K) : 0.0f;
-    if (tv) gdn_conv_st(cst, (size_t)C, chv, K, stv, xv); /* the v channels: ours alone */
-    if (tq) { /* the q/k rows' new values, for the last CTA's write (registers stay free) */
+    gdn_conv_next(stq, K, xq);
+    gdn_conv_next(stk, K, xk);
+    gdn_conv_next(stv, K, xv);
+    if (rr == R - 1 && tv) gdn_conv_put(cst, (size_t)C, chv, K, stv); /* the v channels: ours alone */
+    if (tq) { /* the q/k windows, for the last CTA's write (registers stay free) and the next row */
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            qkn[0][j][t] = stq[j + 1];
-            qkn[1][j][t] = stk[j + 1];
+        for (int j = 0; j < 3; j++) {
+            qkn[0][j][t] = stq[j];
+            qkn[1][j][t] = stk[j];
         }
-        qkn[0][2][t] = xq;
-        qkn[1][2][t] = xk;
+    }
+    if (MR && rr < R - 1 && tv) {
+#pragma unroll
+        for (int j = 0; j < 3; j++) qkn[2 % (MR ? 3 : 2)][j][t] = stv[j];
     }
     float pa = 0.0f, pb = 0.0f;
     if (AB) { /* the copies landed (this thread's; the barrier: everyone's) */
@@ -419,8 +457,7 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
     const float sp = ax > 20.0f ? ax : log1pf(expf(ax));
     const float decay = expf(sa * sp);
     const float beta = 1.0f / (1.0f + expf(-bx));
-    int old = 0;
-    if (t == 0) { /* release: this CTA's conv-state reads come before its count */
+    if (t == 0 && rr == 0) { /* release: this CTA's conv-state reads come before its count */
         __threadfence();
         old = atomicAdd(cnt + (size_t)i * nk + kh, 1); /* used only at the end */
     }
@@ -458,13 +495,18 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         const float oc = sq[c] + kq * d[c];
         if (c == rg) oj = oc;
     }
+    const bool fin = rr == R - 1; /* the state written once, after the last row */
 #pragma unroll
     for (int e = 0; e < RPT; e++) {
         const float kk = ks[e];
         float *s4 = &S[e].x;
 #pragma unroll
         for (int c = 0; c < 4; c++) s4[c] = fmaf(kk, d[c], s4[c]);
-        if (colok && rg * RPT + e < dk) gdn_st4b(Sb + e * rs, S[e], bf);
+        if (fin) {
+            if (colok && rg * RPT + e < dk) gdn_st4b(Sb + e * rs, S[e], bf);
+        } else if (bf) {
+            S[e] = gdn_rnd4b(S[e]); /* as stored and read back by the next row's step */
+        }
     }
 
     /* gated RMSNorm over the dv columns (thread t = column t) */
@@ -481,7 +523,8 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         const float inv = 1.0f / sqrtf(tot / (float)dv + a.eps);
         y = oj * inv * nm * tc_silu(zz);
     }
-    gdn_step_out<XF>(a, g, i, t, y, sgn, xo);
+    gdn_step_out<XF>(a, g, (int)ri, t, y, sgn, xo);
+    } /* rows */
 
     /* the q/k conv-state rows, by the last of the key head's r CTAs */
     if (t == 0) {
@@ -492,25 +535,30 @@ __global__ void __launch_bounds__(128, KMAX > 64 ? 2 : 3) k_gdn_step_fused(tc_gd
         }
     }
     __syncthreads();
-    if (last && tq) { /* gdn_conv_st takes the old rows: (unused, old 1, old 2) */
-        const float oq[3] = {0.0f, qkn[0][0][t], qkn[0][1][t]};
-        const float ok[3] = {0.0f, qkn[1][0][t], qkn[1][1][t]};
-        gdn_conv_st(cst, (size_t)C, chq, K, oq, qkn[0][2][t]);
-        gdn_conv_st(cst, (size_t)C, chk, K, ok, qkn[1][2][t]);
+    if (last && tq) {
+        const float nq[3] = {qkn[0][0][t], qkn[0][1][t], qkn[0][2][t]};
+        const float nk_[3] = {qkn[1][0][t], qkn[1][1][t], qkn[1][2][t]};
+        gdn_conv_put(cst, (size_t)C, chq, K, nq);
+        gdn_conv_put(cst, (size_t)C, chk, K, nk_);
     }
 }
 
 #define GDN_AB_SMEM (96 * 1024) /* the AB kernels' dynamic shared memory limit */
 
-template <int KMAX, bool XF, bool AB, bool BF>
-static void launch_fused4(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+template <int KMAX, bool XF, bool AB, bool BF, bool MR>
+static void launch_fused5(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
     if (AB) {
-        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB, BF>, GDN_AB_SMEM))
-            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (tc_attr_once((const void *)k_gdn_step_fused<KMAX, XF, AB, BF, MR>, GDN_AB_SMEM))
+            cudaFuncSetAttribute(k_gdn_step_fused<KMAX, XF, AB, BF, MR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  GDN_AB_SMEM);
     }
-    tc_launch(k_gdn_step_fused<KMAX, XF, AB, BF>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
+    tc_launch(k_gdn_step_fused<KMAX, XF, AB, BF, MR>, dim3((unsigned)a->n_v, (unsigned)a->n), dim3(128),
               smem, cs, *a, C, tc_cur->gdn_cnt);
+}
+template <int KMAX, bool XF, bool AB, bool BF>
+static void launch_fused4(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
+    if (a->rows > 1) launch_fused5<KMAX, XF, AB, BF, true>(a, C, cs, smem);
+    else launch_fused5<KMAX, XF, AB, BF, false>(a, C, cs, smem);
 }
 template <int KMAX, bool XF, bool AB>
 static void launch_fused3(const tc_gdn_step_args *a, int C, unsigned cs, size_t smem) {
@@ -578,12 +626,13 @@ extern "C" void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a) {
     TC_CTX(cx);
     TC_PROF(TC_FAM_GDN);
     if (a->n <= 0) return;
-    const int VW = a->n_v * a->dv;
+    const int VW = a->n_v * a->dv, R = a->rows > 1 ? a->rows : 1;
     if (a->dk > 128 || a->dv > 256 || a->dk < 1 || a->dv < 1 || a->conv_k < 1 || a->n > 65535 ||
         a->n_k < 1 || a->n_v % a->n_k ||
         (a->ab_w[0].data && (!a->ab_w[1].data || !a->ab_x || a->ab_w[0].n != a->n_v ||
                              a->ab_w[1].n != a->n_v || a->ab_w[0].k != a->ab_w[1].k)) ||
-        (a->act.q && (a->act.k != VW || a->act.batch != (size_t)a->n || VW % 128)) ||
+        (R > 1 && a->n != 1) ||
+        (a->act.q && (a->act.k != VW || a->act.batch != (size_t)a->n * R || VW % 128)) ||
         (a->signs && !xf_cluster(a) && a->out_stride != (size_t)VW)) {
         tc_note(TC_ERR_UNSUPPORTED);
         return;
@@ -597,6 +646,28 @@ extern "C" void tc_gdn_step(tc_ctx *cx, const tc_gdn_step_args *a) {
     const bool fused = fused_ok(a);
     const bool ab_in = a->ab_w[0].data != NULL;
     const bool ab_k = ab_in && fused && ab_kernel_ok(a);
+    if (R > 1 && (!fused || (ab_in && !ab_k) || (a->signs && !cs) || (a->act.q && !act_in))) {
+        /* the rows one step after another (the state advanced by each) */
+        for (int r = 0; r < R; r++) {
+            tc_gdn_step_args o = *a;
+            o.rows = 1;
+            o.qkv += (size_t)r * a->qkv_stride;
+            o.z += (size_t)r * a->z_stride;
+            o.a += (size_t)r * a->ab_stride;
+            o.b += (size_t)r * a->ab_stride;
+            o.out += (size_t)r * a->out_stride;
+            o.work += (size_t)r * C;
+            if (ab_in) o.ab_x += (size_t)r * a->ab_x_stride;
+            if (a->act.q) {
+                o.act.q += (size_t)r * VW * 2;
+                o.act.sx += (size_t)r * (VW / 128);
+                o.act.corr += (size_t)r * (VW / 32);
+                o.act.batch = 1;
+            }
+            tc_gdn_step(cx, &o);
+        }
+        return;
+    }
     if (ab_in && !ab_k) { /* the projections first, into a and b */
         float *y[2] = {(float *)a->a, (float *)a->b};
         const size_t ys[2] = {a->ab_stride, a->ab_stride};
