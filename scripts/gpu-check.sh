@@ -33,6 +33,7 @@
 #                    (scripts/serve_bench.py, SB_LEVELS concurrency, 512 in / SB_OUT out) -> servebench.txt;
 #                    SB_BG=N: then SB_BG_LEVEL (8) streams with and without an N-token prompt beside them
 #              verify: bench model --verify-k 8 on VERIFY_PRESETS (ternary-bonsai-27b) -> in gpu-check.log
+#                    (with base: tern and tern-base alternately, twice)
 #              (servebench: SB_IN / SB_OUT the prompt and output tokens (512 / 128), SB_CTX the slots' context
 #               (1024); SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags;
 #               SB_BATCHES=none skips the levels, SB_BG_BASE= (empty) skips the run without the long prompt)
@@ -300,9 +301,13 @@ if has verify; then # issue 24: the verify pass over k+1 positions against one d
   for vp in ${VERIFY_PRESETS:-ternary-bonsai-27b}; do
     m=$W/$vp.gguf
     [ -s $m ] || $B/tern synth --preset $vp --seed 1 --quiet $m >> "$log" 2>&1
-    timeout ${VERIFY_TIMEOUT:-150} $B/tern bench model -m $m --device cuda -p 512 -n 16 --reps 3 --verify-k 8 > $W/verify-$vp.txt 2>&1
-    row "verify-k $vp" "rc=$? $(grep -o 'decode step: [0-9.]* ms' $W/verify-$vp.txt); $(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+' $W/verify-$vp.txt | awk '{printf "k%s %sx; ", $1, $3}')"
-    cat $W/verify-$vp.txt >> "$log"
+    # with base: tern and tern-base alternately, twice (an A/B on one card)
+    bins=tern; if has base && [ -x $B/tern-base ]; then bins="tern tern-base tern tern-base"; fi
+    for bin in $bins; do
+      timeout ${VERIFY_TIMEOUT:-150} $B/$bin bench model -m $m --device cuda -p 512 -n 16 --reps 3 --verify-k 8 > $W/verify-$vp.txt 2>&1
+      row "verify-k $vp $bin" "rc=$? $(grep -o 'decode step: [0-9.]* ms' $W/verify-$vp.txt); $(grep -E '^ +[0-9]+ +[0-9.]+ +[0-9.]+' $W/verify-$vp.txt | awk '{printf "k%s %sx; ", $1, $3}')"
+      { echo "== $bin"; cat $W/verify-$vp.txt; } >> "$log"
+    done
   done
 fi
 if has loadparity; then # issue 26: greedy replies under load equal the same requests sent alone
