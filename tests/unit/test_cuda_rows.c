@@ -1,11 +1,13 @@
 /*
  * test_cuda_rows.c - the exact R-row GEMV of a speculative verify (tc_gemv_rows.cu,
- * tc_matmul_multi_exact): every row bit-identical to the decode GEMV with that row
+ * tc_gemv_tiled_exact_ks, tc_matmul_multi_exact): every row bit-identical to the decode GEMV with that row
  * alone (batch 1: tc_gemv_tiled for one matrix, tc_gemv_tiled_multi for the matrices of
  * one input, with a one-row activation quantised on its own), and within the quantiser's
  * bound of float64 of the dequantized matrix. Awkward sizes: one row, row counts off the
  * 16-row strips, an odd number of 128-blocks, K up to 17408, R = 1..17 (one pass holds
- * 12 rows), one to four matrices per call; y padding untouched. TERN_TEST_QUICK=1 leaves
+ * 8 rows: the NB4 build for 1..4, the exact 8-row build for 5..8), one to four matrices
+ * per call; y padding untouched; one launch per chunk of 8 rows where batch 1 runs the
+ * matrices as one grid and the chunk stages, one per matrix and chunk otherwise. TERN_TEST_QUICK=1 leaves
  * out the two largest sets (for compute-sanitizer). Oracles come from the
  * random trits and scales the test draws (kern_check.h).
  * Without a CUDA build or device every test prints "SKIP: no CUDA device".
@@ -20,6 +22,7 @@
 
 #if defined(TERN_HAVE_CUDA)
 #include "kernels/cuda/lab.h"
+#include "kernels/cuda/mm_choose.h"
 
 static int g_gpu;
 static tc_ctx *g_tc;
@@ -62,9 +65,9 @@ static void mats_free(mats *S, int64_t k) {
 }
 
 /* The row y of every matrix for R rows through path p: 0 tc_gemv_tiled_rows on a
- * quantised R-row activation, 1 tc_matmul_multi_exact (its own quantisation), 2
- * tc_matmul_multi_q_exact, 3 (one matrix, R <= 4) tc_gemv_tiled_nb4_ks with batch 1's KS;
- * each row then against batch 1 of the same row. */
+ * quantised R-row activation (its launches counted), 1 tc_matmul_multi_exact (its own
+ * quantisation), 2 tc_matmul_multi_q_exact, 3 (R <= 8) tc_gemv_tiled_exact_ks with batch
+ * 1's KS; each row then against batch 1 of the same row. */
 TEST(rows_vs_batch1_and_f64) {
     NEED_GPU();
     const int64_t sets[][4] = {{1, 0, 0, 0},    {3, 0, 0, 0},        {17, 250, 0, 0}, {37, 0, 0, 0},
@@ -96,30 +99,48 @@ TEST(rows_vs_batch1_and_f64) {
                 dy1[i] = dup_dev(y[i], ys[i] * 4);
             }
             /* batch 1, row by row: what a decode step runs */
+            unsigned long long l1 = 0;
             for (size_t r = 0; r < R; r++) {
                 tc_quantize(g_tc, dx + r * (size_t)k, (size_t)k, &a1);
+                CHECK_EQ_INT(tc_sync(g_tc), 0);
+                tc_launches_reset(g_tc);
                 if (S.nm == 1) tc_gemv_tiled(g_tc, &S.tm[0], &a1, dy1[0], ys[0]);
                 else tc_gemv_tiled_multi(g_tc, S.nm, S.tw, &a1, dy1, ys);
+                l1 = tc_launches(g_tc);
                 CHECK_EQ_INT(tc_sync(g_tc), 0);
                 for (int i = 0; i < S.nm; i++) CHECK(tc_download(g_tc, y1[i] + r * ys[i], dy1[i], ys[i] * 4) == 0);
             }
             for (int path = 0; path < 4; path++) {
-                if (path == 3 && (R > 4 || S.nm > 1)) break;
+                if (path == 3 && R > 8) break;
                 tc_mat mt[4];
                 for (int i = 0; i < S.nm; i++) mt[i] = S.tm[i];
                 if (path == 0) {
                     tc_quantize(g_tc, dx, (size_t)k, &act);
+                    CHECK_EQ_INT(tc_sync(g_tc), 0);
+                    tc_launches_reset(g_tc);
                     tc_gemv_tiled_rows(g_tc, S.nm, S.tw, &act, dy, ys);
+                    /* one launch per chunk of 8 and per launch of batch 1 (one grid or one
+                     * per matrix), except a chunk too large to stage: one per matrix */
+                    int ks1[4];
+                    const int one = tc_gemv_tiled_ks1(g_tc, S.nm, S.tw, &act, ks1);
+                    CHECK(one == (l1 == 1 && S.nm > 1));
+                    unsigned long long want = 0;
+                    for (size_t b0 = 0; b0 < R; b0 += 8) {
+                        const int nb = (int)(R - b0 < 8 ? R - b0 : 8);
+                        want += one && tc_mm_stage_bytes(nb, k) <= TC_MM_STAGE_MAX ? 1 : (unsigned long long)S.nm;
+                    }
+                    CHECK_MSG(tc_launches(g_tc) == want, "set %zu R %zu: %llu launches, want %llu", si, R,
+                              (unsigned long long)tc_launches(g_tc), want);
                 } else if (path == 1) {
                     tc_matmul_multi_exact(g_tc, S.nm, mt, dx, R, (size_t)k, dy, ys);
                 } else if (path == 2) {
                     tc_quantize(g_tc, dx, (size_t)k, &act);
                     tc_matmul_multi_q_exact(g_tc, S.nm, mt, &act, NULL, 0, dy, ys);
-                } else { /* the decode kernel with batch 1's KS (skipped when it does not stage) */
-                    int ks1;
+                } else { /* one chunk through the exact builds with batch 1's KS */
+                    int ks1[4];
                     tc_quantize(g_tc, dx, (size_t)k, &act);
-                    tc_gemv_tiled_ks1(g_tc, 1, S.tw, &act, &ks1);
-                    if (!tc_gemv_tiled_nb4_ks(g_tc, &S.tm[0], &act, dy[0], ys[0], ks1)) break;
+                    const int one = tc_gemv_tiled_ks1(g_tc, S.nm, S.tw, &act, ks1);
+                    CHECK(tc_gemv_tiled_exact_ks(g_tc, S.nm, S.tw, &act, dy, ys, ks1, one) == 1);
                 }
                 CHECK_EQ_INT(tc_sync(g_tc), 0);
                 for (int i = 0; i < S.nm; i++) {

@@ -36,15 +36,18 @@ void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_ac
 
 /* The exact R-row GEMV of a speculative verify (tc_gemv_rows.cu): tc_gemv_tiled_multi's
  * product for every batch row of act, each row bit-identical to the same call with that
- * row alone (batch 1), the weights read once per 4 rows. tc_matmul_multi_exact uses it. */
+ * row alone (batch 1), the weights read once per 8 rows. tc_matmul_multi_exact uses it. */
 void tc_gemv_tiled_rows(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
                         const size_t *ys);
 /* The KS (warps per strip) each matrix's launch takes at batch 1 in tc_gemv_tiled_multi
- * (nm > 1) or tc_gemv_tiled (nm 1), with act's buffer (tc_gemv.cu). */
-void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks);
-/* One matrix, batch 1..4, through the decode GEMV's staged NB4 loop with KS forced
- * (tc_gemv.cu); 0 when that loop does not take it (nothing launched). */
-int tc_gemv_tiled_nb4_ks(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int ks);
+ * (nm > 1) or tc_gemv_tiled (nm 1), with act's buffer (tc_gemv.cu); returns 1 when batch
+ * 1 runs the nm matrices as one grid. */
+int tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks);
+/* nm <= 4 matrices of one input, batch 1..8 (act), with KS forced to ks[i] through the
+ * decode GEMV's exact builds (NB4 for 1..4 rows, NB8 2 for 5..8; tc_gemv.cu), as one grid
+ * when one is set and the rows stage; 0 when no build takes it (nothing launched). */
+int tc_gemv_tiled_exact_ks(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, float *const *y,
+                           const size_t *ys, const int *ks, int one);
 
 /* Tensor-core GEMM for prefill and batched decode (tc_gemm_tc.cu; split-K when the
  * output tiles are too few to fill the SMs): y[t*ys + r] = W[r,:] . x_t for the

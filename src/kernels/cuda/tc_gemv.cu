@@ -41,8 +41,10 @@ __device__ __forceinline__ float tct_h(uint32_t v, int hi) {
  * SM (<= 96 registers: 20 resident warps per SM instead of 16 at 106), so that the
  * launch shape can be one wave more often; SA 4 is the same loop at CTAs of up to 16
  * warps (106 registers; batch 5..8, where SA 2 would spill), SA 0 (unstaged) too. */
-#define TCT_LB_THREADS(sa) ((sa) == 2 ? 320 : 512)
-#define TCT_LB_BLOCKS(sa) ((sa) == 2 ? 2 : 1)
+/* NB8 2 (the exact 8-row build of a verify: two float accumulators per column) is
+ * bounded at CTAs of 12 warps (<= 168 registers: it needs ~130 and spilled at 128). */
+#define TCT_LB_THREADS(nb8, sa) ((nb8) == 2 ? 384 : (sa) == 2 ? 320 : 512)
+#define TCT_LB_BLOCKS(nb8, sa) ((nb8) != 2 && (sa) == 2 ? 2 : 1)
 #define TCT_STAGED2(sa) ((sa) == 2 || (sa) == 4)
 
 /* Where the branch-free loop reads the activation of one tile: B words at byte
@@ -58,21 +60,37 @@ struct tct_src_smem {
     __device__ __forceinline__ int2 X(int c, int e) const { return tct_lds2((c ? x1 : x0) + 16u * (uint32_t)e); }
 };
 
-/* The float epilogue of one group: v = (NB8: 128 hi + lo, else the column's plane
+/* The float epilogue of one group: v = (NB8 1: 128 hi + lo, else the column's plane
  * sum) - corr, times the row scale d and the column scale sx. The same operations in
- * the same order as the SA 0 loop body (the same bits). */
+ * the same order as the SA 0 loop body (the same bits). NB8 2 (exact rows): column c is
+ * batch row c as in NB8 1, but hi and lo keep NB4's two accumulators, f += H (d sx) and
+ * fl += (L - corr)(d sx), each the float operation NB4 does in that row's hi and lo
+ * column, so a row's sum has batch 1's bits (tct_fin joins them as NB4 does). */
 template <int NB8>
-__device__ __forceinline__ void tct_epi(const int H[4], const int L[4], int2 c0, int2 c1, uint2 s2,
-                                        int e, float f[4]) {
-    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
-    const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
-    int v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1.y : c0.y);
+__device__ __forceinline__ void tct_fma4(const int v[4], float dg, float dh, float s0, float s1, float f[4]) {
     f[0] = fmaf((float)v[0], dg * s0, f[0]);
     f[1] = fmaf((float)v[1], dg * s1, f[1]);
     f[2] = fmaf((float)v[2], dh * s0, f[2]);
     f[3] = fmaf((float)v[3], dh * s1, f[3]);
+}
+template <int NB8>
+__device__ __forceinline__ void tct_epi(const int H[4], const int L[4], int2 c0, int2 c1, uint2 s2,
+                                        int e, float f[4], float fl[4]) {
+    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
+    const float s0 = __int_as_float(c0.x), s1 = __int_as_float(c1.x);
+    int v[4];
+    if constexpr (NB8 == 2) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = H[i]; /* NB4's hi column: corr 0 */
+        tct_fma4<NB8>(v, dg, dh, s0, s1, f);
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = L[i] - ((i & 1) ? c1.y : c0.y);
+        tct_fma4<NB8>(v, dg, dh, s0, s1, fl);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1.y : c0.y);
+        tct_fma4<NB8>(v, dg, dh, s0, s1, f);
+    }
 }
 
 /* Both groups of a whole tile, their mma chains interleaved in the source (ptxas
@@ -81,7 +99,7 @@ __device__ __forceinline__ void tct_epi(const int H[4], const int L[4], int2 c0,
  * chains per group already). */
 template <int NB8, class Src>
 __device__ __forceinline__ void tct_tile2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
-                                          const Src &sr, float f[4]) {
+                                          const Src &sr, float f[4], float fl[4]) {
     int4 h[2][2], l[2][2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
@@ -106,13 +124,13 @@ __device__ __forceinline__ void tct_tile2(const uint32_t wg[4], const uint32_t w
         }
     }
 #pragma unroll
-    for (int e = 0; e < 2; e++) tct_epi<NB8>(H[e], L[e], sr.X(0, e), sr.X(1, e), s2, e, f);
+    for (int e = 0; e < 2; e++) tct_epi<NB8>(H[e], L[e], sr.X(0, e), sr.X(1, e), s2, e, f, fl);
 }
 
 /* One group e of a tile (the tail, and NB8). */
 template <int NB8, class Src>
 __device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t wh[4], uint2 s2,
-                                           int e, const Src &sr, float f[4]) {
+                                           int e, const Src &sr, float f[4], float fl[4]) {
     const uint32_t o = 256u * (uint32_t)e;
     const int4 h0 = sr.B(o), h1 = sr.B(o + 16);
     int4 l0 = make_int4(0, 0, 0, 0), l1 = l0;
@@ -134,7 +152,7 @@ __device__ __forceinline__ void tct_group2(const uint32_t wg[4], const uint32_t 
     tct_a_frag(wg, wh, e, 3, a);
     tct_mma(H, a, h1.z, h1.w);
     if (NB8) tct_mma(L, a, l1.z, l1.w);
-    tct_epi<NB8>(H, L, sr.X(0, e), sr.X(1, e), s2, e, f);
+    tct_epi<NB8>(H, L, sr.X(0, e), sr.X(1, e), s2, e, f, fl);
 }
 
 /* tsk_mats, tsk_mat_of, tct_mat: gemv_tiled.h (shared with the CPU test of the index
@@ -144,7 +162,7 @@ __device__ __forceinline__ int tsk_mat_of(const tsk_mats &M, int64_t S) { return
 /* M: the matrices (MM 0: M.w[0] alone, as one launch per matrix always was; MM 1: all
  * M.nm of them in one grid, a CTA's strips possibly in two matrices). */
 template <int NB8, int U, int SA, int MM>
-__global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
+__global__ void __launch_bounds__(TCT_LB_THREADS(NB8, SA), TCT_LB_BLOCKS(NB8, SA))
     k_gemv_tiled(const __grid_constant__ tsk_mats M, int K, int KS, const int8_t *__restrict__ q,
                  const float *__restrict__ sx, const int *__restrict__ corr, int batch, int PF) {
     __shared__ float red[TCT_MAX_WARPS][16][8];
@@ -182,6 +200,7 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
     const int *pc1 = corr + (size_t)(ob1 < batch ? ob1 : 0) * nu + 8 * j0;
 
     float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float fl[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* NB8 2: the lo accumulators */
     uint4 wa[U], wb[U];
     uint2 sc[U];
 #pragma unroll
@@ -251,9 +270,9 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
                 const auto sr = TCT_SRC(jj + u);
                 if (NB8) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++) tct_group2<NB8>(wg, wh, s2, e, sr, f);
+                    for (int e = 0; e < 2; e++) tct_group2<NB8>(wg, wh, s2, e, sr, f, fl);
                 } else {
-                    tct_tile2<NB8>(wg, wh, s2, sr, f);
+                    tct_tile2<NB8>(wg, wh, s2, sr, f, fl);
                 }
                 const int more = jj + u + U < nt;
                 tct_ld_stream_p(wa[u], pw + (size_t)(jj + u + U) * TCT_TILE, more);
@@ -269,8 +288,8 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
                 const uint32_t wg[4] = {wa[u].x, wa[u].y, wa[u].z, wa[u].w};
                 const uint32_t wh[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
                 const auto sr = TCT_SRC(jj + u);
-                tct_group2<NB8>(wg, wh, sc[u], 0, sr, f);
-                if (jj + u < nfull) tct_group2<NB8>(wg, wh, sc[u], 1, sr, f);
+                tct_group2<NB8>(wg, wh, sc[u], 0, sr, f, fl);
+                if (jj + u < nfull) tct_group2<NB8>(wg, wh, sc[u], 1, sr, f, fl);
             }
         }
 #undef TCT_SRC
@@ -317,17 +336,10 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
                         c0 = (ca.x + ca.y) + (ca.z + ca.w);
                         c1 = (cb.x + cb.y) + (cb.z + cb.w);
                     }
-                    const float dg = tct_h(s2.x, e), dh = tct_h(s2.y, e);
                     const float s0 = tct_ld_f(px0 + 2 * u + e);
                     const float s1 = tct_ld_f(px1 + 2 * u + e);
-                    int v[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        v[i] = (NB8 ? H[i] * 128 + L[i] : H[i]) - ((i & 1) ? c1 : c0);
-                    f[0] = fmaf((float)v[0], dg * s0, f[0]);
-                    f[1] = fmaf((float)v[1], dg * s1, f[1]);
-                    f[2] = fmaf((float)v[2], dh * s0, f[2]);
-                    f[3] = fmaf((float)v[3], dh * s1, f[3]);
+                    tct_epi<NB8>(H, L, make_int2(__float_as_int(s0), c0), make_int2(__float_as_int(s1), c1), s2,
+                                 e, f, fl);
                 }
                 if (jj + u + U < nt) { /* refill the slot: U - 1 tiles stay in flight */
                     wa[u] = tct_ld_stream(pw + (u + U) * TCT_TILE);
@@ -345,12 +357,15 @@ __global__ void __launch_bounds__(TCT_LB_THREADS(SA), TCT_LB_BLOCKS(SA))
         pc1 += 8 * U;
     }
     /* the plane factor (128 for the hi columns of NB4) and dropped columns */
-    const float m0 = ob0 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
-    const float m1 = ob1 < batch ? (NB8 || op ? 1.0f : 128.0f) : 0.0f;
+    const float m0 = ob0 < batch ? (NB8 == 1 || op ? 1.0f : 128.0f) : 0.0f;
+    const float m1 = ob1 < batch ? (NB8 == 1 || op ? 1.0f : 128.0f) : 0.0f;
     f[0] *= m0;
     f[1] *= m1;
     f[2] *= m0;
     f[3] *= m1;
+    if (NB8 == 2) /* 128 hi + lo, NB4's hi-lane sum after its shuffle (same operands, same bits) */
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[i] = __fadd_rn(f[i], fl[i]);
     if (!NB8) /* hi (t 0, 1) + lo (t 2, 3) of the same batch rows */
 #pragma unroll
         for (int i = 0; i < 4; i++) f[i] += __shfl_xor_sync(0xffffffffu, f[i], 2);
@@ -448,7 +463,7 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem, int ksf = 0) 
     const int oo = occ_of(32 * best.ks * best.spc);
     const bool many = oo > 0 && (strips + best.spc - 1) / best.spc >= 3 * (int64_t)oo * sms;
     if (many) bc = -1;
-    const int maxw = TCT_LB_THREADS(SA) / 32;
+    const int maxw = TCT_LB_THREADS(NB8, SA) / 32;
     for (int ks = 1; ks <= maxw && ks <= kt; ks++) {
         if (ksf > 0 && ks != ksf) continue;
         for (int spc = 1; ks * spc <= maxw && spc <= strips; spc++) {
@@ -603,8 +618,9 @@ extern "C" void tc_gemv_tiled_multi(tc_ctx *cx, int nm, const tc_mat *const *w, 
  * tc_gemv_tiled_multi (nm > 1) or tc_gemv_tiled (nm 1) would launch it with a one-row
  * activation of the same buffer: a row's float sum is fixed by KS alone (the warps' tile
  * ranges and their order in the reduction), so tc_gemv_tiled_rows (tc_gemv_rows.cu)
- * launched with these KS gives every row the bits of a batch of one. */
-extern "C" void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks) {
+ * launched with these KS gives every row the bits of a batch of one. Returns 1 when batch
+ * 1 runs the nm matrices as one grid (one KS for all), else 0. */
+extern "C" int tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act, int *ks) {
     TC_CTX(cx);
     const int64_t K = act->k, kt = tct_ktiles(K);
     tc_mm_choice c = {};
@@ -616,47 +632,76 @@ extern "C" void tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, co
     if (nm > 1 && strips <= INT32_MAX / 2 && c.stage && al) {
         const int k1 = tct_pick<0, 4, 2, 1>(strips, kt, smem).ks;
         for (int i = 0; i < nm; i++) ks[i] = k1;
-        return;
+        return 1;
     }
     for (int i = 0; i < nm; i++)
         ks[i] = c.stage && al ? tct_pick<0, 4, 2, 0>(tct_strips(w[i]->n), kt, smem).ks
                               : tct_pick<0, 4, 0, 0>(tct_strips(w[i]->n), kt, 0).ks;
+    return 0;
 }
 
-/* One matrix, batch 1..4, through the decode GEMV's NB4 build with KS forced to ks
- * (tc_gemv_tiled_ks1: batch 1's, so every row gets batch 1's bits): the staged loop
- * (k_gemv_tiled<0, 4, 2, 0>) when the rows' activation stages and ks <= 10, else the
- * unstaged one (<0, 4, 0, 0>: the same bits); strips per CTA by the shape rule's cost for
- * that KS (they do not touch a row's sum). Returns 0 (nothing launched) when neither
- * build takes it. */
-extern "C" int tc_gemv_tiled_nb4_ks(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int ks) {
+/* One launch of build <NB8, 4, SA, MM> with KS forced to ks (SPC by the shape rule's
+ * cost for that KS: strips per CTA do not touch a row's sum). */
+template <int NB8, int SA, int MM>
+static bool launch_ks(const tsk_mats &M, int64_t strips, int K, const tc_act *act, int ks, size_t smem) {
+    if (ks > TCT_LB_THREADS(NB8, SA) / 32) return false;
+    if (SA && tc_attr_once((const void *)k_gemv_tiled<NB8, 4, SA, MM>, TC_MM_STAGE_MAX)) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, 4, SA, MM>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
+        if (e != cudaSuccess) {
+            tc_note((int)e);
+            return true;
+        }
+    }
+    const tct_shape sh = tct_pick<NB8, 4, SA, MM>(strips, tct_ktiles(K), SA ? smem : 0, ks);
+    tc_launch(k_gemv_tiled<NB8, 4, SA, MM>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
+              dim3(32 * ks * sh.spc), SA ? smem : 0, 1, M, K, ks, act->q, act->sx, act->corr, (int)act->batch, 0);
+    return true;
+}
+
+/* The exact rows of a verify, batch 1..8 (one chunk): the nm matrices of one input with
+ * KS forced to ks[i] (tc_gemv_tiled_ks1: batch 1's, so every row gets batch 1's bits).
+ * Batch 1..4 take the decode's NB4 build (row b in columns b and 4 + b: its own
+ * accumulators, the same float operations in the same order), 5..8 the NB8 2 build (the
+ * same per-row arithmetic, tct_epi); staged when the rows' activation fits the staging
+ * image, else the unstaged loop (the same bits); one grid for all nm (MM 1) when one is
+ * set (batch 1 ran them as one grid, all ks equal) and the chunk stages, else one launch
+ * per matrix. Returns 0 (nothing launched) when a forced KS exceeds the build's warps. */
+extern "C" int tc_gemv_tiled_exact_ks(tc_ctx *cx, int nm, const tc_mat *const *w, const tc_act *act,
+                                      float *const *y, const size_t *ys, const int *ks, int one) {
     TC_CTX(cx);
     const int nb = (int)act->batch;
-    const int64_t K = m->k, kt = tct_ktiles(K);
-    if (nb < 1 || nb > 4 || ks < 1 || ks > kt || m->kind != TC_TERN128T || act->k != K) return 0;
+    const int64_t K = act->k, kt = tct_ktiles(K);
+    if (nb < 1 || nb > 8 || nm < 1 || nm > TSK_MAXM) return 0;
+    for (int i = 0; i < nm; i++)
+        if (ks[i] < 1 || ks[i] > kt || !tct_takes(w[i], act)) return 0;
+    const bool n8 = nb > 4;
     const size_t smem = tc_mm_stage_bytes(nb, K);
-    const bool staged = smem <= TC_MM_STAGE_MAX && tct_aligned(act->q, act->sx, act->corr) &&
-                        ks <= TCT_LB_THREADS(2) / 32;
-    if (!staged && ks > TCT_LB_THREADS(0) / 32) return 0;
+    bool staged = smem <= TC_MM_STAGE_MAX && tct_aligned(act->q, act->sx, act->corr);
+    for (int i = 0; i < nm; i++) {
+        if (ks[i] > (n8 ? TCT_LB_THREADS(2, 4) : TCT_LB_THREADS(0, 2)) / 32) staged = false;
+        if (ks[i] > (n8 ? TCT_LB_THREADS(2, 0) : TCT_LB_THREADS(0, 0)) / 32) return 0;
+    }
     tsk_mats M;
-    const int64_t strips = tsk_fill(&M, 1, &m, &ys);
-    M.y[0] = y;
-    if (staged) {
-        if (tc_attr_once((const void *)k_gemv_tiled<0, 4, 2, 0>, TC_MM_STAGE_MAX)) {
-            cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<0, 4, 2, 0>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
-            if (e != cudaSuccess) {
-                tc_note((int)e);
-                return 1;
-            }
+    if (one && nm > 1 && staged) {
+        const int64_t strips = tsk_fill(&M, nm, w, ys);
+        for (int i = 0; i < nm; i++) M.y[i] = y[i];
+        if (strips <= INT32_MAX / 2) {
+            if (n8) launch_ks<2, 4, 1>(M, strips, (int)K, act, ks[0], smem);
+            else launch_ks<0, 2, 1>(M, strips, (int)K, act, ks[0], smem);
+            return 1;
         }
-        const tct_shape sh = tct_pick<0, 4, 2, 0>(strips, kt, smem, ks);
-        tc_launch(k_gemv_tiled<0, 4, 2, 0>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
-                  dim3(32 * ks * sh.spc), smem, 1, M, (int)K, ks, act->q, act->sx, act->corr, nb, 0);
-    } else {
-        const tct_shape sh = tct_pick<0, 4, 0, 0>(strips, kt, 0, ks);
-        tc_launch(k_gemv_tiled<0, 4, 0, 0>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
-                  dim3(32 * ks * sh.spc), 0, 1, M, (int)K, ks, act->q, act->sx, act->corr, nb, 0);
+    }
+    for (int i = 0; i < nm; i++) {
+        const int64_t strips = tsk_fill(&M, 1, &w[i], &ys[i]);
+        M.y[0] = y[i];
+        if (n8) {
+            if (staged) launch_ks<2, 4, 0>(M, strips, (int)K, act, ks[i], smem);
+            else launch_ks<2, 0, 0>(M, strips, (int)K, act, ks[i], 0);
+        } else {
+            if (staged) launch_ks<0, 2, 0>(M, strips, (int)K, act, ks[i], smem);
+            else launch_ks<0, 0, 0>(M, strips, (int)K, act, ks[i], 0);
+        }
     }
     return 1;
 }
