@@ -956,9 +956,10 @@ static bool exact_fused_ok(const tern_model *m) {
  * rows come out bit-identical to T decode steps. The norms, quantisation, transforms and
  * SwiGLU run over the T rows with the decode step's kernels (one CTA or cluster per row:
  * the same arithmetic per row at any row count); the matmuls read each weight tile once
- * for all rows with batch 1's float order (tc_matmul_multi_exact); the attention
- * prologue + decode attention and the GDN step run row after row, position after
- * position, with the decode step's kernels (cu_attn_core, cu_gdn_core). A model those
+ * per 8 rows with batch 1's float order (tc_matmul_multi_exact); the attention prologue,
+ * the decode attention and the GDN step take the T rows in one launch per op, each row's
+ * arithmetic the decode kernel's (tc_attn_prep_rows, tc_attention_decode_rows,
+ * tc_gdn_step .rows; cu_attn_core, cu_gdn_core). A model those
  * fused kernels do not take, and the persistent decode kernel (cuda_persistent), run the
  * rows as decode steps (exact, no faster). */
 static tern_status cu_exec_exact(tm_backend *be, const tm_step *st) {
