@@ -15,7 +15,10 @@
  *             rewound by a snapshot (the back-end's multi-row kernels, not exact);
  *             ratio = verify / decode step; tokens/s at acceptance a (expected tokens a
  *             pass: (1 - a^(k+1)) / (1 - a)) is printed for a = 0.5, 0.8
- * --json: one object with decode_ms and "verify": [{k, verify_ms, ratio, keep0_ms}].
+ *             retake / copy: the host side of a pass apart (the snapshot retaken; k + 2 rows of
+ *             logits copied on the host)
+ * --json: one object with decode_ms and "verify": [{k, verify_ms, ratio, keep0_ms, chunk_ms,
+ *             chunk_ratio, retake_ms, host_copy_ms}].
  * --profile (CUDA): afterwards, op by op (no graphs), the launches and the time per kernel
  *             family of 3 decode steps and of 3 verify passes of K + 1 rows, per pass.
  */
@@ -79,7 +82,7 @@ int tern_bench_verify(int argc, char **argv) {
     int32_t *ids = malloc((size_t)(np + ng + kmax + 1) * sizeof *ids);
     float *rows = malloc((size_t)(kmax + 1) * V * sizeof(float));
     double *t = malloc((size_t)(ng > reps ? ng : reps) * sizeof *t), *t2 = malloc((size_t)reps * sizeof *t2);
-    double dec_ms = 0, ver_ms[17] = {0}, keep_ms[17] = {0}, chunk_ms[17] = {0};
+    double dec_ms = 0, ver_ms[17] = {0}, keep_ms[17] = {0}, chunk_ms[17] = {0}, retake_ms[17] = {0}, hcopy_ms[17] = {0};
     tern_session_snapshot *snap = NULL;
     if (!ids || !rows || !t || !t2) st = tern_fail(TERN_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; !st && i < np + ng + kmax + 1; i++) ids[i] = (int32_t)((i * 2654435761u + 7) % (uint32_t)V);
@@ -119,6 +122,31 @@ int tern_bench_verify(int argc, char **argv) {
             if (!st) st = tern_session_snapshot_restore(s, snap);
         }
         if (!st) chunk_ms[k] = 1e3 * cli_median(t, (int)reps);
+        /* the host side of a pass, apart: the rollback snapshot retaken (what the verify
+         * does first) and a host copy of k + 2 rows of logits (a back-end returning rows
+         * from a staging buffer copies k + 1 of them, and the last again as the session's) */
+        for (int r = 0; !st && r < reps; r++) {
+            double t0 = tern_now_s();
+            st = tern_session_snapshot_retake(s, snap);
+            t[r] = tern_now_s() - t0;
+            float *cp = malloc((size_t)(k + 2) * V * sizeof(float));
+            if (!cp) {
+                st = tern_fail(TERN_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memset(cp, 0, (size_t)(k + 2) * V * sizeof(float)); /* first touch outside the timing */
+            t0 = tern_now_s();
+            memcpy(cp, rows, (size_t)(k + 1) * V * sizeof(float));
+            memcpy(cp + (size_t)(k + 1) * V, rows + (size_t)k * V, (size_t)V * sizeof(float));
+            t2[r] = tern_now_s() - t0;
+            volatile float sink = cp[(size_t)(k + 1) * V] + cp[(size_t)k * V]; /* the copies are used */
+            (void)sink;
+            free(cp);
+        }
+        if (!st) {
+            retake_ms[k] = 1e3 * cli_median(t, (int)reps);
+            hcopy_ms[k] = 1e3 * cli_median(t2, (int)reps);
+        }
     }
     tern_session_snapshot_free(snap);
     char prof[2][6144] = {"", ""};
@@ -156,25 +184,28 @@ int tern_bench_verify(int argc, char **argv) {
                (unsigned long long)tern_session_verify_bytes(s));
         for (int k = 1; k <= kmax; k++)
             printf("%s{\"k\":%d,\"verify_ms\":%.4f,\"ratio\":%.4f,\"keep0_ms\":%.4f,\"chunk_ms\":%.4f,"
-                   "\"chunk_ratio\":%.4f}", k > 1 ? "," : "", k, ver_ms[k], dec_ms > 0 ? ver_ms[k] / dec_ms : 0, keep_ms[k],
-                   chunk_ms[k], dec_ms > 0 ? chunk_ms[k] / dec_ms : 0);
+                   "\"chunk_ratio\":%.4f,\"retake_ms\":%.4f,\"host_copy_ms\":%.4f}",
+                   k > 1 ? "," : "", k, ver_ms[k], dec_ms > 0 ? ver_ms[k] / dec_ms : 0, keep_ms[k], chunk_ms[k],
+                   dec_ms > 0 ? chunk_ms[k] / dec_ms : 0, retake_ms[k], hcopy_ms[k]);
         printf("]}\n");
     } else {
         printf("tern bench model --verify-k: %s (%s, %s), context %lld%s, rollback snapshot %.1f MiB\n", model,
                info->arch, device ? device : "cpu", (long long)np, fill_random ? " (random fill)" : "",
                tern_session_verify_bytes(s) / 1048576.0);
         printf("decode step: %.3f ms (median of %lld)\n", dec_ms, (long long)(ng > 1 ? ng - 1 : 1));
-        printf("%3s %10s %9s %9s %10s %9s %15s %15s\n", "k", "verify ms", "x decode", "keep0 ms", "chunk ms", "x decode",
-               "tok/s at a=0.5", "tok/s at a=0.8");
+        printf("%3s %10s %9s %9s %10s %9s %15s %15s %10s %10s\n", "k", "verify ms", "x decode", "keep0 ms", "chunk ms",
+               "x decode", "tok/s at a=0.5", "tok/s at a=0.8", "retake ms", "copy ms");
         for (int k = 1; k <= kmax; k++) {
             double e5 = (1 - pow(0.5, k + 1)) / 0.5, e8 = (1 - pow(0.8, k + 1)) / 0.2;
             double per = ver_ms[k] + keep_ms[k];
-            printf("%3d %10.3f %9.2f %9.3f %10.3f %9.2f %15.1f %15.1f\n", k, ver_ms[k], dec_ms > 0 ? ver_ms[k] / dec_ms : 0,
-                   keep_ms[k], chunk_ms[k], dec_ms > 0 ? chunk_ms[k] / dec_ms : 0, per > 0 ? 1e3 * e5 / per : 0,
-                   per > 0 ? 1e3 * e8 / per : 0);
+            printf("%3d %10.3f %9.2f %9.3f %10.3f %9.2f %15.1f %15.1f %10.3f %10.3f\n", k, ver_ms[k],
+                   dec_ms > 0 ? ver_ms[k] / dec_ms : 0, keep_ms[k], chunk_ms[k], dec_ms > 0 ? chunk_ms[k] / dec_ms : 0,
+                   per > 0 ? 1e3 * e5 / per : 0, per > 0 ? 1e3 * e8 / per : 0, retake_ms[k], hcopy_ms[k]);
         }
         printf("(plain decode: %.1f tok/s; a = acceptance rate of each drafted token; tok/s from verify + keep0;\n"
-               " chunk: the k + 1 tokens as a plain, not bit-exact chunk)\n", dec_ms > 0 ? 1e3 / dec_ms : 0);
+               " chunk: the k + 1 tokens as a plain, not bit-exact chunk; retake: the rollback snapshot taken again,\n"
+               " the verify's first part; copy: k + 2 rows of logits copied on the host, as a back-end returning\n"
+               " rows from a staging buffer does)\n", dec_ms > 0 ? 1e3 / dec_ms : 0);
         for (int w = 0; w < 2; w++)
             if (prof[w][0])
                 printf("\n%s, op by op, 3 of them (%.0f launches each):\n%s", w ? "verify passes" : "decode steps",
