@@ -494,17 +494,24 @@ static tct_shape tct_pick(int64_t strips, int64_t kt, size_t smem, int ksf = 0) 
 }
 
 /* M's y pointers already offset to the batch chunk; strips = M.strip_end[M.nm - 1]. */
+/* A staged build's shared-memory limit, set once per context; false (noted) on failure. */
 template <int NB8, int U, int SA, int MM>
-static void launch_tiled_k(const tsk_mats &M, int64_t strips, int K, const int8_t *q, const float *sx,
-                           const int *corr, int batch, size_t smem) {
+static bool tct_stage_attr() {
     if (SA && tc_attr_once((const void *)k_gemv_tiled<NB8, U, SA, MM>, TC_MM_STAGE_MAX)) {
         cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, U, SA, MM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
         if (e != cudaSuccess) {
             tc_note((int)e);
-            return;
+            return false;
         }
     }
+    return true;
+}
+
+template <int NB8, int U, int SA, int MM>
+static void launch_tiled_k(const tsk_mats &M, int64_t strips, int K, const int8_t *q, const float *sx,
+                           const int *corr, int batch, size_t smem) {
+    if (!tct_stage_attr<NB8, U, SA, MM>()) return;
     const int64_t kt = tct_ktiles(K);
     const tct_shape sh = tct_pick<NB8, U, SA, MM>(strips, kt, SA ? smem : 0);
     const unsigned grid = (unsigned)((strips + sh.spc - 1) / sh.spc);
@@ -643,20 +650,12 @@ extern "C" int tc_gemv_tiled_ks1(tc_ctx *cx, int nm, const tc_mat *const *w, con
 /* One launch of build <NB8, 4, SA, MM> with KS forced to ks (SPC by the shape rule's
  * cost for that KS: strips per CTA do not touch a row's sum). */
 template <int NB8, int SA, int MM>
-static bool launch_ks(const tsk_mats &M, int64_t strips, int K, const tc_act *act, int ks, size_t smem) {
-    if (ks > TCT_LB_THREADS(NB8, SA) / 32) return false;
-    if (SA && tc_attr_once((const void *)k_gemv_tiled<NB8, 4, SA, MM>, TC_MM_STAGE_MAX)) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemv_tiled<NB8, 4, SA, MM>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MM_STAGE_MAX);
-        if (e != cudaSuccess) {
-            tc_note((int)e);
-            return true;
-        }
-    }
+static void launch_ks(const tsk_mats &M, int64_t strips, int K, const tc_act *act, int ks, size_t smem) {
+    if (ks > TCT_LB_THREADS(NB8, SA) / 32) return; /* the caller checked the caps */
+    if (!tct_stage_attr<NB8, 4, SA, MM>()) return;
     const tct_shape sh = tct_pick<NB8, 4, SA, MM>(strips, tct_ktiles(K), SA ? smem : 0, ks);
     tc_launch(k_gemv_tiled<NB8, 4, SA, MM>, dim3((unsigned)((strips + sh.spc - 1) / sh.spc)),
               dim3(32 * ks * sh.spc), SA ? smem : 0, 1, M, K, ks, act->q, act->sx, act->corr, (int)act->batch, 0);
-    return true;
 }
 
 /* The exact rows of a verify, batch 1..8 (one chunk): the nm matrices of one input with
