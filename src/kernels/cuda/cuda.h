@@ -119,7 +119,7 @@ void tc_matmul_multi_q(tc_ctx *cx, int nm, const tc_mat *w, const tc_act *act, c
                        float *const *y, const size_t *ys);
 /* The same products for the rows of a speculative verify: every row bit-identical to
  * the call with that row alone (batch 1: the decode step's kernels and launch shapes),
- * the tiled matrices' weights read once per 4 rows (tc_gemv_rows.cu), other
+ * the tiled matrices' weights read once per 8 rows (tc_gemv_rows.cu), other
  * kinds row by row. _q: the activation given (as tc_matmul_multi_q). */
 void tc_matmul_multi_exact(tc_ctx *cx, int nm, const tc_mat *w, const float *x, size_t batch, size_t xs,
                            float *const *y, const size_t *ys);
