@@ -490,9 +490,15 @@ TERN_API const float *tern_session_logits(const tern_session *s);
  * (tern_session_verify_bytes: 151 MB on the 27B in fp32) instead of one per drafted
  * position. Errors as tern_session_eval (checked before any work); keep:
  * TERN_ERR_INVALID_ARG when the session was not just verified, TERN_ERR_RANGE for
- * n_keep outside [0, n]. TERN_ERR_UNSUPPORTED on a tensor-parallel model. */
+ * n_keep outside [0, n]. TERN_ERR_UNSUPPORTED on a tensor-parallel model.
+ * logits may be NULL: the rows stay in the session (on CUDA in the page-locked buffer the
+ * device wrote them to: no host copy) and tern_session_verify_rows() points at them. */
 TERN_API tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n, float *logits);
 TERN_API tern_status tern_session_verify_keep(tern_session *s, int n_keep);
+/* The rows of the verify just made (n x n_vocab: the buffer given to it, or the session's
+ * own when it was given NULL); NULL once it is kept (tern_session_verify_keep) or when
+ * there is none. Valid until the next call on the session. */
+TERN_API const float *tern_session_verify_rows(const tern_session *s);
 /* Bytes of the rollback snapshot a verify keeps (0 on models without GDN layers). */
 TERN_API uint64_t tern_session_verify_bytes(const tern_session *s);
 /* Bytes this session allocated (KV cache, recurrent states, scratch). */

@@ -8,7 +8,8 @@
  *             depends on the cache length, not its contents)
  *   decode    -n N single-token steps: the median step time
  *   verify    for each k, two untimed warm-up passes (CUDA records its verify graph of
- *             k + 1 rows at the second), then --reps R passes over k + 1 tokens, each followed by
+ *             k + 1 rows at the second), then --reps R passes over k + 1 tokens (the rows
+ *             left in the session, tern_session_verify_rows, as tern_gen reads them), each followed by
  *             tern_session_verify_keep(0) (the rollback, timed apart): median times;
  *             chunk: the same k + 1 tokens as a plain chunk (tern_session_eval, every row's
  *             logits; not exact: the back-end's multi-row kernels, the GDN block scan),
@@ -99,12 +100,12 @@ int tern_bench_verify(int argc, char **argv) {
          * count op by op and record the second into a graph: CUDA; the decode step's
          * warm-up above does the same for one row) */
         for (int r = 0; !st && r < 2; r++) {
-            st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
+            st = tern_session_verify(s, ids + np, (size_t)k + 1, NULL);
             if (!st) st = tern_session_verify_keep(s, 0);
         }
         for (int r = 0; !st && r < reps; r++) {
             double t0 = tern_now_s();
-            st = tern_session_verify(s, ids + np, (size_t)k + 1, rows);
+            st = tern_session_verify(s, ids + np, (size_t)k + 1, NULL); /* rows read in place, as tern_gen */
             double t1 = tern_now_s();
             if (!st) st = tern_session_verify_keep(s, 0);
             t[r] = t1 - t0;

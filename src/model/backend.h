@@ -131,6 +131,11 @@ struct tm_step {
                             * come out bit-identical to evaluating the tokens one at a time
                             * (the GDN recurrence walks token by token: tm_gdn_args.walk) */
     float *rows_out;       /* host [T][n_vocab] or NULL: only the last row, into w->logits */
+    const float **rows_at; /* exact steps, or NULL: the back-end may leave the rows in host
+                            * memory of its own (valid until the session's next step) and
+                            * point *rows_at at them instead of copying them to rows_out
+                            * (w->logits still gets the last); it leaves *rows_at alone
+                            * when it copies */
     float *hidden_out;     /* host [T][n_embd] or NULL. Set: the head stops after the output
                             * norm (no logits, w->logits untouched, rows_out NULL): the T normed
                             * rows (TM_BUF_NORMED, un-rotated) come here (embeddings) */

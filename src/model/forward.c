@@ -35,9 +35,10 @@ tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int T, floa
     return run(&st);
 }
 
-tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int T, float *logits_out) {
+tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int T, float *logits_out,
+                              const float **rows_at) {
     tm_step st = {.w = s, .ss = &s, .n_seq = 1, .T = T, .R = T, .tokens = tokens, .dec = T == 1,
-                  .exact = true, .rows_out = logits_out};
+                  .exact = true, .rows_out = logits_out, .rows_at = rows_at};
     return run(&st);
 }
 

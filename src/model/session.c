@@ -40,6 +40,7 @@ void tern_session_free(tern_session *s) {
     free(s->row_stamp);
     free(s->vtok);
     free(s->vlog0);
+    if (s->vown) tern_free_aligned(s->vown, (size_t)s->vown_rows * s->m->hp.n_vocab * sizeof(float));
     free(s);
 }
 
@@ -510,7 +511,8 @@ tern_status tm_session_run(tern_session *s, const int32_t *tokens, size_t n, flo
          * row copied from the session's logits */
         const bool step = kind == TM_RUN_EXACT && one;
         st = kind == TM_RUN_HIDDEN ? tm_forward_hidden(s, tokens + i, c, o)
-             : kind == TM_RUN_EXACT && !one ? tm_forward_verify(s, tokens + i, c, o)
+             : kind == TM_RUN_EXACT && !one
+                 ? tm_forward_verify(s, tokens + i, c, o, s->vborrow && i == 0 && (size_t)c == n ? &s->vrows : NULL)
                                             : tm_forward_chunk(s, tokens + i, c, step ? NULL : o);
         if (!st && step && o) memcpy(o, s->logits, W * sizeof(float));
         if (!st) {

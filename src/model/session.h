@@ -66,7 +66,11 @@ struct tern_session {
     struct tern_session_snapshot *vsnap;
     int vpos0, vn, vcap;
     int32_t *vtok;
-    const float *vrows;   /* the caller's logits rows of the last verify (read by _keep) */
+    const float *vrows;   /* the logits rows of the last verify (read by _keep): the caller's,
+                           * vown, or the back-end's own (vborrow) */
+    float *vown;          /* [vown_rows][n_vocab] host: the rows when the caller gives none */
+    int vown_rows;
+    bool vborrow;         /* this verify may leave its rows in the back-end's memory */
     float *vlog0;         /* [n_vocab] host: the logits before it (models without GDN) */
     uint64_t bytes;
     uint64_t counted; /* bytes added to m->sessions_bytes (0: none) */
@@ -80,7 +84,8 @@ struct tern_session {
 tern_status tm_forward_chunk(tern_session *s, const int32_t *tokens, int n, float *logits_out);
 
 /* tm_forward_chunk with tm_step.exact: every row bit-identical to single-token steps. */
-tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int n, float *logits_out);
+tern_status tm_forward_verify(tern_session *s, const int32_t *tokens, int n, float *logits_out,
+                              const float **rows_at);
 
 /* The same chunk stopped before the head (embeddings): hidden_out (host) gets n rows of
  * n_embd floats, the output norm's result per token; s->logits is not touched. */

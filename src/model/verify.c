@@ -32,13 +32,30 @@ static tern_status eval_exact(tern_session *s, const int32_t *tokens, size_t n, 
     return tm_session_run(s, tokens, n, logits, TM_RUN_EXACT, !(s->m->be->vt->caps & TM_CAP_EXACT_ROWS));
 }
 
+/* The session's own rows for a verify given no buffer: grow-only, counted in its bytes. */
+static tern_status own_rows(tern_session *s, size_t n) {
+    if ((size_t)s->vown_rows >= n) return TERN_OK;
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    float *p = tern_alloc_aligned(n * V * sizeof(float));
+    if (!p) return tern_fail(TERN_ERR_NOMEM, "tern_session_verify: out of memory (%zu rows of logits)", n);
+    if (s->vown) {
+        tern_free_aligned(s->vown, (size_t)s->vown_rows * V * sizeof(float));
+        s->bytes -= (uint64_t)s->vown_rows * V * sizeof(float);
+    }
+    s->vown = p;
+    s->vown_rows = (int)n;
+    s->bytes += (uint64_t)n * V * sizeof(float);
+    return TERN_OK;
+}
+
 tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n, float *logits) {
-    if (!s || !tokens || !logits) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: NULL argument");
+    if (!s || !tokens) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: NULL argument");
     if (n == 0) return tern_fail(TERN_ERR_INVALID_ARG, "tern_session_verify: no tokens");
     tern_status st = tm_session_check(s, tokens, n);
     if (st) return st;
     if (s->m->be->vt->caps & TM_CAP_PRIVATE_STATE)
         return tern_fail(TERN_ERR_UNSUPPORTED, "tern_session_verify: not supported on a tensor-parallel model (--tp)");
+    if (!logits && (st = own_rows(s, n))) return st;
     if ((int)n > s->vcap) {
         int cap = (int)n < 16 ? 16 : (int)n;
         int32_t *t = realloc(s->vtok, (size_t)cap * sizeof *t);
@@ -60,10 +77,13 @@ tern_status tern_session_verify(tern_session *s, const int32_t *tokens, size_t n
         memcpy(s->vlog0, s->logits, (size_t)s->m->hp.n_vocab * sizeof(float));
     }
     s->vn = 0;
-    s->vrows = logits;
+    float *rows = logits ? logits : s->vown;
+    s->vrows = rows;
     s->vpos0 = s->pos;
     memcpy(s->vtok, tokens, n * sizeof *tokens);
-    st = eval_exact(s, tokens, n, logits);
+    s->vborrow = !logits; /* the back-end may point s->vrows at rows of its own instead */
+    st = eval_exact(s, tokens, n, rows);
+    s->vborrow = false;
     if (st) return st;
     s->vn = (int)n;
     return TERN_OK;
@@ -90,6 +110,8 @@ tern_status tern_session_verify_keep(tern_session *s, int n_keep) {
     /* the kept tokens again, from the restored states: the same rows as the verify's */
     return n_keep ? eval_exact(s, s->vtok, (size_t)n_keep, NULL) : TERN_OK;
 }
+
+const float *tern_session_verify_rows(const tern_session *s) { return s && s->vn ? s->vrows : NULL; }
 
 uint64_t tern_session_verify_bytes(const tern_session *s) {
     if (!s || !has_gdn(s)) return 0;

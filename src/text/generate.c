@@ -73,7 +73,7 @@ struct tern_gen {
     int32_t *hist;
     size_t hist_n, hist_cap;
     int kmax, k;
-    float *vrows;
+    const float *vrows; /* the session's rows of the verify (tern_session_verify_rows) */
     int32_t *vtok;
     int vrows_cap, vpos0, vbase, vn, vj, keep_at, vtotal;
     bool vacc, gdn;
@@ -122,11 +122,8 @@ void tern_gen_free(tern_gen *g) {
     tern_tokens_free(&g->tokens);
     tern_str_free(&g->text);
     tern_free(g->hist, g->hist_cap * sizeof *g->hist);
-    if (g->vrows) {
-        tern_free(g->vrows, (size_t)g->vrows_cap * g->n_vocab * sizeof(float));
-        tern_free(g->vtok, (size_t)g->vrows_cap * sizeof *g->vtok);
-        tern_free(g->defer, (size_t)g->vrows_cap * sizeof *g->defer);
-    }
+    if (g->vtok) tern_free(g->vtok, (size_t)g->vrows_cap * sizeof *g->vtok);
+    if (g->defer) tern_free(g->defer, (size_t)g->vrows_cap * sizeof *g->defer);
     tern_free(g, sizeof *g);
 }
 
@@ -174,10 +171,9 @@ tern_status tern_gen_new(tern_session *s, const tern_tokenizer *t, tern_sampler 
         g->k = g->kmax;
         g->vrows_cap = spec_rows(g->kmax);
         g->gdn = !tern_session_can_truncate(s);
-        g->vrows = tern_malloc((size_t)g->vrows_cap * g->n_vocab * sizeof(float));
         g->vtok = tern_malloc((size_t)g->vrows_cap * sizeof *g->vtok);
         g->defer = tern_malloc((size_t)g->vrows_cap * sizeof *g->defer);
-        if (!g->vrows || !g->vtok || !g->defer) st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
+        if (!g->vtok || !g->defer) st = tern_fail(TERN_ERR_NOMEM, "tern_gen_new: out of memory");
         if (!st && g->p.spec_history && g->p.n_spec_history)
             st = hist_push(g, g->p.spec_history, g->p.n_spec_history);
     }
@@ -369,9 +365,11 @@ static tern_status advance_spec(tern_gen *g) {
     const int n = g->n_defer + 1 + nd;
     g->vpos0 = tern_session_pos(g->s);
     double t0 = tern_now_s();
-    st = tern_session_verify(g->s, g->vtok, (size_t)n, g->vrows);
+    /* the rows stay in the session (on CUDA where the device wrote them: no host copy) */
+    st = tern_session_verify(g->s, g->vtok, (size_t)n, NULL);
     g->vt = tern_now_s() - t0;
     if (st) return st;
+    g->vrows = tern_session_verify_rows(g->s);
     g->vtotal = n;
     g->steps++;
     g->drafted += (size_t)nd;

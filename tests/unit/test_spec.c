@@ -6,9 +6,11 @@
  *                    qwen35-tiny PQ2_0 with GDN layers, qwen3-tiny Q2_0), and
  *                    tern_session_verify_keep(j) leaves the session bit-identical (KV
  *                    rows, GDN conv + recurrent states, logits) to one that evaluated only
- *                    the j kept tokens: the next token's logits and the states compared
+ *                    the j kept tokens: the next token's logits and the states compared;
+ *                    odd n with no buffer (the rows read through tern_session_verify_rows)
  *   verify_repeat    one session verifying 3 and 5 rows again and again (CUDA: op by op,
- *                    then its recorded verify graphs replayed), each pass bit-identical
+ *                    then its recorded verify graphs replayed), each pass bit-identical;
+ *                    the last four with no buffer (on CUDA the graph's own rows)
  *   greedy_same      tern_generate with speculation (prompt lookup, k = 1..8, and a
  *                    draft model: the model drafting for itself) gives the same tokens as
  *                    plain greedy, on every model
@@ -151,16 +153,23 @@ TEST(verify_rows) {
                 CHECK(tern_session_eval(a, &d[i], 1, NULL) == TERN_OK);
                 memcpy(alone + (size_t)i * V, tern_session_logits(a), (size_t)V * sizeof(float));
             }
-            CHECK(tern_session_verify(b, d, (size_t)n, rows) == TERN_OK);
+            /* odd n: no buffer, the rows read where the session left them */
+            CHECK(tern_session_verify_rows(b) == NULL);
+            CHECK(tern_session_verify(b, d, (size_t)n, n & 1 ? NULL : rows) == TERN_OK);
+            const float *got = tern_session_verify_rows(b);
+            CHECK(got != NULL && (n & 1 || got == rows));
+            if (!got) got = rows;
             int bad = -1;
             for (int i = 0; i < n && bad < 0; i++)
-                if (memcmp(rows + (size_t)i * V, alone + (size_t)i * V, (size_t)V * sizeof(float))) bad = i;
-            CHECK_MSG(bad < 0, "%s%s: verify of %d rows: row %d differs from single-token decode", paths[mi],
-                      fb == 1 ? " (rows one at a time)" : fb == 2 ? " (file layout)" : "", n, bad);
+                if (memcmp(got + (size_t)i * V, alone + (size_t)i * V, (size_t)V * sizeof(float))) bad = i;
+            CHECK_MSG(bad < 0, "%s%s: verify of %d rows%s: row %d differs from single-token decode", paths[mi],
+                      fb == 1 ? " (rows one at a time)" : fb == 2 ? " (file layout)" : "", n,
+                      n & 1 ? " (no buffer)" : "", bad);
             CHECK(tern_session_pos(b) == NP + n);
             /* keep j of n: the same as a session that evaluated only the j */
             int j = (n * 5) % (n + 1);
             CHECK(tern_session_verify_keep(b, j) == TERN_OK);
+            CHECK(tern_session_verify_rows(b) == NULL); /* kept: no rows */
             CHECK(tern_session_verify_keep(b, j) == TERN_ERR_INVALID_ARG); /* settled already */
             tern_session *c = new_session(m, 128);
             CHECK(tern_session_eval(c, PROMPT, NP, NULL) == TERN_OK);
@@ -218,10 +227,15 @@ TEST(verify_repeat) {
                 CHECK(tern_session_eval(a, &d[i], 1, NULL) == TERN_OK);
                 memcpy(alone + (size_t)i * V, tern_session_logits(a), (size_t)V * sizeof(float));
             }
-            CHECK(tern_session_verify(b, d, (size_t)n, rows) == TERN_OK);
+            /* passes 4..7 with no buffer: the rows read where the session left them (on a
+             * device, in the replayed graph's page-locked buffer) */
+            CHECK(tern_session_verify(b, d, (size_t)n, pass >= 4 ? NULL : rows) == TERN_OK);
+            const float *got = tern_session_verify_rows(b);
+            CHECK(got != NULL);
+            if (!got) got = rows;
             int bad = -1;
             for (int i = 0; i < n && bad < 0; i++)
-                if (memcmp(rows + (size_t)i * V, alone + (size_t)i * V, (size_t)V * sizeof(float))) bad = i;
+                if (memcmp(got + (size_t)i * V, alone + (size_t)i * V, (size_t)V * sizeof(float))) bad = i;
             CHECK_MSG(bad < 0, "%s: pass %d (%d rows): row %d differs from single-token decode", paths[mi], pass, n,
                       bad);
             CHECK(tern_session_verify_keep(b, n) == TERN_OK);

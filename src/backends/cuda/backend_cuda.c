@@ -874,6 +874,16 @@ static tern_status cu_run_step(tm_backend *be, const tm_step *st);
  * per T (the rule of cu_run_step: the first step of a T op by op, the second recorded,
  * later ones replayed with the positions and tokens in the graph's words; the per-row
  * kernels read their row's position word: tc_graph_row). Otherwise op by op. */
+/* After a verify graph's replay: the rows left in its page-locked buffer for the caller
+ * (st->rows_at: no host copy of them) or already copied to rows_out; the last row is the
+ * session's logits either way. */
+static tern_status exact_rows_home(const tm_step *st, const tc_graph *g, size_t V) {
+    const float *rows = st->rows_out;
+    if (st->rows_at) rows = *st->rows_at = tc_graph_logits(g);
+    memcpy(st->w->logits, rows + (size_t)(st->T - 1) * V, V * sizeof(float));
+    return TERN_OK;
+}
+
 static tern_status exact_graph(tm_backend *be, const tm_step *st) {
     tc_ctx *tcc = tcx(be);
     cuda_backend *c = (cuda_backend *)be;
@@ -886,13 +896,11 @@ static tern_status exact_graph(tm_backend *be, const tm_step *st) {
     int ran = 0;
     tern_status e;
     if (cs->vgraph[T]) {
-        e = cu_status(tc_graph_run_rows(tcc, cs->vgraph[T]->g, s->pos, st->tokens, st->rows_out, &ran),
+        e = cu_status(tc_graph_run_rows(tcc, cs->vgraph[T]->g, s->pos, st->tokens, st->rows_at ? NULL : st->rows_out,
+                                        &ran),
                       "verify graph replay");
         if (e) return e;
-        if (ran) {
-            memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
-            return TERN_OK;
-        }
+        if (ran) return exact_rows_home(st, cs->vgraph[T]->g, V);
         cu_graph_free(tcc, cs->vgraph[T]); /* stale: record again */
         cs->vgraph[T] = NULL;
     }
@@ -928,12 +936,10 @@ static tern_status exact_graph(tm_backend *be, const tm_step *st) {
         return plain(be, st);
     }
     cs->vgraph[T] = cg;
-    e = cu_status(tc_graph_run_rows(tcc, cg->g, s->pos, st->tokens, st->rows_out, &ran), "verify graph replay");
+    e = cu_status(tc_graph_run_rows(tcc, cg->g, s->pos, st->tokens, st->rows_at ? NULL : st->rows_out, &ran),
+                  "verify graph replay");
     if (e) return e;
-    if (ran) {
-        memcpy(s->logits, st->rows_out + (size_t)(T - 1) * V, V * sizeof(float));
-        return TERN_OK;
-    }
+    if (ran) return exact_rows_home(st, cg->g, V);
     return plain(be, st);
 }
 

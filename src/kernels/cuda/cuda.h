@@ -380,11 +380,13 @@ void tc_graph_free(tc_graph *g);
  * the rows x n_vocab logits). While capturing, tc_graph_row(r) points the kernels'
  * position word at row r's (per-row kernels: the attention prologue and decode
  * attention); outside a verify capture it does nothing. tc_graph_run_rows: replay at
- * pos0 with these tokens, the rows' logits into logits_host ([rows][n_vocab]). */
+ * pos0 with these tokens, the rows' logits into logits_host ([rows][n_vocab]; NULL: left
+ * in the graph's page-locked buffer, tc_graph_logits, until its next replay). */
 #define TC_GRAPH_ROWS 16
 int tc_graph_begin_rows(tc_ctx *cx, int pos0, const int32_t *tokens, int rows, size_t n_vocab, tc_graph **out);
 void tc_graph_row(tc_ctx *cx, int r);
 int tc_graph_run_rows(tc_ctx *cx, tc_graph *g, int pos0, const int32_t *tokens, float *logits_host, int *ran);
+const float *tc_graph_logits(const tc_graph *g);
 
 /* ------------------------------------------------------------- profiling
  * Profiling (off by default; the model parameter cuda_profile turns it on): every

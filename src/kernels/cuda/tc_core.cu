@@ -395,10 +395,12 @@ extern "C" int tc_graph_run_rows(tc_ctx *cx, tc_graph *g, int pos0, const int32_
         cudaGetLastError();
         return e;
     }
-    memcpy(logits_host, g->logits_pin, g->n_vocab * sizeof(float));
+    if (logits_host) memcpy(logits_host, g->logits_pin, g->n_vocab * sizeof(float));
     *ran = 1;
     return 0;
 }
+
+extern "C" const float *tc_graph_logits(const tc_graph *g) { return g ? g->logits_pin : NULL; }
 
 extern "C" int tc_graph_end(tc_ctx *cx, tc_graph *g, const float *dlogits) {
     TC_CTX(cx);
