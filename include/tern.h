@@ -279,7 +279,9 @@ typedef struct tern_model_params {
     const char *cuda_matmul;        /* NULL: the matmul chooser decides; else a kernel family
                                        forced for A/B runs ("tiled_multi", "tiled", "gemm",
                                        "t128k", "t128", "generic_sk", "generic", or
-                                       "gemm_nosplit": the default with the GEMM unsplit; logged once;
+                                       "gemm_nosplit": the default with the GEMM unsplit, "wgmma" the
+                                       default, "mma" it with the mma.sync GEMM, "wgmma2" it with the
+                                       wgmma GEMM in 2-CTA clusters; logged once;
                                        another name is TERN_ERR_INVALID_ARG at load) */
     bool cuda_persistent;           /* default false (for now): single-token steps of a qwen3
                                        model run as one persistent kernel (docs/persistent.md);

@@ -126,7 +126,8 @@ static int bench_gemm_tc(int reps, double ceil_gbps, size_t only_m, int only_sha
     printf("\ntensor-core GEMM (tc_gemm_tc), tiled layout; split = the rule, unsplit = before split-K;\n"
            "wgmma = tc_gemm_wg (exact mode: the default GEMM for tiled matrices; exact = tc_gemm_tc)\n"
            "graph_us: the same calls replayed from one CUDA graph (GPU time, no launch cost), g_ceil%%: its share;\n"
-           "plan TOKxS: S K splits, TOKxskG: stream-K over G CTAs\n"
+           "plan TOKxS: S K splits, TOKxskG: stream-K over G CTAs (TOKxpkG: in 2-CTA clusters;\n"
+           "wgmma2 = wgmma in the clusters, lab.h TC_WG_PAIRS)\n"
            "%-6s %-14s %6s %7s %4s %-8s %-7s %9s %8s %8s %6s %9s %9s %7s\n",
            "mode", "site", "k", "n", "M", "plan", "K-split", "us/call", "TOPS", "GB/s", "ceil%", "max_err", "graph_us",
            "g_ceil%");
@@ -154,11 +155,12 @@ static int bench_gemm_tc(int reps, double ceil_gbps, size_t only_m, int only_sha
             tc_act act = tc_act_view(ab, M, k);
             tc_quantize(g_tc, dx, (size_t)k, &act);
             for (int mode = TC_GEMM_EXACT; mode <= TC_GEMM_INT8 && !bad; mode++)
-                for (int old = 0; old < 3 && !bad; old++) {
+                for (int old = 0; old < 4 && !bad; old++) {
                     /* old 2: the wgmma GEMM (exact mode only), its default launch (lab.h
                      * tc_gemm_wg_ex's other load modes measured the same on the H200,
-                     * 2026-12-04 15:33) */
-                    const int wg = old >= 2, lm = 0;
+                     * 2026-12-04 15:33); old 3: wgmma2, its stream-K in 2-CTA clusters
+                     * (TC_WG_PAIRS: the activation multicast to row-tile pairs) */
+                    const int wg = old >= 2, lm = old == 3 ? TC_WG_PAIRS : 0;
                     if (wg && mode != TC_GEMM_EXACT) continue;
                     if (wg && lm == 0 && mi == 0 && (int)s == (only_shape >= 0 ? only_shape : 0))
                         printf("(wgmma's default loads here: lmode %d = %s activation, %s weights)\n",
@@ -168,11 +170,14 @@ static int bench_gemm_tc(int reps, double ceil_gbps, size_t only_m, int only_sha
                     tc_gemm_set_splits(g_tc, old == 1 ? 1 : 0);
                     int tok = 0, sp = 0;
                     if (wg && !tc_gemm_wg_plan(g_tc, &tm[0], &act, &tok, &sp)) {
+                        if (old == 3) continue;
                         printf("%-6s %-14s %6lld %7lld %4zu refused by tc_gemm_wg (no sm_90a image?)\n", "wgmma",
                                g_shapes[s].what, (long long)k, (long long)n, M);
                         continue;
                     }
                     if (!wg) tc_gemm_plan(g_tc, &tm[0], &act, mode, &tok, &sp);
+                    int pairs = 0; /* stream-K in 2-CTA clusters */
+                    if (wg) pairs = tc_gemm_wg_plan_ex(g_tc, &tm[0], &act, lm, &tok, &sp) == 2;
                     for (int c = 0; c < copies; c++)
                         if (!(wg ? tc_gemm_wg_ex(g_tc, &tm[c], &act, dy, (size_t)n, lm)
                                  : tc_gemm_tc(g_tc, &tm[c], &act, dy, (size_t)n, mode)))
@@ -201,11 +206,11 @@ static int bench_gemm_tc(int reps, double ceil_gbps, size_t only_m, int only_sha
                     const double gus = tc_bench_us(g_tc, gemm_call_fn, &gc, copies, reps < 3 ? 3 : reps, 1);
                     if (gus <= 0) tc_sync(g_tc); /* a failed capture: noted, cleared; the column reads -1 */
                     char plan[24];
-                    if (sp < 0) snprintf(plan, sizeof plan, "%dxsk%d", tok, -sp); /* stream-K over -sp CTAs */
+                    if (sp < 0) snprintf(plan, sizeof plan, "%dx%s%d", tok, pairs ? "pk" : "sk", -sp); /* stream-K over -sp CTAs (pk: in pairs) */
                     else snprintf(plan, sizeof plan, "%dx%d", tok, sp);
                     const double gbps = fb / dt / 1e9;
                     printf("%-6s %-14s %6lld %7lld %4zu %-8s %-7s %9.1f %8.1f %8.0f %5.1f%% %9.2e %9.1f %6.1f%%\n",
-                           wg ? "wgmma"
+                           old == 3 ? "wgmma2" : wg ? "wgmma"
                               : mode == TC_GEMM_EXACT ? "exact" : "int8",
                            g_shapes[s].what, (long long)k, (long long)n, M, plan, old == 1 ? "unsplit" : "split", dt * 1e6,
                            2.0 * (double)M * (double)n * (double)k / dt / 1e12, gbps,

@@ -107,7 +107,8 @@ void cli_model_params_from_env(tern_model_params *p);
     "  TERN_CUDA_TC=int8   CUDA: prefill GEMM with 8-bit activations (default exact)\n"         \
     "  TERN_CUDA_GEMV=NAME CUDA: force a matmul family for A/B runs (tiled_multi, tiled, gemm,\n" \
     "                      t128k, t128, generic_sk, generic; old = t128)\n"                 \
-    "  TERN_CUDA_GEMM=mma  CUDA: the mma.sync GEMM for batches > 8 (A/B; default wgmma)\n"
+    "  TERN_CUDA_GEMM=mma  CUDA: the mma.sync GEMM for batches > 8 (A/B; default wgmma);\n"   \
+    "                      wgmma2: the wgmma GEMM in 2-CTA clusters (A/B, lab)\n"
 
 /* The line subcommands that load a model end their help with. */
 #define CLI_ENV_SEE "  environment: TERN_ISA, TERN_REPACK=0, TERN_SPIN_US, TERN_CUDA_* (see tern --help)\n"

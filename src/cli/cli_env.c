@@ -15,7 +15,9 @@
  *   TERN_CUDA_GEMV=NAME                     cuda_matmul = NAME (A/B; "old" = t128)
  *   TERN_CUDA_GEMM=mma                      cuda_matmul = "mma" (the mma.sync GEMM for batch > 8
  *                                           in place of the default wgmma one; A/B; "wgmma"
- *                                           names the default; TERN_CUDA_GEMV wins when both are set)
+ *                                           names the default; "wgmma2" the default with the wgmma
+ *                                           GEMM's stream-K in 2-CTA clusters (activation multicast);
+ *                                           TERN_CUDA_GEMV wins when both are set)
  * TERN_MODEL (the default model) is read by cli_default_model.c.
  */
 #include "cli/cli.h"
@@ -50,7 +52,7 @@ void cli_env_model_params(tern_model_params *p) {
     if ((e = env("TERN_CUDA_TC")) && !strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
     if ((e = env("TERN_CUDA_GDN")) && (!strcmp(e, "chunk") || !strcmp(e, "scan")))
         p->cuda_gdn_chunk = !strcmp(e, "chunk");
-    if ((e = env("TERN_CUDA_GEMM")) && (!strcmp(e, "wgmma") || !strcmp(e, "mma")))
-        p->cuda_matmul = !strcmp(e, "mma") ? "mma" : "wgmma";
+    if ((e = env("TERN_CUDA_GEMM")) && (!strcmp(e, "wgmma") || !strcmp(e, "mma") || !strcmp(e, "wgmma2")))
+        p->cuda_matmul = !strcmp(e, "mma") ? "mma" : !strcmp(e, "wgmma2") ? "wgmma2" : "wgmma";
     if ((e = env("TERN_CUDA_GEMV"))) p->cuda_matmul = !strcmp(e, "old") ? "t128" : e;
 }

@@ -575,19 +575,28 @@ TEST(wg_vs_f64_and_mma) {
     fprintf(stderr, "  wg: %d runs bit-equal to tc_gemm_tc, %d split launches\n", same_plan, nsplit);
 }
 
-/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) give the same bits. */
+/* The loads (lab.h tc_gemm_wg_ex: 3D TMA, 2D boxes, bulk copies) give the same bits, one
+ * CTA per cluster (the default stream-K) and in 2-CTA clusters (TC_WG_PAIRS: the
+ * activation multicast to row-tile pairs; odd row tiles leave a pair's second CTA without
+ * a tile; the same bits among its load modes; against the default, other stream-K shares,
+ * so fp32 order only). */
 TEST(wg_load_modes) {
     NEED_GPU();
-    static const int64_t shapes[][2] = {{1000, 5120}, {129, 2304}, {5120, 512}, {37, 256}};
+    static const int64_t shapes[][2] = {{1000, 5120}, {129, 2304}, {5120, 512}, {37, 256}, {300, 2304}};
     static const size_t Ms[] = {9, 16, 40, 100};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             gcase c;
             case_make(&c, shapes[s][0], shapes[s][1], 0, Ms[mi], 1);
-            float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4);
+            float *a = malloc(c.yn * 4), *b = malloc(c.yn * 4), *a1 = malloc(c.yn * 4);
             if (s == 0 && mi == 0)
                 fprintf(stderr, "  wg default loads: lmode %d\n", tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, 0));
-            for (int lm = 0; lm < 4; lm++) { /* TC_WG_ACT_2D | TC_WG_W_BULK */
+            int tok = 0, sp = 0;
+            CHECK_EQ_INT(tc_gemm_wg_plan_ex(g_tc, &c.tm, &c.act, 0, &tok, &sp), 1);
+            const int pairs = tc_gemm_wg_plan_ex(g_tc, &c.tm, &c.act, TC_WG_PAIRS, &tok, &sp);
+            CHECK_MSG(pairs == 2 || sp > 0, "wg n %lld M %zu: stream-K (%d splits) without clusters", (long long)c.n,
+                      c.M, sp);
+            for (int lm = 0; lm < 8; lm++) { /* TC_WG_ACT_2D | TC_WG_W_BULK | TC_WG_PAIRS */
                 char what[96];
                 snprintf(what, sizeof what, "wg n %lld k %lld M %zu lmode %d (takes %d)", (long long)c.n, (long long)c.k,
                          c.M, lm, tc_gemm_wg_lmode(g_tc, &c.tm, &c.act, lm));
@@ -599,12 +608,17 @@ TEST(wg_load_modes) {
                 wg_dump(&c, b, what);
                 check_out(&c, TC_GEMM_EXACT, b, what);
                 if (lm == 0) memcpy(a, b, c.yn * 4);
-                else {
-                    const size_t nd = n_differ(&c, a, b);
-                    CHECK_MSG(nd == 0, "%s: differs from lmode 0 in %zu values", what, nd);
+                else if (lm == TC_WG_PAIRS) {
+                    memcpy(a1, b, c.yn * 4);
+                    const double d = rel_diff(&c, a, b);
+                    CHECK_MSG(d <= 5e-5, "%s: differs from the default's by %g", what, d);
+                } else {
+                    const size_t nd = n_differ(&c, lm & TC_WG_PAIRS ? a1 : a, b);
+                    CHECK_MSG(nd == 0, "%s: differs from lmode %d in %zu values", what, lm & TC_WG_PAIRS, nd);
                 }
             }
             free(a);
+            free(a1);
             free(b);
             case_free(&c);
         }

@@ -194,6 +194,16 @@ TEST(gemm_split_rule) {
     caps.force = TC_MM_GEMM_NOSPLIT;
     CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 1);
     CHECK_EQ_INT(tc_mm_family_of("gemm_nosplit"), TC_MM_GEMM_NOSPLIT);
+    /* wgmma2 (the wgmma GEMM in 2-CTA clusters, an A/B force): the default choice, the
+     * wgmma GEMM in exact mode, its splits the rule's */
+    CHECK_EQ_INT(tc_mm_family_of("wgmma2"), TC_MM_WGMMA2);
+    CHECK(!strcmp(tc_mm_name(TC_MM_WGMMA2), "wgmma2"));
+    caps.force = TC_MM_WGMMA2;
+    caps.gemm_splits = 0;
+    const tc_mm_choice w2 = tc_mm_choose(TC_MMK_TERN128T, 5120, 5120, 64, &caps);
+    CHECK_EQ_INT(w2.family, TC_MM_GEMM);
+    CHECK_EQ_INT(w2.gemm_mode, TC_GEMM_WG);
+    CHECK_EQ_INT(tc_mm_gemm_split_force(&caps, 5120, 5120, 16), 0);
 }
 
 /* Batch-invariant products: the GEMM at every batch where it takes the shape, and K splits

@@ -1117,7 +1117,7 @@ tern_status tm_backend_cuda_create(const tm_backend_params *p, tm_backend **out)
     if (p && p->cuda_matmul && *p->cuda_matmul && (force = tc_mm_family_of(p->cuda_matmul)) <= TC_MM_NONE)
         return tern_fail(TERN_ERR_INVALID_ARG,
                          "CUDA: cuda_matmul '%s': not a kernel family (tiled_multi, tiled, gemm, t128k, "
-                         "t128, generic_sk, generic, gemm_nosplit)", p->cuda_matmul);
+                         "t128, generic_sk, generic, gemm_nosplit, wgmma, mma, wgmma2)", p->cuda_matmul);
     if (p && p->cuda_prefill != TERN_CUDA_PREFILL_EXACT && p->cuda_prefill != TERN_CUDA_PREFILL_INT8)
         return tern_fail(TERN_ERR_INVALID_ARG, "CUDA: cuda_prefill %d: not a prefill mode", p->cuda_prefill);
     if (p && p->batch_invariant && p->cuda_persistent)

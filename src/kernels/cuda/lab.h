@@ -81,13 +81,21 @@ int tc_gemm_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int mode, int *
 int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *act);
 int tc_gemm_wg(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys);
 int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits);
+/* tc_gemm_wg_plan for a launch with lmode (TC_WG_PAIRS counts): 2 when stream-K runs in
+ * clusters of 2 CTAs (the activation multicast to row-tile pairs), 1 otherwise, 0 refused */
+int tc_gemm_wg_plan_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode, int *tok, int *splits);
 /* tc_gemm_wg with its loads chosen (A/B runs): lmode 0 = one 3D TMA per stage for the
  * activation and one for the weights (the default; where the driver refuses a 3D map the
  * launch takes the other way); TC_WG_ACT_2D: the activation as 16 2D boxes per stage;
  * TC_WG_W_BULK: the weights as 8 bulk copies per stage. Same results bit for bit.
+ * TC_WG_PAIRS: stream-K launches in clusters of 2 CTAs, the activation tile multicast to
+ * the pair's two row tiles (each CTA loads half); stream-K's shares differ from the
+ * default's, so the floats differ in fp32 order. Not yet measured on a GPU: the default
+ * stays one CTA per cluster until its A/B (docs/kernels.md, the wgmma GEMM).
  * tc_gemm_wg_lmode: the lmode a launch would take for lmode (or -1: refused). */
 #define TC_WG_ACT_2D 1
 #define TC_WG_W_BULK 2
+#define TC_WG_PAIRS 4
 int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode);
 int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode);
 

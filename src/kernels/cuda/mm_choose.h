@@ -31,7 +31,8 @@
  * layout (no repack) and run that kernel; mma is the default choice with the mma.sync
  * GEMM (tc_gemm_tc.cu) where the default runs the Hopper wgmma GEMM (tc_gemm_wg.cu: tiled
  * matrices, batch > 8, exact mode; the model parameter cuda_matmul = "mma", CLI
- * TERN_CUDA_GEMM=mma; "wgmma" names the default); a family the shape cannot take falls
+ * TERN_CUDA_GEMM=mma; "wgmma" names the default; "wgmma2" the default with the wgmma GEMM's
+ * stream-K in 2-CTA clusters, lab.h TC_WG_PAIRS, for its A/B); a family the shape cannot take falls
  * back as above.
  */
 #ifndef TERN_KERNELS_CUDA_MM_CHOOSE_H
@@ -56,6 +57,9 @@ typedef enum tc_mm_family {
                              gemm_mode TC_GEMM_WG, where the GEMM runs in exact mode) */
     TC_MM_GEMM_MMA,       /* force only: the default choice with the mma.sync GEMM (tc_gemm_tc.cu)
                              in place of wgmma, for A/B runs */
+    TC_MM_WGMMA2,         /* force only: the default choice, the wgmma GEMM's stream-K launched
+                             in 2-CTA clusters (lab.h TC_WG_PAIRS: the activation multicast to
+                             row-tile pairs), for A/B runs */
     TC_MM_N
 } tc_mm_family;
 
@@ -104,7 +108,8 @@ static inline size_t tc_mm_stage_bytes(int nbr, int64_t K) {
 }
 
 static const char *const tc_mm_names[TC_MM_N] = {"none", "tiled_multi", "tiled", "gemm", "t128k",
-                                                 "t128", "generic_sk", "generic", "gemm_nosplit", "wgmma", "mma"};
+                                                 "t128", "generic_sk", "generic", "gemm_nosplit", "wgmma", "mma",
+                                                 "wgmma2"};
 
 /* The family named s (tc_mm_names), or -1. */
 static inline int tc_mm_family_of(const char *s) {

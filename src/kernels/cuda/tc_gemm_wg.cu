@@ -150,6 +150,48 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *map, int
         "l"(map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+/* ---- the 2-CTA cluster (k_gemm_wg<NT, 2>): the activation tile multicast to both CTAs */
+/* tma_3d / tma_2d into the same offset of every CTA of mask, each CTA's barrier at bar's offset */
+__device__ __forceinline__ void tma_3d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar,
+                                          uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                          uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+/* arrive on the barrier at local address a in CTA rank of the cluster */
+__device__ __forceinline__ void mbar_arrive_rank(uint32_t a, uint32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(a),
+                 "r"(rank)
+                 : "memory");
+}
+/* mbar_wait with cluster scope: what the peer CTA's consumers did before their arrive is seen */
+__device__ __forceinline__ uint32_t mbar_try_cl(uint32_t a, uint32_t parity) {
+    uint32_t ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+    return ok;
+}
+__device__ __noinline__ void mbar_wait_cl(uint32_t a, uint32_t parity) {
+    const long long t0 = clock64();
+    while (!mbar_try_cl(a, parity))
+        if (clock64() - t0 > (1ll << 32)) __trap();
+}
+/* every thread of both CTAs: the peer's barriers are made / the peer no longer touches ours */
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -255,8 +297,16 @@ __device__ __forceinline__ void rescale(float (&acc)[wcfg<NT>::NR], const int (&
  * wmap: the tiled matrix as 8-byte words x K/256 tiles x strips (box 136 x 1 x 8: the
  * CTA's 8 strips' tiles of a stage, one load; strips past the matrix read as zeros) unless
  * lmode & TC_WG_W_BULK (8 bulk copies per stage); sx [M][K/128], corr [M][K/32]; nsp =
- * gridDim.z K splits; part / cnt as tc_gemm_tc's. */
-template <int NT>
+ * gridDim.z K splits; part / cnt as tc_gemm_tc's.
+ * CL 2 (stream-K only; launched as clusters of 2 CTAs along x): the two CTAs of a cluster
+ * take the same stages of two adjacent row tiles (the pair 2p, 2p+1; the second past the
+ * matrix when the row tiles are odd: its loads repeat the last tile, nothing is written)
+ * and the same tokens; each loads its own weights and half of the stage's activation
+ * (plane-units 8r..8r+7, amap's box then 32 x TOK x 8, or units 4r..4r+3 in 2D) multicast
+ * into both CTAs' slots, so the activation is read from L2 once per pair. A slot is free
+ * when both CTAs' consumers have released it (empty barriers of 16 arrivals: every
+ * consumer warp arrives on both CTAs'). Stream-K shares the pairs' stages among clusters. */
+template <int NT, int CL>
 __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     k_gemm_wg(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap wmap, int lmode,
               const uint8_t *__restrict__ W, int n, int K,
@@ -276,11 +326,19 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
      * row tile * tok_tiles + token tile): stream-K (nsp == 0) an even share of all of
      * them, else split z of tile (blockIdx.x, blockIdx.y) */
     const bool sk = nsp == 0;
-    const int Wst = ntiles * NST; /* < 2^30 (the launcher checks) */
+    /* ranges are taken per cluster (vid of nv) over units: tiles, or with CL 2 row-tile
+     * pairs x token tiles; unit pt of rank r is tile real_tile(pt) */
+    /* (recomputed where used from the launch's constants: fewer live registers) */
+#define WG_RANK ((int)blockIdx.x % CL)
+#define WG_NV ((int)gridDim.x / CL)
+#define WG_ROW_TILES (ntiles / tok_tiles)
+#define WG_WST ((CL == 2 ? (ntiles / tok_tiles + 1) / 2 * tok_tiles : ntiles) * NST) /* < 2^30 (the launcher checks) */
+    auto real_row = [&](int pt) { return CL == 2 ? 2 * (pt / tok_tiles) + WG_RANK : pt / tok_tiles; };
     int g0, g1;
     if (sk) {
-        g0 = (int)((int64_t)blockIdx.x * Wst / gridDim.x);
-        g1 = (int)((int64_t)(blockIdx.x + 1) * Wst / gridDim.x);
+        const int vid = (int)blockIdx.x / CL;
+        g0 = (int)((int64_t)vid * WG_WST / WG_NV);
+        g1 = (int)((int64_t)(vid + 1) * WG_WST / WG_NV);
     } else {
         const int tile = (int)(blockIdx.y * gridDim.x + blockIdx.x), z = (int)blockIdx.z;
         g0 = tile * NST + z * NST / nsp;
@@ -294,11 +352,12 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     if (tid == 0) {
         for (int s = 0; s < C::NS; s++) {
             mbar_init(smem_u32(&full[s]), 33);
-            mbar_init(smem_u32(&empty[s]), 8);
+            mbar_init(smem_u32(&empty[s]), 8 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    if (CL == 2) cluster_sync_all(); /* the peer's barriers exist before anything reaches them */
 
     if (warp == 8) {
         /* the producer warp */
@@ -307,8 +366,10 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         int ks = 0;
         for (int gg = g0; gg < g1; gg++, ks++) {
             const int slot = ks % C::NS;
-            const int tile = gg / NST, st = gg - tile * NST;
-            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
+            const int pt = gg / NST, st = gg - pt * NST;
+            int rt = real_row(pt);
+            if (CL == 2) rt = rt < WG_ROW_TILES ? rt : WG_ROW_TILES - 1; /* the odd pair's second: the last tile again */
+            const int tok0 = (pt % tok_tiles) * C::TOK, row0 = rt * kRows;
             /* the pairs' sx and unit corrs, loaded before the wait (their latency hidden by it) */
             float ps[PPL];
             int4 pc[PPL];
@@ -322,11 +383,28 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
                     pc[i] = __ldg((const int4 *)(corr + (size_t)gt * (size_t)(K >> 5) + 8 * st + 4 * e));
                 }
             }
-            if (ks >= C::NS) mbar_wait(smem_u32(&empty[slot]), (uint32_t)(((ks / C::NS) & 1) ^ 1));
+            if (ks >= C::NS) {
+                if (CL == 2) mbar_wait_cl(smem_u32(&empty[slot]), (uint32_t)(((ks / C::NS) & 1) ^ 1));
+                else mbar_wait(smem_u32(&empty[slot]), (uint32_t)(((ks / C::NS) & 1) ^ 1));
+            }
             const uint32_t sb = sbase + (uint32_t)(slot * C::STAGE), fb = smem_u32(&full[slot]);
             if (lane == 0) {
                 mbar_expect_tx(fb, C::TX);
-                if (lmode & TC_WG_ACT_2D) {
+                if (CL == 2) { /* our half, into both CTAs */
+                    if (lmode & TC_WG_ACT_2D) {
+#pragma unroll
+                        for (int uu = 0; uu < 4; uu++)
+#pragma unroll
+                            for (int p = 0; p < 2; p++) {
+                                const int u = 4 * WG_RANK + uu;
+                                tma_2d_mc(sb + (uint32_t)(u * C::UBYTES + p * C::TOK * 32), &amap,
+                                          st * 512 + 64 * u + 32 * p, tok0, fb, (uint16_t)3);
+                            }
+                    } else {
+                        tma_3d_mc(sb + (uint32_t)(WG_RANK * 4 * C::UBYTES), &amap, 0, tok0, 16 * st + 8 * WG_RANK, fb,
+                                  (uint16_t)3);
+                    }
+                } else if (lmode & TC_WG_ACT_2D) {
 #pragma unroll
                     for (int u = 0; u < 8; u++)
 #pragma unroll
@@ -359,9 +437,7 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
             }
             mbar_arrive(fb); /* release: the stores above are seen by the consumers' wait */
         }
-        return;
-    }
-
+    } else {
     /* the consumers: warpgroup wg, warp w of it, lane (g, t) */
     const int wg = warp >> 2, w = warp & 3, g = lane >> 2, t = lane & 3, sh = 2 * t;
     const int strip = wg * 4 + w;
@@ -391,8 +467,9 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
     if (g0 < g1) load_decode(0);
 #pragma unroll 1
     for (int gp = g0; gp < g1;) {
-        /* one piece: stages [a, b) of tile */
-        const int tile = gp / NST, a = gp - tile * NST;
+        /* one piece: stages [a, b) of unit pt (the tile this CTA computes: row tile rt) */
+        const int pt = gp / NST, a = gp - pt * NST;
+        const int rt = real_row(pt), tile = CL == 1 ? pt : rt * tok_tiles + pt % tok_tiles;
         const int b = a + (g1 - gp) < NST ? a + (g1 - gp) : NST;
 #pragma unroll
         for (int i = 0; i < C::NR; i++) acc[i] = 0.0f;
@@ -433,27 +510,33 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
             }
             /* the stage is consumed by this warp (its wgmmas have completed): release it */
             __syncwarp();
-            if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
+            if (lane == 0) {
+                mbar_arrive(smem_u32(&empty[slot]));
+                if (CL == 2) mbar_arrive_rank(smem_u32(&empty[slot]), (uint32_t)(WG_RANK ^ 1));
+            }
             if (st + 1 < b) load_decode(ks + 1); /* the piece's next stage */
         }
 
         const int ctid = tid; /* 0..255 */
-        bool write = true;
-        if (a != 0 || b != NST) {
+        bool write = CL == 1 || rt < WG_ROW_TILES; /* the odd pair's second computes nothing of its own */
+        if (write && (a != 0 || b != NST)) {
             /* a partial tile: store it, count it; the tile's last piece to arrive sums the
              * pieces in order (split z = 0, 1, ... or, stream-K, their CTAs in order) */
             int slotidx, c0 = 0, c1 = 0, expect;
             if (sk) {
                 /* the CTAs owning the tile's first and last stage */
-                auto start = [&](int c) { return (int)((int64_t)c * Wst / gridDim.x); };
+                /* the clusters owning the unit's first and last stage; a piece's slot is
+                 * its CTA's (cluster c, this rank) first or second */
+                const int nv = WG_NV, Wst = WG_WST;
+                auto start = [&](int c) { return (int)((int64_t)c * Wst / nv); };
                 auto owner = [&](int gs) {
-                    int c = (int)((int64_t)gs * gridDim.x / Wst);
-                    while (c + 1 < (int)gridDim.x && start(c + 1) <= gs) c++;
+                    int c = (int)((int64_t)gs * nv / Wst);
+                    while (c + 1 < nv && start(c + 1) <= gs) c++;
                     while (c > 0 && start(c) > gs) c--;
                     return c;
                 };
-                c0 = owner(tile * NST);
-                c1 = owner(tile * NST + NST - 1);
+                c0 = owner(pt * NST);
+                c1 = owner(pt * NST + NST - 1);
                 expect = c1 - c0 + 1;
                 slotidx = 2 * (int)blockIdx.x + (gp == g0 ? 0 : 1);
             } else {
@@ -477,8 +560,8 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
                     int sq;
                     if (sk) {
                         const int cq = c0 + q;
-                        /* the piece is cq's first (slot 0) unless cq's range starts in an earlier tile */
-                        sq = 2 * cq + ((int)((int64_t)cq * Wst / gridDim.x) / NST == tile ? 0 : 1);
+                        /* the piece is cq's first (slot 0) unless cq's range starts in an earlier unit */
+                        sq = 2 * (cq * CL + WG_RANK) + ((int)((int64_t)cq * WG_WST / WG_NV) / NST == pt ? 0 : 1);
                     } else {
                         sq = q * ntiles + tile;
                     }
@@ -493,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
             }
         }
         if (write) {
-            const int tok0 = (tile % tok_tiles) * C::TOK, row0 = (tile / tok_tiles) * kRows;
+            const int tok0 = (pt % tok_tiles) * C::TOK, row0 = rt * kRows;
             const int ra = row0 + wg * 64 + w * 16 + g, rb = ra + 8;
 #pragma unroll
             for (int j = 0; j < C::NR / 4; j++) {
@@ -511,6 +594,15 @@ __global__ void __launch_bounds__(kThreads, wcfg<NT>::MINB)
         gp += b - a;
         if (gp < g1) load_decode(ks); /* the next piece's first stage */
     }
+    }
+    if (CL == 2) {
+        __syncwarp();
+        cluster_sync_all(); /* no remote arrive or multicast reaches an exited CTA */
+    }
+#undef WG_RANK
+#undef WG_NV
+#undef WG_ROW_TILES
+#undef WG_WST
 #else
     __trap();
 #endif
@@ -572,11 +664,11 @@ PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void) {
 
 /* The kernel's attributes set (once per context) and its image loadable here: false on a
  * device without the sm_90a image (the error cleared, not noted: the caller falls back). */
-template <int NT> bool wg_ready(void) {
+template <int NT, int CL> bool wg_ready(void) {
     typedef wcfg<NT> C;
-    const void *fn = (const void *)k_gemm_wg<NT>;
+    const void *fn = (const void *)k_gemm_wg<NT, CL>;
     if (tc_attr_once(fn, C::SMEM)) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<NT, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) {
             cudaGetLastError();
             /* forget the memo so that every call refuses (and falls back) */
@@ -598,9 +690,44 @@ template <int NT> bool wg_ready(void) {
  * resident slot takes an even share of all tiles' stages, so no CTA starts more than once
  * and none idles; the partials of the tiles split between CTAs, at most two per CTA, are
  * summed in CTA order by the tile's last piece: deterministic). ws: the workspace is there. */
+/* Clusters of 2 CTAs of k_gemm_wg<NT, 2> resident at once on the device (0: none can run),
+ * memoised with wg_occ's (threads -2). */
+template <int NT> int wg_pairs(void) {
+    typedef wcfg<NT> C;
+    tc_ctx *cx = tc_cur;
+    if (!wg_ready<NT, 2>()) return 0;
+    const void *fn = (const void *)k_gemm_wg<NT, 2>;
+    for (int i = 0; i < cx->n_occ; i++)
+        if (cx->occ[i].fn == fn && cx->occ[i].threads == -2 && cx->occ[i].smem == (size_t)C::SMEM) return cx->occ[i].occ;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(2 * tc_sm_count()), 1, 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 2;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, k_gemm_wg<NT, 2>, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    if (cx->n_occ < 4 * TC_MEMO) {
+        cx->occ[cx->n_occ].fn = fn;
+        cx->occ[cx->n_occ].threads = -2;
+        cx->occ[cx->n_occ].smem = C::SMEM;
+        cx->occ[cx->n_occ].occ = n;
+        cx->n_occ++;
+    }
+    return n;
+}
+
 template <int NT> int wg_splits(const tc_mat *m, int M, int force, bool ws, int *ctas) {
     typedef wcfg<NT> C;
-    const int occ = wg_occ((const void *)k_gemm_wg<NT>, C::SMEM);
+    const int occ = wg_occ((const void *)k_gemm_wg<NT, 1>, C::SMEM);
     const int64_t tiles = (int64_t)((M + C::TOK - 1) / C::TOK) * ((m->n + kRows - 1) / kRows);
     const int64_t stages = tiles * (m->k / kStageK), slots = (int64_t)tc_sm_count() * occ;
     *ctas = 0;
@@ -612,9 +739,28 @@ template <int NT> int wg_splits(const tc_mat *m, int M, int force, bool ws, int 
     return s > 1 && !ws ? 1 : s;
 }
 
+/* wg_splits, and the CTAs per cluster *ncl: 2 (the activation multicast to row-tile pairs)
+ * where stream-K runs and lmode & TC_WG_PAIRS, unless no cluster of 2 fits; then *ctas
+ * is twice the clusters (each an even share of the pairs' stages). */
+template <int NT> int wg_grid(const tc_mat *m, int M, int force, bool ws, int lmode, int *ctas, int *ncl) {
+    typedef wcfg<NT> C;
+    const int nsp = wg_splits<NT>(m, M, force, ws, ctas);
+    *ncl = 1;
+    if (nsp != 0 || !(lmode & TC_WG_PAIRS)) return nsp;
+    const int pairs = wg_pairs<NT>();
+    const int64_t tok_tiles = (M + C::TOK - 1) / C::TOK, row_tiles = (m->n + kRows - 1) / kRows;
+    const int64_t ust = (row_tiles + 1) / 2 * tok_tiles * (m->k / kStageK);
+    const int64_t ncls = ust < pairs ? ust : pairs;
+    if (ncls < 1 || 2 * 2 * ncls * C::TOK * kRows > (int64_t)TC_GEMM_WS_FLOATS) return nsp;
+    *ncl = 2;
+    *ctas = (int)(2 * ncls);
+    return nsp;
+}
+
 /* The tensor maps of a launch (lmode may gain TC_WG_ACT_2D / TC_WG_W_BULK where the
  * driver refuses the 3D maps); false when none can be made. */
-template <int NT> bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, CUtensorMap *amap, CUtensorMap *wmap) {
+template <int NT>
+bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, CUtensorMap *amap, CUtensorMap *wmap, int ncl) {
     typedef wcfg<NT> C;
     PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
     if (!enc) return false;
@@ -624,7 +770,8 @@ template <int NT> bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, C
     if (!(*lmode & TC_WG_ACT_2D)) {
         /* (byte of a plane-unit, token, plane-unit): strides 2K and 32 bytes */
         const cuuint64_t gdim[3] = {32, M, K / 16}, gstride[2] = {2 * K, 32};
-        const cuuint32_t box[3] = {32, (cuuint32_t)C::TOK, 16}, es[3] = {1, 1, 1};
+        /* ncl 2: each CTA of a pair loads half of a stage's 16 plane-units */
+        const cuuint32_t box[3] = {32, (cuuint32_t)C::TOK, ncl == 2 ? 8u : 16u}, es[3] = {1, 1, 1};
         if (enc(amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)act->q, gdim, gstride, box, es,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -653,19 +800,37 @@ template <int NT> bool wg_maps(const tc_mat *m, const tc_act *act, int *lmode, C
 
 template <int NT> int wg_launch(const tc_mat *m, const tc_act *act, float *y, size_t ys, int force, int lmode) {
     typedef wcfg<NT> C;
-    if (!wg_ready<NT>()) return 0;
+    if (!wg_ready<NT, 1>()) return 0;
     const int M = (int)act->batch;
-    CUtensorMap amap, wmap;
-    if (!wg_maps<NT>(m, act, &lmode, &amap, &wmap)) return 0;
     const int tok_tiles = (M + C::TOK - 1) / C::TOK, row_tiles = (int)((m->n + kRows - 1) / kRows);
-    if ((int64_t)tok_tiles * row_tiles * (m->k / kStageK) >= ((int64_t)1 << 30)) return 0; /* the kernel's 32-bit stage index */
-    int ctas = 0;
-    const int nsp = wg_splits<NT>(m, M, force, wg_ws(), &ctas);
+    if ((int64_t)tok_tiles * (row_tiles + 1) * (m->k / kStageK) >= ((int64_t)1 << 30)) return 0; /* the kernel's 32-bit stage index */
+    int ctas = 0, ncl = 1;
+    const int nsp = wg_grid<NT>(m, M, force, wg_ws(), lmode, &ctas, &ncl);
+    CUtensorMap amap, wmap;
+    if (!wg_maps<NT>(m, act, &lmode, &amap, &wmap, ncl)) return 0;
     const dim3 grid = nsp == 0 ? dim3((unsigned)ctas, 1, 1) : dim3((unsigned)tok_tiles, (unsigned)row_tiles, (unsigned)nsp);
-    k_gemm_wg<NT><<<grid, kThreads, C::SMEM, tc_cur->stream>>>(amap, wmap, lmode, m->data, (int)m->n, (int)m->k,
-                                                               act->sx, act->corr, M, y, ys, nsp, tok_tiles,
-                                                               tok_tiles * row_tiles, tc_cur->gemm_part,
-                                                               tc_cur->gemm_cnt);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cfg.stream = tc_cur->stream;
+    cudaLaunchAttribute at[1];
+    if (ncl == 2) {
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 2;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+    }
+    const uint8_t *wd = m->data;
+    const float *sxp = act->sx;
+    const int *cp = act->corr;
+    int n = (int)m->n, k = (int)m->k, ntl = tok_tiles * row_tiles;
+    void (*const kern)(CUtensorMap, CUtensorMap, int, const uint8_t *, int, int, const float *, const int *, int,
+                       float *, size_t, int, int, int, float *, int *) = ncl == 2 ? k_gemm_wg<NT, 2> : k_gemm_wg<NT, 1>;
+    tc_note((int)cudaLaunchKernelEx(&cfg, kern, amap, wmap, lmode, wd, n, k, sxp, cp, M, y, ys, nsp, tok_tiles, ntl,
+                                    tc_cur->gemm_part, tc_cur->gemm_cnt));
     tc_check_launch();
     return 1;
 }
@@ -729,10 +894,14 @@ extern "C" int tc_gemm_wg_supported(tc_ctx *cx, const tc_mat *m, const tc_act *a
     TC_CTX(cx);
     if (!wg_shape_ok(m, act) || !wg_encoder()) return 0;
     const int tok = wg_tok(act->batch, split_force(m, act->batch));
-    return tok == 16 ? wg_ready<1>() : tok == 32 ? wg_ready<2>() : wg_ready<4>();
+    return tok == 16 ? wg_ready<1, 1>() : tok == 32 ? wg_ready<2, 1>() : wg_ready<4, 1>();
 }
 
 extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, int *tok, int *splits) {
+    return tc_gemm_wg_plan_ex(cx, m, act, 0, tok, splits) ? 1 : 0;
+}
+
+extern "C" int tc_gemm_wg_plan_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, int lmode, int *tok, int *splits) {
     TC_CTX(cx);
     *tok = 0;
     *splits = 0;
@@ -740,11 +909,13 @@ extern "C" int tc_gemm_wg_plan(tc_ctx *cx, const tc_mat *m, const tc_act *act, i
     const tc_mm_caps caps = tc_mm_caps_now();
     const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch), M = (int)act->batch;
     *tok = wg_tok(act->batch, force);
-    int ctas = 0;
-    const int s = *tok == 16 ? wg_splits<1>(m, M, force, true, &ctas)
-                  : *tok == 32 ? wg_splits<2>(m, M, force, true, &ctas) : wg_splits<4>(m, M, force, true, &ctas);
+    int ctas = 0, ncl = 1;
+    lmode &= TC_WG_PAIRS;
+    const int s = *tok == 16   ? wg_grid<1>(m, M, force, true, lmode, &ctas, &ncl)
+                  : *tok == 32 ? wg_grid<2>(m, M, force, true, lmode, &ctas, &ncl)
+                               : wg_grid<4>(m, M, force, true, lmode, &ctas, &ncl);
     *splits = s > 0 ? s : -ctas;
-    return 1;
+    return ncl;
 }
 
 extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, float *y, size_t ys, int lmode) {
@@ -754,7 +925,7 @@ extern "C" int tc_gemm_wg_ex(tc_ctx *cx, const tc_mat *m, const tc_act *act, flo
     const tc_mm_caps caps = tc_mm_caps_now();
     const int force = tc_mm_gemm_split_force(&caps, m->n, m->k, act->batch);
     const int tok = wg_tok(act->batch, force);
-    lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
+    lmode &= TC_WG_ACT_2D | TC_WG_W_BULK | TC_WG_PAIRS;
     if (tok == 16) return wg_launch<1>(m, act, y, ys, force, lmode);
     if (tok == 32) return wg_launch<2>(m, act, y, ys, force, lmode);
     return wg_launch<4>(m, act, y, ys, force, lmode);
@@ -770,8 +941,8 @@ extern "C" int tc_gemm_wg_lmode(tc_ctx *cx, const tc_mat *m, const tc_act *act, 
     CUtensorMap a, w;
     lmode &= TC_WG_ACT_2D | TC_WG_W_BULK;
     const int tok = wg_tok(act->batch, split_force(m, act->batch));
-    const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w)
-                    : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w) : wg_maps<4>(m, act, &lmode, &a, &w);
+    const bool ok = tok == 16 ? wg_maps<1>(m, act, &lmode, &a, &w, 1)
+                    : tok == 32 ? wg_maps<2>(m, act, &lmode, &a, &w, 1) : wg_maps<4>(m, act, &lmode, &a, &w, 1);
     return ok ? lmode : -1;
 }
 

@@ -29,7 +29,9 @@ static void products_one(const tc_mat *m, const tc_mm_choice &c, const tc_act *a
         tc_note(TC_ERR_UNSUPPORTED);
         return;
     }
-    if (c.family == TC_MM_GEMM && c.gemm_mode == TC_GEMM_WG && tc_gemm_wg(tc_cur, m, act, y, ys)) return;
+    if (c.family == TC_MM_GEMM && c.gemm_mode == TC_GEMM_WG &&
+        tc_gemm_wg_ex(tc_cur, m, act, y, ys, tc_cur->mm.force == TC_MM_WGMMA2 ? TC_WG_PAIRS : 0))
+        return;
     if (c.family == TC_MM_GEMM &&
         tc_gemm_tc(tc_cur, m, act, y, ys, c.gemm_mode == TC_GEMM_WG ? TC_GEMM_EXACT : c.gemm_mode))
         return;
