@@ -8,7 +8,7 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,wgab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
 #              (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
@@ -37,6 +37,11 @@
 #              (servebench: SB_IN / SB_OUT the prompt and output tokens (512 / 128), SB_CTX the slots' context
 #               (1024); SB_TEMP sets the requests' temperature, default 0; SB_SERVE_ARGS more tern serve flags;
 #               SB_BATCHES=none skips the levels, SB_BG_BASE= (empty) skips the run without the long prompt)
+#              wgab: the wgmma GEMM, its default (one CTA per cluster) against wgmma2 (2-CTA clusters,
+#                    the activation multicast; lab.h TC_WG_PAIRS): test_cuda_gemm's wg_* tests, wg_load_modes
+#                    under memcheck and synccheck, bench kernels --gemm (wgmma and wgmma2 rows: the ratio per
+#                    site and M), and the 27B (ternary-bonsai-27b) bench model -p 512,8192 --batch 16,64
+#                    with TERN_CUDA_GEMM=wgmma then wgmma2, alternated WG_ROUNDS (2) times -> wgab.txt
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
 #                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json;
@@ -158,6 +163,54 @@ if has kbench; then # the decode GEMV: default vs forced matmul families (TERN_C
   for ev in "${kenvs[@]}"; do
     { echo "===== $ev"; env $ev $B/tern bench kernels --device cuda --quick --layout tiled --no-gemm ${KB_ARGS:-}; } > $W/kb-c.txt 2>&1
     cat $W/kb-c.txt >> $kb; kb_row "kbench $ev" $W/kb-c.txt
+  done
+fi
+if has wgab; then # the wgmma GEMM in 2-CTA clusters (wgmma2) against its default, in one call
+  TERN_TEST_ONLY=wg_ TERN_TEST_DEVICE=cuda timeout 200 $B/test_cuda_gemm > $W/wgab-t.log 2>&1; rc=$?
+  cat $W/wgab-t.log >> $OUT/wgab.txt
+  row "test_cuda_gemm wg_*" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/wgab-t.log) fails; $(tail -n 1 $W/wgab-t.log | cut -c1-50)"
+  for tool in memcheck synccheck; do
+    TERN_TEST_ONLY=wg_load_modes TERN_TEST_DEVICE=cuda timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/test_cuda_gemm > $W/wgab-$tool.log 2>&1; rc=$?
+    tail -n 20 $W/wgab-$tool.log >> $OUT/wgab.txt
+    row "sanitizer $tool wg_load_modes" "rc=$rc $(grep -m1 -E '(ERROR|SYNCCHECK) SUMMARY' $W/wgab-$tool.log)"
+  done
+  timeout 300 $B/tern bench kernels --device cuda --gemm --reps 5 > $W/wgab-k.txt 2>&1
+  cat $W/wgab-k.txt >> $OUT/wgab.txt
+  row "kernels wgmma2 / wgmma (us)" "$(python3 - $W/wgab-k.txt <<'PY'
+import sys
+t = {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    if len(f) > 9 and f[0] in ('wgmma', 'wgmma2'):
+        try:
+            i = next(j for j in range(2, len(f)) if f[j].isdigit())  # k (the site may be two words)
+            t[(f[0], ' '.join(f[1:i]), int(f[i + 2]))] = float(f[i + 5])
+        except (StopIteration, ValueError, IndexError):
+            pass
+r = [f"{s.split()[-1]} M{m} {t[('wgmma2', s, m)] / u:.2f}" for (v, s, m), u in sorted(t.items())
+     if v == 'wgmma' and ('wgmma2', s, m) in t]
+print(' '.join(r) or 'no rows')
+PY
+)"
+  m=$W/ternary-bonsai-27b.gguf
+  [ -s $m ] || $B/tern synth --preset ternary-bonsai-27b --seed 1 --quiet $m >> "$log" 2>&1
+  for round in $(seq ${WG_ROUNDS:-2}); do
+    for v in wgmma wgmma2; do
+      TERN_CUDA_GEMM=$v timeout 200 $B/tern bench model -m $m --device cuda -p 512,8192 -n 16 --reps 2 --batch 16,64 --json \
+        > $W/wgab.json 2>> "$log"
+      { echo "===== TERN_CUDA_GEMM=$v round $round"; cat $W/wgab.json; } >> $OUT/wgab.txt
+      row "bench 27B $v ($round)" "$(python3 - $W/wgab.json <<'PY'
+import json, sys
+try:
+    d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+    print(' '.join(f"pp{p['tokens']} {p['tok_s']:.0f}" for p in d['prompts']),
+          ' '.join(f"b{b['batch']} {b['tok_s']:.0f} ({b['roofline_ratio']:.0%})" for b in d['batches']))
+except Exception as e:
+    print('no result', e)
+PY
+)"
+    done
   done
 fi
 if has benchab; then # 27B model A/B over env switches (BENCH_ENVS, ';'-separated)
