@@ -49,10 +49,18 @@ void cli_env_model_params(tern_model_params *p) {
     if ((e = env("TERN_CUDA_GRAPH")) && !strcmp(e, "0")) p->cuda_graphs = false;
     if ((e = env("TERN_CUDA_PDL")) && !strcmp(e, "0")) p->cuda_pdl = false;
     if ((e = env("TERN_CUDA_PROFILE")) && strcmp(e, "0") != 0) p->cuda_profile = true;
-    if ((e = env("TERN_CUDA_TC")) && !strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
-    if ((e = env("TERN_CUDA_GDN")) && (!strcmp(e, "chunk") || !strcmp(e, "scan")))
-        p->cuda_gdn_chunk = !strcmp(e, "chunk");
-    if ((e = env("TERN_CUDA_GEMM")) && (!strcmp(e, "wgmma") || !strcmp(e, "mma") || !strcmp(e, "wgmma2")))
-        p->cuda_matmul = !strcmp(e, "mma") ? "mma" : !strcmp(e, "wgmma2") ? "wgmma2" : "wgmma";
+    if ((e = env("TERN_CUDA_TC"))) {
+        if (!strcmp(e, "int8")) p->cuda_prefill = TERN_CUDA_PREFILL_INT8;
+        else if (strcmp(e, "exact") != 0) fprintf(stderr, "tern: TERN_CUDA_TC=%s is not int8 or exact; ignored\n", e);
+    }
+    if ((e = env("TERN_CUDA_GDN"))) {
+        if (!strcmp(e, "chunk") || !strcmp(e, "scan")) p->cuda_gdn_chunk = !strcmp(e, "chunk");
+        else fprintf(stderr, "tern: TERN_CUDA_GDN=%s is not chunk or scan; ignored\n", e);
+    }
+    if ((e = env("TERN_CUDA_GEMM"))) {
+        if (!strcmp(e, "wgmma") || !strcmp(e, "mma") || !strcmp(e, "wgmma2"))
+            p->cuda_matmul = !strcmp(e, "mma") ? "mma" : !strcmp(e, "wgmma2") ? "wgmma2" : "wgmma";
+        else fprintf(stderr, "tern: TERN_CUDA_GEMM=%s is not wgmma, mma or wgmma2; ignored\n", e);
+    }
     if ((e = env("TERN_CUDA_GEMV"))) p->cuda_matmul = !strcmp(e, "old") ? "t128" : e;
 }

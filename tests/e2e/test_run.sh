@@ -41,6 +41,14 @@ a=$("$TERN" run -m "$Q3" -p hi -n 6 --temp 0 --json 2>/dev/null | tail -n 1 | jg
 b=$("$TERN" run -m "$Q3" -p hi -n 6 --temp 0 --json --batch-invariant 2>/dev/null | tail -n 1 | jget "['tokens']")
 check "run --batch-invariant on the CPU: the same greedy tokens" [ -n "$a" -a "$a" = "$b" ]
 
+# an A/B switch with a value it does not know: a warning naming it, and the run goes on
+for ev in TERN_CUDA_GEMM=wgmma3 TERN_CUDA_GDN=walk TERN_CUDA_TC=fp8; do
+  env "$ev" "$TERN" run -m "$Q3" -p hi -n 2 --temp 0 --quiet >/dev/null 2>"$TMP/e"; rc=$?
+  check "$ev: exits 0, a warning naming it" [ $rc -eq 0 ] && grep -q "tern: $ev is not" "$TMP/e"
+done
+TERN_CUDA_GEMM=wgmma2 "$TERN" run -m "$Q3" -p hi -n 2 --temp 0 --quiet >/dev/null 2>"$TMP/e"; rc=$?
+check "TERN_CUDA_GEMM=wgmma2: exits 0 without a warning" [ $rc -eq 0 ] && ! grep -q "TERN_CUDA_GEMM" "$TMP/e"
+
 # --- greedy continuation vs the fixture reference (README table)
 ref_text() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['sequences'][2]['text']+'X', end='')" "$1"; }
 ref_cont() { grep -E "$2" "$1" | head -1 | awk -F'|' '{print $(NF-1)}' | xargs; }
