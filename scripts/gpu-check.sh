@@ -8,7 +8,7 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,wgab,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,wgab,ncugdn,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
 #              (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
@@ -42,6 +42,10 @@
 #                    under memcheck and synccheck, bench kernels --gemm (wgmma and wgmma2 rows: the ratio per
 #                    site and M), and the 27B (ternary-bonsai-27b) bench model -p 512,8192 --batch 16,64
 #                    with TERN_CUDA_GEMM=wgmma then wgmma2, alternated WG_ROUNDS (2) times -> wgab.txt
+#              ncugdn: Nsight Compute on the GDN decode update (k_gdn_step*) inside the 27B's batch step at
+#                    NG_BATCH (64) sequences: the first NG_COUNT (400) launches profiled (SpeedOfLight, Occupancy,
+#                    LaunchStats, MemoryWorkloadAnalysis, WarpStateStats), the ones whose grid has NG_BATCH
+#                    sessions summarised (duration, DRAM / memory throughput, occupancy) -> ncu-gdn.txt
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
 #                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json;
@@ -252,6 +256,44 @@ if has ncu; then # Nsight Compute on the decode GEMV, FFN gate/up shape, batch 1
         grep -vE '^(tiled|layout|tern bench|==PROF==)' ; } >> $OUT/ncu.txt
     row "ncu $ev" "$(grep -m1 -E 'DRAM Throughput' $OUT/ncu.txt | tail -n 1 | awk '{print $NF"%"}') dram (see ncu.txt)"
   done
+fi
+if has ncugdn; then # the GDN decode update of the 27B's batch step under Nsight Compute
+  m=$W/ternary-bonsai-27b.gguf
+  [ -s $m ] || $B/tern synth --preset ternary-bonsai-27b --seed 1 --quiet $m >> "$log" 2>&1
+  timeout 480 ncu --clock-control none -k regex:'k_gdn_step' --launch-count ${NG_COUNT:-400} --csv --page details \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    --section WarpStateStats $B/tern bench model -m $m --device cuda -p 16 -n 2 --reps 1 --batch ${NG_BATCH:-64} \
+    > $W/ncugdn.csv 2> $W/ncugdn.log
+  row "ncu GDN step b${NG_BATCH:-64}" "$(python3 - $W/ncugdn.csv ${NG_BATCH:-64} $OUT/ncu-gdn.txt <<'PY'
+import csv, sys, statistics
+src, nb, out = sys.argv[1], sys.argv[2], sys.argv[3]
+lines = [l for l in open(src, errors='replace') if l.startswith('"')]
+rows = [r for r in csv.DictReader(lines) if r.get('Grid Size', '').replace(' ', '').endswith(',%s,1)' % nb)]
+if not rows:
+    print('no launches with %s sessions (see the log)' % nb); sys.exit()
+ids = sorted({r['ID'] for r in rows}, key=int)
+def metric(name):
+    v = []
+    scale = {'nsecond': 1e-3, 'usecond': 1.0, 'msecond': 1e3, 'second': 1e6}  # durations in us
+    for i in ids:
+        for r in rows:
+            if r['ID'] == i and r['Metric Name'] == name:
+                try: v.append(float(r['Metric Value'].replace(',', '')) * scale.get(r['Metric Unit'], 1.0))
+                except ValueError: pass
+                break
+    return statistics.median(v) if v else float('nan')
+with open(out, 'w') as f:
+    f.write('%d launches with %s sessions; the first, whole:\n' % (len(ids), nb))
+    for r in rows:
+        if r['ID'] == ids[0]:
+            f.write('%-12s %-26s %-52s %-10s %s\n' % (r['Kernel Name'][:12], r['Section Name'][:26], r['Metric Name'][:52],
+                                                    r['Metric Unit'], r['Metric Value']))
+print('%d launches: %.1f us, DRAM %.0f%%, memory %.0f%%, occupancy %.0f%% (medians; ncu-gdn.txt)' % (
+    len(ids), metric('Duration'), metric('DRAM Throughput'),
+    metric('Memory Throughput'), metric('Achieved Occupancy')))
+PY
+)"
+  tail -n 20 $W/ncugdn.log >> $OUT/ncu-gdn.txt
 fi
 if has ncusrc; then # the decode GEMV (gate/up, batch 1) sampled per SASS instruction: stall reasons -> ncu-src.csv
   timeout 240 ncu --clock-control none -k regex:'k_gemv_tiled' --launch-skip 20 --launch-count 1 \
