@@ -18,6 +18,8 @@
  * model's. Free with tp_prog_free. */
 tern_status tp_build(const tern_model *m, const tm_plan *plan, int n_cta, int layout, tp_prog *out);
 void tp_prog_free(tp_prog *p);
+/* The floats of each scratch buffer (persist.h tp_buf) of model m's programs. */
+void tp_buf_widths(const tern_model *m, size_t w[TP_BUF_COUNT]);
 
 /* The plan op, layer and awaited stage of stage s, as text (errors). */
 void tp_describe_stage(const tp_prog *p, int s, char *buf, size_t n);
@@ -25,7 +27,8 @@ void tp_describe_stage(const tp_prog *p, int s, char *buf, size_t n);
 /* The kernel's plain reference (persist_ref.c): the program run on the host, stage by
  * stage and task by task with the kernel's semantics (task ranges, partial slots, norm
  * sources, buffer offsets), on a program built with TERN_LAYOUT_ROWS from a model loaded
- * on the CPU (128-group ternary rows), float32 KV cache of n_ctx positions. */
+ * on the CPU (128-group ternary rows), float32 KV cache of n_ctx positions and, for the
+ * GDN layers, its own fp32 recurrent and conv states (zero at tp_ref_new). */
 typedef struct tp_ref tp_ref;
 tern_status tp_ref_new(const tp_prog *p, const tern_model *m, int n_ctx, tp_ref **out);
 /* One step: token at position pos; logits (n_vocab floats) into `logits`; returns the

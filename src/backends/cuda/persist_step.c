@@ -53,8 +53,9 @@ tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, co
         }
         const int e = tc_persist_new(tc, &p->prog, &p->ps);
         if (e) {
-            tern_log(TERN_LOG_INFO, "CUDA persistent step off: %s (%zu bytes of shared memory per SM)",
-                     tc_error_string(e), tp_smem_bytes(&p->prog));
+            tern_log(TERN_LOG_INFO, "CUDA persistent step off: %s (the kernel runs qwen3 without transforms, "
+                     "head_dim <= 128; this program: %d GDN layers, %zu bytes of shared memory per SM)",
+                     tc_error_string(e), p->prog.n_gdn, tp_smem_bytes(&p->prog));
             tp_prog_free(&p->prog);
             return TERN_OK;
         }

@@ -36,6 +36,9 @@ enum tp_kind {
     TP_MATMUL,    /* out rows = W in (see in_mode / out_mode) */
     TP_ATTN,      /* one query head per task: q/k head norm + RoPE, k/v to the cache, attention */
     TP_ARGMAX,    /* one task: the argmax of the logits from the head's partial slots */
+    TP_GDN,       /* one value head per task: a, b (dense rows on the normed x), q/k L2 norms,
+                   * the delta rule on the head's state, the gated norm; out_buf[0] gets the
+                   * head's dv outputs at its slot (grouped order when out_grouped) */
     TP_KIND_COUNT
 };
 
@@ -49,11 +52,18 @@ enum tp_out {
     TP_OUT_RESID,    /* x[row] += y (one matrix); partial sum of squares of the new rows */
     TP_OUT_SWIGLU,   /* out_buf[0][row] = silu(gate row) * up row (matrices 0 and 1) */
     TP_OUT_LOGITS,   /* out_buf[0][row] = y; partial (max, index) for TP_ARGMAX */
+    TP_OUT_CONV,     /* matrix 0 (the GDN's q|k|v channels): out_buf[0][row] = silu(causal conv of
+                      * the channel's conv state and y), the state shifted; matrix 1 (z) as ROWS */
 };
 
 /* Activation buffers: float offsets into the program's scratch (tp_prog.buf_off). */
-enum tp_buf { TP_BUF_X = 0, TP_BUF_QKV, TP_BUF_ATT, TP_BUF_ACT, TP_BUF_LOGITS,
+enum tp_buf { TP_BUF_X = 0,
+              TP_BUF_QKV,  /* q|k|v rows (attention; q|gate per head when gated), or the GDN's
+                            * conv'd q|k|v channels */
+              TP_BUF_ATT,  /* the attention's output, or the GDN's */
+              TP_BUF_ACT, TP_BUF_LOGITS,
               TP_BUF_ROPE, /* the step's RoPE cos[rope_dims/2], sin[rope_dims/2] (EMBED task 0 writes it) */
+              TP_BUF_Z,    /* the GDN's output gate z [n_v*dv] */
               TP_BUF_COUNT };
 
 typedef struct tp_stage {
@@ -73,12 +83,28 @@ typedef struct tp_stage {
     int64_t n[TP_MAX_MATS];          /* rows */
     int64_t kt[TP_MAX_MATS];         /* 256-input tiles per strip */
     int64_t rb[TP_MAX_MATS];         /* bytes per row in the file layout (the host reference's) */
-    const float *gain;   /* TP_IN_NORM: the site's gain [in_k] */
+    const float *gain;   /* TP_IN_NORM (and TP_GDN's a, b input): the site's gain [in_k] */
     float eps;
+    /* The blockwise Hadamard transform (docs/formats.md): MATMUL: of the input before it is
+     * quantised, x <- FWHT_block(x * signs) / sqrt(block); EMBED: the inverse of the
+     * gathered row, x <- signs * FWHT_block(x) / sqrt(block) (tasks cover whole blocks).
+     * NULL: none. */
+    const float *signs;  /* [in_k] */
+    int32_t had_block;
     /* TP_ATTN */
     int32_t n_head, n_head_kv, head_dim, rope_dims, kv_index;
+    int32_t gated;       /* q rows are q|gate per head; the output times sigmoid(gate) */
     float theta, scale;
     const float *q_norm, *k_norm; /* [head_dim] */
+    /* TP_OUT_CONV and TP_GDN: the layer's GDN shape and vectors */
+    int32_t gdn_index, conv_k, n_k, n_v, dk, dv;
+    int32_t v_tiled;     /* value head p reads key head p % n_k (else p / (n_v / n_k)) */
+    int32_t out_grouped; /* head p's output at slot (p % n_k) * r + p / n_k (tiled -> grouped) */
+    const float *conv_w; /* [C][conv_k], C = 2 n_k dk + n_v dv */
+    const float *ssm_a, *dt_bias, *gdn_norm; /* [n_v], [n_v], [dv] */
+    const void *wab[2];  /* TP_GDN: the a and b projections, dense rows [n_v][in_k] */
+    int32_t ab_type;     /* their tern_dtype (F32, F16 or BF16) */
+    int64_t ab_rb;       /* bytes per row */
 } tp_stage;
 
 typedef struct tp_task {
@@ -98,6 +124,7 @@ typedef struct tp_prog {
     size_t scratch_floats;
     int max_in_k;        /* widest matmul input, padded to 256: shared memory of a CTA */
     int n_vocab, n_embd, head_dim_max;
+    int n_gdn;           /* GDN layers (their states: the session's) */
     int logits_stage, argmax_stage;
 } tp_prog;
 

@@ -215,7 +215,7 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
 /* ------------------------------------------------------------ attention */
 
 #define TP_APOS 8 /* positions a warp loads before it scores them */
-#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (persist_build.c checks) */
+#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (tc_persist_new checks) */
 
 /* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
  * angles' cos and sin from the step's table rt) */
@@ -563,6 +563,14 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     TC_CTX(cx);
     *out = NULL;
     if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
+    /* what this kernel runs: qwen3 without transforms, head_dim <= 128 (the qwen35 stages,
+     * the transforms and the gate have their host reference in persist_ref.c, not a kernel yet) */
+    for (int s = 0; s < p->n_stages; s++) {
+        const tp_stage *st = &p->stages[s];
+        if (st->kind == TP_GDN || st->signs || st->gated || st->out_mode == TP_OUT_CONV ||
+            (st->kind == TP_ATTN && st->head_dim > 32 * TP_EPL) || p->n_gdn)
+            return TC_ERR_UNSUPPORTED;
+    }
     const size_t smem = tp_smem_bytes(p);
     int e = tp_prepare_all<TP_M_REGS>(smem);
     if (e) return e;
