@@ -10,7 +10,10 @@
  *   watchdog_*     a stage made to wait for a counter nothing signals (lab.h
  *                  tc_persist_debug) ends the step with TERN_ERR_INTERNAL naming the stage
  *                  and its plan op, and the next step runs (the GPU is not hung);
- *   fallback_*     a qwen35 model with the switch on runs the per-op path.
+ *   *_qwen35       the qwen35 stages (lab switch tc_persist_allow_qwen35): token-by-token parity
+ *                  on qwen35-tiny, and persistent steps after a per-op prefill;
+ *   fallback_*     a qwen35 model with the model switch on but the lab switch off runs the
+ *                  per-op path.
  * Without a CUDA build or device: "SKIP: no CUDA device", exit 77.
  * `--quick` (or TERN_PERSIST_QUICK=1): the first sequence's first 6 positions, f16 cache,
  * and the attention stage's watchdog only (for compute-sanitizer).
@@ -63,7 +66,8 @@ static double max_diff(const float *a, const float *b, int n) {
     return md;
 }
 
-static void parity(const char *fixture, const char *file, tern_cache_type ct) {
+/* key: the model entry of reference.json whose logits belong to `file` (NULL: the top-level list) */
+static void parity(const char *fixture, const char *file, const char *key, tern_cache_type ct) {
     char rel[256];
     snprintf(rel, sizeof rel, "%s/reference.json", fixture);
     const char *rp = fixture_path(rel);
@@ -88,7 +92,9 @@ static void parity(const char *fixture, const char *file, tern_cache_type ct) {
         return;
     }
     const int V = tern_model_get_info(mp)->n_vocab;
-    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences"), *logits = cJSON_GetObjectItem(ref, "logits");
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences");
+    const cJSON *logits = key ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "models"), key), "logits")
+                              : cJSON_GetObjectItem(ref, "logits");
     const int n_seq = g_quick ? 1 : cJSON_GetArraySize(seqs);
     float *lp = malloc((size_t)V * sizeof(float)), *lo = malloc((size_t)V * sizeof(float));
     for (int si = 0; si < n_seq; si++) {
@@ -190,36 +196,47 @@ static void parity(const char *fixture, const char *file, tern_cache_type ct) {
     cJSON_Delete(ref);
 }
 
-TEST(parity_qwen3_f16_cache) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_F16); }
+TEST(parity_qwen3_f16_cache) { NEED_GPU(); parity("qwen3-tiny", "model-q2_0.gguf", NULL, TERN_CACHE_F16); }
 TEST(parity_qwen3_f32_cache) {
     NEED_GPU();
     if (g_quick) SKIP_OPTIONAL("--quick");
-    parity("qwen3-tiny", "model-q2_0.gguf", TERN_CACHE_F32);
+    parity("qwen3-tiny", "model-q2_0.gguf", NULL, TERN_CACHE_F32);
+}
+/* qwen35 (Hadamard transforms in the reading stages, gated attention with heads of 256,
+ * partial RoPE, the GDN conv and step): the stages behind the lab switch */
+TEST(parity_qwen35_f16_cache) {
+    NEED_GPU();
+    tc_persist_allow_qwen35(1);
+    parity("qwen35-tiny", "model-pq2_0.gguf", "A", TERN_CACHE_F16);
+    tc_persist_allow_qwen35(0);
 }
 
 /* What `tern run --persistent` does: the prompt prefilled in one chunk by the per-op path
  * (the KV cache it writes is what the persistent steps read), then the greedy
  * continuation as persistent steps: the reference's 24 tokens, the logits within 0.02 of
  * the per-op path's at every step. */
-TEST(prefill_chunk_then_persistent_steps) {
-    NEED_GPU();
-    if (g_quick) SKIP_OPTIONAL("--quick");
-    const char *rp = fixture_path("qwen3-tiny/reference.json");
+static void prefill_then_steps(const char *fixture, const char *file, const char *key) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/reference.json", fixture);
+    const char *rp = fixture_path(rel);
     char *txt = rp ? check_slurp(rp, NULL) : NULL;
-    const char *path = fixture_path("qwen3-tiny/model-q2_0.gguf");
+    snprintf(rel, sizeof rel, "%s/%s", fixture, file);
+    const char *path = fixture_path(rel);
     char mpath[1024];
     snprintf(mpath, sizeof mpath, "%s", path ? path : "");
     FILE *f = fopen(mpath, "rb");
     if (!txt || !f) {
         free(txt);
         if (f) fclose(f);
-        SKIP("fixture qwen3-tiny missing");
+        SKIP("fixture %s missing", fixture);
     }
     fclose(f);
     cJSON *ref = cJSON_Parse(txt);
     free(txt);
     tern_model *mp = load(mpath, true), *mo = load(mpath, false);
-    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences"), *logits = cJSON_GetObjectItem(ref, "logits");
+    const cJSON *seqs = cJSON_GetObjectItem(ref, "sequences");
+    const cJSON *logits = key ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "models"), key), "logits")
+                              : cJSON_GetObjectItem(ref, "logits");
     for (int si = 0; mp && mo && si < cJSON_GetArraySize(seqs); si++) {
         size_t T, nc;
         int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, si), "ids"), &T);
@@ -246,9 +263,9 @@ TEST(prefill_chunk_then_persistent_steps) {
             CHECK_MSG(same == (int)nc, "seq %d: continuation diverges at step %d", si, same);
             CHECK_MSG(worst < 0.02, "seq %d: persistent steps vs per-op max|diff| %g", si, worst);
             CHECK(tm_backend_cuda_persist(mp->be) != NULL);
-            fprintf(stderr, "  seq %d: prompt of %zu in one chunk, then %d/%zu persistent greedy steps (tiles in registers), "
-                    "vs per-op %.2e\n",
-                    si, T, same, nc, worst);
+            fprintf(stderr, "  %s seq %d: prompt of %zu in one chunk, then %d/%zu persistent greedy steps (tiles in "
+                    "registers), vs per-op %.2e\n",
+                    fixture, si, T, same, nc, worst);
         }
         if (sp) tern_session_free(sp);
         if (so) tern_session_free(so);
@@ -258,6 +275,19 @@ TEST(prefill_chunk_then_persistent_steps) {
     if (mp) tern_model_free(mp);
     if (mo) tern_model_free(mo);
     cJSON_Delete(ref);
+}
+TEST(prefill_chunk_then_persistent_steps) {
+    NEED_GPU();
+    if (g_quick) SKIP_OPTIONAL("--quick");
+    prefill_then_steps("qwen3-tiny", "model-q2_0.gguf", NULL);
+}
+/* qwen35: the per-op prefill's GDN and conv states, then the persistent steps on them */
+TEST(prefill_chunk_then_persistent_steps_qwen35) {
+    NEED_GPU();
+    if (g_quick) SKIP_OPTIONAL("--quick");
+    tc_persist_allow_qwen35(1);
+    prefill_then_steps("qwen35-tiny", "model-pq2_0.gguf", "A");
+    tc_persist_allow_qwen35(0);
 }
 
 /* the in-kernel profile: every family of a qwen3 step there, busy share in (0, 100] */
@@ -343,7 +373,7 @@ TEST(watchdog_last_stage) {
     watchdog(2);
 }
 
-/* qwen35 (GDN, gated attention, Hadamard): the switch on, the per-op path runs */
+/* qwen35 with the model switch on but the stages' lab switch off: the per-op path runs */
 TEST(fallback_qwen35) {
     NEED_GPU();
     if (g_quick) SKIP_OPTIONAL("--quick");
@@ -389,7 +419,9 @@ int main(int argc, char **argv) {
     }
     RUN(parity_qwen3_f16_cache);
     RUN(parity_qwen3_f32_cache);
+    RUN(parity_qwen35_f16_cache);
     RUN(prefill_chunk_then_persistent_steps);
+    RUN(prefill_chunk_then_persistent_steps_qwen35);
     RUN(profile_text);
     RUN(watchdog_first_stage);
     RUN(watchdog_attention_stage);

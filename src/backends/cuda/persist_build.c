@@ -362,6 +362,8 @@ static bool walk(pb *b) {
             s->wab[0] = ab[0]->data;
             s->wab[1] = ab[1]->data;
             s->ab_type = ab[0]->type;
+            s->ab_kind = ab[0]->type == TERN_DT_F32 ? TP_AB_F32 : ab[0]->type == TERN_DT_F16 ? TP_AB_F16
+                       : ab[0]->type == TERN_DT_BF16 ? TP_AB_BF16 : -1;
             s->ab_rb = (int64_t)ab[0]->row_bytes;
             s->in_buf = TP_BUF_QKV;
             s->out_buf[0] = TP_BUF_ATT;

@@ -66,7 +66,8 @@ tern_status tm_cuda_persist_step(struct tc_ctx *tc, void **state, int layout, co
     if (tok < 0 || tok >= m->hp.n_vocab)
         return tern_fail(TERN_ERR_RANGE, "token id %d out of range [0, %d)", (int)tok, m->hp.n_vocab);
     tc_persist_seq sq = {.kcache = s->kcache, .vcache = s->vcache, .k_row = s->k_row, .v_row = s->v_row,
-                         .n_ctx = s->n_ctx, .pos = s->pos, .token = tok, .kv_type = (int)s->k_type};
+                         .n_ctx = s->n_ctx, .pos = s->pos, .token = tok, .kv_type = (int)s->k_type,
+                         .conv_state = s->conv_state, .gdn_state = s->ssm_state, .gdn_bf16 = m->gdn_bf16};
     float *dst = st->rows_out ? st->rows_out : s->logits;
     int failed = -1, argmax = -1;
     const int e = tc_persist_step(p->ps, &sq, dst, &argmax, &failed);

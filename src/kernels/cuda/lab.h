@@ -183,6 +183,10 @@ void tc_persist_set_prefetch(struct tc_persist *ps, long long bytes);
  * ring (a loader warp streams them into shared memory across stages), 2 each warp's
  * cp.async slots, 3 registers; 0 the default (2). For A/B runs and tests. */
 void tc_persist_set_pipeline(struct tc_persist *ps, int on);
+/* The persistent step's qwen35 stages (transforms, gated attention with heads of up to
+ * 256, the GDN conv and step) written but not yet run on a device: tc_persist_new refuses
+ * programs with them (the per-op path runs) unless this is on. Process-wide; tests only. */
+void tc_persist_allow_qwen35(int on);
 
 #ifdef __cplusplus
 }

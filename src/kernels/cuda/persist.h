@@ -42,6 +42,8 @@ enum tp_kind {
     TP_KIND_COUNT
 };
 
+enum tp_ab { TP_AB_F32 = 0, TP_AB_F16, TP_AB_BF16 }; /* tp_stage.ab_kind */
+
 enum tp_in {
     TP_IN_NORM = 0, /* rmsnorm(x) * gain, the norm from the partial slots of norm_src */
     TP_IN_BUF,      /* the buffer in_buf as is */
@@ -103,7 +105,8 @@ typedef struct tp_stage {
     const float *conv_w; /* [C][conv_k], C = 2 n_k dk + n_v dv */
     const float *ssm_a, *dt_bias, *gdn_norm; /* [n_v], [n_v], [dv] */
     const void *wab[2];  /* TP_GDN: the a and b projections, dense rows [n_v][in_k] */
-    int32_t ab_type;     /* their tern_dtype (F32, F16 or BF16) */
+    int32_t ab_type;     /* their tern_dtype (the host reference reads any) */
+    int32_t ab_kind;     /* TP_AB_*: what the kernel reads (-1: another type) */
     int64_t ab_rb;       /* bytes per row */
 } tp_stage;
 
@@ -133,6 +136,9 @@ static inline size_t tp_smem_bytes(const tp_prog *p) {
     /* the matmul (tc_persist_mm.cuh): q, sx, corr, {sx, corr} pairs, partials */
     size_t mm = (size_t)p->max_in_k * 2 + (size_t)p->max_in_k / 128 * 28 + (size_t)TP_WARPS * 2 * 32 * 4 + 256;
     size_t at = (size_t)(3 + TP_WARPS) * (size_t)p->head_dim_max * 4 + 2 * TP_WARPS * 4 + 256;
+    /* a GDN task: q and k (128 each), its a and b rows (n_embd elements, f32 at most) */
+    size_t gd = p->n_gdn ? 2 * 128 * 4 + 2 * (size_t)p->n_embd * 4 + 256 : 0;
+    if (gd > mm) mm = gd;
     return mm > at ? mm : at;
 }
 
@@ -147,6 +153,12 @@ typedef struct tc_persist_seq {
     void *kcache, *vcache;
     size_t k_row, v_row;
     int n_ctx, pos, token, kv_type;
+    /* GDN layers (qwen35): the session's conv states (fp32, [conv_k - 1][C] a layer) and
+     * recurrent states ([n_v][dk][dv] a layer, fp32, or bf16 when gdn_bf16), layer g at
+     * g times the layer's size (the CUDA back-end's session layout) */
+    float *conv_state;
+    void *gdn_state;
+    int gdn_bf16;
 } tc_persist_seq;
 
 /* tc_persist_step's answer when a wait ran out of budget (*failed_stage: the stage). */

@@ -1,7 +1,10 @@
 /*
  * tc_persist.cu - the persistent decode step (docs/persistent.md): one cooperative
  * kernel of one CTA per SM runs a whole single-token step of a qwen3 model from the
- * program of persist.h (made on the host by src/backends/cuda/persist_build.c).
+ * program of persist.h (made on the host by src/backends/cuda/persist_build.c). The
+ * qwen35 stages (Hadamard transforms in the reading stage, gated attention with heads of
+ * up to 256, the GDN's conv in the qkv matmul, the GDN task) are written but run only
+ * behind the lab switch tc_persist_allow_qwen35 until a device run has checked them.
  *
  * Each CTA walks its task list in stage order. A task waits for the counter of the
  * stage it depends on (thread 0: ld.acquire.gpu, __nanosleep back-off, a clock64
@@ -16,6 +19,7 @@
  */
 #include "kernels/cuda/attn.cuh"
 #include "kernels/cuda/act.cuh" /* after attn.cuh: it needs internal.cuh */
+#include "kernels/cuda/gdn_state.cuh"
 #include "kernels/cuda/gemv_tiled.h"
 #include "kernels/cuda/persist.h"
 #include "kernels/cuda/ptx.cuh"
@@ -47,6 +51,12 @@ struct tp_args {
     int ring_slots;     /* the ring variant: R, and the ring's byte offset in shared memory */
     size_t ring_off;
     size_t buf_off[TP_BUF_COUNT];
+    /* GDN layers: the session's states (tc_persist_seq), a layer's conv state in floats and
+     * recurrent state in bytes */
+    float *conv_state;
+    uint8_t *gdn_state;
+    size_t conv_n, st_bytes;
+    int gdn_bf16;
 };
 
 __device__ __forceinline__ unsigned long long tp_now(void) {
@@ -189,13 +199,77 @@ __device__ __forceinline__ float tp_tiled_elem(const uint8_t *w, int64_t kt, int
     return (float)(c - 1) * d;
 }
 
+/* The transform of one 1024-block by one warp: lane l holds elements sb*128 + 4l + e
+ * (sb 0..7, e 0..3) in v[sb][e] (so each 128-block sb is in tc_actq_block's layout). The
+ * butterflies in increasing h, pairs (i, i + h) -> (x0 + x1, x0 - x1): the per-op
+ * kernels' float operations. h = 1, 2 within a lane, 4..64 across lanes, 128..512 within
+ * a lane again. */
+__device__ __forceinline__ void tp_fwht1024(float (&v)[8][4], int lane) {
+#pragma unroll
+    for (int sb = 0; sb < 8; sb++) {
+        const float b0 = v[sb][0] + v[sb][1], b1 = v[sb][0] - v[sb][1];
+        const float b2 = v[sb][2] + v[sb][3], b3 = v[sb][2] - v[sb][3];
+        v[sb][0] = b0 + b2;
+        v[sb][1] = b1 + b3;
+        v[sb][2] = b0 - b2;
+        v[sb][3] = b1 - b3;
+    }
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) { /* h = 4 m */
+        const bool up = (lane & m) != 0;
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float o = __shfl_xor_sync(0xffffffffu, v[sb][e], m);
+                v[sb][e] = up ? o - v[sb][e] : v[sb][e] + o;
+            }
+    }
+#pragma unroll
+    for (int hs = 1; hs < 8; hs <<= 1) /* h = 128 hs */
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++)
+            if (!(sb & hs)) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float x0 = v[sb][e], x1 = v[sb + hs][e];
+                    v[sb][e] = x0 + x1;
+                    v[sb + hs][e] = x0 - x1;
+                }
+            }
+}
+
+template <bool Q35>
 __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t, float *red) {
     float *x = a.scratch + a.buf_off[TP_BUF_X];
     float ss = 0;
-    for (int64_t j = t.a + threadIdx.x; j < t.b; j += TP_THREADS) {
-        const float v = tp_tiled_elem((const uint8_t *)st.w[0], st.kt[0], a.token, j);
-        x[j] = v;
-        ss += v * v;
+    if (Q35 && st.signs) { /* the inverse transform (whole 1024-blocks a task): signs * FWHT(row) / 32 */
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const float sc = 1.0f / sqrtf(1024.0f);
+        for (int64_t b0 = t.a + 1024 * (int64_t)warp; b0 < t.b; b0 += 1024 * (int64_t)TP_WARPS) {
+            float v[8][4];
+#pragma unroll
+            for (int sb = 0; sb < 8; sb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    v[sb][e] = tp_tiled_elem((const uint8_t *)st.w[0], st.kt[0], a.token, b0 + sb * 128 + 4 * lane + e);
+            tp_fwht1024(v, lane);
+#pragma unroll
+            for (int sb = 0; sb < 8; sb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t j = b0 + sb * 128 + 4 * lane + e;
+                    const float y = v[sb][e] * sc * __ldg(st.signs + j);
+                    x[j] = y;
+                    ss += y * y;
+                }
+        }
+    } else {
+        for (int64_t j = t.a + threadIdx.x; j < t.b; j += TP_THREADS) {
+            const float v = tp_tiled_elem((const uint8_t *)st.w[0], st.kt[0], a.token, j);
+            x[j] = v;
+            ss += v * v;
+        }
     }
     ss = tp_block_sum(ss, red);
     if (threadIdx.x == 0) a.part_f[st.task0 + t.idx] = ss;
@@ -215,7 +289,7 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
 /* ------------------------------------------------------------ attention */
 
 #define TP_APOS 8 /* positions a warp loads before it scores them */
-#define TP_EPL 4  /* head dims per lane: head_dim <= 128 (tc_persist_new checks) */
+#define TP_EPL 8  /* head dims per lane in tp_head_prep: head_dim <= 256 (tc_persist_new checks) */
 
 /* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
  * angles' cos and sin from the step's table rt) */
@@ -269,34 +343,42 @@ __device__ __forceinline__ float4 tp_kv4(const __nv_bfloat16 *p) {
                        __uint_as_float(u.y & 0xffff0000u));
 }
 
-/* the cached positions p0, p0 + TP_WARPS, .. (TP_APOS of them, those < pos; the rest
- * zero) of kv head kh, lane l holding dims 4l .. 4l+3: they do not depend on this step */
-template <typename KV>
+/* the cached positions p0, p0 + TP_WARPS, .. (TP_APOS / NV of them, those < pos; the rest
+ * zero) of kv head kh, lane l holding dims 128 c + 4l .. +3 (c < NV: NV = 1 for heads of
+ * up to 128, 2 up to 256): they do not depend on this step */
+template <typename KV, int NV>
 __device__ __forceinline__ void tp_attn_load(const KV *kc, const KV *vc, int p0, int pos, size_t kvw, int kh, int HD,
-                                             int lane, float4 (&kv)[TP_APOS], float4 (&vv)[TP_APOS]) {
+                                             int lane, float4 (&kv)[TP_APOS / NV][NV],
+                                             float4 (&vv)[TP_APOS / NV][NV]) {
 #pragma unroll
-    for (int u = 0; u < TP_APOS; u++) {
+    for (int u = 0; u < TP_APOS / NV; u++) {
         const int p = p0 + u * TP_WARPS;
-        const size_t base = att_kv_index(p, kvw, kh, HD) + 4 * lane;
-        const bool in = 4 * lane < HD && p < pos;
-        kv[u] = in ? tp_kv4(kc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        vv[u] = in ? tp_kv4(vc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int c = 0; c < NV; c++) {
+            const size_t base = att_kv_index(p, kvw, kh, HD) + 128 * c + 4 * lane;
+            const bool in = 128 * c + 4 * lane < HD && p < pos;
+            kv[u][c] = in ? tp_kv4(kc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            vv[u][c] = in ? tp_kv4(vc + base) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
     }
 }
 
 /* The attention task: the first batch of cached positions loaded, the wait (false: the
- * CTA must leave), q and the position's k, v made, the scores. */
-template <typename KV>
+ * CTA must leave), q and the position's k, v made, the scores. Gated (qwen35): the q rows
+ * are q|gate per head and the output is multiplied by sigmoid(gate). */
+template <typename KV, int NV>
 __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, int *flag,
                         unsigned long long *pr) {
+    constexpr int AP = TP_APOS / NV;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int HD = st.head_dim, NH = st.n_head, NKV = st.n_head_kv, grp = NH / NKV;
     const int h = (int)t.a, kh = h / grp, pos = a.pos;
-    const size_t qw = (size_t)NH * HD, kvw = (size_t)NKV * HD;
+    const int qs = st.gated ? 2 * HD : HD; /* q rows a head */
+    const size_t qw = (size_t)NH * qs, kvw = (size_t)NKV * HD;
     KV *kc = (KV *)((uint8_t *)a.kcache + (size_t)st.kv_index * a.n_ctx * a.k_row);
     KV *vc = (KV *)((uint8_t *)a.vcache + (size_t)st.kv_index * a.n_ctx * a.v_row);
-    float4 kv[TP_APOS], vv[TP_APOS];
-    tp_attn_load(kc, vc, warp, pos, kvw, kh, HD, lane, kv, vv);
+    float4 kv[AP][NV], vv[AP][NV];
+    tp_attn_load<KV, NV>(kc, vc, warp, pos, kvw, kh, HD, lane, kv, vv);
     if (!tp_wait(a, t.stage, st.dep, flag)) return false;
     if (pr && tid == 0) pr[1] = tp_now();
     const float *qkv = a.scratch + a.buf_off[TP_BUF_QKV];
@@ -304,7 +386,7 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD; /* 16-byte aligned: HD % 32 == 0 */
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
     const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
-    if (warp == 0) tp_head_prep(qkv + (size_t)h * HD, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
+    if (warp == 0) tp_head_prep(qkv + (size_t)h * qs, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
     if (warp == 1) {
         tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, rt, sk);
         for (int j = lane; j < HD; j += 32) sk[j] = tp_round(sk[j], (const KV *)0);
@@ -318,33 +400,47 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             att_store(kc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sk[j]);
             att_store(vc, a.kv_type, att_kv_index(pos, kvw, kh, HD) + j, sv[j]);
         }
-    const bool act = 4 * lane < HD; /* lane l: dims 4l .. 4l+3 */
-    const float4 q = act ? *(const float4 *)(sq + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bool act[NV];
+    float4 q[NV], acc[NV];
+#pragma unroll
+    for (int c = 0; c < NV; c++) { /* lane l: dims 128 c + 4l .. +3 */
+        act[c] = 128 * c + 4 * lane < HD;
+        q[c] = act[c] ? *(const float4 *)(sq + 128 * c + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     float m = -INFINITY, l = 0.0f;
-    /* positions warp, warp + 8, ...: TP_APOS of them a step, their k and v loaded before
-     * the products (the same order as one at a time: the same result); the current
+    /* positions warp, warp + 8, ...: AP of them a step, their k and v loaded before the
+     * products (the same order as one at a time: the same result); the current
      * position's from shared memory */
-    for (int p0 = warp; p0 <= pos; p0 += TP_APOS * TP_WARPS) {
-        if (p0 != warp) tp_attn_load(kc, vc, p0, pos, kvw, kh, HD, lane, kv, vv);
+    for (int p0 = warp; p0 <= pos; p0 += AP * TP_WARPS) {
+        if (p0 != warp) tp_attn_load<KV, NV>(kc, vc, p0, pos, kvw, kh, HD, lane, kv, vv);
 #pragma unroll
-        for (int u = 0; u < TP_APOS; u++)
-            if (p0 + u * TP_WARPS == pos && act) { /* the position's k, v from shared memory */
-                kv[u] = *(const float4 *)(sk + 4 * lane);
-                vv[u] = *(const float4 *)(sv + 4 * lane);
-            }
+        for (int u = 0; u < AP; u++)
+            if (p0 + u * TP_WARPS == pos) /* the position's k, v from shared memory */
 #pragma unroll
-        for (int u = 0; u < TP_APOS; u++) {
+                for (int c = 0; c < NV; c++)
+                    if (act[c]) {
+                        kv[u][c] = *(const float4 *)(sk + 128 * c + 4 * lane);
+                        vv[u][c] = *(const float4 *)(sv + 128 * c + 4 * lane);
+                    }
+#pragma unroll
+        for (int u = 0; u < AP; u++) {
             if (p0 + u * TP_WARPS > pos) break; /* uniform across the warp */
-            float d = q.x * kv[u].x + q.y * kv[u].y + q.z * kv[u].z + q.w * kv[u].w;
+            float d = 0.0f;
+#pragma unroll
+            for (int c = 0; c < NV; c++)
+                d += q[c].x * kv[u][c].x + q[c].y * kv[u][c].y + q[c].z * kv[u][c].z + q[c].w * kv[u][c].w;
             d = tc_warp_sum(d) * scale;
             const float mn = fmaxf(m, d);
             const float corr = expf(m - mn), pe = expf(d - mn);
             l = l * corr + pe;
-            acc.x = acc.x * corr + pe * vv[u].x;
-            acc.y = acc.y * corr + pe * vv[u].y;
-            acc.z = acc.z * corr + pe * vv[u].z;
-            acc.w = acc.w * corr + pe * vv[u].w;
+#pragma unroll
+            for (int c = 0; c < NV; c++) {
+                acc[c].x = acc[c].x * corr + pe * vv[u][c].x;
+                acc[c].y = acc[c].y * corr + pe * vv[u][c].y;
+                acc[c].z = acc[c].z * corr + pe * vv[u][c].z;
+                acc[c].w = acc[c].w * corr + pe * vv[u][c].w;
+            }
             m = mn;
         }
     }
@@ -353,9 +449,12 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
         wm[warp] = m;
         wl[warp] = l;
     }
-    if (act) *(float4 *)(wacc + warp * HD + 4 * lane) = acc;
+#pragma unroll
+    for (int c = 0; c < NV; c++)
+        if (act[c]) *(float4 *)(wacc + warp * HD + 128 * c + 4 * lane) = acc[c];
     tp_sync();
     float *out = a.scratch + a.buf_off[TP_BUF_ATT] + (size_t)h * HD;
+    const float *gate = qkv + (size_t)h * qs + HD;
     for (int j = tid; j < HD; j += TP_THREADS) {
         float M = -INFINITY;
         for (int w = 0; w < TP_WARPS; w++) M = fmaxf(M, wm[w]);
@@ -365,7 +464,158 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
             L += wl[w] * f;
             o += wacc[w * HD + j] * f;
         }
-        out[j] = o / L;
+        float y = o / L;
+        if (st.gated) y *= 1.0f / (1.0f + expf(-__ldcg(gate + j)));
+        out[j] = y;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ GDN */
+
+/* a row element of the GDN's a/b projections in shared memory (TP_AB_*) */
+__device__ __forceinline__ float tp_ab_elem(const uint8_t *w, int kind, int j) {
+    if (kind == TP_AB_F32) return ((const float *)w)[j];
+    const uint16_t u = ((const uint16_t *)w)[j];
+    return kind == TP_AB_F16 ? __half2float(__ushort_as_half(u)) : __uint_as_float((uint32_t)u << 16);
+}
+
+/* q and k of the task in shared memory: row e at (e / 16) * 17 + e % 16 (the 8 row groups
+ * of a warp read 8 different banks) */
+#define TP_GQ(e) (((e) >> 4) * 17 + ((e) & 15))
+#define TP_GQN (8 * 17)
+
+/* The GDN task: value head p = t.a of the layer for this token (kernels.h's GDN step;
+ * persist_ref.c gdn()). Thread t owns columns 4 cg .. 4 cg + 3 (cg = t / 8) of rows
+ * 16 rg .. 16 rg + 15 (rg = t % 8) of the head's state in registers, loaded before the wait
+ * (only this task writes them, in earlier launches), and the a, b rows are copied into
+ * shared memory before it too. After the wait: the normed x (the norm site's sum of
+ * squares from its source's partial slots) dotted with the a, b rows; q, k of the key head
+ * (conv'd by the stage before) L2-normalised; decay, beta; the delta rule; the gated norm;
+ * the head's dv outputs to its slot (grouped order when out_grouped). dk, dv <= 128. */
+__device__ bool tp_gdn(const tp_args &a, const tp_stage &st, const tp_task &t, float *sm, float *red, int *flag,
+                       unsigned long long *pr) {
+    const int tid = threadIdx.x;
+    const int nk = st.n_k, nv = st.n_v, dk = st.dk, dv = st.dv, r = nv / nk, E = st.in_k;
+    const int p = (int)t.a, kh = st.v_tiled ? p % nk : p / r;
+    const int cg = tid >> 3, rg = tid & 7;
+    constexpr int RPT = 16;
+    const bool colok = 4 * cg < dv, bf = a.gdn_bf16 != 0;
+    const size_t es = bf ? 2 : 4, rs = (size_t)dv * es;
+    uint8_t *Sb = a.gdn_state + (size_t)st.gdn_index * a.st_bytes +
+                  ((size_t)p * dk * dv + (size_t)rg * RPT * dv + 4 * (size_t)cg) * es;
+    asm volatile("" : "+l"(Sb)); /* one base address, not RPT live ones */
+    float4 S[RPT];
+#pragma unroll
+    for (int e = 0; e < RPT; e++)
+        S[e] = colok && rg * RPT + e < dk ? gdn_ld4b(Sb + e * rs, bf) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float *sq = sm, *sk = sm + TP_GQN;
+    uint8_t *wab = (uint8_t *)(sm + 2 * TP_GQN); /* 16-byte aligned */
+    const size_t rowb = (size_t)E * (st.ab_kind == TP_AB_F32 ? 4 : 2);
+    {
+        const uint32_t wa_s = (uint32_t)__cvta_generic_to_shared(wab);
+        const uint8_t *ga = (const uint8_t *)st.wab[0] + (size_t)p * (size_t)st.ab_rb;
+        const uint8_t *gb = (const uint8_t *)st.wab[1] + (size_t)p * (size_t)st.ab_rb;
+        for (size_t o = (size_t)tid * 16; o < rowb; o += (size_t)TP_THREADS * 16) {
+            cp_async16(wa_s + (uint32_t)o, ga + o);
+            cp_async16(wa_s + (uint32_t)(rowb + o), gb + o);
+        }
+        cp_commit();
+    }
+    if (!tp_wait(a, t.stage, st.dep, flag)) {
+        cp_wait<0>(); /* no copy in flight when the CTA leaves */
+        return false;
+    }
+    if (pr && tid == 0) pr[1] = tp_now();
+    /* the normed x and the a, b dots */
+    const tp_stage &ns = a.stages[st.norm_src];
+    if (tid < 32) {
+        float ss = 0;
+        for (int i = tid; i < ns.n_tasks; i += 32) ss += __ldcg(a.part_f + ns.task0 + i);
+        ss = tc_warp_sum(ss);
+        if (tid == 0) red[0] = ss;
+    }
+    cp_wait<0>();
+    tp_sync();
+    const float inv = (float)(1.0 / sqrt((double)red[0] / E + (double)st.eps));
+    tp_sync(); /* red[0] read before the block sums reuse red */
+    const float *x = a.scratch + a.buf_off[TP_BUF_X];
+    float pa = 0.0f, pb = 0.0f;
+    for (int j = tid; j < E; j += TP_THREADS) {
+        const float xn = __ldcg(x + j) * inv * __ldg(st.gain + j);
+        pa = fmaf(tp_ab_elem(wab, st.ab_kind, j), xn, pa);
+        pb = fmaf(tp_ab_elem(wab + rowb, st.ab_kind, j), xn, pb);
+    }
+    pa = tp_block_sum(pa, red);
+    pb = tp_block_sum(pb, red);
+    /* q, k of the key head; v of the thread's columns; z of its output column */
+    const float *w = a.scratch + a.buf_off[TP_BUF_QKV];
+    const float qv = tid < dk ? __ldcg(w + (size_t)kh * dk + tid) : 0.0f;
+    const float kx = tid < dk ? __ldcg(w + (size_t)nk * dk + (size_t)kh * dk + tid) : 0.0f;
+    float v4[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) v4[c] = colok ? __ldcg(w + (size_t)2 * nk * dk + (size_t)p * dv + 4 * cg + c) : 0.0f;
+    const int oc = 4 * cg + (rg & 3); /* threads rg < 4 give column oc */
+    const bool own = rg < 4 && oc < dv;
+    const float zz = own ? __ldcg(a.scratch + a.buf_off[TP_BUF_Z] + (size_t)p * dv + oc) : 0.0f;
+    const float sq2 = tp_block_sum(qv * qv, red), sk2 = tp_block_sum(kx * kx, red);
+    const float iq = (float)(1.0 / sqrt((double)sq2 + 1e-6)) * (1.0f / sqrtf((float)dk));
+    const float ik = (float)(1.0 / sqrt((double)sk2 + 1e-6));
+    if (tid < 128) {
+        sq[TP_GQ(tid)] = qv * iq;
+        sk[TP_GQ(tid)] = kx * ik;
+    }
+    const float xa = pa + st.dt_bias[p];
+    const float sp = xa > 20.0f ? xa : log1pf(expf(xa));
+    const float decay = expf(st.ssm_a[p] * sp), beta = 1.0f / (1.0f + expf(-pb));
+    tp_sync(); /* q, k in shared memory */
+    if (pr && tid == 0) pr[2] = tp_now();
+    float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < RPT; e++) {
+        const float kk = sk[TP_GQ(rg * RPT + e)], qq = sq[TP_GQ(rg * RPT + e)];
+        float *s4 = &S[e].x;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float s = s4[c] * decay;
+            s4[c] = s;
+            kv[c] = fmaf(s, kk, kv[c]);
+            sv[c] = fmaf(s, qq, sv[c]);
+        }
+        kq = fmaf(kk, qq, kq);
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) { /* over the 8 row groups (lanes t % 8) */
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            kv[c] += __shfl_xor_sync(0xffffffffu, kv[c], o);
+            sv[c] += __shfl_xor_sync(0xffffffffu, sv[c], o);
+        }
+        kq += __shfl_xor_sync(0xffffffffu, kq, o);
+    }
+    float d[4], oj = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        d[c] = (v4[c] - kv[c]) * beta;
+        const float oc_ = sv[c] + kq * d[c];
+        if (c == (rg & 3)) oj = oc_;
+    }
+#pragma unroll
+    for (int e = 0; e < RPT; e++) {
+        const float kk = sk[TP_GQ(rg * RPT + e)];
+        float *s4 = &S[e].x;
+#pragma unroll
+        for (int c = 0; c < 4; c++) s4[c] = fmaf(kk, d[c], s4[c]);
+        if (colok && rg * RPT + e < dk) gdn_st4b(Sb + e * rs, S[e], bf);
+    }
+    if (pr && tid == 0) pr[3] = tp_now();
+    /* the gated norm over the dv columns */
+    if (!own) oj = 0.0f;
+    const float ss = tp_block_sum(oj * oj, red);
+    if (own) {
+        const float invo = 1.0f / sqrtf(ss / (float)dv + st.eps);
+        const int slot = st.out_grouped ? (p % nk) * r + p / nk : p;
+        a.scratch[a.buf_off[st.out_buf[0]] + (size_t)slot * dv + oc] = oj * invo * st.gdn_norm[oc] * tc_silu(zz);
     }
     return true;
 }
@@ -374,7 +624,8 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
 
 /* MODE (tc_persist_mm.cuh): TP_M_REGS, TP_M_RING (a loader warp: TP_THREADS + 32
  * threads), TP_M_CPA */
-template <typename KV, int MODE>
+/* Q35: with the qwen35 stages (a separate build, so that qwen3's keeps its registers) */
+template <typename KV, int MODE, bool Q35>
 __global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) k_persist(const tp_args a) {
     constexpr bool RING = MODE == TP_M_RING;
     extern __shared__ float4 tp_smem4[];
@@ -411,14 +662,22 @@ __global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) 
         unsigned long long *pr = a.prof ? a.prof + TP_PS * (size_t)(st.task0 + t.idx) : NULL;
         if (pr && threadIdx.x == 0) pr[0] = tp_now();
         if (st.kind == TP_MATMUL) { /* the matmul task waits inside */
-            if (!tp_mm<MODE>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
+            if (!tp_mm<MODE, Q35>(a, st, t, (uint8_t *)sm, red, redi, &flag, pr, rg, nbase)) break;
             tp_signal(a, t.stage);
             if (pr && threadIdx.x == 0) pr[4] = tp_now();
             nbase += (uint32_t)((t.b - t.a) * (st.out_mode == TP_OUT_SWIGLU ? 2 : 1) * st.kt[0]);
             continue;
         }
         if (st.kind == TP_ATTN) { /* so does attention (its cached positions first) */
-            if (!tp_attn<KV>(a, st, t, sm, &flag, pr)) break;
+            if (!(Q35 && st.head_dim > 128 ? tp_attn<KV, Q35 ? 2 : 1>(a, st, t, sm, &flag, pr)
+                                           : tp_attn<KV, 1>(a, st, t, sm, &flag, pr)))
+                break;
+            tp_signal(a, t.stage);
+            if (pr && threadIdx.x == 0) pr[4] = tp_now();
+            continue;
+        }
+        if (Q35 && st.kind == TP_GDN) { /* and the GDN step (its state first) */
+            if (!tp_gdn(a, st, t, sm, red, &flag, pr)) break;
             tp_signal(a, t.stage);
             if (pr && threadIdx.x == 0) pr[4] = tp_now();
             continue;
@@ -427,7 +686,7 @@ __global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) 
         if (!tp_wait(a, t.stage, st.dep, &flag)) break;
         if (pr && threadIdx.x == 0) pr[1] = pr[2] = pr[3] = tp_now();
         switch (st.kind) {
-        case TP_EMBED: tp_embed(a, st, t, red); break;
+        case TP_EMBED: tp_embed<Q35>(a, st, t, red); break;
         default: { /* TP_ARGMAX over the head's partial slots */
             const tp_stage &hs = a.stages[st.norm_src];
             float v = -INFINITY;
@@ -456,18 +715,21 @@ __global__ void __launch_bounds__(TP_THREADS + (MODE == TP_M_RING ? 32 : 0), 1) 
 /* ------------------------------------------------------------ host side */
 
 /* families of stages in the profile */
-enum { TP_F_EMBED, TP_F_QKV, TP_F_ATTN, TP_F_O, TP_F_GATEUP, TP_F_DOWN, TP_F_HEAD, TP_F_ARGMAX, TP_FAMS };
+enum { TP_F_EMBED, TP_F_QKV, TP_F_ATTN, TP_F_O, TP_F_GATEUP, TP_F_DOWN, TP_F_HEAD, TP_F_ARGMAX, TP_F_CONV,
+       TP_F_GDN, TP_FAMS };
 static const char *const tp_fam_name[TP_FAMS] = {"embed", "matmul q,k,v (+norm)", "attention", "matmul o (+resid)",
                                                  "matmul gate,up+swiglu", "matmul down (+resid)", "matmul head",
-                                                 "argmax"};
+                                                 "argmax", "matmul qkv,z (+conv)", "GDN step"};
 static int tp_family(const tp_stage *s) {
     switch (s->kind) {
     case TP_EMBED: return TP_F_EMBED;
     case TP_ATTN: return TP_F_ATTN;
     case TP_ARGMAX: return TP_F_ARGMAX;
+    case TP_GDN: return TP_F_GDN;
     default:
         switch (s->out_mode) {
         case TP_OUT_ROWS: return TP_F_QKV;
+        case TP_OUT_CONV: return TP_F_CONV;
         case TP_OUT_SWIGLU: return TP_F_GATEUP;
         case TP_OUT_LOGITS: return TP_F_HEAD;
         default: return s->in_buf == TP_BUF_ATT ? TP_F_O : TP_F_DOWN;
@@ -481,6 +743,9 @@ static int tp_family(const tp_stage *s) {
 
 struct tc_persist {
     tc_ctx *cx;
+    int n_gdn;             /* GDN layers: the step needs the session's states */
+    bool q35;              /* the program has qwen35 stages: k_persist<.., true> */
+    size_t conv_n, st_elems; /* a layer's conv state (floats) and recurrent state (elements) */
     tp_stage *stages;
     tp_task *tasks;
     int32_t *cta_off;
@@ -507,14 +772,14 @@ struct tc_persist {
     long long fam_tasks[TP_FAMS], steps;
 };
 
-template <typename KV, int MODE> static int tp_prepare(size_t smem) {
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <typename KV, int MODE, bool Q35> static int tp_prepare(size_t smem) {
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_persist<KV, MODE, Q35>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return TC_ERR_UNSUPPORTED;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, MODE>, TP_THREADS + (MODE == TP_M_RING ? 32 : 0),
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_persist<KV, MODE, Q35>, TP_THREADS + (MODE == TP_M_RING ? 32 : 0),
                                                       smem) != cudaSuccess ||
         nb < 1) {
         (void)cudaGetLastError();
@@ -522,14 +787,21 @@ template <typename KV, int MODE> static int tp_prepare(size_t smem) {
     }
     return 0;
 }
-template <int MODE> static int tp_prepare_all(size_t smem) {
-    int e = tp_prepare<float, MODE>(smem);
-    if (!e) e = tp_prepare<__half, MODE>(smem);
-    if (!e) e = tp_prepare<__nv_bfloat16, MODE>(smem);
+template <int MODE, bool Q35> static int tp_prepare_kv(size_t smem) {
+    int e = tp_prepare<float, MODE, Q35>(smem);
+    if (!e) e = tp_prepare<__half, MODE, Q35>(smem);
+    if (!e) e = tp_prepare<__nv_bfloat16, MODE, Q35>(smem);
     return e;
+}
+template <int MODE> static int tp_prepare_all(size_t smem, bool q35) {
+    return q35 ? tp_prepare_kv<MODE, true>(smem) : tp_prepare_kv<MODE, false>(smem);
 }
 
 #define TP_RING_MAX 192 /* tile slots of the ring variant at most */
+
+/* the qwen35 stages, not yet run on a device: off unless a test turns them on (lab.h) */
+static int tp_allow_q35 = 0;
+extern "C" void tc_persist_allow_qwen35(int on) { tp_allow_q35 = on != 0; }
 /* where the matmul tiles wait by default (tc_persist_mm.cuh; tc_persist_set_pipeline) */
 #define TP_MODE_DEFAULT TP_M_CPA
 
@@ -563,16 +835,33 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     TC_CTX(cx);
     *out = NULL;
     if (!p || p->n_cta < 1 || p->n_cta > tc_sm_count() || p->n_stages < 1) return TC_ERR_UNSUPPORTED;
-    /* what this kernel runs: qwen3 without transforms, head_dim <= 128 (the qwen35 stages,
-     * the transforms and the gate have their host reference in persist_ref.c, not a kernel yet) */
+    /* what this kernel runs: transforms in blocks of 1024, heads of up to 256 (a multiple of
+     * 32), GDN heads of up to 128 (dv a multiple of 4), conv widths up to 4, dense a/b rows
+     * of f32/f16/bf16 with 16-byte aligned rows; the qwen35 stages only behind the lab
+     * switch until a device run has checked them (tc_persist_allow_qwen35) */
+    size_t conv_n = 0, st_elems = 0;
+    bool q35 = p->n_gdn > 0;
     for (int s = 0; s < p->n_stages; s++) {
         const tp_stage *st = &p->stages[s];
-        if (st->kind == TP_GDN || st->signs || st->gated || st->out_mode == TP_OUT_CONV ||
-            (st->kind == TP_ATTN && st->head_dim > 32 * TP_EPL) || p->n_gdn)
-            return TC_ERR_UNSUPPORTED;
+        q35 = q35 || st->signs || st->gated;
+        if (st->signs && (st->had_block != 1024 || st->in_k % 1024)) return TC_ERR_UNSUPPORTED;
+        if (st->kind == TP_ATTN && (st->head_dim > 256 || st->head_dim % 32)) return TC_ERR_UNSUPPORTED;
+        if (st->out_mode == TP_OUT_CONV) {
+            if (st->conv_k < 1 || st->conv_k > 4 || !st->conv_w) return TC_ERR_UNSUPPORTED;
+            conv_n = (size_t)(st->conv_k - 1) * (size_t)st->n[0];
+        }
+        if (st->kind == TP_GDN) {
+            const size_t rowb = (size_t)st->in_k * (st->ab_kind == TP_AB_F32 ? 4 : 2);
+            if (st->dk < 1 || st->dk > 128 || st->dv < 4 || st->dv > 128 || st->dv % 4 || st->ab_kind < 0 ||
+                st->ab_rb % 16 || rowb % 16 || ((uintptr_t)st->wab[0] & 15) || ((uintptr_t)st->wab[1] & 15) ||
+                st->n_v % st->n_k)
+                return TC_ERR_UNSUPPORTED;
+            st_elems = (size_t)st->n_v * st->dk * st->dv;
+        }
     }
+    if (q35 && !tp_allow_q35) return TC_ERR_UNSUPPORTED;
     const size_t smem = tp_smem_bytes(p);
-    int e = tp_prepare_all<TP_M_REGS>(smem);
+    int e = tp_prepare_all<TP_M_REGS>(smem, q35);
     if (e) return e;
     tc_persist *ps = (tc_persist *)calloc(1, sizeof *ps);
     if (!ps) return (int)cudaErrorMemoryAllocation;
@@ -588,12 +877,16 @@ extern "C" int tc_persist_new(tc_ctx *cx, const tp_prog *p, tc_persist **out) {
     size_t R = room / (TCT_TILE + 16);
     if (R > TP_RING_MAX) R = TP_RING_MAX;
     ps->smem_ring = ps->ring_off + R * (TCT_TILE + 16);
-    ps->ring_slots = R >= 16 && !tp_prepare_all<TP_M_RING>(ps->smem_ring) ? (int)R : 0;
+    ps->ring_slots = R >= 16 && !tp_prepare_all<TP_M_RING>(ps->smem_ring, q35) ? (int)R : 0;
     ps->smem_cpa = ps->ring_off + (size_t)TP_WARPS * TP_D * TCT_TILE;
-    ps->cpa_ok = ps->smem_cpa + 1024 <= (size_t)optin && !tp_prepare_all<TP_M_CPA>(ps->smem_cpa);
+    ps->cpa_ok = ps->smem_cpa + 1024 <= (size_t)optin && !tp_prepare_all<TP_M_CPA>(ps->smem_cpa, q35);
     ps->mode = TP_MODE_DEFAULT;
     if (ps->mode == TP_M_CPA && !ps->cpa_ok) ps->mode = TP_M_REGS;
     ps->n_stages = p->n_stages;
+    ps->n_gdn = p->n_gdn;
+    ps->q35 = q35;
+    ps->conv_n = conv_n;
+    ps->st_elems = st_elems;
     ps->n_cta = p->n_cta;
     ps->V = p->n_vocab;
     ps->logits_stage = p->logits_stage;
@@ -651,16 +944,19 @@ extern "C" void tc_persist_debug(tc_persist *ps, int hang_stage, long long budge
     ps->budget = budget_cycles > 0 ? budget_cycles : 1LL << 33;
 }
 
-template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
+template <typename KV, bool Q35> static int tp_launch_q(tc_persist *ps, tp_args *a) {
     void *args[] = {(void *)a};
     if (ps->mode == TP_M_RING)
-        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_RING>, dim3((unsigned)ps->n_cta),
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_RING, Q35>, dim3((unsigned)ps->n_cta),
                                                 dim3(TP_THREADS + 32), args, ps->smem_ring, tc_cur->stream);
     if (ps->mode == TP_M_CPA)
-        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_CPA>, dim3((unsigned)ps->n_cta),
+        return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_CPA, Q35>, dim3((unsigned)ps->n_cta),
                                                 dim3(TP_THREADS), args, ps->smem_cpa, tc_cur->stream);
-    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_REGS>, dim3((unsigned)ps->n_cta),
+    return (int)cudaLaunchCooperativeKernel((const void *)k_persist<KV, TP_M_REGS, Q35>, dim3((unsigned)ps->n_cta),
                                             dim3(TP_THREADS), args, ps->smem, tc_cur->stream);
+}
+template <typename KV> static int tp_launch(tc_persist *ps, tp_args *a) {
+    return ps->q35 ? tp_launch_q<KV, true>(ps, a) : tp_launch_q<KV, false>(ps, a);
 }
 
 extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *logits_host, int *token_out,
@@ -668,6 +964,7 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     TC_CTX(ps->cx);
     *failed_stage = -1;
     if (sq->kv_type != TC_KV_F32 && sq->kv_type != TC_KV_F16 && sq->kv_type != TC_KV_BF16) return TC_ERR_UNSUPPORTED;
+    if (ps->n_gdn && (!sq->conv_state || !sq->gdn_state)) return TC_ERR_UNSUPPORTED;
     tp_args a;
     memset(&a, 0, sizeof a);
     a.stages = ps->stages;
@@ -694,6 +991,12 @@ extern "C" int tc_persist_step(tc_persist *ps, const tc_persist_seq *sq, float *
     a.ring_slots = ps->ring_slots;
     a.ring_off = ps->ring_off;
     memcpy(a.buf_off, ps->buf_off, sizeof a.buf_off);
+    a.conv_state = sq->conv_state;
+    a.gdn_state = (uint8_t *)sq->gdn_state;
+    a.gdn_bf16 = sq->gdn_bf16 != 0;
+    a.conv_n = ps->conv_n;
+    /* a layer's recurrent state: bf16 elements packed two a float (the session's layout) */
+    a.st_bytes = sq->gdn_bf16 ? (ps->st_elems + 1) / 2 * 4 : ps->st_elems * 4;
     cudaStream_t s = tc_cur->stream;
     int e = (int)cudaMemsetAsync(ps->words, 0, ps->words_b, s);
     if (!e) {

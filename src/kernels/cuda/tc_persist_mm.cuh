@@ -87,6 +87,7 @@ __device__ __forceinline__ void tp_mma_tile(const tp_slot &sl, uint32_t qa, uint
 }
 
 /* row r of global strip S of the stage gets y0 (and the up row's y1 for SwiGLU) */
+template <bool Q35>
 __device__ __forceinline__ void tp_emit(const tp_args &a, const tp_stage &st, bool swiglu, int64_t S, int r, float y0,
                                         float y1, float &ss, float &best, int &besti) {
     int mi = 0;
@@ -107,6 +108,30 @@ __device__ __forceinline__ void tp_emit(const tp_args &a, const tp_stage &st, bo
         break;
     }
     case TP_OUT_SWIGLU: a.scratch[a.buf_off[st.out_buf[0]] + row] = tc_silu(y0) * y1; break;
+    case TP_OUT_CONV:
+        if (!Q35) break;
+        if (mi == 0) { /* channel `row` of the GDN's q|k|v: the causal conv over its state and y0,
+                        * SiLU; the state shifted (each channel's state is this task's alone) */
+            const int Kc = st.conv_k;
+            const size_t C = (size_t)st.n[0];
+            float *cs = a.conv_state + (size_t)st.gdn_index * a.conv_n + row;
+            const float *wc = st.conv_w + (size_t)row * Kc;
+            float old[3] = {0.0f, 0.0f, 0.0f}, sc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+                if (j < Kc - 1) {
+                    old[j] = cs[(size_t)j * C];
+                    sc += wc[j] * old[j];
+                }
+            sc += wc[Kc - 1] * y0;
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+                if (j < Kc - 1) cs[(size_t)j * C] = j + 1 < Kc - 1 ? old[j + 1] : y0;
+            a.scratch[a.buf_off[st.out_buf[0]] + row] = tc_silu(sc);
+        } else { /* z */
+            a.scratch[a.buf_off[st.out_buf[1]] + row] = y0;
+        }
+        break;
     default: /* TP_OUT_LOGITS */
         a.scratch[a.buf_off[st.out_buf[0]] + row] = y0;
         if (y0 > best) {
@@ -151,6 +176,45 @@ __device__ __forceinline__ void tp_in_quant(int GP, int c0, float inv, const tp_
             if (lane == 0) /* the block's {sx, corr sum} pair, read by every lane of a tile */
                 pairs[blk] = make_int2(__float_as_int(sxs[blk]),
                                        (crs[4 * blk] + crs[4 * blk + 1]) + (crs[4 * blk + 2] + crs[4 * blk + 3]));
+        }
+    }
+}
+
+/* One 128-block quantised (lane l: inputs 4l .. 4l+3) and its {sx, corr sum} pair */
+__device__ __forceinline__ void tp_q_block(const float v[4], int lane, int blk, int8_t *qs, float *sxs, int *crs,
+                                           int2 *pairs) {
+    tc_actq_block(v, lane, qs, sxs, crs, blk);
+    __syncwarp();
+    if (lane == 0)
+        pairs[blk] = make_int2(__float_as_int(sxs[blk]),
+                               (crs[4 * blk] + crs[4 * blk + 1]) + (crs[4 * blk + 2] + crs[4 * blk + 3]));
+}
+
+/* The input with its transform (st.signs; blocks of 1024, K % 1024 == 0: tc_persist_new
+ * checks): warp w takes the 1024-blocks w, w + TP_WARPS, ..; lane l loads inputs
+ * sb*128 + 4l .. +3 of each of the 8 128-blocks, x * inv * gain (a norm site), times the
+ * signs, the butterflies (tp_fwht1024), / 32, and quantises the 8 blocks. */
+__device__ void tp_in_xf(const tp_stage &st, const float *src, bool norm, float inv, int K, int lane, int warp,
+                         int8_t *qs, float *sxs, int *crs, int2 *pairs) {
+    const float sc = 1.0f / sqrtf(1024.0f);
+    for (int b = warp; b < K / 1024; b += TP_WARPS) {
+        float v[8][4];
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++) {
+            const int j = b * 1024 + sb * 128 + 4 * lane;
+            const float4 x = __ldcg((const float4 *)(src + j)); /* 64-float aligned buffers */
+            float xe[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (norm) xe[e] = xe[e] * inv * __ldg(st.gain + j + e);
+                v[sb][e] = xe[e] * __ldg(st.signs + j + e);
+            }
+        }
+        tp_fwht1024(v, lane);
+#pragma unroll
+        for (int sb = 0; sb < 8; sb++) {
+            const float q[4] = {v[sb][0] * sc, v[sb][1] * sc, v[sb][2] * sc, v[sb][3] * sc};
+            tp_q_block(q, lane, b * 8 + sb, qs, sxs, crs, pairs);
         }
     }
 }
@@ -255,7 +319,7 @@ __device__ void tp_loader(const tp_args &a, int c, const tp_ring &rg) {
  * copies its next TP_D tiles into its own shared-memory slots (cp.async) instead of
  * registers, the first TP_D before the wait. MODE TP_M_RING: the tiles come from
  * the ring, tile nbase of the CTA's stream being the task's first item. */
-template <int MODE>
+template <int MODE, bool Q35>
 __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, uint8_t *sm, float *red, int *redi,
                       int *flag, unsigned long long *pr, const tp_ring &rg, uint32_t nbase) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
@@ -326,10 +390,10 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
      * them loaded before they are quantised (the first batch's loads beside the norm's
      * partial sums: one L2 round trip, not one a block); padding blocks past K are zero
      * (the tile's padding group has zero codes and scales) */
-    const bool norm = st.in_mode == TP_IN_NORM;
+    const bool norm = st.in_mode == TP_IN_NORM, xf = Q35 && st.signs != NULL;
     const float *src = a.scratch + (norm ? a.buf_off[TP_BUF_X] : a.buf_off[st.in_buf]);
     tp_inb d;
-    tp_in_load(st, src, norm, G, warp, lane, d);
+    if (!xf) tp_in_load(st, src, norm, G, warp, lane, d);
     float inv = 1.0f;
     if (norm) {
         const tp_stage &ns = a.stages[st.norm_src];
@@ -342,10 +406,14 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
         tp_sync();
         inv = (float)(1.0 / sqrt((double)red[0] / K + (double)st.eps));
     }
-    tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs, pairs);
-    for (int c0 = warp + TP_INB * TP_WARPS; c0 < GP; c0 += TP_INB * TP_WARPS) {
-        tp_in_load(st, src, norm, G, c0, lane, d);
-        tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs, pairs);
+    if (xf) {
+        tp_in_xf(st, src, norm, inv, K, lane, warp, qs, sxs, crs, pairs);
+    } else {
+        tp_in_quant(GP, warp, inv, d, lane, qs, sxs, crs, pairs);
+        for (int c0 = warp + TP_INB * TP_WARPS; c0 < GP; c0 += TP_INB * TP_WARPS) {
+            tp_in_load(st, src, norm, G, c0, lane, d);
+            tp_in_quant(GP, c0, inv, d, lane, qs, sxs, crs, pairs);
+        }
     }
     tp_sync();
     if (pr && tid == 0) pr[2] = tp_now();
@@ -369,8 +437,8 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
             const int64_t sb = cs * T;
             if (sb >= i0 && sb + T <= i1) { /* the whole strip is this warp's */
                 if (tq == 0) {
-                    tp_emit(a, st, swiglu, t.a + cs, g, v[0], v[2], ss, best, besti);
-                    tp_emit(a, st, swiglu, t.a + cs, 8 + g, v[1], v[3], ss, best, besti);
+                    tp_emit<Q35>(a, st, swiglu, t.a + cs, g, v[0], v[2], ss, best, besti);
+                    tp_emit<Q35>(a, st, swiglu, t.a + cs, 8 + g, v[1], v[3], ss, best, besti);
                 }
             } else if (tq == 0) {
                 float *pp = part + (warp * 2 + (cs == i0 / T ? 0 : 1)) * 32;
@@ -448,7 +516,7 @@ __device__ bool tp_mm(const tp_args &a, const tp_stage &st, const tp_task &t, ui
                 y0 += pp[r];
                 y1 += pp[16 + r];
             }
-            tp_emit(a, st, swiglu, t.a + s, (int)r, y0, y1, ss, best, besti);
+            tp_emit<Q35>(a, st, swiglu, t.a + s, (int)r, y0, y1, ss, best, besti);
         }
     }
     if (st.out_mode == TP_OUT_RESID) {
