@@ -8,7 +8,7 @@
 #                                 utf8proc, PCRE2, libmicrohttpd, libedit and their deps) and the
 #                                 fixtures (xz -9) into .gpu/ (ignored; carry it: <= 64 MiB)
 #   scripts/gpu-check.sh run [STEPS]   (on the device, from the repo root; $OUT collects logs)
-#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,wgab,ncugdn,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
+#       STEPS: comma list of  tests,sanitize,kbench,ops,bench,benchab,wgab,ncugdn,persist,bench8b,benchq2,tcab,gdnab,ncu,ncusrc,serve,depth
 #              (default tests,bench)
 #              kbench: the decode GEMV, default vs each KB_ENVS setting (";"-separated) -> kbench.txt
 #              benchab: 27B bench model per BENCH_ENVS (";"-separated env settings) -> benchab.txt
@@ -46,6 +46,9 @@
 #                    NG_BATCH (64) sequences: the first NG_COUNT (400) launches profiled (SpeedOfLight, Occupancy,
 #                    LaunchStats, MemoryWorkloadAnalysis, WarpStateStats), the ones whose grid has NG_BATCH
 #                    sessions summarised (duration, DRAM / memory throughput, occupancy) -> ncu-gdn.txt
+#              persist: test_cuda_persist (the qwen35 stages included), it under memcheck/racecheck/synccheck
+#                    (--quick; PS_TOOLS), and PS_PRESET's (ternary-bonsai-27b) bench model per-op vs
+#                    --persistent-qwen35 --profile -> persist.txt
 #              loadparity: tern serve --device cuda --parallel LP_LEVEL (64) on LP_MODEL (qwen35-tiny
 #                    fixture), LP_REQS (256) greedy requests at concurrency LP_LEVEL, each sent again
 #                    alone (serve_bench.py --check-alone): every reply must be equal -> loadparity.json;
@@ -294,6 +297,24 @@ print('%d launches: %.1f us, DRAM %.0f%%, memory %.0f%%, occupancy %.0f%% (media
 PY
 )"
   tail -n 20 $W/ncugdn.log >> $OUT/ncu-gdn.txt
+fi
+if has persist; then # the persistent step: its device test (qwen35 stages included), sanitizers, the 27B
+  TERN_TEST_DEVICE=cuda timeout 240 $B/test_cuda_persist > $W/persist-t.log 2>&1; rc=$?
+  { echo "===== test_cuda_persist (rc=$rc)"; cat $W/persist-t.log; } >> $OUT/persist.txt
+  row "test_cuda_persist" "rc=$rc $(grep -cE '^(FAIL|not ok)' $W/persist-t.log) fails; $(tail -n 1 $W/persist-t.log | cut -c1-50)"
+  for tool in ${PS_TOOLS:-memcheck racecheck synccheck}; do
+    TERN_PERSIST_QUICK=1 TERN_TEST_DEVICE=cuda timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/test_cuda_persist > $W/persist-$tool.log 2>&1; rc=$?
+    { echo "===== $tool"; tail -n 30 $W/persist-$tool.log; } >> $OUT/persist.txt
+    row "sanitizer $tool test_cuda_persist" "rc=$rc $(grep -m1 -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' $W/persist-$tool.log)"
+  done
+  m=$W/${PS_PRESET:-ternary-bonsai-27b}.gguf
+  [ -s $m ] || $B/tern synth --preset ${PS_PRESET:-ternary-bonsai-27b} --seed 1 --quiet $m >> "$log" 2>&1
+  for v in "" "--persistent-qwen35 --profile"; do
+    timeout 200 $B/tern bench model -m $m --device cuda -p 64 -n 64 --reps 3 $v > $W/persist-b.txt 2>&1
+    { echo "===== bench model $v"; cat $W/persist-b.txt; } >> $OUT/persist.txt
+    row "27B bench ${v:-per-op}" "$(grep -m1 -E 'tg|decode' $W/persist-b.txt | cut -c1-70)"
+  done
 fi
 if has ncusrc; then # the decode GEMV (gate/up, batch 1) sampled per SASS instruction: stall reasons -> ncu-src.csv
   timeout 240 ncu --clock-control none -k regex:'k_gemv_tiled' --launch-skip 20 --launch-count 1 \

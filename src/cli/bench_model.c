@@ -57,7 +57,8 @@ static void usage(FILE *f) {
             "usage: tern bench model -m MODEL [--threads N] [-p N[,N...]] [-n N] [--reps N]\n"
             "                        [--chunk N] [--batch B[,B...]] [--depth D] [--depth-fill real|random]\n"
             "                        [--cache-type T] [--gdn-state f32|bf16] [--no-repack]\n"
-            "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--persistent] [--batch-invariant] [--json]\n"
+            "                        [--device cpu|cuda[:N]] [--tp N] [--profile] [--persistent [--persistent-qwen35]]\n"
+            "                        [--batch-invariant] [--json]\n"
             "  Prefill (-p prompt tokens, default 64) and decode (-n steps, default 16)\n"
             "  speed, medians over --reps (default 3) prefills and the decode steps;\n"
             "  -p 512,2048,8192: each prompt length prefilled --reps times (the first one\n"
@@ -70,7 +71,8 @@ static void usage(FILE *f) {
             "  GDN states read and written and KV rows read, over the ceiling); a comma list\n"
             "  (--batch 1,8,16,32,64) measures each (with --profile on a GPU: per B, the time\n"
             "  per kernel family of 4 batch steps). --persistent: --device cuda's single-token steps\n"
-            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md). --batch-invariant: the\n"
+            "  as one persistent kernel (qwen3 at batch 1; docs/persistent.md); --persistent-qwen35 lets it\n"
+            "  take a qwen35 model too (its stages are new and not yet checked on a GPU: a lab switch). --batch-invariant: the\n"
             "  model parameter batch_invariant (CUDA: every batch's rows the same bits as alone; the\n"
             "  cost of it at each --batch). --gdn-state bf16: qwen35's\n"
             "  GDN states stored in bf16 (half their bytes; docs/kernels.md). --no-repack: weights used in the file layout (default: copied into\n"
@@ -138,6 +140,7 @@ int tern_bench_model(int argc, char **argv) {
     int nbl = 0;
     tern_cache_type cache_k = TERN_CACHE_DEFAULT, cache_v = TERN_CACHE_DEFAULT;
     bool json = false, profile = false, fill_random = false, persistent = false, invariant = false;
+    bool persistent_q35 = false;
     int gdn_state = TERN_GDN_STATE_F32;
     int repack = -1; /* -1: the library's default */
     const char *device = NULL;
@@ -154,6 +157,7 @@ int tern_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--no-repack")) { repack = 0; continue; }
         if (!strcmp(a, "--profile")) { profile = true; continue; }
         if (!strcmp(a, "--persistent")) { persistent = true; continue; }
+        if (!strcmp(a, "--persistent-qwen35")) { persistent = persistent_q35 = true; continue; }
         if (!strcmp(a, "--batch-invariant")) { invariant = true; continue; }
         int cr = cli_parse_cache_type("bench model", argc, argv, &i, &cache_k, &cache_v);
         if (cr == 2) return 2;
@@ -207,6 +211,11 @@ int tern_bench_model(int argc, char **argv) {
     mp.device = device;
     mp.tp = (int)tp;
     mp.cuda_persistent = persistent;
+#if defined(TERN_HAVE_CUDA)
+    if (persistent_q35) tc_persist_allow_qwen35(1);
+#else
+    (void)persistent_q35;
+#endif
     mp.batch_invariant = invariant;
     mp.gdn_state = gdn_state;
     double t0 = tern_now_s();
