@@ -136,8 +136,9 @@ static inline size_t tp_smem_bytes(const tp_prog *p) {
     /* the matmul (tc_persist_mm.cuh): q, sx, corr, {sx, corr} pairs, partials */
     size_t mm = (size_t)p->max_in_k * 2 + (size_t)p->max_in_k / 128 * 28 + (size_t)TP_WARPS * 2 * 32 * 4 + 256;
     size_t at = (size_t)(3 + TP_WARPS) * (size_t)p->head_dim_max * 4 + 2 * TP_WARPS * 4 + 256;
-    /* a GDN task: q and k (128 each), its a and b rows (n_embd elements, f32 at most) */
-    size_t gd = p->n_gdn ? 2 * 128 * 4 + 2 * (size_t)p->n_embd * 4 + 256 : 0;
+    /* a GDN task: q and k (128 each, padded to 8 x 17), its a and b rows (n_embd elements,
+     * f32 at most) */
+    size_t gd = p->n_gdn ? 2 * 8 * 17 * 4 + 2 * (size_t)p->n_embd * 4 + 256 : 0;
     if (gd > mm) mm = gd;
     return mm > at ? mm : at;
 }
