@@ -78,6 +78,27 @@ static void dequant_row(const void *w, int64_t rb, int64_t i, int64_t k, float *
     }
 }
 
+/* row i of a 128-group ternary matrix (file layout) dotted with x[k]: per group the sum of
+ * (code - 1) x, times the group's scale (the kernel's order: integer sums, then d) */
+static float row_dot(const void *w, int64_t rb, int64_t i, int64_t k, const float *x) {
+    const uint8_t *b = (const uint8_t *)w + (size_t)i * (size_t)rb;
+    float s = 0;
+    for (int64_t g = 0; g < k / 128; g++, b += TERN_PQ2_0_BYTES) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const uint8_t *q = b + TERN_BLOCK_QS;
+        const float *xg = x + g * 128;
+        float gs = 0;
+        for (int j = 0; j < 32; j++) {
+            const unsigned c = q[j];
+            gs += (float)((int)(c & 3) - 1) * xg[4 * j] + (float)((int)((c >> 2) & 3) - 1) * xg[4 * j + 1] +
+                  (float)((int)((c >> 4) & 3) - 1) * xg[4 * j + 2] + (float)((int)(c >> 6) - 1) * xg[4 * j + 3];
+        }
+        s += gs * tern_f16_to_f32(h);
+    }
+    return s;
+}
+
 static float dot(const float *a, const float *b, int64_t n) {
     float s = 0;
     for (int64_t j = 0; j < n; j++) s += a[j] * b[j];
@@ -163,8 +184,7 @@ static void matmul(tp_ref *r, const tp_stage *st, const tp_task *t) {
         for (int rr = 0; rr < 16; rr++) {
             const int64_t row = ls * 16 + rr;
             if (row >= st->n[mi]) break;
-            dequant_row(st->w[mi], st->rb[mi], row, K, r->row);
-            const float y0 = dot(r->row, r->xs, K);
+            const float y0 = row_dot(st->w[mi], st->rb[mi], row, K, r->xs);
             switch (st->out_mode) {
             case TP_OUT_ROWS: r->scratch[p->buf_off[st->out_buf[mi]] + st->out_off[mi] + row] = y0; break;
             case TP_OUT_RESID:
@@ -188,8 +208,7 @@ static void matmul(tp_ref *r, const tp_stage *st, const tp_task *t) {
                 }
                 break;
             case TP_OUT_SWIGLU: {
-                dequant_row(st->w[1], st->rb[1], row, K, r->row);
-                const float y1 = dot(r->row, r->xs, K);
+                const float y1 = row_dot(st->w[1], st->rb[1], row, K, r->xs);
                 r->scratch[p->buf_off[st->out_buf[0]] + row] = silu(y0) * y1;
                 break;
             }
