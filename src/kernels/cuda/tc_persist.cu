@@ -289,16 +289,17 @@ __device__ void tp_embed(const tp_args &a, const tp_stage &st, const tp_task &t,
 /* ------------------------------------------------------------ attention */
 
 #define TP_APOS 8 /* positions a warp loads before it scores them */
-#define TP_EPL 8  /* head dims per lane in tp_head_prep: head_dim <= 256 (tc_persist_new checks) */
+/* tp_head_prep: EPL head dims per lane, head_dim <= 32 EPL (4: 128, 8: 256; tc_persist_new checks) */
 
 /* one warp: dst = RoPE(rmsnorm(src) * gain) over a head of hd (k_attn_prep's math; the
  * angles' cos and sin from the step's table rt) */
+template <int EPL>
 __device__ void tp_head_prep(const float *src, const float *gain, float eps, int hd, int rot, const float *rt,
                              float *dst) {
     const int lane = threadIdx.x & 31;
-    float v[TP_EPL], ss = 0; /* lane's inputs lane + 32 e: read once */
+    float v[EPL], ss = 0; /* lane's inputs lane + 32 e: read once */
 #pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
+    for (int e = 0; e < EPL; e++) {
         const int j = lane + 32 * e;
         v[e] = j < hd ? __ldcg(src + j) : 0.0f;
         ss += v[e] * v[e];
@@ -306,7 +307,7 @@ __device__ void tp_head_prep(const float *src, const float *gain, float eps, int
     ss = tc_warp_sum(ss);
     const float inv = (float)(1.0 / sqrt((double)ss / hd + (double)eps));
 #pragma unroll
-    for (int e = 0; e < TP_EPL; e++) {
+    for (int e = 0; e < EPL; e++) {
         const int j = lane + 32 * e;
         if (j < hd) dst[j] = v[e] * inv * gain[j];
     }
@@ -386,9 +387,9 @@ __device__ bool tp_attn(const tp_args &a, const tp_stage &st, const tp_task &t, 
     float *sq = sm, *sk = sm + HD, *sv = sm + 2 * HD, *wacc = sm + 3 * HD; /* 16-byte aligned: HD % 32 == 0 */
     float *wm = wacc + TP_WARPS * HD, *wl = wm + TP_WARPS;
     const float *rt = a.scratch + a.buf_off[TP_BUF_ROPE];
-    if (warp == 0) tp_head_prep(qkv + (size_t)h * qs, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
+    if (warp == 0) tp_head_prep<4 * NV>(qkv + (size_t)h * qs, st.q_norm, st.eps, HD, st.rope_dims, rt, sq);
     if (warp == 1) {
-        tp_head_prep(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, rt, sk);
+        tp_head_prep<4 * NV>(qkv + qw + (size_t)kh * HD, st.k_norm, st.eps, HD, st.rope_dims, rt, sk);
         for (int j = lane; j < HD; j += 32) sk[j] = tp_round(sk[j], (const KV *)0);
     }
     if (warp == 2)
