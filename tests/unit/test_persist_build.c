@@ -573,8 +573,9 @@ static void ref_run(const char *dir, const char *file, const char *key) {
         CHECK_MSG(bad == 0, "seq %d: %d/%d argmax differ", si, bad, checked);
         CHECK_MSG(same == (int)nc, "seq %d: continuation diverges at step %d", si, same);
         CHECK_MSG(dev_bad == 0, "seq %d: the ARGMAX stage differs from the host argmax %d times", si, dev_bad);
-        fprintf(stderr, "  %s reference run seq %d: T %zu, max|diff| %.2e, argmax ok on %d rows, continuation %d/%zu\n",
-                dir, si, T, maxd, checked, same, nc);
+        fprintf(stderr, "  %s/%s reference run seq %d%s: T %zu, max|diff| %.2e, argmax ok on %d rows, continuation %d/%zu\n",
+                dir, file, si, m->hp.n_gdn_layers ? (m->v_tiled ? " (GDN heads tiled)" : " (GDN heads grouped)") : "",
+                T, maxd, checked, same, nc);
         tp_ref_free(r);
         free(rl); free(ids); free(want);
     }
@@ -586,6 +587,9 @@ static void ref_run(const char *dir, const char *file, const char *key) {
 TEST(reference_run_qwen3_tiny) { ref_run("qwen3-tiny", "model-q2_0.gguf", NULL); }
 /* qwen35: Hadamard transforms, gated attention (head_dim 256, partial RoPE), GDN layers */
 TEST(reference_run_qwen35_tiny) { ref_run("qwen35-tiny", "model-pq2_0.gguf", "A"); }
+/* the same model as an MLX pack: value heads in grouped order (no permutation), the a/b
+ * projections as the pack stores them */
+TEST(reference_run_qwen35_tiny_mlx) { ref_run("qwen35-tiny", "mlx-pack", "A"); }
 TEST(fixture_qwen35_tiny) { fixture("qwen35-tiny/model-pq2_0.gguf"); }
 
 int main(void) {
@@ -597,5 +601,6 @@ int main(void) {
     RUN(fixture_qwen35_tiny);
     RUN(reference_run_qwen3_tiny);
     RUN(reference_run_qwen35_tiny);
+    RUN(reference_run_qwen35_tiny_mlx);
     return check_summary();
 }
